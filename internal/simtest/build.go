@@ -1,0 +1,61 @@
+package simtest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+)
+
+// SimBinary returns the path of an up-to-date sim binary.
+func SimBinary() (string, error) {
+	if p := os.Getenv("ROLLBOOK_SIM_BIN"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("ROLLBOOK_SIM_BIN=%s: %w", p, err)
+		}
+		return p, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(root, ".cache", "bin", "sim")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return "", err
+	}
+	// go test runs packages in parallel; one builds, the others wait.
+	lock, err := os.OpenFile(bin+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	// go build is a cache lookup when nothing in sim/ changed (~3 s).
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "build-sim.sh"))
+	cmd.Env = append(os.Environ(), "ROLLBOOK_SIM_BIN="+bin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the sim: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// RepoRoot finds the main module's root from the working directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "hack", "build-sim.sh")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("simtest: repository root (with hack/build-sim.sh) not found above the working directory")
+		}
+		dir = parent
+	}
+}

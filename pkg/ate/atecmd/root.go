@@ -1,0 +1,23 @@
+// Package atecmd wires the `kubectl ate` command tree; the runbook logic
+// lives in pkg/ate.
+package atecmd
+
+import (
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/rollbook/rollbook/pkg/cli"
+)
+
+const long = `kubectl ate runs the Agent Substrate rolling upgrade: it prepares the new
+dataplane, clones the worker pools, and moves nodes from the old version to
+the new one without losing an actor — draining workers and suspending actors
+through the substrate control API before each node's label is flipped.
+Progress is read back from the cluster and the substrate, so you can stop at
+any point and re-run the same command to continue.`
+
+// NewRootCommand returns `kubectl ate`.
+func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	root, _ := cli.NewRoot("ate", "Roll Agent Substrate nodes to a new version without losing actors", long, streams)
+	return root
+}

@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes every rollbook command uses, so scripts can branch on them.
+const (
+	ExitOK      = 0 // done: nothing left to do
+	ExitFailed  = 1 // a step failed or the cluster could not be read
+	ExitUsage   = 2 // bad flags or arguments; nothing was changed
+	ExitBlocked = 3 // stopped at a guard that needs a human; nothing unsafe was done
+	ExitLocked  = 4 // another run holds the lock
+)
+
+// ExitCoder is an error that chooses the process exit code.
+type ExitCoder interface {
+	error
+	ExitCode() int
+}
+
+type codedError struct {
+	code int
+	err  error
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+func (e *codedError) ExitCode() int { return e.code }
+
+// WithExitCode wraps err so that the process exits with code.
+func WithExitCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &codedError{code: code, err: err}
+}
+
+// UsageErrorf reports bad input; the command exits 2 and changes nothing.
+func UsageErrorf(format string, a ...any) error {
+	return &codedError{code: ExitUsage, err: fmt.Errorf(format, a...)}
+}
+
+// ExitCode picks the exit code for err.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ec ExitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return ExitFailed
+}
+
+// Execute runs root with a context cancelled on SIGINT/SIGTERM (so steps
+// stop between API calls and release the lock), prints the error once, and
+// returns the exit code.
+func Execute(root *cobra.Command, args []string, errOut io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root.SetArgs(args)
+	// cobra reports unknown flags and arguments as plain errors; make them
+	// usage errors with the command's usage hint.
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return UsageErrorf("%v\nSee '%s --help' for usage.", err, c.CommandPath())
+	})
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	code := ExitCode(err)
+	if code == ExitFailed && isCobraUsageError(err) {
+		code = ExitUsage
+	}
+	fmt.Fprintf(errOut, "error: %v\n", err)
+	return code
+}
+
+// isCobraUsageError recognises cobra's own argument and command errors,
+// which it returns as plain errors.
+func isCobraUsageError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires ", "required flag", "invalid argument", "flag needs an argument", "if any flags in the group"} {
+		if len(msg) >= len(p) && msg[:len(p)] == p {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,51 @@
+// Package cli builds the parts every rollbook plugin shares: the root command
+// with kubectl's global flags, version and completion, and the mapping of
+// errors to exit codes that scripts can rely on.
+package cli
+
+import (
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	cmdutil "k8s.io/kubectl/pkg/cmd/util"
+)
+
+// Globals is what every subcommand receives: kubectl's connection flags, a
+// factory built on them, and the streams to write to.
+type Globals struct {
+	ConfigFlags *genericclioptions.ConfigFlags
+	Factory     cmdutil.Factory
+	IOStreams   genericiooptions.IOStreams
+}
+
+// NewRoot returns the root command of plugin `kubectl <plugin>` with every
+// kubectl global flag (--kubeconfig, --context, -n, --as, --request-timeout…),
+// a version command and shell completion.
+func NewRoot(plugin, short, long string, streams genericiooptions.IOStreams) (*cobra.Command, *Globals) {
+	flags := genericclioptions.NewConfigFlags(true)
+	g := &Globals{
+		ConfigFlags: flags,
+		Factory:     cmdutil.NewFactory(flags),
+		IOStreams:   streams,
+	}
+	root := &cobra.Command{
+		Use:   plugin,
+		Short: short,
+		Long:  long,
+		// Errors are printed once, by Execute; usage only for usage errors.
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Annotations: map[string]string{
+			// Help and usage read "kubectl tt …", as the user types it.
+			cobra.CommandDisplayNameAnnotation: "kubectl " + plugin,
+		},
+	}
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	flags.AddFlags(root.PersistentFlags())
+	root.AddCommand(NewVersionCommand(plugin, streams))
+	root.CompletionOptions.HiddenDefaultCmd = false
+	registerFlagCompletions(root, g)
+	return root, g
+}

@@ -1,0 +1,23 @@
+// Package ttcmd wires the `kubectl tt` command tree; the runbook logic lives
+// in pkg/tt.
+package ttcmd
+
+import (
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/rollbook/rollbook/pkg/cli"
+)
+
+const long = `kubectl tt upgrades Tenstorrent node software — the tt-kmd kernel module,
+tt-smi and device firmware — one verified step at a time, with no operator
+installed. It cordons and drains each node, runs a short-lived helper pod on
+it, checks the result, labels the node and uncordons it. Every step is read
+back from the cluster, so you can stop at any point and re-run the same
+command to continue.`
+
+// NewRootCommand returns `kubectl tt`.
+func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	root, _ := cli.NewRoot("tt", "Upgrade Tenstorrent drivers, tt-smi and firmware node by node", long, streams)
+	return root
+}

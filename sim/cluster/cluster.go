@@ -1,0 +1,259 @@
+// Package cluster runs a loopback-only Kubernetes control plane in this
+// process: embedded etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and kwok (fake nodes whose pods go Running/Ready).
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Options configure Up.
+type Options struct {
+	Dir          string // state directory; wiped and recreated
+	Nodes        int    // fake nodes to register
+	NodePrefix   string // node names are <prefix><i>
+	Verbosity    int    // klog verbosity of the components
+	APIServerArg []string
+	KCMArg       []string
+	SchedulerArg []string
+	Logf         func(format string, a ...any)
+}
+
+// Cluster is a running control plane.
+type Cluster struct {
+	Kubeconfig string
+	RESTConfig *rest.Config
+	Client     kubernetes.Interface
+	PKI        *PKI
+
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopEtcd func()
+	// Failed receives an error when a component stops on its own.
+	Failed chan error
+	logf   func(format string, a ...any)
+}
+
+// Up starts every component, registers the fake nodes and returns once they
+// are Ready and the default ServiceAccount exists (pods can be created).
+func Up(ctx context.Context, o Options) (*Cluster, error) {
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.NodePrefix == "" {
+		o.NodePrefix = "kwok-node-"
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ports := make([]int, 6)
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	etcdClientPort, etcdPeerPort, apiPort, kcmPort, schedPort, kwokPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+
+	pki, err := generatePKI(dir, apiPort)
+	if err != nil {
+		return nil, fmt.Errorf("pki: %w", err)
+	}
+	kc := pki.AdminKubeconfig
+
+	e, etcdURL, err := startEtcd(filepath.Join(dir, "etcd"), etcdClientPort, etcdPeerPort)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	o.Logf("embedded etcd ready at %s", etcdURL)
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	c := &Cluster{Kubeconfig: kc, PKI: pki, cancel: cancel, stopEtcd: func() { e.Close() },
+		Failed: make(chan error, 8), logf: o.Logf}
+
+	v := fmt.Sprintf("--v=%d", o.Verbosity)
+	apiArgs := append([]string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", apiPort),
+		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
+		"--tls-cert-file=" + pki.ServingCert,
+		"--tls-private-key-file=" + pki.ServingKey,
+		"--client-ca-file=" + pki.CACert,
+		"--requestheader-client-ca-file=" + pki.CACert,
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + pki.ProxyCert,
+		"--proxy-client-key-file=" + pki.ProxyKey,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + pki.SAPub,
+		"--service-account-signing-key-file=" + pki.SAKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true",
+		// The kubernetes Service has no endpoints then; nothing here needs them.
+		"--endpoint-reconciler-type=none",
+		// Dial fake kubelets (kwok's server) at InternalIP 127.0.0.1; the
+		// default order tries Hostname first, i.e. DNS lookups of node names.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-certificate-authority=" + pki.CACert,
+		"--profiling=false",
+		v,
+	}, o.APIServerArg...)
+	kcmArgs := append([]string{
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", kcmPort),
+		"--cert-dir=" + filepath.Join(dir, "kcm-certs"),
+		"--leader-elect=false",
+		"--service-account-private-key-file=" + pki.SAKey,
+		"--root-ca-file=" + pki.CACert,
+		"--cluster-signing-cert-file=" + pki.CACert,
+		"--cluster-signing-key-file=" + pki.CAKey,
+		"--use-service-account-credentials=false",
+		"--kube-api-qps=200", "--kube-api-burst=400",
+		"--profiling=false",
+		v,
+	}, o.KCMArg...)
+	schedArgs := append([]string{
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", schedPort),
+		"--cert-dir=" + filepath.Join(dir, "scheduler-certs"),
+		"--leader-elect=false",
+		"--profiling=false",
+		v,
+	}, o.SchedulerArg...)
+
+	c.goRun(runCtx, "kube-apiserver", func(ctx context.Context) error { return runAPIServer(ctx, apiArgs) })
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		c.Stop()
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	c.RESTConfig = cfg
+	c.Client = kubernetes.NewForConfigOrDie(cfg)
+
+	fail := func(err error) (*Cluster, error) {
+		c.Stop()
+		return nil, err
+	}
+	if err := c.waitFor(ctx, "kube-apiserver /readyz", 120*time.Second, func() (bool, error) {
+		b, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(b) == "ok", err
+	}); err != nil {
+		return fail(err)
+	}
+	o.Logf("kube-apiserver ready at https://127.0.0.1:%d", apiPort)
+	if err := installKwokCRDs(ctx, cfg); err != nil {
+		return fail(fmt.Errorf("kwok CRDs: %w", err))
+	}
+	c.goRun(runCtx, "kube-controller-manager", func(ctx context.Context) error { return runControllerManager(ctx, kcmArgs) })
+	c.goRun(runCtx, "kube-scheduler", func(ctx context.Context) error { return runScheduler(ctx, schedArgs) })
+	srv := &kwokServer{Port: kwokPort, CertFile: pki.ServingCert, KeyFile: pki.ServingKey}
+	c.goRun(runCtx, "kwok", func(ctx context.Context) error { return runKwok(ctx, kc, nil, o.Verbosity > 0, srv) })
+
+	t := time.Now()
+	if err := CreateNodes(ctx, c.Client, o.NodePrefix, 0, o.Nodes, 32); err != nil {
+		return fail(fmt.Errorf("create nodes: %w", err))
+	}
+	if err := c.waitFor(ctx, "nodes Ready and the default ServiceAccount", 600*time.Second, func() (bool, error) {
+		if _, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return false, err
+		}
+		ready, err := countReadyNodes(ctx, c.Client)
+		if err != nil {
+			return false, err
+		}
+		return ready >= o.Nodes, fmt.Errorf("%d/%d nodes Ready", ready, o.Nodes)
+	}); err != nil {
+		return fail(err)
+	}
+	o.Logf("%d nodes Ready %.2fs after creation", o.Nodes, time.Since(t).Seconds())
+	return c, nil
+}
+
+func (c *Cluster) goRun(ctx context.Context, name string, f func(context.Context) error) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := f(ctx); err != nil && ctx.Err() == nil {
+			c.Failed <- fmt.Errorf("%s: %w", name, err)
+		}
+	}()
+}
+
+// waitFor polls cond; the control plane has no API to watch until it is up.
+func (c *Cluster) waitFor(ctx context.Context, what string, timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-c.Failed:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("timed out waiting for %s: %v", what, last)
+}
+
+func countReadyNodes(ctx context.Context, cs kubernetes.Interface) (int, error) {
+	nl, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, err
+	}
+	ready := 0
+	for _, n := range nl.Items {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				ready++
+			}
+		}
+	}
+	return ready, nil
+}
+
+// Stop shuts the components down in reverse start order. etcd goes last:
+// stopping it together with the apiserver makes the apiserver hang ~10 s.
+func (c *Cluster) Stop() {
+	c.cancel()
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		c.logf("components did not stop within 10s")
+	}
+	c.stopEtcd()
+}
