@@ -1,0 +1,216 @@
+package fakehost
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Create lays out a fake host under root (which must exist or be creatable)
+// according to spec. Paths mirror a real Ubuntu node, so code under test
+// only needs its host-root prefix pointed at root.
+func Create(root string, spec Spec) error {
+	if err := checkRoot(root); err != nil {
+		return err
+	}
+	s := spec.withDefaults()
+	st := &state{
+		Kernel:              s.Kernel,
+		Devices:             s.Devices,
+		MissingTags:         s.MissingTags,
+		BrokenBuild:         s.BrokenBuild,
+		Galaxy:              s.galaxy(),
+		FlashDelay:          s.FlashDelay,
+		ConfigSpaceResetBug: s.ConfigSpaceResetBug,
+		SMISnapshotBroken:   s.SMISnapshotBroken,
+		FlashNoiseLines:     s.FlashNoiseLines,
+	}
+	if s.Wedged {
+		st.ResetsNeeded = s.ResetsToHeal
+	}
+	for _, h := range s.Holders {
+		if h.Unkillable {
+			st.Unkillable = append(st.Unkillable, h.PID)
+		}
+	}
+	steps := []func() error{
+		func() error { return saveState(root, st) },
+		func() error { return writeFile(filepath.Join(root, osreleasePath), s.Kernel+"\n") },
+		func() error { return os.MkdirAll(filepath.Join(root, "lib/modules", s.Kernel, "kernel"), 0o755) },
+		func() error { return createPCI(root, s.Devices) },
+		func() error { return createProcesses(root, s.Holders) },
+		func() error { return createModule(root, s, st) },
+		func() error { return createHeaders(root, s) },
+		func() error { return createDKMS(root, s) },
+		func() error { return createCache(root, s) },
+		func() error { return createTTSMI(root, s) },
+		func() error { return os.MkdirAll(filepath.Join(root, "etc/udev/rules.d"), 0o755) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return fmt.Errorf("fakehost: create %s: %w", root, err)
+		}
+	}
+	return nil
+}
+
+func createPCI(root string, devs []Device) error {
+	for i, d := range devs {
+		dir := filepath.Join(root, pciDir, busID(i))
+		attrs := map[string]string{
+			"vendor":           vendorTenstorrent,
+			"device":           deviceWormhole,
+			"subsystem_vendor": vendorTenstorrent,
+			"subsystem_device": d.SubsystemDevice,
+			"class":            "0x120000",
+		}
+		for name, v := range attrs {
+			if err := writeFile(filepath.Join(dir, name), v+"\n"); err != nil {
+				return err
+			}
+		}
+	}
+	// An unrelated PCI device, so code must filter by vendor.
+	return writeFile(filepath.Join(root, pciDir, "0000:00:1f.0", "vendor"), "0x8086\n")
+}
+
+func createProcesses(root string, holders []Holder) error {
+	// PID 1 holds ordinary files only: the walker must not count it.
+	init := filepath.Join(root, "proc", "1")
+	if err := writeFile(filepath.Join(init, "comm"), "systemd\n"); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(init, "cgroup"), "0::/init.scope\n"); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(init, "fd"), 0o755); err != nil {
+		return err
+	}
+	if err := os.Symlink("/dev/null", filepath.Join(init, "fd", "0")); err != nil {
+		return err
+	}
+	for _, h := range holders {
+		if h.PID <= 1 {
+			return fmt.Errorf("holder pid %d: must be > 1", h.PID)
+		}
+		dir := filepath.Join(root, "proc", strconv.Itoa(h.PID))
+		comm := h.Comm
+		if comm == "" {
+			comm = "python3"
+		}
+		if err := writeFile(filepath.Join(dir, "comm"), comm+"\n"); err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(dir, "cgroup"), cgroupFile(h)); err != nil {
+			return err
+		}
+		fdDir := filepath.Join(dir, "fd")
+		if err := os.MkdirAll(fdDir, 0o755); err != nil {
+			return err
+		}
+		// fd 0-2 are the usual non-device files.
+		for fd := 0; fd < 3; fd++ {
+			if err := os.Symlink("/dev/null", filepath.Join(fdDir, strconv.Itoa(fd))); err != nil {
+				return err
+			}
+		}
+		devs := h.Devices
+		if devs == nil {
+			devs = []int{0}
+		}
+		for i, dev := range devs {
+			target := "/dev/tenstorrent/" + strconv.Itoa(dev)
+			if err := os.Symlink(target, filepath.Join(fdDir, strconv.Itoa(3+i))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// cgroupFile renders /proc/<pid>/cgroup the way the kubelet's systemd (v2)
+// or cgroupfs (v1) driver names pod cgroups.
+func cgroupFile(h Holder) string {
+	if h.PodUID == "" {
+		return "0::/system.slice/user-workload.service\n"
+	}
+	if h.CgroupV1 {
+		path := "/kubepods/besteffort/pod" + h.PodUID + "/" + h.ContainerID
+		return "12:devices:" + path + "\n11:memory:" + path + "\n0::/\n"
+	}
+	uid := strings.ReplaceAll(h.PodUID, "-", "_")
+	return "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + uid +
+		".slice/cri-containerd-" + h.ContainerID + ".scope\n"
+}
+
+func createModule(root string, s Spec, st *state) error {
+	if s.LoadedKMD == "" {
+		return nil
+	}
+	refs := 0
+	for _, h := range s.Holders {
+		if h.Devices == nil {
+			refs++
+		} else {
+			refs += len(h.Devices)
+		}
+	}
+	if s.Refcnt != nil {
+		refs = *s.Refcnt
+	}
+	return loadModule(root, s.LoadedKMD, refs, st)
+}
+
+func createHeaders(root string, s Spec) error {
+	if !s.KernelHeaders {
+		return nil
+	}
+	src := "/usr/src/linux-headers-" + s.Kernel
+	if err := writeFile(filepath.Join(root, src, "Makefile"), "# fake kernel build tree for "+s.Kernel+"\n"); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(root, src, "include/config/kernel.release"), s.Kernel+"\n"); err != nil {
+		return err
+	}
+	// Absolute, like Ubuntu's: resolving it needs the host root prefix.
+	return os.Symlink(src, filepath.Join(root, "lib/modules", s.Kernel, "build"))
+}
+
+func createDKMS(root string, s Spec) error {
+	if !s.DKMS {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(root, "var/lib/dkms/tenstorrent/1.29.0/source"), 0o755); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(root, "usr/src/tenstorrent-1.29.0/dkms.conf"), "PACKAGE_NAME=tenstorrent\nPACKAGE_VERSION=1.29.0\n")
+}
+
+func createCache(root string, s Spec) error {
+	for _, v := range s.CachedKMD {
+		ko := filepath.Join(root, cacheDir, s.Kernel, v, "tenstorrent.ko")
+		if err := os.MkdirAll(filepath.Dir(ko), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(ko, KernelObject(v, s.Kernel), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func createTTSMI(root string, s Spec) error {
+	if s.HostTTSMI != "" {
+		if err := WriteTTSMIBinary(filepath.Join(root, "usr/local/bin/tt-smi"), s.HostTTSMI); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(filepath.Join(root, "usr/local/bin"), 0o755); err != nil {
+		return err
+	}
+	if s.LegacyVenv {
+		return writeFile(filepath.Join(root, "opt/tt/bin/tt-smi"), "#!/opt/tt/bin/python3\n")
+	}
+	return nil
+}

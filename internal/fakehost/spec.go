@@ -1,0 +1,140 @@
+// Package fakehost lays out a fake Tenstorrent node under a directory and
+// provides fake versions of the node tools (rmmod, insmod, tt-smi, tt-flash, …)
+// that act only on that directory. It lets the node agent and the simulator
+// run the real node-side sequence without a kernel, devices or root.
+package fakehost
+
+import "time"
+
+// Spec describes the fake host to create. Zero values give a healthy PCIe
+// Wormhole node with two devices, kmd 1.31.0 loaded and no holders.
+type Spec struct {
+	// Kernel is the running kernel release (uname -r); default DefaultKernel.
+	Kernel string
+	// LoadedKMD is the tt-kmd version in /sys/module/tenstorrent/version;
+	// "" means the module is not loaded.
+	LoadedKMD string
+	// Refcnt overrides the module refcount; nil means "one per holder fd".
+	// Set it above the holder count to model holders the agent cannot see
+	// (a helper pod without hostPID).
+	Refcnt *int
+	// Holders are processes with /dev/tenstorrent/* open.
+	Holders []Holder
+	// Devices are the Tenstorrent PCI devices; nil means two PCIe n150 cards
+	// at firmware 18.2.0.0.
+	Devices []Device
+	// KernelHeaders creates /lib/modules/<kernel>/build (a symlink into
+	// /usr/src, as on Ubuntu) with a Makefile.
+	KernelHeaders bool
+	// DKMS leaves the markers of a host-managed (DKMS) tt-kmd install.
+	DKMS bool
+	// CachedKMD lists tt-kmd versions already built in
+	// /var/cache/tt-kmd/<kernel>/<version>/tenstorrent.ko.
+	CachedKMD []string
+	// HostTTSMI is the version of the host's /usr/local/bin/tt-smi; "" = none.
+	HostTTSMI string
+	// LegacyVenv creates /opt/tt with a pre-5.x tt-smi virtualenv.
+	LegacyVenv bool
+	// MissingTags are tt-kmd git tags (e.g. "ttkmd-9.9.9") the fake remote
+	// does not have.
+	MissingTags []string
+	// BrokenBuild makes `make modules` fail like a compiler mismatch.
+	BrokenBuild bool
+	// Wedged makes `tt-smi -s` fail (as after a bad reset) until the right
+	// kind of reset has been issued ResetsToHeal times.
+	Wedged bool
+	// ResetsToHeal is how many resets a wedged host needs; 0 means 1.
+	ResetsToHeal int
+	// FlashDelay is how long tt-flash takes.
+	FlashDelay time.Duration
+	// ConfigSpaceResetBug makes tt-flash print "Config space reset not
+	// completed for device 0" yet exit 0 (tt-smi #88).
+	ConfigSpaceResetBug bool
+	// SMISnapshotBroken makes `tt-smi -s` print a traceback instead of JSON
+	// while sysfs telemetry still works (e.g. a tt-smi/glibc mismatch).
+	SMISnapshotBroken bool
+	// FlashNoiseLines adds that many progress lines to tt-flash's output,
+	// to exercise output truncation.
+	FlashNoiseLines int
+}
+
+// Holder is a process with Tenstorrent device files open.
+type Holder struct {
+	PID  int
+	Comm string
+	// PodUID and ContainerID place the process in a kubepods cgroup; both
+	// empty means a host process outside Kubernetes.
+	PodUID      string
+	ContainerID string
+	// CgroupV1 writes a cgroup v1 style /proc/<pid>/cgroup instead of v2.
+	CgroupV1 bool
+	// Devices are the /dev/tenstorrent/<N> indices it holds; nil means {0}.
+	Devices []int
+	// Unkillable models a process stuck in uninterruptible sleep: SIGKILL is
+	// accepted but the process and its fds stay.
+	Unkillable bool
+}
+
+// Device is one Tenstorrent PCI function.
+type Device struct {
+	// Firmware is the running fw bundle version, 4-part (e.g. "18.2.0.0").
+	Firmware string
+	// Board is the tt-smi board_type (n150, n300, p150, galaxy-wh …).
+	Board string
+	// SubsystemDevice is the PCI subsystem id, e.g. "0x0035" for a Wormhole
+	// Galaxy UBB; "" means a PCIe card.
+	SubsystemDevice string
+	// FailFlash makes tt-flash fail on this chip.
+	FailFlash bool
+}
+
+// Defaults used when a Spec leaves a field empty.
+const (
+	DefaultKernel   = "5.15.0-91-generic"
+	DefaultFirmware = "18.2.0.0"
+	DefaultBoard    = "n150"
+	// GalaxyWormholeSubsystem and GalaxyBlackholeSubsystem are the Galaxy
+	// UBB PCI subsystem ids that select `tt-smi -glx_reset`.
+	GalaxyWormholeSubsystem  = "0x0035"
+	GalaxyBlackholeSubsystem = "0x0047"
+	pcieSubsystem            = "0x0008"
+	vendorTenstorrent        = "0x1e52"
+	deviceWormhole           = "0x401e"
+)
+
+func (s Spec) withDefaults() Spec {
+	if s.Kernel == "" {
+		s.Kernel = DefaultKernel
+	}
+	if s.Devices == nil {
+		s.Devices = []Device{{}, {}}
+	}
+	devs := make([]Device, len(s.Devices))
+	for i, d := range s.Devices {
+		if d.Firmware == "" {
+			d.Firmware = DefaultFirmware
+		}
+		if d.Board == "" {
+			d.Board = DefaultBoard
+		}
+		if d.SubsystemDevice == "" {
+			d.SubsystemDevice = pcieSubsystem
+		}
+		devs[i] = d
+	}
+	s.Devices = devs
+	if s.ResetsToHeal <= 0 {
+		s.ResetsToHeal = 1
+	}
+	return s
+}
+
+// galaxy reports whether any device is a Galaxy UBB (needs -glx_reset).
+func (s Spec) galaxy() bool {
+	for _, d := range s.Devices {
+		if d.SubsystemDevice == GalaxyWormholeSubsystem || d.SubsystemDevice == GalaxyBlackholeSubsystem {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,170 @@
+package fakehost
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// stateDir holds what a real host keeps in silicon or the network (device
+// firmware, the git remote, fault injection); everything the agent reads
+// lives at its real path under the root.
+const stateDir = ".fakehost"
+
+// state is persisted as JSON so the fake tools, which run as separate
+// processes, share it.
+type state struct {
+	Kernel              string        `json:"kernel"`
+	Devices             []Device      `json:"devices"`
+	MissingTags         []string      `json:"missingTags,omitempty"`
+	BrokenBuild         bool          `json:"brokenBuild,omitempty"`
+	ResetsNeeded        int           `json:"resetsNeeded,omitempty"` // 0 = healthy
+	Galaxy              bool          `json:"galaxy,omitempty"`
+	FlashDelay          time.Duration `json:"flashDelay,omitempty"`
+	ConfigSpaceResetBug bool          `json:"configSpaceResetBug,omitempty"`
+	SMISnapshotBroken   bool          `json:"smiSnapshotBroken,omitempty"`
+	FlashNoiseLines     int           `json:"flashNoiseLines,omitempty"`
+	Unkillable          []int         `json:"unkillable,omitempty"`
+}
+
+func statePath(root string) string { return filepath.Join(root, stateDir, "state.json") }
+
+func loadState(root string) (*state, error) {
+	b, err := os.ReadFile(statePath(root))
+	if err != nil {
+		return nil, fmt.Errorf("fakehost state: %w", err)
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("fakehost state: %w", err)
+	}
+	return &st, nil
+}
+
+func saveState(root string, st *state) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(statePath(root), b, 0o644)
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func writeFile(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(content), 0o644)
+}
+
+// Host paths, relative to the root, exactly where a real node has them.
+const (
+	moduleDir     = "sys/module/tenstorrent"
+	devDir        = "dev/tenstorrent"
+	classDir      = "sys/class/tenstorrent"
+	pciDir        = "sys/bus/pci/devices"
+	osreleasePath = "proc/sys/kernel/osrelease"
+	cacheDir      = "var/cache/tt-kmd"
+)
+
+func busID(i int) string { return fmt.Sprintf("0000:%02x:00.0", i+1) }
+
+func readTrim(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return strings.TrimSpace(string(b)), err
+}
+
+// loadedVersion is "" when the module is not loaded.
+func loadedVersion(root string) string {
+	v, _ := readTrim(filepath.Join(root, moduleDir, "version"))
+	return v
+}
+
+func refcnt(root string) int {
+	v, err := readTrim(filepath.Join(root, moduleDir, "refcnt"))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(v)
+	return n
+}
+
+func setRefcnt(root string, n int) error {
+	if n < 0 {
+		n = 0
+	}
+	return writeFile(filepath.Join(root, moduleDir, "refcnt"), strconv.Itoa(n)+"\n")
+}
+
+// loadModule makes the module appear as the kernel would: sysfs module dir,
+// device nodes and per-device class attributes (which carry the firmware
+// telemetry, so they only exist while the driver is bound).
+func loadModule(root, version string, refs int, st *state) error {
+	if err := writeFile(filepath.Join(root, moduleDir, "version"), version+"\n"); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(root, moduleDir, "initstate"), "live\n"); err != nil {
+		return err
+	}
+	if err := setRefcnt(root, refs); err != nil {
+		return err
+	}
+	for i := range st.Devices {
+		if err := writeFile(filepath.Join(root, devDir, strconv.Itoa(i)), ""); err != nil {
+			return err
+		}
+		if err := os.Chmod(filepath.Join(root, devDir, strconv.Itoa(i)), 0o600); err != nil {
+			return err
+		}
+	}
+	return renderDeviceAttrs(root, st)
+}
+
+func renderDeviceAttrs(root string, st *state) error {
+	for i, d := range st.Devices {
+		dir := filepath.Join(root, classDir, "tenstorrent!"+strconv.Itoa(i))
+		fw := filepath.Join(dir, "tt_fw_bundle_ver")
+		if st.ResetsNeeded > 0 {
+			// A hung chip cannot answer telemetry: the attribute reads fail.
+			if err := os.Remove(fw); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		} else if err := writeFile(fw, d.Firmware+"\n"); err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(dir, "tt_card_type"), d.Board+"\n"); err != nil {
+			return err
+		}
+		link := filepath.Join(dir, "device")
+		if _, err := os.Lstat(link); errors.Is(err, os.ErrNotExist) {
+			if err := os.Symlink(filepath.Join("..", "..", "..", "bus", "pci", "devices", busID(i)), link); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func unloadModule(root string) error {
+	for _, p := range []string{moduleDir, devDir, classDir} {
+		if err := os.RemoveAll(filepath.Join(root, p)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

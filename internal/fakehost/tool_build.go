@@ -1,0 +1,140 @@
+package fakehost
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// git clone [--depth N] [--branch TAG] [-q] URL DIR: "clones" tt-kmd at TAG
+// by writing a source tree whose MODULE_VERSION is the tag's version.
+func git(t *tool) int {
+	args := t.args
+	for len(args) >= 2 && args[0] == "-c" { // git -c key=value clone …
+		args = args[2:]
+	}
+	if len(args) == 0 || args[0] != "clone" {
+		return t.errorf(129, "fake git only supports clone, got %v", t.args)
+	}
+	var branch string
+	var pos []string
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--branch" || a == "-b" || a == "--depth":
+			if i+1 >= len(args) {
+				return t.errorf(129, "option %s requires a value", a)
+			}
+			i++
+			if a != "--depth" {
+				branch = args[i]
+			}
+		case strings.HasPrefix(a, "--depth="):
+		case strings.HasPrefix(a, "--branch="):
+			branch = strings.TrimPrefix(a, "--branch=")
+		case strings.HasPrefix(a, "-"):
+		default:
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) != 2 {
+		return t.errorf(129, "usage: git clone [--depth 1] --branch <tag> <url> <dir>")
+	}
+	dir, err := t.inRoot(pos[1])
+	if err != nil {
+		return t.errorf(128, "fatal: %v", err)
+	}
+	st, err := loadState(t.root)
+	if err != nil {
+		return t.errorf(128, "fatal: %v", err)
+	}
+	version, ok := strings.CutPrefix(branch, "ttkmd-")
+	if !ok || slices.Contains(st.MissingTags, branch) {
+		fmt.Fprintf(t.stderr, "Cloning into '%s'...\n", dir)
+		return t.errorf(128, "fatal: Remote branch %s not found in upstream origin", branch)
+	}
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		return t.errorf(128, "fatal: destination path '%s' already exists and is not an empty directory.", dir)
+	}
+	files := map[string]string{
+		"Makefile":  "obj-m += tenstorrent.o\n",
+		"module.c":  "MODULE_VERSION(\"" + version + "\");\n",
+		".git/HEAD": "ref: refs/heads/" + branch + "\n",
+	}
+	for name, content := range files {
+		if err := writeFile(filepath.Join(dir, name), content); err != nil {
+			return t.errorf(128, "fatal: %v", err)
+		}
+	}
+	fmt.Fprintf(t.stderr, "Cloning into '%s'...\n", dir)
+	return 0
+}
+
+var moduleVersionRE = regexp.MustCompile(`MODULE_VERSION\("([^"]+)"\)`)
+
+// make [-jN] -C KDIR M=SRC modules: the kbuild out-of-tree module build.
+func makeModules(t *tool) int {
+	var kdir, src string
+	var targets []string
+	for i := 0; i < len(t.args); i++ {
+		switch a := t.args[i]; {
+		case a == "-C":
+			if i+1 >= len(t.args) {
+				return t.errorf(2, "option requires an argument -- 'C'")
+			}
+			i++
+			kdir = t.args[i]
+		case a == "-j":
+			i++ // the job count
+		case strings.HasPrefix(a, "M="):
+			src = strings.TrimPrefix(a, "M=")
+		case strings.HasPrefix(a, "-"):
+		default:
+			targets = append(targets, a)
+		}
+	}
+	if !slices.Equal(targets, []string{"modules"}) || kdir == "" || src == "" {
+		return t.errorf(2, "*** fake make only supports: make -C <kdir> M=<src> modules")
+	}
+	kdir, err := t.inRoot(kdir)
+	if err != nil {
+		return t.errorf(2, "*** %v", err)
+	}
+	src, err = t.inRoot(src)
+	if err != nil {
+		return t.errorf(2, "*** %v", err)
+	}
+	fmt.Fprintf(t.stdout, "make: Entering directory '%s'\n", kdir)
+	if _, err := os.Stat(filepath.Join(kdir, "Makefile")); err != nil {
+		return t.errorf(2, "*** %s: No such file or directory.  Stop.", kdir)
+	}
+	kernel, err := readTrim(filepath.Join(kdir, "include/config/kernel.release"))
+	if err != nil {
+		return t.errorf(2, "*** kernel build tree %s is incomplete: %v", kdir, err)
+	}
+	st, err := loadState(t.root)
+	if err != nil {
+		return t.errorf(2, "*** %v", err)
+	}
+	if st.BrokenBuild {
+		fmt.Fprintf(t.stdout, "  CC [M]  %s/module.o\n", src)
+		fmt.Fprintln(t.stderr, "/bin/sh: 1: gcc-12: not found")
+		return t.errorf(2, "*** [scripts/Makefile.build:243: %s/module.o] Error 127", src)
+	}
+	code, err := os.ReadFile(filepath.Join(src, "module.c"))
+	if err != nil {
+		return t.errorf(2, "*** No rule to make target '%s/module.c'.  Stop.", src)
+	}
+	m := moduleVersionRE.FindSubmatch(code)
+	if m == nil {
+		return t.errorf(2, "*** %s/module.c has no MODULE_VERSION", src)
+	}
+	if err := os.WriteFile(filepath.Join(src, "tenstorrent.ko"), KernelObject(string(m[1]), kernel), 0o644); err != nil {
+		return t.errorf(2, "*** %v", err)
+	}
+	fmt.Fprintf(t.stdout, "  CC [M]  %s/module.o\n  LD [M]  %s/tenstorrent.ko\n", src, src)
+	fmt.Fprintf(t.stdout, "make: Leaving directory '%s'\n", kdir)
+	return 0
+}

@@ -1,0 +1,169 @@
+package fakehost
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// RootEnv names the environment variable that points the fake tools at
+// their host root. They refuse to run without it, so a fake tool reached by
+// accident can never touch the real machine.
+const RootEnv = "FAKEHOST_ROOT"
+
+// Tools are the names Main answers to.
+var Tools = []string{"rmmod", "insmod", "modprobe", "depmod", "make", "git", "tt-smi", "tt-flash", "kill"}
+
+// IsTool reports whether name (a basename) is one of the fake tools, for
+// multi-call binaries that dispatch on os.Args[0].
+func IsTool(name string) bool { return slices.Contains(Tools, name) }
+
+// InstallTools creates one symlink per tool in dir, each pointing at exe (a
+// multi-call binary that calls Main when invoked under a tool name).
+func InstallTools(dir, exe string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, t := range Tools {
+		link := filepath.Join(dir, t)
+		if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := os.Symlink(exe, link); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Main runs the fake tool named by filepath.Base(args[0]) against the root
+// in $FAKEHOST_ROOT and returns its exit code.
+func Main(args []string) int {
+	return run(args, os.Getenv(RootEnv), os.Stdout, os.Stderr)
+}
+
+type toolFunc func(t *tool) int
+
+var toolFuncs = map[string]toolFunc{
+	"rmmod":    rmmod,
+	"insmod":   insmod,
+	"modprobe": modprobe,
+	"depmod":   depmod,
+	"make":     makeModules,
+	"git":      git,
+	"tt-smi":   ttSMI,
+	"tt-flash": ttFlash,
+	"kill":     kill,
+}
+
+// tool is one invocation of a fake tool.
+type tool struct {
+	name   string
+	args   []string
+	root   string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func (t *tool) errorf(code int, format string, a ...any) int {
+	fmt.Fprintf(t.stderr, t.name+": "+format+"\n", a...)
+	return code
+}
+
+// inRoot rejects paths outside the fake root, so fake tools never write to
+// the machine they run on.
+func (t *tool) inRoot(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return "", err
+		}
+		p = abs
+	}
+	p = filepath.Clean(p)
+	if p != t.root && !strings.HasPrefix(p, t.root+string(filepath.Separator)) {
+		return "", fmt.Errorf("path %s is outside the fake host root %s", p, t.root)
+	}
+	return p, nil
+}
+
+func run(args []string, root string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "fakehost: no argv[0]")
+		return 2
+	}
+	name := filepath.Base(args[0])
+	fn, ok := toolFuncs[name]
+	if !ok {
+		fmt.Fprintf(stderr, "fakehost: unknown tool %q\n", name)
+		return 127
+	}
+	if err := checkRoot(root); err != nil {
+		fmt.Fprintf(stderr, "%s (fakehost): %v\n", name, err)
+		return 126
+	}
+	root = filepath.Clean(root)
+	if _, err := os.Stat(statePath(root)); err != nil {
+		fmt.Fprintf(stderr, "%s (fakehost): %s is not a fake host root (no %s)\n", name, root, statePath(root))
+		return 126
+	}
+	logCall(root, append([]string{name}, args[1:]...))
+	return fn(&tool{name: name, args: args[1:], root: root, stdout: stdout, stderr: stderr})
+}
+
+func checkRoot(root string) error {
+	if root == "" {
+		return fmt.Errorf("%s is not set", RootEnv)
+	}
+	if !filepath.IsAbs(root) {
+		return fmt.Errorf("fake host root %q must be absolute", root)
+	}
+	if filepath.Clean(root) == "/" {
+		return fmt.Errorf("refusing to use / as a fake host root")
+	}
+	return nil
+}
+
+func callLogPath(root string) string { return filepath.Join(root, stateDir, "calls.log") }
+
+func logCall(root string, argv []string) {
+	b, err := json.Marshal(argv)
+	if err != nil {
+		return
+	}
+	f, err := os.OpenFile(callLogPath(root), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.Write(append(b, '\n'))
+}
+
+// Calls returns the argv (tool name first) of every fake tool run against
+// root, in order.
+func Calls(root string) ([][]string, error) {
+	f, err := os.Open(callLogPath(root))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var calls [][]string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var argv []string
+		if err := json.Unmarshal(sc.Bytes(), &argv); err != nil {
+			return nil, err
+		}
+		calls = append(calls, argv)
+	}
+	return calls, sc.Err()
+}

@@ -1,0 +1,217 @@
+package kube
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Labels and annotations on helper pods.
+const (
+	// LabelHelper marks a rollbook helper pod; its value is the task. The
+	// simulator's helper runner owns pods with this label, and drains skip them.
+	LabelHelper = AnnotationPrefix + "helper"
+	LabelNode   = AnnotationPrefix + "node"
+	LabelRun    = AnnotationPrefix + "run"
+	// AnnHelperKey is the full, unhashed key the helper's name was made from.
+	AnnHelperKey = AnnotationPrefix + "helper-key"
+)
+
+// HostPathMount mounts a host directory into the helper.
+type HostPathMount struct {
+	Name, HostPath, MountPath string
+	ReadOnly                  bool
+}
+
+// HelperSpec describes a short-lived pod that does one task on one node.
+type HelperSpec struct {
+	Task      string // e.g. "kmd"; becomes the rollbook.dev/helper label
+	Node      string
+	Key       string // what distinguishes runs of the task, e.g. the target version
+	Namespace string
+	Image     string
+	Command   []string
+	Env       []corev1.EnvVar
+	// Deadline becomes activeDeadlineSeconds: the kubelet kills a helper
+	// that outlives it, so a stuck helper can never hold a node forever.
+	Deadline   time.Duration
+	Privileged bool
+	HostPID    bool
+	HostPaths  []HostPathMount
+	// PriorityClass keeps the helper from being preempted; system-node-critical
+	// is admitted only in kube-system.
+	PriorityClass string
+	RunID         string
+}
+
+// HelperName is the deterministic pod name for (task, node, key), so a
+// re-run finds the pod an earlier run created instead of starting another.
+// Names stay within 63 characters; long node names are shortened and the
+// hash of the full triple keeps them unique.
+func HelperName(task, node, key string) string {
+	sum := sha256.Sum256([]byte(task + "\x00" + node + "\x00" + key))
+	h := hex.EncodeToString(sum[:])[:10]
+	prefix := "rollbook-" + task + "-"
+	room := 63 - len(prefix) - len(h) - 1
+	n := strings.ToLower(node)
+	if len(n) > room {
+		n = strings.TrimRight(n[:room], "-.")
+	}
+	return prefix + n + "-" + h
+}
+
+// Pod renders the helper pod: pinned to the node with spec.nodeName (no
+// scheduler involved), tolerating every taint (the node is cordoned and may
+// be tainted), never restarted, and bounded by activeDeadlineSeconds.
+func (s HelperSpec) Pod() *corev1.Pod {
+	deadline := int64(s.Deadline / time.Second)
+	if deadline <= 0 {
+		deadline = 600
+	}
+	priv := s.Privileged
+	var mounts []corev1.VolumeMount
+	var vols []corev1.Volume
+	for _, m := range s.HostPaths {
+		mounts = append(mounts, corev1.VolumeMount{Name: m.Name, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
+		vols = append(vols, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: m.HostPath}}})
+	}
+	zero := int64(0)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      HelperName(s.Task, s.Node, s.Key),
+			Namespace: s.Namespace,
+			Labels: map[string]string{
+				LabelHelper: s.Task,
+				LabelNode:   labelSafe(s.Node),
+				LabelRun:    labelSafe(s.RunID),
+			},
+			Annotations: map[string]string{AnnHelperKey: s.Key},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:                      s.Node,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			ActiveDeadlineSeconds:         &deadline,
+			TerminationGracePeriodSeconds: &zero,
+			HostPID:                       s.HostPID,
+			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			PriorityClassName:             s.PriorityClass,
+			AutomountServiceAccountToken:  new(bool),
+			Containers: []corev1.Container{{
+				Name:                     s.Task,
+				Image:                    s.Image,
+				Command:                  s.Command,
+				Env:                      s.Env,
+				VolumeMounts:             mounts,
+				TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+				SecurityContext:          &corev1.SecurityContext{Privileged: &priv},
+			}},
+			Volumes: vols,
+		},
+	}
+}
+
+// labelSafe shortens a value to the 63 characters a label value may hold.
+func labelSafe(v string) string {
+	if len(v) > 63 {
+		return strings.TrimRight(v[:63], "-_.")
+	}
+	return v
+}
+
+// EnsureHelper creates the helper pod, or returns the one an earlier run
+// created with the same name. created says which.
+func EnsureHelper(ctx context.Context, cs kubernetes.Interface, rec Recorder, s HelperSpec) (pod *corev1.Pod, created bool, err error) {
+	want := s.Pod()
+	pod, err = cs.CoreV1().Pods(s.Namespace).Create(ctx, want, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		pod, err = cs.CoreV1().Pods(s.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
+		return pod, false, err
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("create helper pod %s/%s: %w", s.Namespace, want.Name, err)
+	}
+	rec.Record(ctx, PodRef(pod), false, "HelperStarted", fmt.Sprintf("started %s helper on node %s (%s)", s.Task, s.Node, s.Key))
+	return pod, true, nil
+}
+
+// WaitForHelper watches the helper pod until it has finished.
+func WaitForHelper(ctx context.Context, cs kubernetes.Interface, ns, name string) (*corev1.Pod, error) {
+	return WaitForPod(ctx, cs, ns, name, PodTerminal)
+}
+
+// TerminationMessage returns what the helper's container wrote to its
+// termination-message file, read from the pod status (no kubelet log access
+// needed), and its exit code.
+func TerminationMessage(p *corev1.Pod) (msg string, exitCode int32, ok bool) {
+	for _, c := range p.Status.ContainerStatuses {
+		if t := c.State.Terminated; t != nil {
+			return t.Message, t.ExitCode, true
+		}
+	}
+	return "", 0, false
+}
+
+// HelperFailureReason explains a helper pod that failed without a result:
+// deadline exceeded, image pull errors, eviction.
+func HelperFailureReason(p *corev1.Pod) string {
+	if p.Status.Reason != "" {
+		return strings.TrimSpace(p.Status.Reason + ": " + p.Status.Message)
+	}
+	for _, c := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		if w := c.State.Waiting; w != nil && w.Reason != "" {
+			return w.Reason + ": " + w.Message
+		}
+		if t := c.State.Terminated; t != nil && t.ExitCode != 0 {
+			return fmt.Sprintf("container %s exited %d (%s)", c.Name, t.ExitCode, t.Reason)
+		}
+	}
+	return string(p.Status.Phase)
+}
+
+// CleanupHelpers deletes finished helper pods of task in ns (all nodes when
+// node is ""), and unfinished ones whose deadline passed more than a minute
+// ago (the kubelet should have killed them; a lost node never will). It
+// returns the names it deleted.
+func CleanupHelpers(ctx context.Context, cs kubernetes.Interface, rec Recorder, ns, task, node string) ([]string, error) {
+	sel := labels.Set{LabelHelper: task}
+	if node != "" {
+		sel[LabelNode] = labelSafe(node)
+	}
+	l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, fmt.Errorf("list %s helpers: %w", task, err)
+	}
+	var deleted []string
+	for i := range l.Items {
+		p := &l.Items[i]
+		if p.DeletionTimestamp != nil || !(PodTerminal(p) || helperStale(p, time.Now())) {
+			continue
+		}
+		err := cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return deleted, fmt.Errorf("delete helper %s/%s: %w", ns, p.Name, err)
+		}
+		rec.Record(ctx, PodRef(p), false, "HelperCleanedUp", fmt.Sprintf("deleted %s helper (phase %s)", task, p.Status.Phase))
+		deleted = append(deleted, p.Name)
+	}
+	return deleted, nil
+}
+
+func helperStale(p *corev1.Pod, now time.Time) bool {
+	if p.Spec.ActiveDeadlineSeconds == nil {
+		return false
+	}
+	limit := time.Duration(*p.Spec.ActiveDeadlineSeconds)*time.Second + time.Minute
+	return now.Sub(p.CreationTimestamp.Time) > limit
+}

@@ -1,0 +1,329 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/rollbook/rollbook/internal/simtest"
+)
+
+func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 4}) }
+
+// memRecorder keeps records for assertions.
+type memRecorder struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (r *memRecorder) Record(_ context.Context, obj corev1.ObjectReference, _ bool, reason, _ string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, reason+" "+obj.Kind+"/"+obj.Name)
+}
+
+func (r *memRecorder) count(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, s := range r.recs {
+		if strings.HasPrefix(s, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func getNode(t *testing.T, cs kubernetes.Interface, name string) *corev1.Node {
+	t.Helper()
+	n, err := cs.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func setUnschedulable(t *testing.T, cs kubernetes.Interface, node string, v bool) {
+	t.Helper()
+	patch := []byte(`{"spec":{"unschedulable":` + map[bool]string{true: "true", false: "false"}[v] + `}}`)
+	if _, err := cs.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCordonOwnership(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, time.Minute)
+	rec := &memRecorder{}
+	const node = "kwok-node-3"
+	t.Cleanup(func() { setUnschedulable(t, c.Client, node, false) })
+
+	st, err := Cordon(ctx, c.Client, rec, node, "tt-kmd", "run-1")
+	if err != nil || !st.Cordoned || st.Owner != "tt-kmd" {
+		t.Fatalf("cordon: %+v, %v", st, err)
+	}
+	// Cordoning again is a no-op: no second event, same owner and run.
+	st, err = Cordon(ctx, c.Client, rec, node, "tt-kmd", "run-2")
+	if err != nil || st.Run != "run-1" || rec.count("Cordoned") != 1 {
+		t.Fatalf("second cordon: %+v, %v, records %v", st, err, rec.recs)
+	}
+	// Another runbook does not own it and must not lift it.
+	st, err = Uncordon(ctx, c.Client, rec, node, "tt-firmware")
+	if err != nil || !st.Cordoned || st.Owner != "tt-kmd" {
+		t.Fatalf("foreign uncordon must leave it: %+v, %v", st, err)
+	}
+	st, err = Uncordon(ctx, c.Client, rec, node, "tt-kmd")
+	if err != nil || st.Cordoned {
+		t.Fatalf("owner uncordon: %+v, %v", st, err)
+	}
+	n := getNode(t, c.Client, node)
+	if n.Spec.Unschedulable || n.Annotations[AnnCordonedBy] != "" {
+		t.Fatalf("node still cordoned or annotated: %v %v", n.Spec.Unschedulable, n.Annotations)
+	}
+
+	// A cordon someone else put there is never claimed nor lifted.
+	setUnschedulable(t, c.Client, node, true)
+	st, err = Cordon(ctx, c.Client, rec, node, "tt-kmd", "run-3")
+	if err != nil || !st.Foreign() {
+		t.Fatalf("foreign cordon should stay foreign: %+v, %v", st, err)
+	}
+	st, err = Uncordon(ctx, c.Client, rec, node, "tt-kmd")
+	if err != nil || !st.Cordoned || !getNode(t, c.Client, node).Spec.Unschedulable {
+		t.Fatalf("uncordon lifted a foreign cordon: %+v, %v", st, err)
+	}
+	if rec.count("Uncordoned") != 1 {
+		t.Fatalf("want exactly one Uncordoned record, got %v", rec.recs)
+	}
+}
+
+func TestPatchNodeDetectsConcurrentWriter(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, time.Minute)
+	stale := getNode(t, c.Client, "kwok-node-2")
+	// Someone else writes in between our read and our patch.
+	if _, err := PatchNode(ctx, c.Client, stale, NodeChange{Labels: map[string]*string{"simtest/other": Ptr("1")}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := PatchNode(ctx, c.Client, stale, NodeChange{Labels: map[string]*string{"simtest/mine": Ptr("1")}})
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("patch from a stale read: got %v, want Conflict", err)
+	}
+	// UpdateNode re-reads and succeeds.
+	n, err := UpdateNode(ctx, c.Client, "kwok-node-2", func(*corev1.Node) (NodeChange, error) {
+		return NodeChange{Labels: map[string]*string{"simtest/mine": Ptr("1"), "simtest/other": nil}}, nil
+	})
+	if err != nil || n.Labels["simtest/mine"] != "1" || n.Labels["simtest/other"] != "" {
+		t.Fatalf("UpdateNode: %v %v", n.Labels, err)
+	}
+	_, _ = UpdateNode(ctx, c.Client, "kwok-node-2", func(*corev1.Node) (NodeChange, error) {
+		return NodeChange{Labels: map[string]*string{"simtest/mine": nil}}, nil
+	})
+}
+
+func deployment(ns, name string, replicas int32, pod corev1.PodSpec) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
+		},
+	}
+}
+
+func onNode(node string) *corev1.Affinity {
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+			}}}},
+		},
+	}}
+}
+
+func TestDrainFilterAndPDBReport(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, 2*time.Minute)
+	ns := c.NewNamespace(t)
+	const node = "kwok-node-1"
+	rec := &memRecorder{}
+
+	// "device" pods (selected by the filter) and "web" pods (not) on the node;
+	// "guarded" is selected but its PDB allows no disruption.
+	for _, name := range []string{"device", "web", "guarded"} {
+		spec := corev1.PodSpec{Affinity: onNode(node), Containers: []corev1.Container{{Name: "c", Image: "example.com/" + name}}}
+		if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment(ns, name, 2, spec), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "guarded-pdb", Namespace: ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(2)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}},
+	}
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"device", "web", "guarded"} {
+		if _, err := WaitForDeploymentAvailable(ctx, c.Client, ns, d); err != nil {
+			t.Fatalf("deployment %s: %v", d, err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "guarded-pdb", metav1.GetOptions{})
+		return err == nil && p.Status.CurrentHealthy == 2 && p.Status.ObservedGeneration == p.Generation, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Cordon(ctx, c.Client, rec, node, "test", "r"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = Uncordon(context.Background(), c.Client, rec, node, "test") })
+
+	// Only "device" pods: evicted, and the drain waits for them to be gone.
+	isDevice := func(p *corev1.Pod) bool { return p.Namespace == ns && p.Labels["app"] == "device" }
+	if err := Drain(ctx, c.Client, rec, node, DrainOptions{PodFilter: isDevice, Timeout: 30 * time.Second}); err != nil {
+		t.Fatalf("drain device pods: %v", err)
+	}
+	pods, err := PodsOnNode(ctx, c.Client, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]int{}
+	for _, p := range pods {
+		if p.Namespace == ns {
+			left[p.Labels["app"]]++
+		}
+	}
+	if left["device"] != 0 || left["web"] != 2 || left["guarded"] != 2 {
+		t.Fatalf("after filtered drain, pods left on node: %v; want no device pods and the rest untouched", left)
+	}
+	if got := rec.count("Evicting"); got != 2 {
+		t.Fatalf("want 2 eviction records, got %d: %v", got, rec.recs)
+	}
+
+	// "guarded" cannot go anywhere (pinned to the cordoned node) and its PDB
+	// needs both: the drain must give up and name the pods and the PDB.
+	isGuarded := func(p *corev1.Pod) bool { return p.Namespace == ns && p.Labels["app"] == "guarded" }
+	err = Drain(ctx, c.Client, rec, node, DrainOptions{PodFilter: isGuarded, Timeout: 3 * time.Second, RetryDelay: 500 * time.Millisecond})
+	var de *DrainError
+	if !errors.As(err, &de) {
+		t.Fatalf("want *DrainError, got %v", err)
+	}
+	if len(de.Blockers) != 2 {
+		t.Fatalf("want 2 blockers, got %+v", de.Blockers)
+	}
+	for _, b := range de.Blockers {
+		if len(b.PDBs) != 1 || !strings.HasPrefix(b.PDBs[0], "guarded-pdb") {
+			t.Fatalf("blocker %s does not name its PDB: %+v", b.Name, b)
+		}
+	}
+	if !strings.Contains(err.Error(), "guarded-pdb") {
+		t.Fatalf("error does not name the PDB: %v", err)
+	}
+}
+
+func TestHelperPodLifecycle(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, time.Minute)
+	ns := c.NewNamespace(t)
+	rec := &memRecorder{}
+	spec := HelperSpec{Task: "kmd", Node: "kwok-node-0", Key: "2.8.0", Namespace: ns, Image: "example.com/helper:1",
+		Command: []string{"kubectl-tt", "node-agent", "kmd"}, Deadline: time.Minute, RunID: "run-1"}
+
+	pod, created, err := EnsureHelper(ctx, c.Client, rec, spec)
+	if err != nil || !created {
+		t.Fatalf("first EnsureHelper: created=%v err=%v", created, err)
+	}
+	if pod.Spec.NodeName != "kwok-node-0" || *pod.Spec.ActiveDeadlineSeconds != 60 || pod.Labels[LabelHelper] != "kmd" {
+		t.Fatalf("helper pod spec: %+v", pod.Spec)
+	}
+	// A re-run finds the same pod instead of starting a second one.
+	again, created, err := EnsureHelper(ctx, c.Client, rec, spec)
+	if err != nil || created || again.UID != pod.UID {
+		t.Fatalf("second EnsureHelper: created=%v uid %s vs %s, err=%v", created, again.UID, pod.UID, err)
+	}
+	// Another version is another pod.
+	if HelperName("kmd", "kwok-node-0", "2.9.0") == pod.Name {
+		t.Fatal("helper names must differ per key")
+	}
+
+	// Finish it the way a kubelet would, with a termination message.
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		p, _ := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		p.Status.Phase = corev1.PodSucceeded
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "kmd", Image: spec.Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", Message: `{"ok":true}`}}}}
+		_, _ = c.Client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	}()
+	done, err := WaitForHelper(ctx, c.Client, ns, pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, code, ok := TerminationMessage(done)
+	if !ok || code != 0 || msg != `{"ok":true}` {
+		t.Fatalf("termination message: %q %d %v", msg, code, ok)
+	}
+	deleted, err := CleanupHelpers(ctx, c.Client, rec, ns, "kmd", "kwok-node-0")
+	if err != nil || len(deleted) != 1 {
+		t.Fatalf("cleanup: %v %v", deleted, err)
+	}
+	if err := WaitForPodGone(ctx, c.Client, ns, pod.Name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHelperNameBounded(t *testing.T) {
+	long := strings.Repeat("very-long-node-name-", 10)
+	n := HelperName("firmware", long, "1.2.3")
+	if len(n) > 63 || !strings.HasPrefix(n, "rollbook-firmware-very-long") {
+		t.Fatalf("helper name %q (%d chars)", n, len(n))
+	}
+	if HelperName("firmware", long+"x", "1.2.3") == n {
+		t.Fatal("names of different long nodes collide")
+	}
+}
+
+func TestWaitForDaemonSetPodReady(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, time.Minute)
+	ns := c.NewNamespace(t)
+	labels := map[string]string{"app": "agent"}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: ns},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Image: "example.com/a"}}}},
+		},
+	}
+	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := WaitForDaemonSetPodReady(ctx, c.Client, ns, "agent", "kwok-node-2")
+	if err != nil || p.Spec.NodeName != "kwok-node-2" || !PodReady(p) {
+		t.Fatalf("got %v, %v", p, err)
+	}
+	// A wait that cannot be satisfied ends with the context, not a hang.
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if _, err := WaitForDaemonSetPodReady(short, c.Client, ns, "agent", "no-such-node"); err == nil {
+		t.Fatal("wait for a pod on a missing node returned no error")
+	}
+}

@@ -1,0 +1,98 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// NodeChange is a set of label, annotation and unschedulable changes applied
+// to a node in one patch. A nil map value deletes the key.
+type NodeChange struct {
+	Labels        map[string]*string
+	Annotations   map[string]*string
+	Unschedulable *bool
+}
+
+// Empty reports whether the change does nothing.
+func (c NodeChange) Empty() bool {
+	return len(c.Labels) == 0 && len(c.Annotations) == 0 && c.Unschedulable == nil
+}
+
+// NoOpOn reports whether applying c to n would change nothing.
+func (c NodeChange) NoOpOn(n *corev1.Node) bool {
+	same := func(cur map[string]string, want map[string]*string) bool {
+		for k, v := range want {
+			old, ok := cur[k]
+			if v == nil && ok || v != nil && (!ok || old != *v) {
+				return false
+			}
+		}
+		return true
+	}
+	return same(n.Labels, c.Labels) && same(n.Annotations, c.Annotations) &&
+		(c.Unschedulable == nil || *c.Unschedulable == n.Spec.Unschedulable)
+}
+
+// PatchNode applies change to the node as it was at n.ResourceVersion: the
+// patch carries that resourceVersion, so a concurrent writer makes it fail
+// with a Conflict instead of being silently overwritten. Returns the updated
+// node. A change that is already in effect is not sent.
+func PatchNode(ctx context.Context, cs kubernetes.Interface, n *corev1.Node, change NodeChange) (*corev1.Node, error) {
+	if change.NoOpOn(n) {
+		return n, nil
+	}
+	meta := map[string]any{"resourceVersion": n.ResourceVersion}
+	if len(change.Labels) > 0 {
+		meta["labels"] = change.Labels
+	}
+	if len(change.Annotations) > 0 {
+		meta["annotations"] = change.Annotations
+	}
+	body := map[string]any{"metadata": meta}
+	if change.Unschedulable != nil {
+		body["spec"] = map[string]any{"unschedulable": *change.Unschedulable}
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	out, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, b, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("patch node %s: %w", n.Name, err)
+	}
+	return out, nil
+}
+
+// UpdateNode reads the node, lets mutate compute a change from it and
+// applies it with PatchNode, retrying on conflicts with a fresh read. mutate
+// may return an empty change (nothing to do) or an error (stop).
+func UpdateNode(ctx context.Context, cs kubernetes.Interface, name string, mutate func(*corev1.Node) (NodeChange, error)) (*corev1.Node, error) {
+	for attempt := 0; ; attempt++ {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		change, err := mutate(n)
+		if err != nil {
+			return n, err
+		}
+		if change.Empty() {
+			return n, nil
+		}
+		out, err := PatchNode(ctx, cs, n, change)
+		if apierrors.IsConflict(err) && attempt < 5 {
+			continue
+		}
+		return out, err
+	}
+}
+
+// Ptr returns a pointer to s, for NodeChange values.
+func Ptr(s string) *string { return &s }

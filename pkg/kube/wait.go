@@ -1,0 +1,162 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+// ErrGone is returned by a wait whose object was deleted.
+var ErrGone = errors.New("object was deleted")
+
+// waitFor lists then watches the objects lw selects (resuming the watch
+// across disconnects) until cond holds for the event's object. It returns
+// the object that satisfied cond.
+func waitFor[T runtime.Object](ctx context.Context, lw cache.ListerWatcher, proto T, cond func(obj T, deleted bool) (bool, error)) (T, error) {
+	var zero T
+	ev, err := watchtools.UntilWithSync(ctx, lw, proto, nil, func(e watch.Event) (bool, error) {
+		obj, ok := e.Object.(T)
+		if !ok {
+			return false, nil
+		}
+		return cond(obj, e.Type == watch.Deleted)
+	})
+	if err != nil {
+		if errors.Is(err, watchtools.ErrWatchClosed) || ctx.Err() != nil {
+			return zero, fmt.Errorf("%w", context.Cause(ctx))
+		}
+		return zero, err
+	}
+	return ev.Object.(T), nil
+}
+
+func nameSelected(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return w(ctx, o)
+		},
+	}
+}
+
+// WaitForPod watches one pod until cond holds. A deleted pod ends the wait
+// with ErrGone unless cond accepts it.
+func WaitForPod(ctx context.Context, cs kubernetes.Interface, ns, name string, cond func(p *corev1.Pod) bool) (*corev1.Pod, error) {
+	pods := cs.CoreV1().Pods(ns)
+	lw := nameSelected(name,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) },
+		pods.Watch)
+	return waitFor(ctx, lw, &corev1.Pod{}, func(p *corev1.Pod, deleted bool) (bool, error) {
+		if deleted {
+			return false, fmt.Errorf("pod %s/%s: %w", ns, name, ErrGone)
+		}
+		return cond(p), nil
+	})
+}
+
+// WaitForPodGone watches until the pod no longer exists.
+func WaitForPodGone(ctx context.Context, cs kubernetes.Interface, ns, name string) error {
+	_, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	_, err = WaitForPod(ctx, cs, ns, name, func(*corev1.Pod) bool { return false })
+	if errors.Is(err, ErrGone) {
+		return nil
+	}
+	return err
+}
+
+// PodReady reports the pod's Ready condition.
+func PodReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// PodTerminal reports whether the pod has finished, successfully or not.
+func PodTerminal(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// WaitForDaemonSetPodReady watches the pods on node until one owned by the
+// DaemonSet ns/name is Ready, and returns it.
+func WaitForDaemonSetPodReady(ctx context.Context, cs kubernetes.Interface, ns, name, node string) (*corev1.Pod, error) {
+	ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	pods := cs.CoreV1().Pods(ns)
+	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return pods.Watch(ctx, o)
+		},
+	}
+	return waitFor(ctx, lw, &corev1.Pod{}, func(p *corev1.Pod, deleted bool) (bool, error) {
+		return !deleted && OwnedBy(p, ds.UID) && PodReady(p), nil
+	})
+}
+
+// OwnedBy reports whether uid is p's controller.
+func OwnedBy(p *corev1.Pod, uid types.UID) bool {
+	for _, o := range p.OwnerReferences {
+		if o.Controller != nil && *o.Controller && o.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// WaitForDeploymentAvailable watches the Deployment until its current
+// generation is observed and every desired replica is updated and available.
+func WaitForDeploymentAvailable(ctx context.Context, cs kubernetes.Interface, ns, name string) (*appsv1.Deployment, error) {
+	deps := cs.AppsV1().Deployments(ns)
+	lw := nameSelected(name,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return deps.List(ctx, o) },
+		deps.Watch)
+	return waitFor(ctx, lw, &appsv1.Deployment{}, func(d *appsv1.Deployment, deleted bool) (bool, error) {
+		if deleted {
+			return false, fmt.Errorf("deployment %s/%s: %w", ns, name, ErrGone)
+		}
+		return DeploymentAvailable(d), nil
+	})
+}
+
+// DeploymentAvailable reports a Deployment fully rolled out and available.
+func DeploymentAvailable(d *appsv1.Deployment) bool {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	s := d.Status
+	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want
+}

@@ -1,0 +1,102 @@
+package agentcmd_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollbook/rollbook/internal/fakehost"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/nodeagent/agentcmd"
+)
+
+func TestMain(m *testing.M) {
+	if fakehost.IsTool(filepath.Base(os.Args[0])) {
+		os.Exit(fakehost.Main(os.Args))
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	dir, err := os.MkdirTemp("", "agentcmd-tools-")
+	if err != nil {
+		panic(err)
+	}
+	if err := fakehost.InstallTools(dir, exe); err != nil {
+		panic(err)
+	}
+	os.Setenv("PATH", dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// run executes `node-agent args…` the way the simulator's helper runner
+// does: host root and termination log come from the environment.
+func run(t *testing.T, spec fakehost.Spec, args ...string) (nodeagent.Result, string) {
+	t.Helper()
+	root := t.TempDir()
+	require.NoError(t, fakehost.Create(root, spec))
+	term := filepath.Join(t.TempDir(), "termination-log")
+	t.Setenv(fakehost.RootEnv, root)
+	t.Setenv(agentcmd.EnvHostRoot, root)
+	t.Setenv(agentcmd.EnvTerminationLog, term)
+	t.Setenv(agentcmd.EnvNodeName, "tt-node-7")
+	cmd := agentcmd.NewCommand()
+	var stdout, stderr bytes.Buffer
+	cmd.SetOut(&stdout)
+	cmd.SetErr(&stderr)
+	cmd.SetArgs(args)
+	require.NoError(t, cmd.Execute(), "stderr: %s", stderr.String())
+	b, err := os.ReadFile(term)
+	require.NoError(t, err)
+	r, err := nodeagent.ParseResult(b)
+	require.NoError(t, err)
+	return r, root
+}
+
+func TestKMDCommand(t *testing.T) {
+	r, root := run(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true}, "kmd", "--version", "2.0.0", "--git-url", "file:///mirror/tt-kmd.git")
+	assert.True(t, r.Success, "%+v", r.Error)
+	assert.Equal(t, "tt-node-7", r.Node)
+	o, err := fakehost.Inspect(root)
+	require.NoError(t, err)
+	assert.Equal(t, "2.0.0", o.LoadedKMD)
+}
+
+func TestFailureStillExitsZeroWithResult(t *testing.T) {
+	r, _ := run(t, fakehost.Spec{LoadedKMD: "1.31.0", DKMS: true}, "kmd", "--version", "2.0.0")
+	assert.False(t, r.Success)
+	assert.Equal(t, nodeagent.ReasonHostManaged, r.Error.Reason)
+}
+
+func TestFlashCommandDefaultsReadback(t *testing.T) {
+	bundle := filepath.Join(t.TempDir(), "b.fwbundle")
+	require.NoError(t, fakehost.WriteBundle(bundle, "19.9.0"))
+	r, _ := run(t, fakehost.Spec{LoadedKMD: "2.0.0"}, "flash", "--version", "19.9.0", "--bundle-url", "file://"+bundle, "--reset-settle", "1ms")
+	assert.True(t, r.Success, "%+v", r.Error)
+	assert.Equal(t, "19.9.0.0", r.Target)
+}
+
+func TestSMICommandSourceFromEnv(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "tt-smi")
+	require.NoError(t, fakehost.WriteTTSMIBinary(src, "5.2.0"))
+	t.Setenv(agentcmd.EnvSMISource, src)
+	r, root := run(t, fakehost.Spec{HostTTSMI: "5.0.0"}, "smi", "--version", "5.2.0")
+	assert.True(t, r.Success, "%+v", r.Error)
+	o, err := fakehost.Inspect(root)
+	require.NoError(t, err)
+	assert.Equal(t, "5.2.0", o.HostTTSMI)
+}
+
+func TestUnknownFlagIsAnError(t *testing.T) {
+	cmd := agentcmd.NewCommand()
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	cmd.SetArgs([]string{"kmd", "--no-such-flag"})
+	assert.Error(t, cmd.Execute())
+}

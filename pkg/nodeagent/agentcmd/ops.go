@@ -1,0 +1,70 @@
+package agentcmd
+
+import (
+	"context"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rollbook/rollbook/pkg/nodeagent"
+)
+
+func newKMDCommand(c *common) *cobra.Command {
+	var o nodeagent.KMDOptions
+	cmd := &cobra.Command{
+		Use:   "kmd --version X.Y.Z",
+		Short: "Install tt-kmd X.Y.Z (build or cache, unload, insmod, verify, persist)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.KMD(ctx, o) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Version, "version", "", "tt-kmd version (git tag ttkmd-<version>)")
+	f.BoolVar(&o.ForceUnload, "force-unload", false, "SIGKILL processes holding /dev/tenstorrent (needs hostPID)")
+	f.StringVar(&o.GitURL, "git-url", nodeagent.DefaultKMDGitURL, "tt-kmd repository (https, or file:// for a local mirror)")
+	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "overall deadline")
+	f.DurationVar(&o.UnloadWait, "unload-wait", 10*time.Second, "how long to wait for refcnt 0 after killing holders")
+	f.BoolVar(&o.SkipPersist, "no-persist", false, "do not install into /lib/modules/<kver>/updates and modules-load.d")
+	return cmd
+}
+
+func newSMICommand(c *common) *cobra.Command {
+	var o nodeagent.SMIOptions
+	cmd := &cobra.Command{
+		Use:   "smi --version X.Y.Z",
+		Short: "Atomically replace the host's /usr/local/bin/tt-smi",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.SMI(ctx, o) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Version, "version", "", "tt-smi version the source binary must report")
+	f.StringVar(&o.Source, "source", envOr(EnvSMISource, nodeagent.DefaultSMISource), "tt-smi binary inside the helper image (env "+EnvSMISource+")")
+	f.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "overall deadline")
+	return cmd
+}
+
+func newFlashCommand(c *common) *cobra.Command {
+	var o nodeagent.FlashOptions
+	cmd := &cobra.Command{
+		Use:   "flash --version X.Y.Z",
+		Short: "Flash firmware bundle X.Y.Z onto every Tenstorrent device of the node",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.Flash(ctx, o) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Version, "version", "", "firmware bundle version")
+	f.StringVar(&o.BundleURL, "bundle-url", "", "bundle URL (https or file://); default the tt-system-firmware release asset")
+	f.StringVar(&o.ReadbackVersion, "readback-version", "", "version every device must report afterwards (default <version>.0)")
+	f.BoolVar(&o.ForceWrite, "force-write", false, "flash even if already at the readback version, with tt-flash --force")
+	f.BoolVar(&o.ContinueOnReadbackFailure, "continue-on-readback-failure", false, "flash even if the pre-flash readback fails after one reset")
+	f.BoolVar(&o.Homogenize, "homogenize", true, "pass --force when the chips report different versions")
+	f.StringVar(&o.WorkDir, "work-dir", "", "where to download the bundle (default $TMPDIR)")
+	f.DurationVar(&o.ResetSettle, "reset-settle", 5*time.Second, "pause after a healing reset")
+	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "overall deadline")
+	return cmd
+}

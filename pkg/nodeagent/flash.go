@@ -1,0 +1,210 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// FlashOptions configures a firmware flash.
+type FlashOptions struct {
+	// Version is the firmware bundle version (tt-system-firmware release).
+	Version string
+	// BundleURL defaults to the tt-system-firmware release asset.
+	BundleURL string
+	// ReadbackVersion is what every device must report afterwards;
+	// default "<Version>.0".
+	ReadbackVersion string
+	// ForceWrite flashes even when every device already reports the
+	// readback version, and passes --force to tt-flash.
+	ForceWrite bool
+	// ContinueOnReadbackFailure flashes blind when the pre-flash readback
+	// still fails after one reset.
+	ContinueOnReadbackFailure bool
+	// Homogenize passes --force when the chips report different versions,
+	// so tt-flash does not skip the newer ones and leave the node mixed.
+	Homogenize bool
+	// WorkDir receives the downloaded bundle; default os.TempDir().
+	WorkDir string
+	// ResetSettle is the pause after a healing reset; default 5s.
+	ResetSettle time.Duration
+	// Timeout bounds the operation; default 15 minutes (Galaxy headroom).
+	Timeout time.Duration
+}
+
+// DefaultBundleURL is the tt-system-firmware release asset for version.
+func DefaultBundleURL(version string) string {
+	return "https://github.com/tenstorrent/tt-system-firmware/releases/download/v" + version + "/fw_pack-" + version + ".fwbundle"
+}
+
+// configSpaceResetMarker in tt-flash output means the post-flash reset
+// failed even though tt-flash exits 0 (tt-smi #88, tt-ansible failed_when).
+const configSpaceResetMarker = "Config space reset not completed"
+
+func (o *FlashOptions) defaults() {
+	if o.BundleURL == "" && o.Version != "" {
+		o.BundleURL = DefaultBundleURL(o.Version)
+	}
+	if o.ReadbackVersion == "" && o.Version != "" {
+		o.ReadbackVersion = o.Version + ".0"
+	}
+	if o.ResetSettle <= 0 {
+		o.ResetSettle = 5 * time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 15 * time.Minute
+	}
+}
+
+func (o FlashOptions) validate() error {
+	if err := ValidateVersion(o.Version); err != nil {
+		return fail(ReasonInvalidInput, "--version: %v", err)
+	}
+	if err := ValidateReadbackVersion(o.ReadbackVersion); err != nil {
+		return fail(ReasonInvalidInput, "--readback-version: %v", err)
+	}
+	if err := ValidateSourceURL(o.BundleURL); err != nil {
+		return fail(ReasonInvalidInput, "--bundle-url: %v", err)
+	}
+	return nil
+}
+
+// Flash runs the operator's flash.sh sequence: readback (one healing reset
+// if it fails), skip when already at the readback version, fetch the
+// bundle, tt-flash, then require every device to read back the target.
+func (a *Agent) Flash(ctx context.Context, o FlashOptions) Result {
+	o.defaults()
+	x := a.begin(OpFlash, o.ReadbackVersion)
+	if err := o.validate(); err != nil {
+		return x.finish(ctx, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	return x.finish(ctx, x.flash(ctx, o))
+}
+
+func (x *execution) flash(ctx context.Context, o FlashOptions) error {
+	before, err := x.readbackBefore(ctx, o)
+	if err != nil {
+		return err
+	}
+	x.res.Devices = devicesFrom(before, nil, o.ReadbackVersion)
+	versions := versionsOf(before)
+	if !o.ForceWrite && len(before) > 0 && allEqual(versions, o.ReadbackVersion) {
+		return x.step("skip", func() (string, error) {
+			return "all devices already at " + o.ReadbackVersion + "; skipping flash", nil
+		})
+	}
+	force := o.ForceWrite || (o.Homogenize && mixed(versions))
+	var bundle string
+	if err := x.step("fetch-bundle", func() (detail string, err error) {
+		bundle, detail, err = x.fetchBundle(ctx, o)
+		return detail, err
+	}); err != nil {
+		return err
+	}
+	argv := []string{"tt-flash", "--no-color", "flash", "--fw-tar", bundle}
+	if force {
+		argv = append(argv, "--force")
+	}
+	x.res.Changed = true
+	flashErr := x.step("tt-flash", func() (string, error) {
+		r := x.agent.run(ctx, argv, configSpaceResetMarker)
+		x.res.OutputTail = r.combined()
+		if r.err != nil {
+			return "", toolFailure(ReasonFlashFailed, r, "tt-flash")
+		}
+		if r.seen[configSpaceResetMarker] {
+			return "", failOutput(ReasonConfigSpaceReset, r, "tt-flash exited 0 but reported %q: the chips did not come back cleanly", configSpaceResetMarker)
+		}
+		return strings.Join(argv, " "), nil
+	})
+	// Read back even after a failed flash: per-device detail tells the
+	// human which chip to look at.
+	after, readErr := x.readbackAfter(ctx)
+	if after != nil {
+		x.res.Devices = devicesFrom(before, after, o.ReadbackVersion)
+	}
+	if flashErr != nil {
+		return withDeviceDetail(flashErr, x.res.Devices)
+	}
+	if readErr != nil {
+		return readErr
+	}
+	return x.step("verify", func() (string, error) { return verifyDevices(before, after, o.ReadbackVersion, x.res.Devices) })
+}
+
+func verifyDevices(before, after []DeviceFirmware, want string, devs []Device) (string, error) {
+	if len(after) < len(before) {
+		return "", fail(ReasonDeviceMissing, "%d device(s) before the flash, %d after: a device did not come back from reset", len(before), len(after))
+	}
+	var bad []string
+	for _, d := range devs {
+		if !d.OK {
+			bad = append(bad, fmt.Sprintf("device %d (%s) reads %s", d.Index, d.BusID, d.After))
+		}
+	}
+	if len(bad) > 0 {
+		return "", fail(ReasonFirmwareMismatch, "expected %s on every device; %s", want, strings.Join(bad, "; "))
+	}
+	return fmt.Sprintf("%d device(s) read back %s", len(devs), want), nil
+}
+
+// withDeviceDetail names the devices that did not reach the target.
+func withDeviceDetail(err error, devs []Device) error {
+	var bad []string
+	for _, d := range devs {
+		if !d.OK {
+			bad = append(bad, fmt.Sprintf("device %d (%s) at %s", d.Index, d.BusID, d.After))
+		}
+	}
+	if len(bad) == 0 {
+		return err
+	}
+	return appendMsg(err, "; not at target: "+strings.Join(bad, ", "))
+}
+
+// devicesFrom pairs before/after readbacks by position (tt-smi and sysfs
+// both list devices in PCI order).
+func devicesFrom(before, after []DeviceFirmware, want string) []Device {
+	n := max(len(before), len(after))
+	devs := make([]Device, n)
+	for i := range devs {
+		d := Device{Index: i}
+		if i < len(before) {
+			d.BusID, d.Board, d.Before = before[i].BusID, before[i].Board, before[i].Version
+		}
+		if i < len(after) {
+			d.BusID, d.Board, d.After = after[i].BusID, after[i].Board, after[i].Version
+			d.OK = after[i].Version == want
+		}
+		if after == nil {
+			d.OK = d.Before == want
+		}
+		devs[i] = d
+	}
+	return devs
+}
+
+func allEqual(vs []string, want string) bool {
+	for _, v := range vs {
+		if v != want {
+			return false
+		}
+	}
+	return true
+}
+
+// mixed is true when devices report more than one distinct version; an
+// unknown ("?") version never triggers --force.
+func mixed(vs []string) bool {
+	seen := map[string]bool{}
+	for _, v := range vs {
+		if v == "?" {
+			return false
+		}
+		seen[v] = true
+	}
+	return len(seen) > 1
+}

@@ -1,0 +1,215 @@
+package nodeagent_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollbook/rollbook/internal/fakehost"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
+)
+
+// flashOpts returns options for version with a local bundle and no reset
+// settle delay.
+func flashOpts(t *testing.T, version string) nodeagent.FlashOptions {
+	t.Helper()
+	bundle := filepath.Join(t.TempDir(), "fw_pack-"+version+".fwbundle")
+	require.NoError(t, fakehost.WriteBundle(bundle, version))
+	return nodeagent.FlashOptions{Version: version, BundleURL: "file://" + bundle, Homogenize: true, ResetSettle: time.Millisecond}
+}
+
+func devices(fws ...string) []fakehost.Device {
+	out := make([]fakehost.Device, len(fws))
+	for i, fw := range fws {
+		out[i] = fakehost.Device{Firmware: fw}
+	}
+	return out
+}
+
+func flashHost(t *testing.T, spec fakehost.Spec) (*nodeagent.Agent, string) {
+	if spec.LoadedKMD == "" {
+		spec.LoadedKMD = "2.0.0"
+	}
+	return newHost(t, spec)
+}
+
+func TestFlashSkipsOrForces(t *testing.T) {
+	tests := []struct {
+		name       string
+		fw         []string
+		version    string
+		homogenize bool
+		forceWrite bool
+		wantFlash  bool
+		wantForce  bool
+		wantReason nodeagent.Reason // "" = success
+		wantFW     []string
+	}{
+		{name: "already at version", fw: []string{"19.9.0.0", "19.9.0.0"}, version: "19.9.0", homogenize: true,
+			wantFW: []string{"19.9.0.0", "19.9.0.0"}},
+		{name: "force-write re-flashes", fw: []string{"19.9.0.0", "19.9.0.0"}, version: "19.9.0", homogenize: true, forceWrite: true,
+			wantFlash: true, wantForce: true, wantFW: []string{"19.9.0.0", "19.9.0.0"}},
+		{name: "upgrade uniform chips", fw: []string{"18.2.0.0", "18.2.0.0"}, version: "19.9.0", homogenize: true,
+			wantFlash: true, wantFW: []string{"19.9.0.0", "19.9.0.0"}},
+		{name: "chips disagree: --force", fw: []string{"19.9.0.0", "18.2.0.0"}, version: "18.5.0", homogenize: true,
+			wantFlash: true, wantForce: true, wantFW: []string{"18.5.0.0", "18.5.0.0"}},
+		{name: "chips disagree without homogenize leaves the newer chip", fw: []string{"19.9.0.0", "18.2.0.0"}, version: "18.5.0",
+			wantFlash: true, wantReason: nodeagent.ReasonFirmwareMismatch, wantFW: []string{"19.9.0.0", "18.5.0.0"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, root := flashHost(t, fakehost.Spec{Devices: devices(tc.fw...)})
+			o := flashOpts(t, tc.version)
+			o.Homogenize, o.ForceWrite = tc.homogenize, tc.forceWrite
+			r := a.Flash(context.Background(), o)
+			if tc.wantReason == "" {
+				requireSuccess(t, r)
+			} else {
+				requireFailure(t, r, tc.wantReason)
+			}
+			flashes := callsTo(t, root, "tt-flash")
+			if !tc.wantFlash {
+				assert.Empty(t, flashes)
+				assert.False(t, r.Changed)
+			} else {
+				require.Len(t, flashes, 1)
+				assert.Equal(t, tc.wantForce, slices.Contains(flashes[0], "--force"), "argv %v", flashes[0])
+				assert.Equal(t, []string{"tt-flash", "--no-color", "flash", "--fw-tar"}, flashes[0][:4])
+			}
+			assert.Equal(t, tc.wantFW, observe(t, root).Firmware)
+			require.Len(t, r.Devices, len(tc.fw))
+			assert.Equal(t, tc.fw[0], r.Devices[0].Before)
+		})
+	}
+}
+
+func TestFlashHealsReadbackWithTheRightReset(t *testing.T) {
+	tests := []struct {
+		name      string
+		subsystem string
+		wantReset []string
+	}{
+		{"PCIe card", "", []string{"tt-smi", "-r"}},
+		{"Wormhole Galaxy", fakehost.GalaxyWormholeSubsystem, []string{"tt-smi", "-glx_reset"}},
+		{"Blackhole Galaxy", fakehost.GalaxyBlackholeSubsystem, []string{"tt-smi", "-glx_reset"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			devs := []fakehost.Device{{SubsystemDevice: tc.subsystem}, {SubsystemDevice: tc.subsystem}}
+			a, root := flashHost(t, fakehost.Spec{Devices: devs, Wedged: true})
+			r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+			requireSuccess(t, r)
+			var resets [][]string
+			for _, c := range callsTo(t, root, "tt-smi") {
+				if c[1] != "-s" {
+					resets = append(resets, c)
+				}
+			}
+			assert.Equal(t, [][]string{tc.wantReset}, resets, "exactly one heal")
+			assert.Equal(t, []string{"19.9.0.0", "19.9.0.0"}, observe(t, root).Firmware)
+		})
+	}
+}
+
+func TestFlashReadbackStillFailing(t *testing.T) {
+	spec := fakehost.Spec{Wedged: true, ResetsToHeal: 2}
+	t.Run("stops before flashing", func(t *testing.T) {
+		a, root := flashHost(t, spec)
+		r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+		requireFailure(t, r, nodeagent.ReasonReadbackFailed)
+		assert.Empty(t, callsTo(t, root, "tt-flash"))
+		assert.Contains(t, r.OutputTail, "Error in detecting devices")
+	})
+	t.Run("continue-on-readback-failure flashes blind", func(t *testing.T) {
+		a, root := flashHost(t, spec)
+		o := flashOpts(t, "19.9.0")
+		o.ContinueOnReadbackFailure = true
+		r := a.Flash(context.Background(), o)
+		requireFailure(t, r, nodeagent.ReasonFlashFailed)
+		assert.Len(t, callsTo(t, root, "tt-flash"), 1)
+		assert.NotEmpty(t, r.Warnings)
+	})
+}
+
+func TestFlashFallsBackToSysfsWhenTTSMIBroken(t *testing.T) {
+	a, _ := flashHost(t, fakehost.Spec{SMISnapshotBroken: true})
+	r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+	requireSuccess(t, r)
+	require.Len(t, r.Devices, 2)
+	assert.Equal(t, "18.2.0.0", r.Devices[0].Before)
+	assert.Equal(t, "19.9.0.0", r.Devices[1].After)
+	assert.NotEmpty(t, r.Warnings)
+}
+
+func TestFlashFailures(t *testing.T) {
+	t.Run("one device fails to flash", func(t *testing.T) {
+		a, _ := flashHost(t, fakehost.Spec{Devices: []fakehost.Device{{}, {FailFlash: true}}})
+		r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+		requireFailure(t, r, nodeagent.ReasonFlashFailed)
+		require.Len(t, r.Devices, 2)
+		assert.True(t, r.Devices[0].OK)
+		assert.False(t, r.Devices[1].OK)
+		assert.Equal(t, "18.2.0.0", r.Devices[1].After)
+		assert.Contains(t, r.Error.Message, "device 1 (0000:02:00.0)")
+		assert.Contains(t, r.OutputTail, "FLASH FAILED")
+	})
+	t.Run("config space reset on exit 0", func(t *testing.T) {
+		a, root := flashHost(t, fakehost.Spec{ConfigSpaceResetBug: true})
+		r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+		requireFailure(t, r, nodeagent.ReasonConfigSpaceReset)
+		assert.Equal(t, []string{"19.9.0.0", "19.9.0.0"}, observe(t, root).Firmware, "versions alone would have passed")
+	})
+	t.Run("driver not loaded", func(t *testing.T) {
+		root := t.TempDir()
+		require.NoError(t, fakehost.Create(root, fakehost.Spec{}))
+		a := &nodeagent.Agent{Root: root, Env: []string{fakehost.RootEnv + "=" + root}, Log: testLog{t}}
+		r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+		requireFailure(t, r, nodeagent.ReasonReadbackFailed)
+		assert.Contains(t, r.OutputTail, "No Tenstorrent driver detected")
+	})
+	t.Run("slow flash hits the timeout", func(t *testing.T) {
+		a, _ := flashHost(t, fakehost.Spec{FlashDelay: 5 * time.Second})
+		o := flashOpts(t, "19.9.0")
+		o.Timeout = 700 * time.Millisecond
+		start := time.Now()
+		r := a.Flash(context.Background(), o)
+		requireFailure(t, r, nodeagent.ReasonTimeout)
+		assert.Less(t, time.Since(start), 4*time.Second, "tt-flash must be killed at the deadline")
+	})
+	t.Run("bundle missing", func(t *testing.T) {
+		a, root := flashHost(t, fakehost.Spec{})
+		o := flashOpts(t, "19.9.0")
+		o.BundleURL = "file:///nonexistent/fw.fwbundle"
+		r := a.Flash(context.Background(), o)
+		requireFailure(t, r, nodeagent.ReasonBundleFetchFailed)
+		assert.Empty(t, callsTo(t, root, "tt-flash"))
+	})
+}
+
+func TestFlashResultFitsWithHugeOutput(t *testing.T) {
+	devs := make([]fakehost.Device, 32)
+	devs[7].FailFlash = true
+	a, _ := flashHost(t, fakehost.Spec{Devices: devs, FlashNoiseLines: 20000})
+	a.Log = nil
+	r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+	requireFailure(t, r, nodeagent.ReasonFlashFailed)
+	assert.Greater(t, len(r.OutputTail), 4096)
+
+	path := filepath.Join(t.TempDir(), "termination-log")
+	require.NoError(t, nodeagent.WriteTerminationMessage(path, r))
+	b := readFile(t, path)
+	assert.LessOrEqual(t, len(b), nodeagent.MaxTerminationMessageBytes)
+	back, err := nodeagent.ParseResult(b)
+	require.NoError(t, err)
+	assert.True(t, back.Truncated)
+	assert.Equal(t, nodeagent.ReasonFlashFailed, back.Error.Reason)
+	assert.Contains(t, back.OutputTail, "FLASH FAILED", "the end of the output is kept")
+	failing := slices.IndexFunc(back.Devices, func(d nodeagent.Device) bool { return d.Index == 7 })
+	require.GreaterOrEqual(t, failing, 0, "the failing device survives truncation")
+	assert.False(t, back.Devices[failing].OK)
+}

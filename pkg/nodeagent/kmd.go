@@ -1,0 +1,232 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+)
+
+// DefaultKMDGitURL is the upstream tt-kmd repository.
+const DefaultKMDGitURL = "https://github.com/tenstorrent/tt-kmd.git"
+
+// KMDOptions configures a tt-kmd install.
+type KMDOptions struct {
+	// Version is the tt-kmd release (git tag ttkmd-<Version>).
+	Version string
+	// ForceUnload SIGKILLs processes holding /dev/tenstorrent/* (the pod
+	// needs hostPID to see and signal them).
+	ForceUnload bool
+	// GitURL is the tt-kmd repository; default DefaultKMDGitURL.
+	GitURL string
+	// Timeout bounds the whole operation; default 10 minutes.
+	Timeout time.Duration
+	// UnloadWait bounds the wait for the refcount to reach 0 after killing
+	// holders; default 10s, as in the operator.
+	UnloadWait time.Duration
+	// SkipPersist leaves the module insmod-only, as the operator does.
+	SkipPersist bool
+}
+
+func (o *KMDOptions) defaults() {
+	if o.GitURL == "" {
+		o.GitURL = DefaultKMDGitURL
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	if o.UnloadWait <= 0 {
+		o.UnloadWait = 10 * time.Second
+	}
+}
+
+func (o KMDOptions) validate() error {
+	if err := ValidateVersion(o.Version); err != nil {
+		return fail(ReasonInvalidInput, "--version: %v", err)
+	}
+	if err := ValidateSourceURL(o.GitURL); err != nil {
+		return fail(ReasonInvalidInput, "--git-url: %v", err)
+	}
+	return nil
+}
+
+// Host paths used by the kmd operation, relative to the host root. The
+// kernel release is read from procfs, which is what uname -r reports for
+// the (shared) running kernel, and needs no tool.
+const (
+	osreleasePath   = "proc/sys/kernel/osrelease"
+	moduleSysfs     = "sys/module/tenstorrent"
+	kmdCacheDir     = "var/cache/tt-kmd"
+	dkmsStateDir    = "var/lib/dkms/tenstorrent"
+	dkmsSourceGlob  = "usr/src/tenstorrent-*/dkms.conf"
+	kmdModuleName   = "tenstorrent"
+	kmdModuleFile   = "tenstorrent.ko"
+	rebootSafeDir   = "updates"
+	modulesLoadConf = "etc/modules-load.d/tenstorrent.conf"
+)
+
+// KMD installs tt-kmd o.Version on the node. The order follows the
+// operator's entrypoint (host-managed check, fast path, refcount check,
+// unload, build or cache, insmod, verify) with one deliberate change: the
+// module is obtained (cache or build) before the old one is unloaded, so a
+// missing kernel tree or a failed build leaves the working driver loaded
+// instead of none. The module is then made to survive a reboot.
+func (a *Agent) KMD(ctx context.Context, o KMDOptions) Result {
+	o.defaults()
+	x := a.begin(OpKMD, o.Version)
+	if err := o.validate(); err != nil {
+		return x.finish(ctx, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	err := x.kmd(ctx, o)
+	if after, rerr := readOptional(a.hostPath(filepath.Join(moduleSysfs, "version"))); rerr == nil {
+		x.res.After = after
+	}
+	return x.finish(ctx, err)
+}
+
+func (x *execution) kmd(ctx context.Context, o KMDOptions) error {
+	a := x.agent
+	var loaded string
+	if err := x.step("observe", func() (string, error) {
+		kver, err := readTrimmed(a.hostPath(osreleasePath))
+		if err != nil || kver == "" {
+			return "", fail(ReasonHostError, "cannot read kernel release from %s: %v", a.hostPath(osreleasePath), err)
+		}
+		x.res.Kernel = kver
+		if loaded, err = readOptional(a.hostPath(filepath.Join(moduleSysfs, "version"))); err != nil {
+			return "", err
+		}
+		x.res.Before = loaded
+		return fmt.Sprintf("kernel %s, loaded %q", kver, loaded), nil
+	}); err != nil {
+		return err
+	}
+	if err := x.step("host-managed-check", func() (string, error) { return x.checkNotHostManaged() }); err != nil {
+		return err
+	}
+	x.res.InstallMode = InstallModeContainer
+
+	if loaded == o.Version {
+		return x.kmdAlreadyLoaded(ctx, o)
+	}
+	if loaded != "" && !o.ForceUnload {
+		if err := x.step("refcnt-check", func() (string, error) { return x.checkUnused(o.Version) }); err != nil {
+			return err
+		}
+	}
+	var ko string
+	if err := x.step("obtain-module", func() (detail string, err error) {
+		ko, detail, err = x.obtainModule(ctx, o)
+		return detail, err
+	}); err != nil {
+		return err
+	}
+	if loaded != "" {
+		if err := x.step("unload", func() (string, error) { return x.unload(ctx, o) }); err != nil {
+			return err
+		}
+	}
+	x.res.Changed = true
+	if err := x.step("insmod", func() (string, error) { return x.insmod(ctx, ko, loaded) }); err != nil {
+		return err
+	}
+	if err := x.step("verify", func() (string, error) { return x.verifyLoaded(o.Version) }); err != nil {
+		return err
+	}
+	x.afterInstall(ctx, o, ko)
+	return nil
+}
+
+// kmdAlreadyLoaded is the operator's fast path: nothing to reload, but the
+// udev rule and reboot persistence are still (re)applied.
+func (x *execution) kmdAlreadyLoaded(ctx context.Context, o KMDOptions) error {
+	_ = x.step("fast-path", func() (string, error) {
+		return "tt-kmd " + o.Version + " already loaded", nil
+	})
+	if o.SkipPersist {
+		x.afterInstall(ctx, o, "")
+		return nil
+	}
+	var ko string
+	if err := x.step("obtain-module", func() (detail string, err error) {
+		ko, detail, err = x.obtainModule(ctx, o)
+		return detail, err
+	}); err != nil {
+		// The right driver is running; only reboot persistence is missing.
+		x.warn("module is loaded but could not be made reboot-persistent: %v", err)
+		x.afterInstall(ctx, o, "")
+		return nil
+	}
+	x.afterInstall(ctx, o, ko)
+	return nil
+}
+
+// afterInstall applies the best-effort extras: device permissions and
+// reboot persistence. Their failures are warnings: the driver works.
+func (x *execution) afterInstall(ctx context.Context, o KMDOptions, ko string) {
+	if err := x.step("udev", func() (string, error) { return x.installUdev() }); err != nil {
+		x.warn("udev: %v", err)
+	}
+	if o.SkipPersist || ko == "" {
+		return
+	}
+	if err := x.step("persist", func() (string, error) { return x.persist(ctx, ko) }); err != nil {
+		x.warn("persist: %v", err)
+		return
+	}
+	x.res.Persisted = true
+}
+
+func (x *execution) checkNotHostManaged() (string, error) {
+	a := x.agent
+	signals := []string{}
+	if fi, err := os.Stat(a.hostPath(dkmsStateDir)); err == nil && fi.IsDir() {
+		signals = append(signals, "/"+dkmsStateDir)
+	}
+	matches, _ := filepath.Glob(a.hostPath(dkmsSourceGlob))
+	for _, m := range matches {
+		rel, _ := filepath.Rel(a.Root, m)
+		signals = append(signals, "/"+rel)
+	}
+	if len(signals) == 0 {
+		return "no DKMS install found", nil
+	}
+	x.res.InstallMode = InstallModeHost
+	return "", fail(ReasonHostManaged, "tt-kmd is managed by the host (DKMS: %v); refusing to touch it (loaded version %q)", signals, x.res.Before)
+}
+
+func (x *execution) checkUnused(version string) (string, error) {
+	a := x.agent
+	refs, err := readInt(a.hostPath(filepath.Join(moduleSysfs, "refcnt")))
+	if err != nil {
+		return "", err
+	}
+	if refs == 0 {
+		return "refcnt 0", nil
+	}
+	holders, err := findHolders(a.Root)
+	if err != nil {
+		return "", err
+	}
+	x.res.Holders = holders
+	return "", fail(ReasonDeviceInUse, "tt-kmd %s loaded with refcnt %d; holders: %s; refcnt > 0 and forceUnload is false; cannot reinstall %s (drain the node or use --force-unload)",
+		x.res.Before, refs, describeHolders(holders), version)
+}
+
+func (x *execution) verifyLoaded(want string) (string, error) {
+	got, err := readOptional(x.agent.hostPath(filepath.Join(moduleSysfs, "version")))
+	if err != nil {
+		return "", err
+	}
+	if got != want {
+		return "", fail(ReasonVersionMismatch, "post-insmod /sys/module reports '%s', expected '%s'", got, want)
+	}
+	return "/sys/module/tenstorrent/version = " + got, nil
+}
+
+// buildJobs is make's -j: the operator uses $(nproc).
+func buildJobs() int { return max(1, runtime.NumCPU()) }

@@ -1,0 +1,104 @@
+package nodeagent
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+const devicePrefix = "/dev/tenstorrent/"
+
+// findHolders walks <root>/proc/*/fd for links into /dev/tenstorrent/, as
+// the operator's entrypoint does (fuser under hostPID silently missed
+// holders). Processes that vanish or deny access mid-walk are skipped.
+func findHolders(root string) ([]Holder, error) {
+	entries, err := os.ReadDir(filepath.Join(root, "proc"))
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", filepath.Join(root, "proc"), err)
+	}
+	var holders []Holder
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		dir := filepath.Join(root, "proc", e.Name())
+		if !holdsDevice(dir) {
+			continue
+		}
+		h := Holder{PID: pid}
+		h.Comm, _ = readTrimmed(filepath.Join(dir, "comm"))
+		if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
+			h.PodUID, h.ContainerID = parseCgroup(string(cg))
+		}
+		holders = append(holders, h)
+	}
+	sort.Slice(holders, func(i, j int) bool { return holders[i].PID < holders[j].PID })
+	return holders, nil
+}
+
+func holdsDevice(procDir string) bool {
+	fds, err := os.ReadDir(filepath.Join(procDir, "fd"))
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(procDir, "fd", fd.Name()))
+		if err == nil && strings.HasPrefix(target, devicePrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	// The kubelet's cgroupfs driver writes pod<uid>, the systemd driver
+	// pod<uid with _ for ->.slice.
+	podUIDRE = regexp.MustCompile(`pod([0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12})`)
+	// Container cgroups end in the 64-hex runtime id, optionally wrapped as
+	// <runtime>-<id>.scope.
+	containerIDRE = regexp.MustCompile(`([0-9a-f]{64})(?:\.scope)?$`)
+)
+
+// parseCgroup extracts the pod UID and container ID from a
+// /proc/<pid>/cgroup file (v1 or v2); both are "" for host processes.
+func parseCgroup(content string) (podUID, containerID string) {
+	for _, line := range strings.Split(content, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !strings.Contains(parts[2], "kubepods") {
+			continue
+		}
+		path := strings.TrimSpace(parts[2])
+		if m := podUIDRE.FindStringSubmatch(path); m != nil {
+			podUID = strings.ReplaceAll(strings.ToLower(m[1]), "_", "-")
+		}
+		if m := containerIDRE.FindStringSubmatch(path); m != nil {
+			containerID = m[1]
+		}
+		if podUID != "" {
+			return podUID, containerID
+		}
+	}
+	return podUID, containerID
+}
+
+func describeHolders(hs []Holder) string {
+	if len(hs) == 0 {
+		return "none visible"
+	}
+	parts := make([]string, 0, len(hs))
+	for _, h := range hs {
+		s := fmt.Sprintf("pid %d (%s", h.PID, h.Comm)
+		if h.PodUID != "" {
+			s += ", pod " + h.PodUID
+		} else {
+			s += ", host process"
+		}
+		parts = append(parts, s+")")
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,173 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// obtainModule returns the host path of tenstorrent.ko for (kernel,
+// version), from the cache or by building it: shallow clone of tag
+// ttkmd-<version>, kbuild against the host's kernel tree, then store in the
+// cache so a later downgrade or re-install is a cache hit.
+func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail string, err error) {
+	a := x.agent
+	kver := x.res.Kernel
+	cached := a.hostPath(filepath.Join(kmdCacheDir, kver, o.Version, kmdModuleFile))
+	hit := false
+	x.res.CacheHit = &hit
+	if fi, err := os.Stat(cached); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+		hit = true
+		return cached, "cache hit " + cached, nil
+	}
+	buildDir, err := resolveInRoot(a.Root, filepath.Join("lib/modules", kver, "build"))
+	if err == nil {
+		_, err = os.Stat(filepath.Join(buildDir, "Makefile"))
+	}
+	if err != nil {
+		return "", "", fail(ReasonNoKernelHeaders, "host has no kernel build tree at /lib/modules/%s/build; install linux-headers-%s on the node (%v)", kver, kver, err)
+	}
+	cacheRoot := a.hostPath(kmdCacheDir)
+	if err := os.MkdirAll(cacheRoot, 0o755); err != nil {
+		return "", "", err
+	}
+	// Build on the host's disk next to the cache, so the result can be
+	// renamed into place and a crash leaves no half-written cache entry.
+	work, err := os.MkdirTemp(cacheRoot, ".build-"+kver+"-"+o.Version+"-")
+	if err != nil {
+		return "", "", err
+	}
+	defer os.RemoveAll(work)
+	src := filepath.Join(work, "tt-kmd")
+	clone := a.run(ctx, []string{"git", "clone", "--depth", "1", "--branch", "ttkmd-" + o.Version, o.GitURL, src})
+	if clone.err != nil {
+		return "", "", toolFailure(ReasonCloneFailed, clone, "git clone of ttkmd-"+o.Version)
+	}
+	build := a.run(ctx, []string{"make", "-j" + strconv.Itoa(buildJobs()), "-C", buildDir, "M=" + src, "modules"})
+	if build.err != nil {
+		return "", "", toolFailure(ReasonBuildFailed, build, "building tt-kmd "+o.Version+" for "+kver)
+	}
+	built := filepath.Join(src, kmdModuleFile)
+	if _, err := os.Stat(built); err != nil {
+		return "", "", failOutput(ReasonBuildFailed, build, "make succeeded but produced no %s", kmdModuleFile)
+	}
+	if err := os.MkdirAll(filepath.Dir(cached), 0o755); err != nil {
+		return "", "", err
+	}
+	if err := os.Rename(built, cached); err != nil {
+		return "", "", err
+	}
+	return cached, "built from ttkmd-" + o.Version + " and cached at " + cached, nil
+}
+
+// unload removes the loaded module, killing holders first when allowed.
+func (x *execution) unload(ctx context.Context, o KMDOptions) (string, error) {
+	a := x.agent
+	refcnt := a.hostPath(filepath.Join(moduleSysfs, "refcnt"))
+	refs, err := readInt(refcnt)
+	if err != nil {
+		return "", err
+	}
+	detail := ""
+	if refs > 0 {
+		if !o.ForceUnload { // holders appeared during the build
+			return x.checkUnused(o.Version)
+		}
+		if detail, err = x.killHolders(ctx, o, refs); err != nil {
+			return "", err
+		}
+	}
+	rm := a.run(ctx, []string{"rmmod", kmdModuleName})
+	if rm.err != nil {
+		return "", toolFailure(ReasonRmmodFailed, rm, "rmmod "+kmdModuleName)
+	}
+	return detail + "rmmod " + x.res.Before + " ok", nil
+}
+
+// killHolders SIGKILLs every holder by exec'ing kill from PATH (never a
+// direct syscall, so tests can only ever reach fake processes) and waits a
+// bounded time for the refcount to drop to 0.
+func (x *execution) killHolders(ctx context.Context, o KMDOptions, refs int) (string, error) {
+	a := x.agent
+	holders, err := findHolders(a.Root)
+	if err != nil {
+		return "", err
+	}
+	x.res.Holders = holders
+	if len(holders) == 0 {
+		return "", fail(ReasonHoldersNotVisible, "refcnt %d but no holders visible in /proc; the helper pod likely lacks hostPID", refs)
+	}
+	argv := []string{"kill", "-KILL"}
+	for _, h := range holders {
+		argv = append(argv, strconv.Itoa(h.PID))
+	}
+	// kill exits non-zero if one holder exited on its own; the refcount
+	// poll below is the real check.
+	if k := a.run(ctx, argv); k.notFound() {
+		return "", toolFailure(ReasonHoldersRemain, k, "kill")
+	}
+	deadline := time.Now().Add(o.UnloadWait)
+	refcnt := a.hostPath(filepath.Join(moduleSysfs, "refcnt"))
+	for {
+		if refs, err = readInt(refcnt); err != nil {
+			return "", err
+		}
+		if refs == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(a.pollInterval()):
+		}
+	}
+	remaining, err := findHolders(a.Root)
+	if err != nil {
+		return "", err
+	}
+	alive := map[int]bool{}
+	for _, h := range remaining {
+		alive[h.PID] = true
+	}
+	for i := range x.res.Holders {
+		x.res.Holders[i].Killed = !alive[x.res.Holders[i].PID]
+	}
+	if refs > 0 {
+		return "", fail(ReasonHoldersRemain, "refcnt still %d %s after SIGKILL; remaining holders: %s", refs, o.UnloadWait, describeHolders(remaining))
+	}
+	return fmt.Sprintf("killed %d holder(s); ", len(holders)), nil
+}
+
+// insmod loads ko. If that fails with the old module already gone, it
+// tries to put the previous version back from the cache so the node is not
+// left without a driver.
+func (x *execution) insmod(ctx context.Context, ko, previous string) (string, error) {
+	a := x.agent
+	in := a.run(ctx, []string{"insmod", ko})
+	if in.err == nil {
+		return "insmod " + ko, nil
+	}
+	err := toolFailure(ReasonInsmodFailed, in, "insmod "+ko)
+	if previous == "" {
+		return "", err
+	}
+	old := a.hostPath(filepath.Join(kmdCacheDir, x.res.Kernel, previous, kmdModuleFile))
+	if _, serr := os.Stat(old); serr != nil {
+		return "", appendMsg(err, "; tt-kmd "+previous+" is not cached, the node has no driver loaded")
+	}
+	if back := a.run(ctx, []string{"insmod", old}); back.err != nil {
+		return "", appendMsg(err, "; rollback to "+previous+" failed too, the node has no driver loaded")
+	}
+	return "", appendMsg(err, "; rolled back to tt-kmd "+previous)
+}
+
+func appendMsg(err error, suffix string) error {
+	var oe *opError
+	if errors.As(err, &oe) {
+		return &opError{reason: oe.reason, msg: oe.msg + suffix, output: oe.output}
+	}
+	return fmt.Errorf("%w%s", err, suffix)
+}

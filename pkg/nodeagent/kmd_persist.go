@@ -1,0 +1,74 @@
+package nodeagent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// udevRule is upstream tt-kmd's rule: devtmpfs creates nodes 0600, and
+// workloads run unprivileged.
+const udevRule = "KERNEL==\"tenstorrent*\", MODE=\"0666\"\n"
+
+var deviceNodeRE = regexp.MustCompile(`^[0-9]+$`)
+
+// installUdev installs the udev rule for future device nodes and fixes the
+// mode of the existing ones (the rule only applies to new events).
+func (x *execution) installUdev() (string, error) {
+	a := x.agent
+	rule := a.hostPath("etc/udev/rules.d/50-tenstorrent.rules")
+	if cur, err := os.ReadFile(rule); err != nil || !bytes.Equal(cur, []byte(udevRule)) {
+		if err := replaceFile(rule, strings.NewReader(udevRule), 0o644); err != nil {
+			return "", err
+		}
+	}
+	entries, err := os.ReadDir(a.hostPath("dev/tenstorrent"))
+	if err != nil && !os.IsNotExist(err) {
+		return "", err
+	}
+	n := 0
+	for _, e := range entries {
+		if deviceNodeRE.MatchString(e.Name()) {
+			if err := os.Chmod(a.hostPath(filepath.Join("dev/tenstorrent", e.Name())), 0o666); err != nil {
+				return "", err
+			}
+			n++
+		}
+	}
+	return fmt.Sprintf("rule installed, %d device node(s) set 0666", n), nil
+}
+
+// persist makes the module load at boot, which the operator leaves to its
+// DaemonSet: install the .ko under /lib/modules/<kver>/updates (searched
+// before the in-tree and extra dirs), run depmod against the host root,
+// list it in modules-load.d, and check that modprobe now resolves to our
+// copy. A new kernel still needs a new build (the cache key includes it).
+func (x *execution) persist(ctx context.Context, ko string) (string, error) {
+	a := x.agent
+	kver := x.res.Kernel
+	dst := a.hostPath(filepath.Join("lib/modules", kver, rebootSafeDir, kmdModuleFile))
+	if err := copyFileAtomic(dst, ko, 0o644); err != nil {
+		return "", err
+	}
+	dep := a.run(ctx, []string{"depmod", "-a", "-b", a.Root, kver})
+	if dep.err != nil {
+		return "", toolFailure(ReasonHostError, dep, "depmod")
+	}
+	conf := "# written by rollbook node-agent: load tt-kmd at boot\n" + kmdModuleName + "\n"
+	if err := replaceFile(a.hostPath(modulesLoadConf), strings.NewReader(conf), 0o644); err != nil {
+		return "", err
+	}
+	probe := a.run(ctx, []string{"modprobe", "-d", a.Root, "-S", kver, "--show-depends", kmdModuleName})
+	if probe.err != nil {
+		return "", toolFailure(ReasonHostError, probe, "modprobe --show-depends")
+	}
+	want := "/" + rebootSafeDir + "/" + kmdModuleFile
+	if !strings.Contains(probe.stdout, want) {
+		return "", fmt.Errorf("at boot modprobe would load %q, not our %s (stale DKMS or extra/ copy?)", strings.TrimSpace(probe.stdout), want)
+	}
+	return "installed /lib/modules/" + kver + want + ", depmod, /" + modulesLoadConf, nil
+}

@@ -1,0 +1,238 @@
+package nodeagent_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollbook/rollbook/internal/fakehost"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
+)
+
+const kernel = fakehost.DefaultKernel
+
+func TestKMDUpgradeBuildsThenDowngradeAndReupgradeHitCache(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, CachedKMD: []string{"1.31.0"}})
+	ctx := context.Background()
+
+	up := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", GitURL: "file:///mirror/tt-kmd.git"})
+	requireSuccess(t, up)
+	assert.Equal(t, "1.31.0", up.Before)
+	assert.Equal(t, "2.0.0", up.After)
+	require.NotNil(t, up.CacheHit)
+	assert.False(t, *up.CacheHit)
+	assert.True(t, up.Changed)
+	assert.Equal(t, nodeagent.InstallModeContainer, up.InstallMode)
+	assert.Equal(t, "2.0.0", observe(t, root).LoadedKMD)
+	clone := callsTo(t, root, "git")
+	require.Len(t, clone, 1)
+	assert.Equal(t, []string{"git", "clone", "--depth", "1", "--branch", "ttkmd-2.0.0", "file:///mirror/tt-kmd.git"}, clone[0][:7])
+	ko, err := os.ReadFile(filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0/tenstorrent.ko"))
+	require.NoError(t, err)
+	assert.Equal(t, fakehost.KernelObject("2.0.0", kernel), ko)
+	leftovers, _ := filepath.Glob(filepath.Join(root, "var/cache/tt-kmd/.build-*"))
+	assert.Empty(t, leftovers, "build dirs must be cleaned up")
+
+	for _, v := range []string{"1.31.0", "2.0.0"} {
+		before := len(callsTo(t, root, "git")) + len(callsTo(t, root, "make"))
+		r := a.KMD(ctx, nodeagent.KMDOptions{Version: v})
+		requireSuccess(t, r)
+		require.NotNil(t, r.CacheHit)
+		assert.True(t, *r.CacheHit, "version %s should come from the cache", v)
+		assert.Equal(t, before, len(callsTo(t, root, "git"))+len(callsTo(t, root, "make")), "cache hit must not clone or build")
+		assert.Equal(t, v, observe(t, root).LoadedKMD)
+	}
+}
+
+func TestKMDFastPathStillPersists(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "2.0.0", CachedKMD: []string{"2.0.0"}})
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	requireSuccess(t, r)
+	assert.False(t, r.Changed)
+	assert.True(t, r.Persisted)
+	assert.NotContains(t, toolNames(t, root), "rmmod")
+	assert.NotContains(t, toolNames(t, root), "insmod")
+	assert.FileExists(t, filepath.Join(root, "lib/modules", kernel, "updates/tenstorrent.ko"))
+}
+
+func TestKMDFastPathWithoutCacheOrHeadersWarns(t *testing.T) {
+	a, _ := newHost(t, fakehost.Spec{LoadedKMD: "2.0.0"})
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	requireSuccess(t, r)
+	assert.False(t, r.Persisted)
+	require.NotEmpty(t, r.Warnings)
+	assert.Contains(t, r.Warnings[0], "reboot-persistent")
+}
+
+func TestKMDRefusesHostManaged(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.29.0", DKMS: true, KernelHeaders: true})
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	requireFailure(t, r, nodeagent.ReasonHostManaged)
+	assert.Equal(t, nodeagent.InstallModeHost, r.InstallMode)
+	assert.Contains(t, r.Error.Message, "/var/lib/dkms/tenstorrent")
+	assert.Contains(t, r.Error.Message, "/usr/src/tenstorrent-1.29.0/dkms.conf")
+	assert.Empty(t, toolNames(t, root), "a host-managed node must not be touched")
+	assert.Equal(t, "1.29.0", observe(t, root).LoadedKMD)
+}
+
+func holderSpec() fakehost.Spec {
+	return fakehost.Spec{
+		LoadedKMD: "1.31.0", KernelHeaders: true,
+		Holders: []fakehost.Holder{
+			{PID: pidA, Comm: "python3", PodUID: podA, ContainerID: cidA},
+			{PID: pidB, Comm: "tt-telemetry", PodUID: podB, ContainerID: cidB, CgroupV1: true, Devices: []int{0, 1}},
+			{PID: pidC, Comm: "pytest"},
+		},
+	}
+}
+
+func TestKMDHolderBlocksWithoutForce(t *testing.T) {
+	a, root := newHost(t, holderSpec())
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	requireFailure(t, r, nodeagent.ReasonDeviceInUse)
+	for _, want := range []string{strconv.Itoa(pidA), strconv.Itoa(pidB), strconv.Itoa(pidC), podA, podB, "refcnt > 0 and forceUnload is false; cannot reinstall 2.0.0"} {
+		assert.Contains(t, r.Error.Message, want)
+	}
+	assert.Equal(t, []nodeagent.Holder{
+		{PID: pidA, Comm: "python3", PodUID: podA, ContainerID: cidA},
+		{PID: pidB, Comm: "tt-telemetry", PodUID: podB, ContainerID: cidB},
+		{PID: pidC, Comm: "pytest"},
+	}, r.Holders)
+	assert.Empty(t, toolNames(t, root), "must fail before building or unloading")
+	assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD)
+}
+
+func TestKMDForceUnloadKillsHolders(t *testing.T) {
+	a, root := newHost(t, holderSpec())
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0", ForceUnload: true})
+	requireSuccess(t, r)
+	require.Len(t, r.Holders, 3)
+	for _, h := range r.Holders {
+		assert.True(t, h.Killed, "pid %d", h.PID)
+	}
+	kills := callsTo(t, root, "kill")
+	require.Len(t, kills, 1)
+	assert.Equal(t, []string{"kill", "-KILL", strconv.Itoa(pidA), strconv.Itoa(pidB), strconv.Itoa(pidC)}, kills[0])
+	o := observe(t, root)
+	assert.Equal(t, []int{1}, o.PIDs, "only non-holders survive")
+	assert.Equal(t, "2.0.0", o.LoadedKMD)
+}
+
+func TestKMDForceUnloadFailures(t *testing.T) {
+	two := 2
+	tests := []struct {
+		name   string
+		spec   fakehost.Spec
+		reason nodeagent.Reason
+		want   string
+	}{
+		{
+			name: "holder survives SIGKILL",
+			spec: fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, Holders: []fakehost.Holder{
+				{PID: pidA, Comm: "stuck", PodUID: podA, ContainerID: cidA, Unkillable: true},
+			}},
+			reason: nodeagent.ReasonHoldersRemain,
+			want:   strconv.Itoa(pidA),
+		},
+		{
+			name:   "holders invisible (no hostPID)",
+			spec:   fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, Refcnt: &two},
+			reason: nodeagent.ReasonHoldersNotVisible,
+			want:   "hostPID",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, root := newHost(t, tc.spec)
+			r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0", ForceUnload: true, UnloadWait: 100 * time.Millisecond})
+			requireFailure(t, r, tc.reason)
+			assert.Contains(t, r.Error.Message, tc.want)
+			assert.NotContains(t, toolNames(t, root), "rmmod")
+			assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD, "old driver must stay loaded")
+		})
+	}
+}
+
+func TestKMDBuildFailuresKeepOldDriver(t *testing.T) {
+	tests := []struct {
+		name   string
+		spec   fakehost.Spec
+		reason nodeagent.Reason
+		want   string
+	}{
+		{"missing headers", fakehost.Spec{LoadedKMD: "1.31.0"}, nodeagent.ReasonNoKernelHeaders,
+			"host has no kernel build tree at /lib/modules/" + kernel + "/build"},
+		{"missing tag", fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, MissingTags: []string{"ttkmd-2.0.0"}},
+			nodeagent.ReasonCloneFailed, "ttkmd-2.0.0"},
+		{"compiler mismatch", fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, BrokenBuild: true},
+			nodeagent.ReasonBuildFailed, "2.0.0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, root := newHost(t, tc.spec)
+			r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+			requireFailure(t, r, tc.reason)
+			assert.Contains(t, r.Error.Message, tc.want)
+			assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD)
+			assert.Equal(t, "1.31.0", r.After)
+			assert.NotContains(t, toolNames(t, root), "rmmod")
+		})
+	}
+	t.Run("build output is reported", func(t *testing.T) {
+		a, _ := newHost(t, fakehost.Spec{KernelHeaders: true, BrokenBuild: true})
+		r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+		requireFailure(t, r, nodeagent.ReasonBuildFailed)
+		assert.Contains(t, r.OutputTail, "gcc-12: not found")
+	})
+}
+
+func TestKMDPersistenceAndDevicePermissions(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{KernelHeaders: true})
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	requireSuccess(t, r)
+	assert.Equal(t, "", r.Before)
+	assert.True(t, r.Persisted)
+
+	ko, err := os.ReadFile(filepath.Join(root, "lib/modules", kernel, "updates/tenstorrent.ko"))
+	require.NoError(t, err)
+	assert.Equal(t, fakehost.KernelObject("2.0.0", kernel), ko)
+	dep, err := os.ReadFile(filepath.Join(root, "lib/modules", kernel, "modules.dep"))
+	require.NoError(t, err)
+	assert.Contains(t, string(dep), "updates/tenstorrent.ko:")
+	conf, err := os.ReadFile(filepath.Join(root, "etc/modules-load.d/tenstorrent.conf"))
+	require.NoError(t, err)
+	assert.Contains(t, strings.Split(string(conf), "\n"), "tenstorrent")
+	rule, err := os.ReadFile(filepath.Join(root, "etc/udev/rules.d/50-tenstorrent.rules"))
+	require.NoError(t, err)
+	assert.Contains(t, string(rule), `MODE="0666"`)
+	fi, err := os.Stat(filepath.Join(root, "dev/tenstorrent/0"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o666), fi.Mode().Perm())
+	depmod := callsTo(t, root, "depmod")
+	require.Len(t, depmod, 1)
+	assert.Equal(t, []string{"depmod", "-a", "-b", root, kernel}, depmod[0])
+}
+
+func TestKMDPersistWinsOverStaleExtraCopy(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{KernelHeaders: true})
+	stale := filepath.Join(root, "lib/modules", kernel, "extra/tenstorrent.ko")
+	require.NoError(t, os.MkdirAll(filepath.Dir(stale), 0o755))
+	require.NoError(t, os.WriteFile(stale, fakehost.KernelObject("1.20.0", kernel), 0o644))
+
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	requireSuccess(t, r)
+	assert.True(t, r.Persisted)
+	probe := callsTo(t, root, "modprobe")
+	require.Len(t, probe, 1)
+	assert.Equal(t, []string{"modprobe", "-d", root, "-S", kernel, "--show-depends", "tenstorrent"}, probe[0])
+	dep, err := os.ReadFile(filepath.Join(root, "lib/modules", kernel, "modules.dep"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(dep), "extra/tenstorrent.ko")
+}

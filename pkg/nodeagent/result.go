@@ -1,0 +1,125 @@
+// Package nodeagent is the code that runs inside a rollbook helper pod on a
+// Tenstorrent node: it upgrades tt-kmd, replaces the host's tt-smi and
+// flashes device firmware, reproducing the node-side sequence of
+// tt-k8s-driver-manager over a host root directory and external tools on
+// PATH. Every operation returns a Result that the CLI reads back from the
+// pod's termination message.
+package nodeagent
+
+import "time"
+
+// Op names an operation.
+type Op string
+
+// Operations.
+const (
+	OpKMD   Op = "kmd"
+	OpSMI   Op = "smi"
+	OpFlash Op = "flash"
+)
+
+// Reason is a stable, machine-readable failure code.
+type Reason string
+
+// Failure reasons. They are part of the CLI contract: add, never rename.
+const (
+	ReasonInvalidInput      Reason = "InvalidInput"
+	ReasonHostManaged       Reason = "HostManagedKMD"
+	ReasonDeviceInUse       Reason = "DeviceInUse"
+	ReasonHoldersNotVisible Reason = "HoldersNotVisible"
+	ReasonHoldersRemain     Reason = "HoldersRemain"
+	ReasonNoKernelHeaders   Reason = "NoKernelHeaders"
+	ReasonCloneFailed       Reason = "CloneFailed"
+	ReasonBuildFailed       Reason = "BuildFailed"
+	ReasonRmmodFailed       Reason = "RmmodFailed"
+	ReasonInsmodFailed      Reason = "InsmodFailed"
+	ReasonVersionMismatch   Reason = "VersionMismatch"
+	ReasonSMISourceInvalid  Reason = "SMISourceInvalid"
+	ReasonSMIInstallFailed  Reason = "SMIInstallFailed"
+	ReasonReadbackFailed    Reason = "ReadbackFailed"
+	ReasonBundleFetchFailed Reason = "BundleFetchFailed"
+	ReasonFlashFailed       Reason = "FlashFailed"
+	ReasonConfigSpaceReset  Reason = "ConfigSpaceResetNotCompleted"
+	ReasonFirmwareMismatch  Reason = "FirmwareMismatch"
+	ReasonDeviceMissing     Reason = "DeviceMissing"
+	ReasonToolMissing       Reason = "ToolMissing"
+	ReasonTimeout           Reason = "Timeout"
+	ReasonHostError         Reason = "HostError"
+)
+
+// Install modes, as in the driver.tenstorrent.com/install-mode node label.
+const (
+	InstallModeContainer = "container"
+	InstallModeHost      = "host"
+)
+
+// Result is the outcome of one operation, written as the helper pod's
+// termination message. Success says whether the node is now in the
+// requested state; Changed says whether this run altered the node.
+type Result struct {
+	Op      Op     `json:"op"`
+	Node    string `json:"node,omitempty"`
+	Success bool   `json:"success"`
+	Changed bool   `json:"changed"`
+	// Target is the requested version (the readback version for flash).
+	Target string `json:"target,omitempty"`
+	// Before and After are the measured versions (kmd: /sys/module; smi:
+	// tt-smi --version). Flash reports per device instead.
+	Before string `json:"before,omitempty"`
+	After  string `json:"after,omitempty"`
+
+	Kernel      string `json:"kernel,omitempty"`
+	InstallMode string `json:"installMode,omitempty"`
+	CacheHit    *bool  `json:"cacheHit,omitempty"`
+	Persisted   bool   `json:"persisted,omitempty"`
+
+	Holders        []Holder `json:"holders,omitempty"`
+	HoldersOmitted int      `json:"holdersOmitted,omitempty"`
+	Devices        []Device `json:"devices,omitempty"`
+	DevicesOmitted int      `json:"devicesOmitted,omitempty"`
+
+	Steps      []Step   `json:"steps,omitempty"`
+	Warnings   []string `json:"warnings,omitempty"`
+	OutputTail string   `json:"outputTail,omitempty"`
+	Error      *Failure `json:"error,omitempty"`
+	// Truncated is set when fields were shortened to fit the kubelet's
+	// termination-message limit.
+	Truncated bool `json:"truncated,omitempty"`
+
+	StartedAt  time.Time `json:"startedAt"`
+	DurationMS int64     `json:"durationMs"`
+}
+
+// Holder is a process that had a /dev/tenstorrent device open.
+type Holder struct {
+	PID         int    `json:"pid"`
+	Comm        string `json:"comm,omitempty"`
+	PodUID      string `json:"podUID,omitempty"`
+	ContainerID string `json:"containerID,omitempty"`
+	Killed      bool   `json:"killed,omitempty"`
+}
+
+// Device is one Tenstorrent chip's firmware before and after a flash.
+type Device struct {
+	Index  int    `json:"index"`
+	BusID  string `json:"bus,omitempty"`
+	Board  string `json:"board,omitempty"`
+	Before string `json:"before,omitempty"`
+	After  string `json:"after,omitempty"`
+	// OK is true when After equals the target readback.
+	OK bool `json:"ok"`
+}
+
+// Step is one named stage of an operation, in execution order.
+type Step struct {
+	Name   string `json:"name"`
+	MS     int64  `json:"ms"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Failure explains why Success is false.
+type Failure struct {
+	Reason  Reason `json:"reason"`
+	Message string `json:"message"`
+}

@@ -1,0 +1,50 @@
+// Package ui renders what rollbook does for people and for scripts: live
+// step progress, mutation lines, result summaries, tables and -o json|yaml.
+package ui
+
+import (
+	"io"
+	"os"
+
+	"github.com/charmbracelet/lipgloss"
+	"golang.org/x/term"
+)
+
+// Style colours text when the output is a terminal and NO_COLOR is unset.
+type Style struct {
+	on                            bool
+	ok, warn, bad, dim, bold, act lipgloss.Style
+}
+
+// NewStyle picks colours for w.
+func NewStyle(w io.Writer) Style {
+	s := Style{on: IsTerminal(w) && os.Getenv("NO_COLOR") == ""}
+	s.ok = lipgloss.NewStyle().Foreground(lipgloss.Color("2"))
+	s.warn = lipgloss.NewStyle().Foreground(lipgloss.Color("3"))
+	s.bad = lipgloss.NewStyle().Foreground(lipgloss.Color("1")).Bold(true)
+	s.dim = lipgloss.NewStyle().Faint(true)
+	s.bold = lipgloss.NewStyle().Bold(true)
+	s.act = lipgloss.NewStyle().Foreground(lipgloss.Color("6"))
+	return s
+}
+
+func (s Style) render(st lipgloss.Style, v string) string {
+	if !s.on {
+		return v
+	}
+	return st.Render(v)
+}
+
+// OK, Warn, Bad, Dim, Bold and Act colour v.
+func (s Style) OK(v string) string   { return s.render(s.ok, v) }
+func (s Style) Warn(v string) string { return s.render(s.warn, v) }
+func (s Style) Bad(v string) string  { return s.render(s.bad, v) }
+func (s Style) Dim(v string) string  { return s.render(s.dim, v) }
+func (s Style) Bold(v string) string { return s.render(s.bold, v) }
+func (s Style) Act(v string) string  { return s.render(s.act, v) }
+
+// IsTerminal reports whether w is a terminal.
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
