@@ -1,0 +1,153 @@
+package fakesubstrate
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/reflection"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
+)
+
+// DefaultAudience is the token audience the real API server checks.
+const DefaultAudience = "api.ate-system.svc"
+
+// Options configure a fake server.
+type Options struct {
+	// Era selects the schema and behaviour profile; default EraC.
+	Era Era
+	// Addr is the listen address; it must be a 127.0.0.1 address.
+	// Default "127.0.0.1:0" (read the chosen port from Server.Addr).
+	Addr string
+	// Certificate is the serving certificate (see NewPKI). Required: the
+	// fake, like the real server, only speaks TLS (1.3).
+	Certificate *tls.Certificate
+	// TokenReviewer authenticates bearer tokens; nil disables authentication.
+	TokenReviewer TokenReviewer
+	// Audience the token must be valid for; default DefaultAudience.
+	Audience string
+	// Authorize, when set, may refuse a principal a method (PermissionDenied).
+	Authorize func(principal, fullMethod string) error
+	// PageSize is the List page size when a request asks for 0; default 2.
+	PageSize int
+	// EmptyPages makes every other List page empty but carry a next token,
+	// which the real server is allowed to do.
+	EmptyPages bool
+	// Rand, when set, places resumed actors on a random fitting worker
+	// instead of the first by name.
+	Rand *rand.Rand
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Server is a running fake ateapi.Control server.
+type Server struct {
+	era    Era
+	opts   Options
+	schema *schema
+	grpc   *grpc.Server
+	lis    net.Listener
+	faults *faults
+	rand   *rand.Rand
+	done   chan struct{}
+
+	mu         sync.Mutex
+	workers    map[string]*Worker
+	actors     map[string]*Actor
+	ateletDown map[string]bool
+	calls      map[string]int
+}
+
+// Start listens on a loopback address and serves the chosen era until Stop.
+func Start(opts Options) (*Server, error) {
+	if opts.Era == "" {
+		opts.Era = EraC
+	}
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	if opts.Audience == "" {
+		opts.Audience = DefaultAudience
+	}
+	if opts.PageSize <= 0 {
+		opts.PageSize = 2
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Certificate == nil {
+		return nil, errors.New("fakesubstrate: a serving certificate is required (see NewPKI)")
+	}
+	if err := checkLoopback(opts.Addr); err != nil {
+		return nil, err
+	}
+	sch, err := loadSchema(opts.Era)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("fakesubstrate: listen: %w", err)
+	}
+	s := &Server{
+		era: opts.Era, opts: opts, schema: sch, lis: lis, faults: newFaults(), rand: opts.Rand,
+		done: make(chan struct{}), workers: map[string]*Worker{}, actors: map[string]*Actor{},
+		ateletDown: map[string]bool{}, calls: map[string]int{},
+	}
+	tlsCfg := &tls.Config{Certificates: []tls.Certificate{*opts.Certificate}, MinVersion: tls.VersionTLS13}
+	s.grpc = grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.ChainUnaryInterceptor(s.authUnary, s.countAndFault, rejectUnknownFields),
+		grpc.ChainStreamInterceptor(s.authStream),
+	)
+	s.grpc.RegisterService(s.serviceDesc(), s)
+	ropts := reflection.ServerOptions{Services: s.grpc, DescriptorResolver: sch.files}
+	reflectionv1.RegisterServerReflectionServer(s.grpc, reflection.NewServerV1(ropts))
+	reflectionv1alpha.RegisterServerReflectionServer(s.grpc, reflection.NewServer(ropts))
+	go func() {
+		defer close(s.done)
+		_ = s.grpc.Serve(lis)
+	}()
+	return s, nil
+}
+
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("fakesubstrate: bad listen address %q: %w", addr, err)
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || ip.To4() == nil || !ip.IsLoopback() {
+		return fmt.Errorf("fakesubstrate: listen address %q is not a 127.0.0.0/8 address", addr)
+	}
+	return nil
+}
+
+// Addr is the host:port the server listens on.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Era is the era being served.
+func (s *Server) Era() Era { return s.era }
+
+// Stop closes the listener and every connection at once.
+func (s *Server) Stop() {
+	s.grpc.Stop()
+	<-s.done
+}
+
+// Calls reports how many times a method (short name, e.g. "DrainWorker")
+// reached the server, including refused calls.
+func (s *Server) Calls(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[method]
+}
+
+func (s *Server) now() time.Time { return s.opts.Now() }

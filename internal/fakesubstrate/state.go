@@ -1,0 +1,283 @@
+package fakesubstrate
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Worker is a registered worker as the fake stores it. Name is the worker
+// pod's UID. State and Version are server-owned: AddWorker defaults State to
+// ACTIVE and Version to 1.
+type Worker struct {
+	Name         string
+	Namespace    string
+	Pool         string
+	Pod          string
+	Node         string
+	IPs          []string
+	SandboxClass string
+	Labels       map[string]string
+	// Capacity is the number of actors the worker may host; 0 means 1.
+	Capacity int
+	State    WorkerState
+	Version  int64
+	Created  time.Time
+}
+
+// Actor is an actor as the fake stores it.
+type Actor struct {
+	Atespace string
+	Name     string
+	UID      string // defaults to "uid-<atespace>-<name>"
+	State    ActorState
+	Version  int64
+	// Worker is the bound worker's name; empty when not bound.
+	Worker string
+	// AssignedNode pins a PAUSED/CRASHED actor to a node.
+	AssignedNode        string
+	SnapshotNodes       []string
+	ExternalSnapshotURI string
+	CrashMessage        string
+	// WorkerSelector must be a subset of a worker's labels for ResumeActor.
+	WorkerSelector map[string]string
+	// CrashOnSuspend makes the next SuspendActor crash the actor (DataLoss).
+	CrashOnSuspend bool
+}
+
+func (a *Actor) key() string { return a.Atespace + "/" + a.Name }
+
+func (w *Worker) capacity() int {
+	if w.Capacity <= 0 {
+		return 1
+	}
+	return w.Capacity
+}
+
+func cloneWorker(w *Worker) Worker {
+	c := *w
+	c.IPs = slices.Clone(w.IPs)
+	c.Labels = maps.Clone(w.Labels)
+	return c
+}
+
+func cloneActor(a *Actor) Actor {
+	c := *a
+	c.SnapshotNodes = slices.Clone(a.SnapshotNodes)
+	c.WorkerSelector = maps.Clone(a.WorkerSelector)
+	return c
+}
+
+// sortedWorkers and sortedActors give List RPCs a stable order; callers hold s.mu.
+func (s *Server) sortedWorkers() []*Worker {
+	out := slices.Collect(maps.Values(s.workers))
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (s *Server) sortedActors(atespace string) []*Actor {
+	var out []*Actor
+	for _, a := range s.actors {
+		if atespace == "" || a.Atespace == atespace {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key() < out[j].key() })
+	return out
+}
+
+// actorsOn returns the actors bound to a worker; callers hold s.mu.
+func (s *Server) actorsOn(worker string) []*Actor {
+	var out []*Actor
+	for _, a := range s.sortedActors("") {
+		if a.Worker == worker {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// AddWorker registers a worker (the syncer's CreateWorker).
+func (s *Server) AddWorker(w Worker) error {
+	if w.Name == "" {
+		return fmt.Errorf("fakesubstrate: worker name (pod UID) is required")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.workers[w.Name]; ok {
+		return fmt.Errorf("fakesubstrate: worker %s already exists", w.Name)
+	}
+	c := cloneWorker(&w)
+	if c.State == "" {
+		c.State = WorkerActive
+	}
+	if c.Version == 0 {
+		c.Version = 1
+	}
+	if c.Created.IsZero() {
+		c.Created = s.now()
+	}
+	s.workers[c.Name] = &c
+	return nil
+}
+
+// MarkWorkerDraining drains a worker (the syncer on a deletionTimestamp).
+// It is idempotent and leaves bound actors alone.
+func (s *Server) MarkWorkerDraining(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.workers[name]
+	if !ok {
+		return fmt.Errorf("fakesubstrate: worker %s not found", name)
+	}
+	s.drainLocked(w)
+	return nil
+}
+
+func (s *Server) drainLocked(w *Worker) {
+	if w.State != WorkerDraining {
+		w.State = WorkerDraining
+		w.Version++
+	}
+}
+
+// CrashActorsOnWorker models the end of the eviction window: every actor
+// bound to the worker that is not SUSPENDED becomes CRASHED, loses its
+// assignment and keeps its node. It returns the crashed actors.
+func (s *Server) CrashActorsOnWorker(name string) []ActorRef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.crashOnLocked(name)
+}
+
+func (s *Server) crashOnLocked(name string) []ActorRef {
+	var crashed []ActorRef
+	node := ""
+	if w, ok := s.workers[name]; ok {
+		node = w.Node
+	}
+	for _, a := range s.actorsOn(name) {
+		if a.State == ActorSuspended {
+			a.Worker = ""
+			continue
+		}
+		a.CrashMessage = fmt.Sprintf("worker %s was deleted while the actor was %s", name, a.State)
+		a.State = ActorCrashed
+		a.Worker = ""
+		if node != "" {
+			a.AssignedNode = node
+		}
+		a.Version++
+		crashed = append(crashed, ActorRef{Atespace: a.Atespace, Name: a.Name})
+	}
+	return crashed
+}
+
+// RemoveWorker is the syncer's DeleteWorker when the pod is gone: drain,
+// crash every bound actor that is not SUSPENDED, then forget the worker.
+func (s *Server) RemoveWorker(name string) ([]ActorRef, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.workers[name]
+	if !ok {
+		return nil, fmt.Errorf("fakesubstrate: worker %s not found", name)
+	}
+	s.drainLocked(w)
+	crashed := s.crashOnLocked(name)
+	delete(s.workers, name)
+	return crashed, nil
+}
+
+// AddActor stores an actor. A bound actor's worker must exist.
+func (s *Server) AddActor(a Actor) error {
+	if a.Atespace == "" || a.Name == "" {
+		return fmt.Errorf("fakesubstrate: actor atespace and name are required")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.actors[a.key()]; ok {
+		return fmt.Errorf("fakesubstrate: actor %s already exists", a.key())
+	}
+	if a.Worker != "" {
+		w, ok := s.workers[a.Worker]
+		if !ok {
+			return fmt.Errorf("fakesubstrate: actor %s: worker %s not found", a.key(), a.Worker)
+		}
+		if a.AssignedNode == "" {
+			a.AssignedNode = w.Node
+		}
+	}
+	c := cloneActor(&a)
+	if c.UID == "" {
+		c.UID = "uid-" + a.Atespace + "-" + a.Name
+	}
+	if c.State == "" {
+		c.State = ActorSuspended
+	}
+	if c.Version == 0 {
+		c.Version = 1
+	}
+	s.actors[c.key()] = &c
+	return nil
+}
+
+// SetActorState forces an actor's state, for scenario setup.
+func (s *Server) SetActorState(atespace, name string, st ActorState) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.actors[atespace+"/"+name]
+	if !ok {
+		return fmt.Errorf("fakesubstrate: actor %s/%s not found", atespace, name)
+	}
+	a.State = st
+	a.Version++
+	return nil
+}
+
+// SetAteletUp marks a node's atelet reachable or not. Suspending a PAUSED
+// actor whose snapshot node has no atelet answers Unavailable, which models
+// "suspend before the label flip".
+func (s *Server) SetAteletUp(node string, up bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if up {
+		delete(s.ateletDown, node)
+	} else {
+		s.ateletDown[node] = true
+	}
+}
+
+// Workers returns a copy of every worker, sorted by name.
+func (s *Server) Workers() []Worker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Worker
+	for _, w := range s.sortedWorkers() {
+		out = append(out, cloneWorker(w))
+	}
+	return out
+}
+
+// Actors returns a copy of every actor, sorted by atespace/name.
+func (s *Server) Actors() []Actor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Actor
+	for _, a := range s.sortedActors("") {
+		out = append(out, cloneActor(a))
+	}
+	return out
+}
+
+// GetActor returns a copy of one actor.
+func (s *Server) GetActor(atespace, name string) (Actor, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.actors[atespace+"/"+name]
+	if !ok {
+		return Actor{}, false
+	}
+	return cloneActor(a), true
+}

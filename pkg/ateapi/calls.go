@@ -1,0 +1,195 @@
+package ateapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// listAll follows next_page_token until it is empty. Pages may be empty
+// while a token remains; MaxPages stops a server that never ends.
+func (c *Client) listAll(ctx context.Context, method, target, field string, fill func(protoreflect.Message)) ([]protoreflect.Message, error) {
+	var items []protoreflect.Message
+	token := ""
+	for page := 1; ; page++ {
+		if page > c.opts.MaxPages {
+			return nil, fmt.Errorf("ateapi: %s: no last page after %d pages: %w", method, c.opts.MaxPages, ErrTooManyPages)
+		}
+		resp, err := c.call(ctx, method, target, func(req protoreflect.Message) {
+			fill(req)
+			pageRequest(c.opts.PageSize, token, "")(req)
+		})
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, getList(resp, field)...)
+		if token = getStr(resp, "next_page_token"); token == "" {
+			return items, nil
+		}
+	}
+}
+
+// ListWorkers lists every worker. In era D each worker's actors come from
+// ListWorkerActorAssignments (one extra call per worker).
+func (c *Client) ListWorkers(ctx context.Context) ([]Worker, error) {
+	msgs, err := c.listAll(ctx, "ListWorkers", "", "workers", func(protoreflect.Message) {})
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []Worker
+	for _, m := range msgs {
+		w := decodeWorker(m)
+		if seen[w.Name] { // lists are "soft": an item may repeat
+			continue
+		}
+		seen[w.Name] = true
+		if err := c.fillAssignments(ctx, &w); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+func (c *Client) fillAssignments(ctx context.Context, w *Worker) error {
+	if !c.caps.Has("ListWorkerActorAssignments") {
+		return nil
+	}
+	msgs, err := c.listAll(ctx, "ListWorkerActorAssignments", w.Name, "actor_assignments", workerRef(w.Name))
+	if errors.Is(err, ErrNotFound) {
+		return nil // the worker went away after the list
+	}
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		w.Actors = append(w.Actors, ActorRef{Atespace: getStr(m, "actor.atespace"), Name: getStr(m, "actor.name")})
+	}
+	return nil
+}
+
+// ListActors lists actors in atespace, or in all atespaces when empty,
+// de-duplicated by UID (or atespace/name).
+func (c *Client) ListActors(ctx context.Context, atespace string) ([]Actor, error) {
+	msgs, err := c.listAll(ctx, "ListActors", atespace, "actors", pageRequest(0, "", atespace))
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []Actor
+	for _, m := range msgs {
+		a := decodeActor(m)
+		key := a.UID
+		if key == "" {
+			key = a.Ref().String()
+		}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// GetWorker returns one worker by name (pod UID). Servers without GetWorker
+// (era B) are answered from ListWorkers.
+func (c *Client) GetWorker(ctx context.Context, name string) (Worker, error) {
+	if !c.caps.Has("GetWorker") {
+		all, err := c.ListWorkers(ctx)
+		if err != nil {
+			return Worker{}, err
+		}
+		for _, w := range all {
+			if w.Name == name {
+				return w, nil
+			}
+		}
+		return Worker{}, &Error{Method: "GetWorker", Target: name, Code: codes.NotFound, Message: "Worker " + name + " not found", Attempts: 1}
+	}
+	resp, err := c.call(ctx, "GetWorker", name, workerRef(name))
+	if err != nil {
+		return Worker{}, err
+	}
+	w := decodeWorker(unwrapOr(resp, "Worker", "worker"))
+	return w, c.fillAssignments(ctx, &w)
+}
+
+// DrainWorker marks a worker DRAINING (idempotent, one-way). It fails with
+// ErrUnimplemented when the server lacks it or serves a stub.
+func (c *Client) DrainWorker(ctx context.Context, name string) (Worker, error) {
+	resp, err := c.call(ctx, "DrainWorker", name, workerRef(name))
+	if err != nil {
+		return Worker{}, err
+	}
+	return decodeWorker(unwrapOr(resp, "Worker", "worker")), nil
+}
+
+// GetActor returns one actor.
+func (c *Client) GetActor(ctx context.Context, atespace, name string) (Actor, error) {
+	return c.actorCall(ctx, "GetActor", atespace, name)
+}
+
+// SuspendActor suspends an actor (RUNNING/PAUSED → SUSPENDED; SUSPENDED is
+// a no-op). FailedPrecondition errors carry the actor's state.
+func (c *Client) SuspendActor(ctx context.Context, atespace, name string) (Actor, error) {
+	return c.actorCall(ctx, "SuspendActor", atespace, name)
+}
+
+// RevertActor returns a RUNNING/PAUSED/CRASHED actor to SUSPENDED at its
+// last external snapshot, discarding later work.
+func (c *Client) RevertActor(ctx context.Context, atespace, name string) (Actor, error) {
+	return c.actorCall(ctx, "RevertActor", atespace, name)
+}
+
+// ResumeActor places a SUSPENDED/PAUSED actor on a free worker; resumed is
+// false when it was already RUNNING.
+func (c *Client) ResumeActor(ctx context.Context, atespace, name string) (a Actor, resumed bool, err error) {
+	resp, err := c.call(ctx, "ResumeActor", atespace+"/"+name, actorRef(atespace, name))
+	if err != nil {
+		return Actor{}, false, c.withActorState(ctx, err, atespace, name)
+	}
+	parent, fd := lookup(resp, "resumed")
+	if fd != nil && fd.Kind() == protoreflect.BoolKind {
+		resumed = parent.Get(fd).Bool()
+	}
+	return decodeActor(unwrapOr(resp, "Actor", "actor")), resumed, nil
+}
+
+func (c *Client) actorCall(ctx context.Context, method, atespace, name string) (Actor, error) {
+	resp, err := c.call(ctx, method, atespace+"/"+name, actorRef(atespace, name))
+	if err != nil {
+		return Actor{}, c.withActorState(ctx, err, atespace, name)
+	}
+	return decodeActor(unwrapOr(resp, "Actor", "actor")), nil
+}
+
+// withActorState adds the actor's state to a FailedPrecondition: from the
+// server's text when it says "got: X", else by reading the actor.
+func (c *Client) withActorState(ctx context.Context, err error, atespace, name string) error {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != codes.FailedPrecondition {
+		return err
+	}
+	if e.ActorState = stateFromMessage(e.Message); e.ActorState != "" {
+		return e
+	}
+	ctx, cancel := context.WithTimeout(ctx, followUpTimeout)
+	defer cancel()
+	if resp, gerr := c.call(ctx, "GetActor", atespace+"/"+name, actorRef(atespace, name)); gerr == nil {
+		e.ActorState = decodeActor(unwrapOr(resp, "Actor", "actor")).State
+	}
+	return e
+}
+
+// unwrapOr is unwrap that falls back to an empty view rather than nil.
+func unwrapOr(resp protoreflect.Message, typeName protoreflect.Name, field string) protoreflect.Message {
+	if m := unwrap(resp, typeName, field); m != nil {
+		return m
+	}
+	return resp
+}

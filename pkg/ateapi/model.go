@@ -1,0 +1,149 @@
+package ateapi
+
+import "strings"
+
+// WorkerState is a worker's lifecycle state, independent of era spelling
+// (STATE_DRAINING, WORKER_STATE_DRAINING).
+type WorkerState string
+
+// Worker states.
+const (
+	WorkerUnspecified WorkerState = "UNSPECIFIED"
+	WorkerActive      WorkerState = "ACTIVE"
+	WorkerDraining    WorkerState = "DRAINING"
+	WorkerOffline     WorkerState = "OFFLINE"
+)
+
+// ActorState is an actor's lifecycle state, independent of era spelling
+// (STATUS_RUNNING, ACTOR_STATE_RUNNING).
+type ActorState string
+
+// Actor states.
+const (
+	ActorUnspecified ActorState = "UNSPECIFIED"
+	ActorResuming    ActorState = "RESUMING"
+	ActorRunning     ActorState = "RUNNING"
+	ActorSuspending  ActorState = "SUSPENDING"
+	ActorSuspended   ActorState = "SUSPENDED"
+	ActorPausing     ActorState = "PAUSING"
+	ActorPaused      ActorState = "PAUSED"
+	ActorCrashed     ActorState = "CRASHED"
+	ActorDeleting    ActorState = "DELETING"
+	ActorReverting   ActorState = "REVERTING"
+)
+
+var actorStates = []ActorState{ActorResuming, ActorRunning, ActorSuspending, ActorSuspended,
+	ActorPausing, ActorPaused, ActorCrashed, ActorDeleting, ActorReverting, ActorUnspecified}
+
+var workerStates = []WorkerState{WorkerActive, WorkerDraining, WorkerOffline, WorkerUnspecified}
+
+// ParseActorState maps any era's enum name to an ActorState by suffix; an
+// unknown name is kept verbatim so it still prints.
+func ParseActorState(enumName string) ActorState {
+	for _, s := range actorStates {
+		if enumName == string(s) || strings.HasSuffix(enumName, "_"+string(s)) {
+			return s
+		}
+	}
+	if enumName == "" {
+		return ActorUnspecified
+	}
+	return ActorState(enumName)
+}
+
+// ParseWorkerState maps any era's enum name to a WorkerState by suffix.
+func ParseWorkerState(enumName string) WorkerState {
+	for _, s := range workerStates {
+		if enumName == string(s) || strings.HasSuffix(enumName, "_"+string(s)) {
+			return s
+		}
+	}
+	if enumName == "" {
+		return WorkerUnspecified
+	}
+	return WorkerState(enumName)
+}
+
+// ActorRef names an actor.
+type ActorRef struct {
+	Atespace string `json:"atespace"`
+	Name     string `json:"name"`
+}
+
+func (r ActorRef) String() string { return r.Atespace + "/" + r.Name }
+
+// Worker is a registered worker. Name is the worker pod's UID (the syncer
+// names workers after it), which is what DrainWorker takes.
+type Worker struct {
+	Name         string            `json:"name"`
+	Namespace    string            `json:"namespace,omitempty"`
+	Pool         string            `json:"pool,omitempty"`
+	Pod          string            `json:"pod,omitempty"`
+	PodUID       string            `json:"podUID,omitempty"`
+	Node         string            `json:"node,omitempty"`
+	IPs          []string          `json:"ips,omitempty"`
+	SandboxClass string            `json:"sandboxClass,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	State        WorkerState       `json:"state"`
+	Version      int64             `json:"version,omitempty"`
+	// Actors bound to this worker: from the worker's assignment (eras B/C),
+	// from ListWorkerActorAssignments (era D), or filled in by Resolve.
+	Actors []ActorRef `json:"actors,omitempty"`
+	// CapacityActors/AllocatedActors exist from era D on; 0 capacity means unset.
+	CapacityActors  int `json:"capacityActors,omitempty"`
+	AllocatedActors int `json:"allocatedActors,omitempty"`
+}
+
+// Free reports whether the worker can take another actor: ACTIVE and with
+// room (no assignment before era D; allocated < capacity, unset = 1, in D).
+func (w Worker) Free() bool {
+	if w.State != WorkerActive {
+		return false
+	}
+	capacity := w.CapacityActors
+	if capacity <= 0 {
+		capacity = 1
+	}
+	return max(len(w.Actors), w.AllocatedActors) < capacity
+}
+
+// Actor is an actor and where it lives.
+type Actor struct {
+	Atespace string     `json:"atespace"`
+	Name     string     `json:"name"`
+	UID      string     `json:"uid,omitempty"`
+	Version  int64      `json:"version,omitempty"`
+	State    ActorState `json:"state"`
+	// Worker is the worker name (pod UID) the actor is bound to, if any.
+	Worker string `json:"worker,omitempty"`
+	Pool   string `json:"pool,omitempty"`
+	Pod    string `json:"pod,omitempty"`
+	// Node is the node of the bound worker, else the node the actor is pinned
+	// to (assigned_node, kept on PAUSED and CRASHED actors).
+	Node         string `json:"node,omitempty"`
+	AssignedNode string `json:"assignedNode,omitempty"`
+	// SnapshotNodes hold the actor's local (paused) snapshot.
+	SnapshotNodes       []string `json:"snapshotNodes,omitempty"`
+	ExternalSnapshotURI string   `json:"externalSnapshotURI,omitempty"`
+	CrashMessage        string   `json:"crashMessage,omitempty"`
+}
+
+// Ref returns the actor's reference.
+func (a Actor) Ref() ActorRef { return ActorRef{Atespace: a.Atespace, Name: a.Name} }
+
+// OnNode reports whether the actor is bound to, pinned to, or holds a local
+// snapshot on node: the runbook's "residents" union for one actor.
+func (a Actor) OnNode(node string) bool {
+	if node == "" {
+		return false
+	}
+	if a.Node == node || a.AssignedNode == node {
+		return true
+	}
+	for _, n := range a.SnapshotNodes {
+		if n == node {
+			return true
+		}
+	}
+	return false
+}

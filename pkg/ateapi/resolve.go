@@ -1,0 +1,93 @@
+package ateapi
+
+import (
+	"context"
+	"slices"
+)
+
+// Inventory is one consistent-enough view of workers and actors, cross-
+// linked by Resolve.
+type Inventory struct {
+	Workers []Worker
+	Actors  []Actor
+}
+
+// Inventory lists all workers and actors and links them.
+func (c *Client) Inventory(ctx context.Context) (*Inventory, error) {
+	ws, err := c.ListWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	as, err := c.ListActors(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	Resolve(ws, as)
+	return &Inventory{Workers: ws, Actors: as}, nil
+}
+
+// Resolve fills the links each era leaves out: an actor's worker from the
+// worker's assignment (era B names the actor only there), an actor's node and
+// pool from its worker, and each worker's actor list from the actors.
+func Resolve(workers []Worker, actors []Actor) {
+	byName := make(map[string]*Worker, len(workers))
+	for i := range workers {
+		byName[workers[i].Name] = &workers[i]
+	}
+	byActor := map[ActorRef]*Worker{}
+	for i := range workers {
+		for _, r := range workers[i].Actors {
+			byActor[r] = &workers[i]
+		}
+	}
+	for i := range actors {
+		a := &actors[i]
+		if a.Worker == "" {
+			if w, ok := byActor[a.Ref()]; ok && a.State != ActorSuspended {
+				a.Worker = w.Name
+			}
+		}
+		w, ok := byName[a.Worker]
+		if !ok {
+			if a.Node == "" {
+				a.Node = a.AssignedNode
+			}
+			continue
+		}
+		if a.Node == "" {
+			a.Node = w.Node
+		}
+		if a.Pool == "" {
+			a.Pool = w.Pool
+		}
+		if a.Pod == "" {
+			a.Pod = w.Pod
+		}
+		if !slices.Contains(w.Actors, a.Ref()) {
+			w.Actors = append(w.Actors, a.Ref())
+		}
+	}
+}
+
+// WorkersOnNode returns the workers whose pods run on node.
+func (inv *Inventory) WorkersOnNode(node string) []Worker {
+	var out []Worker
+	for _, w := range inv.Workers {
+		if w.Node == node {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// ActorsOnNode returns the runbook's residents of node: actors bound to a
+// worker there, pinned there, or holding a local snapshot there.
+func (inv *Inventory) ActorsOnNode(node string) []Actor {
+	var out []Actor
+	for _, a := range inv.Actors {
+		if a.OnNode(node) {
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -1,0 +1,271 @@
+package runbook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Reporter receives live progress; pkg/ui renders it.
+type Reporter interface {
+	// Step is called whenever a step of target changes status.
+	Step(target string, s StepResult)
+	// TargetDone is called once per target with its final result.
+	TargetDone(r TargetResult)
+}
+
+// Options tune a run.
+type Options struct {
+	RunID  string
+	DryRun bool
+	// Parallel is how many targets may be in progress at once (default 1).
+	// A target holds its slot from its first action to its last step, so
+	// for a cordon…uncordon runbook it bounds the nodes out of service.
+	Parallel int
+	// KeepGoing continues with other targets after one is blocked or fails;
+	// by default the run halts (targets in progress finish their step).
+	KeepGoing bool
+	Reporter  Reporter
+	// Now is the clock; tests may fix it.
+	Now func() time.Time
+}
+
+// Run advances every target through rb's steps. Targets that are already
+// done cost one observation each.
+func Run[F any](ctx context.Context, rb *Runbook[F], targets []Target, o Options) Result {
+	if o.Parallel < 1 {
+		o.Parallel = 1
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Reporter == nil {
+		o.Reporter = nopReporter{}
+	}
+	res := Result{Runbook: rb.Name, RunID: o.RunID, DryRun: o.DryRun, Outcome: OutcomeDone}
+	if o.DryRun {
+		res.Outcome = OutcomePlanned
+	}
+	results := make([]TargetResult, len(targets))
+	var (
+		mu     sync.Mutex
+		halted bool
+		wg     sync.WaitGroup
+	)
+	slots := make(chan struct{}, o.Parallel)
+	for i, t := range targets {
+		got := false
+		select {
+		case slots <- struct{}{}:
+			got = true
+		case <-ctx.Done():
+		}
+		mu.Lock()
+		stop := halted || ctx.Err() != nil
+		mu.Unlock()
+		if stop {
+			if got {
+				<-slots
+			}
+			results[i] = TargetResult{Target: t.Name(), Outcome: OutcomeSkipped, State: "not started"}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			r := runTarget(ctx, rb, t, o)
+			o.Reporter.TargetDone(r)
+			mu.Lock()
+			results[i] = r
+			if !o.KeepGoing && (r.Outcome == OutcomeBlocked || r.Outcome == OutcomeFailed) {
+				halted = true
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		res.Outcome = worst(res.Outcome, r.Outcome)
+	}
+	if res.Outcome == OutcomeSkipped {
+		res.Outcome = OutcomeInterrupted
+	}
+	res.Targets = results
+	return res
+}
+
+// timerKey names the annotation holding the start of the step in progress.
+func timerKey(rb string) string { return "rollbook.dev/" + rb + ".step-started" }
+
+func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) TargetResult {
+	tr := TargetResult{Target: t.Name(), Outcome: OutcomeDone, State: "done"}
+	facts, err := rb.Observe(ctx, t)
+	if err != nil {
+		tr.Outcome, tr.State, tr.Error = OutcomeFailed, "unknown", fmt.Sprintf("observe: %v", err)
+		return tr
+	}
+	current := -1 // index of the first step that was not done
+	for i, s := range rb.Steps {
+		sr := StepResult{ID: s.ID, Title: s.Title, Budget: s.Timeout}
+		done, ev := s.Done(facts)
+		if done {
+			sr.Status, sr.Evidence = StepDone, ev
+			tr.Steps = append(tr.Steps, sr)
+			o.Reporter.Step(t.Name(), sr)
+			continue
+		}
+		if current < 0 {
+			current = i
+			tr.State = s.ID
+		}
+		sr.Evidence = ev
+		if o.DryRun {
+			sr.Status = StepWouldAct
+			if current != i {
+				sr.Status = StepPending
+			}
+			if s.Plan != nil {
+				sr.Changes = s.Plan(facts)
+			}
+			tr.Steps = append(tr.Steps, sr)
+			o.Reporter.Step(t.Name(), sr)
+			tr.Outcome = OutcomePlanned
+			continue
+		}
+		if reason, blocked := firstFailingGuard(s.Guards, facts); blocked {
+			sr.Status, sr.Error = StepBlocked, reason
+			return finish(rb, facts, t, o, tr, sr, i, OutcomeBlocked)
+		}
+		facts, sr, err = act(ctx, rb, s, t, facts, o, sr)
+		if err != nil {
+			outcome := OutcomeFailed
+			switch {
+			case ctx.Err() != nil:
+				sr.Status, outcome = StepInterrupted, OutcomeInterrupted
+			case IsBlocked(err):
+				sr.Status, outcome = StepBlocked, OutcomeBlocked
+			default:
+				sr.Status = StepFailed
+			}
+			sr.Error = err.Error()
+			return finish(rb, facts, t, o, tr, sr, i, outcome)
+		}
+		tr.Steps = append(tr.Steps, sr)
+	}
+	if !o.DryRun {
+		tr.State = "done"
+	}
+	return tr
+}
+
+// act runs one step: start (or resume) its clock, act, wait, re-observe and
+// verify, then stop the clock.
+func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts F, o Options, sr StepResult) (F, StepResult, error) {
+	start := o.Now()
+	stepCtx := ctx
+	if s.Timeout > 0 {
+		started, err := startClock(ctx, t, rb.Name, s.ID, o.Now())
+		if err != nil {
+			return facts, sr, err
+		}
+		sr.Started = &started
+		deadline := started.Add(s.Timeout)
+		var cancel context.CancelFunc
+		stepCtx, cancel = context.WithDeadlineCause(ctx, deadline,
+			fmt.Errorf("step %q ran out of its %s budget (started %s)", s.Title, s.Timeout, started.Format(time.RFC3339)))
+		defer cancel()
+	}
+	sr.Status = StepActing
+	o.Reporter.Step(t.Name(), sr)
+	err := s.Act(stepCtx, facts)
+	if err == nil && s.Wait != nil {
+		sr.Status = StepWaiting
+		o.Reporter.Step(t.Name(), sr)
+		err = s.Wait(stepCtx, facts)
+	}
+	if err != nil {
+		if cause := context.Cause(stepCtx); cause != nil && ctx.Err() == nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w: %v", cause, err)
+		}
+		sr.Duration = o.Now().Sub(start)
+		return facts, sr, err
+	}
+	facts, err = rb.Observe(ctx, t)
+	if err != nil {
+		return facts, sr, fmt.Errorf("observe after acting: %w", err)
+	}
+	done, ev := s.Done(facts)
+	sr.Duration = o.Now().Sub(start)
+	if !done {
+		return facts, sr, fmt.Errorf("acted, but the result is not visible in the cluster: %s", ev)
+	}
+	if s.Timeout > 0 {
+		if err := t.SetAnnotation(ctx, timerKey(rb.Name), nil); err != nil {
+			return facts, sr, err
+		}
+	}
+	sr.Status, sr.Evidence = StepActed, ev
+	o.Reporter.Step(t.Name(), sr)
+	return facts, sr, nil
+}
+
+// startClock returns when the step's budget started: the time stored on the
+// target by an earlier run of the same step, or now (which it stores).
+func startClock(ctx context.Context, t Target, rb, stepID string, now time.Time) (time.Time, error) {
+	key := timerKey(rb)
+	v, ok, err := t.Annotation(ctx, key)
+	if err != nil {
+		return now, err
+	}
+	if ok {
+		if id, at, found := cut(v); found && id == stepID {
+			if started, err := time.Parse(time.RFC3339, at); err == nil {
+				return started, nil
+			}
+		}
+	}
+	val := stepID + "@" + now.UTC().Format(time.RFC3339)
+	return now.Truncate(time.Second), t.SetAnnotation(ctx, key, &val)
+}
+
+func cut(v string) (id, at string, ok bool) {
+	for i := len(v) - 1; i >= 0; i-- {
+		if v[i] == '@' {
+			return v[:i], v[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+func firstFailingGuard[F any](guards []Guard[F], f F) (string, bool) {
+	for _, g := range guards {
+		if ok, reason := g.Check(f); !ok {
+			return fmt.Sprintf("%s: %s", g.Name, reason), true
+		}
+	}
+	return "", false
+}
+
+// finish records the step that stopped the target, marks the rest pending
+// and attaches the runbook's notes for a person.
+func finish[F any](rb *Runbook[F], facts F, t Target, o Options, tr TargetResult, sr StepResult, i int, outcome Outcome) TargetResult {
+	tr.Outcome = outcome
+	tr.State = sr.ID
+	tr.Steps = append(tr.Steps, sr)
+	o.Reporter.Step(t.Name(), sr)
+	for _, s := range rb.Steps[i+1:] {
+		tr.Steps = append(tr.Steps, StepResult{ID: s.ID, Title: s.Title, Status: StepPending})
+	}
+	if rb.Notes != nil {
+		tr.Notes = rb.Notes(facts)
+	}
+	return tr
+}
+
+type nopReporter struct{}
+
+func (nopReporter) Step(string, StepResult) {}
+func (nopReporter) TargetDone(TargetResult) {}

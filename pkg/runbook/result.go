@@ -1,0 +1,98 @@
+package runbook
+
+import (
+	"errors"
+	"time"
+)
+
+// StepStatus is where a step stands in a run.
+type StepStatus string
+
+const (
+	StepDone        StepStatus = "done"        // observed done before this run touched it
+	StepActed       StepStatus = "acted"       // this run did it and verified it
+	StepActing      StepStatus = "acting"      // in progress (live progress only)
+	StepWaiting     StepStatus = "waiting"     // acted, waiting for the result (live progress only)
+	StepWouldAct    StepStatus = "would-act"   // dry run: would act now
+	StepPending     StepStatus = "pending"     // not reached
+	StepBlocked     StepStatus = "blocked"     // a guard or the cluster needs a human
+	StepFailed      StepStatus = "failed"      // acting or verifying failed
+	StepInterrupted StepStatus = "interrupted" // the run was stopped during this step
+)
+
+// Outcome is how a run, or one target of it, ended.
+type Outcome string
+
+const (
+	OutcomeDone        Outcome = "done"
+	OutcomePlanned     Outcome = "planned" // dry run
+	OutcomeBlocked     Outcome = "blocked"
+	OutcomeFailed      Outcome = "failed"
+	OutcomeInterrupted Outcome = "interrupted"
+	OutcomeSkipped     Outcome = "skipped" // not started: an earlier target halted the run
+)
+
+// severity orders outcomes; a run's outcome is its worst target's.
+var severity = map[Outcome]int{OutcomeDone: 0, OutcomePlanned: 1, OutcomeSkipped: 2, OutcomeBlocked: 3, OutcomeInterrupted: 4, OutcomeFailed: 5}
+
+// StepResult is one step of one target.
+type StepResult struct {
+	ID       string        `json:"id"`
+	Title    string        `json:"title"`
+	Status   StepStatus    `json:"status"`
+	Evidence string        `json:"evidence,omitempty"`
+	Changes  []Change      `json:"changes,omitempty"`
+	Error    string        `json:"error,omitempty"`
+	Duration time.Duration `json:"durationNs,omitempty"`
+	// Budget is the step's timeout and Started when its clock started.
+	Budget  time.Duration `json:"timeoutNs,omitempty"`
+	Started *time.Time    `json:"started,omitempty"`
+}
+
+// TargetResult is one target of a run.
+type TargetResult struct {
+	Target  string       `json:"target"`
+	Outcome Outcome      `json:"outcome"`
+	State   string       `json:"state"` // the first step not done, or "done"
+	Steps   []StepResult `json:"steps"`
+	Notes   []string     `json:"notes,omitempty"`
+	Error   string       `json:"error,omitempty"`
+}
+
+// Result is a whole run.
+type Result struct {
+	Runbook string         `json:"runbook"`
+	RunID   string         `json:"runID"`
+	DryRun  bool           `json:"dryRun"`
+	Outcome Outcome        `json:"outcome"`
+	Targets []TargetResult `json:"targets"`
+}
+
+// worst returns the more severe outcome.
+func worst(a, b Outcome) Outcome {
+	if severity[b] > severity[a] {
+		return b
+	}
+	return a
+}
+
+// BlockedError marks a stop that needs a human (a PDB, a device holder, a
+// foreign cordon) as opposed to a failure.
+type BlockedError struct{ Err error }
+
+func (e *BlockedError) Error() string { return e.Err.Error() }
+func (e *BlockedError) Unwrap() error { return e.Err }
+
+// Blocked wraps err as a BlockedError.
+func Blocked(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &BlockedError{Err: err}
+}
+
+// IsBlocked reports whether err is, or wraps, a BlockedError.
+func IsBlocked(err error) bool {
+	var b *BlockedError
+	return errors.As(err, &b)
+}

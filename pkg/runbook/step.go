@@ -1,0 +1,80 @@
+// Package runbook is the engine both plugins run their runbooks on. A
+// runbook is an ordered list of steps; each step says, from observed cluster
+// state alone, whether it is done, what must hold before it may act, how to
+// act (safely repeatable) and how to wait for the result. A target's state
+// is its first step not yet done, so re-running a command resumes exactly
+// where the last run stopped, from any terminal, with no local state.
+package runbook
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Target is one thing a runbook advances: a node, or the roll as a whole.
+type Target interface {
+	// Name is how the target is shown, e.g. "node/kwok-node-0".
+	Name() string
+	// Ref is the object events about the target are attached to.
+	Ref() corev1.ObjectReference
+	// Annotation reads one of rollbook's annotations from the live object.
+	Annotation(ctx context.Context, key string) (string, bool, error)
+	// SetAnnotation writes (or with nil, removes) one annotation.
+	SetAnnotation(ctx context.Context, key string, value *string) error
+}
+
+// Runbook is an ordered list of steps over facts F observed per target.
+type Runbook[F any] struct {
+	// Name is stable and short ("tt-kmd"); it owns cordons and names timers.
+	Name  string
+	Title string
+	Doc   string
+	Steps []Step[F]
+	// Observe reads everything the steps decide on, for one target.
+	Observe func(ctx context.Context, t Target) (F, error)
+	// Notes, when set, says what a person should know about a target the run
+	// left unfinished (e.g. "cordoned by rollbook; re-run to continue").
+	Notes func(f F) []string
+}
+
+// Step is one idempotent action and the observation that proves it done.
+type Step[F any] struct {
+	// ID is stable across releases (e.g. "tt.kmd.cordon"): docs, JSON output
+	// and timers refer to it.
+	ID    string
+	Title string
+	// Doc is the runbook's own paragraph for this step.
+	Doc string
+	// Done decides from facts alone whether the step's effect is in place,
+	// with the evidence that shows it. It must be pure.
+	Done func(f F) (done bool, evidence string)
+	// Guards must all hold before Act may run; a failing guard blocks the
+	// run with its reason and nothing is changed.
+	Guards []Guard[F]
+	// Plan lists what Act would change, for --dry-run. Pure.
+	Plan func(f F) []Change
+	// Act makes the change. It must be safe to repeat after any interruption.
+	// Return Blocked(err) for a stop that needs a human, not a failure.
+	Act func(ctx context.Context, f F) error
+	// Wait, when set, blocks (watching, not sleeping) until the step's effect
+	// can be observed. Without it the step is re-observed right after Act.
+	Wait func(ctx context.Context, f F) error
+	// Timeout bounds Act plus Wait. Its start time is stored on the target,
+	// so a re-run keeps the same budget instead of starting a new one.
+	Timeout time.Duration
+}
+
+// Guard is a precondition of a step.
+type Guard[F any] struct {
+	Name  string
+	Check func(f F) (ok bool, reason string)
+}
+
+// Change is one object the plan would change, and how.
+type Change struct {
+	Object string `json:"object"`
+	Action string `json:"action"`
+	Detail string `json:"detail,omitempty"`
+}
