@@ -291,17 +291,13 @@ func TestDryRunChangesNothing(t *testing.T) {
 	ctx := simtest.Context(t, time.Minute)
 	resetNodes(t, c.Client, allNodes...)
 	t.Cleanup(func() { resetNodes(t, c.Client, allNodes...) })
-	before := map[string]string{}
-	for _, n := range allNodes {
-		node, _ := c.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-		before[n] = node.ResourceVersion
-	}
-	// kwok heartbeats bump node status; compare what a run would touch.
+	// kwok heartbeats bump every node's resourceVersion and the taint
+	// controller edits taints, so compare what a run could touch.
 	snapshot := func() string {
 		var b strings.Builder
 		for _, n := range allNodes {
 			node, _ := c.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-			fmt.Fprintf(&b, "%s %v %v %v|", n, node.Labels, node.Annotations, node.Spec)
+			fmt.Fprintf(&b, "%s %v %v %v|", n, node.Labels, node.Annotations, node.Spec.Unschedulable)
 		}
 		return b.String()
 	}
