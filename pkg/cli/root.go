@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 )
 
@@ -23,6 +24,7 @@ type Globals struct {
 // a version command and shell completion.
 func NewRoot(plugin, short, long string, streams genericiooptions.IOStreams) (*cobra.Command, *Globals) {
 	flags := genericclioptions.NewConfigFlags(true)
+	flags.WrapConfigFn = tuneClient
 	g := &Globals{
 		ConfigFlags: flags,
 		Factory:     cmdutil.NewFactory(flags),
@@ -48,4 +50,16 @@ func NewRoot(plugin, short, long string, streams genericiooptions.IOStreams) (*c
 	root.CompletionOptions.HiddenDefaultCmd = false
 	registerFlagCompletions(root, g)
 	return root, g
+}
+
+// tuneClient asks for protobuf responses (lists of thousands of nodes decode several
+// times faster and smaller than JSON; custom resources fall back to JSON;
+// request bodies stay JSON) and lifts client-go's default 5 QPS,
+// which would otherwise throttle a roll far more than the cluster does.
+func tuneClient(c *rest.Config) *rest.Config {
+	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	if c.QPS == 0 {
+		c.QPS, c.Burst = 50, 100
+	}
+	return c
 }

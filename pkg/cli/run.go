@@ -128,3 +128,15 @@ func NewRunID() string {
 	_, _ = rand.Read(b)
 	return time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b)
 }
+
+// Abort ends a session that failed before it ran anything: it releases the
+// lock and prints nothing.
+func (s *Session) Abort() error {
+	s.Progress.Close()
+	if s.lock == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.lock.Release(ctx)
+}

@@ -160,3 +160,46 @@ func DeploymentAvailable(d *appsv1.Deployment) bool {
 	s := d.Status
 	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want
 }
+
+// WaitForNoPods watches the pods on node until none is left that match
+// (terminal and deleted pods never match; terminating ones still count,
+// as they may still hold what the caller waits for), and returns nil then.
+func WaitForNoPods(ctx context.Context, cs kubernetes.Interface, node string, match func(*corev1.Pod) bool) error {
+	pods := cs.CoreV1().Pods(metav1.NamespaceAll)
+	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return pods.Watch(ctx, o)
+		},
+	}
+	// Track the matching pods by UID; the condition sees one event at a time.
+	left := map[types.UID]bool{}
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, func(store cache.Store) (bool, error) {
+		for _, o := range store.List() {
+			if p := o.(*corev1.Pod); !PodTerminal(p) && match(p) {
+				left[p.UID] = true
+			}
+		}
+		return len(left) == 0, nil
+	}, func(e watch.Event) (bool, error) {
+		p, ok := e.Object.(*corev1.Pod)
+		if !ok {
+			return false, nil
+		}
+		if e.Type == watch.Deleted || PodTerminal(p) || !match(p) {
+			delete(left, p.UID)
+		} else {
+			left[p.UID] = true
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil && ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}

@@ -7,6 +7,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/nodeagent/agentcmd"
 )
 
 const long = `kubectl tt upgrades Tenstorrent node software — the tt-kmd kernel module,
@@ -18,6 +19,10 @@ command to continue.`
 
 // NewRootCommand returns `kubectl tt`.
 func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	root, _ := cli.NewRoot("tt", "Upgrade Tenstorrent drivers, tt-smi and firmware node by node", long, streams)
+	root, g := cli.NewRoot("tt", "Upgrade Tenstorrent drivers, tt-smi and firmware node by node", long, streams)
+	root.AddCommand(newUpgradeCommand(g), newStatusCommand(g))
+	agent := agentcmd.NewCommand()
+	agent.Hidden = true
+	root.AddCommand(agent)
 	return root
 }

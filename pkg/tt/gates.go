@@ -1,0 +1,84 @@
+package tt
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rollbook/rollbook/pkg/kube"
+)
+
+// closeGates sets each gate label to "false" and records the previous
+// values in the same patch. Values recorded by an earlier, interrupted run
+// are kept: they, not our own "false", are the truth to restore.
+func closeGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node string, gates []string) error {
+	n, err := kube.UpdateNode(ctx, cs, node, func(n *corev1.Node) (kube.NodeChange, error) {
+		prior := map[string]*string{}
+		if raw, ok := n.Annotations[AnnGatesPrior]; ok {
+			if err := json.Unmarshal([]byte(raw), &prior); err != nil {
+				return kube.NodeChange{}, fmt.Errorf("annotation %s on %s is not valid JSON: %v", AnnGatesPrior, node, err)
+			}
+		}
+		change := kube.NodeChange{Labels: map[string]*string{}}
+		for _, g := range gates {
+			if _, seen := prior[g]; !seen {
+				if v, ok := n.Labels[g]; ok {
+					prior[g] = &v
+				} else {
+					prior[g] = nil
+				}
+			}
+			change.Labels[g] = kube.Ptr("false")
+		}
+		b, _ := json.Marshal(prior)
+		change.Annotations = map[string]*string{AnnGatesPrior: kube.Ptr(string(b))}
+		return change, nil
+	})
+	if err != nil {
+		return err
+	}
+	rec.Record(ctx, kube.NodeRef(n), false, "DeployGatesClosed", fmt.Sprintf("set %s to \"false\" so DaemonSets holding the device leave", strings.Join(gates, ", ")))
+	return nil
+}
+
+// openGates restores the recorded gate values and drops the record.
+func openGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node string) error {
+	var restored []string
+	n, err := kube.UpdateNode(ctx, cs, node, func(n *corev1.Node) (kube.NodeChange, error) {
+		raw, ok := n.Annotations[AnnGatesPrior]
+		if !ok {
+			return kube.NodeChange{}, nil
+		}
+		prior := map[string]*string{}
+		if err := json.Unmarshal([]byte(raw), &prior); err != nil {
+			return kube.NodeChange{}, fmt.Errorf("annotation %s on %s is not valid JSON: %v", AnnGatesPrior, node, err)
+		}
+		restored = restored[:0]
+		change := kube.NodeChange{Labels: map[string]*string{}, Annotations: map[string]*string{AnnGatesPrior: nil}}
+		for g, v := range prior {
+			change.Labels[g] = v
+			if v == nil {
+				restored = append(restored, g+" removed")
+			} else {
+				restored = append(restored, g+"="+*v)
+			}
+		}
+		return change, nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(restored) > 0 {
+		rec.Record(ctx, kube.NodeRef(n), false, "DeployGatesOpened", "restored "+strings.Join(restored, ", "))
+	}
+	return nil
+}
+
+func validateLabelKey(k string) string {
+	return strings.Join(validation.IsQualifiedName(k), "; ")
+}

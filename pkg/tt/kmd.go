@@ -1,0 +1,551 @@
+package tt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+// KMDRunbookName owns the cordons and timers of tt-kmd upgrades.
+const KMDRunbookName = "tt-kmd"
+
+// KMDConfig is what `kubectl tt upgrade kmd` was asked to do.
+type KMDConfig struct {
+	Version     string
+	DeployGates []string
+	// Drain evicts device-holding pods (pass 1); FullNode also drains the
+	// rest of the node (pass 2), limited to PodSelector when set.
+	Drain        bool
+	FullNode     bool
+	PodSelector  labels.Selector
+	DrainTimeout time.Duration
+	ForceUnload  bool
+	Helper       HelperConfig
+	RunID        string
+}
+
+// HelperConfig says how helper pods are run.
+type HelperConfig struct {
+	Image     string
+	Namespace string
+	Timeout   time.Duration
+}
+
+// Validate rejects bad input before any API call.
+func (c *KMDConfig) Validate() error {
+	if err := nodeagent.ValidateVersion(c.Version); err != nil {
+		return fmt.Errorf("--version: %v", err)
+	}
+	for _, g := range c.DeployGates {
+		if errs := validateLabelKey(g); errs != "" {
+			return fmt.Errorf("--deploy-gate %q: %s", g, errs)
+		}
+	}
+	return c.Helper.validate()
+}
+
+func (h HelperConfig) validate() error {
+	if h.Image == "" || strings.ContainsAny(h.Image, " \t\n") {
+		return fmt.Errorf("--helper-image %q is not an image reference", h.Image)
+	}
+	if h.Namespace == "" {
+		return errors.New("--helper-namespace must not be empty")
+	}
+	return nil
+}
+
+// kmdFacts is everything the kmd steps decide on for one node.
+type kmdFacts struct {
+	cfg    *KMDConfig
+	node   *corev1.Node
+	helper helperFacts
+	// pods on the node; listed only while the node is in progress.
+	pods []corev1.Pod
+}
+
+func (f kmdFacts) atTarget() bool { return f.node.Labels[LabelKMDVersion] == f.cfg.Version }
+func (f kmdFacts) ourCordon() bool {
+	return kube.CordonStateOf(f.node).Owner == KMDRunbookName
+}
+
+func (f kmdFacts) gatesPriorRecorded() bool {
+	_, ok := f.node.Annotations[AnnGatesPrior]
+	return ok
+}
+
+func (f kmdFacts) devicePods() []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range f.pods {
+		if active(&p) && !isHelper(&p) && mountsDevice(&p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (f kmdFacts) drainPods() []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range f.pods {
+		if kube.Evictable(&p) && f.drainSelects(&p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (f kmdFacts) drainSelects(p *corev1.Pod) bool {
+	return f.cfg.PodSelector == nil || f.cfg.PodSelector.Matches(labels.Set(p.Labels))
+}
+
+func podNames(pods []corev1.Pod) string {
+	var n []string
+	for _, p := range pods {
+		n = append(n, p.Namespace+"/"+p.Name)
+	}
+	sort.Strings(n)
+	if len(n) > 5 {
+		n = append(n[:5], fmt.Sprintf("and %d more", len(n)-5))
+	}
+	return strings.Join(n, ", ")
+}
+
+// KMDRunbook builds the tt-kmd upgrade runbook.
+func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *runbook.Runbook[kmdFacts] {
+	helperName := func(node string) string { return kube.HelperName("kmd", node, cfg.Version) }
+	v := cfg.Version
+	return &runbook.Runbook[kmdFacts]{
+		Name:  KMDRunbookName,
+		Title: "Upgrade (or downgrade) the Tenstorrent kernel module, tt-kmd",
+		Doc: `One node at a time: cordon it, make the pods that hold /dev/tenstorrent leave
+(deploy-gate labels for sibling DaemonSets, then evictions), run a helper pod on the node
+that swaps the module, label the node with the version the helper measured, restore the
+gates and uncordon. Unlike the operator, the drain waits for the pods to be gone, and a
+failed helper never crash-loops: its structured result says why.`,
+		Observe: func(ctx context.Context, t runbook.Target) (kmdFacts, error) {
+			name := strings.TrimPrefix(t.Name(), "node/")
+			f := kmdFacts{cfg: cfg}
+			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return f, err
+			}
+			f.node = n
+			if f.atTarget() && !f.ourCordon() && !f.gatesPriorRecorded() {
+				// Finished (or never needed): only the helper may be left.
+				f.helper, err = observeHelper(ctx, cs, cfg.Helper.Namespace, helperName(name))
+				return f, err
+			}
+			if f.helper, err = observeHelper(ctx, cs, cfg.Helper.Namespace, helperName(name)); err != nil {
+				return f, err
+			}
+			if f.ourCordon() {
+				f.pods, err = kube.PodsOnNode(ctx, cs, name)
+			}
+			return f, err
+		},
+		Notes: func(f kmdFacts) []string {
+			var notes []string
+			if f.ourCordon() {
+				notes = append(notes, fmt.Sprintf("node %s is still cordoned by rollbook %s; re-run the same command to continue, or `kubectl uncordon %s` to give up", f.node.Name, KMDRunbookName, f.node.Name))
+			}
+			if f.gatesPriorRecorded() {
+				notes = append(notes, "deploy-gate labels are set to \"false\" on this node until the upgrade finishes")
+			}
+			return notes
+		},
+		Steps: []runbook.Step[kmdFacts]{
+			{
+				ID: "tt.kmd.cordon", Title: "Cordon the node",
+				Doc: "Mark the node unschedulable, recording that tt-kmd owns the cordon so only this runbook lifts it. A node someone else cordoned is left alone.",
+				Done: func(f kmdFacts) (bool, string) {
+					return f.atTarget() || f.ourCordon(), kube.CordonStateOf(f.node).String()
+				},
+				Guards: []runbook.Guard[kmdFacts]{{
+					Name: "the node is not cordoned by someone else",
+					Check: func(f kmdFacts) (bool, string) {
+						return !kube.CordonStateOf(f.node).Foreign(), fmt.Sprintf("node %s was cordoned by someone else; rollbook will not take over a cordon it did not set. Uncordon it first if it may be upgraded", f.node.Name)
+					},
+				}},
+				Plan: func(f kmdFacts) []runbook.Change {
+					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "cordon", Detail: "spec.unschedulable=true, " + kube.AnnCordonedBy + "=" + KMDRunbookName}}
+				},
+				Act: func(ctx context.Context, f kmdFacts) error {
+					_, err := kube.Cordon(ctx, cs, rec, f.node.Name, KMDRunbookName, cfg.RunID)
+					return err
+				},
+			},
+			{
+				ID: "tt.kmd.close-gates", Title: "Close the deploy gates",
+				Doc: "Set every deploy-gate label (default tenstorrent.com/deploy.tt-telemetry) to \"false\", so sibling DaemonSets that hold /dev/tenstorrent take their pods off the node. The previous values are recorded and restored afterwards.",
+				Done: func(f kmdFacts) (bool, string) {
+					if f.atTarget() || len(cfg.DeployGates) == 0 {
+						return true, "no gates to close"
+					}
+					for _, g := range cfg.DeployGates {
+						if f.node.Labels[g] != "false" {
+							return false, g + "=" + f.node.Labels[g]
+						}
+					}
+					return f.gatesPriorRecorded(), "gates closed"
+				},
+				Plan: func(f kmdFacts) []runbook.Change {
+					var out []runbook.Change
+					for _, g := range cfg.DeployGates {
+						out = append(out, runbook.Change{Object: "node/" + f.node.Name, Action: "label", Detail: g + "=false"})
+					}
+					return out
+				},
+				Act: func(ctx context.Context, f kmdFacts) error {
+					return closeGates(ctx, cs, rec, f.node.Name, cfg.DeployGates)
+				},
+			},
+			{
+				ID: "tt.kmd.evict-device-pods", Title: "Move device-holding pods away",
+				Doc:     "Evict pods that mount /dev/tenstorrent (through the eviction API, so PodDisruptionBudgets hold) and wait until every pod holding the device — including DaemonSet pods leaving because of the gates — is gone.",
+				Timeout: cfg.DrainTimeout,
+				Done: func(f kmdFacts) (bool, string) {
+					if f.atTarget() || !cfg.Drain {
+						return true, "not needed"
+					}
+					left := f.devicePods()
+					if len(left) == 0 {
+						return f.ourCordon(), "no pod holds /dev/tenstorrent"
+					}
+					return false, fmt.Sprintf("%d pod(s) hold /dev/tenstorrent: %s", len(left), podNames(left))
+				},
+				Plan: func(f kmdFacts) []runbook.Change {
+					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "evict", Detail: "pods mounting " + DevicePathPrefix}}
+				},
+				Act: func(ctx context.Context, f kmdFacts) error {
+					err := kube.Drain(ctx, cs, rec, f.node.Name, kube.DrainOptions{
+						PodFilter: mountsDevice, Why: "tt-kmd " + v + " upgrade: the pod holds /dev/tenstorrent",
+						Timeout: remaining(ctx, cfg.DrainTimeout),
+					})
+					return blockedIfDrain(err)
+				},
+				Wait: func(ctx context.Context, f kmdFacts) error {
+					err := kube.WaitForNoPods(ctx, cs, f.node.Name, func(p *corev1.Pod) bool { return !isHelper(p) && mountsDevice(p) })
+					if err != nil && ctx.Err() != nil {
+						return runbook.Blocked(fmt.Errorf("pods still hold /dev/tenstorrent on %s (a DaemonSet without the deploy gate, or a pod tolerating the cordon?): %w", f.node.Name, err))
+					}
+					return err
+				},
+			},
+			{
+				ID: "tt.kmd.drain", Title: "Drain the rest of the node",
+				Doc:     "With --full-node (the default), evict every other pod kubectl drain would (DaemonSet pods stay), optionally only those matching --pod-selector, and wait until they are gone.",
+				Timeout: cfg.DrainTimeout,
+				Done: func(f kmdFacts) (bool, string) {
+					if f.atTarget() || !cfg.Drain || !cfg.FullNode {
+						return true, "not requested"
+					}
+					left := f.drainPods()
+					if len(left) == 0 {
+						return f.ourCordon(), "node drained"
+					}
+					return false, fmt.Sprintf("%d pod(s) to evict: %s", len(left), podNames(left))
+				},
+				Plan: func(f kmdFacts) []runbook.Change {
+					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "drain", Detail: "every non-DaemonSet pod"}}
+				},
+				Act: func(ctx context.Context, f kmdFacts) error {
+					return blockedIfDrain(kube.Drain(ctx, cs, rec, f.node.Name, kube.DrainOptions{
+						PodFilter: f.drainSelects, Why: "tt-kmd " + v + " upgrade (full-node drain)",
+						Timeout: remaining(ctx, cfg.DrainTimeout),
+					}))
+				},
+			},
+			{
+				ID: "tt.kmd.install", Title: "Swap the kernel module",
+				Doc:     "Run the kmd helper pod on the node: it checks that nothing holds the device (with --force-unload it kills the holders), unloads tt-kmd, loads the target version from the node's module cache or builds it, verifies /sys/module/tenstorrent/version and makes the module load again after a reboot. Its measured result is read from the pod's termination message.",
+				Timeout: cfg.Helper.Timeout,
+				Done: func(f kmdFacts) (bool, string) {
+					switch {
+					case f.atTarget():
+						return true, "node labelled " + v
+					case f.helper.succeeded(v):
+						return true, describeKMDResult(f.helper.Result)
+					case f.helper.finished():
+						return false, "last helper failed: " + helperError(f.helper)
+					case f.helper.Pod != nil:
+						return false, "helper " + f.helper.Pod.Name + " is " + string(f.helper.Pod.Status.Phase)
+					}
+					return false, "module at " + orUnknown(f.node.Labels[LabelKMDVersion])
+				},
+				Guards: []runbook.Guard[kmdFacts]{{
+					Name: "the node is cordoned by tt-kmd",
+					Check: func(f kmdFacts) (bool, string) {
+						return f.ourCordon(), "the node is not cordoned by rollbook tt-kmd; a module swap needs the node out of service"
+					},
+				}},
+				Plan: func(f kmdFacts) []runbook.Change {
+					return []runbook.Change{
+						{Object: "pod/" + cfg.Helper.Namespace + "/" + helperName(f.node.Name), Action: "create", Detail: "kubectl-tt node-agent kmd --version " + v},
+						{Object: "node/" + f.node.Name, Action: "unlabel", Detail: LabelKMDVersion + " (unknown while the module changes)"},
+					}
+				},
+				Act: func(ctx context.Context, f kmdFacts) error {
+					if f.helper.finished() {
+						// A failed earlier attempt: replace it with a fresh one.
+						if err := deleteHelper(ctx, cs, rec, f.helper.Pod); err != nil {
+							return err
+						}
+					}
+					// Never leave the old version on the label while the module changes.
+					if _, err := kube.UpdateNode(ctx, cs, f.node.Name, func(*corev1.Node) (kube.NodeChange, error) {
+						return kube.NodeChange{Labels: map[string]*string{LabelKMDVersion: nil}}, nil
+					}); err != nil {
+						return err
+					}
+					_, _, err := kube.EnsureHelper(ctx, cs, rec, kmdHelperSpec(cfg, f.node.Name))
+					return err
+				},
+				Wait: func(ctx context.Context, f kmdFacts) error {
+					p, err := kube.WaitForHelper(ctx, cs, cfg.Helper.Namespace, helperName(f.node.Name))
+					if err != nil {
+						return err
+					}
+					h, err := observeHelper(ctx, cs, cfg.Helper.Namespace, p.Name)
+					if err != nil {
+						return err
+					}
+					if h.succeeded(v) {
+						return nil
+					}
+					return kmdFailure(ctx, cs, rec, f, h)
+				},
+			},
+			{
+				ID: "tt.kmd.label", Title: "Label the node with the measured version",
+				Doc: "Write driver.tenstorrent.com/kmd-version from what the helper measured in /sys/module (never the intent) and install-mode=container, and keep the helper's result in an annotation.",
+				Done: func(f kmdFacts) (bool, string) {
+					return f.atTarget(), LabelKMDVersion + "=" + orUnknown(f.node.Labels[LabelKMDVersion])
+				},
+				Guards: []runbook.Guard[kmdFacts]{{
+					Name: "the helper measured the target version",
+					Check: func(f kmdFacts) (bool, string) {
+						return f.helper.succeeded(v), "no successful helper result for " + v
+					},
+				}},
+				Plan: func(f kmdFacts) []runbook.Change {
+					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: LabelKMDVersion + "=" + v + ", " + LabelInstallMode + "=container"}}
+				},
+				Act: func(ctx context.Context, f kmdFacts) error {
+					return recordKMDResult(ctx, cs, rec, f.node.Name, f.helper.Result, cfg.RunID)
+				},
+			},
+			{
+				ID: "tt.kmd.open-gates", Title: "Reopen the deploy gates",
+				Doc: "Put every deploy-gate label back to the value it had before (or remove it if it was absent), so the sibling DaemonSets return.",
+				Done: func(f kmdFacts) (bool, string) {
+					return f.atTarget() && !f.gatesPriorRecorded(), "gates restored"
+				},
+				Plan: func(f kmdFacts) []runbook.Change {
+					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: "restore deploy gates"}}
+				},
+				Act: func(ctx context.Context, f kmdFacts) error { return openGates(ctx, cs, rec, f.node.Name) },
+			},
+			{
+				ID: "tt.kmd.uncordon", Title: "Uncordon the node",
+				Doc: "Lift the cordon this runbook set. A cordon someone else set stays.",
+				Done: func(f kmdFacts) (bool, string) {
+					return f.atTarget() && !f.ourCordon(), kube.CordonStateOf(f.node).String()
+				},
+				Plan: func(f kmdFacts) []runbook.Change {
+					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "uncordon"}}
+				},
+				Act: func(ctx context.Context, f kmdFacts) error {
+					_, err := kube.Uncordon(ctx, cs, rec, f.node.Name, KMDRunbookName)
+					return err
+				},
+			},
+			{
+				ID: "tt.kmd.cleanup", Title: "Remove the helper pod",
+				Doc: "Delete the finished helper pod; its result is kept on the node.",
+				Done: func(f kmdFacts) (bool, string) {
+					return f.atTarget() && f.helper.Pod == nil, "no helper left"
+				},
+				Plan: func(f kmdFacts) []runbook.Change {
+					return []runbook.Change{{Object: "pod/" + cfg.Helper.Namespace + "/" + helperName(f.node.Name), Action: "delete"}}
+				},
+				Act: func(ctx context.Context, f kmdFacts) error {
+					if f.helper.Pod == nil {
+						return nil
+					}
+					return deleteHelper(ctx, cs, rec, f.helper.Pod)
+				},
+			},
+		},
+	}
+}
+
+func kmdHelperSpec(cfg *KMDConfig, node string) kube.HelperSpec {
+	cmd := []string{"kubectl-tt", "node-agent", "kmd", "--version", cfg.Version}
+	if cfg.ForceUnload {
+		cmd = append(cmd, "--force-unload")
+	}
+	return helperSpec(cfg.Helper, "kmd", node, cfg.Version, cmd, cfg.ForceUnload, cfg.RunID)
+}
+
+func helperSpec(h HelperConfig, task, node, key string, cmd []string, hostPID bool, run string) kube.HelperSpec {
+	s := kube.HelperSpec{
+		Task: task, Node: node, Key: key, Namespace: h.Namespace, Image: h.Image, Command: cmd,
+		Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+		Deadline: h.Timeout, Privileged: true, HostPID: hostPID, RunID: run,
+		HostPaths: []kube.HostPathMount{{Name: "host", HostPath: "/", MountPath: "/host"}},
+	}
+	if h.Namespace == metav1.NamespaceSystem {
+		s.PriorityClass = "system-node-critical"
+	}
+	return s
+}
+
+func deleteHelper(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, p *corev1.Pod) error {
+	err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete helper %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	rec.Record(ctx, kube.PodRef(p), false, "HelperDeleted", "deleted finished helper pod")
+	return kube.WaitForPodGone(ctx, cs, p.Namespace, p.Name)
+}
+
+// kmdFailure turns a failed helper into a clear error: device holders and
+// missing kernel headers need a person (blocked); the rest failed.
+func kmdFailure(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, f kmdFacts, h helperFacts) error {
+	if h.Result == nil {
+		return fmt.Errorf("helper %s failed without a result: %s", h.Pod.Name, h.ResultErr)
+	}
+	r := h.Result
+	// Record what is really loaded now; the label must never lie.
+	if r.After != "" {
+		_, _ = kube.UpdateNode(ctx, cs, f.node.Name, func(*corev1.Node) (kube.NodeChange, error) {
+			return kube.NodeChange{Labels: map[string]*string{LabelKMDVersion: &r.After}}, nil
+		})
+	}
+	rec.Record(ctx, kube.NodeRef(f.node), true, "KMDUpgradeFailed", helperError(h))
+	msg := fmt.Errorf("%s", helperError(h))
+	if r.Error == nil {
+		return msg
+	}
+	switch r.Error.Reason {
+	case nodeagent.ReasonDeviceInUse, nodeagent.ReasonHoldersRemain:
+		pods, _ := kube.PodsOnNode(ctx, cs, f.node.Name)
+		return runbook.Blocked(fmt.Errorf("%s\n%s\nStop those processes or drain their pods, or re-run with --force-unload to kill them (their in-flight work is lost)",
+			helperError(h), describeHolders(r.Holders, pods)))
+	case nodeagent.ReasonNoKernelHeaders, nodeagent.ReasonHostManaged:
+		return runbook.Blocked(msg)
+	}
+	return msg
+}
+
+func describeHolders(holders []nodeagent.Holder, pods []corev1.Pod) string {
+	byUID := map[string]string{}
+	for _, p := range pods {
+		byUID[string(p.UID)] = p.Namespace + "/" + p.Name
+	}
+	var lines []string
+	for _, h := range holders {
+		owner := "a host process (no pod)"
+		if h.PodUID != "" {
+			owner = "pod uid " + h.PodUID
+			if n, ok := byUID[h.PodUID]; ok {
+				owner = "pod " + n
+			}
+		}
+		lines = append(lines, fmt.Sprintf("  holder pid %d (%s): %s", h.PID, h.Comm, owner))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func helperError(h helperFacts) string {
+	if h.Result == nil {
+		return h.ResultErr
+	}
+	if h.Result.Error != nil {
+		return fmt.Sprintf("%s: %s", h.Result.Error.Reason, h.Result.Error.Message)
+	}
+	return fmt.Sprintf("helper reported %s, want %s", orUnknown(h.Result.After), h.Result.Target)
+}
+
+func describeKMDResult(r *nodeagent.Result) string {
+	s := fmt.Sprintf("helper measured %s (was %s", r.After, orUnknown(r.Before))
+	if r.CacheHit != nil {
+		s += map[bool]string{true: ", module cache hit", false: ", built from source"}[*r.CacheHit]
+	}
+	return s + ")"
+}
+
+// kmdRecord is the compact result kept on the node.
+type kmdRecord struct {
+	Before    string `json:"before,omitempty"`
+	After     string `json:"after"`
+	Kernel    string `json:"kernel,omitempty"`
+	CacheHit  *bool  `json:"cacheHit,omitempty"`
+	Persisted bool   `json:"persisted"`
+	Duration  int64  `json:"durationMs"`
+	Run       string `json:"run"`
+	At        string `json:"at"`
+}
+
+func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node string, r *nodeagent.Result, run string) error {
+	mode := r.InstallMode
+	if mode == "" {
+		mode = InstallModeContainer
+	}
+	b, _ := json.Marshal(kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, CacheHit: r.CacheHit,
+		Persisted: r.Persisted, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)})
+	n, err := kube.UpdateNode(ctx, cs, node, func(*corev1.Node) (kube.NodeChange, error) {
+		return kube.NodeChange{
+			Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},
+			Annotations: map[string]*string{AnnKMDResult: kube.Ptr(string(b))},
+		}, nil
+	})
+	if err != nil {
+		return err
+	}
+	rec.Record(ctx, kube.NodeRef(n), false, "KMDUpgraded", fmt.Sprintf("%s=%s (%s)", LabelKMDVersion, r.After, describeKMDResult(r)))
+	return nil
+}
+
+func blockedIfDrain(err error) error {
+	var de *kube.DrainError
+	if errors.As(err, &de) {
+		return runbook.Blocked(err)
+	}
+	return err
+}
+
+// remaining is what is left of the step's budget (the context deadline).
+func remaining(ctx context.Context, fallback time.Duration) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		if r := time.Until(d); r > 0 {
+			return r
+		}
+		return time.Second
+	}
+	if fallback == 0 {
+		return 10 * time.Minute
+	}
+	return fallback
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}

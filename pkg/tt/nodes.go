@@ -1,0 +1,122 @@
+package tt
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Selection chooses the nodes a runbook acts on.
+type Selection struct {
+	// Selector is ANDed with the Tenstorrent PCI label unless AllNodes.
+	Selector string
+	// Nodes, when set, names the nodes; each must exist and match.
+	Nodes []string
+	// AnyNode drops the requirement for the NFD Tenstorrent PCI label.
+	AnyNode bool
+}
+
+// Skipped is a node the runbook will not touch, and why.
+type Skipped struct {
+	Node, Why string
+}
+
+// selector builds the label selector for the selection.
+func (s Selection) selector() (labels.Selector, error) {
+	sel, err := labels.Parse(s.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("--selector %q: %v", s.Selector, err)
+	}
+	if !s.AnyNode {
+		req, err := labels.NewRequirement(LabelPCIPresent, "=", []string{"true"})
+		if err != nil {
+			return nil, err
+		}
+		sel = sel.Add(*req)
+	}
+	return sel, nil
+}
+
+// Validate checks the selection before any API call.
+func (s Selection) Validate() error {
+	_, err := s.selector()
+	return err
+}
+
+// ListNodes returns the selected nodes sorted by name. Explicitly named
+// nodes that do not exist or do not match are an error, so a typo never
+// silently upgrades nothing.
+func ListNodes(ctx context.Context, cs kubernetes.Interface, s Selection) ([]corev1.Node, error) {
+	sel, err := s.selector()
+	if err != nil {
+		return nil, err
+	}
+	var nodes []corev1.Node
+	if len(s.Nodes) > 0 {
+		for _, name := range s.Nodes {
+			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("node %q does not exist", name)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if !sel.Matches(labels.Set(n.Labels)) {
+				return nil, fmt.Errorf("node %q does not match %s; is it a Tenstorrent node? (--any-node drops the %s requirement)", name, sel, LabelPCIPresent)
+			}
+			nodes = append(nodes, *n)
+		}
+	} else {
+		l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		if err != nil {
+			return nil, fmt.Errorf("list nodes: %w", err)
+		}
+		nodes = l.Items
+		if len(nodes) == 0 {
+			return nil, fmt.Errorf("no node matches %s", sel)
+		}
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	return nodes, nil
+}
+
+// DriverSkipReason says why kmd/tt-smi work must not touch n ("" = eligible).
+func DriverSkipReason(n *corev1.Node) string {
+	switch {
+	case n.Labels[LabelDriverSkip] == "true":
+		return LabelDriverSkip + "=true"
+	case n.Labels[LabelInstallMode] == InstallModeHost:
+		return "tt-kmd is host-managed (DKMS): " + LabelInstallMode + "=host"
+	}
+	return ""
+}
+
+// CheckNoOperator refuses when tt-k8s-driver-manager manages the same
+// nodes: its DaemonSet would re-insmod its own version behind our back.
+func CheckNoOperator(ctx context.Context, cs kubernetes.Interface) error {
+	l, err := cs.AppsV1().DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=tt-kmd-installer",
+	})
+	if err != nil {
+		if apierrors.IsForbidden(err) {
+			return fmt.Errorf("cannot check for the tt-k8s-driver-manager operator (listing DaemonSets is forbidden): %w", err)
+		}
+		return err
+	}
+	if len(l.Items) == 0 {
+		return nil
+	}
+	var names []string
+	for _, ds := range l.Items {
+		names = append(names, ds.Namespace+"/"+ds.Name)
+	}
+	return fmt.Errorf("the tt-k8s-driver-manager operator manages tt-kmd here (DaemonSet %s); running both would fight over the module. "+
+		"Upgrade through the operator (kubectl patch ttdp …), or uninstall it first", strings.Join(names, ", "))
+}

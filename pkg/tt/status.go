@@ -1,0 +1,154 @@
+package tt
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/pager"
+
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
+)
+
+// NodeStatus is one row of `kubectl tt status`.
+type NodeStatus struct {
+	Node        string `json:"node"`
+	KMD         string `json:"kmdVersion"`
+	SMI         string `json:"ttSmiVersion"`
+	Firmware    string `json:"firmwareVersion"`
+	InstallMode string `json:"installMode"`
+	Cordon      string `json:"cordon"`
+	// State is what is happening on the node: idle, skipped, or the runbook
+	// step in progress.
+	State string `json:"state"`
+	// Why explains a stuck or skipped node.
+	Why   string `json:"why,omitempty"`
+	Since string `json:"since,omitempty"`
+	Run   string `json:"run,omitempty"`
+}
+
+// Status reads every Tenstorrent node with paged lists: one pass over the
+// nodes and one over rollbook's helper pods, whatever the fleet size.
+func Status(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]NodeStatus, error) {
+	s, err := sel.selector()
+	if err != nil {
+		return nil, err
+	}
+	helpers := map[string][]corev1.Pod{} // node → helper pods
+	hp := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		o.LabelSelector = kube.LabelHelper
+		return cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+	})
+	if err := hp.EachListItem(ctx, metav1.ListOptions{Limit: 500}, func(o runtime.Object) error {
+		p := o.(*corev1.Pod)
+		helpers[p.Spec.NodeName] = append(helpers[p.Spec.NodeName], *p)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("list helper pods: %w", err)
+	}
+	var rows []NodeStatus
+	np := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		o.LabelSelector = s.String()
+		return cs.CoreV1().Nodes().List(ctx, o)
+	})
+	want := map[string]bool{}
+	for _, n := range sel.Nodes {
+		want[n] = true
+	}
+	err = np.EachListItem(ctx, metav1.ListOptions{Limit: 500}, func(o runtime.Object) error {
+		n := o.(*corev1.Node)
+		if len(want) == 0 || want[n.Name] {
+			rows = append(rows, nodeStatus(n, helpers[n.Name]))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Node < rows[j].Node })
+	return rows, nil
+}
+
+// nodeStatus is a pure function of the node and its helper pods.
+func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
+	l := n.Labels
+	r := NodeStatus{Node: n.Name, KMD: dash(l[LabelKMDVersion]), SMI: dash(l[LabelSMIVersion]),
+		Firmware: dash(l[LabelFirmware]), InstallMode: dash(l[LabelInstallMode]), State: "idle"}
+	cs := kube.CordonStateOf(n)
+	r.Cordon = map[bool]string{true: "cordoned", false: "-"}[cs.Cordoned]
+	if cs.Cordoned {
+		r.Cordon = "foreign"
+		if cs.Owner != "" {
+			r.Cordon = cs.Owner
+			r.Since, r.Run = cs.Since, cs.Run
+		}
+	}
+	if why := DriverSkipReason(n); why != "" {
+		r.State, r.Why = "skipped", why
+	}
+	if cs.Owner != "" {
+		r.State = cs.Owner + ": in progress"
+		if step, ok := n.Annotations["rollbook.dev/"+cs.Owner+".step-started"]; ok {
+			if i := strings.LastIndexByte(step, '@'); i > 0 {
+				r.State = cs.Owner + ": " + step[:i]
+			}
+		}
+	}
+	for i := range helpers {
+		h := &helpers[i]
+		key := h.Annotations[kube.AnnHelperKey]
+		switch {
+		case !kube.PodTerminal(h):
+			r.State = fmt.Sprintf("%s helper running (%s)", h.Labels[kube.LabelHelper], key)
+		case h.Status.Phase == corev1.PodFailed || !helperOK(h):
+			r.Why = helperWhy(h)
+		}
+	}
+	if cs.Foreign() && r.Why == "" {
+		r.Why = "cordoned by someone else; rollbook will not touch it"
+	}
+	return r
+}
+
+func helperOK(p *corev1.Pod) bool {
+	msg, _, ok := kube.TerminationMessage(p)
+	if !ok {
+		return false
+	}
+	res, err := nodeagent.ParseResult([]byte(msg))
+	return err == nil && res.Success
+}
+
+func helperWhy(p *corev1.Pod) string {
+	task := p.Labels[kube.LabelHelper]
+	msg, _, ok := kube.TerminationMessage(p)
+	if !ok {
+		return task + " helper failed: " + kube.HelperFailureReason(p)
+	}
+	res, err := nodeagent.ParseResult([]byte(msg))
+	if err != nil || res.Error == nil {
+		return task + " helper failed: " + kube.HelperFailureReason(p)
+	}
+	why := fmt.Sprintf("%s helper: %s: %s", task, res.Error.Reason, res.Error.Message)
+	if len(res.Holders) > 0 {
+		var pids []string
+		for _, h := range res.Holders {
+			pids = append(pids, fmt.Sprint(h.PID))
+		}
+		why += " (holder pids " + strings.Join(pids, ",") + ")"
+	}
+	return why
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

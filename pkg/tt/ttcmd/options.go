@@ -1,0 +1,58 @@
+package ttcmd
+
+import (
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/tt"
+	"github.com/rollbook/rollbook/pkg/version"
+)
+
+// selectionFlags choose nodes, as kubectl drain and friends do.
+type selectionFlags struct {
+	selector string
+	nodes    []string
+	anyNode  bool
+}
+
+func (s *selectionFlags) add(cmd *cobra.Command, g *cli.Globals) {
+	fs := cmd.Flags()
+	fs.StringVarP(&s.selector, "selector", "l", "", "only nodes matching this label selector (ANDed with the Tenstorrent PCI label)")
+	fs.StringSliceVar(&s.nodes, "nodes", nil, "only these nodes (comma-separated); each must exist and match")
+	fs.BoolVar(&s.anyNode, "any-node", false, "do not require the NFD label "+tt.LabelPCIPresent+"=true")
+	_ = cmd.RegisterFlagCompletionFunc("nodes", cli.NodeCompletion(g))
+}
+
+func (s *selectionFlags) selection(args []string) tt.Selection {
+	return tt.Selection{Selector: s.selector, Nodes: append(append([]string{}, s.nodes...), args...), AnyNode: s.anyNode}
+}
+
+// helperFlags say how helper pods run.
+type helperFlags struct {
+	image     string
+	namespace string
+	timeout   time.Duration
+}
+
+// defaultHelperImage is the node-agent image of this very release.
+func defaultHelperImage() string {
+	v := version.Get().Version
+	if v == "devel" || v == "" {
+		v = "latest"
+	}
+	return "ghcr.io/rollbook/node-agent:" + strings.TrimPrefix(v, "v")
+}
+
+func (h *helperFlags) add(fs *pflag.FlagSet, defaultTimeout time.Duration) {
+	fs.StringVar(&h.image, "helper-image", defaultHelperImage(), "image of the helper pods (it runs `kubectl-tt node-agent`)")
+	fs.StringVar(&h.namespace, "helper-namespace", "kube-system", "namespace of the helper pods")
+	fs.DurationVar(&h.timeout, "helper-timeout", defaultTimeout, "deadline of one helper pod on a node")
+}
+
+func (h *helperFlags) config() tt.HelperConfig {
+	return tt.HelperConfig{Image: h.image, Namespace: h.namespace, Timeout: h.timeout}
+}

@@ -1,0 +1,119 @@
+package ttcmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/tt"
+	"github.com/rollbook/rollbook/pkg/ui"
+)
+
+type statusOptions struct {
+	g      *cli.Globals
+	sel    selectionFlags
+	output string
+	watch  bool
+}
+
+func newStatusCommand(g *cli.Globals) *cobra.Command {
+	o := &statusOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "status [NODE...]",
+		Short: "Show every Tenstorrent node: versions, install mode, cordon owner, current step and why it is stuck",
+		Example: `  kubectl tt status
+  kubectl tt status -o wide --watch
+  kubectl tt status tt-node-3 -o json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := ui.ValidateOutput(o.output, "json", "yaml", "wide"); err != nil {
+				return cli.UsageErrorf("%v", err)
+			}
+			sel := o.sel.selection(args)
+			if err := sel.Validate(); err != nil {
+				return cli.UsageErrorf("%v", err)
+			}
+			return o.run(cmd.Context(), sel)
+		},
+	}
+	o.sel.add(cmd, g)
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide|json|yaml")
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "keep watching and redraw when nodes change")
+	return cmd
+}
+
+func (o *statusOptions) run(ctx context.Context, sel tt.Selection) error {
+	cs, err := o.g.Factory.KubernetesClientSet()
+	if err != nil {
+		return err
+	}
+	for {
+		rows, err := tt.Status(ctx, cs, sel)
+		if err != nil {
+			return err
+		}
+		if o.watch && o.output != "json" && o.output != "yaml" && ui.IsTerminal(o.g.IOStreams.Out) {
+			fmt.Fprint(o.g.IOStreams.Out, "\033[H\033[2J")
+		}
+		if err := o.print(o.g.IOStreams.Out, rows); err != nil {
+			return err
+		}
+		if !o.watch {
+			return nil
+		}
+		// Redraw on the next node change, at most once a second.
+		l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			return err
+		}
+		w, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
+		if err != nil {
+			return err
+		}
+		waitForChange(ctx, w)
+		w.Stop()
+		if ctx.Err() != nil {
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func waitForChange(ctx context.Context, w watch.Interface) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.ResultChan():
+			if !ok || e.Type != watch.Bookmark {
+				return
+			}
+		}
+	}
+}
+
+func (o *statusOptions) print(out io.Writer, rows []tt.NodeStatus) error {
+	if o.output == "json" || o.output == "yaml" {
+		return ui.PrintObject(out, o.output, map[string]any{"nodes": rows})
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	head := "NODE\tKMD\tTT-SMI\tFIRMWARE\tMODE\tCORDON\tSTATE\tWHY"
+	if o.output == "wide" {
+		head += "\tSINCE\tRUN"
+	}
+	fmt.Fprintln(tw, head)
+	for _, r := range rows {
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Node, r.KMD, r.SMI, r.Firmware, r.InstallMode, r.Cordon, r.State, r.Why)
+		if o.output == "wide" {
+			line += fmt.Sprintf("\t%s\t%s", r.Since, r.Run)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
+}

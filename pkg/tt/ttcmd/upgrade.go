@@ -1,0 +1,134 @@
+package ttcmd
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/runbook"
+	"github.com/rollbook/rollbook/pkg/tt"
+)
+
+func newUpgradeCommand(g *cli.Globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "upgrade",
+		Short: "Upgrade tt-kmd, tt-smi or firmware node by node",
+	}
+	cmd.AddCommand(newUpgradeKMDCommand(g))
+	return cmd
+}
+
+type kmdOptions struct {
+	g           *cli.Globals
+	run         cli.RunFlags
+	sel         selectionFlags
+	helper      helperFlags
+	version     string
+	gates       []string
+	drain       bool
+	fullNode    bool
+	podSelector string
+	drainTO     time.Duration
+	forceUnload bool
+}
+
+func newUpgradeKMDCommand(g *cli.Globals) *cobra.Command {
+	o := &kmdOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "kmd --version X.Y.Z [NODE...]",
+		Short: "Upgrade (or downgrade) the Tenstorrent kernel module on every selected node, one at a time",
+		Long: `Upgrade (or downgrade) tt-kmd on every selected Tenstorrent node, one node at a time.
+
+Per node: cordon; set the deploy-gate labels to "false" so sibling DaemonSets holding
+/dev/tenstorrent leave; evict the pods that hold the device and, with --full-node, drain
+the rest — waiting until they are gone; run a helper pod that swaps the module; label the
+node with the version the helper measured; restore the gates; uncordon.
+
+Nodes labelled driver.tenstorrent.com/skip=true and host-managed (DKMS) nodes are skipped.
+Re-run the same command to continue after an interruption or a fixed failure.`,
+		Example: `  # See what would happen, then do it
+  kubectl tt upgrade kmd --version 2.8.0 --dry-run
+  kubectl tt upgrade kmd --version 2.8.0
+
+  # Only two nodes; kill processes still holding the device
+  kubectl tt upgrade kmd --version 2.8.0 --nodes tt-a,tt-b --force-unload`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, sel, err := o.complete(args)
+			if err != nil {
+				return err
+			}
+			return o.runKMD(cmd.Context(), cfg, sel)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.version, "version", "", "tt-kmd version to install, MAJOR.MINOR.PATCH (required)")
+	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate}, "node labels set to \"false\" while a node is upgraded, so DaemonSets gated on them leave (empty to disable)")
+	fs.BoolVar(&o.drain, "drain", true, "evict pods that hold /dev/tenstorrent before swapping the module")
+	fs.BoolVar(&o.fullNode, "full-node", true, "also drain every other pod on the node (DaemonSet pods stay)")
+	fs.StringVar(&o.podSelector, "pod-selector", "", "with --full-node, only drain pods matching this label selector")
+	fs.DurationVar(&o.drainTO, "drain-timeout", 10*time.Minute, "how long each drain pass may take, kept across re-runs")
+	fs.BoolVar(&o.forceUnload, "force-unload", false, "kill processes still holding the device before unloading (their in-flight work is lost)")
+	_ = cmd.MarkFlagRequired("version")
+	o.sel.add(cmd, g)
+	o.helper.add(fs, 15*time.Minute)
+	o.run.AddFlags(fs, "kube-system")
+	return cmd
+}
+
+func (o *kmdOptions) complete(args []string) (*tt.KMDConfig, tt.Selection, error) {
+	if err := o.run.Validate(); err != nil {
+		return nil, tt.Selection{}, err
+	}
+	cfg := &tt.KMDConfig{Version: o.version, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
+		ForceUnload: o.forceUnload, Helper: o.helper.config()}
+	for _, gate := range o.gates {
+		if gate = strings.TrimSpace(gate); gate != "" {
+			cfg.DeployGates = append(cfg.DeployGates, gate)
+		}
+	}
+	if o.podSelector != "" {
+		sel, err := labels.Parse(o.podSelector)
+		if err != nil {
+			return nil, tt.Selection{}, cli.UsageErrorf("--pod-selector %q: %v", o.podSelector, err)
+		}
+		cfg.PodSelector = sel
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, tt.Selection{}, cli.UsageErrorf("%v", err)
+	}
+	sel := o.sel.selection(args)
+	if err := sel.Validate(); err != nil {
+		return nil, tt.Selection{}, cli.UsageErrorf("%v", err)
+	}
+	return cfg, sel, nil
+}
+
+func (o *kmdOptions) runKMD(ctx context.Context, cfg *tt.KMDConfig, sel tt.Selection) error {
+	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
+	if err != nil {
+		return err
+	}
+	cfg.RunID = s.RunID
+	targets, skipped, err := tt.KMDTargets(ctx, s.Client, sel)
+	if err != nil {
+		_ = s.Abort()
+		return err
+	}
+	for _, sk := range skipped {
+		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
+	}
+	rb := tt.KMDRunbook(s.Client, s.Recorder, cfg)
+	res := runbook.Run(ctx, rb, targets, runbook.Options{RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress})
+	next := "kubectl tt status"
+	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
+		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl tt upgrade kmd --version %s", cfg.Version)
+	} else if o.run.DryRun {
+		next = fmt.Sprintf("kubectl tt upgrade kmd --version %s", cfg.Version)
+	}
+	return s.Finish(res, next)
+}
