@@ -59,3 +59,30 @@ func RepoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// AgentBinary returns an up-to-date kubectl-tt, which helper pods run in
+// the sim: $ROLLBOOK_TT_AGENT when set, else built into .cache/bin.
+func AgentBinary() (string, error) {
+	if p := os.Getenv("ROLLBOOK_TT_AGENT"); p != "" {
+		return p, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(root, ".cache", "bin", "kubectl-tt")
+	lock, err := os.OpenFile(bin+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-tt")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building kubectl-tt: %v\n%s", err, out)
+	}
+	return bin, nil
+}

@@ -93,6 +93,14 @@ func Start(o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if strings.HasPrefix(o.Scenario, "tt-") {
+		// The sim's helper runner executes helper pods with the real agent.
+		agent, err := AgentBinary()
+		if err != nil {
+			return nil, err
+		}
+		o.ExtraArgs = append(o.ExtraArgs, "--tt-agent", agent)
+	}
 	base, err := os.MkdirTemp("", "rollbook-sim-")
 	if err != nil {
 		return nil, err

@@ -1,0 +1,16 @@
+package tt
+
+import "time"
+
+// Docs renders the tt runbooks for runbooks/*.md, keyed by file name. The
+// steps' text does not depend on the cluster, so no client is needed.
+func Docs() map[string]string {
+	h := HelperConfig{Image: "IMAGE", Namespace: "kube-system", Timeout: 15 * time.Minute}
+	kmd := KMDRunbook(nil, nil, &KMDConfig{Version: "VERSION", DeployGates: []string{DefaultDeployGate},
+		Drain: true, FullNode: true, DrainTimeout: 10 * time.Minute, Helper: h})
+	smi := SMIRunbook(nil, nil, &SMIConfig{Version: "VERSION", Helper: HelperConfig{Image: "IMAGE", Namespace: "kube-system", Timeout: 5 * time.Minute}})
+	return map[string]string{
+		"tt-kmd.md": kmd.Markdown(),
+		"tt-smi.md": smi.Markdown(),
+	}
+}
