@@ -70,32 +70,14 @@ func (h HelperConfig) validate() error {
 
 // kmdFacts is everything the kmd steps decide on for one node.
 type kmdFacts struct {
-	cfg    *KMDConfig
-	node   *corev1.Node
-	helper helperFacts
-	// pods on the node; listed only while the node is in progress.
-	pods []corev1.Pod
+	work
+	cfg *KMDConfig
 }
 
-func (f kmdFacts) atTarget() bool { return f.node.Labels[LabelKMDVersion] == f.cfg.Version }
-func (f kmdFacts) ourCordon() bool {
-	return kube.CordonStateOf(f.node).Owner == KMDRunbookName
-}
+func (f kmdFacts) base() *work { return &f.work }
 
-func (f kmdFacts) gatesPriorRecorded() bool {
-	_, ok := f.node.Annotations[AnnGatesPrior]
-	return ok
-}
-
-func (f kmdFacts) devicePods() []corev1.Pod {
-	var out []corev1.Pod
-	for _, p := range f.pods {
-		if active(&p) && !isHelper(&p) && mountsDevice(&p) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+// finished: the node is labelled with the target version, measured.
+func (f kmdFacts) finished() bool { return f.node.Labels[LabelKMDVersion] == f.cfg.Version }
 
 func (f kmdFacts) drainPods() []corev1.Pod {
 	var out []corev1.Pod
@@ -137,119 +119,20 @@ gates and uncordon. Unlike the operator, the drain waits for the pods to be gone
 failed helper never crash-loops: its structured result says why.`,
 		Observe: func(ctx context.Context, t runbook.Target) (kmdFacts, error) {
 			name := strings.TrimPrefix(t.Name(), "node/")
-			f := kmdFacts{cfg: cfg}
-			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return f, err
-			}
-			f.node = n
-			if f.atTarget() && !f.ourCordon() && !f.gatesPriorRecorded() {
-				// Finished (or never needed): only the helper may be left.
-				f.helper, err = observeHelper(ctx, cs, cfg.Helper.Namespace, helperName(name))
-				return f, err
-			}
-			if f.helper, err = observeHelper(ctx, cs, cfg.Helper.Namespace, helperName(name)); err != nil {
-				return f, err
-			}
-			if f.ourCordon() {
-				f.pods, err = kube.PodsOnNode(ctx, cs, name)
-			}
-			return f, err
+			w, err := observeWork(ctx, cs, KMDRunbookName, name, cfg.Helper.Namespace, helperName(name))
+			return kmdFacts{work: w, cfg: cfg}, err
 		},
-		Notes: func(f kmdFacts) []string {
-			var notes []string
-			if f.ourCordon() {
-				notes = append(notes, fmt.Sprintf("node %s is still cordoned by rollbook %s; re-run the same command to continue, or `kubectl uncordon %s` to give up", f.node.Name, KMDRunbookName, f.node.Name))
-			}
-			if f.gatesPriorRecorded() {
-				notes = append(notes, "deploy-gate labels are set to \"false\" on this node until the upgrade finishes")
-			}
-			return notes
-		},
+		Notes: func(f kmdFacts) []string { return workNotes(&f.work) },
 		Steps: []runbook.Step[kmdFacts]{
-			{
-				ID: "tt.kmd.cordon", Title: "Cordon the node",
-				Doc: "Mark the node unschedulable, recording that tt-kmd owns the cordon so only this runbook lifts it. A node someone else cordoned is left alone.",
-				Done: func(f kmdFacts) (bool, string) {
-					return f.atTarget() || f.ourCordon(), kube.CordonStateOf(f.node).String()
-				},
-				Guards: []runbook.Guard[kmdFacts]{{
-					Name: "the node is not cordoned by someone else",
-					Check: func(f kmdFacts) (bool, string) {
-						return !kube.CordonStateOf(f.node).Foreign(), fmt.Sprintf("node %s was cordoned by someone else; rollbook will not take over a cordon it did not set. Uncordon it first if it may be upgraded", f.node.Name)
-					},
-				}},
-				Plan: func(f kmdFacts) []runbook.Change {
-					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "cordon", Detail: "spec.unschedulable=true, " + kube.AnnCordonedBy + "=" + KMDRunbookName}}
-				},
-				Act: func(ctx context.Context, f kmdFacts) error {
-					_, err := kube.Cordon(ctx, cs, rec, f.node.Name, KMDRunbookName, cfg.RunID)
-					return err
-				},
-			},
-			{
-				ID: "tt.kmd.close-gates", Title: "Close the deploy gates",
-				Doc: "Set every deploy-gate label (default tenstorrent.com/deploy.tt-telemetry) to \"false\", so sibling DaemonSets that hold /dev/tenstorrent take their pods off the node. The previous values are recorded and restored afterwards.",
-				Done: func(f kmdFacts) (bool, string) {
-					if f.atTarget() || len(cfg.DeployGates) == 0 {
-						return true, "no gates to close"
-					}
-					for _, g := range cfg.DeployGates {
-						if f.node.Labels[g] != "false" {
-							return false, g + "=" + f.node.Labels[g]
-						}
-					}
-					return f.gatesPriorRecorded(), "gates closed"
-				},
-				Plan: func(f kmdFacts) []runbook.Change {
-					var out []runbook.Change
-					for _, g := range cfg.DeployGates {
-						out = append(out, runbook.Change{Object: "node/" + f.node.Name, Action: "label", Detail: g + "=false"})
-					}
-					return out
-				},
-				Act: func(ctx context.Context, f kmdFacts) error {
-					return closeGates(ctx, cs, rec, f.node.Name, cfg.DeployGates)
-				},
-			},
-			{
-				ID: "tt.kmd.evict-device-pods", Title: "Move device-holding pods away",
-				Doc:     "Evict pods that mount /dev/tenstorrent (through the eviction API, so PodDisruptionBudgets hold) and wait until every pod holding the device — including DaemonSet pods leaving because of the gates — is gone.",
-				Timeout: cfg.DrainTimeout,
-				Done: func(f kmdFacts) (bool, string) {
-					if f.atTarget() || !cfg.Drain {
-						return true, "not needed"
-					}
-					left := f.devicePods()
-					if len(left) == 0 {
-						return f.ourCordon(), "no pod holds /dev/tenstorrent"
-					}
-					return false, fmt.Sprintf("%d pod(s) hold /dev/tenstorrent: %s", len(left), podNames(left))
-				},
-				Plan: func(f kmdFacts) []runbook.Change {
-					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "evict", Detail: "pods mounting " + DevicePathPrefix}}
-				},
-				Act: func(ctx context.Context, f kmdFacts) error {
-					err := kube.Drain(ctx, cs, rec, f.node.Name, kube.DrainOptions{
-						PodFilter: mountsDevice, Why: "tt-kmd " + v + " upgrade: the pod holds /dev/tenstorrent",
-						Timeout: remaining(ctx, cfg.DrainTimeout),
-					})
-					return blockedIfDrain(err)
-				},
-				Wait: func(ctx context.Context, f kmdFacts) error {
-					err := kube.WaitForNoPods(ctx, cs, f.node.Name, func(p *corev1.Pod) bool { return !isHelper(p) && mountsDevice(p) })
-					if err != nil && ctx.Err() != nil {
-						return runbook.Blocked(fmt.Errorf("pods still hold /dev/tenstorrent on %s (a DaemonSet without the deploy gate, or a pod tolerating the cordon?): %w", f.node.Name, err))
-					}
-					return err
-				},
-			},
+			cordonStep[kmdFacts]("tt.kmd.cordon", cs, rec, cfg.RunID),
+			closeGatesStep[kmdFacts]("tt.kmd.close-gates", cfg.DeployGates, cs, rec),
+			evictDevicePodsStep[kmdFacts]("tt.kmd.evict-device-pods", cfg.Drain, cfg.DrainTimeout, "tt-kmd "+v+" upgrade", cs, rec),
 			{
 				ID: "tt.kmd.drain", Title: "Drain the rest of the node",
 				Doc:     "With --full-node (the default), evict every other pod kubectl drain would (DaemonSet pods stay), optionally only those matching --pod-selector, and wait until they are gone.",
 				Timeout: cfg.DrainTimeout,
 				Done: func(f kmdFacts) (bool, string) {
-					if f.atTarget() || !cfg.Drain || !cfg.FullNode {
+					if f.finished() || !cfg.Drain || !cfg.FullNode {
 						return true, "not requested"
 					}
 					left := f.drainPods()
@@ -274,7 +157,7 @@ failed helper never crash-loops: its structured result says why.`,
 				Timeout: cfg.Helper.Timeout,
 				Done: func(f kmdFacts) (bool, string) {
 					switch {
-					case f.atTarget():
+					case f.finished():
 						return true, "node labelled " + v
 					case f.helper.succeeded(v):
 						return true, describeKMDResult(f.helper.Result)
@@ -332,7 +215,7 @@ failed helper never crash-loops: its structured result says why.`,
 				ID: "tt.kmd.label", Title: "Label the node with the measured version",
 				Doc: "Write driver.tenstorrent.com/kmd-version from what the helper measured in /sys/module (never the intent) and install-mode=container, and keep the helper's result in an annotation.",
 				Done: func(f kmdFacts) (bool, string) {
-					return f.atTarget(), LabelKMDVersion + "=" + orUnknown(f.node.Labels[LabelKMDVersion])
+					return f.finished(), LabelKMDVersion + "=" + orUnknown(f.node.Labels[LabelKMDVersion])
 				},
 				Guards: []runbook.Guard[kmdFacts]{{
 					Name: "the helper measured the target version",
@@ -347,47 +230,9 @@ failed helper never crash-loops: its structured result says why.`,
 					return recordKMDResult(ctx, cs, rec, f.node.Name, f.helper.Result, cfg.RunID)
 				},
 			},
-			{
-				ID: "tt.kmd.open-gates", Title: "Reopen the deploy gates",
-				Doc: "Put every deploy-gate label back to the value it had before (or remove it if it was absent), so the sibling DaemonSets return.",
-				Done: func(f kmdFacts) (bool, string) {
-					return f.atTarget() && !f.gatesPriorRecorded(), "gates restored"
-				},
-				Plan: func(f kmdFacts) []runbook.Change {
-					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: "restore deploy gates"}}
-				},
-				Act: func(ctx context.Context, f kmdFacts) error { return openGates(ctx, cs, rec, f.node.Name) },
-			},
-			{
-				ID: "tt.kmd.uncordon", Title: "Uncordon the node",
-				Doc: "Lift the cordon this runbook set. A cordon someone else set stays.",
-				Done: func(f kmdFacts) (bool, string) {
-					return f.atTarget() && !f.ourCordon(), kube.CordonStateOf(f.node).String()
-				},
-				Plan: func(f kmdFacts) []runbook.Change {
-					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "uncordon"}}
-				},
-				Act: func(ctx context.Context, f kmdFacts) error {
-					_, err := kube.Uncordon(ctx, cs, rec, f.node.Name, KMDRunbookName)
-					return err
-				},
-			},
-			{
-				ID: "tt.kmd.cleanup", Title: "Remove the helper pod",
-				Doc: "Delete the finished helper pod; its result is kept on the node.",
-				Done: func(f kmdFacts) (bool, string) {
-					return f.atTarget() && f.helper.Pod == nil, "no helper left"
-				},
-				Plan: func(f kmdFacts) []runbook.Change {
-					return []runbook.Change{{Object: "pod/" + cfg.Helper.Namespace + "/" + helperName(f.node.Name), Action: "delete"}}
-				},
-				Act: func(ctx context.Context, f kmdFacts) error {
-					if f.helper.Pod == nil {
-						return nil
-					}
-					return deleteHelper(ctx, cs, rec, f.helper.Pod)
-				},
-			},
+			openGatesStep[kmdFacts]("tt.kmd.open-gates", cs, rec),
+			uncordonStep[kmdFacts]("tt.kmd.uncordon", cs, rec),
+			cleanupStep[kmdFacts]("tt.kmd.cleanup", cfg.Helper.Namespace, helperName, cs, rec),
 		},
 	}
 }
