@@ -140,3 +140,6 @@ func (s *Session) Abort() error {
 	defer cancel()
 	return s.lock.Release(ctx)
 }
+
+// Lock is the held lock, or nil for a dry run.
+func (s *Session) Lock() *runbook.Lock { return s.lock }

@@ -247,8 +247,8 @@ func (l *Lock) renew() {
 
 func (l *Lock) renewOnce(ctx context.Context) error {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	cur := l.lease.DeepCopy()
-	l.mu.Unlock()
 	if heldBy(cur) != l.holder.Identity() {
 		return apierrors.NewConflict(coordv1.Resource("leases"), l.name, fmt.Errorf("held by %s", heldBy(cur)))
 	}
@@ -258,9 +258,7 @@ func (l *Lock) renewOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
 	l.lease = updated
-	l.mu.Unlock()
 	return nil
 }
 
@@ -313,4 +311,35 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
+}
+
+// Annotation reads an annotation of the held Lease. Runs keep small,
+// roll-wide records there (e.g. when a forced re-flash campaign started).
+func (l *Lock) Annotation(key string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v, ok := l.lease.Annotations[key]
+	return v, ok
+}
+
+// SetAnnotation writes (nil: removes) an annotation of the held Lease. It
+// goes through the lock so renewals never see a conflict of our own making.
+func (l *Lock) SetAnnotation(ctx context.Context, key string, value *string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cur := l.lease.DeepCopy()
+	if cur.Annotations == nil {
+		cur.Annotations = map[string]string{}
+	}
+	if value == nil {
+		delete(cur.Annotations, key)
+	} else {
+		cur.Annotations[key] = *value
+	}
+	updated, err := l.cs.CoordinationV1().Leases(l.ns).Update(ctx, cur, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("annotate lease %s/%s: %w", l.ns, l.name, err)
+	}
+	l.lease = updated
+	return nil
 }

@@ -9,8 +9,12 @@ func Docs() map[string]string {
 	kmd := KMDRunbook(nil, nil, &KMDConfig{Version: "VERSION", DeployGates: []string{DefaultDeployGate},
 		Drain: true, FullNode: true, DrainTimeout: 10 * time.Minute, Helper: h})
 	smi := SMIRunbook(nil, nil, &SMIConfig{Version: "VERSION", Helper: HelperConfig{Image: "IMAGE", Namespace: "kube-system", Timeout: 5 * time.Minute}})
+	fw := &FirmwareConfig{Version: "VERSION", Drain: true, DrainTimeout: 10 * time.Minute, FlashTimeout: 15 * time.Minute,
+		DeployGates: []string{DefaultDeployGate}, Helper: h}
+	fw.Complete()
 	return map[string]string{
-		"tt-kmd.md": kmd.Markdown(),
-		"tt-smi.md": smi.Markdown(),
+		"tt-firmware.md": FirmwareRunbook(nil, nil, fw).Markdown(),
+		"tt-kmd.md":      kmd.Markdown(),
+		"tt-smi.md":      smi.Markdown(),
 	}
 }

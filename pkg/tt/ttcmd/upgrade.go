@@ -19,7 +19,7 @@ func newUpgradeCommand(g *cli.Globals) *cobra.Command {
 		Use:   "upgrade",
 		Short: "Upgrade tt-kmd, tt-smi or firmware node by node",
 	}
-	cmd.AddCommand(newUpgradeKMDCommand(g), newUpgradeSMICommand(g))
+	cmd.AddCommand(newUpgradeKMDCommand(g), newUpgradeSMICommand(g), newUpgradeFirmwareCommand(g))
 	return cmd
 }
 

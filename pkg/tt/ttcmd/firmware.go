@@ -1,0 +1,151 @@
+package ttcmd
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/runbook"
+	"github.com/rollbook/rollbook/pkg/tt"
+)
+
+// annForceCampaign on the tt Lease records when a forced re-flash started
+// ("<readback>@<RFC3339>"), so a re-run resumes it instead of re-flashing
+// nodes the interrupted run already did.
+const annForceCampaign = "rollbook.dev/tt-firmware-force-write"
+
+type firmwareOptions struct {
+	g           *cli.Globals
+	run         cli.RunFlags
+	sel         selectionFlags
+	helper      helperFlags
+	cfg         tt.FirmwareConfig
+	gates       []string
+	maxParallel int
+	halt        bool
+}
+
+func newUpgradeFirmwareCommand(g *cli.Globals) *cobra.Command {
+	o := &firmwareOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "firmware --version X.Y.Z [NODE...]",
+		Short: "Flash every selected node to a firmware bundle, at most --max-parallel nodes out of service at once",
+		Long: `Flash every selected Tenstorrent node to firmware bundle --version.
+
+Per node: Pending → Cordoning → Draining → Flashing → Uncordoning → Done (or Failed).
+--max-parallel bounds the nodes out of service (cordoned until uncordoned), not just running
+flashes. A node counts as done from its measured readback recorded on the node, so an
+interrupted run resumes without re-flashing finished nodes. Nodes labelled
+firmware.tenstorrent.com/skip=true are skipped.`,
+		Example: `  kubectl tt upgrade firmware --version 19.9.0 --dry-run
+  kubectl tt upgrade firmware --version 19.9.0 --max-parallel 2
+  # Recover a corrupted flash: re-flash nodes already at 19.9.0
+  kubectl tt upgrade firmware --version 19.9.0 --force-write --nodes tt-node-7`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sel, err := o.complete(args)
+			if err != nil {
+				return err
+			}
+			return o.runFirmware(cmd.Context(), sel)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.cfg.Version, "version", "", "firmware bundle version, MAJOR.MINOR.PATCH (required)")
+	fs.StringVar(&o.cfg.BundleURL, "bundle-url", "", "bundle to flash (default: the public tt-system-firmware release of --version)")
+	fs.StringVar(&o.cfg.Readback, "readback-version", "", "what every device must report afterwards (default: --version + \".0\")")
+	fs.IntVar(&o.maxParallel, "max-parallel", 1, "nodes out of service at once")
+	fs.DurationVar(&o.cfg.FlashTimeout, "flash-timeout", 15*time.Minute, "deadline of one node's flash, kept across re-runs")
+	fs.BoolVar(&o.cfg.Drain, "drain", true, "evict pods that hold /dev/tenstorrent before flashing")
+	fs.DurationVar(&o.cfg.DrainTimeout, "drain-timeout", 10*time.Minute, "how long the drain may take, kept across re-runs")
+	fs.BoolVar(&o.halt, "halt-on-failure", true, "start no new node once one has failed (nodes in progress finish their step)")
+	fs.BoolVar(&o.cfg.ForceWrite, "force-write", false, "re-flash nodes already at the readback version (recovery); resumable")
+	fs.BoolVar(&o.cfg.ContinueOnReadbackFailure, "continue-on-readback-failure", false, "flash even when the pre-flash readback fails after one reset")
+	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate}, "node labels set to \"false\" during the flash so DaemonSets holding the device leave (empty to disable)")
+	_ = cmd.MarkFlagRequired("version")
+	o.sel.add(cmd, g)
+	o.helper.add(fs, 15*time.Minute)
+	_ = fs.MarkHidden("helper-timeout") // the flash timeout is the helper's deadline
+	o.run.AddFlags(fs, "kube-system")
+	return cmd
+}
+
+func (o *firmwareOptions) complete(args []string) (tt.Selection, error) {
+	if err := o.run.Validate(); err != nil {
+		return tt.Selection{}, err
+	}
+	if o.maxParallel < 1 {
+		return tt.Selection{}, cli.UsageErrorf("--max-parallel must be at least 1, not %d", o.maxParallel)
+	}
+	for _, g := range o.gates {
+		if g = strings.TrimSpace(g); g != "" {
+			o.cfg.DeployGates = append(o.cfg.DeployGates, g)
+		}
+	}
+	o.cfg.Helper = o.helper.config()
+	o.cfg.Complete()
+	if err := o.cfg.Validate(); err != nil {
+		return tt.Selection{}, cli.UsageErrorf("%v", err)
+	}
+	sel := o.sel.selection(args)
+	if err := sel.Validate(); err != nil {
+		return tt.Selection{}, cli.UsageErrorf("%v", err)
+	}
+	return sel, nil
+}
+
+func (o *firmwareOptions) runFirmware(ctx context.Context, sel tt.Selection) error {
+	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
+	if err != nil {
+		return err
+	}
+	cfg := &o.cfg
+	cfg.RunID = s.RunID
+	if cfg.ForceWrite {
+		if cfg.ForceSince, err = forceCampaign(ctx, s, cfg.Readback); err != nil {
+			_ = s.Abort()
+			return err
+		}
+	}
+	targets, skipped, err := tt.FirmwareTargets(ctx, s.Client, sel)
+	if err != nil {
+		_ = s.Abort()
+		return err
+	}
+	for _, sk := range skipped {
+		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
+	}
+	res := runbook.Run(ctx, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets, runbook.Options{
+		RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress, Parallel: o.maxParallel, KeepGoing: !o.halt})
+	if cfg.ForceWrite && res.Outcome == runbook.OutcomeDone && s.Lock() != nil {
+		_ = s.Lock().SetAnnotation(ctx, annForceCampaign, nil)
+	}
+	next := "kubectl tt status"
+	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
+		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl tt upgrade firmware --version %s", cfg.Version)
+	}
+	return s.Finish(res, next)
+}
+
+// forceCampaign returns when the forced re-flash to readback started: the
+// time recorded by an interrupted earlier run, or now (recorded).
+func forceCampaign(ctx context.Context, s *cli.Session, readback string) (time.Time, error) {
+	now := time.Now().UTC().Truncate(time.Second)
+	l := s.Lock()
+	if l == nil { // dry run
+		return now, nil
+	}
+	if v, ok := l.Annotation(annForceCampaign); ok {
+		if rb, at, found := strings.Cut(v, "@"); found && rb == readback {
+			if t, err := time.Parse(time.RFC3339, at); err == nil {
+				s.Progress.Printf("resuming the forced re-flash to %s started %s", readback, at)
+				return t, nil
+			}
+		}
+	}
+	v := readback + "@" + now.Format(time.RFC3339)
+	return now, l.SetAnnotation(ctx, annForceCampaign, &v)
+}
