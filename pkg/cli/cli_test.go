@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+)
+
+func TestArgsForInvocation(t *testing.T) {
+	for _, tc := range []struct {
+		argv0 string
+		args  []string
+		want  []string
+	}{
+		{"/usr/local/bin/kubectl-ate", []string{"status"}, []string{"status"}},
+		{"kubectl-ate-status", nil, []string{"status"}},
+		{"/x/kubectl-ate-roll", []string{"next-node", "n1"}, []string{"roll", "next-node", "n1"}},
+		{"kubectl-ate-roll-next_node", []string{"n1"}, []string{"roll", "next-node", "n1"}},
+		{"kubectl-tt", []string{"version"}, []string{"version"}},
+		{"kubectl-ate-", []string{"x"}, []string{"x"}},
+	} {
+		plugin := "ate"
+		if strings.Contains(tc.argv0, "kubectl-tt") {
+			plugin = "tt"
+		}
+		if got := ArgsForInvocation(plugin, tc.argv0, tc.args); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s %v: got %v, want %v", tc.argv0, tc.args, got, tc.want)
+		}
+	}
+}
+
+func TestExecuteExitCodes(t *testing.T) {
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	root, _ := NewRoot("tt", "short", "long", streams)
+	root.AddCommand(&cobra.Command{Use: "blocked", RunE: func(*cobra.Command, []string) error {
+		return WithExitCode(ExitBlocked, errors.New("a PDB blocks the drain"))
+	}})
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"version"}, ExitOK, ""},
+		{[]string{"version", "-o", "xml"}, ExitUsage, "--output must be json or yaml"},
+		{[]string{"nope"}, ExitUsage, `unknown command "nope"`},
+		{[]string{"version", "--bogus"}, ExitUsage, "unknown flag: --bogus"},
+		{[]string{"blocked"}, ExitBlocked, "a PDB blocks the drain"},
+	} {
+		out.Reset()
+		errOut.Reset()
+		if code := Execute(root, tc.args, errOut); code != tc.code || !strings.Contains(errOut.String(), tc.msg) {
+			t.Errorf("%v: exit %d (want %d), stderr %q (want %q)", tc.args, code, tc.code, errOut.String(), tc.msg)
+		}
+	}
+}
+
+func TestHelpReadsAsKubectlPlugin(t *testing.T) {
+	streams, _, out, _ := genericiooptions.NewTestIOStreams()
+	root, _ := NewRoot("tt", "short", "long", streams)
+	root.SetOut(out)
+	Execute(root, []string{"--help"}, &bytes.Buffer{})
+	if !strings.Contains(out.String(), "kubectl tt [command]") || !strings.Contains(out.String(), "--kubeconfig") {
+		t.Fatalf("help: %s", out)
+	}
+}
