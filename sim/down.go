@@ -85,6 +85,7 @@ func cmdAddNodes(args []string) int {
 	start := fs.Int("start", 0, "index of the first new node")
 	prefix := fs.String("prefix", "kwok-node-", "node name prefix")
 	parallel := fs.Int("parallel", 32, "parallel creations")
+	labelsFlag := fs.String("labels", "", "extra node labels, k=v,k2=v2 (e.g. to make a fleet for benchmarks)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -104,7 +105,16 @@ func cmdAddNodes(args []string) int {
 		return 1
 	}
 	t := time.Now()
-	if err := cluster.CreateNodes(context.Background(), cs, *prefix, *start, *count, *parallel); err != nil {
+	extra := map[string]string{}
+	for _, kv := range strings.Split(*labelsFlag, ",") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
+			extra[k] = v
+		} else if kv != "" {
+			fmt.Fprintf(os.Stderr, "sim add-nodes: --labels: %q is not k=v\n", kv)
+			return 2
+		}
+	}
+	if err := cluster.CreateNodes(context.Background(), cs, *prefix, *start, *count, *parallel, extra); err != nil {
 		fmt.Fprintln(os.Stderr, "sim add-nodes:", err)
 		return 1
 	}

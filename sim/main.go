@@ -3,7 +3,7 @@
 // kube-scheduler and kwok fake nodes in one process, plus the simulated peers
 // (scenarios) that rollbook's runbooks act on.
 //
-//	sim up --dir D [--nodes N] [--scenario NAME]   run until signalled
+//	sim up --dir D [--nodes N] [--scenario NAME] [--tt-agent PATH]   run until signalled
 //	sim down --dir D                                stop the sim running in D
 //	sim add-nodes --dir D --count N [--start S]     register more fake nodes
 //	sim scenarios                                   list the scenarios
@@ -12,20 +12,28 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	_ "time/tzdata"
+
+	"github.com/rollbook/rollbook/internal/fakehost"
 )
 
 const usage = `usage:
-  sim up --dir D [--nodes N] [--scenario NAME] [--log-stderr]
+  sim up --dir D [--nodes N] [--scenario NAME] [--tt-agent PATH] [--log-stderr]
   sim down --dir D
   sim add-nodes --dir D --count N [--start S] [--prefix P]
   sim scenarios`
 
 func main() {
+	// The tt hosts' tool dir links rmmod, tt-smi, … to this binary, so the
+	// helper runner's agent reaches the fake tools under their real names.
+	if fakehost.IsTool(filepath.Base(os.Args[0])) {
+		os.Exit(fakehost.Main(os.Args))
+	}
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)

@@ -35,6 +35,7 @@ func cmdUp(args []string) int {
 	verbosity := fs.Int("v", 0, "log verbosity of the components")
 	logStderr := fs.Bool("log-stderr", false, "leave component logs on stderr instead of DIR/sim.log")
 	exitWithParent := fs.Bool("exit-with-parent", false, "stop when the process that started sim exits (for test harnesses)")
+	ttAgent := fs.String("tt-agent", "", "kubectl-tt binary the tt scenarios' helper runner executes for helper pods (default: kubectl-tt next to sim, else on PATH)")
 	var apiArg, kcmArg, schedArg multiFlag
 	fs.Var(&apiArg, "apiserver-arg", "extra kube-apiserver flag (repeatable)")
 	fs.Var(&kcmArg, "kcm-arg", "extra kube-controller-manager flag (repeatable)")
@@ -46,6 +47,7 @@ func cmdUp(args []string) int {
 		fmt.Fprintln(os.Stderr, "sim up: --dir is required and --nodes must be >= 0")
 		return 2
 	}
+	scenario.TTAgent = *ttAgent
 	sc, err := scenario.Get(*scen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sim up:", err)

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 )
 
 // Exit codes every rollbook command uses, so scripts can branch on them.
@@ -67,6 +68,11 @@ func ExitCode(err error) int {
 func Execute(root *cobra.Command, args []string, errOut io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// client-go logs transient port-forward and watch errors through klog;
+	// they are retried or surface as errors we print, so keep them off the
+	// user's terminal.
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
 	root.SetArgs(args)
 	// cobra reports unknown flags and arguments as plain errors; make them
 	// usage errors with the command's usage hint.

@@ -2,6 +2,7 @@ package runbook
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,4 +42,25 @@ func (t NodeTarget) SetAnnotation(ctx context.Context, key string, value *string
 		return kube.NodeChange{Annotations: map[string]*string{key: value}}, nil
 	})
 	return err
+}
+
+// ScopeTarget is a target that is no single object, such as "the roll".
+// Its steps cannot have a Timeout: there is no object to keep the clock on.
+type ScopeTarget struct {
+	Scope  string
+	Object corev1.ObjectReference // where events about it go
+}
+
+// Name implements Target.
+func (t ScopeTarget) Name() string { return t.Scope }
+
+// Ref implements Target.
+func (t ScopeTarget) Ref() corev1.ObjectReference { return t.Object }
+
+// Annotation implements Target.
+func (t ScopeTarget) Annotation(context.Context, string) (string, bool, error) { return "", false, nil }
+
+// SetAnnotation implements Target; scope targets keep no clocks.
+func (t ScopeTarget) SetAnnotation(context.Context, string, *string) error {
+	return fmt.Errorf("%s keeps no step clock: its steps must not have a timeout", t.Scope)
 }

@@ -17,8 +17,8 @@ import (
 const KubeletVersion = "v1.37.2"
 
 // CreateNodes registers count fake nodes named <prefix><start…> for kwok to
-// manage, parallel at a time. Existing nodes are left alone.
-func CreateNodes(ctx context.Context, cs kubernetes.Interface, prefix string, start, count, parallel int) error {
+// manage, parallel at a time, with extra labels. Existing nodes are left alone.
+func CreateNodes(ctx context.Context, cs kubernetes.Interface, prefix string, start, count, parallel int, labels map[string]string) error {
 	if parallel < 1 {
 		parallel = 1
 	}
@@ -35,7 +35,11 @@ func CreateNodes(ctx context.Context, cs kubernetes.Interface, prefix string, st
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_, err := cs.CoreV1().Nodes().Create(ctx, NewNode(name), metav1.CreateOptions{})
+			n := NewNode(name)
+			for k, v := range labels {
+				n.Labels[k] = v
+			}
+			_, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("%s: %w", name, err))

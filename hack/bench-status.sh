@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Benchmarks `kubectl tt status` on a large simulated fleet against what a
+# person would run by hand to see the same facts (kubectl get nodes with the
+# version columns). Prints wall time and peak memory of each.
+#   NODES=5000 RUNS=5 bash hack/bench-status.sh
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+SIM=${ROLLBOOK_SIM_BIN:-$root/.cache/bin/sim}
+TT=${TT:-$root/bin/kubectl-tt}
+NODES=${NODES:-5000}
+RUNS=${RUNS:-5}
+base=$(mktemp -d /tmp/rollbook-bench.XXXXXX)
+dir=$base/sim
+cleanup() { "$SIM" down --dir "$dir" >/dev/null 2>&1 || true; rm -rf "$base"; }
+trap cleanup EXIT
+
+"$SIM" up --dir "$dir" --nodes 0 >"$base/sim.out" 2>&1 &
+for _ in $(seq 600); do [ -f "$dir/ready" ] && break; sleep 0.1; done
+export KUBECONFIG=$dir/kubeconfig
+labels="feature.node.kubernetes.io/pci-1200_1e52.present=true,driver.tenstorrent.com/kmd-version=2.7.0"
+labels="$labels,tt-smi.driver.tenstorrent.com/version=3.0.5,firmware.tenstorrent.com/fw-version=18.3.0.0,driver.tenstorrent.com/install-mode=container"
+"$SIM" add-nodes --dir "$dir" --count "$NODES" --parallel 64 --labels "$labels"
+# a handful of nodes mid-roll, so status has something to explain
+kubectl label nodes kwok-node-0 kwok-node-1 driver.tenstorrent.com/kmd-version=2.8.0 --overwrite >/dev/null
+kubectl cordon kwok-node-2 >/dev/null
+echo "fleet: $(kubectl get nodes --no-headers | wc -l) nodes"
+
+measure() { # name, command...
+  local name=$1; shift
+  local best=999 worst=0 mem=0
+  for _ in $(seq "$RUNS"); do
+    /usr/bin/time -f "%e %M" -o "$base/t" "$@" >"$base/out" 2>/dev/null
+    read -r secs kb <"$base/t"
+    best=$(echo "if ($secs < $best) $secs else $best" | bc)
+    worst=$(echo "if ($secs > $worst) $secs else $worst" | bc)
+    [ "$kb" -gt "$mem" ] && mem=$kb
+  done
+  printf '%-44s best %6.2fs  worst %6.2fs  peak RSS %5d MiB  (%d lines)\n' "$name" "$best" "$worst" $((mem / 1024)) "$(wc -l <"$base/out")"
+}
+cols="-L driver.tenstorrent.com/kmd-version,tt-smi.driver.tenstorrent.com/version,firmware.tenstorrent.com/fw-version,driver.tenstorrent.com/install-mode"
+measure "kubectl get nodes (by hand, version columns)" kubectl get nodes -l feature.node.kubernetes.io/pci-1200_1e52.present=true $cols
+measure "kubectl tt status" "$TT" status
+measure "kubectl tt status -o json" "$TT" status -o json

@@ -1,0 +1,169 @@
+package ate
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+// Check is one item of the runbook's "confirm before you begin" list.
+type Check struct {
+	Group   string `json:"group"`
+	Name    string `json:"name"`
+	OK      bool   `json:"ok"`
+	Warning bool   `json:"warning,omitempty"` // not a blocker, but read it
+	Detail  string `json:"detail,omitempty"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+// PreflightOptions tune the checks.
+type PreflightOptions struct {
+	AllowFullStop bool
+}
+
+// Preflight checks everything the runbook asks to confirm before the first
+// node. caps is nil when the API could not be reached (apiErr says why).
+func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *ateapi.Capabilities, apiErr error, o PreflightOptions) []Check {
+	var out []Check
+	add := func(group, name string, ok bool, detail, fix string) {
+		out = append(out, Check{Group: group, Name: name, OK: ok, Detail: detail, Fix: fix})
+	}
+	// Dataplane
+	versioned := len(c.Atelets) > 0
+	for _, a := range c.Atelets {
+		versioned = versioned && a.Versioned
+	}
+	add("dataplane", "atelet DaemonSets carry a version suffix and label", versioned, ateletList(c),
+		"a pre-versioned install cannot be rolled: reinstall with a versioned build")
+	add("dataplane", "at most two atelet DaemonSets (OLD and NEW)", len(c.Atelets) <= 2, ateletList(c),
+		"delete the stray DaemonSet and check VERSION in the checkout that made it")
+	if c.New != "" {
+		var newDS Atelet
+		for _, a := range c.Atelets {
+			if a.Version == c.New {
+				newDS = a
+			}
+		}
+		add("dataplane", "the NEW atelet DaemonSet is present with 0 pods before any flip", newDS.Desired == 0 || len(c.NodesAt(c.New)) > 0,
+			fmt.Sprintf("%s desired %d", newDS.Name, newDS.Desired), "")
+	}
+	// Nodes
+	unlabelled, other := 0, 0
+	for _, n := range c.Nodes {
+		switch n.Version {
+		case c.Old, c.New:
+		case "":
+			unlabelled++
+		default:
+			other++
+		}
+	}
+	add("nodes", "every node carries "+VersionLabel, unlabelled == 0, fmt.Sprintf("%d unlabelled", unlabelled),
+		fmt.Sprintf("kubectl label node NODE %s=%s (on GKE also the node pool, before the roll)", VersionLabel, c.Old))
+	add("nodes", "every node is at OLD or NEW", other == 0, fmt.Sprintf("%d at another version", other), "")
+	add("nodes", "at least two nodes, so the roll never stops everything", len(c.Nodes) >= 2 || o.AllowFullStop,
+		fmt.Sprintf("%d node(s)", len(c.Nodes)), "on a single node the roll is a full stop; pass --allow-full-stop to accept that")
+	// Pools
+	for _, p := range c.Pools {
+		if p.ClonedFrom != "" || (c.New != "" && p.Pin == c.New) {
+			continue
+		}
+		add("pools", fmt.Sprintf("pool %s is pinned to OLD", p.Key()), p.Pin == c.Old, "pin "+orNone(p.Pin),
+			"kubectl ate preflight --pin-pools (only while no actor is on its workers: the pin re-renders its Deployment)")
+		add("pools", fmt.Sprintf("pool %s is READY==DESIRED", p.Key()), p.Ready == p.Desired,
+			fmt.Sprintf("%d/%d ready", p.Ready, p.Desired), "wait for the pool's pods, or find why they are not Ready (kubectl get deploy -l "+PoolLabel+"="+p.Name+")")
+	}
+	// API
+	switch {
+	case apiErr != nil:
+		add("api", "the control API is reachable", false, apiErr.Error(), "check svc/api in "+Namespace+", or pass --ate-endpoint/--ate-ca-file/--ate-token-file")
+	case caps != nil:
+		add("api", "DrainWorker is served and implemented", caps.DrainImplemented, fmt.Sprintf("era %s, methods %s", caps.Era, strings.Join(caps.Methods, ",")),
+			"this install predates versioned builds: it needs a fresh install")
+		add("api", "RevertActor is served (crashed-actor recovery)", caps.Has("RevertActor"), "", "upgrade the API server first, or accept that crashed actors cannot be reverted")
+	}
+	// GKE
+	nodes, _ := gkeFacts(ctx, cs)
+	gke, spot := nodes.gke, nodes.spot
+	if gke > 0 {
+		out = append(out,
+			Check{Group: "gke", Name: "node-pool autoscaler parked", OK: true, Warning: true, Detail: "cannot be seen from Kubernetes",
+				Fix: "gcloud container node-pools update POOL --no-enable-autoscaling (old-pool pods go Pending on purpose as the rollback reserve)"},
+			Check{Group: "gke", Name: "maintenance exclusion in place", OK: true, Warning: true, Detail: "a recreated node comes back with the pool's OLD label",
+				Fix: "gcloud container clusters update … --add-maintenance-exclusion-…"},
+			Check{Group: "gke", Name: "node pool carries " + VersionLabel + "=" + c.Old, OK: true, Warning: true,
+				Detail: "do not relabel the pool until every node is rolled: it applies to every node at once"})
+	}
+	if spot > 0 {
+		add("gke", "no spot/preemptible worker nodes", false, fmt.Sprintf("%d spot/preemptible node(s)", spot), "move workers off spot nodes: they are drained without notice")
+	}
+	return out
+}
+
+// Failed counts blocking failures.
+func Failed(checks []Check) int {
+	n := 0
+	for _, c := range checks {
+		if !c.OK && !c.Warning {
+			n++
+		}
+	}
+	return n
+}
+
+type gkeCount struct{ gke, spot int }
+
+func gkeFacts(ctx context.Context, cs kubernetes.Interface) (gkeCount, error) {
+	var g gkeCount
+	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "cloud.google.com/gke-nodepool"})
+	if err != nil {
+		return g, err
+	}
+	g.gke = len(l.Items)
+	for _, n := range l.Items {
+		if n.Labels["cloud.google.com/gke-spot"] == "true" || n.Labels["cloud.google.com/gke-preemptible"] == "true" {
+			g.spot++
+		}
+	}
+	return g, nil
+}
+
+func ateletList(c *Cluster) string {
+	var s []string
+	for _, a := range c.Atelets {
+		s = append(s, a.Name+"="+orNone(a.Version))
+	}
+	return strings.Join(s, ", ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+// PinPool pins an unpinned pool to version, only while no actor is bound to
+// its workers: the edit re-renders the pool's Deployment, which would roll
+// its workers through live actors.
+func PinPool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p Pool, version string, inv *ateapi.Inventory) error {
+	if n := actorsOnPools(inv, []Pool{p}); n > 0 {
+		return runbook.Blocked(fmt.Errorf("pool %s has %d actor(s) on its workers; pinning now would roll its Deployment through them. Suspend them first, then re-run --pin-pools", p.Key(), n))
+	}
+	patch := fmt.Sprintf(`{"spec":{"template":{"nodeSelector":{%q:%q}}}}`, VersionLabel, version)
+	if _, err := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("pin pool %s: %w", p.Key(), err)
+	}
+	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolPinned", fmt.Sprintf("pinned to %s=%s (no actor was on its workers)", VersionLabel, version))
+	return nil
+}

@@ -1,0 +1,229 @@
+package ate
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/kube"
+)
+
+// Phase names where the roll stands.
+type Phase string
+
+const (
+	PhaseBlocked    Phase = "blocked"            // the cluster is in a shape the roll must not touch
+	PhaseNotStarted Phase = "not started"        // one atelet DaemonSet
+	PhasePrepared   Phase = "dataplane prepared" // a NEW atelet DaemonSet; pools not all cloned
+	PhaseCloned     Phase = "pools cloned"
+	PhaseRolling    Phase = "rolling"
+	PhaseRolled     Phase = "rolled" // every node NEW; actors may still sit on old workers
+	PhaseRetireable Phase = "ready to retire"
+)
+
+// NodeProgress is a node's place in the roll.
+type NodeProgress struct {
+	Node    string `json:"node"`
+	Version string `json:"version"`
+	// Step is the sub-step in progress for a node being moved, else "".
+	Step string `json:"step,omitempty"`
+}
+
+// Status is the whole picture `kubectl ate status` shows.
+type Status struct {
+	Phase   Phase          `json:"phase"`
+	Summary string         `json:"summary"`
+	Cluster *Cluster       `json:"cluster"`
+	Nodes   []NodeProgress `json:"inProgress,omitempty"`
+	// Counts of nodes per version label value ("" = unlabelled).
+	Counts map[string]int `json:"nodesPerVersion"`
+	// API facts; APIError says why they are missing.
+	Capabilities       *ateapi.Capabilities `json:"capabilities,omitempty"`
+	ActorsOnOldPools   int                  `json:"actorsOnOldPoolWorkers"`
+	FreeNewWorkers     int                  `json:"freeNewWorkers"`
+	APIError           string               `json:"apiError,omitempty"`
+	OldPoolPodsRunning int                  `json:"oldPoolPodsRunning"`
+	Unobservable       []string             `json:"unobservable"`
+	Next               string               `json:"next"`
+}
+
+// Unobservable are the runbook steps no probe can see.
+var Unobservable = []string{
+	"1: new CRDs applied (kubectl apply -f manifests/ate-install/generated)",
+	"2: ate-controller upgraded (ate-setup deploy ate-controller)",
+	"6: control plane upgraded (ate-setup deploy apiserver; deploy ate-system)",
+}
+
+// ObserveStatus builds the status from the cluster and, when inv is not
+// nil, the substrate's workers and actors.
+func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv *ateapi.Inventory) (*Status, error) {
+	s := &Status{Cluster: c, Counts: map[string]int{}, Unobservable: Unobservable}
+	for _, n := range c.Nodes {
+		s.Counts[n.Version]++
+	}
+	if len(c.Problems) > 0 {
+		s.Phase, s.Summary = PhaseBlocked, strings.Join(c.Problems, "; ")
+		s.Next = "fix the problems above, then: kubectl ate status"
+		return s, nil
+	}
+	oldPods, err := PoolPods(ctx, cs, c.OldPools())
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range oldPods {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			s.OldPoolPodsRunning++
+		}
+	}
+	if inv != nil {
+		s.ActorsOnOldPools = actorsOnPools(inv, c.OldPools())
+		s.FreeNewWorkers = FreeWorkers(inv, c.PoolsPinnedTo(c.New), c.NodesAt(c.New))
+	}
+	s.Nodes = inProgress(c, oldPods, inv)
+	total, atNew := len(c.Nodes), len(c.NodesAt(c.New))
+	switch {
+	case c.New == "" && len(c.OldPools()) == 0 && clonesServing(c):
+		s.Phase, s.Summary = PhaseNotStarted, fmt.Sprintf("no roll in progress; every node at %s (a previous roll was retired)", c.Old)
+		s.Next = "to upgrade: ate-setup deploy atelet from the new release, then kubectl ate preflight"
+	case c.New == "":
+		s.Phase, s.Summary = PhaseNotStarted, fmt.Sprintf("every node at %s; no NEW atelet DaemonSet", c.Old)
+		s.Next = "apply the new CRDs, deploy ate-controller and the new atelet from the new release (steps 1–3), then: kubectl ate preflight"
+	case !clonesComplete(c):
+		s.Phase, s.Summary = PhasePrepared, fmt.Sprintf("NEW atelet %s is installed; %d of %d serving pool(s) cloned", c.New, countClones(c), len(c.OldPools()))
+		s.Next = "kubectl ate roll clone-pools --image <new worker image>@sha256:…"
+	case atNew == 0:
+		s.Phase, s.Summary = PhaseCloned, fmt.Sprintf("pools cloned; 0 of %d nodes at %s", total, c.New)
+		s.Next = "kubectl ate preflight && kubectl ate roll next-node"
+	case atNew < total || len(s.Nodes) > 0:
+		s.Phase, s.Summary = PhaseRolling, fmt.Sprintf("%d of %d nodes at %s", atNew, total, c.New)
+		s.Next = "kubectl ate roll next-node"
+	case inv != nil && (s.ActorsOnOldPools > 0 || s.OldPoolPodsRunning > 0):
+		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; %d actor(s) still on old-pool workers, %d old-pool pod(s) Running", c.New, s.ActorsOnOldPools, s.OldPoolPodsRunning)
+		s.Next = "wait for those actors to suspend or move; then upgrade the control plane (step 6)"
+	default:
+		s.Phase, s.Summary = PhaseRetireable, fmt.Sprintf("every node at %s; no actor on an old-pool worker", c.New)
+		s.Next = "upgrade the control plane (step 6), let it soak, then: kubectl ate retire (ends the rollback option)"
+	}
+	return s, nil
+}
+
+// PoolPods lists the pods of pools with one label-selected list.
+func PoolPods(ctx context.Context, cs kubernetes.Interface, pools []Pool) ([]corev1.Pod, error) {
+	if len(pools) == 0 {
+		return nil, nil
+	}
+	names := map[string]bool{}
+	for _, p := range pools {
+		names[p.Name] = true
+	}
+	var vals []string
+	for n := range names {
+		vals = append(vals, n)
+	}
+	sort.Strings(vals)
+	req, err := labels.NewRequirement(PoolLabel, selection.In, vals)
+	if err != nil {
+		return nil, err
+	}
+	l, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: req.String()})
+	if err != nil {
+		return nil, fmt.Errorf("list worker pods: %w", err)
+	}
+	keys := poolSet(pools)
+	var out []corev1.Pod
+	for _, p := range l.Items {
+		if keys[p.Namespace+"/"+p.Labels[PoolLabel]] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// inProgress finds nodes half-way: at NEW with old-pool pods still there,
+// or at OLD with draining workers.
+func inProgress(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) []NodeProgress {
+	newNodes := map[string]bool{}
+	for _, n := range c.NodesAt(c.New) {
+		newNodes[n] = true
+	}
+	var out []NodeProgress
+	seen := map[string]bool{}
+	for _, p := range oldPods {
+		if n := p.Spec.NodeName; n != "" && newNodes[n] && !seen[n] && !kube.PodTerminal(&p) {
+			seen[n] = true
+			out = append(out, NodeProgress{Node: n, Version: c.New, Step: "flipped; old-pool worker pods still on the node (ate.node.delete-old-pods)"})
+		}
+	}
+	if inv != nil {
+		for _, w := range inv.Workers {
+			if w.State == ateapi.WorkerDraining && w.Node != "" && !newNodes[w.Node] && !seen[w.Node] {
+				seen[w.Node] = true
+				out = append(out, NodeProgress{Node: w.Node, Version: c.Old, Step: "workers draining; actors being suspended (ate.node.suspend)"})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+func actorsOnPools(inv *ateapi.Inventory, pools []Pool) int {
+	set := poolSet(pools)
+	workers := map[string]bool{}
+	for _, w := range inv.Workers {
+		if set[w.Pool] || set[w.Namespace+"/"+w.Pool] {
+			workers[w.Name] = true
+		}
+	}
+	n := 0
+	for _, a := range inv.Actors {
+		if a.Worker != "" && workers[a.Worker] {
+			n++
+		}
+	}
+	return n
+}
+
+func FreeWorkers(inv *ateapi.Inventory, pools []Pool, nodes []string) int {
+	set := poolSet(pools)
+	at := map[string]bool{}
+	for _, n := range nodes {
+		at[n] = true
+	}
+	n := 0
+	for _, w := range inv.Workers {
+		if (set[w.Pool] || set[w.Namespace+"/"+w.Pool]) && at[w.Node] && w.State == ateapi.WorkerActive && w.Free() {
+			n++
+		}
+	}
+	return n
+}
+
+func clonesComplete(c *Cluster) bool { return countClones(c) == len(c.OldPools()) }
+
+func countClones(c *Cluster) int {
+	n := 0
+	for _, p := range c.OldPools() {
+		if p.CloneName != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// clonesServing: pools we cloned whose source is gone (retired).
+func clonesServing(c *Cluster) bool {
+	for _, p := range c.Pools {
+		if p.ClonedFrom != "" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,302 @@
+package scenario
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/rollbook/rollbook/sim/tthost"
+)
+
+// TTAgent is the kubectl-tt binary the tt scenarios' helper runner runs;
+// `sim up --tt-agent` sets it. Empty: kubectl-tt next to the sim binary,
+// else on PATH.
+var TTAgent string
+
+// Objects of the tt scenarios.
+const (
+	ttSystemNS    = "tt-system"
+	ttWorkloadsNS = "tt-workloads"
+	ttTelemetry   = "tt-telemetry"
+	ttInference   = "tt-inference"
+	labelUsesDev  = "tenstorrent.com/uses-device"
+)
+
+// The node mapping (tthost.PlanFleet): plain nodes first, the last plain
+// one is a Galaxy; with tt-fleet and >= 5 nodes, or always with
+// tt-fleet-awkward, the last three nodes are host-managed (DKMS),
+// driver.tenstorrent.com/skip=true and stubborn (a host process holds
+// /dev/tenstorrent/0). With 3 nodes tt-fleet keeps all three plain so a
+// simple roll works.
+func init() {
+	Register(Scenario{
+		Name: "tt-fleet",
+		Description: "Tenstorrent fleet at tt-kmd 2.7.0 / tt-smi 5.0.0 / fw 18.2.0.0 (PCIe boards, the last plain node a Galaxy), " +
+			"tt-telemetry DaemonSet (tt-system) and tt-inference Deployment + PDB (tt-workloads) holding /dev/tenstorrent, " +
+			"helper pods run for real; with >= 5 nodes the last three are DKMS, skip-labelled and stubborn-holder nodes",
+		Setup: func(ctx context.Context, env *Env) error {
+			return setupTTFleet(ctx, env, env.Nodes, len(env.Nodes) >= tthost.AwkwardMin)
+		},
+	})
+	Register(Scenario{
+		Name: "tt-fleet-awkward",
+		Description: "tt-fleet that always has the awkward nodes (needs >= 5 nodes): the last three are a DKMS/host-managed node, " +
+			"a driver.tenstorrent.com/skip=true node and a node where a host process (no pod) holds /dev/tenstorrent/0",
+		Setup: func(ctx context.Context, env *Env) error { return setupTTFleet(ctx, env, env.Nodes, true) },
+	})
+}
+
+func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) error {
+	plan, err := tthost.PlanFleet(nodes, awkward)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	agent, err := tthost.ResolveAgent(TTAgent, exe)
+	if err != nil {
+		return err
+	}
+	hosts, err := tthost.NewHosts(env.Dir, exe, tthost.OfferedTTSMI)
+	if err != nil {
+		return err
+	}
+	for _, p := range plan {
+		if _, err := hosts.Add(p.Node, p.Spec); err != nil {
+			return err
+		}
+		if err := labelNode(ctx, env, p.Node, p.Labels); err != nil {
+			return err
+		}
+		env.Logf("tt host %s: %s%s, %d devices, kmd %s (root %s/%s)", p.Node, p.Role, map[bool]string{true: " galaxy"}[p.Galaxy], len(p.Spec.Devices), p.Spec.LoadedKMD, hosts.Dir, p.Node)
+	}
+	holders := &tthost.HolderSync{Client: env.Client, Hosts: hosts, Logf: env.Logf}
+	runner := &tthost.Runner{Client: env.Client, Hosts: hosts, Agent: agent, Logf: env.Logf}
+	env.Go("tt-holders", holders.Run)
+	env.Go("tt-helper-runner", runner.Run)
+	env.Logf("tt helper runner: agent %s, runs logged to %s/runner.log", agent, hosts.Dir)
+
+	replicas := int32(max(1, len(plan)-1))
+	for _, o := range []func() error{
+		func() error { return createNS(ctx, env, ttSystemNS) },
+		func() error { return createNS(ctx, env, ttWorkloadsNS) },
+		func() error {
+			_, err := env.Client.AppsV1().DaemonSets(ttSystemNS).Create(ctx, telemetryDS(), metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := env.Client.AppsV1().Deployments(ttWorkloadsNS).Create(ctx, inferenceDeployment(replicas), metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := env.Client.PolicyV1().PodDisruptionBudgets(ttWorkloadsNS).Create(ctx, inferencePDB(replicas-1), metav1.CreateOptions{})
+			return err
+		},
+	} {
+		if err := o(); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	if err := waitWorkloads(ctx, env, int32(len(plan)), replicas); err != nil {
+		return err
+	}
+	return waitHolders(ctx, env, hosts, holders)
+}
+
+func labelNode(ctx context.Context, env *Env, node string, labels map[string]string) error {
+	b, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		return err
+	}
+	_, err = env.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, b, metav1.PatchOptions{})
+	return err
+}
+
+func createNS(ctx context.Context, env *Env, name string) error {
+	_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	return err
+}
+
+func deviceVolume() corev1.Volume {
+	return corev1.Volume{Name: "dev-tenstorrent", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: "/dev/tenstorrent"}}}
+}
+
+// telemetryDS follows the operator's deploy-gate contract (reference §3):
+// it runs on Tenstorrent nodes unless the gate label is "false", so
+// setting the gate to false removes it and deleting the label (what the
+// operator does on uncordon) brings it back.
+func telemetryDS() *appsv1.DaemonSet {
+	labels := map[string]string{"app.kubernetes.io/name": ttTelemetry}
+	podLabels := map[string]string{"app.kubernetes.io/name": ttTelemetry, labelUsesDev: "true"}
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: ttTelemetry, Namespace: ttSystemNS, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec: corev1.PodSpec{
+					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+							MatchExpressions: []corev1.NodeSelectorRequirement{
+								{Key: tthost.LabelPCI, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}},
+								{Key: tthost.LabelTelemetryGate, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"false"}},
+							},
+						}}},
+					}},
+					Containers: []corev1.Container{{
+						Name: "telemetry", Image: "ghcr.io/tenstorrent/tt-telemetry:v0.4.0",
+						VolumeMounts: []corev1.VolumeMount{{Name: "dev-tenstorrent", MountPath: "/dev/tenstorrent"}},
+					}},
+					Volumes: []corev1.Volume{deviceVolume()},
+				},
+			},
+		},
+	}
+}
+
+// inferenceDeployment runs one replica per node at most (required
+// anti-affinity) and leaves one node free, so an evicted replica has
+// somewhere to go.
+func inferenceDeployment(replicas int32) *appsv1.Deployment {
+	labels := map[string]string{"app": ttInference}
+	podLabels := map[string]string{"app": ttInference, labelUsesDev: "true"}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: ttInference, Namespace: ttWorkloadsNS, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{tthost.LabelPCI: "true"},
+					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+							LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
+							TopologyKey:   "kubernetes.io/hostname",
+						}},
+					}},
+					Containers: []corev1.Container{{
+						Name: "inference", Image: "ghcr.io/tenstorrent/tt-inference-server:v0.9.0",
+						VolumeMounts: []corev1.VolumeMount{{Name: "dev-tenstorrent", MountPath: "/dev/tenstorrent"}},
+					}},
+					Volumes: []corev1.Volume{deviceVolume()},
+				},
+			},
+		},
+	}
+}
+
+// inferencePDB lets at most one replica be disrupted at a time.
+func inferencePDB(minAvailable int32) *policyv1.PodDisruptionBudget {
+	m := intstr.FromInt32(minAvailable)
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: ttInference, Namespace: ttWorkloadsNS},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: &m,
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": ttInference}},
+		},
+	}
+}
+
+// waitWorkloads watches until telemetry runs on every tt node and every
+// inference replica is available, so READY means the devices are held.
+func waitWorkloads(ctx context.Context, env *Env, ttNodes, replicas int32) error {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	dsLW := listWatch(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return env.Client.AppsV1().DaemonSets(ttSystemNS).List(ctx, o)
+	}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		return env.Client.AppsV1().DaemonSets(ttSystemNS).Watch(ctx, o)
+	}, ttTelemetry)
+	if _, err := watchtools.UntilWithSync(ctx, dsLW, &appsv1.DaemonSet{}, nil, func(e watch.Event) (bool, error) {
+		ds, ok := e.Object.(*appsv1.DaemonSet)
+		return ok && ds.Status.DesiredNumberScheduled == ttNodes && ds.Status.NumberReady == ttNodes, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for %s/%s on %d nodes: %w", ttSystemNS, ttTelemetry, ttNodes, err)
+	}
+	depLW := listWatch(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return env.Client.AppsV1().Deployments(ttWorkloadsNS).List(ctx, o)
+	}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		return env.Client.AppsV1().Deployments(ttWorkloadsNS).Watch(ctx, o)
+	}, ttInference)
+	if _, err := watchtools.UntilWithSync(ctx, depLW, &appsv1.Deployment{}, nil, func(e watch.Event) (bool, error) {
+		d, ok := e.Object.(*appsv1.Deployment)
+		return ok && d.Status.AvailableReplicas == replicas, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for %s/%s (%d replicas): %w", ttWorkloadsNS, ttInference, replicas, err)
+	}
+	return nil
+}
+
+func listWatch(list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchF func(context.Context, metav1.ListOptions) (watch.Interface, error), name string) *cache.ListWatch {
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return watchF(ctx, o)
+		},
+	}
+}
+
+// waitHolders waits until the holder sync has opened the devices for every
+// Running device pod. The holders are files, not API objects, so this
+// polls briefly.
+func waitHolders(ctx context.Context, env *Env, hosts *tthost.Hosts, hs *tthost.HolderSync) error {
+	var want []string
+	for _, ns := range []string{ttSystemNS, ttWorkloadsNS} {
+		pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labelUsesDev + "=true"})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if _, ok := hosts.Root(p.Spec.NodeName); ok && p.Status.Phase == corev1.PodRunning {
+				want = append(want, p.Namespace+"/"+p.Name)
+			}
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var missing []string
+		for _, k := range want {
+			if !hs.Holding(k) {
+				missing = append(missing, k)
+			}
+		}
+		if len(missing) == 0 {
+			env.Logf("tt workloads ready: %d pods hold /dev/tenstorrent", len(want))
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("device holders not opened for: %s", strings.Join(missing, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

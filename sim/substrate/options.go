@@ -1,0 +1,117 @@
+package substrate
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/rollbook/rollbook/internal/fakesubstrate"
+)
+
+// Config is what Start needs from the sim.
+type Config struct {
+	Dir        string // the sim's state directory: ate-endpoint and ate-ca.pem go here
+	RESTConfig *rest.Config
+	Client     kubernetes.Interface
+	Logf       func(format string, a ...any)
+	Options
+}
+
+// Options tune the simulated substrate.
+type Options struct {
+	// Era is the API era served; default fakesubstrate.EraC (resource-style
+	// Worker, DrainWorker and RevertActor).
+	Era fakesubstrate.Era
+	// EvictionWindow is how long after a worker pod is gone its actors may
+	// still be suspended before the rest crash (30 min on a real install).
+	// Default DefaultEvictionWindow.
+	EvictionWindow time.Duration
+	// PageSize is the List page size for requests that ask for 0; default
+	// fakesubstrate's (2, so clients page).
+	PageSize int
+	// Traffic, when set, runs the traffic simulator.
+	Traffic *TrafficOptions
+}
+
+// DefaultEvictionWindow keeps the sim quick while leaving a person time to
+// suspend an actor by hand.
+const DefaultEvictionWindow = 20 * time.Second
+
+func (o Options) withDefaults() Options {
+	if o.Era == "" {
+		o.Era = fakesubstrate.EraC
+	}
+	if o.EvictionWindow <= 0 {
+		o.EvictionWindow = DefaultEvictionWindow
+	}
+	return o
+}
+
+// Environment variables that override Options in the sim (`sim up` has no
+// per-scenario flags; simtest passes its environment to the sim).
+const (
+	EnvEra            = "ROLLBOOK_SIM_ATE_ERA"             // b2 | c | c-stub | d
+	EnvEvictionWindow = "ROLLBOOK_SIM_ATE_EVICTION_WINDOW" // Go duration
+	EnvTraffic        = "ROLLBOOK_SIM_ATE_TRAFFIC"         // "off" disables, a duration sets the tick
+)
+
+// FromEnv applies the ROLLBOOK_SIM_ATE_* overrides to o.
+func (o Options) FromEnv() (Options, error) {
+	return o.fromLookup(os.LookupEnv)
+}
+
+func (o Options) fromLookup(lookup func(string) (string, bool)) (Options, error) {
+	if v, ok := lookup(EnvEra); ok && v != "" {
+		era := fakesubstrate.Era(v)
+		if !validEra(era) {
+			return o, fmt.Errorf("%s=%q: want one of %v", EnvEra, v, fakesubstrate.Eras())
+		}
+		o.Era = era
+	}
+	if v, ok := lookup(EnvEvictionWindow); ok && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return o, fmt.Errorf("%s=%q: want a positive duration", EnvEvictionWindow, v)
+		}
+		o.EvictionWindow = d
+	}
+	if v, ok := lookup(EnvTraffic); ok && v != "" {
+		t, err := trafficFromEnv(o.Traffic, v)
+		if err != nil {
+			return o, err
+		}
+		o.Traffic = t
+	}
+	return o, nil
+}
+
+func trafficFromEnv(cur *TrafficOptions, v string) (*TrafficOptions, error) {
+	t := TrafficOptions{}
+	if cur != nil {
+		t = *cur
+	}
+	switch v {
+	case "off", "false", "0":
+		return nil, nil
+	case "on", "true", "1":
+		return &t, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return nil, fmt.Errorf("%s=%q: want off, on or a tick duration", EnvTraffic, v)
+	}
+	t.Interval = d
+	return &t, nil
+}
+
+func validEra(e fakesubstrate.Era) bool {
+	for _, x := range fakesubstrate.Eras() {
+		if x == e {
+			return true
+		}
+	}
+	return false
+}

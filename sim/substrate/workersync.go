@@ -1,0 +1,172 @@
+package substrate
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/rollbook/rollbook/internal/fakesubstrate"
+)
+
+// workerSyncer mirrors worker pods into the fake's Workers the way
+// atecontroller's workersync does (§5.3, §6): a Ready pod with an IP
+// registers as a Worker named by the pod's UID; a Terminating pod's worker
+// drains; once the pod is gone, the worker is removed after the eviction
+// window, crashing the actors still bound to it (SUSPENDED ones survive).
+type workerSyncer struct {
+	srv     *fakesubstrate.Server
+	pods    corelisters.PodLister
+	pools   cache.GenericLister
+	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	window  time.Duration
+	changed *changes
+	logf    func(string, ...any)
+	// byPod maps a pod's name to the UID its Worker was registered under;
+	// only the single queue worker touches it.
+	byPod map[cache.ObjectName]types.UID
+}
+
+func newWorkerSyncer(srv *fakesubstrate.Server, inf *watches, window time.Duration, changed *changes, logf func(string, ...any)) *workerSyncer {
+	s := &workerSyncer{
+		srv: srv, pods: inf.pods.Lister(), pools: inf.pools.Lister(), window: window, changed: changed, logf: logf,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "workersync"}),
+		byPod: map[cache.ObjectName]types.UID{},
+	}
+	enqueue := func(obj any) {
+		if n, err := cache.DeletionHandlingObjectToName(obj); err == nil {
+			s.queue.Add(n)
+		}
+	}
+	_, _ = inf.pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue})
+	return s
+}
+
+func (s *workerSyncer) run(ctx context.Context) {
+	defer s.queue.ShutDown()
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		for s.processNext(ctx) {
+		}
+	}, time.Second)
+	<-ctx.Done()
+}
+
+func (s *workerSyncer) processNext(ctx context.Context) bool {
+	key, quit := s.queue.Get()
+	if quit {
+		return false
+	}
+	defer s.queue.Done(key)
+	if err := s.reconcile(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			utilruntime.HandleError(fmt.Errorf("worker pod %s: %w", key, err))
+		}
+		s.queue.AddRateLimited(key)
+		return true
+	}
+	s.queue.Forget(key)
+	return true
+}
+
+func (s *workerSyncer) reconcile(ctx context.Context, key cache.ObjectName) error {
+	pod, err := s.pods.Pods(key.Namespace).Get(key.Name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	uid, tracked := s.byPod[key]
+	if tracked && (pod == nil || pod.UID != uid) {
+		s.gone(ctx, string(uid), key)
+		delete(s.byPod, key)
+		tracked = false
+	}
+	switch {
+	case pod == nil:
+		return nil
+	case pod.DeletionTimestamp != nil:
+		// Checked before readiness: a Terminating pod may lose its IP.
+		if tracked {
+			s.drain(string(uid))
+		}
+		return nil
+	case tracked || pod.Status.PodIP == "" || !podReady(pod):
+		return nil
+	}
+	obj, err := s.pools.ByNamespace(pod.Namespace).Get(pod.Labels[PoolLabel])
+	if err != nil {
+		return fmt.Errorf("pool of pod %s: %w", key, err) // retried: the pool cache may lag
+	}
+	pool, err := poolFromObject(obj)
+	if err != nil {
+		return err
+	}
+	if err := s.srv.AddWorker(WorkerFor(pod, pool)); err != nil {
+		return err
+	}
+	s.byPod[key] = pod.UID
+	klog.Infof("substrate: worker %s registered (pod %s/%s on %s)", pod.UID, pod.Namespace, pod.Name, pod.Spec.NodeName)
+	s.changed.fire()
+	return nil
+}
+
+// WorkerFor is the Worker the syncer registers for a Ready pod of pool:
+// named by the pod UID, labelled with the pool's metadata.labels (which
+// actors are matched against).
+func WorkerFor(pod *corev1.Pod, pool *WorkerPool) fakesubstrate.Worker {
+	var ips []string
+	for _, ip := range pod.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	if len(ips) == 0 && pod.Status.PodIP != "" {
+		ips = []string{pod.Status.PodIP}
+	}
+	return fakesubstrate.Worker{
+		Name: string(pod.UID), Namespace: pod.Namespace, Pool: pool.Name, Pod: pod.Name,
+		Node: pod.Spec.NodeName, IPs: ips, SandboxClass: pool.SandboxClassName(), Labels: pool.Labels,
+	}
+}
+
+func (s *workerSyncer) drain(worker string) {
+	if err := s.srv.MarkWorkerDraining(worker); err == nil {
+		s.changed.fire()
+	}
+}
+
+// gone starts the eviction window of a worker whose pod has disappeared.
+func (s *workerSyncer) gone(ctx context.Context, worker string, pod cache.ObjectName) {
+	s.drain(worker)
+	klog.Infof("substrate: worker pod %s gone; worker %s is removed in %s", pod, worker, s.window)
+	time.AfterFunc(s.window, func() {
+		if ctx.Err() != nil {
+			return
+		}
+		crashed, err := s.srv.RemoveWorker(worker)
+		if err != nil {
+			return // already removed
+		}
+		for _, a := range crashed {
+			s.logf("substrate: actor %s/%s CRASHED: its worker %s was deleted while it was awake", a.Atespace, a.Name, worker)
+		}
+		s.changed.fire()
+	})
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,38 @@
+package tthost
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPlanFleet(t *testing.T) {
+	three, err := PlanFleet([]string{"n0", "n1", "n2"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range three {
+		if p.Role != RolePlain || p.Labels[LabelKMDVersion] != FleetKMD || p.Labels[LabelTelemetryGate] != "true" {
+			t.Errorf("node %d: %+v", i, p)
+		}
+		if p.Galaxy != (i == 2) {
+			t.Errorf("node %d galaxy=%v", i, p.Galaxy)
+		}
+	}
+	five, err := PlanFleet([]string{"n0", "n1", "n2", "n3", "n4"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []Role{five[0].Role, five[1].Role, five[2].Role, five[3].Role, five[4].Role}
+	want := []Role{RolePlain, RolePlain, RoleHostManaged, RoleSkip, RoleStubborn}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("roles %v, want %v", got, want)
+		}
+	}
+	if !five[1].Galaxy || five[2].Labels[LabelInstallMode] != "host" || !five[2].Spec.DKMS || five[3].Labels[LabelDriverSkip] != "true" {
+		t.Fatalf("awkward plan wrong: %+v", five)
+	}
+	if _, err := PlanFleet([]string{"n0", "n1", "n2"}, true); err == nil || !strings.Contains(err.Error(), "--nodes 5") {
+		t.Fatalf("awkward with 3 nodes: %v", err)
+	}
+}

@@ -1,0 +1,84 @@
+package tthost
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/rollbook/rollbook/internal/fakehost"
+)
+
+// Hosts is the set of simulated Tenstorrent host roots of one sim.
+type Hosts struct {
+	Dir       string // <simdir>/hosts
+	ToolsDir  string // PATH of every helper: the fake node tools
+	SMISource string // the tt-smi binary helpers deliver (ROLLBOOK_TT_SMI_SOURCE)
+
+	mu    sync.RWMutex
+	roots map[string]string
+}
+
+// NewHosts prepares <simDir>/hosts: the tools dir, whose entries link to
+// toolExe (a binary that runs fakehost.Main when invoked under a tool name),
+// and a tt-smi binary reporting smiVersion.
+func NewHosts(simDir, toolExe, smiVersion string) (*Hosts, error) {
+	dir, err := filepath.Abs(filepath.Join(simDir, "hosts"))
+	if err != nil {
+		return nil, err
+	}
+	h := &Hosts{
+		Dir:       dir,
+		ToolsDir:  filepath.Join(dir, ".tools"),
+		SMISource: filepath.Join(dir, ".image", "tt-smi"),
+		roots:     map[string]string{},
+	}
+	if err := fakehost.InstallTools(h.ToolsDir, toolExe); err != nil {
+		return nil, fmt.Errorf("tt hosts: install fake tools: %w", err)
+	}
+	if err := fakehost.WriteTTSMIBinary(h.SMISource, smiVersion); err != nil {
+		return nil, fmt.Errorf("tt hosts: tt-smi source: %w", err)
+	}
+	return h, nil
+}
+
+// Add creates node's host root from spec and returns it.
+func (h *Hosts) Add(node string, spec fakehost.Spec) (string, error) {
+	if node == "" || strings.ContainsAny(node, `/\`) || strings.HasPrefix(node, ".") {
+		return "", fmt.Errorf("tt hosts: invalid node name %q", node)
+	}
+	root := filepath.Join(h.Dir, node)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", err
+	}
+	if err := fakehost.Create(root, spec); err != nil {
+		return "", err
+	}
+	h.mu.Lock()
+	h.roots[node] = root
+	h.mu.Unlock()
+	return root, nil
+}
+
+// Root returns node's host root; ok is false for nodes that are not
+// simulated Tenstorrent hosts.
+func (h *Hosts) Root(node string) (root string, ok bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	root, ok = h.roots[node]
+	return root, ok
+}
+
+// Nodes returns the nodes with a host root, sorted.
+func (h *Hosts) Nodes() []string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]string, 0, len(h.roots))
+	for n := range h.roots {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,217 @@
+package tthost
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/rollbook/rollbook/internal/fakehost"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/sim/cluster"
+)
+
+// TestRunnerAndHolders runs the control plane in-process with two nodes:
+// kwok-node-0 is a tt host, kwok-node-1 is not.
+func TestRunnerAndHolders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	c, err := cluster.Up(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), Nodes: 2, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, err := NewHosts(dir, exe, OfferedTTSMI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, _ := PlanFleet([]string{"kwok-node-0"}, false)
+	root, err := hosts.Add("kwok-node-0", plan[0].Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := filepath.Join(dir, "bin", AgentName)
+	if err := os.MkdirAll(filepath.Dir(agent), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(exe, agent); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	r := &Runner{Client: c.Client, Hosts: hosts, Agent: agent, Logf: t.Logf}
+	hs := &HolderSync{Client: c.Client, Hosts: hosts, Logf: t.Logf, Resync: 500 * time.Millisecond}
+	go func() { _ = r.Run(runCtx) }()
+	go func() { _ = hs.Run(runCtx) }()
+	cs := c.Client
+
+	t.Run("success", func(t *testing.T) {
+		p := finished(t, ctx, cs, helper("ok", "kwok-node-0", AgentName, "fake", "msg", "hello"))
+		term := p.Status.ContainerStatuses[0].State.Terminated
+		if p.Status.Phase != corev1.PodSucceeded || term.ExitCode != 0 || term.Reason != "Completed" ||
+			term.Message != "hello root="+root+" node=kwok-node-0" || p.Status.PodIP != hostIP {
+			t.Fatalf("status %+v", p.Status)
+		}
+	})
+	t.Run("exit 3", func(t *testing.T) {
+		p := finished(t, ctx, cs, helper("fails", "kwok-node-0", AgentName, "fake", "exit", "3", "msg", "broken"))
+		term := p.Status.ContainerStatuses[0].State.Terminated
+		if p.Status.Phase != corev1.PodFailed || term.ExitCode != 3 || term.Reason != "Error" || !strings.HasPrefix(term.Message, "broken") {
+			t.Fatalf("status %+v", p.Status)
+		}
+	})
+	t.Run("real kmd agent", func(t *testing.T) {
+		p := finished(t, ctx, cs, helper("kmd", "kwok-node-0", "kubectl-tt", "node-agent", "kmd", "--version", "2.8.0"))
+		res, err := nodeagent.ParseResult([]byte(p.Status.ContainerStatuses[0].State.Terminated.Message))
+		if err != nil || p.Status.Phase != corev1.PodSucceeded || !res.Success {
+			t.Fatalf("phase %s result %+v err %v", p.Status.Phase, res, err)
+		}
+		if o, _ := fakehost.Inspect(root); o.LoadedKMD != "2.8.0" {
+			t.Fatalf("host runs kmd %q", o.LoadedKMD)
+		}
+	})
+	t.Run("node without host root", func(t *testing.T) {
+		p := finished(t, ctx, cs, helper("nohost", "kwok-node-1", AgentName, "fake"))
+		if p.Status.Phase != corev1.PodFailed || p.Status.Reason != "SimNoTTHost" || !strings.Contains(p.Status.Message, "kwok-node-1") {
+			t.Fatalf("status %+v", p.Status)
+		}
+	})
+	t.Run("other command", func(t *testing.T) {
+		p := finished(t, ctx, cs, helper("sh", "kwok-node-0", "/bin/sh", "-c", "true"))
+		if p.Status.Phase != corev1.PodFailed || !strings.Contains(p.Status.ContainerStatuses[0].State.Terminated.Message, "only runs `kubectl-tt") {
+			t.Fatalf("status %+v", p.Status)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		pod := helper("slow", "kwok-node-0", AgentName, "fake", "sleep", "60s")
+		pod.Spec.ActiveDeadlineSeconds = ptr(int64(1))
+		start := time.Now()
+		p := finished(t, ctx, cs, pod)
+		if p.Status.Phase != corev1.PodFailed || p.Status.Reason != reasonDeadline || time.Since(start) > 10*time.Second {
+			t.Fatalf("after %s: status %+v", time.Since(start), p.Status)
+		}
+	})
+	t.Run("deleted while running", func(t *testing.T) {
+		pod := create(t, ctx, cs, helper("gone", "kwok-node-0", AgentName, "fake", "sleep", "60s"))
+		until(t, ctx, cs, pod, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFile(t, filepath.Join(hosts.Dir, "runner.log"), "KILLED default/gone")
+	})
+	t.Run("device holder", func(t *testing.T) {
+		base := inspectOK(t, root).Refcnt
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "workload", Namespace: "default"},
+			Spec: corev1.PodSpec{NodeName: "kwok-node-0", Containers: []corev1.Container{{Name: "w", Image: "w"}},
+				Volumes: []corev1.Volume{deviceVolumeForTest()}},
+		}
+		pod = create(t, ctx, cs, pod)
+		until(t, ctx, cs, pod, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		key := podKey(pod)
+		waitTrue(t, func() bool { return hs.Holding(key) })
+		if got := inspectOK(t, root).Refcnt; got != base+2 {
+			t.Fatalf("refcnt %d, want %d", got, base+2)
+		}
+		if err := cs.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitTrue(t, func() bool { return !hs.Holding(key) && inspectOK(t, root).Refcnt == base })
+	})
+}
+
+func helper(name, node string, argv ...string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{HelperLabel: "test"}},
+		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "agent", Image: "rollbook", Command: argv}}},
+	}
+}
+
+func deviceVolumeForTest() corev1.Volume {
+	return corev1.Volume{Name: "dev", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/tenstorrent"}}}
+}
+
+func create(t *testing.T, ctx context.Context, cs kubernetes.Interface, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	out, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func finished(t *testing.T, ctx context.Context, cs kubernetes.Interface, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	return until(t, ctx, cs, create(t, ctx, cs, p), terminal)
+}
+
+// until watches the pod until cond holds.
+func until(t *testing.T, ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	sel := fields.OneTermEqualSelector("metadata.name", p.Name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return cs.CoreV1().Pods(p.Namespace).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return cs.CoreV1().Pods(p.Namespace).Watch(ctx, o)
+		},
+	}
+	ev, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(e watch.Event) (bool, error) {
+		pod, ok := e.Object.(*corev1.Pod)
+		return ok && cond(pod), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s: %v", p.Name, err)
+	}
+	return ev.Object.(*corev1.Pod)
+}
+
+func inspectOK(t *testing.T, root string) fakehost.Observed {
+	t.Helper()
+	o, err := fakehost.Inspect(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// waitTrue polls host-side state (files, not API objects).
+func waitTrue(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+	}
+}
+
+func waitFile(t *testing.T, path, substr string) {
+	t.Helper()
+	waitTrue(t, func() bool { b, _ := os.ReadFile(path); return strings.Contains(string(b), substr) })
+}

@@ -1,0 +1,331 @@
+package tthost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/utils/clock"
+)
+
+// Runner plays the kubelet for rollbook helper pods (label
+// rollbook.dev/helper) bound to simulated tt nodes: kwok leaves their
+// status alone, and the runner executes their command for real against
+// the node's host root and reports the outcome in the pod status.
+//
+// Guarantees: a pod is started at most once (Pending → Running → Succeeded
+// or Failed) and never leaves a terminal phase; every status write is
+// conditional on the resourceVersion it was computed from; a helper that
+// outlives activeDeadlineSeconds is killed and Failed with reason
+// DeadlineExceeded; a helper deleted while running is killed; helpers on
+// nodes without a host root, or whose command is not `kubectl-tt …`, fail
+// with a message saying so.
+type Runner struct {
+	Client kubernetes.Interface
+	Hosts  *Hosts
+	// Agent is the kubectl-tt binary run for a helper's `kubectl-tt …`
+	// command; empty fails such helpers with a message.
+	Agent string
+	Logf  func(format string, a ...any)
+	Clock clock.Clock
+	// Resync re-checks every helper this often; default 30s.
+	Resync time.Duration
+
+	log  *RunLog
+	mu   sync.Mutex
+	runs map[string]*run // by pod key
+}
+
+type run struct {
+	uid    types.UID
+	cancel context.CancelCauseFunc
+}
+
+var (
+	errDeleted  = errors.New("pod deleted")
+	errDeadline = errors.New(messageDeadline)
+)
+
+// Run runs helpers until ctx is done.
+func (r *Runner) Run(ctx context.Context) error {
+	r.init()
+	c := &podController{
+		name: "tt-helper-runner", client: r.Client, resync: r.Resync, logf: r.Logf,
+		tweak: func(o *metav1.ListOptions) { o.LabelSelector = HelperLabel },
+		sync:  r.sync,
+	}
+	return c.run(ctx)
+}
+
+func (r *Runner) init() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.runs == nil {
+		r.runs = map[string]*run{}
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Logf == nil {
+		r.Logf = func(string, ...any) {}
+	}
+	if r.Resync <= 0 {
+		r.Resync = 30 * time.Second
+	}
+	if r.log == nil {
+		r.log = &RunLog{Path: filepath.Join(r.Hosts.Dir, "runner.log")}
+	}
+}
+
+func (r *Runner) sync(ctx context.Context, key string, pods corelisters.PodLister) error {
+	ns, name, err := splitKey(key)
+	if err != nil {
+		return nil
+	}
+	pod, err := pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		r.stop(key, "", errDeleted)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.stop(key, pod.UID, errDeleted) // a run of an older pod with this name
+	r.mu.Lock()
+	cur := r.runs[key]
+	r.mu.Unlock()
+	switch {
+	case pod.DeletionTimestamp != nil:
+		r.stop(key, "", errDeleted)
+		return nil
+	case terminal(pod):
+		// Finished (by us, or by anyone else): nothing may run any more.
+		r.stop(key, "", errors.New("pod is "+string(pod.Status.Phase)))
+		return nil
+	case pod.Spec.NodeName == "" || cur != nil:
+		return nil
+	case pod.Status.Phase == corev1.PodRunning:
+		return r.refuse(ctx, pod, "SimRunnerLostHelper", "sim: the helper runner has no process for this Running helper (was the sim restarted?)")
+	}
+	return r.start(ctx, pod)
+}
+
+// stop cancels the run at key unless it belongs to keep (the current pod).
+func (r *Runner) stop(key string, keep types.UID, cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur := r.runs[key]; cur != nil && (keep == "" || cur.uid != keep) {
+		cur.cancel(cause)
+		delete(r.runs, key)
+	}
+}
+
+func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
+	root, ok := r.Hosts.Root(pod.Spec.NodeName)
+	if !ok {
+		return r.refuse(ctx, pod, "SimNoTTHost", fmt.Sprintf("sim: node %s is not a simulated Tenstorrent host; the helper runner runs helpers only on nodes with a host root", pod.Spec.NodeName))
+	}
+	argvs, why := r.commands(pod)
+	if why != "" {
+		return r.refuse(ctx, pod, "", why)
+	}
+	dir := filepath.Join(r.Hosts.Dir, ".runs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	now := r.Clock.Now()
+	runCtx, cancel := context.WithCancelCause(ctx)
+	key := podKey(pod)
+	r.mu.Lock()
+	r.runs[key] = &run{uid: pod.UID, cancel: cancel}
+	r.mu.Unlock()
+	running := runningStatus(pod, now)
+	updated, err := r.patchStatus(ctx, pod, running)
+	if err != nil {
+		r.endRun(key, pod.UID)
+		return err
+	}
+	r.log.Printf("START %s node=%s argv=%q", key, pod.Spec.NodeName, argvs)
+	go r.execute(runCtx, updated, root, dir, argvs, running.StartTime.Time)
+	return nil
+}
+
+// commands returns each container's argv with argv[0] replaced by the
+// agent, or why the pod cannot run here.
+func (r *Runner) commands(pod *corev1.Pod) ([][]string, string) {
+	if len(pod.Spec.InitContainers) > 0 {
+		return nil, "sim: the helper runner does not run init containers"
+	}
+	var out [][]string
+	for _, c := range pod.Spec.Containers {
+		argv := append(append([]string(nil), c.Command...), c.Args...)
+		if len(argv) == 0 || filepath.Base(argv[0]) != AgentName {
+			return nil, fmt.Sprintf("sim: the helper runner only runs `%s …` on simulated tt hosts; container %s has command %q", AgentName, c.Name, argv)
+		}
+		if r.Agent == "" {
+			return nil, fmt.Sprintf("sim: no %s binary to run (start the sim with --tt-agent PATH)", AgentName)
+		}
+		out = append(out, append([]string{r.Agent}, argv[1:]...))
+	}
+	return out, ""
+}
+
+// execute runs the containers, enforces the deadline and reports.
+func (r *Runner) execute(ctx context.Context, pod *corev1.Pod, root, dir string, argvs [][]string, started time.Time) {
+	key := podKey(pod)
+	if ads := pod.Spec.ActiveDeadlineSeconds; ads != nil {
+		left := started.Add(time.Duration(*ads) * time.Second).Sub(r.Clock.Now())
+		go func() {
+			select {
+			case <-r.Clock.After(left):
+				r.cancelRun(key, pod.UID, errDeadline)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	res := make([]result, len(argvs))
+	var wg sync.WaitGroup
+	for i, c := range pod.Spec.Containers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i] = r.runContainer(ctx, pod, c, root, dir, argvs[i])
+		}()
+	}
+	wg.Wait()
+	cause := context.Cause(ctx)
+	r.endRun(key, pod.UID)
+	defer os.RemoveAll(dir)
+	switch {
+	case errors.Is(cause, errDeleted):
+		r.log.Printf("KILLED %s: deleted while running", key)
+		return
+	case cause != nil && !errors.Is(cause, errDeadline):
+		// Finished by someone else, or the sim is stopping: no report.
+		r.log.Printf("STOPPED %s: %v", key, cause)
+		return
+	}
+	st := finalStatus(pod, started, res, cause != nil, r.Clock.Now())
+	if err := r.finish(context.WithoutCancel(ctx), pod, st); err != nil {
+		r.Logf("tt-helper-runner: %s: final status: %v", key, err)
+	}
+	r.log.Printf("END %s phase=%s%s exit=%v msg=%q", key, st.Phase, prefixed(" reason=", st.Reason), exitCodes(res), firstBytes(res, 300))
+}
+
+// endRun forgets the finished run of pod uid at key.
+func (r *Runner) endRun(key string, uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur := r.runs[key]; cur != nil && cur.uid == uid {
+		cur.cancel(nil)
+		delete(r.runs, key)
+	}
+}
+
+func (r *Runner) cancelRun(key string, uid types.UID, cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur := r.runs[key]; cur != nil && cur.uid == uid {
+		cur.cancel(cause)
+	}
+}
+
+func (r *Runner) runContainer(ctx context.Context, pod *corev1.Pod, c corev1.Container, root, dir string, argv []string) result {
+	cdir := filepath.Join(dir, c.Name)
+	res := result{name: c.Name, image: c.Image, started: r.Clock.Now()}
+	if err := os.MkdirAll(cdir, 0o755); err != nil {
+		res.exitCode, res.startErr, res.finished = exitStartError, err.Error(), r.Clock.Now()
+		return res
+	}
+	termLog := filepath.Join(cdir, "termination-log")
+	p := proc{argv: argv, dir: cdir, outPath: filepath.Join(cdir, "output.log"),
+		env: helperEnv(pod, c, r.Hosts, root, termLog, cdir)}
+	code, err := p.run(ctx)
+	res.finished = r.Clock.Now()
+	if err != nil {
+		res.exitCode, res.startErr = exitStartError, fmt.Sprintf("failed to start %s: %v", argv[0], err)
+		return res
+	}
+	res.exitCode = int32(code)
+	res.message = terminationMessage(termLog, p.outPath, c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError, code != 0)
+	return res
+}
+
+// refuse fails a pending pod without running anything.
+func (r *Runner) refuse(ctx context.Context, pod *corev1.Pod, reason, why string) error {
+	r.log.Printf("REFUSED %s node=%s: %s", podKey(pod), pod.Spec.NodeName, why)
+	return r.finish(ctx, pod, refusedStatus(pod, reason, why, r.Clock.Now()))
+}
+
+// finish writes a terminal status, re-reading the pod on conflicts; it
+// gives up silently once the pod is gone, terminating, terminal or
+// replaced.
+func (r *Runner) finish(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus) error {
+	cur := pod
+	for attempt := 0; ; attempt++ {
+		_, err := r.patchStatus(ctx, cur, st)
+		if err == nil || !apierrors.IsConflict(err) || attempt >= 5 {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}
+		cur, err = r.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if cur.UID != pod.UID || cur.DeletionTimestamp != nil || terminal(cur) {
+			return nil
+		}
+	}
+}
+
+// patchStatus writes st over pod's status if pod is unchanged since it was
+// read, and never over a terminal phase (the apiserver would accept it, H1).
+func (r *Runner) patchStatus(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus) (*corev1.Pod, error) {
+	if terminal(pod) {
+		return nil, fmt.Errorf("pod %s is already %s", podKey(pod), pod.Status.Phase)
+	}
+	b, err := statusPatch(pod.ResourceVersion, st)
+	if err != nil {
+		return nil, err
+	}
+	return r.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, b, metav1.PatchOptions{}, "status")
+}
+
+func prefixed(p, s string) string {
+	if s == "" {
+		return ""
+	}
+	return p + s
+}
+
+func exitCodes(res []result) []int32 {
+	out := make([]int32, len(res))
+	for i, r := range res {
+		out[i] = r.exitCode
+	}
+	return out
+}
+
+func firstBytes(res []result, n int) string {
+	var b strings.Builder
+	for _, r := range res {
+		b.WriteString(r.message + r.startErr)
+	}
+	return cutMessage(b.String(), n)
+}
