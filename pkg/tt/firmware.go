@@ -125,6 +125,14 @@ func firmwareRecordOf(n *corev1.Node) (firmwareRecord, bool) {
 	return r, true
 }
 
+// kmdLoaded guards the flash, and already the cordon, so a node that cannot
+// be flashed is never taken out of service for nothing.
+var kmdLoaded = runbook.Guard[fwFacts]{Name: "tt-kmd is loaded on the node", Check: func(f fwFacts) (bool, string) {
+	l := f.node.Labels
+	return l[LabelKMDVersion] != "" || l[LabelInstallMode] == InstallModeHost,
+		"the node has no " + LabelKMDVersion + " label (and is not host-managed); tt-flash needs the kernel module loaded — run `kubectl tt upgrade kmd` first"
+}}
+
 func flashSucceeded(h helperFacts) bool { return h.finished() && h.Result != nil && h.Result.Success }
 
 // FirmwareRunbook builds the firmware flash runbook.
@@ -145,7 +153,7 @@ happens to exist. A failed node keeps its cordon and, with --halt-on-failure, st
 		},
 		Notes: func(f fwFacts) []string { return workNotes(&f.work) },
 		Steps: []runbook.Step[fwFacts]{
-			cordonStep[fwFacts]("tt.fw.cordon", cs, rec, cfg.RunID),
+			withGuard(cordonStep[fwFacts]("tt.fw.cordon", cs, rec, cfg.RunID), kmdLoaded),
 			closeGatesStep[fwFacts]("tt.fw.close-gates", cfg.DeployGates, cs, rec),
 			evictDevicePodsStep[fwFacts]("tt.fw.evict-device-pods", cfg.Drain, cfg.DrainTimeout, "firmware "+cfg.Version+" flash", cs, rec),
 			{
@@ -169,9 +177,7 @@ happens to exist. A failed node keeps its cordon and, with --halt-on-failure, st
 					{Name: "the node is cordoned by tt-firmware", Check: func(f fwFacts) (bool, string) {
 						return f.ourCordon(), "a flash resets the chips; the node must be cordoned by rollbook tt-firmware first"
 					}},
-					{Name: "tt-kmd is loaded on the node", Check: func(f fwFacts) (bool, string) {
-						return f.node.Labels[LabelKMDVersion] != "", "the node has no " + LabelKMDVersion + " label; tt-flash needs the kernel module loaded — run `kubectl tt upgrade kmd` first"
-					}},
+					kmdLoaded,
 				},
 				Plan: func(f fwFacts) []runbook.Change {
 					return []runbook.Change{{Object: "pod/" + cfg.Helper.Namespace + "/" + helperName(f.node.Name), Action: "create",

@@ -172,7 +172,10 @@ func openGatesStep[F nodeFacts](id string, cs kubernetes.Interface, rec kube.Rec
 		ID: id, Title: "Reopen the deploy gates",
 		Doc: "Put every deploy-gate label back to the value it had before (or remove it if it was absent), so the sibling DaemonSets return.",
 		Done: func(f F) (bool, string) {
-			return f.finished() && !f.base().gatesPriorRecorded(), "gates restored"
+			if f.base().gatesPriorRecorded() {
+				return false, "gates closed; their prior values are recorded"
+			}
+			return f.finished(), "gates open"
 		},
 		Plan: func(f F) []runbook.Change {
 			return []runbook.Change{{Object: "node/" + f.base().node.Name, Action: "label", Detail: "restore deploy gates"}}
@@ -205,7 +208,10 @@ func cleanupStep[F nodeFacts](id, helperNS string, helperName func(node string) 
 		ID: id, Title: "Remove the helper pod",
 		Doc: "Delete the finished helper pod; its result is kept on the node.",
 		Done: func(f F) (bool, string) {
-			return f.finished() && f.base().helper.Pod == nil, "no helper left"
+			if p := f.base().helper.Pod; p != nil {
+				return false, "helper " + p.Name + " is " + string(p.Status.Phase)
+			}
+			return f.finished(), "no helper left"
 		},
 		Plan: func(f F) []runbook.Change {
 			return []runbook.Change{{Object: "pod/" + helperNS + "/" + helperName(f.base().node.Name), Action: "delete"}}
@@ -217,4 +223,10 @@ func cleanupStep[F nodeFacts](id, helperNS string, helperName func(node string) 
 			return nil
 		},
 	}
+}
+
+// withGuard adds a guard to a shared step.
+func withGuard[F nodeFacts](s runbook.Step[F], g runbook.Guard[F]) runbook.Step[F] {
+	s.Guards = append(append([]runbook.Guard[F]{}, s.Guards...), g)
+	return s
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
+	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/sim/tthost"
 )
 
@@ -93,6 +95,9 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 	env.Go("tt-holders", holders.Run)
 	env.Go("tt-helper-runner", runner.Run)
 	env.Logf("tt helper runner: agent %s, runs logged to %s/runner.log", agent, hosts.Dir)
+	if err := writeBundles(env.Dir); err != nil {
+		return err
+	}
 
 	replicas := int32(max(1, len(plan)-1))
 	for _, o := range []func() error{
@@ -299,4 +304,23 @@ func waitHolders(ctx context.Context, env *Env, hosts *tthost.Hosts, hs *tthost.
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// BundleVersions are the firmware bundles the sim offers: flash with
+// --bundle-url file://<sim dir>/bundles/fw_pack-<version>.fwbundle.
+var BundleVersions = []string{"18.2.0", "19.0.0", "19.9.0"}
+
+// writeBundles lays out the firmware bundles a flash can fetch (the sim has
+// no network; helpers read them as file:// URLs).
+func writeBundles(dir string) error {
+	bdir := filepath.Join(dir, "bundles")
+	if err := os.MkdirAll(bdir, 0o755); err != nil {
+		return err
+	}
+	for _, v := range BundleVersions {
+		if err := fakehost.WriteBundle(filepath.Join(bdir, "fw_pack-"+v+".fwbundle"), v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
