@@ -68,6 +68,12 @@ func ExitCode(err error) int {
 func Execute(root *cobra.Command, args []string, errOut io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return ExecuteContext(ctx, root, args, errOut)
+}
+
+// ExecuteContext is Execute under a caller's context (tests use it to
+// interrupt a run at an exact point).
+func ExecuteContext(ctx context.Context, root *cobra.Command, args []string, errOut io.Writer) int {
 	// client-go logs transient port-forward and watch errors through klog;
 	// they are retried or surface as errors we print, so keep them off the
 	// user's terminal.

@@ -64,6 +64,10 @@ func (w *EventWriter) Record(ctx context.Context, obj corev1.ObjectReference, wa
 		ReportingInstance:   w.Instance,
 		Action:              reason,
 	}
+	// The mutation already happened: record it even when the run was just
+	// interrupted, within a short bound of its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	_, _ = w.Client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
 }
 

@@ -1,0 +1,336 @@
+package ttcmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/tt"
+)
+
+// The tt-fleet-awkward scenario with 6 nodes: kwok-node-0..2 plain (2 is a
+// Galaxy), 3 host-managed (DKMS), 4 labelled skip, 5 with a stubborn host
+// process holding /dev/tenstorrent. Every node starts at tt-kmd 2.7.0.
+func TestMain(m *testing.M) {
+	simtest.Main(m, simtest.Options{Nodes: 6, Scenario: "tt-fleet-awkward"})
+}
+
+const (
+	dkmsNode     = "kwok-node-3"
+	skipNode     = "kwok-node-4"
+	stubbornNode = "kwok-node-5"
+)
+
+// run executes `kubectl tt ARGS` in-process against the sim.
+func run(t *testing.T, ctx context.Context, args ...string) (string, int) {
+	t.Helper()
+	c := simtest.Get(t)
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	root := NewRootCommand(streams)
+	code := cli.ExecuteContext(ctx, root, append(args, "--kubeconfig", c.Kubeconfig), errOut)
+	all := out.String() + errOut.String()
+	t.Logf("kubectl tt %s → exit %d\n%s", strings.Join(args, " "), code, all)
+	return all, code
+}
+
+func node(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	n, err := simtest.Get(t).Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func bundle(t *testing.T, version string) string {
+	return "file://" + filepath.Join(simtest.Get(t).Dir, "bundles", "fw_pack-"+version+".fwbundle")
+}
+
+func TestInvalidInputChangesNothing(t *testing.T) {
+	ctx := simtest.Context(t, time.Minute)
+	before := node(t, "kwok-node-0")
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"upgrade", "kmd", "--version", "2.8"}, cli.ExitUsage, "must look like"},
+		{[]string{"upgrade", "kmd", "--version", "2.8.0;reboot"}, cli.ExitUsage, "must look like"},
+		{[]string{"upgrade", "kmd"}, cli.ExitUsage, `"version" not set`},
+		{[]string{"upgrade", "kmd", "--version", "2.8.0", "--nodes", "no-such-node"}, cli.ExitFailed, `node "no-such-node" does not exist`},
+		{[]string{"upgrade", "kmd", "--version", "2.8.0", "-l", "a=(b"}, cli.ExitUsage, "--selector"},
+		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "http://insecure/x"}, cli.ExitUsage, "--bundle-url"},
+		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--max-parallel", "0"}, cli.ExitUsage, "--max-parallel"},
+		{[]string{"status", "-o", "xml"}, cli.ExitUsage, "--output"},
+	} {
+		out, code := run(t, ctx, tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.msg) {
+			t.Errorf("%v: exit %d (want %d), output lacks %q:\n%s", tc.args, code, tc.code, tc.msg, out)
+		}
+	}
+	after := node(t, "kwok-node-0")
+	if after.Spec.Unschedulable || fmt.Sprint(after.Labels) != fmt.Sprint(before.Labels) || fmt.Sprint(after.Annotations) != fmt.Sprint(before.Annotations) {
+		t.Fatalf("bad input changed the node:\nbefore %v %v\nafter  %v %v", before.Labels, before.Annotations, after.Labels, after.Annotations)
+	}
+}
+
+func TestOperatorInstalledIsRefused(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, time.Minute)
+	ns := c.NewNamespace(t)
+	labels := map[string]string{"app.kubernetes.io/name": "tt-kmd-installer"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "ttdrv-default", Namespace: ns, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{NodeSelector: map[string]string{"none": "none"}, Containers: []corev1.Container{{Name: "b", Image: "x"}}}}}}
+	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Client.AppsV1().DaemonSets(ns).Delete(context.Background(), ds.Name, metav1.DeleteOptions{}) }()
+	out, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.0")
+	if code != cli.ExitFailed || !strings.Contains(out, "tt-k8s-driver-manager operator manages tt-kmd") {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	if node(t, "kwok-node-0").Spec.Unschedulable {
+		t.Fatal("refused run cordoned a node")
+	}
+}
+
+func TestKMDUpgradeAndDowngrade(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	plain := []string{"kwok-node-0", "kwok-node-1", "kwok-node-2"}
+
+	out, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.0", "--dry-run")
+	if code != 0 || !strings.Contains(out, "skip "+dkmsNode) || !strings.Contains(out, "skip "+skipNode) || !strings.Contains(out, "planned") {
+		t.Fatalf("dry run: exit %d\n%s", code, out)
+	}
+	out, code = run(t, ctx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", strings.Join(plain, ","))
+	if code != 0 {
+		t.Fatalf("upgrade: exit %d", code)
+	}
+	for _, n := range plain {
+		got := node(t, n)
+		if got.Labels[tt.LabelKMDVersion] != "2.8.0" || got.Spec.Unschedulable || got.Labels[tt.DefaultDeployGate] != "true" {
+			t.Errorf("%s after the roll: kmd %q, unschedulable %v, gate %q", n, got.Labels[tt.LabelKMDVersion], got.Spec.Unschedulable, got.Labels[tt.DefaultDeployGate])
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(got.Annotations[tt.AnnKMDResult]), &rec); err != nil || rec["cacheHit"] != false {
+			t.Errorf("%s: 2.8.0 was never on the node, so it must have been built: %v (%v)", n, rec, err)
+		}
+	}
+	helpers, _ := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper})
+	if len(helpers.Items) != 0 {
+		t.Errorf("%d helper pod(s) left behind", len(helpers.Items))
+	}
+	// The gated telemetry DaemonSet comes back once the gate reopens.
+	for _, n := range plain {
+		if _, err := kube.WaitForDaemonSetPodReady(ctx, c.Client, "tt-system", "tt-telemetry", n); err != nil {
+			t.Errorf("telemetry did not return to %s: %v", n, err)
+		}
+	}
+
+	// Downgrade: 2.7.0 is in the node's module cache.
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.7.0", "--nodes", "kwok-node-0"); code != 0 {
+		t.Fatalf("downgrade: exit %d", code)
+	}
+	var rec map[string]any
+	_ = json.Unmarshal([]byte(node(t, "kwok-node-0").Annotations[tt.AnnKMDResult]), &rec)
+	if rec["after"] != "2.7.0" || rec["cacheHit"] != true {
+		t.Fatalf("downgrade result: %v; want 2.7.0 from the module cache", rec)
+	}
+	// Re-running a finished roll changes nothing.
+	rv := node(t, "kwok-node-1").Labels
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", "kwok-node-1"); code != 0 || fmt.Sprint(node(t, "kwok-node-1").Labels) != fmt.Sprint(rv) {
+		t.Fatalf("re-run of a finished node: exit %d", code)
+	}
+}
+
+func TestKMDBlockedByHolderThenForceUnload(t *testing.T) {
+	ctx := simtest.Context(t, 5*time.Minute)
+	out, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", stubbornNode)
+	if code != cli.ExitBlocked || !strings.Contains(out, "7777") || !strings.Contains(out, "--force-unload") {
+		t.Fatalf("want blocked naming holder pid 7777 and the fix; exit %d", code)
+	}
+	n := node(t, stubbornNode)
+	if kube.CordonStateOf(n).Owner != tt.KMDRunbookName {
+		t.Fatalf("a blocked node must stay cordoned by tt-kmd (and say so): %v", kube.CordonStateOf(n))
+	}
+	if !strings.Contains(out, "still cordoned by rollbook tt-kmd") {
+		t.Fatal("the summary does not say the node is left cordoned")
+	}
+	status, _ := run(t, ctx, "status", stubbornNode, "--any-node")
+	if !strings.Contains(status, "DeviceInUse") || !strings.Contains(status, "7777") {
+		t.Fatalf("status does not explain the stuck node:\n%s", status)
+	}
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", stubbornNode, "--force-unload"); code != 0 {
+		t.Fatalf("--force-unload: exit %d", code)
+	}
+	n = node(t, stubbornNode)
+	if n.Labels[tt.LabelKMDVersion] != "2.8.0" || n.Spec.Unschedulable {
+		t.Fatalf("after --force-unload: kmd %q, unschedulable %v", n.Labels[tt.LabelKMDVersion], n.Spec.Unschedulable)
+	}
+}
+
+// Stop the run the moment its helper pod exists, then re-run: the roll
+// finishes and the module is swapped exactly once.
+func TestKMDInterruptedAndResumed(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	const target = "kwok-node-1"
+	runCtx, cancel := context.WithCancel(ctx)
+	w, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer w.Stop()
+		for e := range w.ResultChan() {
+			if e.Type == watch.Added {
+				cancel()
+				return
+			}
+		}
+	}()
+	out, code := run(t, runCtx, "upgrade", "kmd", "--version", "2.9.0", "--nodes", target)
+	cancel()
+	if code == 0 || !strings.Contains(out, "interrupted") {
+		t.Fatalf("first run should have been interrupted: exit %d", code)
+	}
+	if !node(t, target).Spec.Unschedulable {
+		t.Fatal("the interrupted node should still be cordoned")
+	}
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.9.0", "--nodes", target); code != 0 {
+		t.Fatalf("resumed run: exit %d", code)
+	}
+	n := node(t, target)
+	if n.Labels[tt.LabelKMDVersion] != "2.9.0" || n.Spec.Unschedulable {
+		t.Fatalf("after resume: kmd %q unschedulable %v", n.Labels[tt.LabelKMDVersion], n.Spec.Unschedulable)
+	}
+	evs, _ := c.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=HelperStarted"})
+	started := 0
+	for _, e := range evs.Items {
+		if strings.Contains(e.Message, target) && strings.Contains(e.Message, "(2.9.0)") {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Fatalf("the kmd helper for 2.9.0 on %s was started %d times; want exactly once", target, started)
+	}
+}
+
+func TestFirmwareMaxParallelAndResume(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	// Record the most nodes out of service at once, from the cluster.
+	var (
+		mu       sync.Mutex
+		out      = map[string]bool{}
+		maxOut   int
+		watchCtx context.Context
+	)
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	w, err := c.Client.CoreV1().Nodes().Watch(watchCtx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for e := range w.ResultChan() {
+			n, ok := e.Object.(*corev1.Node)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			out[n.Name] = kube.CordonStateOf(n).Owner == tt.FirmwareRunbookName
+			cnt := 0
+			for _, v := range out {
+				if v {
+					cnt++
+				}
+			}
+			maxOut = max(maxOut, cnt)
+			mu.Unlock()
+		}
+	}()
+
+	// A bundle that cannot be fetched fails the first nodes and halts the rest.
+	res, code := run(t, ctx, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "file:///nonexistent.fwbundle", "--max-parallel", "2")
+	if code != cli.ExitFailed || !strings.Contains(res, "BundleFetchFailed") || !strings.Contains(res, "skipped") {
+		t.Fatalf("want a failed, halted roll; exit %d", code)
+	}
+	// The fixed re-run resumes and finishes every node.
+	if _, code := run(t, ctx, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle(t, "19.0.0"), "--max-parallel", "2"); code != 0 {
+		t.Fatalf("re-run with a good bundle: exit %d", code)
+	}
+	stop()
+	mu.Lock()
+	if maxOut > 2 {
+		t.Errorf("%d nodes were out of service at once with --max-parallel 2", maxOut)
+	}
+	if maxOut < 2 {
+		t.Errorf("only %d node out of service at once; --max-parallel 2 should overlap", maxOut)
+	}
+	mu.Unlock()
+	for _, name := range []string{"kwok-node-0", "kwok-node-1", "kwok-node-2", dkmsNode, skipNode, stubbornNode} {
+		n := node(t, name)
+		if n.Labels[tt.LabelFirmware] != "19.0.0.0" || n.Spec.Unschedulable {
+			t.Errorf("%s: firmware %q unschedulable %v", name, n.Labels[tt.LabelFirmware], n.Spec.Unschedulable)
+		}
+	}
+
+	// Finished nodes are recognised from their recorded readback: nothing is flashed again…
+	before := node(t, "kwok-node-0").Annotations[tt.AnnFirmwareResult]
+	if _, code := run(t, ctx, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle(t, "19.0.0"), "--nodes", "kwok-node-0"); code != 0 {
+		t.Fatalf("re-run: exit %d", code)
+	}
+	if node(t, "kwok-node-0").Annotations[tt.AnnFirmwareResult] != before {
+		t.Fatal("a finished node was flashed again")
+	}
+	// …unless --force-write asks for it.
+	if _, code := run(t, ctx, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle(t, "19.0.0"), "--nodes", "kwok-node-0", "--force-write"); code != 0 {
+		t.Fatalf("force-write: exit %d", code)
+	}
+	var rec map[string]any
+	_ = json.Unmarshal([]byte(node(t, "kwok-node-0").Annotations[tt.AnnFirmwareResult]), &rec)
+	if rec["forced"] != true || rec["changed"] != true {
+		t.Fatalf("force-write did not re-flash: %v", rec)
+	}
+}
+
+func TestStatusOutputs(t *testing.T) {
+	ctx := simtest.Context(t, time.Minute)
+	out, code := run(t, ctx, "status", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var doc struct {
+		Nodes []tt.NodeStatus `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(out[:bytes.LastIndexByte([]byte(out), '}')+1]), &doc); err != nil || len(doc.Nodes) != 6 {
+		t.Fatalf("json: %v, %d nodes", err, len(doc.Nodes))
+	}
+	for _, n := range doc.Nodes {
+		if n.Node == dkmsNode && (n.State != "skipped" || !strings.Contains(n.Why, "DKMS")) {
+			t.Errorf("DKMS node: %+v", n)
+		}
+	}
+	if out, _ := run(t, ctx, "status", "-o", "wide"); !strings.Contains(out, "SINCE") {
+		t.Errorf("wide output lacks SINCE:\n%s", out)
+	}
+}
