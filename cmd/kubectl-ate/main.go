@@ -6,8 +6,8 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/ate/atecmd"
+	"github.com/rollbook/rollbook/pkg/cli"
 )
 
 func main() {

@@ -101,7 +101,9 @@ func TestOperatorInstalledIsRefused(t *testing.T) {
 	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = c.Client.AppsV1().DaemonSets(ns).Delete(context.Background(), ds.Name, metav1.DeleteOptions{}) }()
+	defer func() {
+		_ = c.Client.AppsV1().DaemonSets(ns).Delete(context.Background(), ds.Name, metav1.DeleteOptions{})
+	}()
 	out, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.0")
 	if code != cli.ExitFailed || !strings.Contains(out, "tt-k8s-driver-manager operator manages tt-kmd") {
 		t.Fatalf("exit %d: %s", code, out)
