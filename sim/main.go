@@ -26,6 +26,7 @@ const usage = `usage:
   sim up --dir D [--nodes N] [--scenario NAME] [--tt-agent PATH] [--log-stderr]
   sim down --dir D
   sim add-nodes --dir D --count N [--start S] [--prefix P]
+  sim ate-setup deploy-atelet --dir D --version V
   sim scenarios`
 
 func main() {
@@ -46,6 +47,8 @@ func main() {
 		os.Exit(cmdDown(args))
 	case "add-nodes":
 		os.Exit(cmdAddNodes(args))
+	case "ate-setup":
+		os.Exit(cmdAteSetup(args))
 	case "scenarios":
 		os.Exit(cmdScenarios())
 	case "-h", "--help", "help":

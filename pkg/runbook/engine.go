@@ -193,10 +193,11 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 		sr.Duration = o.Now().Sub(start)
 		return facts, sr, err
 	}
-	facts, err = rb.Observe(ctx, t)
+	observed, err := rb.Observe(ctx, t)
 	if err != nil {
 		return facts, sr, fmt.Errorf("observe after acting: %w", err)
 	}
+	facts = observed
 	done, ev := s.Done(facts)
 	sr.Duration = o.Now().Sub(start)
 	if !done {
@@ -260,6 +261,12 @@ func finish[F any](rb *Runbook[F], facts F, t Target, o Options, tr TargetResult
 		tr.Steps = append(tr.Steps, StepResult{ID: s.ID, Title: s.Title, Status: StepPending})
 	}
 	if rb.Notes != nil {
+		// Say what the run leaves behind as it is now, even after Ctrl-C.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if fresh, err := rb.Observe(ctx, t); err == nil {
+			facts = fresh
+		}
 		tr.Notes = rb.Notes(facts)
 	}
 	return tr

@@ -1,0 +1,306 @@
+package atecmd
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/cli"
+)
+
+// ate-fleet on 3 nodes at v0.2.0: pools ate-workers/python-small (4) and
+// python-large (2), running, paused and suspended actors, traffic waking
+// actors every few seconds. The eviction window is short so a deleted
+// worker's actors crash within the test.
+func TestMain(m *testing.M) {
+	os.Setenv("ROLLBOOK_SIM_ATE_EVICTION_WINDOW", "3s")
+	simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "ate-fleet"})
+}
+
+const (
+	oldV  = "v0.2.0"
+	newV  = "v0.3.0"
+	image = "registry.example/ateom-gvisor:v0.3.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+)
+
+func run(t *testing.T, ctx context.Context, args ...string) (string, int) {
+	t.Helper()
+	c := simtest.Get(t)
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	code := cli.ExecuteContext(ctx, NewRootCommand(streams), append(args, "--kubeconfig", c.Kubeconfig), errOut)
+	all := out.String() + errOut.String()
+	t.Logf("kubectl ate %s → exit %d\n%s", strings.Join(args, " "), code, all)
+	return all, code
+}
+
+func statusOf(t *testing.T, ctx context.Context) ate.Status {
+	t.Helper()
+	out, _ := run(t, ctx, "status", "-o", "json")
+	var s ate.Status
+	if err := json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &s); err != nil {
+		t.Fatalf("status json: %v", err)
+	}
+	return s
+}
+
+func client(t *testing.T, ctx context.Context) *ateapi.Client {
+	t.Helper()
+	cl, err := ateapi.Dial(ctx, ateapi.DialOptions{RESTConfig: simtest.Get(t).RESTConfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+func dyn(t *testing.T) dynamic.Interface {
+	d, err := dynamic.NewForConfig(simtest.Get(t).RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func pool(name string, pin map[string]any, replicas int64) *unstructured.Unstructured {
+	tmpl := map[string]any{}
+	if pin != nil {
+		tmpl["nodeSelector"] = pin
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ate.dev/v1alpha1", "kind": "WorkerPool",
+		"metadata": map[string]any{"name": name, "namespace": "ate-workers"},
+		"spec": map[string]any{"replicas": replicas, "workerImage": "registry.example/ateom@sha256:" + strings.Repeat("b", 64),
+			"sandboxClasses": []any{map[string]any{"name": "gvisor"}}, "template": tmpl},
+	}}
+}
+
+func TestStatusBeforeTheRoll(t *testing.T) {
+	ctx := simtest.Context(t, time.Minute)
+	s := statusOf(t, ctx)
+	if s.Phase != ate.PhaseNotStarted || s.Cluster.Old != oldV || s.APIError != "" || s.Capabilities == nil || !s.Capabilities.DrainImplemented {
+		t.Fatalf("status: phase %s old %s apiErr %q caps %+v", s.Phase, s.Cluster.Old, s.APIError, s.Capabilities)
+	}
+	if _, code := run(t, ctx, "preflight"); code != 0 {
+		t.Fatalf("preflight of a healthy fleet: exit %d", code)
+	}
+}
+
+func TestPreflightCatchesUnpinnedAndUnreadyPools(t *testing.T) {
+	ctx := simtest.Context(t, 2*time.Minute)
+	pools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers")
+	unpinned := pool("scratch", nil, 1)
+	stuck := pool("stuck", map[string]any{ate.VersionLabel: oldV, "no-such-label": "x"}, 2)
+	for _, p := range []*unstructured.Unstructured{unpinned, stuck} {
+		if _, err := pools.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = pools.Delete(context.Background(), p.GetName(), metav1.DeleteOptions{}) }()
+	}
+	out, code := run(t, ctx, "preflight")
+	if code != cli.ExitBlocked || !strings.Contains(out, "✗ pool ate-workers/scratch is pinned to OLD") || !strings.Contains(out, "✗ pool ate-workers/stuck is READY==DESIRED") {
+		t.Fatalf("preflight must fail on both pools: exit %d", code)
+	}
+	// --pin-pools pins the unpinned pool: no actor is on its workers.
+	if out, _ := run(t, ctx, "preflight", "--pin-pools"); !strings.Contains(out, "PoolPinned") || strings.Contains(out, "✗ pool ate-workers/scratch is pinned") {
+		t.Fatalf("--pin-pools did not pin scratch")
+	}
+	got, err := pools.Get(ctx, "scratch", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pin, _, _ := unstructured.NestedString(got.Object, "spec", "template", "nodeSelector", ate.VersionLabel); pin != oldV {
+		t.Fatalf("scratch pin = %q", pin)
+	}
+}
+
+// skewWatch records every worker pod that starts Running on a node whose
+// version differs from its pool's pin: the skew the roll exists to prevent.
+func skewWatch(t *testing.T, ctx context.Context) func() []string {
+	c := simtest.Get(t)
+	w, err := c.Client.CoreV1().Pods("ate-workers").Watch(ctx, metav1.ListOptions{LabelSelector: ate.PoolLabel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu       sync.Mutex
+		bad      []string
+		running  = map[string]bool{}
+		pinCache = map[string]string{}
+	)
+	go func() {
+		for e := range w.ResultChan() {
+			p, ok := e.Object.(*corev1.Pod)
+			if !ok || e.Type == watch.Deleted || p.Status.Phase != corev1.PodRunning || running[string(p.UID)] {
+				continue
+			}
+			running[string(p.UID)] = true
+			poolName := p.Labels[ate.PoolLabel]
+			pin, ok := pinCache[poolName]
+			if !ok {
+				u, err := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers").Get(context.Background(), poolName, metav1.GetOptions{})
+				if err != nil {
+					continue
+				}
+				pin, _, _ = unstructured.NestedString(u.Object, "spec", "template", "nodeSelector", ate.VersionLabel)
+				pinCache[poolName] = pin
+			}
+			n, err := c.Client.CoreV1().Nodes().Get(context.Background(), p.Spec.NodeName, metav1.GetOptions{})
+			if err == nil && n.Labels[ate.VersionLabel] != pin {
+				mu.Lock()
+				bad = append(bad, p.Name+" ("+pin+") started on "+n.Name+" at "+n.Labels[ate.VersionLabel])
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		w.Stop()
+		mu.Lock()
+		defer mu.Unlock()
+		return bad
+	}
+}
+
+func TestFullRoll(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	skew := skewWatch(t, ctx)
+
+	// Step 3, outside rollbook: the new atelet DaemonSet.
+	sim, err := simtest.SimBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(sim, "ate-setup", "deploy-atelet", "--dir", c.Dir, "--version", newV).CombinedOutput(); err != nil {
+		t.Fatalf("deploy atelet: %v\n%s", err, out)
+	}
+	if s := statusOf(t, ctx); s.Phase != ate.PhasePrepared || s.Cluster.New != newV {
+		t.Fatalf("after deploy atelet: %s new=%s", s.Phase, s.Cluster.New)
+	}
+	// Step 4.
+	if _, code := run(t, ctx, "roll", "clone-pools", "--image", "registry.example/ateom:v3"); code != cli.ExitUsage {
+		t.Fatalf("a tag-only image must be refused: exit %d", code)
+	}
+	if _, code := run(t, ctx, "roll", "clone-pools", "--image", image); code != 0 {
+		t.Fatalf("clone-pools: exit %d", code)
+	}
+	if _, code := run(t, ctx, "roll", "clone-pools", "--image", image); code != 0 {
+		t.Fatalf("clone-pools again (idempotent): exit %d", code)
+	}
+	s := statusOf(t, ctx)
+	if s.Phase != ate.PhaseCloned {
+		t.Fatalf("after clone-pools: %s", s.Phase)
+	}
+	for _, p := range s.Cluster.OldPools() {
+		if p.CloneName == "" {
+			t.Fatalf("pool %s has no clone", p.Key())
+		}
+	}
+
+	// Step 5 on the first node, interrupted right after its label flips.
+	runCtx, cancel := context.WithCancel(ctx)
+	w, err := c.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer w.Stop()
+		for e := range w.ResultChan() {
+			if n, ok := e.Object.(*corev1.Node); ok && n.Labels[ate.VersionLabel] == newV {
+				cancel()
+				return
+			}
+		}
+	}()
+	out, code := run(t, runCtx, "roll", "next-node")
+	cancel()
+	if code == 0 || !strings.Contains(out, "interrupted") {
+		t.Fatalf("first node should have been interrupted after the flip: exit %d", code)
+	}
+	out, code = run(t, ctx, "roll", "next-node")
+	if code != 0 || !strings.Contains(out, "node kwok-node-0: "+oldV+" → "+newV) {
+		t.Fatalf("resume should finish kwok-node-0 first: exit %d", code)
+	}
+
+	// A crashed actor on the next node stops the roll until it is reverted.
+	crashActorOn(t, ctx, "kwok-node-1")
+	out, code = run(t, ctx, "roll", "next-node", "kwok-node-1")
+	if code != cli.ExitBlocked || !strings.Contains(out, "CRASHED") || !strings.Contains(out, "--revert-crashed") {
+		t.Fatalf("a crashed actor must block the node: exit %d", code)
+	}
+	if _, code := run(t, ctx, "roll", "next-node", "kwok-node-1", "--revert-crashed"); code != 0 {
+		t.Fatalf("--revert-crashed: exit %d", code)
+	}
+
+	// The rest.
+	if _, code := run(t, ctx, "roll", "next-node", "--all", "--wait"); code != 0 {
+		t.Fatalf("--all: exit %d", code)
+	}
+	s = statusOf(t, ctx)
+	if s.Counts[newV] != 3 || s.OldPoolPodsRunning != 0 || s.ActorsOnOldPools != 0 {
+		t.Fatalf("after the roll: %+v", s)
+	}
+	inv, err := client(t, ctx).Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range inv.Actors {
+		if a.State == ateapi.ActorCrashed {
+			t.Errorf("actor %s/%s CRASHED during the roll", a.Atespace, a.Name)
+		}
+	}
+	if bad := skew(); len(bad) > 0 {
+		t.Errorf("worker pods started next to an atelet of another version: %v", bad)
+	}
+}
+
+// crashActorOn deletes the old-pool worker pod of a RUNNING actor on node
+// and waits for the eviction window to crash the actor.
+func crashActorOn(t *testing.T, ctx context.Context, node string) {
+	t.Helper()
+	c := simtest.Get(t)
+	cl := client(t, ctx)
+	for attempt := 0; attempt < 5; attempt++ {
+		inv, err := cl.Inventory(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var victim *ateapi.Actor
+		for i, a := range inv.Actors {
+			if a.State == ateapi.ActorRunning && a.Node == node && a.Pod != "" {
+				victim = &inv.Actors[i]
+				break
+			}
+		}
+		if victim == nil {
+			time.Sleep(time.Second) // traffic wakes actors every few seconds
+			continue
+		}
+		if err := c.Client.CoreV1().Pods("ate-workers").Delete(ctx, victim.Pod, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			a, err := cl.GetActor(ctx, victim.Atespace, victim.Name)
+			if err == nil && a.State == ateapi.ActorCrashed {
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	t.Fatalf("could not crash an actor on %s", node)
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rollbook/rollbook/sim/substrate"
+)
+
+// cmdAteSetup plays the parts of Agent Substrate's ate-setup that the
+// rolling upgrade runs outside rollbook (step 3: deploy the new atelet).
+func cmdAteSetup(args []string) int {
+	if len(args) < 1 || args[0] != "deploy-atelet" {
+		fmt.Fprintln(os.Stderr, "usage: sim ate-setup deploy-atelet --dir D --version V")
+		return 2
+	}
+	fs := flag.NewFlagSet("ate-setup deploy-atelet", flag.ContinueOnError)
+	dir := fs.String("dir", "", "state directory of the running sim (required)")
+	version := fs.String("version", "", "substrate version of the new atelet DaemonSet (required)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if *dir == "" || *version == "" {
+		fmt.Fprintln(os.Stderr, "sim ate-setup deploy-atelet: --dir and --version are required")
+		return 2
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(*dir, "kubeconfig"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sim ate-setup:", err)
+		return 1
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sim ate-setup:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := substrate.DeployAtelet(ctx, dyn, *version); err != nil {
+		fmt.Fprintln(os.Stderr, "sim ate-setup:", err)
+		return 1
+	}
+	fmt.Printf("daemonset %s/%s deployed (0 pods until a node is labelled %s=%s)\n", substrate.Namespace, substrate.AteletName(*version), substrate.VersionLabel, *version)
+	return 0
+}
