@@ -1,43 +1,80 @@
 #!/usr/bin/env bash
-# The demo: start a simulated cluster, put the plugins on PATH and use them
-# the way a user would, through kubectl. Run it with `make demo`.
-#   KEEP=1 make demo   leave the cluster running and print how to reach it
+# The demo: simulated clusters with a Tenstorrent fleet and an Agent
+# Substrate fleet, and both plugins rolling them through kubectl, the way a
+# user would. Run it with `make demo`.
+#   KEEP=1 make demo   leave the clusters running and print how to reach them
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 SIM=${ROLLBOOK_SIM_BIN:-$root/.cache/bin/sim}
 base=$(mktemp -d /tmp/rollbook-demo.XXXXXX)
-dir=$base/sim   # sim takes only an empty directory or one it made
+export PATH=$root/bin:$PATH
 
 bold=$'\e[1m'; dim=$'\e[2m'; off=$'\e[0m'
 [ -t 1 ] || { bold=; dim=; off=; }
 say() { printf '\n%s==> %s%s\n' "$bold" "$*" "$off"; }
 run() { printf '%s$ %s%s\n' "$dim" "$*" "$off"; "$@"; }
 
+sims=()
 cleanup() {
   rc=$?
-  if [ -n "${KEEP:-}" ]; then
-    say "cluster left running: export KUBECONFIG=$dir/kubeconfig PATH=$root/bin:\$PATH; stop it with: $SIM down --dir $dir"
-  else
-    "$SIM" down --dir "$dir" >/dev/null 2>&1 || true
-    [ "$rc" = 0 ] && rm -rf "$base"
-  fi
-  [ "$rc" = 0 ] || echo "demo failed (exit $rc); sim output: $base/sim.out, component logs: $dir/sim.log" >&2
+  for d in "${sims[@]}"; do
+    if [ -n "${KEEP:-}" ]; then
+      say "left running: export KUBECONFIG=$d/kubeconfig PATH=$root/bin:\$PATH   (stop: $SIM down --dir $d)"
+    else
+      "$SIM" down --dir "$d" >/dev/null 2>&1 || true
+    fi
+  done
+  [ "$rc" = 0 ] && [ -z "${KEEP:-}" ] && rm -rf "$base"
+  [ "$rc" = 0 ] || echo "demo failed (exit $rc); sim output and logs under $base" >&2
 }
 trap cleanup EXIT
 
-say "starting a simulated cluster (kube-apiserver, etcd, controller-manager, scheduler, 3 kwok nodes)"
-"$SIM" up --dir "$dir" --nodes 3 --scenario "${SCENARIO:-empty}" >"$base/sim.out" 2>&1 &
-for _ in $(seq 600); do
-  [ -f "$dir/ready" ] && break
-  kill -0 $! 2>/dev/null || { cat "$base/sim.out"; exit 1; }
-  sleep 0.1
-done
-[ -f "$dir/ready" ] || { echo "sim not ready after 60s" >&2; exit 1; }
-grep startup_seconds "$dir/ready"
+# start_sim NAME ARGS…: start a sim in $base/NAME and wait until it is ready.
+start_sim() {
+  local name=$1; shift
+  local dir=$base/$name
+  sims+=("$dir")
+  "$SIM" up --dir "$dir" "$@" >"$base/$name.out" 2>&1 &
+  for _ in $(seq 900); do
+    [ -f "$dir/ready" ] && return 0
+    kill -0 $! 2>/dev/null || { cat "$base/$name.out"; return 1; }
+    sleep 0.1
+  done
+  echo "sim $name not ready after 90s" >&2; return 1
+}
 
-export KUBECONFIG=$dir/kubeconfig PATH=$root/bin:$PATH
-run kubectl get nodes -o wide
 say "kubectl finds both plugins on PATH"
-run kubectl plugin list 2>/dev/null | grep -E 'kubectl-(tt|ate)$'
+run kubectl plugin list 2>/dev/null | grep -E 'kubectl-(tt|ate)$' || true
 run kubectl tt version
-run kubectl ate version -o json
+
+# ---------------------------------------------------------------- kubectl tt
+say "a simulated Tenstorrent fleet: 3 nodes at tt-kmd 2.7.0, telemetry and an inference workload holding /dev/tenstorrent"
+start_sim tt --nodes 3 --scenario tt-fleet --tt-agent "$root/bin/kubectl-tt"
+export KUBECONFIG=$base/tt/kubeconfig
+run kubectl get pods -A -l 'tenstorrent.com/uses-device=true' -o wide
+run kubectl tt status
+say "what an upgrade to 2.8.0 would do (nothing is changed)"
+run kubectl tt upgrade kmd --version 2.8.0 --dry-run --nodes kwok-node-0
+say "upgrade tt-kmd to 2.8.0, one node at a time"
+run kubectl tt upgrade kmd --version 2.8.0
+run kubectl tt status
+say "flash firmware 19.0.0, two nodes out of service at most"
+run kubectl tt upgrade firmware --version 19.0.0 --bundle-url "file://$base/tt/bundles/fw_pack-19.0.0.fwbundle" --max-parallel 2
+run kubectl tt status
+
+# --------------------------------------------------------------- kubectl ate
+say "a simulated Agent Substrate fleet at v0.2.0: two pools, running, paused and suspended actors, live traffic"
+start_sim ate --nodes 3 --scenario ate-fleet
+export KUBECONFIG=$base/ate/kubeconfig
+run kubectl ate status
+say "runbook steps 1–3 happen outside rollbook (ate-setup); here the sim deploys the new atelet"
+run "$SIM" ate-setup deploy-atelet --dir "$base/ate" --version v0.3.0
+run kubectl ate preflight
+run kubectl ate roll clone-pools --image "registry.example/ateom-gvisor:v0.3.0@sha256:$(printf '%064d' 3)"
+run kubectl ate status
+say "move one node, then look"
+run kubectl ate roll next-node
+run kubectl ate status
+say "move the rest"
+run kubectl ate roll next-node --all --wait
+run kubectl ate status
