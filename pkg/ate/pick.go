@@ -13,7 +13,7 @@ import (
 // first (at `to` with pods of the `from` pools still on it, or at `from`
 // with draining workers), else the first node still at `from`. "" when
 // every node is at `to`.
-func NextNode(c *Cluster, from, to string, fromPods []corev1.Pod, inv *ateapi.Inventory) string {
+func NextNode(c *Cluster, from, to string, fromPools []Pool, fromPods []corev1.Pod, inv *ateapi.Inventory) string {
 	at := map[string]string{}
 	for _, n := range c.Nodes {
 		at[n.Name] = n.Version
@@ -25,8 +25,11 @@ func NextNode(c *Cluster, from, to string, fromPods []corev1.Pod, inv *ateapi.In
 		}
 	}
 	if inv != nil {
+		// Only workers of the pools being moved: a worker of a deleted or
+		// unrelated pool may be draining for reasons of its own.
+		pools := poolSet(fromPools)
 		for _, w := range inv.Workers {
-			if w.State == ateapi.WorkerDraining && at[w.Node] == from {
+			if w.State == ateapi.WorkerDraining && at[w.Node] == from && (pools[w.Pool] || pools[w.Namespace+"/"+w.Pool]) {
 				half = append(half, w.Node)
 			}
 		}

@@ -207,7 +207,7 @@ func moveNodes(ctx context.Context, g *cli.Globals, n *nodeFlags, node string, s
 				_ = s.Abort()
 				return err
 			}
-			target = ate.NextNode(c, sides.From, sides.To, fromPods, inv)
+			target = ate.NextNode(c, sides.From, sides.To, sides.FromPools, fromPods, inv)
 		}
 		if target == "" {
 			s.Progress.Printf("every node is at %s", sides.To)

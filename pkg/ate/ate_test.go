@@ -1,0 +1,130 @@
+package ate
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/rollbook/rollbook/pkg/ateapi"
+)
+
+func wp(name, pin string, labels map[string]string, limits map[string]any) Pool {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ate.dev/v1alpha1", "kind": "WorkerPool",
+		"metadata": map[string]any{"name": name, "namespace": "ns"},
+		"spec": map[string]any{"replicas": int64(2), "workerImage": "old@sha256:" + strings.Repeat("a", 64), "sandboxClass": "gvisor",
+			"template": map[string]any{"nodeSelector": map[string]any{VersionLabel: pin}, "resources": map[string]any{"limits": limits}}},
+	}}
+	u.SetLabels(labels)
+	return poolOf(u)
+}
+
+func cluster(atelets []Atelet, nodes map[string]string, pools ...Pool) *Cluster {
+	c := &Cluster{Atelets: atelets, Pools: pools}
+	for _, n := range []string{"n0", "n1", "n2"} {
+		if v, ok := nodes[n]; ok {
+			c.Nodes = append(c.Nodes, NodeInfo{Name: n, Version: v})
+		}
+	}
+	c.infer()
+	return c
+}
+
+var twoDS = []Atelet{{Name: "atelet-v1", Version: "v1", Versioned: true}, {Name: "atelet-v2", Version: "v2", Versioned: true}}
+
+func TestInferProblems(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		atelets []Atelet
+		nodes   map[string]string
+		want    string
+	}{
+		{"third DaemonSet", append(twoDS, Atelet{Name: "atelet-v3", Version: "v3", Versioned: true}), map[string]string{"n0": "v1"}, "a third one means"},
+		{"unversioned", []Atelet{{Name: "atelet", Version: ""}}, map[string]string{"n0": "v1"}, "predates versioned builds"},
+		{"unlabelled node", twoDS, map[string]string{"n0": "v1", "n1": ""}, "without ate.dev/substrate-version"},
+		{"odd version", twoDS, map[string]string{"n0": "v1", "n1": "v9"}, "neither OLD nor NEW"},
+		{"none", nil, map[string]string{"n0": "v1"}, "no atelet DaemonSet"},
+	} {
+		c := cluster(tc.atelets, tc.nodes)
+		if !strings.Contains(strings.Join(c.Problems, "|"), tc.want) {
+			t.Errorf("%s: problems %v, want %q", tc.name, c.Problems, tc.want)
+		}
+	}
+	if c := cluster(twoDS, map[string]string{"n0": "v1", "n1": "v2"}); len(c.Problems) != 0 || c.Old != "v1" || c.New != "v2" {
+		t.Errorf("healthy: %+v", c)
+	}
+}
+
+func TestPlanClones(t *testing.T) {
+	labels := map[string]string{"runtime": "python"}
+	old := wp("counter-v1", "v1", labels, map[string]any{"cpu": "2"})
+	c := cluster(twoDS, map[string]string{"n0": "v1"}, old)
+	plans, err := PlanClones(c, func(string) (string, error) { return "new@sha256:" + strings.Repeat("b", 64), nil })
+	if err != nil || len(plans) != 1 {
+		t.Fatalf("plans %v err %v", plans, err)
+	}
+	p := plans[0]
+	got := poolOf(p.Object)
+	if p.Name != "counter-v2" || got.Pin != "v2" || got.Image != p.Image || got.Labels["runtime"] != "python" || got.ClonedFrom != "ns/counter-v1" {
+		t.Fatalf("clone: name %s %+v", p.Name, got)
+	}
+	if classes, _, _ := unstructured.NestedSlice(p.Object.Object, "spec", "sandboxClasses"); len(classes) != 1 {
+		t.Fatalf("sandboxClass was not turned into sandboxClasses: %v", p.Object.Object["spec"])
+	}
+	if p.Object.GetResourceVersion() != "" || p.Object.Object["status"] != nil {
+		t.Fatal("clone copies server-owned fields")
+	}
+	if err := CheckLimits(p); err != nil {
+		t.Fatalf("same limits refused: %v", err)
+	}
+	_ = unstructured.SetNestedField(p.Object.Object, "1", "spec", "template", "resources", "limits", "cpu")
+	if err := CheckLimits(p); err == nil || !strings.Contains(err.Error(), "shrinks limit cpu") {
+		t.Fatalf("a shrunk limit must be refused: %v", err)
+	}
+	// Once the clone exists (by annotation), nothing is planned.
+	clone := poolOf(plans[0].Object)
+	c = cluster(twoDS, map[string]string{"n0": "v1"}, old, clone)
+	if plans, _ := PlanClones(c, func(string) (string, error) { return "x", nil }); len(plans) != 0 {
+		t.Fatalf("planned a second clone: %v", plans)
+	}
+}
+
+func TestValidateImageAndCloneName(t *testing.T) {
+	for ref, ok := range map[string]bool{
+		"reg.io/ateom:v2@sha256:" + strings.Repeat("0", 64): true,
+		"reg.io/ateom@sha256:" + strings.Repeat("f", 64):    true,
+		"reg.io/ateom:v2":           false,
+		"reg.io/ateom@sha256:short": false,
+		"reg.io/ateom:v2@sha256:" + strings.Repeat("0", 64) + "; rm -rf /": false,
+	} {
+		if err := ValidateImage(ref); (err == nil) != ok {
+			t.Errorf("ValidateImage(%q) = %v", ref, err)
+		}
+	}
+	for pool, want := range map[string]string{"counter-v2": "counter-v0-3-0", "python-small": "python-small-v0-3-0"} {
+		if got := CloneName(pool, "v0.3.0"); got != want {
+			t.Errorf("CloneName(%s) = %s, want %s", pool, got, want)
+		}
+	}
+}
+
+func TestNextNodeResumesHalfMovedNodeFirst(t *testing.T) {
+	c := cluster(twoDS, map[string]string{"n0": "v1", "n1": "v1", "n2": "v2"})
+	from := []Pool{{Namespace: "ns", Name: "p"}}
+	if got := NextNode(c, "v1", "v2", from, nil, &ateapi.Inventory{}); got != "n0" {
+		t.Fatalf("fresh pick: %s", got)
+	}
+	oldPodOnFlipped := corev1.Pod{Spec: corev1.PodSpec{NodeName: "n2"}}
+	if got := NextNode(c, "v1", "v2", from, []corev1.Pod{oldPodOnFlipped}, nil); got != "n2" {
+		t.Fatalf("a flipped node with old pods left must come first: %s", got)
+	}
+	inv := &ateapi.Inventory{Workers: []ateapi.Worker{
+		{Name: "w-other", Pool: "deleted-pool", Node: "n0", State: ateapi.WorkerDraining},
+		{Name: "w", Pool: "p", Node: "n1", State: ateapi.WorkerDraining},
+	}}
+	if got := NextNode(c, "v1", "v2", from, nil, inv); got != "n1" {
+		t.Fatalf("a node whose serving workers drain must come first, not one with an unrelated draining worker: %s", got)
+	}
+}
