@@ -3,7 +3,7 @@ SHELL := bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
 SIM   := $(CURDIR)/.cache/bin/sim
-GOTEST_FLAGS ?= -timeout 30m
+GOTEST_FLAGS ?= -timeout 30m -count=1
 # The sim module must be built with hack/build-sim.sh's -trimpath: other
 # flags would recompile all of Kubernetes (~6 min, 4 GB of cache).
 SIM_GOFLAGS := -trimpath
@@ -30,7 +30,7 @@ check: ## gofmt and go vet, both modules
 test: check sim ## every test, on the real simulated control plane
 	$(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
 	ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test $(GOTEST_FLAGS) ./...
-	$(GO) -C sim test $(SIM_GOFLAGS) ./...
+	$(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./...
 
 docs: ## regenerate runbooks/*.md from the step registry
 	$(GO) run ./hack/gendocs
