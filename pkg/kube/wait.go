@@ -109,18 +109,7 @@ func WaitForDaemonSetPodReady(ctx context.Context, cs kubernetes.Interface, ns, 
 	if err != nil {
 		return nil, err
 	}
-	pods := cs.CoreV1().Pods(ns)
-	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return pods.Watch(ctx, o)
-		},
-	}
+	lw := podsOnNodeLW(cs, ns, node)
 	return waitFor(ctx, lw, &corev1.Pod{}, func(p *corev1.Pod, deleted bool) (bool, error) {
 		return !deleted && OwnedBy(p, ds.UID) && PodReady(p), nil
 	})
@@ -165,18 +154,7 @@ func DeploymentAvailable(d *appsv1.Deployment) bool {
 // (terminal and deleted pods never match; terminating ones still count,
 // as they may still hold what the caller waits for), and returns nil then.
 func WaitForNoPods(ctx context.Context, cs kubernetes.Interface, node string, match func(*corev1.Pod) bool) error {
-	pods := cs.CoreV1().Pods(metav1.NamespaceAll)
-	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return pods.Watch(ctx, o)
-		},
-	}
+	lw := podsOnNodeLW(cs, metav1.NamespaceAll, node)
 	// Track the matching pods by UID; the condition sees one event at a time.
 	left := map[types.UID]bool{}
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, func(store cache.Store) (bool, error) {
@@ -202,4 +180,20 @@ func WaitForNoPods(ctx context.Context, cs kubernetes.Interface, node string, ma
 		return context.Cause(ctx)
 	}
 	return err
+}
+
+// podsOnNodeLW lists and watches the pods of ns bound to node.
+func podsOnNodeLW(cs kubernetes.Interface, ns, node string) cache.ListerWatcher {
+	pods := cs.CoreV1().Pods(ns)
+	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return pods.Watch(ctx, o)
+		},
+	}
 }

@@ -283,25 +283,3 @@ func describeDevices(r *nodeagent.Result) string {
 	}
 	return b.String()
 }
-
-// FirmwareTargets returns the nodes a firmware flash acts on and the
-// selected nodes it skips.
-func FirmwareTargets(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]runbook.Target, []Skipped, error) {
-	if err := CheckNoOperator(ctx, cs); err != nil {
-		return nil, nil, err
-	}
-	nodes, err := ListNodes(ctx, cs, sel)
-	if err != nil {
-		return nil, nil, err
-	}
-	var targets []runbook.Target
-	var skipped []Skipped
-	for i := range nodes {
-		if nodes[i].Labels[LabelFirmwareSkip] == "true" {
-			skipped = append(skipped, Skipped{Node: nodes[i].Name, Why: LabelFirmwareSkip + "=true"})
-			continue
-		}
-		targets = append(targets, runbook.NodeTarget{Client: cs, Node: nodes[i].Name})
-	}
-	return targets, skipped, nil
-}

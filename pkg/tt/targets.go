@@ -3,6 +3,8 @@ package tt
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/runbook"
@@ -15,6 +17,23 @@ const LockName = "rollbook-tt"
 // KMDTargets returns the nodes a kmd or tt-smi upgrade acts on, in order,
 // and the selected nodes it must skip with the reason.
 func KMDTargets(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]runbook.Target, []Skipped, error) {
+	return targets(ctx, cs, sel, DriverSkipReason)
+}
+
+// FirmwareTargets returns the nodes a firmware flash acts on and the
+// selected nodes it skips.
+func FirmwareTargets(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]runbook.Target, []Skipped, error) {
+	return targets(ctx, cs, sel, func(n *corev1.Node) string {
+		if n.Labels[LabelFirmwareSkip] == "true" {
+			return LabelFirmwareSkip + "=true"
+		}
+		return ""
+	})
+}
+
+// targets lists the selected nodes (refusing while the operator manages
+// them) and splits off those skip names a reason for.
+func targets(ctx context.Context, cs kubernetes.Interface, sel Selection, skip func(*corev1.Node) string) ([]runbook.Target, []Skipped, error) {
 	if err := CheckNoOperator(ctx, cs); err != nil {
 		return nil, nil, err
 	}
@@ -22,14 +41,14 @@ func KMDTargets(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]
 	if err != nil {
 		return nil, nil, err
 	}
-	var targets []runbook.Target
+	var out []runbook.Target
 	var skipped []Skipped
 	for i := range nodes {
-		if why := DriverSkipReason(&nodes[i]); why != "" {
+		if why := skip(&nodes[i]); why != "" {
 			skipped = append(skipped, Skipped{Node: nodes[i].Name, Why: why})
 			continue
 		}
-		targets = append(targets, runbook.NodeTarget{Client: cs, Node: nodes[i].Name})
+		out = append(out, runbook.NodeTarget{Client: cs, Node: nodes[i].Name})
 	}
-	return targets, skipped, nil
+	return out, skipped, nil
 }
