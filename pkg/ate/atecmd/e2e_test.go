@@ -246,9 +246,22 @@ func TestFullRoll(t *testing.T) {
 		t.Fatalf("--revert-crashed: exit %d", code)
 	}
 
-	// The rest.
+	// The last node, interrupted right after each kind of mutation and
+	// resumed each time: the label flips exactly once.
+	for _, reason := range []string{"WorkerDrained", "ActorSuspended", "SubstrateVersionFlipped", "OldWorkerDeleted"} {
+		runCtx, cancel := cancelOnEvent(t, ctx, reason)
+		_, code := run(t, runCtx, "roll", "next-node", "kwok-node-2", "--wait")
+		cancel()
+		if code != 0 && code != cli.ExitFailed {
+			t.Fatalf("interrupted at %s: exit %d", reason, code)
+		}
+	}
 	if _, code := run(t, ctx, "roll", "next-node", "--all", "--wait"); code != 0 {
 		t.Fatalf("--all: exit %d", code)
+	}
+	evs, err := c.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=SubstrateVersionFlipped,involvedObject.name=kwok-node-2"})
+	if err != nil || len(evs.Items) != 1 {
+		t.Fatalf("kwok-node-2 was flipped %d times across the interrupted runs (%v); want once", len(evs.Items), err)
 	}
 	s = statusOf(t, ctx)
 	if s.Counts[newV] != 3 || s.OldPoolPodsRunning != 0 || s.ActorsOnOldPools != 0 {
@@ -303,4 +316,30 @@ func crashActorOn(t *testing.T, ctx context.Context, node string) {
 		}
 	}
 	t.Fatalf("could not crash an actor on %s", node)
+}
+
+// cancelOnEvent returns a context cancelled as soon as an Event with reason
+// is written: the run stops right after that mutation.
+func cancelOnEvent(t *testing.T, ctx context.Context, reason string) (context.Context, context.CancelFunc) {
+	t.Helper()
+	c := simtest.Get(t)
+	l, err := c.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Client.CoreV1().Events(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "reason=" + reason, ResourceVersion: l.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer w.Stop()
+		select {
+		case <-w.ResultChan():
+			cancel()
+		case <-runCtx.Done():
+		}
+	}()
+	return runCtx, cancel
 }
