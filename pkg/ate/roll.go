@@ -279,9 +279,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: VersionLabel + "=" + f.cfg.To}}
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					n, err := kube.UpdateNode(ctx, cs, f.node.Name, func(*corev1.Node) (kube.NodeChange, error) {
-						return kube.NodeChange{Labels: map[string]*string{VersionLabel: kube.Ptr(f.cfg.To)}}, nil
-					})
+					n, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{VersionLabel: kube.Ptr(f.cfg.To)}})
 					if err == nil {
 						rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", fmt.Sprintf("%s: %s → %s", VersionLabel, f.cfg.From, f.cfg.To))
 					}

@@ -4,6 +4,8 @@
 package cli
 
 import (
+	"net/http"
+
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -57,9 +59,16 @@ func NewRoot(plugin, short, long string, streams genericiooptions.IOStreams) (*c
 // request bodies stay JSON) and lifts client-go's default 5 QPS,
 // which would otherwise throttle a roll far more than the cluster does.
 func tuneClient(c *rest.Config) *rest.Config {
+	if WrapTransport != nil {
+		c.Wrap(WrapTransport)
+	}
 	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	if c.QPS == 0 {
 		c.QPS, c.Burst = 50, 100
 	}
 	return c
 }
+
+// WrapTransport, when set, wraps every client's transport: tests count the
+// API requests a run makes with it.
+var WrapTransport func(http.RoundTripper) http.RoundTripper

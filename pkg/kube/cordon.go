@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -50,8 +51,18 @@ func CordonStateOf(n *corev1.Node) CordonState {
 // claimed, so a later Uncordon by owner leaves it cordoned — the prior state
 // is restored. Returns the resulting state.
 func Cordon(ctx context.Context, cs kubernetes.Interface, rec Recorder, node, owner, run string) (CordonState, error) {
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return CordonState{}, fmt.Errorf("cordon %s: %w", node, err)
+	}
+	return CordonNode(ctx, cs, rec, n, owner, run)
+}
+
+// CordonNode is Cordon starting from a node the caller just read.
+func CordonNode(ctx context.Context, cs kubernetes.Interface, rec Recorder, cur *corev1.Node, owner, run string) (CordonState, error) {
+	node := cur.Name
 	var did bool
-	n, err := UpdateNode(ctx, cs, node, func(n *corev1.Node) (NodeChange, error) {
+	n, err := UpdateNodeFrom(ctx, cs, cur, func(n *corev1.Node) (NodeChange, error) {
 		did = false
 		if n.Spec.Unschedulable {
 			return NodeChange{}, nil
@@ -79,8 +90,18 @@ func Cordon(ctx context.Context, cs kubernetes.Interface, rec Recorder, node, ow
 // Uncordon undoes owner's cordon. A node cordoned by anyone else (another
 // runbook, a person, an autoscaler) is left cordoned and reported.
 func Uncordon(ctx context.Context, cs kubernetes.Interface, rec Recorder, node, owner string) (CordonState, error) {
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return CordonState{}, fmt.Errorf("uncordon %s: %w", node, err)
+	}
+	return UncordonNode(ctx, cs, rec, n, owner)
+}
+
+// UncordonNode is Uncordon starting from a node the caller just read.
+func UncordonNode(ctx context.Context, cs kubernetes.Interface, rec Recorder, cur *corev1.Node, owner string) (CordonState, error) {
+	node := cur.Name
 	var did bool
-	n, err := UpdateNode(ctx, cs, node, func(n *corev1.Node) (NodeChange, error) {
+	n, err := UpdateNodeFrom(ctx, cs, cur, func(n *corev1.Node) (NodeChange, error) {
 		did = false
 		st := CordonStateOf(n)
 		if !st.Cordoned {

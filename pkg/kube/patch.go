@@ -74,11 +74,18 @@ func PatchNode(ctx context.Context, cs kubernetes.Interface, n *corev1.Node, cha
 // applies it with PatchNode, retrying on conflicts with a fresh read. mutate
 // may return an empty change (nothing to do) or an error (stop).
 func UpdateNode(ctx context.Context, cs kubernetes.Interface, name string, mutate func(*corev1.Node) (NodeChange, error)) (*corev1.Node, error) {
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return UpdateNodeFrom(ctx, cs, n, mutate)
+}
+
+// UpdateNodeFrom is UpdateNode starting from a node the caller just read
+// (a runbook's observed facts): no read is spent unless someone wrote the
+// node since, which the resourceVersion precondition detects.
+func UpdateNodeFrom(ctx context.Context, cs kubernetes.Interface, n *corev1.Node, mutate func(*corev1.Node) (NodeChange, error)) (*corev1.Node, error) {
 	for attempt := 0; ; attempt++ {
-		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, err
-		}
 		change, err := mutate(n)
 		if err != nil {
 			return n, err
@@ -88,10 +95,35 @@ func UpdateNode(ctx context.Context, cs kubernetes.Interface, name string, mutat
 		}
 		out, err := PatchNode(ctx, cs, n, change)
 		if apierrors.IsConflict(err) && attempt < 5 {
+			if n, err = cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		return out, err
 	}
+}
+
+// SetNodeKeys writes labels and annotations rollbook owns (nil deletes)
+// with a merge patch of just those keys and no resourceVersion: nothing a
+// concurrent writer did can be lost, so it never needs a fresh read.
+func SetNodeKeys(ctx context.Context, cs kubernetes.Interface, node string, change NodeChange) (*corev1.Node, error) {
+	meta := map[string]any{}
+	if len(change.Labels) > 0 {
+		meta["labels"] = change.Labels
+	}
+	if len(change.Annotations) > 0 {
+		meta["annotations"] = change.Annotations
+	}
+	b, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return nil, err
+	}
+	out, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, b, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("patch node %s: %w", node, err)
+	}
+	return out, nil
 }
 
 // Ptr returns a pointer to s, for NodeChange values.

@@ -167,7 +167,14 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 	start := o.Now()
 	stepCtx := ctx
 	if s.Timeout > 0 {
-		started, err := startClock(ctx, t, rb.Name, s.ID, o.Now())
+		read := t.Annotation
+		if rb.Annotation != nil {
+			read = func(_ context.Context, key string) (string, bool, error) {
+				v, ok := rb.Annotation(facts, key)
+				return v, ok, nil
+			}
+		}
+		started, err := startClock(ctx, t, read, rb.Name, s.ID, o.Now())
 		if err != nil {
 			return facts, sr, err
 		}
@@ -215,9 +222,9 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 
 // startClock returns when the step's budget started: the time stored on the
 // target by an earlier run of the same step, or now (which it stores).
-func startClock(ctx context.Context, t Target, rb, stepID string, now time.Time) (time.Time, error) {
+func startClock(ctx context.Context, t Target, read func(context.Context, string) (string, bool, error), rb, stepID string, now time.Time) (time.Time, error) {
 	key := timerKey(rb)
-	v, ok, err := t.Annotation(ctx, key)
+	v, ok, err := read(ctx, key)
 	if err != nil {
 		return now, err
 	}

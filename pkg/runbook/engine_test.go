@@ -332,13 +332,13 @@ func TestStepBudgetSurvivesRestart(t *testing.T) {
 	if err := target.SetAnnotation(ctx, timerKey("test-roll"), &v); err != nil {
 		t.Fatal(err)
 	}
-	started, err := startClock(ctx, target, "test-roll", "test.prepare", time.Now())
+	started, err := startClock(ctx, target, target.Annotation, "test-roll", "test.prepare", time.Now())
 	if err != nil || !started.Equal(earlier.Truncate(time.Second)) {
 		t.Fatalf("clock restarted: got %v, want %v (%v)", started, earlier, err)
 	}
 	// A different step starts a fresh clock.
 	now := time.Now()
-	started, err = startClock(ctx, target, "test-roll", "test.upgrade", now)
+	started, err = startClock(ctx, target, target.Annotation, "test-roll", "test.upgrade", now)
 	if err != nil || started.Before(now.Add(-time.Second)) {
 		t.Fatalf("new step reused an old clock: %v %v", started, err)
 	}

@@ -34,6 +34,9 @@ type Runbook[F any] struct {
 	Steps []Step[F]
 	// Observe reads everything the steps decide on, for one target.
 	Observe func(ctx context.Context, t Target) (F, error)
+	// Annotation, when set, reads one of the target's annotations from the
+	// observed facts, saving the engine a read for step clocks.
+	Annotation func(f F, key string) (string, bool)
 	// Notes, when set, says what a person should know about a target the run
 	// left unfinished (e.g. "cordoned by rollbook; re-run to continue").
 	Notes func(f F) []string

@@ -2,13 +2,13 @@ package runbook
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 // NodeTarget is a runbook target that is one node; step clocks live in the
@@ -36,11 +36,14 @@ func (t NodeTarget) Annotation(ctx context.Context, key string) (string, bool, e
 	return v, ok, nil
 }
 
-// SetAnnotation implements Target.
+// SetAnnotation implements Target. The key is rollbook's own, so a plain
+// merge patch of just that key cannot overwrite anyone else's change.
 func (t NodeTarget) SetAnnotation(ctx context.Context, key string, value *string) error {
-	_, err := kube.UpdateNode(ctx, t.Client, t.Node, func(*corev1.Node) (kube.NodeChange, error) {
-		return kube.NodeChange{Annotations: map[string]*string{key: value}}, nil
-	})
+	b, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]*string{key: value}}})
+	if err != nil {
+		return err
+	}
+	_, err = t.Client.CoreV1().Nodes().Patch(ctx, t.Node, types.MergePatchType, b, metav1.PatchOptions{})
 	return err
 }
 

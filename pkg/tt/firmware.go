@@ -148,10 +148,12 @@ it (label firmware.tenstorrent.com/fw-version plus the result annotation), not w
 happens to exist. A failed node keeps its cordon and, with --halt-on-failure, stops new nodes.`,
 		Observe: func(ctx context.Context, t runbook.Target) (fwFacts, error) {
 			name := strings.TrimPrefix(t.Name(), "node/")
-			w, err := observeWork(ctx, cs, FirmwareRunbookName, name, cfg.Helper.Namespace, helperName(name))
+			w, err := observeWork(ctx, cs, FirmwareRunbookName, name, cfg.Helper.Namespace, helperName(name),
+				func(n *corev1.Node) bool { return fwFacts{work: work{node: n}, cfg: cfg}.finished() })
 			return fwFacts{work: w, cfg: cfg}, err
 		},
-		Notes: func(f fwFacts) []string { return workNotes(&f.work) },
+		Notes:      func(f fwFacts) []string { return workNotes(&f.work) },
+		Annotation: func(f fwFacts, key string) (string, bool) { v, ok := f.node.Annotations[key]; return v, ok },
 		Steps: []runbook.Step[fwFacts]{
 			withGuard(cordonStep[fwFacts]("tt.fw.cordon", cs, rec, cfg.RunID), kmdLoaded),
 			closeGatesStep[fwFacts]("tt.fw.close-gates", cfg.DeployGates, cs, rec),
@@ -219,7 +221,7 @@ happens to exist. A failed node keeps its cordon and, with --halt-on-failure, st
 					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: LabelFirmware + "=" + cfg.Readback}}
 				},
 				Act: func(ctx context.Context, f fwFacts) error {
-					return recordFirmware(ctx, cs, rec, f.node.Name, cfg, f.helper.Result)
+					return recordFirmware(ctx, cs, rec, f.node, cfg, f.helper.Result)
 				},
 			},
 			openGatesStep[fwFacts]("tt.fw.open-gates", cs, rec),
@@ -242,7 +244,7 @@ func flashCommand(cfg *FirmwareConfig) []string {
 	return cmd
 }
 
-func recordFirmware(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node string, cfg *FirmwareConfig, r *nodeagent.Result) error {
+func recordFirmware(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, cfg *FirmwareConfig, r *nodeagent.Result) error {
 	measured := cfg.Readback
 	for _, d := range r.Devices {
 		if d.After != "" && d.After != cfg.Readback {
@@ -251,10 +253,8 @@ func recordFirmware(ctx context.Context, cs kubernetes.Interface, rec kube.Recor
 	}
 	b, _ := json.Marshal(firmwareRecord{Readback: measured, Devices: r.Devices, Forced: cfg.ForceWrite, Changed: r.Changed,
 		Duration: r.DurationMS, Run: cfg.RunID, At: time.Now().UTC()})
-	n, err := kube.UpdateNode(ctx, cs, node, func(*corev1.Node) (kube.NodeChange, error) {
-		return kube.NodeChange{Labels: map[string]*string{LabelFirmware: &measured},
-			Annotations: map[string]*string{AnnFirmwareResult: kube.Ptr(string(b))}}, nil
-	})
+	n, err := kube.SetNodeKeys(ctx, cs, node.Name, kube.NodeChange{Labels: map[string]*string{LabelFirmware: &measured},
+		Annotations: map[string]*string{AnnFirmwareResult: kube.Ptr(string(b))}})
 	if err != nil {
 		return err
 	}

@@ -16,8 +16,9 @@ import (
 // closeGates sets each gate label to "false" and records the previous
 // values in the same patch. Values recorded by an earlier, interrupted run
 // are kept: they, not our own "false", are the truth to restore.
-func closeGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node string, gates []string) error {
-	n, err := kube.UpdateNode(ctx, cs, node, func(n *corev1.Node) (kube.NodeChange, error) {
+func closeGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, cur *corev1.Node, gates []string) error {
+	node := cur.Name
+	n, err := kube.UpdateNodeFrom(ctx, cs, cur, func(n *corev1.Node) (kube.NodeChange, error) {
 		prior := map[string]*string{}
 		if raw, ok := n.Annotations[AnnGatesPrior]; ok {
 			if err := json.Unmarshal([]byte(raw), &prior); err != nil {
@@ -47,9 +48,10 @@ func closeGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder,
 }
 
 // openGates restores the recorded gate values and drops the record.
-func openGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node string) error {
+func openGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, cur *corev1.Node) error {
+	node := cur.Name
 	var restored []string
-	n, err := kube.UpdateNode(ctx, cs, node, func(n *corev1.Node) (kube.NodeChange, error) {
+	n, err := kube.UpdateNodeFrom(ctx, cs, cur, func(n *corev1.Node) (kube.NodeChange, error) {
 		raw, ok := n.Annotations[AnnGatesPrior]
 		if !ok {
 			return kube.NodeChange{}, nil

@@ -119,10 +119,12 @@ gates and uncordon. Unlike the operator, the drain waits for the pods to be gone
 failed helper never crash-loops: its structured result says why.`,
 		Observe: func(ctx context.Context, t runbook.Target) (kmdFacts, error) {
 			name := strings.TrimPrefix(t.Name(), "node/")
-			w, err := observeWork(ctx, cs, KMDRunbookName, name, cfg.Helper.Namespace, helperName(name))
+			w, err := observeWork(ctx, cs, KMDRunbookName, name, cfg.Helper.Namespace, helperName(name),
+				func(n *corev1.Node) bool { return n.Labels[LabelKMDVersion] == cfg.Version })
 			return kmdFacts{work: w, cfg: cfg}, err
 		},
-		Notes: func(f kmdFacts) []string { return workNotes(&f.work) },
+		Notes:      func(f kmdFacts) []string { return workNotes(&f.work) },
+		Annotation: func(f kmdFacts, key string) (string, bool) { v, ok := f.node.Annotations[key]; return v, ok },
 		Steps: []runbook.Step[kmdFacts]{
 			cordonStep[kmdFacts]("tt.kmd.cordon", cs, rec, cfg.RunID),
 			closeGatesStep[kmdFacts]("tt.kmd.close-gates", cfg.DeployGates, cs, rec),
@@ -188,9 +190,7 @@ failed helper never crash-loops: its structured result says why.`,
 						}
 					}
 					// Never leave the old version on the label while the module changes.
-					if _, err := kube.UpdateNode(ctx, cs, f.node.Name, func(*corev1.Node) (kube.NodeChange, error) {
-						return kube.NodeChange{Labels: map[string]*string{LabelKMDVersion: nil}}, nil
-					}); err != nil {
+					if _, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{LabelKMDVersion: nil}}); err != nil {
 						return err
 					}
 					_, _, err := kube.EnsureHelper(ctx, cs, rec, kmdHelperSpec(cfg, f.node.Name))
@@ -227,7 +227,7 @@ failed helper never crash-loops: its structured result says why.`,
 					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: LabelKMDVersion + "=" + v + ", " + LabelInstallMode + "=container"}}
 				},
 				Act: func(ctx context.Context, f kmdFacts) error {
-					return recordKMDResult(ctx, cs, rec, f.node.Name, f.helper.Result, cfg.RunID)
+					return recordKMDResult(ctx, cs, rec, f.node, f.helper.Result, cfg.RunID)
 				},
 			},
 			openGatesStep[kmdFacts]("tt.kmd.open-gates", cs, rec),
@@ -277,9 +277,7 @@ func kmdFailure(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder,
 	r := h.Result
 	// Record what is really loaded now; the label must never lie.
 	if r.After != "" {
-		_, _ = kube.UpdateNode(ctx, cs, f.node.Name, func(*corev1.Node) (kube.NodeChange, error) {
-			return kube.NodeChange{Labels: map[string]*string{LabelKMDVersion: &r.After}}, nil
-		})
+		_, _ = kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{LabelKMDVersion: &r.After}})
 	}
 	rec.Record(ctx, kube.NodeRef(f.node), true, "KMDUpgradeFailed", helperError(h))
 	msg := fmt.Errorf("%s", helperError(h))
@@ -346,18 +344,16 @@ type kmdRecord struct {
 	At        string `json:"at"`
 }
 
-func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node string, r *nodeagent.Result, run string) error {
+func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, r *nodeagent.Result, run string) error {
 	mode := r.InstallMode
 	if mode == "" {
 		mode = InstallModeContainer
 	}
 	b, _ := json.Marshal(kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, CacheHit: r.CacheHit,
 		Persisted: r.Persisted, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)})
-	n, err := kube.UpdateNode(ctx, cs, node, func(*corev1.Node) (kube.NodeChange, error) {
-		return kube.NodeChange{
-			Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},
-			Annotations: map[string]*string{AnnKMDResult: kube.Ptr(string(b))},
-		}, nil
+	n, err := kube.SetNodeKeys(ctx, cs, node.Name, kube.NodeChange{
+		Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},
+		Annotations: map[string]*string{AnnKMDResult: kube.Ptr(string(b))},
 	})
 	if err != nil {
 		return err

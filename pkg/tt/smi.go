@@ -106,9 +106,7 @@ over the old one, verifies the version it reports, and the node is labelled with
 					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: LabelSMIVersion + "=" + v}}
 				},
 				Act: func(ctx context.Context, f smiFacts) error {
-					n, err := kube.UpdateNode(ctx, cs, f.node.Name, func(*corev1.Node) (kube.NodeChange, error) {
-						return kube.NodeChange{Labels: map[string]*string{LabelSMIVersion: &f.helper.Result.After}}, nil
-					})
+					n, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{LabelSMIVersion: &f.helper.Result.After}})
 					if err == nil {
 						rec.Record(ctx, kube.NodeRef(n), false, "TTSMIInstalled", LabelSMIVersion+"="+f.helper.Result.After)
 					}

@@ -48,8 +48,8 @@ func (w *work) devicePods() []corev1.Pod {
 }
 
 // observeWork reads the node, its helper pod and, while the node is ours,
-// its pods. A finished node costs two reads.
-func observeWork(ctx context.Context, cs kubernetes.Interface, owner, node, helperNS, helperName string) (work, error) {
+// its pods until the runbook's result is recorded on it.
+func observeWork(ctx context.Context, cs kubernetes.Interface, owner, node, helperNS, helperName string, finished func(*corev1.Node) bool) (work, error) {
 	w := work{owner: owner}
 	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
@@ -59,7 +59,7 @@ func observeWork(ctx context.Context, cs kubernetes.Interface, owner, node, help
 	if w.helper, err = observeHelper(ctx, cs, helperNS, helperName); err != nil {
 		return w, err
 	}
-	if w.ourCordon() {
+	if w.ourCordon() && !finished(n) {
 		w.pods, err = kube.PodsOnNode(ctx, cs, node)
 	}
 	return w, err
@@ -98,7 +98,7 @@ func cordonStep[F nodeFacts](id string, cs kubernetes.Interface, rec kube.Record
 		},
 		Act: func(ctx context.Context, f F) error {
 			w := f.base()
-			_, err := kube.Cordon(ctx, cs, rec, w.node.Name, w.owner, run)
+			_, err := kube.CordonNode(ctx, cs, rec, w.node, w.owner, run)
 			return err
 		},
 	}
@@ -127,7 +127,7 @@ func closeGatesStep[F nodeFacts](id string, gates []string, cs kubernetes.Interf
 			}
 			return out
 		},
-		Act: func(ctx context.Context, f F) error { return closeGates(ctx, cs, rec, f.base().node.Name, gates) },
+		Act: func(ctx context.Context, f F) error { return closeGates(ctx, cs, rec, f.base().node, gates) },
 	}
 }
 
@@ -180,7 +180,7 @@ func openGatesStep[F nodeFacts](id string, cs kubernetes.Interface, rec kube.Rec
 		Plan: func(f F) []runbook.Change {
 			return []runbook.Change{{Object: "node/" + f.base().node.Name, Action: "label", Detail: "restore deploy gates"}}
 		},
-		Act: func(ctx context.Context, f F) error { return openGates(ctx, cs, rec, f.base().node.Name) },
+		Act: func(ctx context.Context, f F) error { return openGates(ctx, cs, rec, f.base().node) },
 	}
 }
 
@@ -197,7 +197,7 @@ func uncordonStep[F nodeFacts](id string, cs kubernetes.Interface, rec kube.Reco
 		},
 		Act: func(ctx context.Context, f F) error {
 			w := f.base()
-			_, err := kube.Uncordon(ctx, cs, rec, w.node.Name, w.owner)
+			_, err := kube.UncordonNode(ctx, cs, rec, w.node, w.owner)
 			return err
 		},
 	}

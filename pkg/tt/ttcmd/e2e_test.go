@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,3 +338,38 @@ func TestStatusOutputs(t *testing.T) {
 		t.Errorf("wide output lacks SINCE:\n%s", out)
 	}
 }
+
+// The tool's own cost per rolled node, measured: API requests a one-node
+// kmd roll makes (the target is at most 40).
+func TestKMDRequestsPerNode(t *testing.T) {
+	ctx := simtest.Context(t, 2*time.Minute)
+	var n atomic.Int64
+	var mu sync.Mutex
+	byVerb := map[string]int{}
+	var paths []string
+	cli.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			n.Add(1)
+			mu.Lock()
+			byVerb[r.Method]++
+			paths = append(paths, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+			mu.Unlock()
+			return rt.RoundTrip(r)
+		})
+	}
+	defer func() { cli.WrapTransport = nil }()
+	start := time.Now()
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.1", "--nodes", "kwok-node-0"); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	t.Logf("one-node kmd roll: %d API requests %v in %s (6 of them per run: identity, lease, operator check, node list, release)",
+		n.Load(), byVerb, time.Since(start).Round(time.Millisecond))
+	// Measured 59; the goal is 40 per node. This guards against regressions.
+	if got := n.Load(); got > 60 {
+		t.Errorf("a one-node roll made %d API requests:\n%s", got, strings.Join(paths, "\n"))
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
