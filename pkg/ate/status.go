@@ -27,6 +27,7 @@ const (
 	PhaseRolling    Phase = "rolling"
 	PhaseRolled     Phase = "rolled" // every node NEW; actors may still sit on old workers
 	PhaseRetireable Phase = "ready to retire"
+	PhaseComplete   Phase = "complete" // the old pools and atelet were retired; the clones serve
 )
 
 // NodeProgress is a node's place in the roll.
@@ -90,9 +91,9 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 	s.Nodes = inProgress(c, oldPods, inv)
 	total, atNew := len(c.Nodes), len(c.NodesAt(c.New))
 	switch {
-	case c.New == "" && len(c.OldPools()) == 0 && clonesServing(c):
-		s.Phase, s.Summary = PhaseNotStarted, fmt.Sprintf("no roll in progress; every node at %s (a previous roll was retired)", c.Old)
-		s.Next = "to upgrade: ate-setup deploy atelet from the new release, then kubectl ate preflight"
+	case c.New == "" && clonesServing(c) && atVersion(c, c.Old):
+		s.Phase, s.Summary = PhaseComplete, fmt.Sprintf("roll complete: every node at %s, the old pools and atelet retired; the clones serve", c.Old)
+		s.Next = "upgrade the control plane (step 6) if not done yet; for the next upgrade: ate-setup deploy atelet from the new release, then kubectl ate preflight"
 	case c.New == "":
 		s.Phase, s.Summary = PhaseNotStarted, fmt.Sprintf("every node at %s; no NEW atelet DaemonSet", c.Old)
 		s.Next = "apply the new CRDs, deploy ate-controller and the new atelet from the new release (steps 1–3), then: kubectl ate preflight"
@@ -218,12 +219,23 @@ func countClones(c *Cluster) int {
 	return n
 }
 
-// clonesServing: pools we cloned whose source is gone (retired).
+// clonesServing: pools we cloned, pinned to the one installed version,
+// whose source is gone (retired). With one atelet DaemonSet, OLD is the
+// version the clones are pinned to, so OldPools lists the clones themselves.
 func clonesServing(c *Cluster) bool {
+	exists := map[string]bool{}
 	for _, p := range c.Pools {
-		if p.ClonedFrom != "" {
+		exists[p.Key()] = true
+	}
+	for _, p := range c.Pools {
+		if p.ClonedFrom != "" && p.Pin == c.Old && !exists[p.ClonedFrom] {
 			return true
 		}
 	}
 	return false
+}
+
+// atVersion reports whether every node carries version.
+func atVersion(c *Cluster, version string) bool {
+	return len(c.Nodes) > 0 && len(c.NodesAt(version)) == len(c.Nodes)
 }

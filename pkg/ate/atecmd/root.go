@@ -19,6 +19,6 @@ any point and re-run the same command to continue.`
 // NewRootCommand returns `kubectl ate`.
 func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root, g := cli.NewRoot("ate", "Roll Agent Substrate nodes to a new version without losing actors", long, streams)
-	root.AddCommand(newStatusCommand(g), newPreflightCommand(g), newRollCommand(g))
+	root.AddCommand(newStatusCommand(g), newPreflightCommand(g), newRollCommand(g), newRollbackCommand(g), newRetireCommand(g), newRevertCommand(g))
 	return root
 }

@@ -1,0 +1,377 @@
+package atecmd
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+// These tests run after TestFullRoll (files run in name order) and share its
+// cluster: every node at v0.3.0, the clones serving, both atelets installed.
+
+// oldPoolRecord is an old pool as it was before the rollback.
+type oldPoolRecord struct {
+	uid, resourceVersion string
+	generation           int64
+	spec                 map[string]any
+	labels, annotations  map[string]string
+}
+
+// untouchedWatch records every change to the old pools other than the
+// controller's status writes: the rollback must never edit them.
+func untouchedWatch(t *testing.T, ctx context.Context, rv string, before map[string]oldPoolRecord) func() []string {
+	w, err := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers").Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu  sync.Mutex
+		bad []string
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range w.ResultChan() {
+			u, ok := e.Object.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			rec, old := before[u.GetName()]
+			if !old {
+				continue
+			}
+			spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+			mu.Lock()
+			switch {
+			case e.Type == watch.Deleted:
+				bad = append(bad, u.GetName()+" deleted")
+			case u.GetGeneration() != rec.generation || !reflect.DeepEqual(spec, rec.spec) || !reflect.DeepEqual(u.GetLabels(), rec.labels) || !reflect.DeepEqual(u.GetAnnotations(), rec.annotations):
+				bad = append(bad, u.GetName()+" edited at resourceVersion "+u.GetResourceVersion())
+			}
+			mu.Unlock()
+		}
+	}()
+	return func() []string {
+		w.Stop()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return bad
+	}
+}
+
+func recordOldPools(t *testing.T, ctx context.Context) (map[string]oldPoolRecord, string) {
+	t.Helper()
+	l, err := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]oldPoolRecord{}
+	for _, u := range l.Items {
+		if pin, _, _ := unstructured.NestedString(u.Object, "spec", "template", "nodeSelector", ate.VersionLabel); pin != oldV {
+			continue
+		}
+		spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+		out[u.GetName()] = oldPoolRecord{uid: string(u.GetUID()), resourceVersion: u.GetResourceVersion(), generation: u.GetGeneration(), spec: spec, labels: u.GetLabels(), annotations: u.GetAnnotations()}
+	}
+	if len(out) < 2 {
+		t.Fatalf("expected the fleet's two old pools, got %d", len(out))
+	}
+	return out, l.GetResourceVersion()
+}
+
+// oldPoolsAtStart is shared with the retire test: the backup must recreate
+// the pool exactly as it was before any of this.
+var oldPoolsAtStart map[string]oldPoolRecord
+
+func TestRollbackInterruptedThenResumed(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, 4*time.Minute)
+	if s := statusOf(t, ctx); s.Counts[newV] != 3 {
+		t.Fatalf("TestFullRoll should leave every node at %s: %v", newV, s.Counts)
+	}
+	before, listRV := recordOldPools(t, ctx)
+	oldPoolsAtStart = before
+	edits := untouchedWatch(t, ctx, listRV, before)
+
+	// A dry run plans the first node and the cluster steps, as two
+	// documents, and changes nothing.
+	out, code := run(t, ctx, "rollback", "--dry-run", "-o", "json")
+	if code != 0 {
+		t.Fatalf("rollback --dry-run: exit %d", code)
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	var nodeRes, clusterRes runbook.Result
+	if err := dec.Decode(&nodeRes); err != nil {
+		t.Fatal(err)
+	}
+	if err := dec.Decode(&clusterRes); err != nil {
+		t.Fatal(err)
+	}
+	if nodeRes.Runbook != ate.NodeRunbookName || nodeRes.Outcome != runbook.OutcomePlanned || clusterRes.Runbook != ate.RollbackRunbookName || clusterRes.Outcome != runbook.OutcomePlanned {
+		t.Fatalf("dry run: %s %s, %s %s", nodeRes.Runbook, nodeRes.Outcome, clusterRes.Runbook, clusterRes.Outcome)
+	}
+	if out, code := run(t, ctx, "rollback", "--dry-run", "-o", "yaml"); code != 0 || strings.Count(out, "runbook: ") != 2 || !strings.Contains(out, "\n---\n") {
+		t.Fatalf("rollback --dry-run -o yaml: exit %d, want two YAML documents", code)
+	}
+	if s := statusOf(t, ctx); s.Counts[newV] != 3 {
+		t.Fatalf("the dry run changed node labels: %v", s.Counts)
+	}
+
+	// The real rollback, interrupted as soon as the first node is back at OLD.
+	runCtx, cancel := context.WithCancel(ctx)
+	w, err := c.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer w.Stop()
+		for e := range w.ResultChan() {
+			if n, ok := e.Object.(*corev1.Node); ok && n.Labels[ate.VersionLabel] == oldV {
+				cancel()
+				return
+			}
+		}
+	}()
+	out, code = run(t, runCtx, "rollback", "--wait")
+	cancel()
+	if code == 0 || !strings.Contains(out, "interrupted") {
+		t.Fatalf("the rollback should have been interrupted after the first flip: exit %d", code)
+	}
+	if s := statusOf(t, ctx); s.Cluster.New != newV {
+		t.Fatalf("an interrupted rollback must not remove the NEW atelet yet: %+v", s.Cluster.Atelets)
+	}
+	// Resumed: the half-moved node first, then the rest, then the cluster steps.
+	out, code = run(t, ctx, "rollback", "--wait")
+	if code != 0 || !strings.Contains(out, "node kwok-node-0: "+newV+" → "+oldV) {
+		t.Fatalf("resumed rollback: exit %d", code)
+	}
+	for _, want := range []string{"deploy apiserver", "deploy ate-system", "deploy ate-controller", "one atelet DaemonSet, at " + oldV} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rollback output lacks %q", want)
+		}
+	}
+	if i, j, k := strings.Index(out, "deploy apiserver"), strings.Index(out, "deploy ate-system"), strings.Index(out, "deploy ate-controller"); i > j || j > k {
+		t.Errorf("external commands out of the runbook's order")
+	}
+
+	s := statusOf(t, ctx)
+	if s.Counts[oldV] != 3 || s.Cluster.New != "" || len(s.Cluster.Atelets) != 1 || s.Phase != ate.PhaseNotStarted {
+		t.Fatalf("after the rollback: phase %s counts %v atelets %+v", s.Phase, s.Counts, s.Cluster.Atelets)
+	}
+	for _, p := range s.Cluster.Pools {
+		if p.Pin == newV || p.ClonedFrom != "" {
+			t.Errorf("clone %s survived the rollback", p.Key())
+		}
+	}
+	inv, err := client(t, ctx).Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range inv.Actors {
+		if a.State == ateapi.ActorCrashed {
+			t.Errorf("actor %s/%s CRASHED during the rollback", a.Atespace, a.Name)
+		}
+	}
+	// Re-running a finished rollback changes nothing.
+	if out, code := run(t, ctx, "rollback"); code != 0 || !strings.Contains(out, "Nothing to roll back") {
+		t.Fatalf("rollback again: exit %d", code)
+	}
+
+	// The old pools: same object, spec, labels and generation; their
+	// resourceVersion moves only with the controller's status writes, which
+	// the watch saw one by one.
+	if bad := edits(); len(bad) > 0 {
+		t.Errorf("the rollback edited an old pool: %v", bad)
+	}
+	after, _ := recordOldPools(t, ctx)
+	for name, b := range before {
+		a, ok := after[name]
+		switch {
+		case !ok:
+			t.Errorf("old pool %s is gone", name)
+		case a.uid != b.uid || a.generation != b.generation || !reflect.DeepEqual(a.spec, b.spec) || !reflect.DeepEqual(a.labels, b.labels) || !reflect.DeepEqual(a.annotations, b.annotations):
+			t.Errorf("old pool %s changed: generation %d→%d", name, b.generation, a.generation)
+		case a.resourceVersion != b.resourceVersion:
+			t.Logf("old pool %s: resourceVersion %s→%s from status writes only (spec and generation %d unchanged)", name, b.resourceVersion, a.resourceVersion, a.generation)
+		}
+	}
+}
+
+func TestRetireAfterRollingForwardAgain(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, 4*time.Minute)
+	if oldPoolsAtStart == nil {
+		t.Skip("needs TestRollbackInterruptedThenResumed")
+	}
+	sim, err := simtest.SimBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(sim, "ate-setup", "deploy-atelet", "--dir", c.Dir, "--version", newV).CombinedOutput(); err != nil {
+		t.Fatalf("deploy atelet: %v\n%s", err, out)
+	}
+	if _, code := run(t, ctx, "roll", "clone-pools", "--image", image); code != 0 {
+		t.Fatalf("clone-pools: exit %d", code)
+	}
+	dir := t.TempDir()
+	// Every node is still at OLD: retire must refuse and keep everything.
+	out, code := run(t, ctx, "retire", "--backup-dir", dir)
+	if code != cli.ExitBlocked || !strings.Contains(out, "✗ no node is at OLD") {
+		t.Fatalf("retire before the roll must refuse: exit %d", code)
+	}
+	if files, _ := os.ReadDir(dir); len(files) > 0 {
+		t.Fatalf("a refused retire wrote %d file(s)", len(files))
+	}
+	if _, code := run(t, ctx, "roll", "next-node", "--all", "--wait"); code != 0 {
+		t.Fatalf("roll --all: exit %d", code)
+	}
+	if _, code := run(t, ctx, "retire", "--dry-run", "--backup-dir", dir); code != 0 {
+		t.Fatalf("retire --dry-run: exit %d", code)
+	}
+	if files, _ := os.ReadDir(dir); len(files) > 0 {
+		t.Fatalf("a dry run wrote %d file(s)", len(files))
+	}
+	out, code = run(t, ctx, "retire", "--backup-dir", dir, "--backup-configmap")
+	if code != 0 || !strings.Contains(out, "✓ no node is at OLD") || !strings.Contains(out, "✓ no actor is bound to an old-pool worker") {
+		t.Fatalf("retire after the roll: exit %d", code)
+	}
+	s := statusOf(t, ctx)
+	if s.Phase != ate.PhaseComplete || s.Cluster.Old != newV || len(s.Cluster.Atelets) != 1 {
+		t.Fatalf("after retire: phase %s (%s), atelets %+v", s.Phase, s.Summary, s.Cluster.Atelets)
+	}
+	pools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers")
+	for name := range oldPoolsAtStart {
+		if _, err := pools.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("old pool %s not retired: %v", name, err)
+		}
+	}
+	if out, code := run(t, ctx, "retire"); code != 0 || !strings.Contains(out, "Nothing to retire") {
+		t.Fatalf("retire again: exit %d", code)
+	}
+
+	// The backup recreates the pool as it was.
+	name := "python-small"
+	want := oldPoolsAtStart[name]
+	data, err := os.ReadFile(filepath.Join(dir, "workerpool-ate-workers-"+name+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := c.Client.CoreV1().ConfigMaps("ate-workers").Get(ctx, "workerpool-backup-"+name, metav1.GetOptions{})
+	if err != nil || cm.Data[ate.BackupKey] != string(data) {
+		t.Fatalf("ConfigMap backup missing or different from the file: %v", err)
+	}
+	for _, f := range []string{"uid:", "resourceVersion:", "managedFields:", "status:"} {
+		if strings.Contains(string(data), "\n  "+f) || strings.HasPrefix(string(data), f) || strings.Contains(string(data), "\n"+f) {
+			t.Errorf("backup keeps %s", f)
+		}
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var u unstructured.Unstructured
+	if err := u.UnmarshalJSON(js); err != nil {
+		t.Fatal(err)
+	}
+	got, err := pools.Create(ctx, &u, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("recreate from the backup: %v", err)
+	}
+	t.Cleanup(func() { _ = pools.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	spec, _, _ := unstructured.NestedMap(got.Object, "spec")
+	if !reflect.DeepEqual(spec, want.spec) || !reflect.DeepEqual(got.GetLabels(), want.labels) {
+		t.Fatalf("recreated pool differs:\n got %v\nwant %v", spec, want.spec)
+	}
+	if err := pools.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runIn is run with input on the command's input stream.
+func runIn(t *testing.T, ctx context.Context, input string, args ...string) (string, int) {
+	t.Helper()
+	c := simtest.Get(t)
+	streams, in, out, errOut := genericiooptions.NewTestIOStreams()
+	in.WriteString(input)
+	code := cli.ExecuteContext(ctx, NewRootCommand(streams), append(args, "--kubeconfig", c.Kubeconfig), errOut)
+	all := out.String() + errOut.String()
+	t.Logf("kubectl ate %s < %q → exit %d\n%s", strings.Join(args, " "), input, code, all)
+	return all, code
+}
+
+func TestRevertCrashedActor(t *testing.T) {
+	ctx := simtest.Context(t, 2*time.Minute)
+	cl := client(t, ctx)
+	crashActorOn(t, ctx, "kwok-node-0")
+	inv, err := cl.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victim ateapi.Actor
+	for _, a := range inv.Actors {
+		if a.State == ateapi.ActorCrashed {
+			victim = a
+		}
+	}
+	if victim.Name == "" {
+		t.Fatal("no CRASHED actor")
+	}
+	stateOf := func() ateapi.ActorState {
+		a, err := cl.GetActor(ctx, victim.Atespace, victim.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.State
+	}
+	// No terminal and no --yes: a usage error, nothing touched.
+	out, code := run(t, ctx, "revert", victim.Name, "-a", victim.Atespace)
+	if code != cli.ExitUsage || !strings.Contains(out, "--yes") || stateOf() != ateapi.ActorCrashed {
+		t.Fatalf("revert without a terminal or --yes: exit %d", code)
+	}
+	if _, code := run(t, ctx, "revert", victim.Name); code != cli.ExitUsage {
+		t.Fatalf("revert without -a: exit %d", code)
+	}
+	// At a terminal, the prompt says what is lost; "n" keeps the actor as is.
+	saved := inputIsTerminal
+	inputIsTerminal = func(io.Reader) bool { return true }
+	defer func() { inputIsTerminal = saved }()
+	out, code = runIn(t, ctx, "n\n", "revert", victim.Name, "-a", victim.Atespace)
+	if code == 0 || !strings.Contains(out, "LOST") || !strings.Contains(out, "[y/N]") || stateOf() != ateapi.ActorCrashed {
+		t.Fatalf("declined revert: exit %d, state %s", code, stateOf())
+	}
+	out, code = runIn(t, ctx, "y\n", "revert", victim.Name, "-a", victim.Atespace)
+	if code != 0 || stateOf() != ateapi.ActorSuspended {
+		t.Fatalf("confirmed revert: exit %d, state %s", code, stateOf())
+	}
+	// The actor resumes from its snapshot.
+	if _, _, err := cl.ResumeActor(ctx, victim.Atespace, victim.Name); err != nil {
+		t.Fatalf("resume after revert: %v", err)
+	}
+	inputIsTerminal = saved
+	if out, code := run(t, ctx, "revert", "--all-crashed", "--yes"); code != 0 || !strings.Contains(out, "No CRASHED actor") {
+		t.Fatalf("--all-crashed with none: exit %d", code)
+	}
+}
