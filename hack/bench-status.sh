@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Benchmarks `kubectl tt status` on a large simulated fleet against what a
-# person would run by hand to see the same facts (kubectl get nodes with the
-# version columns). Prints wall time and peak memory of each.
+# Benchmarks `kubectl tt status` and `kubectl ate status` on a large
+# simulated fleet against what a person runs by hand for the same facts
+# (kubectl get nodes with the version columns; the Agent Substrate runbook's
+# own three "check your progress" commands). Prints wall time and peak
+# memory of each.
 #   NODES=5000 RUNS=5 bash hack/bench-status.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +21,7 @@ for _ in $(seq 600); do [ -f "$dir/ready" ] && break; sleep 0.1; done
 export KUBECONFIG=$dir/kubeconfig
 labels="feature.node.kubernetes.io/pci-1200_1e52.present=true,driver.tenstorrent.com/kmd-version=2.7.0"
 labels="$labels,tt-smi.driver.tenstorrent.com/version=3.0.5,firmware.tenstorrent.com/fw-version=18.3.0.0,driver.tenstorrent.com/install-mode=container"
+labels="$labels,ate.dev/substrate-version=v0.2.0"
 "$SIM" add-nodes --dir "$dir" --count "$NODES" --parallel 64 --labels "$labels"
 # a handful of nodes mid-roll, so status has something to explain
 kubectl label nodes kwok-node-0 kwok-node-1 driver.tenstorrent.com/kmd-version=2.8.0 --overwrite >/dev/null
@@ -41,3 +44,14 @@ cols="-L driver.tenstorrent.com/kmd-version,tt-smi.driver.tenstorrent.com/versio
 measure "kubectl get nodes (by hand, version columns)" kubectl get nodes -l feature.node.kubernetes.io/pci-1200_1e52.present=true $cols
 measure "kubectl tt status" "$TT" status
 measure "kubectl tt status -o json" "$TT" status -o json
+
+kubectl create namespace ate-system >/dev/null
+"$SIM" ate-setup deploy-atelet --dir "$dir" --version v0.2.0 >/dev/null
+ATE=${ATE:-$root/bin/kubectl-ate}
+cat >"$base/progress.sh" <<'SH'
+kubectl get ds -n ate-system -l app=atelet -L ate.dev/substrate-version
+kubectl get nodes -L ate.dev/substrate-version
+kubectl get workerpools -A 2>&1 || true
+SH
+measure "runbook's 'check your progress' (3 kubectl)" bash "$base/progress.sh"
+measure "kubectl ate status --no-api" "$ATE" status --no-api

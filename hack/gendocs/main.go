@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
 
@@ -14,7 +15,11 @@ func main() {
 	if len(os.Args) > 1 {
 		dir = os.Args[1]
 	}
-	for name, md := range tt.Docs() {
+	docs := tt.Docs()
+	for name, md := range ate.Docs() {
+		docs[name] = md
+	}
+	for name, md := range docs {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(md), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
