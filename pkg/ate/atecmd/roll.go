@@ -139,19 +139,24 @@ exactly where it stopped.`,
   kubectl ate roll next-node
   kubectl ate roll next-node --all --max-concurrent-suspends 8`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := n.validate(); err != nil {
-				return err
-			}
-			node := ""
-			if len(args) == 1 {
-				node = args[0]
-			}
-			return moveNodes(cmd.Context(), g, n, node, ate.RollSides, "kubectl ate roll next-node")
-		},
+		RunE: moveNodesRunE(g, n, ate.RollSides, "kubectl ate roll next-node"),
 	}
 	n.add(cmd)
 	return cmd
+}
+
+// moveNodesRunE is the RunE of roll next-node and rollback next-node.
+func moveNodesRunE(g *cli.Globals, n *nodeFlags, sidesOf func(*ate.Cluster) (ate.Sides, error), again string) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := n.validate(); err != nil {
+			return err
+		}
+		node := ""
+		if len(args) == 1 {
+			node = args[0]
+		}
+		return moveNodes(cmd.Context(), g, n, node, sidesOf, again)
+	}
 }
 
 // moveNodes runs the node runbook on node (or the next one; with --all,

@@ -58,16 +58,7 @@ registered. Every node after the first needs a free old-pool worker (--wait).`,
   kubectl ate rollback next-node kwok-node-2
   kubectl ate rollback next-node --all --wait`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := n.validate(); err != nil {
-				return err
-			}
-			node := ""
-			if len(args) == 1 {
-				node = args[0]
-			}
-			return moveNodes(cmd.Context(), g, n, node, ate.RollbackSides, "kubectl ate rollback next-node")
-		},
+		RunE: moveNodesRunE(g, n, ate.RollbackSides, "kubectl ate rollback next-node"),
 	}
 	n.add(cmd)
 	return cmd
