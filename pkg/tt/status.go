@@ -18,12 +18,14 @@ import (
 
 // NodeStatus is one row of `kubectl tt status`.
 type NodeStatus struct {
-	Node        string `json:"node"`
-	KMD         string `json:"kmdVersion"`
-	SMI         string `json:"ttSmiVersion"`
-	Firmware    string `json:"firmwareVersion"`
-	InstallMode string `json:"installMode"`
-	Cordon      string `json:"cordon"`
+	Node     string `json:"node"`
+	KMD      string `json:"kmdVersion"`
+	SMI      string `json:"ttSmiVersion"`
+	Firmware string `json:"firmwareVersion"`
+	// FirmwareDevices is what each device read back at the last flash.
+	FirmwareDevices []string `json:"firmwareDevices,omitempty"`
+	InstallMode     string   `json:"installMode"`
+	Cordon          string   `json:"cordon"`
 	// State is what is happening on the node: idle, skipped, or the runbook
 	// step in progress.
 	State string `json:"state"`
@@ -80,6 +82,11 @@ func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 	l := n.Labels
 	r := NodeStatus{Node: n.Name, KMD: dash(l[LabelKMDVersion]), SMI: dash(l[LabelSMIVersion]),
 		Firmware: dash(l[LabelFirmware]), InstallMode: dash(l[LabelInstallMode]), State: "idle"}
+	if rec, ok := firmwareRecordOf(n); ok {
+		for _, d := range rec.Devices {
+			r.FirmwareDevices = append(r.FirmwareDevices, fmt.Sprintf("%d:%s", d.Index, dash(d.After)))
+		}
+	}
 	cs := kube.CordonStateOf(n)
 	r.Cordon = map[bool]string{true: "cordoned", false: "-"}[cs.Cordoned]
 	if cs.Cordoned {
@@ -151,4 +158,19 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// DeviceSummary shortens per-device versions: "32×19.0.0.0", or the list
+// when they differ.
+func (r NodeStatus) DeviceSummary() string {
+	if len(r.FirmwareDevices) == 0 {
+		return "-"
+	}
+	first := r.FirmwareDevices[0][strings.IndexByte(r.FirmwareDevices[0], ':')+1:]
+	for _, d := range r.FirmwareDevices[1:] {
+		if d[strings.IndexByte(d, ':')+1:] != first {
+			return strings.Join(r.FirmwareDevices, ",")
+		}
+	}
+	return fmt.Sprintf("%d×%s", len(r.FirmwareDevices), first)
 }

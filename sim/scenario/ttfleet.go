@@ -69,6 +69,9 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 	if err != nil {
 		return err
 	}
+	if err := applyHostFaults(plan, env.Logf); err != nil {
+		return err
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -320,6 +323,46 @@ func writeBundles(dir string) error {
 	for _, v := range BundleVersions {
 		if err := fakehost.WriteBundle(filepath.Join(bdir, "fw_pack-"+v+".fwbundle"), v); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// Environment knobs for the hosts' awkward firmware cases (`sim up` has no
+// per-scenario flags; simtest passes its environment through):
+const (
+	EnvFlashDelay = "ROLLBOOK_SIM_TT_FLASH_DELAY" // every tt-flash takes this long (Go duration)
+	EnvFailFlash  = "ROLLBOOK_SIM_TT_FAIL_FLASH"  // comma-separated nodes whose first chip fails to flash
+	EnvWedged     = "ROLLBOOK_SIM_TT_WEDGED"      // comma-separated nodes whose readback fails until one reset
+)
+
+func applyHostFaults(plan []tthost.NodePlan, logf func(string, ...any)) error {
+	var delay time.Duration
+	if v := os.Getenv(EnvFlashDelay); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("%s=%q: want a duration", EnvFlashDelay, v)
+		}
+		delay = d
+	}
+	in := func(env, node string) bool {
+		for _, n := range strings.Split(os.Getenv(env), ",") {
+			if strings.TrimSpace(n) == node {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range plan {
+		p := &plan[i]
+		p.Spec.FlashDelay = delay
+		if in(EnvFailFlash, p.Node) && len(p.Spec.Devices) > 0 {
+			p.Spec.Devices[0].FailFlash = true
+			logf("tt host %s: chip 0 will fail to flash", p.Node)
+		}
+		if in(EnvWedged, p.Node) {
+			p.Spec.Wedged = true
+			logf("tt host %s: readback fails until one reset", p.Node)
 		}
 	}
 	return nil

@@ -105,13 +105,13 @@ func (o *statusOptions) print(out io.Writer, rows []tt.NodeStatus) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	head := "NODE\tKMD\tTT-SMI\tFIRMWARE\tMODE\tCORDON\tSTATE\tWHY"
 	if o.output == "wide" {
-		head += "\tSINCE\tRUN"
+		head += "\tDEVICES\tSINCE\tRUN"
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range rows {
 		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Node, r.KMD, r.SMI, r.Firmware, r.InstallMode, r.Cordon, r.State, r.Why)
 		if o.output == "wide" {
-			line += fmt.Sprintf("\t%s\t%s", r.Since, r.Run)
+			line += fmt.Sprintf("\t%s\t%s\t%s", r.DeviceSummary(), r.Since, r.Run)
 		}
 		fmt.Fprintln(tw, line)
 	}
