@@ -333,6 +333,9 @@ func TestStatusOutputs(t *testing.T) {
 		if n.Node == dkmsNode && (n.State != "skipped" || !strings.Contains(n.Why, "DKMS")) {
 			t.Errorf("DKMS node: %+v", n)
 		}
+		if n.Node == "kwok-node-0" && (len(n.FirmwareDevices) != 2 || n.DeviceSummary() != "2×19.0.0.0") {
+			t.Errorf("per-device firmware of kwok-node-0 after the flash: %v (%s)", n.FirmwareDevices, n.DeviceSummary())
+		}
 	}
 	if out, _ := run(t, ctx, "status", "-o", "wide"); !strings.Contains(out, "SINCE") {
 		t.Errorf("wide output lacks SINCE:\n%s", out)
