@@ -237,12 +237,13 @@ func TestFullRoll(t *testing.T) {
 	}
 
 	// A crashed actor on the next node stops the roll until it is reverted.
-	crashActorOn(t, ctx, "kwok-node-1")
-	out, code = run(t, ctx, "roll", "next-node", "kwok-node-1")
+	crashed := crashActorOn(t, ctx, "kwok-node-1", "kwok-node-2")
+	last := map[string]string{"kwok-node-1": "kwok-node-2", "kwok-node-2": "kwok-node-1"}[crashed]
+	out, code = run(t, ctx, "roll", "next-node", crashed)
 	if code != cli.ExitBlocked || !strings.Contains(out, "CRASHED") || !strings.Contains(out, "--revert-crashed") {
 		t.Fatalf("a crashed actor must block the node: exit %d", code)
 	}
-	if _, code := run(t, ctx, "roll", "next-node", "kwok-node-1", "--revert-crashed"); code != 0 {
+	if _, code := run(t, ctx, "roll", "next-node", crashed, "--revert-crashed"); code != 0 {
 		t.Fatalf("--revert-crashed: exit %d", code)
 	}
 
@@ -250,7 +251,7 @@ func TestFullRoll(t *testing.T) {
 	// resumed each time: the label flips exactly once.
 	for _, reason := range []string{"WorkerDrained", "ActorSuspended", "SubstrateVersionFlipped", "OldWorkerDeleted"} {
 		runCtx, cancel := cancelOnEvent(t, ctx, reason)
-		_, code := run(t, runCtx, "roll", "next-node", "kwok-node-2", "--wait")
+		_, code := run(t, runCtx, "roll", "next-node", last, "--wait")
 		cancel()
 		if code != 0 && code != cli.ExitFailed {
 			t.Fatalf("interrupted at %s: exit %d", reason, code)
@@ -259,9 +260,9 @@ func TestFullRoll(t *testing.T) {
 	if _, code := run(t, ctx, "roll", "next-node", "--all", "--wait"); code != 0 {
 		t.Fatalf("--all: exit %d", code)
 	}
-	evs, err := c.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=SubstrateVersionFlipped,involvedObject.name=kwok-node-2"})
+	evs, err := c.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=SubstrateVersionFlipped,involvedObject.name=" + last})
 	if err != nil || len(evs.Items) != 1 {
-		t.Fatalf("kwok-node-2 was flipped %d times across the interrupted runs (%v); want once", len(evs.Items), err)
+		t.Fatalf("%s was flipped %d times across the interrupted runs (%v); want once", last, len(evs.Items), err)
 	}
 	s = statusOf(t, ctx)
 	if s.Counts[newV] != 3 || s.OldPoolPodsRunning != 0 || s.ActorsOnOldPools != 0 {
@@ -281,41 +282,57 @@ func TestFullRoll(t *testing.T) {
 	}
 }
 
-// crashActorOn deletes the old-pool worker pod of a RUNNING actor on node
-// and waits for the eviction window to crash the actor.
-func crashActorOn(t *testing.T, ctx context.Context, node string) {
+// crashActorOn deletes the worker pod of a RUNNING actor on one of nodes
+// and waits for the eviction window to crash the actor; it returns the
+// node. Traffic wakes actors every few seconds; resuming a suspended one
+// speeds that up.
+func crashActorOn(t *testing.T, ctx context.Context, nodes ...string) string {
 	t.Helper()
 	c := simtest.Get(t)
 	cl := client(t, ctx)
-	for attempt := 0; attempt < 5; attempt++ {
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
 		inv, err := cl.Inventory(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var victim *ateapi.Actor
 		for i, a := range inv.Actors {
-			if a.State == ateapi.ActorRunning && a.Node == node && a.Pod != "" {
+			if a.State == ateapi.ActorRunning && a.Pod != "" && contains(nodes, a.Node) {
 				victim = &inv.Actors[i]
 				break
 			}
 		}
 		if victim == nil {
-			time.Sleep(time.Second) // traffic wakes actors every few seconds
+			for _, a := range inv.Actors {
+				if a.State == ateapi.ActorSuspended {
+					_, _, _ = cl.ResumeActor(ctx, a.Atespace, a.Name)
+					break
+				}
+			}
+			time.Sleep(500 * time.Millisecond)
 			continue
 		}
 		if err := c.Client.CoreV1().Pods("ate-workers").Delete(ctx, victim.Pod, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			a, err := cl.GetActor(ctx, victim.Atespace, victim.Name)
-			if err == nil && a.State == ateapi.ActorCrashed {
-				return
+		for wait := time.Now().Add(20 * time.Second); time.Now().Before(wait); time.Sleep(500 * time.Millisecond) {
+			if a, err := cl.GetActor(ctx, victim.Atespace, victim.Name); err == nil && a.State == ateapi.ActorCrashed {
+				return victim.Node
 			}
-			time.Sleep(500 * time.Millisecond)
 		}
 	}
-	t.Fatalf("could not crash an actor on %s", node)
+	t.Fatalf("could not crash an actor on %v", nodes)
+	return ""
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }
 
 // cancelOnEvent returns a context cancelled as soon as an Event with reason

@@ -325,7 +325,7 @@ func runIn(t *testing.T, ctx context.Context, input string, args ...string) (str
 func TestRevertCrashedActor(t *testing.T) {
 	ctx := simtest.Context(t, 2*time.Minute)
 	cl := client(t, ctx)
-	crashActorOn(t, ctx, "kwok-node-0")
+	crashActorOn(t, ctx, "kwok-node-0", "kwok-node-1", "kwok-node-2")
 	inv, err := cl.Inventory(ctx)
 	if err != nil {
 		t.Fatal(err)
