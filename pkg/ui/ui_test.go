@@ -1,0 +1,63 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+// Progress writes plain lines (no colour, no status line) when the output
+// is not a terminal, so logs and CI output stay readable.
+func TestProgressPlainOutput(t *testing.T) {
+	var b bytes.Buffer
+	p := NewProgress(&b)
+	p.Step("node/n1", runbook.StepResult{Title: "Cordon the node", Status: runbook.StepActing, Evidence: "schedulable"})
+	p.Record(context.Background(), corev1.ObjectReference{Kind: "Node", Name: "n1"}, false, "Cordoned", "cordoned by rollbook tt-kmd")
+	p.Step("node/n1", runbook.StepResult{Title: "Cordon the node", Status: runbook.StepActed, Evidence: "cordoned by tt-kmd", Duration: 120 * time.Millisecond})
+	p.Step("node/n1", runbook.StepResult{Title: "Swap the kernel module", Status: runbook.StepBlocked, Error: "DeviceInUse: pid 7777\nsecond line"})
+	p.TargetDone(runbook.TargetResult{Target: "node/n1", Notes: []string{"node n1 is still cordoned"}})
+	p.Close()
+	out := b.String()
+	for _, want := range []string{"→ n1", "▸ Cordoned node/n1: cordoned by rollbook tt-kmd", "✓ n1", "(100ms)", "■ n1", "blocked: DeviceInUse: pid 7777", "! node n1 is still cordoned"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Errorf("escape codes in non-terminal output:\n%q", out)
+	}
+	// Continuation lines of a multi-line reason stay aligned under the detail.
+	if !strings.Contains(out, "\n"+strings.Repeat(" ", 52)+"second line") {
+		t.Errorf("multi-line detail not indented:\n%s", out)
+	}
+}
+
+func TestSummaryNamesWhatIsLeftAndNext(t *testing.T) {
+	var b bytes.Buffer
+	PrintSummary(&b, runbook.Result{Runbook: "tt-kmd", Outcome: runbook.OutcomeBlocked, Targets: []runbook.TargetResult{
+		{Target: "node/a", Outcome: runbook.OutcomeDone, State: "done"},
+		{Target: "node/b", Outcome: runbook.OutcomeBlocked, State: "tt.kmd.install", Notes: []string{"node b is still cordoned"}},
+		{Target: "node/c", Outcome: runbook.OutcomeSkipped, State: "not started"},
+	}}, "re-run: kubectl tt upgrade kmd --version 2.8.0")
+	out := b.String()
+	for _, want := range []string{"tt-kmd: blocked — 3 target(s): 1 done 1 blocked 1 skipped", "node/b blocked at tt.kmd.install", "node b is still cordoned", "Next: re-run: kubectl tt upgrade kmd --version 2.8.0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "node/a") {
+		t.Errorf("finished targets should not be repeated:\n%s", out)
+	}
+}
+
+func TestValidateOutput(t *testing.T) {
+	if ValidateOutput("", "json") != nil || ValidateOutput("json", "json", "yaml") != nil || ValidateOutput("xml", "json") == nil {
+		t.Fatal("ValidateOutput")
+	}
+}
