@@ -139,10 +139,23 @@ func EnsureHelper(ctx context.Context, cs kubernetes.Interface, rec Recorder, s 
 		return pod, false, err
 	}
 	if err != nil {
+		// Interrupted mid-request: the pod may exist all the same. If this
+		// run made it, the record of that must not be lost.
+		if ctx.Err() != nil {
+			check, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if p, gerr := cs.CoreV1().Pods(s.Namespace).Get(check, want.Name, metav1.GetOptions{}); gerr == nil && p.Labels[LabelRun] == labelSafe(s.RunID) {
+				rec.Record(check, PodRef(p), false, "HelperStarted", helperStartedMessage(s))
+			}
+		}
 		return nil, false, fmt.Errorf("create helper pod %s/%s: %w", s.Namespace, want.Name, err)
 	}
-	rec.Record(ctx, PodRef(pod), false, "HelperStarted", fmt.Sprintf("started %s helper on node %s (%s)", s.Task, s.Node, s.Key))
+	rec.Record(ctx, PodRef(pod), false, "HelperStarted", helperStartedMessage(s))
 	return pod, true, nil
+}
+
+func helperStartedMessage(s HelperSpec) string {
+	return fmt.Sprintf("started %s helper on node %s (%s)", s.Task, s.Node, s.Key)
 }
 
 // WaitForHelper watches the helper pod until it has finished.

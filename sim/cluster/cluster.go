@@ -6,6 +6,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -61,6 +62,12 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	unlock, err := PortLock()
+	if err != nil {
+		return nil, err
+	}
+	// Held until Up returns: by then every component listens on its port.
+	defer unlock()
 	ports, err := freePorts(6)
 	if err != nil {
 		return nil, err
@@ -191,6 +198,19 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 		return fail(err)
 	}
 	o.Logf("%d nodes Ready %.2fs after creation", o.Nodes, time.Since(t).Seconds())
+	// Every component must own its port before the port lock is released.
+	for _, p := range []int{kcmPort, schedPort, kwokPort} {
+		addr := fmt.Sprintf("127.0.0.1:%d", p)
+		if err := c.waitFor(ctx, "a listener on "+addr, 60*time.Second, func() (bool, error) {
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				conn.Close()
+			}
+			return err == nil, err
+		}); err != nil {
+			return fail(err)
+		}
+	}
 	return c, nil
 }
 

@@ -259,12 +259,22 @@ func runKwok(ctx context.Context, kubeconfig string, extraStageFiles []string, v
 		if err := svc.InstallCRD(ctx); err != nil {
 			return err
 		}
+		// A kubelet-API server that cannot bind (its port taken) would send
+		// the apiserver's logs/exec/port-forward to whoever has the port:
+		// that must stop the sim, not just log.
+		failed := make(chan error, 1)
 		go func() {
 			addr := fmt.Sprintf("127.0.0.1:%d", srv.Port)
 			if err := svc.Run(ctx, addr, srv.CertFile, srv.KeyFile); err != nil && ctx.Err() == nil {
-				fmt.Fprintln(os.Stderr, "kwok server:", err)
+				failed <- fmt.Errorf("kubelet-API server on %s: %w", addr, err)
 			}
 		}()
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-failed:
+			return err
+		}
 	}
 	<-ctx.Done()
 	return nil

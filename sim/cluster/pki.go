@@ -15,9 +15,11 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -174,9 +176,15 @@ func generatePKI(dir string, apiserverPort int) (*PKI, error) {
 	return p, nil
 }
 
-// freePorts asks the kernel for n distinct unused TCP ports on 127.0.0.1.
-// All listeners stay open until every port is chosen: closing each one at
-// once lets the kernel hand the same port out twice.
+// Ports are picked below the kernel's ephemeral range (32768–60999 by
+// default), so an outgoing connection or a listen on :0 by anything else on
+// the machine cannot take one between the pick and the component's bind.
+const portLow, portHigh = 20000, 32767
+
+// freePorts picks n distinct unused TCP ports on 127.0.0.1, checking each by
+// binding it. All listeners stay open until every port is chosen. Callers
+// hold PortLock until their components have bound, so two sims starting at
+// once never pick the same port.
 func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
@@ -185,13 +193,31 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	ports := make([]int, 0, n)
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, fmt.Errorf("no free ports between %d and %d", portLow, portHigh)
+		}
+		p := portLow + mrand.IntN(portHigh-portLow+1)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
-			return nil, err
+			continue
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, p)
 	}
 	return ports, nil
+}
+
+// PortLock serialises sim start-ups on this machine from picking ports
+// until every component listens. Unlock with the returned function.
+func PortLock() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "rollbook-sim-ports.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
 }
