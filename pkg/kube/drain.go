@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubectl/pkg/drain"
 )
@@ -97,6 +98,7 @@ func Drain(ctx context.Context, cs kubernetes.Interface, rec Recorder, node stri
 	var (
 		mu       sync.Mutex
 		lastErrs = map[string]string{}
+		recorded = map[types.UID]bool{}
 	)
 	errLog := &lineSink{w: log, onLine: func(l string) {
 		// kubectl's drain reports refused evictions only as text.
@@ -130,6 +132,15 @@ func Drain(ctx context.Context, cs kubernetes.Interface, rec Recorder, node stri
 			return drain.MakePodDeleteStatusOkay()
 		}},
 		OnPodDeletionOrEvictionStarted: func(p *corev1.Pod, usingEviction bool) {
+			// kubectl's drain calls this on every retry of a refused
+			// eviction; one event per pod is enough.
+			mu.Lock()
+			seen := recorded[p.UID]
+			recorded[p.UID] = true
+			mu.Unlock()
+			if seen {
+				return
+			}
 			why := o.Why
 			if why == "" {
 				why = "draining node " + node

@@ -151,6 +151,14 @@ func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) 
 				sr.Status = StepFailed
 			}
 			sr.Error = err.Error()
+			if outcome != OutcomeInterrupted && s.Timeout > 0 {
+				// The step ended (blocked or failed, and said so): the re-run
+				// after a fix gets a fresh budget. Only an interrupted step
+				// keeps its clock.
+				clear, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				_ = t.SetAnnotation(clear, timerKey(rb.Name), nil)
+				cancel()
+			}
 			return finish(rb, facts, t, o, tr, sr, i, outcome)
 		}
 		tr.Steps = append(tr.Steps, sr)
@@ -195,7 +203,8 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 	}
 	if err != nil {
 		if cause := context.Cause(stepCtx); cause != nil && ctx.Err() == nil && !errors.Is(err, cause) {
-			err = fmt.Errorf("%w: %v", cause, err)
+			// Keep err's chain (a BlockedError must stay blocked).
+			err = fmt.Errorf("%v: %w", cause, err)
 		}
 		sr.Duration = o.Now().Sub(start)
 		return facts, sr, err

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -74,7 +75,55 @@ func Status(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]Node
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Node < rows[j].Node })
+	// Only nodes stuck in a drain cost more reads: their pods and PDBs.
+	for i := range rows {
+		if rows[i].Why == "" && mayBeDraining(rows[i]) {
+			why, err := drainBlockers(ctx, cs, rows[i].Node)
+			if err != nil {
+				return nil, err
+			}
+			rows[i].Why = why
+		}
+	}
 	return rows, nil
+}
+
+// mayBeDraining reports a node a tt runbook has out of service with no
+// helper running yet: the only steps there move pods off the node.
+func mayBeDraining(r NodeStatus) bool {
+	return strings.HasPrefix(r.Cordon, "tt-") && !strings.Contains(r.State, "helper running")
+}
+
+// drainBlockers names the PDBs holding pods on node, if any.
+func drainBlockers(ctx context.Context, cs kubernetes.Interface, node string) (string, error) {
+	pods, err := kube.PodsOnNode(ctx, cs, node)
+	if err != nil {
+		return "", err
+	}
+	pdbs := map[string][]policyv1.PodDisruptionBudget{}
+	var blocked []string
+	for i := range pods {
+		p := &pods[i]
+		if !kube.Evictable(p) {
+			continue
+		}
+		list, ok := pdbs[p.Namespace]
+		if !ok {
+			l, err := cs.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return "", err
+			}
+			list = l.Items
+			pdbs[p.Namespace] = list
+		}
+		for _, b := range kube.BlockingPDBs(p, list) {
+			blocked = append(blocked, fmt.Sprintf("%s/%s held by PodDisruptionBudget %s", p.Namespace, p.Name, b))
+		}
+	}
+	if len(blocked) == 0 {
+		return "", nil
+	}
+	return "drain blocked: " + strings.Join(blocked, "; "), nil
 }
 
 // nodeStatus is a pure function of the node and its helper pods.

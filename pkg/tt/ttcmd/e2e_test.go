@@ -15,7 +15,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
@@ -376,3 +378,63 @@ func TestKMDRequestsPerNode(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A PodDisruptionBudget that allows no eviction blocks the drain: the run
+// stops (exit 3) naming the pod and the PDB, leaves the node cordoned, and
+// status says the same; removing the PDB lets a re-run finish.
+func TestKMDDrainBlockedByPDB(t *testing.T) {
+	c := simtest.Get(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	ns := c.NewNamespace(t)
+	const target = "kwok-node-0"
+	labels := map[string]string{"app": "precious"}
+	one := int32(1)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "precious", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				NodeSelector: map[string]string{"kubernetes.io/hostname": target},
+				Volumes:      []corev1.Volume{{Name: "dev", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/tenstorrent"}}}},
+				Containers:   []corev1.Container{{Name: "c", Image: "example.com/precious", VolumeMounts: []corev1.VolumeMount{{Name: "dev", MountPath: "/dev/tenstorrent"}}}},
+			}}}}
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "precious-pdb", Namespace: ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrIntStr(1), Selector: &metav1.LabelSelector{MatchLabels: labels}}}
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.WaitForDeploymentAvailable(ctx, c.Client, ns, "precious"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		p, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "precious-pdb", metav1.GetOptions{})
+		if err == nil && p.Status.ObservedGeneration == p.Generation && p.Status.CurrentHealthy == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("PDB never observed")
+		}
+	}
+	out, code := run(t, ctx, "upgrade", "kmd", "--version", "2.9.1", "--nodes", target, "--drain-timeout", "5s")
+	if code != cli.ExitBlocked || !strings.Contains(out, "precious-pdb") || !strings.Contains(out, "still cordoned") {
+		t.Fatalf("want blocked naming the PDB and the cordon left: exit %d", code)
+	}
+	status, _ := run(t, ctx, "status", target)
+	if !strings.Contains(status, "drain blocked") || !strings.Contains(status, "precious-pdb") {
+		t.Fatalf("status does not name the blocking PDB:\n%s", status)
+	}
+	if err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "precious-pdb", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The blocked step ended, so the same command after the fix gets a fresh
+	// budget (only an interrupted step keeps its clock).
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.9.1", "--nodes", target, "--drain-timeout", "5s"); code != 0 {
+		t.Fatalf("after removing the PDB: exit %d", code)
+	}
+	if n := node(t, target); n.Labels[tt.LabelKMDVersion] != "2.9.1" || n.Spec.Unschedulable {
+		t.Fatalf("after the fix: kmd %q unschedulable %v", n.Labels[tt.LabelKMDVersion], n.Spec.Unschedulable)
+	}
+}
+
+func ptrIntStr(v int) *intstr.IntOrString { x := intstr.FromInt32(int32(v)); return &x }
