@@ -38,21 +38,27 @@ func observeHelper(ctx context.Context, cs kubernetes.Interface, ns, name string
 	if err != nil {
 		return helperFacts{}, err
 	}
+	return helperOf(p), nil
+}
+
+// helperOf reads a helper pod's result from its status.
+func helperOf(p *corev1.Pod) helperFacts {
 	h := helperFacts{Pod: p}
-	if kube.PodTerminal(p) {
-		msg, _, ok := kube.TerminationMessage(p)
-		if !ok || strings.TrimSpace(msg) == "" {
-			h.ResultErr = "the helper left no result: " + kube.HelperFailureReason(p)
-			return h, nil
-		}
-		r, err := nodeagent.ParseResult([]byte(msg))
-		if err != nil {
-			h.ResultErr = "unreadable helper result: " + err.Error()
-			return h, nil
-		}
-		h.Result = &r
+	if !kube.PodTerminal(p) {
+		return h
 	}
-	return h, nil
+	msg, _, ok := kube.TerminationMessage(p)
+	if !ok || strings.TrimSpace(msg) == "" {
+		h.ResultErr = "the helper left no result: " + kube.HelperFailureReason(p)
+		return h
+	}
+	r, err := nodeagent.ParseResult([]byte(msg))
+	if err != nil {
+		h.ResultErr = "unreadable helper result: " + err.Error()
+		return h
+	}
+	h.Result = &r
+	return h
 }
 
 // mountsDevice reports pods that mount a hostPath under /dev/tenstorrent

@@ -197,12 +197,13 @@ happens to exist. A failed node keeps its cordon and, with --halt-on-failure, st
 				},
 				Wait: func(ctx context.Context, f fwFacts) error {
 					name := helperName(f.node.Name)
-					if _, err := kube.WaitForHelper(ctx, cs, cfg.Helper.Namespace, name); err != nil {
+					p, err := kube.WaitForHelper(ctx, cs, cfg.Helper.Namespace, name)
+					if err != nil {
 						return err
 					}
-					h, err := observeHelper(ctx, cs, cfg.Helper.Namespace, name)
-					if err != nil || flashSucceeded(h) {
-						return err
+					h := helperOf(p)
+					if flashSucceeded(h) {
+						return nil
 					}
 					rec.Record(ctx, kube.NodeRef(f.node), true, "FlashFailed", helperError(h))
 					return errors.New(helperError(h) + describeDevices(h.Result))

@@ -201,10 +201,7 @@ failed helper never crash-loops: its structured result says why.`,
 					if err != nil {
 						return err
 					}
-					h, err := observeHelper(ctx, cs, cfg.Helper.Namespace, p.Name)
-					if err != nil {
-						return err
-					}
+					h := helperOf(p)
 					if h.succeeded(v) {
 						return nil
 					}

@@ -85,12 +85,13 @@ over the old one, verifies the version it reports, and the node is labelled with
 					return err
 				},
 				Wait: func(ctx context.Context, f smiFacts) error {
-					if _, err := kube.WaitForHelper(ctx, cs, cfg.Helper.Namespace, helperName(f.node.Name)); err != nil {
+					p, err := kube.WaitForHelper(ctx, cs, cfg.Helper.Namespace, helperName(f.node.Name))
+					if err != nil {
 						return err
 					}
-					h, err := observeHelper(ctx, cs, cfg.Helper.Namespace, helperName(f.node.Name))
-					if err != nil || h.succeeded(v) {
-						return err
+					h := helperOf(p)
+					if h.succeeded(v) {
+						return nil
 					}
 					rec.Record(ctx, kube.NodeRef(f.node), true, "TTSMIInstallFailed", helperError(h))
 					return fmt.Errorf("%s", helperError(h))
