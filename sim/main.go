@@ -7,6 +7,7 @@
 //	sim down --dir D                                stop the sim running in D
 //	sim add-nodes --dir D --count N [--start S]     register more fake nodes
 //	sim scenarios                                   list the scenarios
+//	sim violations --dir D                          print the safety violations; exit 1 if any
 package main
 
 import (
@@ -27,7 +28,8 @@ const usage = `usage:
   sim down --dir D
   sim add-nodes --dir D --count N [--start S] [--prefix P]
   sim ate-setup deploy-atelet --dir D --version V
-  sim scenarios`
+  sim scenarios
+  sim violations --dir D`
 
 func main() {
 	// The tt hosts' tool dir links rmmod, tt-smi, … to this binary, so the
@@ -51,6 +53,8 @@ func main() {
 		os.Exit(cmdAteSetup(args))
 	case "scenarios":
 		os.Exit(cmdScenarios())
+	case "violations":
+		os.Exit(cmdViolations(args))
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 	default:

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rollbook/rollbook/sim/cluster"
+	"github.com/rollbook/rollbook/sim/monitor"
 	"github.com/rollbook/rollbook/sim/scenario"
 )
 
@@ -88,9 +89,14 @@ func cmdUp(args []string) int {
 		klog.Flush()
 	}()
 
+	mon, err := monitor.Open(abs)
+	if err != nil {
+		fmt.Fprintln(os.Stdout, "sim up:", err)
+		return 1
+	}
 	failed := make(chan error, 1)
 	env := &scenario.Env{Dir: abs, RESTConfig: c.RESTConfig, Client: c.Client, Logf: logf,
-		Nodes: nodeNames("kwok-node-", *nodes)}
+		Nodes: nodeNames("kwok-node-", *nodes), Monitor: mon}
 	env.Go = func(name string, f func(context.Context) error) {
 		go func() {
 			if err := f(ctx); err != nil && ctx.Err() == nil {

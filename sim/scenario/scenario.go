@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/rollbook/rollbook/sim/monitor"
 )
 
 // Env is what a scenario may use to set itself up and to run its simulated
@@ -22,6 +24,8 @@ type Env struct {
 	Logf       func(format string, a ...any)
 	// Go runs f in the background until the sim stops; an error ends the sim.
 	Go func(name string, f func(ctx context.Context) error)
+	// Monitor records safety violations to Dir/violations.
+	Monitor *monitor.Monitor
 }
 
 // Scenario is a named setup.
