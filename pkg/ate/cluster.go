@@ -234,6 +234,19 @@ func (c *Cluster) OldPools() []Pool {
 	return out
 }
 
+// ServingPools are the pools that serve actors today: every pool but the
+// clones pinned to NEW. After a retire the serving pools are former clones,
+// so a clone annotation does not make a pool any less serving.
+func (c *Cluster) ServingPools() []Pool {
+	var out []Pool
+	for _, p := range c.Pools {
+		if c.New == "" || p.Pin != c.New {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // PoolsPinnedTo returns the pools pinned to version.
 func (c *Cluster) PoolsPinnedTo(version string) []Pool {
 	var out []Pool
@@ -254,6 +267,14 @@ func (c *Cluster) NodesAt(version string) []string {
 		}
 	}
 	return out
+}
+
+func setOf(items []string) map[string]bool {
+	m := make(map[string]bool, len(items))
+	for _, s := range items {
+		m[s] = true
+	}
+	return m
 }
 
 func sameLabels(a, b map[string]string) bool {

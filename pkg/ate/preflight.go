@@ -29,6 +29,8 @@ type Check struct {
 // PreflightOptions tune the checks.
 type PreflightOptions struct {
 	AllowFullStop bool
+	// Deployments per pool key, for the roll's preconditions once NEW exists.
+	Deployments map[string]int
 }
 
 // Preflight checks everything the runbook asks to confirm before the first
@@ -73,15 +75,20 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *a
 	add("nodes", "every node is at OLD or NEW", other == 0, fmt.Sprintf("%d at another version", other), "")
 	add("nodes", "at least two nodes, so the roll never stops everything", len(c.Nodes) >= 2 || o.AllowFullStop,
 		fmt.Sprintf("%d node(s)", len(c.Nodes)), "on a single node the roll is a full stop; pass --allow-full-stop to accept that")
-	// Pools
-	for _, p := range c.Pools {
-		if p.ClonedFrom != "" || (c.New != "" && p.Pin == c.New) {
-			continue
-		}
+	// Pools: every serving one, former clones included.
+	for _, p := range c.ServingPools() {
 		add("pools", fmt.Sprintf("pool %s is pinned to OLD", p.Key()), p.Pin == c.Old, "pin "+orNone(p.Pin),
 			"kubectl ate preflight --pin-pools (only while no actor is on its workers: the pin re-renders its Deployment)")
 		add("pools", fmt.Sprintf("pool %s is READY==DESIRED", p.Key()), p.Ready == p.Desired,
 			fmt.Sprintf("%d/%d ready", p.Ready, p.Desired), "wait for the pool's pods, or find why they are not Ready (kubectl get deploy -l "+PoolLabel+"="+p.Name+")")
+	}
+	// What roll next-node itself refuses without, once NEW exists.
+	if c.New != "" {
+		for _, ck := range RollPreconditions(c, o.Deployments, o.AllowFullStop) {
+			if ck.Name != "the roll's shape is known" {
+				out = append(out, ck)
+			}
+		}
 	}
 	// API
 	switch {
@@ -157,7 +164,7 @@ func orNone(s string) string {
 // its workers: the edit re-renders the pool's Deployment, which would roll
 // its workers through live actors.
 func PinPool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p Pool, version string, inv *ateapi.Inventory) error {
-	if n := actorsOnPools(inv, []Pool{p}); n > 0 {
+	if n := len(actorsBoundTo(inv, []Pool{p})); n > 0 {
 		return runbook.Blocked(fmt.Errorf("pool %s has %d actor(s) on its workers; pinning now would roll its Deployment through them. Suspend them first, then re-run --pin-pools", p.Key(), n))
 	}
 	patch := fmt.Sprintf(`{"spec":{"template":{"nodeSelector":{%q:%q}}}}`, VersionLabel, version)

@@ -44,24 +44,6 @@ func (f rollbackFacts) nodesAtNew() []string {
 	return f.c.NodesAt(f.c.New)
 }
 
-// actorsBoundTo lists the actors bound to a worker of pools.
-func actorsBoundTo(inv *ateapi.Inventory, pools []Pool) []ateapi.Actor {
-	set := poolSet(pools)
-	workers := map[string]bool{}
-	for _, w := range inv.Workers {
-		if set[w.Pool] || set[w.Namespace+"/"+w.Pool] {
-			workers[w.Name] = true
-		}
-	}
-	var out []ateapi.Actor
-	for _, a := range inv.Actors {
-		if a.Worker != "" && workers[a.Worker] {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
 func actorNames(actors []ateapi.Actor) string {
 	var names []string
 	for _, a := range actors {
@@ -260,18 +242,70 @@ type ExternalStep struct {
 	Command string `json:"command"`
 }
 
-// RollbackExternalSteps are the commands a rollback leaves to the user, in
-// the runbook's order ("undo what you did in reverse order: the control
-// plane first, then the nodes, then ate-controller last"), to run from a
-// checkout of the OLD release with the install's environment.
+// ControlPlaneFirst is what must run before any node moves back once every
+// node reached NEW (the only time step 6 may have run): the OLD API server.
+func ControlPlaneFirst(old string) ExternalStep {
+	return ExternalStep{When: "if step 6 ran (control plane upgraded): first, before any node moves back",
+		Command: "VERSION=" + old + " go run ./cmd/ate-setup deploy apiserver"}
+}
+
+// RollbackExternalSteps are the commands left to the user once the nodes,
+// the clones and the NEW atelet are back, in the runbook's order ("the
+// control plane first, then the nodes, then ate-controller last"), to run
+// from a checkout of the OLD release with the install's environment. The
+// check for a third atelet DaemonSet comes only after them: that is when
+// one can appear.
 func RollbackExternalSteps(old string) []ExternalStep {
 	v := "VERSION=" + old + " "
 	return []ExternalStep{
-		{When: "if you relabeled the GKE node pool", Command: "park the autoscaler again, then set the node pool label back: gcloud container node-pools update $NODEPOOL --cluster $CLUSTER --zone $ZONE --node-labels=<every existing user label>," + VersionLabel + "=" + old},
-		{When: "if step 6 ran (control plane upgraded) — first, before the nodes if you still can", Command: v + "go run ./cmd/ate-setup deploy apiserver"},
-		{When: "if step 6 ran — once the nodes are back", Command: v + "go run ./cmd/ate-setup deploy ate-system"},
-		{When: "if step 2 ran (ate-controller upgraded) — last", Command: v + "go run ./cmd/ate-setup deploy ate-controller"},
+		{When: "if you relabeled the GKE node pool", Command: "park the autoscaler again, then set the node pool label back: " +
+			"gcloud container node-pools update $NODEPOOL --cluster $CLUSTER --zone $ZONE --node-labels=<every existing user label>," +
+			VersionLabel + "=" + old},
+		{When: "if step 6 ran: now that the nodes are back", Command: v + "go run ./cmd/ate-setup deploy ate-system"},
+		{When: "if step 2 ran (ate-controller upgraded): last", Command: v + "go run ./cmd/ate-setup deploy ate-controller"},
+		{When: "then", Command: "kubectl ate rollback   (checks that no third atelet DaemonSet appeared)"},
 	}
+}
+
+// RollbackOptions tune a whole rollback.
+type RollbackOptions struct {
+	Move MoveOptions
+	// ControlPlaneReverted says `deploy apiserver` ran from the OLD checkout
+	// (or step 6 never ran); needed once every node reached NEW.
+	ControlPlaneReverted bool
+}
+
+// RollbackAll undoes the roll in the runbook's order within one session:
+// refuse to move a node while the control plane may still be NEW, move every
+// node back, then delete the clones and the NEW atelet. The result merges
+// the nodes' and the cluster steps' results.
+func RollbackAll(ctx context.Context, m Mover, inv Inventorier, o RollbackOptions) (runbook.Result, error) {
+	c, err := ObserveCluster(ctx, m.Client, m.Dynamic)
+	if err != nil {
+		return runbook.Result{}, err
+	}
+	if len(c.Problems) > 0 {
+		return runbook.Result{}, runbook.Blocked(fmt.Errorf("the rollback cannot proceed: %s", strings.Join(c.Problems, "; ")))
+	}
+	if c.New == "" {
+		return runbook.Result{Runbook: RollbackRunbookName, RunID: m.RunID, DryRun: m.DryRun, Outcome: runbook.OutcomeDone}, nil
+	}
+	if atVersion(c, c.New) && !o.ControlPlaneReverted {
+		first := ControlPlaneFirst(c.Old)
+		return runbook.Result{}, runbook.Blocked(fmt.Errorf("every node is at %s, so step 6 may have upgraded the control plane; "+
+			"nothing was changed. From a checkout of the OLD release run:\n    %s\nthen re-run with --control-plane-reverted "+
+			"(pass it too if step 6 never ran)", c.New, first.Command))
+	}
+	o.Move.Direction, o.Move.All, o.Move.Node = Rollback, true, ""
+	nodes, err := MoveNodes(ctx, m, o.Move)
+	if err != nil || (nodes.Outcome != runbook.OutcomeDone && nodes.Outcome != runbook.OutcomePlanned) || m.DryRun && len(nodes.Targets) > 0 {
+		return nodes, err
+	}
+	res := runbook.Run(ctx, RollbackRunbook(m.Client, m.Dynamic, inv, m.Recorder), []runbook.Target{runbook.ScopeTarget{Scope: "roll"}},
+		runbook.Options{RunID: m.RunID, DryRun: m.DryRun, Reporter: m.Reporter})
+	res.Targets = append(nodes.Targets, res.Targets...)
+	res.Outcome = worst(nodes.Outcome, res.Outcome)
+	return res, nil
 }
 
 // StrayAtelets are the atelet DaemonSets other than version's: after a

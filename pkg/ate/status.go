@@ -85,8 +85,8 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 		}
 	}
 	if inv != nil {
-		s.ActorsOnOldPools = actorsOnPools(inv, c.OldPools())
-		s.FreeNewWorkers = FreeWorkers(inv, c.PoolsPinnedTo(c.New), c.NodesAt(c.New))
+		s.ActorsOnOldPools = len(actorsBoundTo(inv, c.OldPools()))
+		s.FreeNewWorkers = FreeWorkers(inv, c.PoolsPinnedTo(c.New), setOf(c.NodesAt(c.New)))
 	}
 	s.Nodes = inProgress(c, oldPods, inv)
 	total, atNew := len(c.Nodes), len(c.NodesAt(c.New))
@@ -173,38 +173,6 @@ func inProgress(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) []NodeP
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
-}
-
-func actorsOnPools(inv *ateapi.Inventory, pools []Pool) int {
-	set := poolSet(pools)
-	workers := map[string]bool{}
-	for _, w := range inv.Workers {
-		if set[w.Pool] || set[w.Namespace+"/"+w.Pool] {
-			workers[w.Name] = true
-		}
-	}
-	n := 0
-	for _, a := range inv.Actors {
-		if a.Worker != "" && workers[a.Worker] {
-			n++
-		}
-	}
-	return n
-}
-
-func FreeWorkers(inv *ateapi.Inventory, pools []Pool, nodes []string) int {
-	set := poolSet(pools)
-	at := map[string]bool{}
-	for _, n := range nodes {
-		at[n] = true
-	}
-	n := 0
-	for _, w := range inv.Workers {
-		if (set[w.Pool] || set[w.Namespace+"/"+w.Pool]) && at[w.Node] && w.State == ateapi.WorkerActive && w.Free() {
-			n++
-		}
-	}
-	return n
 }
 
 func clonesComplete(c *Cluster) bool { return countClones(c) == len(c.OldPools()) }

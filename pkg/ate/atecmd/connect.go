@@ -36,3 +36,24 @@ func (a *apiFlags) dial(ctx context.Context, g *cli.Globals) (*ateapi.Client, er
 }
 
 func dynamicClient(g *cli.Globals) (dynamic.Interface, error) { return g.Factory.DynamicClient() }
+
+// mover dials the control API (refusing one without a working DrainWorker)
+// and bundles the session's clients for moving nodes.
+func mover(ctx context.Context, g *cli.Globals, s *cli.Session, api *apiFlags, dryRun bool) (ate.Mover, func(), error) {
+	dyn, err := dynamicClient(g)
+	if err != nil {
+		return ate.Mover{}, nil, err
+	}
+	client, err := api.dial(ctx, g)
+	if err != nil {
+		return ate.Mover{}, nil, err
+	}
+	closeAPI := func() { _ = client.Close() }
+	if caps := client.Capabilities(); !caps.DrainImplemented {
+		closeAPI()
+		return ate.Mover{}, nil, cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the control API does not implement DrainWorker (era %s): "+
+			"this install predates versioned builds and needs a fresh install", caps.Era))
+	}
+	return ate.Mover{Client: s.Client, Dynamic: dyn, API: client, Recorder: s.Recorder, Say: s.Progress.Printf,
+		Reporter: s.Progress, RunID: s.RunID, DryRun: dryRun}, closeAPI, nil
+}

@@ -27,6 +27,9 @@ type Sides struct {
 	ToPools   []Pool
 	NodesAtTo map[string]bool
 	FirstNode bool // no node is at To yet: no capacity to require
+	// Lineage maps each serving pool's and its clone's key to the serving
+	// pool's key (see Lineages).
+	Lineage map[string]string
 }
 
 // NodeConfig tunes moving a node.
@@ -38,7 +41,10 @@ type NodeConfig struct {
 	SuspendTimeout        time.Duration
 	AteletTimeout         time.Duration
 	VerifyTimeout         time.Duration
-	RunID                 string
+	// RegisterTimeout bounds the wait for a worker pod on the node to
+	// register as a worker before the flip; then the run stops blocked.
+	RegisterTimeout time.Duration
+	RunID           string
 }
 
 // API is the part of the substrate client the node runbook uses.
@@ -57,15 +63,6 @@ type nodeFacts struct {
 }
 
 func (f nodeFacts) flipped() bool { return f.node.Labels[VersionLabel] == f.cfg.To }
-
-func poolSet(pools []Pool) map[string]bool {
-	m := map[string]bool{}
-	for _, p := range pools {
-		m[p.Namespace+"/"+p.Name] = true
-		m[p.Name] = true // workers may not carry the namespace in every era
-	}
-	return m
-}
 
 // podsOf returns the pods on the node that belong to pools.
 func (f nodeFacts) podsOf(pools []Pool) []corev1.Pod {
@@ -92,17 +89,18 @@ func (f nodeFacts) undrained() []ateapi.Worker {
 }
 
 // residents are the actors that must be suspended before the flip: bound
-// to a worker on the node, or paused with their local state on it.
-// Crashed ones are returned apart: suspend refuses them.
+// to a worker on the node, or paused with their local state on it. The
+// workers' own assignments are cross-checked: an actor a worker says it
+// hosts counts even when the (soft) actor list missed it. Crashed ones are
+// returned apart: suspend refuses them.
 func (f nodeFacts) residents() (live, crashed []ateapi.Actor) {
 	onNode := map[string]bool{}
 	for _, w := range f.workers() {
 		onNode[w.Name] = true
 	}
-	seen := map[string]bool{}
+	seen := map[ateapi.ActorRef]bool{}
 	for _, a := range f.inv.Actors {
-		key := a.Atespace + "/" + a.Name
-		if seen[key] || a.State == ateapi.ActorSuspended {
+		if seen[a.Ref()] || a.State == ateapi.ActorSuspended {
 			continue
 		}
 		bound := a.Worker != "" && onNode[a.Worker]
@@ -110,14 +108,60 @@ func (f nodeFacts) residents() (live, crashed []ateapi.Actor) {
 		if !bound && !pinned {
 			continue
 		}
-		seen[key] = true
+		seen[a.Ref()] = true
 		if a.State == ateapi.ActorCrashed {
 			crashed = append(crashed, a)
 		} else {
 			live = append(live, a)
 		}
 	}
+	listed := map[ateapi.ActorRef]bool{}
+	for _, a := range f.inv.Actors {
+		listed[a.Ref()] = true
+	}
+	for _, w := range f.workers() {
+		for _, r := range w.Actors {
+			if !listed[r] && !seen[r] {
+				seen[r] = true
+				live = append(live, ateapi.Actor{Atespace: r.Atespace, Name: r.Name, State: ateapi.ActorUnspecified, Worker: w.Name, Node: w.Node})
+			}
+		}
+	}
 	return live, crashed
+}
+
+// hosting are the node's workers that say they host an actor.
+func (f nodeFacts) hosting() []string {
+	var out []string
+	for _, w := range f.workers() {
+		if w.Hosts() {
+			out = append(out, w.Name+" (pod "+w.Pod+")")
+		}
+	}
+	return out
+}
+
+// unregistered are the worker pods of the pools the node leaves that sit on
+// the node with no registered worker: the syncer registers a pod some time
+// after it runs, and an unregistered worker can still be handed an actor.
+func (f nodeFacts) unregistered() []string {
+	known := map[string]bool{}
+	for _, w := range f.inv.Workers {
+		known[w.Name] = true
+	}
+	var out []string
+	for _, p := range f.podsOf(f.cfg.FromPools) {
+		if !known[string(p.UID)] && p.DeletionTimestamp == nil {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	return out
+}
+
+// capacity weighs the node's live actors against free workers elsewhere.
+func (f nodeFacts) capacity() ([]Need, bool) {
+	live, _ := f.residents()
+	return Capacity(f.inv, f.cfg.Lineage, f.node.Name, live)
 }
 
 func (f nodeFacts) ateletReady() (bool, string) {
@@ -130,17 +174,6 @@ func (f nodeFacts) ateletReady() (bool, string) {
 		}
 	}
 	return false, "no atelet for " + f.cfg.To + " on the node yet"
-}
-
-func (f nodeFacts) freeToWorkers() int {
-	to := poolSet(f.cfg.ToPools)
-	n := 0
-	for _, w := range f.inv.Workers {
-		if (to[w.Pool] || to[w.Namespace+"/"+w.Pool]) && f.cfg.NodesAtTo[w.Node] && w.State == ateapi.WorkerActive && w.Free() {
-			n++
-		}
-	}
-	return n
 }
 
 // toPodsReady counts the target pools' pods on the node and the Ready ones.
@@ -158,7 +191,7 @@ func (f nodeFacts) toWorkersActive() int {
 	to := poolSet(f.cfg.ToPools)
 	n := 0
 	for _, w := range f.workers() {
-		if (to[w.Pool] || to[w.Namespace+"/"+w.Pool]) && w.State == ateapi.WorkerActive {
+		if to[w.PoolKey()] && w.State == ateapi.WorkerActive {
 			n++
 		}
 	}
@@ -180,18 +213,7 @@ ate.dev/substrate-version label, wait for that version's atelet to be Ready, and
 delete the node's worker pods of the pools pinned to the version it left. No actor is ever
 lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 		Observe: func(ctx context.Context, t runbook.Target) (nodeFacts, error) {
-			name := strings.TrimPrefix(t.Name(), "node/")
-			f := nodeFacts{cfg: cfg}
-			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return f, err
-			}
-			f.node = n
-			if f.pods, err = kube.PodsOnNode(ctx, cs, name); err != nil {
-				return f, err
-			}
-			f.inv, err = api.Inventory(ctx)
-			return f, err
+			return observeNode(ctx, cs, api, cfg, strings.TrimPrefix(t.Name(), "node/"))
 		},
 		Notes: func(f nodeFacts) []string {
 			live, crashed := f.residents()
@@ -216,10 +238,14 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return len(u) == 0, fmt.Sprintf("%d of %d worker(s) not draining", len(u), len(f.workers()))
 				},
 				Guards: []runbook.Guard[nodeFacts]{{
-					Name: "a free worker of the target version exists for the actors to move to",
+					Name: "enough free workers of each pool lineage on other nodes for the node's actors",
 					Check: func(f nodeFacts) (bool, string) {
-						return f.cfg.FirstNode || len(f.cfg.ToPools) == 0 || f.freeToWorkers() > 0,
-							fmt.Sprintf("no free ACTIVE worker of the %s pools on a %s node; suspended actors would have nowhere to resume. Wait for one (kubectl ate status), or pass --wait", f.cfg.To, f.cfg.To)
+						if f.cfg.FirstNode {
+							return true, ""
+						}
+						needs, ok := f.capacity()
+						return ok, "not enough free ACTIVE workers for the actors this node would suspend (" + describeNeeds(needs) +
+							"); they would have nowhere to resume. Wait for workers to free up (kubectl ate status), or pass --wait"
 					},
 				}},
 				Plan: func(f nodeFacts) []runbook.Change {
@@ -242,10 +268,11 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 						return true, "node at " + f.cfg.To
 					}
 					live, crashed := f.residents()
-					if len(live)+len(crashed) == 0 && len(f.undrained()) == 0 {
+					if len(live)+len(crashed) == 0 && len(f.undrained()) == 0 && len(f.unregistered()) == 0 && len(f.hosting()) == 0 {
 						return true, "no actor lives on the node"
 					}
-					return false, fmt.Sprintf("%d live and %d crashed actor(s) on the node", len(live), len(crashed))
+					return false, fmt.Sprintf("%d live and %d crashed actor(s) on the node, %d unregistered worker pod(s)",
+						len(live), len(crashed), len(f.unregistered()))
 				},
 				Plan: func(f nodeFacts) []runbook.Change {
 					live, crashed := f.residents()
@@ -258,7 +285,9 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					}
 					return out
 				},
-				Act: func(ctx context.Context, f nodeFacts) error { return emptyNode(ctx, api, rec, f) },
+				Act: func(ctx context.Context, f nodeFacts) error {
+					return emptyNode(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) { return observeNode(ctx, cs, api, cfg, f.node.Name) })
+				},
 			},
 			{
 				ID: "ate.node.flip", Title: "Flip the node's version label",
@@ -273,6 +302,15 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					{Name: "no actor lives on the node", Check: func(f nodeFacts) (bool, string) {
 						live, crashed := f.residents()
 						return len(live)+len(crashed) == 0, fmt.Sprintf("%d actor(s) still live on the node", len(live)+len(crashed))
+					}},
+					{Name: "no worker on the node says it hosts an actor", Check: func(f nodeFacts) (bool, string) {
+						h := f.hosting()
+						return len(h) == 0, fmt.Sprintf("worker(s) %s still host an actor the actor list did not show; re-run to suspend it", short(h))
+					}},
+					{Name: "every worker pod on the node is a registered, draining worker", Check: func(f nodeFacts) (bool, string) {
+						u := f.unregistered()
+						return len(u) == 0, fmt.Sprintf("worker pod(s) %s on the node are not registered as workers yet, so they could not be drained; "+
+							"re-run once they register (kubectl ate status)", short(u))
 					}},
 				},
 				Plan: func(f nodeFacts) []runbook.Change {
@@ -312,9 +350,17 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					left := f.podsOf(f.cfg.FromPools)
 					return f.flipped() && len(left) == 0, fmt.Sprintf("%d pod(s) of the %s pools on the node", len(left), f.cfg.From)
 				},
-				Guards: []runbook.Guard[nodeFacts]{{Name: "the node's version label is already the target version", Check: func(f nodeFacts) (bool, string) {
-					return f.flipped(), "the node still carries " + VersionLabel + "=" + f.node.Labels[VersionLabel] + "; deleting its worker pods now would bring them straight back next to the other atelet"
-				}}},
+				Guards: []runbook.Guard[nodeFacts]{
+					{Name: "the node's version label is already the target version", Check: func(f nodeFacts) (bool, string) {
+						return f.flipped(), "the node still carries " + VersionLabel + "=" + f.node.Labels[VersionLabel] +
+							"; deleting its worker pods now would bring them straight back next to the other atelet"
+					}},
+					{Name: "no actor lives on the node's workers", Check: func(f nodeFacts) (bool, string) {
+						live, crashed := f.residents()
+						return len(live)+len(crashed) == 0 && len(f.hosting()) == 0,
+							fmt.Sprintf("%d actor(s) on the node's workers; deleting their pods would crash them. Suspend them and re-run", len(live)+len(crashed))
+					}},
+				},
 				Plan: func(f nodeFacts) []runbook.Change {
 					var out []runbook.Change
 					for _, p := range f.podsOf(f.cfg.FromPools) {
@@ -323,12 +369,32 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return out
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
+					// Residents are read again right before deleting: a pod
+					// whose worker hosts an actor is never deleted.
+					inv, err := api.Inventory(ctx)
+					if err != nil {
+						return err
+					}
+					hosts := hostsByWorker(inv)
+					var kept []string
 					for _, p := range f.podsOf(f.cfg.FromPools) {
+						if a := hosts[string(p.UID)]; a != "" {
+							kept = append(kept, p.Namespace+"/"+p.Name+" (hosts "+a+")")
+							continue
+						}
 						err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
-						if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+						if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+							continue
+						}
+						if err != nil {
 							return fmt.Errorf("delete %s/%s: %w", p.Namespace, p.Name, err)
 						}
-						rec.Record(ctx, kube.PodRef(&p), false, "OldWorkerDeleted", fmt.Sprintf("node %s moved to %s; its %s worker pod is no longer needed", f.node.Name, f.cfg.To, f.cfg.From))
+						rec.Record(ctx, kube.PodRef(&p), false, "OldWorkerDeleted",
+							fmt.Sprintf("node %s moved to %s; its %s worker pod is no longer needed", f.node.Name, f.cfg.To, f.cfg.From))
+					}
+					if len(kept) > 0 {
+						return runbook.Blocked(fmt.Errorf("not deleted, their worker hosts an actor: %s. Suspend those actors "+
+							"(kubectl ate suspend actor NAME -a ATESPACE) and re-run", strings.Join(kept, ", ")))
 					}
 					return nil
 				},
@@ -399,8 +465,44 @@ func drainWorkers(ctx context.Context, api API, rec kube.Recorder, node *corev1.
 	return nil
 }
 
-// emptyNode suspends residents until none is left, then re-drains.
-func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts) error {
+func observeNode(ctx context.Context, cs kubernetes.Interface, api API, cfg *NodeConfig, name string) (nodeFacts, error) {
+	f := nodeFacts{cfg: cfg}
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return f, err
+	}
+	f.node = n
+	if f.pods, err = kube.PodsOnNode(ctx, cs, name); err != nil {
+		return f, err
+	}
+	f.inv, err = api.Inventory(ctx)
+	return f, err
+}
+
+// hostsByWorker names, per worker, one actor it hosts: from the actor list
+// and from the worker's own assignments.
+func hostsByWorker(inv *ateapi.Inventory) map[string]string {
+	out := map[string]string{}
+	for _, w := range inv.Workers {
+		if len(w.Actors) > 0 {
+			out[w.Name] = w.Actors[0].String()
+		} else if w.AllocatedActors > 0 {
+			out[w.Name] = fmt.Sprintf("%d actor(s)", w.AllocatedActors)
+		}
+	}
+	for _, a := range inv.Actors {
+		if a.Worker != "" && a.State != ateapi.ActorSuspended {
+			out[a.Worker] = a.Ref().String()
+		}
+	}
+	return out
+}
+
+// emptyNode suspends residents until none is left, then re-drains. Worker
+// pods that are not registered yet are waited for (RegisterTimeout), so
+// they are drained too; refresh re-reads the node.
+func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
+	var unregisteredSince time.Time
 	for round := 1; ; round++ {
 		// Workers registered since the last pass must stop taking actors too.
 		if err := drainWorkers(ctx, api, rec, f.node, f.undrained()); err != nil {
@@ -409,33 +511,43 @@ func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts) err
 		live, crashed := f.residents()
 		if len(crashed) > 0 {
 			if !f.cfg.RevertCrashed {
-				return runbook.Blocked(fmt.Errorf("%s; no further actor is touched. Revert them (`kubectl ate revert ACTOR -a ATESPACE`, loses work since their last snapshot) or re-run with --revert-crashed", describeCrashed(crashed)))
+				return runbook.Blocked(fmt.Errorf("%s; no further actor is touched. Revert them (`kubectl ate revert ACTOR -a ATESPACE`, "+
+					"loses work since their last snapshot) or re-run with --revert-crashed", describeCrashed(crashed)))
 			}
 			for _, a := range crashed {
 				if _, err := api.RevertActor(ctx, a.Atespace, a.Name); err != nil {
 					return fmt.Errorf("revert crashed actor %s/%s: %w", a.Atespace, a.Name, err)
 				}
-				rec.Record(ctx, kube.NodeRef(f.node), true, "ActorReverted", fmt.Sprintf("reverted CRASHED actor %s/%s to its last external snapshot (--revert-crashed)", a.Atespace, a.Name))
+				rec.Record(ctx, kube.NodeRef(f.node), true, "ActorReverted",
+					fmt.Sprintf("reverted CRASHED actor %s/%s to its last external snapshot (--revert-crashed)", a.Atespace, a.Name))
 			}
 		}
-		if len(live) == 0 && len(crashed) == 0 {
+		unreg := f.unregistered()
+		switch {
+		case len(unreg) == 0:
+			unregisteredSince = time.Time{}
+		case unregisteredSince.IsZero():
+			unregisteredSince = time.Now()
+		case time.Since(unregisteredSince) > f.cfg.RegisterTimeout:
+			return runbook.Blocked(fmt.Errorf("worker pod(s) %s on node %s did not register as workers within %s, so they cannot be "+
+				"drained and the node must not flip; re-run once they register (kubectl ate status)", short(unreg), f.node.Name, f.cfg.RegisterTimeout))
+		}
+		if len(live) == 0 && len(crashed) == 0 && len(unreg) == 0 && len(f.undrained()) == 0 && len(f.hosting()) == 0 {
 			return nil
 		}
 		if err := suspendAll(ctx, api, rec, f, live); err != nil {
 			return err
 		}
-		inv, err := api.Inventory(ctx)
+		select { // suspends and registrations take a moment; actors keep waking
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(time.Duration(min(round, 10)) * 200 * time.Millisecond):
+		}
+		g, err := refresh(ctx)
 		if err != nil {
 			return err
 		}
-		f.inv = inv
-		if round > 1 {
-			select { // actors keep waking: give the router a moment
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-time.After(time.Duration(min(round, 10)) * 100 * time.Millisecond):
-			}
-		}
+		f = g
 	}
 }
 
@@ -447,6 +559,9 @@ func suspendAll(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ac
 		errs []error
 	)
 	for i, a := range actors {
+		if a.State.Transient() && a.State != ateapi.ActorUnspecified {
+			continue // it moves on its own; the next round sees where it went
+		}
 		if i > 0 && f.cfg.SuspendInterval > 0 {
 			select {
 			case <-ctx.Done():
@@ -459,14 +574,26 @@ func suspendAll(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ac
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_, err := api.SuspendActor(ctx, a.Atespace, a.Name)
+			got, err := api.SuspendActor(ctx, a.Atespace, a.Name)
 			var ae *ateapi.Error
 			switch {
 			case err == nil:
-				rec.Record(ctx, kube.NodeRef(f.node), false, "ActorSuspended", fmt.Sprintf("suspended %s/%s (was %s) before moving node %s", a.Atespace, a.Name, a.State, f.node.Name))
+				rec.Record(ctx, kube.NodeRef(f.node), false, "ActorSuspended",
+					fmt.Sprintf("suspended %s/%s (was %s, now %s) before moving node %s", a.Atespace, a.Name, a.State, got.State, f.node.Name))
 			case errors.Is(err, ateapi.ErrNotFound):
-			case errors.As(err, &ae) && ae.ActorState != "" && ae.ActorState != ateapi.ActorCrashed:
-				// Mid-transition (resuming, suspending…): the next round sees it again.
+			case errors.Is(err, ateapi.ErrDataLoss):
+				// crashed: the next round reports it with the others
+			case errors.As(err, &ae) && (ae.ActorState.Transient() || ae.ActorState == ateapi.ActorCrashed):
+				// Mid-transition (resuming, suspending…) or crashed: the next round sees it again.
+			case errors.Is(err, ateapi.ErrFailedPrecondition):
+				state := ateapi.ActorUnspecified
+				if ae != nil && ae.ActorState != "" {
+					state = ae.ActorState
+				}
+				mu.Lock()
+				errs = append(errs, runbook.Blocked(fmt.Errorf("suspend %s/%s refused: the actor is %s, a state it does not leave on its own; "+
+					"no further actor is touched. Find out why (kubectl ate get actors -a %s), then re-run", a.Atespace, a.Name, state, a.Atespace)))
+				mu.Unlock()
 			default:
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("suspend %s/%s: %w", a.Atespace, a.Name, err))
@@ -475,13 +602,7 @@ func suspendAll(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ac
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if errors.Is(err, ateapi.ErrFailedPrecondition) || errors.Is(err, ateapi.ErrDataLoss) {
-			continue // crashed: the next round reports it with the others
-		}
-		return err
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func describeCrashed(actors []ateapi.Actor) string {
