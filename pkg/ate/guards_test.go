@@ -20,7 +20,9 @@ func TestCapacityPerLineage(t *testing.T) {
 		}
 		return x
 	}
-	bound := func(worker string) ateapi.Actor { return ateapi.Actor{Atespace: "x", Name: "on-" + worker, Worker: worker} }
+	bound := func(worker string) ateapi.Actor {
+		return ateapi.Actor{Atespace: "x", Name: "on-" + worker, Worker: worker}
+	}
 	paused := ateapi.Actor{Atespace: "x", Name: "p", State: ateapi.ActorPaused}
 	for _, tc := range []struct {
 		name      string
@@ -128,10 +130,10 @@ func TestFlipGuardSeesEverythingOnTheNode(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{VersionLabel: "v1"}}}
 	drained := ateapi.Worker{Name: "u1", Namespace: "ns", Pool: "small", Node: "n1", State: ateapi.WorkerDraining}
 	for _, tc := range []struct {
-		name                         string
-		pods                         []corev1.Pod
-		workers                      []ateapi.Worker
-		actors                       []ateapi.Actor
+		name                        string
+		pods                        []corev1.Pod
+		workers                     []ateapi.Worker
+		actors                      []ateapi.Actor
 		live, hosting, unregistered int
 	}{
 		{"empty and drained", []corev1.Pod{pod("u1")}, []ateapi.Worker{drained}, nil, 0, 0, 0},

@@ -88,7 +88,25 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 		s.ActorsOnOldPools = len(actorsBoundTo(inv, c.OldPools()))
 		s.FreeNewWorkers = FreeWorkers(inv, c.PoolsPinnedTo(c.New), setOf(c.NodesAt(c.New)))
 	}
-	s.Nodes = inProgress(c, oldPods, inv)
+	if c.New != "" {
+		// With one atelet DaemonSet nothing is in progress, whatever the
+		// substrate says: after a rollback the deleted clones' workers stay
+		// registered as DRAINING until the eviction window ends.
+		s.Nodes = inProgress(c, oldPods, inv)
+		var unpaired []string
+		for _, p := range c.OldPools() {
+			if p.CloneName == "" {
+				unpaired = append(unpaired, p.Key())
+			}
+		}
+		if atNew := c.NodesAt(c.New); len(atNew) > 0 && len(unpaired) > 0 {
+			s.Phase = PhaseBlocked
+			s.Summary = fmt.Sprintf("%d node(s) at %s (%s) but pool(s) %s have no clone: their actors have no worker on those nodes",
+				len(atNew), c.New, short(atNew), short(unpaired))
+			s.Next = "kubectl ate roll clone-pools --image CLASS=REF@sha256:… (or roll the nodes back: kubectl ate rollback)"
+			return s, nil
+		}
+	}
 	total, atNew := len(c.Nodes), len(c.NodesAt(c.New))
 	switch {
 	case c.New == "" && clonesServing(c) && atVersion(c, c.Old):
@@ -164,8 +182,17 @@ func inProgress(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) []NodeP
 		}
 	}
 	if inv != nil {
+		// Only the serving pools' workers whose pods still exist: a deleted
+		// pod's worker stays DRAINING through the eviction window.
+		serving := poolSet(c.OldPools())
+		live := map[string]bool{}
+		for _, p := range oldPods {
+			if p.DeletionTimestamp == nil && !kube.PodTerminal(&p) {
+				live[string(p.UID)] = true
+			}
+		}
 		for _, w := range inv.Workers {
-			if w.State == ateapi.WorkerDraining && w.Node != "" && !newNodes[w.Node] && !seen[w.Node] {
+			if w.State == ateapi.WorkerDraining && w.Node != "" && !newNodes[w.Node] && !seen[w.Node] && serving[w.PoolKey()] && live[w.Name] {
 				seen[w.Node] = true
 				out = append(out, NodeProgress{Node: w.Node, Version: c.Old, Step: "workers draining; actors being suspended (ate.node.suspend)"})
 			}
