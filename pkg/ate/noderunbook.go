@@ -51,6 +51,7 @@ type NodeConfig struct {
 type API interface {
 	Inventory(ctx context.Context) (*ateapi.Inventory, error)
 	DrainWorker(ctx context.Context, name string) (ateapi.Worker, error)
+	GetActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
 	SuspendActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
 	RevertActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
 }
@@ -503,7 +504,14 @@ func hostsByWorker(inv *ateapi.Inventory) map[string]string {
 // they are drained too; refresh re-reads the node.
 func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
 	var unregisteredSince time.Time
+	// Actors suspended here are confirmed one by one with GetActor: a list
+	// may miss an actor whose state just changed, and a paused actor still
+	// SUSPENDING off the node's atelet is lost if the node flips.
+	pending := map[ateapi.ActorRef]bool{}
 	for round := 1; ; round++ {
+		if err := confirmPending(ctx, api, f.node.Name, pending); err != nil {
+			return err
+		}
 		// Workers registered since the last pass must stop taking actors too.
 		if err := drainWorkers(ctx, api, rec, f.node, f.undrained()); err != nil {
 			return err
@@ -532,8 +540,11 @@ func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ref
 			return runbook.Blocked(fmt.Errorf("worker pod(s) %s on node %s did not register as workers within %s, so they cannot be "+
 				"drained and the node must not flip; re-run once they register (kubectl ate status)", short(unreg), f.node.Name, f.cfg.RegisterTimeout))
 		}
-		if len(live) == 0 && len(crashed) == 0 && len(unreg) == 0 && len(f.undrained()) == 0 && len(f.hosting()) == 0 {
+		if len(live) == 0 && len(crashed) == 0 && len(unreg) == 0 && len(f.undrained()) == 0 && len(f.hosting()) == 0 && len(pending) == 0 {
 			return nil
+		}
+		for _, a := range live {
+			pending[a.Ref()] = true
 		}
 		if err := suspendAll(ctx, api, rec, f, live); err != nil {
 			return err
@@ -549,6 +560,23 @@ func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ref
 		}
 		f = g
 	}
+}
+
+// confirmPending drops the actors that are SUSPENDED, gone, or no longer on
+// node from pending, reading each one directly.
+func confirmPending(ctx context.Context, api API, node string, pending map[ateapi.ActorRef]bool) error {
+	for r := range pending {
+		a, err := api.GetActor(ctx, r.Atespace, r.Name)
+		switch {
+		case errors.Is(err, ateapi.ErrNotFound):
+			delete(pending, r)
+		case err != nil:
+			return err
+		case a.State == ateapi.ActorSuspended || !a.OnNode(node):
+			delete(pending, r)
+		}
+	}
+	return nil
 }
 
 func suspendAll(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, actors []ateapi.Actor) error {
