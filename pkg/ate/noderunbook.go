@@ -235,8 +235,9 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					if f.flipped() {
 						return true, "node at " + f.cfg.To
 					}
-					u := f.undrained()
-					return len(u) == 0, fmt.Sprintf("%d of %d worker(s) not draining", len(u), len(f.workers()))
+					u, unreg := f.undrained(), f.unregistered()
+					return len(u) == 0 && len(unreg) == 0, fmt.Sprintf("%d of %d worker(s) not draining, %d worker pod(s) not registered",
+						len(u), len(f.workers()), len(unreg))
 				},
 				Guards: []runbook.Guard[nodeFacts]{{
 					Name: "enough free workers of each pool lineage on other nodes for the node's actors",
@@ -258,6 +259,9 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
 					return drainWorkers(ctx, api, rec, f.node, f.undrained())
+				},
+				Wait: func(ctx context.Context, f nodeFacts) error {
+					return waitDrained(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) { return observeNode(ctx, cs, api, cfg, f.node.Name) })
 				},
 			},
 			{
@@ -553,6 +557,37 @@ func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ref
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case <-time.After(time.Duration(min(round, 10)) * 200 * time.Millisecond):
+		}
+		g, err := refresh(ctx)
+		if err != nil {
+			return err
+		}
+		f = g
+	}
+}
+
+// waitDrained re-reads the node until every worker pod on it is a
+// registered, draining worker: a list may leave out a worker that just
+// changed, and a pod registers some time after it runs. Workers that
+// appear meanwhile are drained too.
+func waitDrained(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
+	deadline := time.Now().Add(f.cfg.RegisterTimeout)
+	for delay := 200 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		if err := drainWorkers(ctx, api, rec, f.node, f.undrained()); err != nil {
+			return err
+		}
+		unreg := f.unregistered()
+		if len(f.undrained()) == 0 && len(unreg) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return runbook.Blocked(fmt.Errorf("worker pod(s) %s on node %s did not register as workers within %s, so they cannot be "+
+				"drained and the node must not flip; re-run once they register (kubectl ate status)", short(unreg), f.node.Name, f.cfg.RegisterTimeout))
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(delay):
 		}
 		g, err := refresh(ctx)
 		if err != nil {
