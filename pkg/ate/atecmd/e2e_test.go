@@ -62,6 +62,7 @@ func nodeLabels(t *testing.T, ctx context.Context) map[string]string {
 // draining lists the workers in DRAINING on node ("" = any node).
 func draining(t *testing.T, ctx context.Context, node string) []string {
 	t.Helper()
+	time.Sleep(time.Second) // the simulated lists leave out items that just changed
 	inv, err := client(t, ctx).Inventory(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -102,9 +103,11 @@ func NodeLabels(t *testing.T, ctx context.Context) map[string]string {
 	return out
 }
 
-// Draining counts the workers in DRAINING.
+// Draining counts the workers in DRAINING. The simulated API's lists leave
+// out items that changed in the last half second, so it lets them settle.
 func Draining(t *testing.T, ctx context.Context) int {
 	t.Helper()
+	time.Sleep(time.Second)
 	inv, err := Client(t, ctx).Inventory(ctx)
 	if err != nil {
 		t.Fatal(err)
