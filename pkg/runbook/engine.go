@@ -216,7 +216,7 @@ func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) 
 // verify, then stop the clock.
 func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts F, o Options, sr StepResult) (F, StepResult, error) {
 	start := o.Now()
-	stepCtx := ctx
+	stepCtx := WithStep(ctx, s.ID)
 	if s.Timeout > 0 {
 		read := t.Annotation
 		if rb.Annotation != nil {
@@ -232,7 +232,7 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 		sr.Started = &started
 		deadline := started.Add(s.Timeout)
 		var cancel context.CancelFunc
-		stepCtx, cancel = context.WithDeadlineCause(ctx, deadline,
+		stepCtx, cancel = context.WithDeadlineCause(stepCtx, deadline,
 			fmt.Errorf("step %q ran out of its %s budget (started %s)", s.Title, s.Timeout, started.Format(time.RFC3339)))
 		defer cancel()
 	}

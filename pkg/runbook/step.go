@@ -81,3 +81,17 @@ type Change struct {
 	Action string `json:"action"`
 	Detail string `json:"detail,omitempty"`
 }
+
+type stepKey struct{}
+
+// WithStep returns ctx carrying the ID of the step acting, so what the step
+// records (events, the journal) names it.
+func WithStep(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, stepKey{}, id)
+}
+
+// StepOf returns the ID of the step acting in ctx, or "".
+func StepOf(ctx context.Context) string {
+	id, _ := ctx.Value(stepKey{}).(string)
+	return id
+}
