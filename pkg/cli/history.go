@@ -76,18 +76,23 @@ func (o *HistoryOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read history: %w", err)
 	}
-	runs := map[string]bool{} // runs that touched the node keep their start/end lines
+	touches := func(e journal.Entry) bool {
+		return e.Object == "node/"+o.Node || strings.Contains(e.Message, o.Node)
+	}
+	runs := map[string]bool{} // runs that touched the node keep their start and end lines
+	for _, e := range entries {
+		if o.Node != "" && touches(e) {
+			runs[e.Run] = true
+		}
+	}
 	var out []journal.Entry
 	for _, e := range entries {
 		if o.RunID != "" && e.Run != o.RunID {
 			continue
 		}
-		if o.Node != "" && e.Object != "node/"+o.Node && !strings.Contains(e.Message, o.Node) {
-			if !strings.HasPrefix(e.Object, "lease/") || !runs[e.Run] {
-				continue
-			}
+		if o.Node != "" && !touches(e) && !(strings.HasPrefix(e.Object, "lease/") && runs[e.Run]) {
+			continue
 		}
-		runs[e.Run] = true
 		out = append(out, e)
 	}
 	if o.Output != "" {

@@ -280,8 +280,8 @@ func (s *Session) markLeftCordoned(r runbook.Result) {
 			continue
 		}
 		why := fmt.Sprintf("run %s stopped (%s) at step %s", r.RunID, t.Outcome, t.State)
-		if t.Error != "" {
-			why += ": " + t.Error
+		if msg := stopReason(t); msg != "" {
+			why += ": " + msg
 		}
 		if marked, err := kube.MarkLeftCordoned(ctx, s.Client, node, why); err != nil {
 			s.Progress.Printf("warning: could not record on node/%s why it stays cordoned: %v", node, err)
@@ -295,6 +295,19 @@ func (s *Session) markLeftCordoned(r runbook.Result) {
 //
 // Deprecated: use Fail, which also returns the error to report.
 func (s *Session) Abort() error { s.end(); return nil }
+
+// stopReason is what stopped a target: its error, or its stopping step's.
+func stopReason(t runbook.TargetResult) string {
+	if t.Error != "" {
+		return t.Error
+	}
+	for _, st := range t.Steps {
+		if st.Error != "" {
+			return st.Error
+		}
+	}
+	return ""
+}
 
 // Lock is the held lock, or nil for a dry run.
 func (s *Session) Lock() *lease.Lock { return s.lock }

@@ -110,11 +110,13 @@ func PrintSummary(w io.Writer, r runbook.Result, next string) {
 		head = st.OK(head)
 	case runbook.OutcomePlanned:
 		head = st.Warn(head + " (dry run: nothing was changed)")
+	case runbook.OutcomePaused:
+		head = st.Warn(head + " (no new node was started)")
 	default:
 		head = st.Bad(head)
 	}
 	fmt.Fprintf(w, "%s — %d target(s):", head, len(r.Targets))
-	for _, o := range []runbook.Outcome{runbook.OutcomeDone, runbook.OutcomePlanned, runbook.OutcomeBlocked, runbook.OutcomeFailed, runbook.OutcomeInterrupted, runbook.OutcomeSkipped} {
+	for _, o := range []runbook.Outcome{runbook.OutcomeDone, runbook.OutcomePlanned, runbook.OutcomeBlocked, runbook.OutcomeFailed, runbook.OutcomeInterrupted, runbook.OutcomeSkipped, runbook.OutcomePaused} {
 		if counts[o] > 0 {
 			fmt.Fprintf(w, " %d %s", counts[o], o)
 		}
@@ -124,7 +126,11 @@ func PrintSummary(w io.Writer, r runbook.Result, next string) {
 		if t.Outcome == runbook.OutcomeDone || t.Outcome == runbook.OutcomePlanned {
 			continue
 		}
-		fmt.Fprintf(w, "  %s %s at %s\n", t.Target, t.Outcome, t.State)
+		line := fmt.Sprintf("  %s %s at %s", t.Target, t.Outcome, t.State)
+		if t.Outcome == runbook.OutcomePaused {
+			line = fmt.Sprintf("  %s not started: %s", t.Target, t.Error)
+		}
+		fmt.Fprintln(w, line)
 		for _, n := range t.Notes {
 			fmt.Fprintf(w, "    %s\n", n)
 		}
