@@ -59,6 +59,9 @@ type TargetResult struct {
 	Steps   []StepResult `json:"steps"`
 	Notes   []string     `json:"notes,omitempty"`
 	Error   string       `json:"error,omitempty"`
+	// holdsSlot: the target stopped while out of service, so it keeps its
+	// place in the parallel limit (Runbook.OutOfService).
+	holdsSlot bool
 }
 
 // Result is a whole run.

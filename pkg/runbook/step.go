@@ -40,6 +40,11 @@ type Runbook[F any] struct {
 	// Notes, when set, says what a person should know about a target the run
 	// left unfinished (e.g. "cordoned by rollbook; re-run to continue").
 	Notes func(f F) []string
+	// OutOfService, when set, says whether a target is out of service (e.g.
+	// cordoned by this runbook). A target that stops out of service keeps
+	// its place in Options.Parallel, so failures never let more targets out
+	// of service than the limit, even when the run keeps going.
+	OutOfService func(f F) bool
 }
 
 // Step is one idempotent action and the observation that proves it done.
