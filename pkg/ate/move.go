@@ -43,8 +43,10 @@ type Mover struct {
 	Recorder kube.Recorder
 	Say      func(format string, a ...any)
 	Reporter runbook.Reporter
-	RunID    string
-	DryRun   bool
+	// Paused is asked before each node starts (kubectl ate pause).
+	Paused func(ctx context.Context) (bool, string)
+	RunID  string
+	DryRun bool
 }
 
 // MoveNodes moves one node (the given one, or the next) or, with All, every
@@ -95,9 +97,9 @@ func MoveNodes(ctx context.Context, m Mover, o MoveOptions) (runbook.Result, err
 		m.Say("node %s: %s → %s", target, sides.From, sides.To)
 		res := runbook.Run(ctx, NodeRunbook(m.Client, m.API, m.Recorder, &cfg),
 			[]runbook.Target{runbook.NodeTarget{Client: m.Client, Node: target}},
-			runbook.Options{RunID: m.RunID, DryRun: m.DryRun, Reporter: m.Reporter})
+			runbook.Options{RunID: m.RunID, DryRun: m.DryRun, Reporter: m.Reporter, Paused: m.Paused})
 		total.Targets = append(total.Targets, res.Targets...)
-		total.Outcome = worst(total.Outcome, res.Outcome)
+		total.Outcome = runbook.Worst(total.Outcome, res.Outcome)
 		if !o.All || m.DryRun || res.Outcome != runbook.OutcomeDone || o.Node != "" {
 			return total, nil
 		}
@@ -145,15 +147,4 @@ func WaitForCapacity(ctx context.Context, cs kubernetes.Interface, api API, cfg 
 		return runbook.Blocked(fmt.Errorf("not enough free workers for the actors on %s within %s (%s)", node, limit, last))
 	}
 	return err
-}
-
-// worst is the outcome that says more: a failure over a block over done.
-// TODO(after merging main): runbook.Worst.
-func worst(a, b runbook.Outcome) runbook.Outcome {
-	rank := map[runbook.Outcome]int{runbook.OutcomeDone: 0, runbook.OutcomePlanned: 1, runbook.OutcomeSkipped: 2,
-		runbook.OutcomeBlocked: 3, runbook.OutcomeInterrupted: 4, runbook.OutcomeFailed: 5}
-	if rank[b] > rank[a] {
-		return b
-	}
-	return a
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -388,15 +387,11 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 							kept = append(kept, p.Namespace+"/"+p.Name+" (hosts "+a+")")
 							continue
 						}
-						err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
-						if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-							continue
-						}
+						_, err := kube.DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.Namespace).Delete, kube.PodRef(&p), p.UID,
+							fmt.Sprintf("node %s moved to %s; its %s worker pod is no longer needed", f.node.Name, f.cfg.To, f.cfg.From))
 						if err != nil {
 							return fmt.Errorf("delete %s/%s: %w", p.Namespace, p.Name, err)
 						}
-						rec.Record(ctx, kube.PodRef(&p), false, "OldWorkerDeleted",
-							fmt.Sprintf("node %s moved to %s; its %s worker pod is no longer needed", f.node.Name, f.cfg.To, f.cfg.From))
 					}
 					if len(kept) > 0 {
 						return runbook.Blocked(fmt.Errorf("not deleted, their worker hosts an actor: %s. Suspend those actors "+

@@ -302,10 +302,8 @@ func RollbackAll(ctx context.Context, m Mover, inv Inventorier, o RollbackOption
 		return nodes, err
 	}
 	res := runbook.Run(ctx, RollbackRunbook(m.Client, m.Dynamic, inv, m.Recorder), []runbook.Target{runbook.ScopeTarget{Scope: "roll"}},
-		runbook.Options{RunID: m.RunID, DryRun: m.DryRun, Reporter: m.Reporter})
-	res.Targets = append(nodes.Targets, res.Targets...)
-	res.Outcome = worst(nodes.Outcome, res.Outcome)
-	return res, nil
+		runbook.Options{RunID: m.RunID, DryRun: m.DryRun, Reporter: m.Reporter, Paused: m.Paused})
+	return runbook.Merge(RollbackRunbookName, nodes, res), nil
 }
 
 // StrayAtelets are the atelet DaemonSets other than version's: after a

@@ -54,6 +54,13 @@ func mover(ctx context.Context, g *cli.Globals, s *cli.Session, api *apiFlags, d
 		return ate.Mover{}, nil, cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the control API does not implement DrainWorker (era %s): "+
 			"this install predates versioned builds and needs a fresh install", caps.Era))
 	}
+	if !dryRun {
+		// One node out of service at a time, said on the Lease for anyone watching.
+		if err := s.SetMaxOutOfService(ctx, 1); err != nil {
+			closeAPI()
+			return ate.Mover{}, nil, err
+		}
+	}
 	return ate.Mover{Client: s.Client, Dynamic: dyn, API: client, Recorder: s.Recorder, Say: s.Progress.Printf,
-		Reporter: s.Progress, RunID: s.RunID, DryRun: dryRun}, closeAPI, nil
+		Reporter: s.Progress, Paused: s.Paused, RunID: s.RunID, DryRun: dryRun}, closeAPI, nil
 }

@@ -397,7 +397,7 @@ func TestFullRollFinishes(t *testing.T) {
 
 	// The last node, interrupted right after each kind of mutation and
 	// resumed each time: the label flips exactly once.
-	for _, reason := range []string{"WorkerDrained", "ActorSuspended", "SubstrateVersionFlipped", "OldWorkerDeleted"} {
+	for _, reason := range []string{"WorkerDrained", "ActorSuspended", "SubstrateVersionFlipped", "Deleted"} {
 		runCtx, cancel := cancelOnEvent(t, ctx, reason)
 		_, code := run(t, runCtx, "roll", "next-node", last, "--wait")
 		cancel()

@@ -50,11 +50,10 @@ func (o *cloneOptions) Run(ctx context.Context, g *cli.Globals) error {
 	}
 	dyn, err := dynamicClient(g)
 	if err != nil {
-		_ = s.Abort()
-		return err
+		return s.Fail(err)
 	}
-	res := runbook.Run(ctx, ate.CloneRunbook(s.Client, dyn, s.Recorder, o.refs), []runbook.Target{runbook.ScopeTarget{Scope: "roll"}},
-		runbook.Options{RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress})
+	res := cli.Run(ctx, s, ate.CloneRunbook(s.Client, dyn, s.Recorder, o.refs), []runbook.Target{runbook.ScopeTarget{Scope: "roll"}},
+		runbook.Options{})
 	return s.Finish(res, "kubectl ate preflight && kubectl ate roll next-node")
 }
 
@@ -140,14 +139,12 @@ func (n *nodeOptions) Run(ctx context.Context, g *cli.Globals, again string) err
 	}
 	m, closeAPI, err := mover(ctx, g, s, &n.api, n.run.DryRun)
 	if err != nil {
-		_ = s.Abort()
-		return err
+		return s.Fail(err)
 	}
 	defer closeAPI()
 	res, err := ate.MoveNodes(ctx, m, n.move)
 	if err != nil {
-		_ = s.Abort()
-		return blockedExit(err)
+		return s.Fail(blockedExit(err))
 	}
 	next := "kubectl ate status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {

@@ -63,19 +63,16 @@ func (o *rollbackOptions) Run(ctx context.Context, g *cli.Globals) error {
 	}
 	m, closeAPI, err := mover(ctx, g, s, &o.api, o.run.DryRun)
 	if err != nil {
-		_ = s.Abort()
-		return err
+		return s.Fail(err)
 	}
 	defer closeAPI()
 	before, err := ate.ObserveCluster(ctx, m.Client, m.Dynamic)
 	if err != nil {
-		_ = s.Abort()
-		return err
+		return s.Fail(err)
 	}
 	res, err := ate.RollbackAll(ctx, m, m.API, ate.RollbackOptions{Move: o.move, ControlPlaneReverted: o.controlPlaneReverted})
 	if err != nil {
-		_ = s.Abort()
-		return blockedExit(err)
+		return s.Fail(blockedExit(err))
 	}
 	info := g.IOStreams.Out
 	if o.run.Output != "" {
