@@ -125,7 +125,8 @@ func (s *Server) AddWorker(w Worker) error {
 	if c.Created.IsZero() {
 		c.Created = s.now()
 	}
-	s.touchWorker(&c)
+	s.seq++
+	c.seq, c.changed = s.seq, s.now()
 	s.workers[c.Name] = &c
 	return nil
 }

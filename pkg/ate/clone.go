@@ -166,14 +166,16 @@ func CreateClone(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, 
 		}
 		got := poolOf(cur)
 		if got.Pin != pinOf(p.Object) || got.Image != p.Image {
-			return runbook.Blocked(fmt.Errorf("WorkerPool %s/%s already exists with pin %q and image %q, not %q and %q; rollbook does not edit pools — rename or delete it", p.From.Namespace, p.Name, got.Pin, got.Image, pinOf(p.Object), p.Image))
+			return runbook.Blocked(fmt.Errorf("WorkerPool %s/%s already exists with pin %q and image %q, not %q and %q; rollbook does "+
+				"not edit pools — rename or delete it", p.From.Namespace, p.Name, got.Pin, got.Image, pinOf(p.Object), p.Image))
 		}
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("create WorkerPool %s/%s: %w", p.From.Namespace, p.Name, err)
 	}
-	rec.Record(ctx, poolRef(p.From.Namespace, p.Name), false, "PoolCloned", fmt.Sprintf("cloned from %s with image %s, pinned to %s", p.From.Key(), p.Image, pinOf(p.Object)))
+	rec.Record(ctx, poolRef(p.From.Namespace, p.Name), false, "PoolCloned", fmt.Sprintf("cloned from %s with image %s, pinned "+
+		"to %s", p.From.Key(), p.Image, pinOf(p.Object)))
 	return nil
 }
 

@@ -230,7 +230,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 		Steps: []runbook.Step[nodeFacts]{
 			{
 				ID: "ate.node.drain", Title: "Drain the node's workers",
-				Doc: "Call DrainWorker for every worker on the node: bound actors keep running, but no new actor is placed there. Idempotent; NotFound (the pod is gone) is fine. There is no undrain.",
+				Doc: "Call DrainWorker for every worker on the node: bound actors keep running, but no new actor is placed there. " +
+					"Idempotent; NotFound (the pod is gone) is fine. There is no undrain.",
 				Done: func(f nodeFacts) (bool, string) {
 					if f.flipped() {
 						return true, "node at " + f.cfg.To
@@ -266,7 +267,9 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 			},
 			{
 				ID: "ate.node.suspend", Title: "Suspend every actor on the node",
-				Doc:     "Suspend the actors bound to the node's workers and the paused actors whose local snapshot is on the node, a few at a time; repeat until none is left (traffic may wake actors meanwhile), then drain again so workers registered since are covered. A CRASHED actor stops the run: revert it (kubectl ate revert) or pass --revert-crashed.",
+				Doc: "Suspend the actors bound to the node's workers and the paused actors whose local snapshot is on the node, a " +
+					"few at a time; repeat until none is left (traffic may wake actors meanwhile), then drain again so workers " +
+					"registered since are covered. A CRASHED actor stops the run: revert it (kubectl ate revert) or pass --revert-crashed.",
 				Timeout: cfg.SuspendTimeout,
 				Done: func(f nodeFacts) (bool, string) {
 					if f.flipped() {
@@ -331,7 +334,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 			},
 			{
 				ID: "ate.node.atelet-ready", Title: "Wait for the atelet of the target version",
-				Doc:     "Wait until the target version's atelet pod on the node is Ready. It stays Pending while the old one exits, because the old one holds the node's host ports.",
+				Doc: "Wait until the target version's atelet pod on the node is Ready. It stays Pending while the old one exits, " +
+					"because the old one holds the node's host ports.",
 				Timeout: cfg.AteletTimeout,
 				Done: func(f nodeFacts) (bool, string) {
 					if !f.flipped() {
@@ -343,14 +347,18 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				Wait: func(ctx context.Context, f nodeFacts) error {
 					_, err := kube.WaitForDaemonSetPodReady(ctx, cs, Namespace, f.cfg.ToAtelet, f.node.Name)
 					if err != nil && ctx.Err() != nil {
-						return fmt.Errorf("the %s atelet on %s is not Ready: %w. If its log says the image cache \"has layout version\" it does not support, clear /var/lib/ate/image-cache on the node (kubectl debug node/%s --image=busybox -- rm -rf /host/var/lib/ate/image-cache) and delete the atelet pod", f.cfg.To, f.node.Name, context.Cause(ctx), f.node.Name)
+						return fmt.Errorf("the %s atelet on %s is not Ready: %w. If its log says the image cache \"has layout version\" "+
+							"it does not support, clear /var/lib/ate/image-cache on the node (kubectl debug node/%s --image=busybox -- "+
+							"rm -rf /host/var/lib/ate/image-cache) and delete the atelet pod", f.cfg.To, f.node.Name, context.Cause(ctx), f.node.Name)
 					}
 					return err
 				},
 			},
 			{
 				ID: "ate.node.delete-old-pods", Title: "Delete the node's worker pods of the version it left",
-				Doc: "Delete the node's pods of the pools pinned to the version the node left. They are empty (every actor was suspended) but still hold capacity; their Deployment cannot put them back on this node any more. Never before the flip: the old pool would reschedule them next to the new atelet.",
+				Doc: "Delete the node's pods of the pools pinned to the version the node left. They are empty (every actor was " +
+					"suspended) but still hold capacity; their Deployment cannot put them back on this node any more. Never before the " +
+					"flip: the old pool would reschedule them next to the new atelet.",
 				Done: func(f nodeFacts) (bool, string) {
 					left := f.podsOf(f.cfg.FromPools)
 					return f.flipped() && len(left) == 0, fmt.Sprintf("%d pod(s) of the %s pools on the node", len(left), f.cfg.From)
@@ -363,7 +371,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					{Name: "no actor lives on the node's workers", Check: func(f nodeFacts) (bool, string) {
 						live, crashed := f.residents()
 						return len(live)+len(crashed) == 0 && len(f.hosting()) == 0,
-							fmt.Sprintf("%d actor(s) on the node's workers; deleting their pods would crash them. Suspend them and re-run", len(live)+len(crashed))
+							fmt.Sprintf("%d actor(s) on the node's workers; deleting their pods would crash them. Suspend them and "+
+								"re-run", len(live)+len(crashed))
 					}},
 				},
 				Plan: func(f nodeFacts) []runbook.Change {
@@ -409,7 +418,9 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 			},
 			{
 				ID: "ate.node.verify", Title: "Verify the node serves the target version",
-				Doc:     "Confirm no pod of the pools the node left remains there, and that every pod of the target version's pools on the node is Ready and registered as an ACTIVE worker. (Pods of the target pools may all run on nodes moved earlier: the scheduler, not the roll, places them.)",
+				Doc: "Confirm no pod of the pools the node left remains there, and that every pod of the target version's pools on " +
+					"the node is Ready and registered as an ACTIVE worker. (Pods of the target pools may all run on nodes moved " +
+					"earlier: the scheduler, not the roll, places them.)",
 				Timeout: cfg.VerifyTimeout,
 				Done: func(f nodeFacts) (bool, string) {
 					if !f.flipped() || len(f.podsOf(f.cfg.FromPools)) > 0 {
@@ -417,7 +428,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					}
 					ready, total := f.toPodsReady()
 					active := f.toWorkersActive()
-					return ready == total && active >= ready, fmt.Sprintf("%d of %d %s worker pod(s) on the node Ready, %d registered ACTIVE", ready, total, f.cfg.To, active)
+					return ready == total && active >= ready, fmt.Sprintf("%d of %d %s worker pod(s) on the node Ready, %d registered "+
+						"ACTIVE", ready, total, f.cfg.To, active)
 				},
 				Act: func(context.Context, nodeFacts) error { return nil },
 				Wait: func(ctx context.Context, f nodeFacts) error {
@@ -446,7 +458,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 						}
 						select {
 						case <-ctx.Done():
-							return fmt.Errorf("%d %s worker pod(s) on %s Ready but only %d registered ACTIVE: %w", want, f.cfg.To, f.node.Name, g.toWorkersActive(), context.Cause(ctx))
+							return fmt.Errorf("%d %s worker pod(s) on %s Ready but only %d registered "+
+								"ACTIVE: %w", want, f.cfg.To, f.node.Name, g.toWorkersActive(), context.Cause(ctx))
 						case <-time.After(delay):
 						}
 					}
@@ -461,7 +474,8 @@ func drainWorkers(ctx context.Context, api API, rec kube.Recorder, node *corev1.
 		if _, err := api.DrainWorker(ctx, w.Name); err != nil && !errors.Is(err, ateapi.ErrNotFound) {
 			return fmt.Errorf("drain worker %s (pod %s): %w", w.Name, w.Pod, err)
 		}
-		rec.Record(ctx, kube.NodeRef(node), false, "WorkerDrained", fmt.Sprintf("DrainWorker %s (pod %s, pool %s): no new actors will be placed there", w.Name, w.Pod, w.Pool))
+		rec.Record(ctx, kube.NodeRef(node), false, "WorkerDrained", fmt.Sprintf("DrainWorker %s (pod %s, pool %s): no new actors will "+
+			"be placed there", w.Name, w.Pod, w.Pool))
 	}
 	return nil
 }

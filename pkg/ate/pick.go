@@ -61,7 +61,8 @@ func RollSides(c *Cluster) (Sides, error) {
 		return Sides{}, fmt.Errorf("the roll cannot proceed: %v", c.Problems)
 	}
 	if c.New == "" {
-		return Sides{}, fmt.Errorf("there is no NEW atelet DaemonSet: deploy the new atelet first (ate-setup deploy atelet), then clone the pools")
+		return Sides{}, fmt.Errorf("there is no NEW atelet DaemonSet: deploy the new atelet first (ate-setup deploy atelet), then clone " +
+			"the pools")
 	}
 	return sides(c, c.Old, c.New), nil
 }

@@ -80,7 +80,8 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *a
 		add("pools", fmt.Sprintf("pool %s is pinned to OLD", p.Key()), p.Pin == c.Old, "pin "+orNone(p.Pin),
 			"kubectl ate preflight --pin-pools (only while no actor is on its workers: the pin re-renders its Deployment)")
 		add("pools", fmt.Sprintf("pool %s is READY==DESIRED", p.Key()), p.Ready == p.Desired,
-			fmt.Sprintf("%d/%d ready", p.Ready, p.Desired), "wait for the pool's pods, or find why they are not Ready (kubectl get deploy -l "+PoolLabel+"="+p.Name+")")
+			fmt.Sprintf("%d/%d ready", p.Ready, p.Desired), "wait for the pool's pods, or find why they are not Ready (kubectl get "+
+				"deploy -l "+PoolLabel+"="+p.Name+")")
 	}
 	// What roll next-node itself refuses without, once NEW exists.
 	if c.New != "" {
@@ -97,7 +98,8 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *a
 	case caps != nil:
 		add("api", "DrainWorker is served and implemented", caps.DrainImplemented, fmt.Sprintf("era %s, methods %s", caps.Era, strings.Join(caps.Methods, ",")),
 			"this install predates versioned builds: it needs a fresh install")
-		add("api", "RevertActor is served (crashed-actor recovery)", caps.Has("RevertActor"), "", "upgrade the API server first, or accept that crashed actors cannot be reverted")
+		add("api", "RevertActor is served (crashed-actor recovery)", caps.Has("RevertActor"), "", "upgrade the API server first, or "+
+			"accept that crashed actors cannot be reverted")
 	}
 	// GKE
 	nodes, _ := gkeFacts(ctx, cs)
@@ -106,13 +108,15 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *a
 		out = append(out,
 			Check{Group: "gke", Name: "node-pool autoscaler parked", OK: true, Warning: true, Detail: "cannot be seen from Kubernetes",
 				Fix: "gcloud container node-pools update POOL --no-enable-autoscaling (old-pool pods go Pending on purpose as the rollback reserve)"},
-			Check{Group: "gke", Name: "maintenance exclusion in place", OK: true, Warning: true, Detail: "a recreated node comes back with the pool's OLD label",
+			Check{Group: "gke", Name: "maintenance exclusion in place", OK: true, Warning: true, Detail: "a recreated node comes back " +
+				"with the pool's OLD label",
 				Fix: "gcloud container clusters update … --add-maintenance-exclusion-…"},
 			Check{Group: "gke", Name: "node pool carries " + VersionLabel + "=" + c.Old, OK: true, Warning: true,
 				Detail: "do not relabel the pool until every node is rolled: it applies to every node at once"})
 	}
 	if spot > 0 {
-		add("gke", "no spot/preemptible worker nodes", false, fmt.Sprintf("%d spot/preemptible node(s)", spot), "move workers off spot nodes: they are drained without notice")
+		add("gke", "no spot/preemptible worker nodes", false, fmt.Sprintf("%d spot/preemptible node(s)", spot), "move workers off spot "+
+			"nodes: they are drained without notice")
 	}
 	return out
 }
@@ -165,12 +169,14 @@ func orNone(s string) string {
 // its workers through live actors.
 func PinPool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p Pool, version string, inv *ateapi.Inventory) error {
 	if n := len(actorsBoundTo(inv, []Pool{p})); n > 0 {
-		return runbook.Blocked(fmt.Errorf("pool %s has %d actor(s) on its workers; pinning now would roll its Deployment through them. Suspend them first, then re-run --pin-pools", p.Key(), n))
+		return runbook.Blocked(fmt.Errorf("pool %s has %d actor(s) on its workers; pinning now would roll its Deployment through them. "+
+			"Suspend them first, then re-run --pin-pools", p.Key(), n))
 	}
 	patch := fmt.Sprintf(`{"spec":{"template":{"nodeSelector":{%q:%q}}}}`, VersionLabel, version)
 	if _, err := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("pin pool %s: %w", p.Key(), err)
 	}
-	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolPinned", fmt.Sprintf("pinned to %s=%s (no actor was on its workers)", VersionLabel, version))
+	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolPinned", fmt.Sprintf("pinned to %s=%s (no actor was on its "+
+		"workers)", VersionLabel, version))
 	return nil
 }

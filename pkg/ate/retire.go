@@ -167,7 +167,8 @@ func WriteBackup(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder
 		return nil, fmt.Errorf("backup of %s to %s: %w", p.Key(), path, werr)
 	}
 	where := []string{path}
-	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolBackedUp", fmt.Sprintf("saved %s to %s (kubectl apply -f recreates it)", p.Key(), path))
+	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolBackedUp", fmt.Sprintf("saved %s to %s (kubectl apply -f "+
+		"recreates it)", p.Key(), path))
 	if cm {
 		name := BackupConfigMapName(p)
 		obj := &corev1.ConfigMap{
@@ -189,7 +190,8 @@ func WriteBackup(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder
 			return where, fmt.Errorf("backup of %s to ConfigMap %s/%s: %w", p.Key(), p.Namespace, name, err)
 		}
 		where = append(where, "configmap/"+p.Namespace+"/"+name)
-		rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolBackedUp", fmt.Sprintf("saved %s to ConfigMap %s/%s, key %s", p.Key(), p.Namespace, name, BackupKey))
+		rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolBackedUp", fmt.Sprintf("saved %s to ConfigMap %s/%s, "+
+			"key %s", p.Key(), p.Namespace, name, BackupKey))
 	}
 	return where, nil
 }
@@ -204,7 +206,8 @@ func DeletePool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p
 		return fmt.Errorf("delete WorkerPool %s: %w", p.Key(), err)
 	}
 	if err == nil {
-		rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolRetired", fmt.Sprintf("retired %s (pinned to %s); no node, pod or actor used it", p.Key(), p.Pin))
+		rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolRetired", fmt.Sprintf("retired %s (pinned to %s); no node, pod or "+
+			"actor used it", p.Key(), p.Pin))
 	}
 	return waitGone(ctx, func(ctx context.Context) error {
 		_, err := res.Get(ctx, p.Name, metav1.GetOptions{})

@@ -107,7 +107,8 @@ touched: rolling back leaves exactly what was there before the roll.`,
 		Steps: []runbook.Step[rollbackFacts]{
 			{
 				ID: "ate.rollback.delete-clones", Title: "Delete the clones (pools pinned to NEW)",
-				Doc: "Delete each WorkerPool pinned to NEW (its Deployment and pods go with it) once every node is back at OLD and no actor is bound to one of its workers. The old pools are never touched.",
+				Doc: "Delete each WorkerPool pinned to NEW (its Deployment and pods go with it) once every node is back at OLD and no " +
+					"actor is bound to one of its workers. The old pools are never touched.",
 				Done: func(f rollbackFacts) (bool, string) {
 					if len(f.c.Problems) > 0 {
 						return false, "the roll's shape is unknown"
@@ -123,10 +124,12 @@ touched: rolling back leaves exactly what was there before the roll.`,
 					}},
 					{Name: "no node carries NEW", Check: func(f rollbackFacts) (bool, string) {
 						n := f.nodesAtNew()
-						return len(n) == 0, fmt.Sprintf("%d node(s) at %s (%s) still run on the clones; roll them back first: kubectl ate rollback next-node --all", len(n), f.c.New, short(n))
+						return len(n) == 0, fmt.Sprintf("%d node(s) at %s (%s) still run on the clones; roll them back first: kubectl "+
+							"ate rollback next-node --all", len(n), f.c.New, short(n))
 					}},
 					{Name: "no actor is bound to a worker of a clone", Check: func(f rollbackFacts) (bool, string) {
-						return len(f.bound) == 0, fmt.Sprintf("%d actor(s) bound to a %s worker (%s); deleting the pool would crash them. Suspend them (kubectl ate suspend actor NAME -a ATESPACE) and re-run", len(f.bound), f.c.New, actorNames(f.bound))
+						return len(f.bound) == 0, fmt.Sprintf("%d actor(s) bound to a %s worker (%s); deleting the pool would crash "+
+							"them. Suspend them (kubectl ate suspend actor NAME -a ATESPACE) and re-run", len(f.bound), f.c.New, actorNames(f.bound))
 					}},
 				},
 				Plan: func(f rollbackFacts) []runbook.Change {
@@ -150,7 +153,8 @@ touched: rolling back leaves exactly what was there before the roll.`,
 						if err != nil {
 							return fmt.Errorf("delete WorkerPool %s: %w", p.Key(), err)
 						}
-						rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "CloneDeleted", fmt.Sprintf("rollback: deleted %s, pinned to %s; no actor was bound to its workers", p.Key(), p.Pin))
+						rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "CloneDeleted", fmt.Sprintf("rollback: deleted %s, pinned "+
+							"to %s; no actor was bound to its workers", p.Key(), p.Pin))
 					}
 					return nil
 				},
@@ -168,7 +172,8 @@ touched: rolling back leaves exactly what was there before the roll.`,
 			},
 			{
 				ID: "ate.rollback.delete-new-atelet", Title: "Delete the NEW atelet DaemonSet",
-				Doc: "Delete the atelet DaemonSet of NEW once no node carries NEW (it runs no pod then) and no pool is pinned to NEW. The old atelet DaemonSet stays.",
+				Doc: "Delete the atelet DaemonSet of NEW once no node carries NEW (it runs no pod then) and no pool is pinned to NEW. " +
+					"The old atelet DaemonSet stays.",
 				Done: func(f rollbackFacts) (bool, string) {
 					if f.newDS == nil {
 						return true, "one atelet DaemonSet (" + f.c.Old + ")"
@@ -178,7 +183,8 @@ touched: rolling back leaves exactly what was there before the roll.`,
 				Guards: []runbook.Guard[rollbackFacts]{
 					{Name: "no node carries NEW", Check: func(f rollbackFacts) (bool, string) {
 						n := f.nodesAtNew()
-						return len(n) == 0, fmt.Sprintf("%d node(s) at %s (%s): their atelet is this DaemonSet's; roll them back first", len(n), f.c.New, short(n))
+						return len(n) == 0, fmt.Sprintf("%d node(s) at %s (%s): their atelet is this DaemonSet's; roll them back "+
+							"first", len(n), f.c.New, short(n))
 					}},
 					{Name: "no pool is pinned to NEW", Check: func(f rollbackFacts) (bool, string) {
 						return len(f.clones) == 0, fmt.Sprintf("%d pool(s) still pinned to %s", len(f.clones), f.c.New)
@@ -196,7 +202,8 @@ touched: rolling back leaves exactly what was there before the roll.`,
 					if err != nil {
 						return fmt.Errorf("delete DaemonSet %s/%s: %w", Namespace, f.newDS.Name, err)
 					}
-					rec.Record(ctx, dsRef(f.newDS), false, "AteletDeleted", fmt.Sprintf("rollback: deleted the %s atelet DaemonSet; no node carries %s", f.c.New, f.c.New))
+					rec.Record(ctx, dsRef(f.newDS), false, "AteletDeleted", fmt.Sprintf("rollback: deleted the %s atelet DaemonSet; no "+
+						"node carries %s", f.c.New, f.c.New))
 					return nil
 				},
 				Wait: func(ctx context.Context, f rollbackFacts) error {
@@ -217,7 +224,8 @@ func dsRef(ds *appsv1.DaemonSet) corev1.ObjectReference {
 // waitGone polls get until it answers NotFound, for at most two minutes
 // (finalizers and garbage collection take seconds when the controllers run).
 func waitGone(ctx context.Context, get func(context.Context) error) error {
-	ctx, cancel := context.WithTimeoutCause(ctx, 2*time.Minute, fmt.Errorf("still present after 2m: is a finalizer stuck, or ate-controller down?"))
+	ctx, cancel := context.WithTimeoutCause(ctx, 2*time.Minute, fmt.Errorf("still present after 2m: is a finalizer stuck, or "+
+		"ate-controller down?"))
 	defer cancel()
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 		err := get(ctx)

@@ -110,13 +110,16 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 	total, atNew := len(c.Nodes), len(c.NodesAt(c.New))
 	switch {
 	case c.New == "" && clonesServing(c) && atVersion(c, c.Old):
-		s.Phase, s.Summary = PhaseComplete, fmt.Sprintf("roll complete: every node at %s, the old pools and atelet retired; the clones serve", c.Old)
-		s.Next = "upgrade the control plane (step 6) if not done yet; for the next upgrade: ate-setup deploy atelet from the new release, then kubectl ate preflight"
+		s.Phase, s.Summary = PhaseComplete, fmt.Sprintf("roll complete: every node at %s, the old pools and atelet retired; the clones "+
+			"serve", c.Old)
+		s.Next = "upgrade the control plane (step 6) if not done yet; for the next upgrade: ate-setup deploy atelet from the new " +
+			"release, then kubectl ate preflight"
 	case c.New == "":
 		s.Phase, s.Summary = PhaseNotStarted, fmt.Sprintf("every node at %s; no NEW atelet DaemonSet", c.Old)
 		s.Next = "apply the new CRDs, deploy ate-controller and the new atelet from the new release (steps 1–3), then: kubectl ate preflight"
 	case !clonesComplete(c):
-		s.Phase, s.Summary = PhasePrepared, fmt.Sprintf("NEW atelet %s is installed; %d of %d serving pool(s) cloned", c.New, countClones(c), len(c.OldPools()))
+		s.Phase, s.Summary = PhasePrepared, fmt.Sprintf("NEW atelet %s is installed; %d of %d serving pool(s) "+
+			"cloned", c.New, countClones(c), len(c.OldPools()))
 		s.Next = "kubectl ate roll clone-pools --image <new worker image>@sha256:…"
 	case atNew == 0:
 		s.Phase, s.Summary = PhaseCloned, fmt.Sprintf("pools cloned; 0 of %d nodes at %s", total, c.New)
@@ -125,7 +128,8 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 		s.Phase, s.Summary = PhaseRolling, fmt.Sprintf("%d of %d nodes at %s", atNew, total, c.New)
 		s.Next = "kubectl ate roll next-node"
 	case inv != nil && (s.ActorsOnOldPools > 0 || s.OldPoolPodsRunning > 0):
-		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; %d actor(s) still on old-pool workers, %d old-pool pod(s) Running", c.New, s.ActorsOnOldPools, s.OldPoolPodsRunning)
+		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; %d actor(s) still on old-pool workers, %d old-pool pod(s) "+
+			"Running", c.New, s.ActorsOnOldPools, s.OldPoolPodsRunning)
 		s.Next = "wait for those actors to suspend or move; then upgrade the control plane (step 6)"
 	default:
 		s.Phase, s.Summary = PhaseRetireable, fmt.Sprintf("every node at %s; no actor on an old-pool worker", c.New)
@@ -178,7 +182,8 @@ func inProgress(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) []NodeP
 	for _, p := range oldPods {
 		if n := p.Spec.NodeName; n != "" && newNodes[n] && !seen[n] && !kube.PodTerminal(&p) {
 			seen[n] = true
-			out = append(out, NodeProgress{Node: n, Version: c.New, Step: "flipped; old-pool worker pods still on the node (ate.node.delete-old-pods)"})
+			out = append(out, NodeProgress{Node: n, Version: c.New, Step: "flipped; old-pool worker pods still on the node " +
+				"(ate.node.delete-old-pods)"})
 		}
 	}
 	if inv != nil {

@@ -20,7 +20,8 @@ type apiFlags struct {
 func (a *apiFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&a.endpoint, "ate-endpoint", "", "host:port of the control API (default: port-forward to svc/api in "+ate.Namespace+")")
 	fs.StringVar(&a.caFile, "ate-ca-file", "", "PEM CA bundle to verify the API (default: the live ClusterTrustBundles)")
-	fs.StringVar(&a.tokenFile, "ate-token-file", "", "file holding a bearer token for the API (default: minted for SA ate-client by TokenRequest)")
+	fs.StringVar(&a.tokenFile, "ate-token-file", "", "file holding a bearer token for the API (default: minted for SA ate-client by "+
+		"TokenRequest)")
 }
 
 func (a *apiFlags) dial(ctx context.Context, g *cli.Globals) (*ateapi.Client, error) {

@@ -86,7 +86,8 @@ Deployments and pods go with them) and the OLD atelet DaemonSet are deleted.`,
 				return finish(nil)
 			}
 			if res.Failed > 0 {
-				return finish(cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("%d guard(s) failed: the old pools stay (they are the rollback reserve)", res.Failed)))
+				return finish(cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("%d guard(s) failed: the old pools stay (they are the "+
+					"rollback reserve)", res.Failed)))
 			}
 			if run.DryRun {
 				for _, p := range f.OldPools {
