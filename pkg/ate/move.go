@@ -131,8 +131,8 @@ func WaitForCapacity(ctx context.Context, cs kubernetes.Interface, api API, cfg 
 		if err != nil {
 			return false, err
 		}
-		if f.flipped() || (len(f.workers()) > 0 && len(f.undrained()) == 0) {
-			return true, nil
+		if f.flipped() || f.drained() {
+			return true, nil // the drain step is done: its guard no longer applies
 		}
 		needs, ok := f.capacity()
 		if !ok {

@@ -131,6 +131,9 @@ func (f nodeFacts) residents() (live, crashed []ateapi.Actor) {
 	return live, crashed
 }
 
+// drained: every worker pod on the node is a registered, draining worker.
+func (f nodeFacts) drained() bool { return len(f.undrained()) == 0 && len(f.unregistered()) == 0 }
+
 // hosting are the node's workers that say they host an actor.
 func (f nodeFacts) hosting() []string {
 	var out []string
@@ -237,7 +240,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 						return true, "node at " + f.cfg.To
 					}
 					u, unreg := f.undrained(), f.unregistered()
-					return len(u) == 0 && len(unreg) == 0, fmt.Sprintf("%d of %d worker(s) not draining, %d worker pod(s) not registered",
+					return f.drained(), fmt.Sprintf("%d of %d worker(s) not draining, %d worker pod(s) not registered",
 						len(u), len(f.workers()), len(unreg))
 				},
 				Guards: []runbook.Guard[nodeFacts]{{
@@ -262,7 +265,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return drainWorkers(ctx, api, rec, f.node, f.undrained())
 				},
 				Wait: func(ctx context.Context, f nodeFacts) error {
-					return waitDrained(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) { return observeNode(ctx, cs, api, cfg, f.node.Name) })
+					refresh := func(ctx context.Context) (nodeFacts, error) { return observeNode(ctx, cs, api, cfg, f.node.Name) }
+					return waitDrained(ctx, api, rec, f, refresh)
 				},
 			},
 			{
@@ -289,7 +293,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "SuspendActor", Detail: string(a.State)})
 					}
 					for _, a := range crashed {
-						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "blocked", Detail: "CRASHED: needs RevertActor"})
+						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "blocked",
+							Detail: "CRASHED: needs RevertActor"})
 					}
 					return out
 				},

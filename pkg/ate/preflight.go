@@ -35,7 +35,8 @@ type PreflightOptions struct {
 
 // Preflight checks everything the runbook asks to confirm before the first
 // node. caps is nil when the API could not be reached (apiErr says why).
-func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *ateapi.Capabilities, apiErr error, o PreflightOptions) []Check {
+func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *ateapi.Capabilities, apiErr error,
+	o PreflightOptions) []Check {
 	var out []Check
 	add := func(group, name string, ok bool, detail, fix string) {
 		out = append(out, Check{Group: group, Name: name, OK: ok, Detail: detail, Fix: fix})
@@ -94,9 +95,11 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *a
 	// API
 	switch {
 	case apiErr != nil:
-		add("api", "the control API is reachable", false, apiErr.Error(), "check svc/api in "+Namespace+", or pass --ate-endpoint/--ate-ca-file/--ate-token-file")
+		add("api", "the control API is reachable", false, apiErr.Error(),
+			"check svc/api in "+Namespace+", or pass --ate-endpoint/--ate-ca-file/--ate-token-file")
 	case caps != nil:
-		add("api", "DrainWorker is served and implemented", caps.DrainImplemented, fmt.Sprintf("era %s, methods %s", caps.Era, strings.Join(caps.Methods, ",")),
+		add("api", "DrainWorker is served and implemented", caps.DrainImplemented,
+			fmt.Sprintf("era %s, methods %s", caps.Era, strings.Join(caps.Methods, ",")),
 			"this install predates versioned builds: it needs a fresh install")
 		add("api", "RevertActor is served (crashed-actor recovery)", caps.Has("RevertActor"), "", "upgrade the API server first, or "+
 			"accept that crashed actors cannot be reverted")
@@ -173,7 +176,8 @@ func PinPool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p Po
 			"Suspend them first, then re-run --pin-pools", p.Key(), n))
 	}
 	patch := fmt.Sprintf(`{"spec":{"template":{"nodeSelector":{%q:%q}}}}`, VersionLabel, version)
-	if _, err := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	pools := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace)
+	if _, err := pools.Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("pin pool %s: %w", p.Key(), err)
 	}
 	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolPinned", fmt.Sprintf("pinned to %s=%s (no actor was on its "+

@@ -76,7 +76,8 @@ func (f *RetireFacts) Checks() []Check {
 		}
 		out = append(out, Check{Group: "retire the old pools", Name: name, OK: ok, Detail: detail, Fix: fix})
 	}
-	add("the roll's shape is known (two atelet DaemonSets, labelled nodes)", len(c.Problems) == 0, strings.Join(c.Problems, "; "), "fix the problems shown by kubectl ate status")
+	add("the roll's shape is known (two atelet DaemonSets, labelled nodes)", len(c.Problems) == 0, strings.Join(c.Problems, "; "),
+		"fix the problems shown by kubectl ate status")
 	if len(c.Problems) > 0 {
 		return out
 	}
@@ -87,7 +88,8 @@ func (f *RetireFacts) Checks() []Check {
 	atOld := c.NodesAt(c.Old)
 	add("no node is at OLD ("+c.Old+")", len(atOld) == 0, fmt.Sprintf("%d node(s) at %s: %s", len(atOld), c.Old, short(atOld)),
 		"finish the roll first: kubectl ate roll next-node --all --wait")
-	add("no old-pool pod is Running (Pending is expected)", len(f.RunningOldPods) == 0, fmt.Sprintf("%d Running: %s", len(f.RunningOldPods), short(f.RunningOldPods)),
+	add("no old-pool pod is Running (Pending is expected)", len(f.RunningOldPods) == 0,
+		fmt.Sprintf("%d Running: %s", len(f.RunningOldPods), short(f.RunningOldPods)),
 		"finish the roll: every node's old-pool pods go in its step e (kubectl ate roll next-node)")
 	add("no actor is bound to an old-pool worker", len(f.Bound) == 0, fmt.Sprintf("%d bound: %s", len(f.Bound), actorNames(f.Bound)),
 		"suspend them (kubectl ate suspend actor NAME -a ATESPACE); they resume on a new-pool worker")
@@ -114,7 +116,8 @@ func ateletNames(c *Cluster) string {
 // resourceVersion, managedFields, status or other server-set field.
 func PoolBackup(u *unstructured.Unstructured) (*unstructured.Unstructured, []byte, error) {
 	b := u.DeepCopy()
-	for _, f := range []string{"uid", "resourceVersion", "managedFields", "creationTimestamp", "generation", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"} {
+	for _, f := range []string{"uid", "resourceVersion", "managedFields", "creationTimestamp", "generation", "selfLink",
+		"deletionTimestamp", "deletionGracePeriodSeconds"} {
 		unstructured.RemoveNestedField(b.Object, "metadata", f)
 	}
 	unstructured.RemoveNestedField(b.Object, "status")

@@ -146,7 +146,8 @@ touched: rolling back leaves exactly what was there before the roll.`,
 				Act: func(ctx context.Context, f rollbackFacts) error {
 					for _, p := range f.clones {
 						uid := p.Object.GetUID()
-						err := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+						err := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace).Delete(ctx, p.Name,
+							metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 						if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 							continue
 						}
@@ -191,11 +192,13 @@ touched: rolling back leaves exactly what was there before the roll.`,
 					}},
 				},
 				Plan: func(f rollbackFacts) []runbook.Change {
-					return []runbook.Change{{Object: "daemonset/" + Namespace + "/" + f.newDS.Name, Action: "delete", Detail: VersionLabel + "=" + f.c.New}}
+					return []runbook.Change{{Object: "daemonset/" + Namespace + "/" + f.newDS.Name, Action: "delete",
+						Detail: VersionLabel + "=" + f.c.New}}
 				},
 				Act: func(ctx context.Context, f rollbackFacts) error {
 					uid := f.newDS.UID
-					err := cs.AppsV1().DaemonSets(Namespace).Delete(ctx, f.newDS.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+					err := cs.AppsV1().DaemonSets(Namespace).Delete(ctx, f.newDS.Name,
+						metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 					if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 						return nil
 					}

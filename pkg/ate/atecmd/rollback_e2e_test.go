@@ -329,14 +329,17 @@ func TestRevertCrashedActor(t *testing.T) {
 	ctx := simtest.Context(t, 2*time.Minute)
 	cl := client(t, ctx)
 	crashActorOn(t, ctx, "kwok-node-0", "kwok-node-1", "kwok-node-2")
-	inv, err := cl.Inventory(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var victim ateapi.Actor
-	for _, a := range inv.Actors {
-		if a.State == ateapi.ActorCrashed {
-			victim = a
+	// The simulated lists leave out an actor that just changed: read again.
+	for deadline := time.Now().Add(5 * time.Second); victim.Name == "" && time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+		inv, err := cl.Inventory(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range inv.Actors {
+			if a.State == ateapi.ActorCrashed {
+				victim = a
+			}
 		}
 	}
 	if victim.Name == "" {
