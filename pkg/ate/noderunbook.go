@@ -562,10 +562,16 @@ func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ref
 		if len(live) == 0 && len(crashed) == 0 && len(unreg) == 0 && len(f.undrained()) == 0 && len(f.hosting()) == 0 && len(pending) == 0 {
 			return nil
 		}
+		var todo []ateapi.Actor
 		for _, a := range live {
+			// An actor only its worker still names, already asked to
+			// suspend, is being confirmed by GetActor: no second request.
+			if !(pending[a.Ref()] && a.State == ateapi.ActorUnspecified) {
+				todo = append(todo, a)
+			}
 			pending[a.Ref()] = true
 		}
-		if err := suspendAll(ctx, api, rec, f, live); err != nil {
+		if err := suspendAll(ctx, api, rec, f, todo); err != nil {
 			return err
 		}
 		select { // suspends and registrations take a moment; actors keep waking
@@ -588,6 +594,16 @@ func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ref
 func waitDrained(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
 	deadline := time.Now().Add(f.cfg.RegisterTimeout)
 	for delay := 200 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		select { // Act just drained what f showed: read the node again first
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(delay):
+		}
+		g, err := refresh(ctx)
+		if err != nil {
+			return err
+		}
+		f = g
 		if err := drainWorkers(ctx, api, rec, f.node, f.undrained()); err != nil {
 			return err
 		}
@@ -599,16 +615,6 @@ func waitDrained(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, r
 			return runbook.Blocked(fmt.Errorf("worker pod(s) %s on node %s did not register as workers within %s, so they cannot be "+
 				"drained and the node must not flip; re-run once they register (kubectl ate status)", short(unreg), f.node.Name, f.cfg.RegisterTimeout))
 		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(delay):
-		}
-		g, err := refresh(ctx)
-		if err != nil {
-			return err
-		}
-		f = g
 	}
 }
 
