@@ -131,8 +131,13 @@ func (f nodeFacts) residents() (live, crashed []ateapi.Actor) {
 	return live, crashed
 }
 
-// drained: every worker pod on the node is a registered, draining worker.
-func (f nodeFacts) drained() bool { return len(f.undrained()) == 0 && len(f.unregistered()) == 0 }
+// drained: every worker the node shows is draining, and it shows some when
+// worker pods run there (a list may leave out workers that just changed).
+// A pod that registers later is drained by the suspend step, and the flip
+// waits for it.
+func (f nodeFacts) drained() bool {
+	return len(f.undrained()) == 0 && (len(f.workers()) > 0 || len(f.podsOf(f.cfg.FromPools)) == 0)
+}
 
 // hosting are the node's workers that say they host an actor.
 func (f nodeFacts) hosting() []string {
