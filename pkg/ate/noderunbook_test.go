@@ -30,8 +30,10 @@ func TestNodeStepsFromFacts(t *testing.T) {
 		}
 		return p
 	}
-	atelet := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "atelet-v2-x", Labels: map[string]string{AppLabel: AteletApp, VersionLabel: "v2"}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	ready := []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	atelet := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "atelet-v2-x", Labels: map[string]string{AppLabel: AteletApp, VersionLabel: "v2"}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready}}
 	worker := func(uid, pool string, st ateapi.WorkerState, node string) ateapi.Worker {
 		return ateapi.Worker{Name: uid, Namespace: "ns", Pool: pool, Pod: pool + "-" + uid, Node: node, State: st}
 	}
