@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -199,18 +200,15 @@ func WriteBackup(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder
 	return where, nil
 }
 
-// DeletePool deletes an old pool (its Deployment and pods go with it) and
-// waits until it is gone.
-func DeletePool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p Pool) error {
+// DeletePool deletes a pool (its Deployment and pods go with it), only the
+// one observed (same UID), and waits until it is gone. Retire and rollback
+// share it; why is the Event's message.
+func DeletePool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p Pool, why string) error {
 	res := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace)
-	uid := p.Object.GetUID()
-	err := res.Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	ref := poolRef(p.Namespace, p.Name)
+	del := func(ctx context.Context, name string, o metav1.DeleteOptions) error { return res.Delete(ctx, name, o) }
+	if _, err := kube.DeleteIfUnchanged(ctx, rec, del, ref, p.Object.GetUID(), why); err != nil {
 		return fmt.Errorf("delete WorkerPool %s: %w", p.Key(), err)
-	}
-	if err == nil {
-		rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolRetired", fmt.Sprintf("retired %s (pinned to %s); no node, pod or "+
-			"actor used it", p.Key(), p.Pin))
 	}
 	return waitGone(ctx, func(ctx context.Context) error {
 		_, err := res.Get(ctx, p.Name, metav1.GetOptions{})
@@ -218,25 +216,16 @@ func DeletePool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p
 	})
 }
 
-// DeleteAtelet deletes an atelet DaemonSet and waits until it is gone.
-func DeleteAtelet(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, name, why string) error {
-	ds, err := cs.AppsV1().DaemonSets(Namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	uid := ds.UID
-	err = cs.AppsV1().DaemonSets(Namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("delete DaemonSet %s/%s: %w", Namespace, name, err)
-	}
-	if err == nil {
-		rec.Record(ctx, dsRef(ds), false, "AteletDeleted", why)
+// DeleteAtelet deletes an atelet DaemonSet, only the one observed (same
+// UID), and waits until it is gone. Retire (OLD's) and rollback (NEW's)
+// share it; why is the Event's message.
+func DeleteAtelet(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, ds *appsv1.DaemonSet, why string) error {
+	dss := cs.AppsV1().DaemonSets(Namespace)
+	if _, err := kube.DeleteIfUnchanged(ctx, rec, dss.Delete, dsRef(ds), ds.UID, why); err != nil {
+		return fmt.Errorf("delete DaemonSet %s/%s: %w", Namespace, ds.Name, err)
 	}
 	return waitGone(ctx, func(ctx context.Context) error {
-		_, err := cs.AppsV1().DaemonSets(Namespace).Get(ctx, name, metav1.GetOptions{})
+		_, err := dss.Get(ctx, ds.Name, metav1.GetOptions{})
 		return err
 	})
 }

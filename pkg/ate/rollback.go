@@ -145,27 +145,9 @@ touched: rolling back leaves exactly what was there before the roll.`,
 				},
 				Act: func(ctx context.Context, f rollbackFacts) error {
 					for _, p := range f.clones {
-						uid := p.Object.GetUID()
-						err := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace).Delete(ctx, p.Name,
-							metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-						if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-							continue
-						}
-						if err != nil {
-							return fmt.Errorf("delete WorkerPool %s: %w", p.Key(), err)
-						}
-						rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "CloneDeleted", fmt.Sprintf("rollback: deleted %s, pinned "+
-							"to %s; no actor was bound to its workers", p.Key(), p.Pin))
-					}
-					return nil
-				},
-				Wait: func(ctx context.Context, f rollbackFacts) error {
-					for _, p := range f.clones {
-						if err := waitGone(ctx, func(ctx context.Context) error {
-							_, err := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+						why := fmt.Sprintf("rollback: deleted %s, pinned to %s; no actor was bound to its workers", p.Key(), p.Pin)
+						if err := DeletePool(ctx, dyn, rec, p, why); err != nil {
 							return err
-						}); err != nil {
-							return fmt.Errorf("WorkerPool %s is not gone: %w", p.Key(), err)
 						}
 					}
 					return nil
@@ -196,24 +178,8 @@ touched: rolling back leaves exactly what was there before the roll.`,
 						Detail: VersionLabel + "=" + f.c.New}}
 				},
 				Act: func(ctx context.Context, f rollbackFacts) error {
-					uid := f.newDS.UID
-					err := cs.AppsV1().DaemonSets(Namespace).Delete(ctx, f.newDS.Name,
-						metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-					if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-						return nil
-					}
-					if err != nil {
-						return fmt.Errorf("delete DaemonSet %s/%s: %w", Namespace, f.newDS.Name, err)
-					}
-					rec.Record(ctx, dsRef(f.newDS), false, "AteletDeleted", fmt.Sprintf("rollback: deleted the %s atelet DaemonSet; no "+
-						"node carries %s", f.c.New, f.c.New))
-					return nil
-				},
-				Wait: func(ctx context.Context, f rollbackFacts) error {
-					return waitGone(ctx, func(ctx context.Context) error {
-						_, err := cs.AppsV1().DaemonSets(Namespace).Get(ctx, f.newDS.Name, metav1.GetOptions{})
-						return err
-					})
+					return DeleteAtelet(ctx, cs, rec, f.newDS,
+						fmt.Sprintf("rollback: deleted the %s atelet DaemonSet; no node carries %s", f.c.New, f.c.New))
 				},
 			},
 		},

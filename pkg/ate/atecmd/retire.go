@@ -5,6 +5,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/cli"
@@ -117,14 +119,19 @@ Deployments and pods go with them) and the OLD atelet DaemonSet are deleted.`,
 				}
 			}
 			for _, p := range f.OldPools {
-				if err := ate.DeletePool(ctx, dyn, s.Recorder, p); err != nil {
+				why := fmt.Sprintf("retired %s (pinned to %s); no node, pod or actor used it", p.Key(), p.Pin)
+				if err := ate.DeletePool(ctx, dyn, s.Recorder, p, why); err != nil {
 					return finish(err)
 				}
 				res.Deleted = append(res.Deleted, "workerpool/"+p.Key())
 			}
 			if f.OldAtelet != "" {
-				if err := ate.DeleteAtelet(ctx, s.Client, s.Recorder, f.OldAtelet,
-					fmt.Sprintf("retired the %s atelet DaemonSet: no node carries %s", f.Cluster.Old, f.Cluster.Old)); err != nil {
+				ds, err := s.Client.AppsV1().DaemonSets(ate.Namespace).Get(ctx, f.OldAtelet, metav1.GetOptions{})
+				if err == nil {
+					err = ate.DeleteAtelet(ctx, s.Client, s.Recorder, ds,
+						fmt.Sprintf("retired the %s atelet DaemonSet: no node carries %s", f.Cluster.Old, f.Cluster.Old))
+				}
+				if err != nil && !apierrors.IsNotFound(err) {
 					return finish(err)
 				}
 				res.Deleted = append(res.Deleted, "daemonset/"+ate.Namespace+"/"+f.OldAtelet)
