@@ -70,7 +70,8 @@ run kubectl ate status
 say "runbook steps 1–3 happen outside rollbook (ate-setup); here the sim deploys the new atelet"
 run "$SIM" ate-setup deploy-atelet --dir "$base/ate" --version v0.3.0
 run kubectl ate preflight
-run kubectl ate roll clone-pools --image "registry.example/ateom-gvisor:v0.3.0@sha256:$(printf '%064d' 3)"
+run kubectl ate roll clone-pools --image "gvisor=registry.example/ateom-gvisor:v0.3.0@sha256:$(printf '%064d' 3)" \
+  --image "microvm=registry.example/ateom-microvm:v0.3.0@sha256:$(printf '%064d' 4)"
 run kubectl ate status
 say "move one node, then look"
 run kubectl ate roll next-node

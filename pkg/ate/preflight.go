@@ -85,11 +85,17 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *a
 				"deploy -l "+PoolLabel+"="+p.Name+")")
 	}
 	// What roll next-node itself refuses without, once NEW exists.
+	// Before step 4 (no clone yet) the clone checks are reminders: next-node
+	// refuses until they hold.
 	if c.New != "" {
 		for _, ck := range RollPreconditions(c, o.Deployments, o.AllowFullStop) {
-			if ck.Name != "the roll's shape is known" {
-				out = append(out, ck)
+			if ck.Name == "the roll's shape is known" || ck.Name == "more than one node, or --allow-full-stop" {
+				continue // said above
 			}
+			if !ck.OK && countClones(c) == 0 && strings.Contains(ck.Name, "clone") {
+				ck.Warning, ck.Detail = true, "step 4 not done yet; roll next-node refuses until it is"
+			}
+			out = append(out, ck)
 		}
 	}
 	// API
