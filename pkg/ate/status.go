@@ -66,6 +66,19 @@ var Unobservable = []string{
 // ObserveStatus builds the status from the cluster and, when inv is not
 // nil, the substrate's workers and actors.
 func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv *ateapi.Inventory) (*Status, error) {
+	var oldPods []corev1.Pod
+	if len(c.Problems) == 0 {
+		var err error
+		if oldPods, err = PoolPods(ctx, cs, c.OldPools()); err != nil {
+			return nil, err
+		}
+	}
+	return InferStatus(c, oldPods, inv), nil
+}
+
+// InferStatus says where the roll stands from the cluster, the serving
+// pools' pods and (when not nil) the substrate's workers and actors.
+func InferStatus(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) *Status {
 	s := &Status{Cluster: c, Counts: map[string]int{}, Unobservable: Unobservable}
 	for _, n := range c.Nodes {
 		s.Counts[n.Version]++
@@ -73,11 +86,7 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 	if len(c.Problems) > 0 {
 		s.Phase, s.Summary = PhaseBlocked, strings.Join(c.Problems, "; ")
 		s.Next = "fix the problems above, then: kubectl ate status"
-		return s, nil
-	}
-	oldPods, err := PoolPods(ctx, cs, c.OldPools())
-	if err != nil {
-		return nil, err
+		return s
 	}
 	for _, p := range oldPods {
 		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
@@ -104,7 +113,7 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 			s.Summary = fmt.Sprintf("%d node(s) at %s (%s) but pool(s) %s have no clone: their actors have no worker on those nodes",
 				len(atNew), c.New, short(atNew), short(unpaired))
 			s.Next = "kubectl ate roll clone-pools --image CLASS=REF@sha256:… (or roll the nodes back: kubectl ate rollback)"
-			return s, nil
+			return s
 		}
 	}
 	total, atNew := len(c.Nodes), len(c.NodesAt(c.New))
@@ -121,7 +130,7 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 		s.Phase, s.Summary = PhasePrepared, fmt.Sprintf("NEW atelet %s is installed; %d of %d serving pool(s) "+
 			"cloned", c.New, countClones(c), len(c.OldPools()))
 		s.Next = "kubectl ate roll clone-pools --image <new worker image>@sha256:…"
-	case atNew == 0:
+	case atNew == 0 && len(s.Nodes) == 0:
 		s.Phase, s.Summary = PhaseCloned, fmt.Sprintf("pools cloned; 0 of %d nodes at %s", total, c.New)
 		s.Next = "kubectl ate preflight && kubectl ate roll next-node"
 	case atNew < total || len(s.Nodes) > 0:
@@ -135,7 +144,7 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 		s.Phase, s.Summary = PhaseRetireable, fmt.Sprintf("every node at %s; no actor on an old-pool worker", c.New)
 		s.Next = "upgrade the control plane (step 6), let it soak, then: kubectl ate retire (ends the rollback option)"
 	}
-	return s, nil
+	return s
 }
 
 // PoolPods lists the pods of pools with one label-selected list.

@@ -1,0 +1,51 @@
+package ate
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rollbook/rollbook/pkg/ateapi"
+)
+
+func TestInferStatus(t *testing.T) {
+	oneDS := twoDS[:1]
+	old := wp("small", "v1", nil, nil)
+	clone := wp("small-v2", "v2", nil, nil)
+	clone.ClonedFrom = "ns/small"
+	oldPod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "small-a", UID: types.UID("u1"),
+		Labels: map[string]string{PoolLabel: "small"}}, Spec: corev1.PodSpec{NodeName: "n0"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	drainingOld := &ateapi.Inventory{Workers: []ateapi.Worker{
+		{Name: "u1", Namespace: "ns", Pool: "small", Node: "n0", State: ateapi.WorkerDraining}}}
+	goneClone := &ateapi.Inventory{Workers: []ateapi.Worker{
+		{Name: "gone", Namespace: "ns", Pool: "small-v2", Node: "n0", State: ateapi.WorkerDraining}}}
+	for _, tc := range []struct {
+		name    string
+		c       *Cluster
+		pods    []corev1.Pod
+		inv     *ateapi.Inventory
+		phase   Phase
+		pending int // nodes shown in progress
+	}{
+		{"not started", cluster(oneDS, map[string]string{"n0": "v1", "n1": "v1"}, old), []corev1.Pod{oldPod}, nil, PhaseNotStarted, 0},
+		{"after a rollback: the deleted clone's worker still drains", cluster(oneDS, map[string]string{"n0": "v1", "n1": "v1"}, old),
+			[]corev1.Pod{oldPod}, goneClone, PhaseNotStarted, 0},
+		{"prepared", cluster(twoDS, map[string]string{"n0": "v1", "n1": "v1"}, old), nil, nil, PhasePrepared, 0},
+		{"cloned", cluster(twoDS, map[string]string{"n0": "v1", "n1": "v1"}, old, clone), nil, nil, PhaseCloned, 0},
+		{"a node half-way: its serving workers drain", cluster(twoDS, map[string]string{"n0": "v1", "n1": "v1"}, old, clone),
+			[]corev1.Pod{oldPod}, drainingOld, PhaseRolling, 1},
+		{"a node moved without clones is a problem", cluster(twoDS, map[string]string{"n0": "v2", "n1": "v1"}, old), nil, nil,
+			PhaseBlocked, 0},
+		{"rolling", cluster(twoDS, map[string]string{"n0": "v2", "n1": "v1"}, old, clone), nil, nil, PhaseRolling, 0},
+		{"every node moved", cluster(twoDS, map[string]string{"n0": "v2", "n1": "v2"}, old, clone), nil, &ateapi.Inventory{},
+			PhaseRetireable, 0},
+	} {
+		s := InferStatus(tc.c, tc.pods, tc.inv)
+		if s.Phase != tc.phase || len(s.Nodes) != tc.pending {
+			t.Errorf("%s: phase %q (%s), %d in progress; want %q, %d", tc.name, s.Phase, s.Summary, len(s.Nodes), tc.phase, tc.pending)
+		}
+	}
+}
