@@ -130,7 +130,8 @@ func TestListenLoopbackOnly(t *testing.T) {
 
 func TestEvictionAndResumeSemantics(t *testing.T) {
 	s, _ := start(t, Options{Era: EraD})
-	for _, w := range []Worker{{Name: "w1", Node: "n1", Labels: map[string]string{"pool": "old"}}, {Name: "w2", Node: "n2", Labels: map[string]string{"pool": "new"}}} {
+	for _, w := range []Worker{{Name: "w1", Node: "n1", Labels: map[string]string{"pool": "old"}}, {Name: "w2", Node: "n2",
+		Labels: map[string]string{"pool": "new"}}} {
 		if err := s.AddWorker(w); err != nil {
 			t.Fatal(err)
 		}

@@ -41,7 +41,8 @@ func TestInferProblems(t *testing.T) {
 		nodes   map[string]string
 		want    string
 	}{
-		{"third DaemonSet", append(twoDS, Atelet{Name: "atelet-v3", Version: "v3", Versioned: true}), map[string]string{"n0": "v1"}, "a third one means"},
+		{"third DaemonSet", append(twoDS, Atelet{Name: "atelet-v3", Version: "v3", Versioned: true}), map[string]string{"n0": "v1"},
+			"a third one means"},
 		{"unversioned", []Atelet{{Name: "atelet", Version: ""}}, map[string]string{"n0": "v1"}, "predates versioned builds"},
 		{"unlabelled node", twoDS, map[string]string{"n0": "v1", "n1": ""}, "without ate.dev/substrate-version"},
 		{"odd version", twoDS, map[string]string{"n0": "v1", "n1": "v9"}, "neither OLD nor NEW"},
@@ -67,7 +68,8 @@ func TestPlanClones(t *testing.T) {
 	}
 	p := plans[0]
 	got := poolOf(p.Object)
-	if p.Name != "counter-v2" || got.Pin != "v2" || got.Image != p.Image || got.Labels["runtime"] != "python" || got.ClonedFrom != "ns/counter-v1" {
+	if p.Name != "counter-v2" || got.Pin != "v2" || got.Image != p.Image || got.Labels["runtime"] != "python" ||
+		got.ClonedFrom != "ns/counter-v1" {
 		t.Fatalf("clone: name %s %+v", p.Name, got)
 	}
 	if classes, _, _ := unstructured.NestedSlice(p.Object.Object, "spec", "sandboxClasses"); len(classes) != 1 {
@@ -126,6 +128,7 @@ func TestNextNodeResumesHalfMovedNodeFirst(t *testing.T) {
 		{Name: "w", Namespace: "ns", Pool: "p", Node: "n1", State: ateapi.WorkerDraining},
 	}}
 	if got := NextNode(c, "v1", "v2", from, nil, inv); got != "n1" {
-		t.Fatalf("a node whose serving workers drain must come first, not one with an unrelated draining worker (or a same-named pool elsewhere): %s", got)
+		t.Fatalf("a node whose serving workers drain must come first, not one with an unrelated draining worker (or a same-named pool "+
+			"elsewhere): %s", got)
 	}
 }

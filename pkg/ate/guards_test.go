@@ -43,7 +43,8 @@ func TestCapacityPerLineage(t *testing.T) {
 			w("w2", "a", "small-v2", "n2", 0)}, []ateapi.Actor{bound("w1"), bound("w3")}, false, "2 actor(s) to suspend, 1 free"},
 		{"paused actors weigh on every lineage", []ateapi.Worker{w("w2", "b", "small-v2", "n2", 0)},
 			[]ateapi.Actor{paused}, true, "any pool (paused actors): 1 actor(s) to suspend, 1 free"},
-		{"paused actors and bound ones share the free workers", []ateapi.Worker{w("w1", "b", "small", "n1", 1), w("w2", "b", "small-v2", "n2", 0)},
+		{"paused actors and bound ones share the free workers", []ateapi.Worker{w("w1", "b", "small", "n1", 1), w("w2", "b", "small-v2",
+			"n2", 0)},
 			[]ateapi.Actor{paused, bound("w1")}, false, ""},
 	} {
 		inv := &ateapi.Inventory{Workers: tc.workers}
@@ -73,7 +74,8 @@ func TestRollPreconditions(t *testing.T) {
 		{"no clone", cluster(twoDS, nodes, old), deps, false, "has a clone pinned to NEW"},
 		{"one pool without a clone", cluster(twoDS, nodes, old, clone, wp("large", "v1", nil, nil)), deps, false, "no clone: ns/large"},
 		{"an unpinned serving pool", cluster(twoDS, nodes, old, clone, unpinned), deps, false, "pinned to OLD"},
-		{"clone without Deployment", cluster(twoDS, nodes, old, clone), map[string]int{"ns/small": 1}, false, "every clone has its Deployment"},
+		{"clone without Deployment", cluster(twoDS, nodes, old, clone), map[string]int{"ns/small": 1}, false,
+			"every clone has its Deployment"},
 		{"single node", cluster(twoDS, map[string]string{"n0": "v1"}, old, clone), deps, false, "more than one node"},
 		{"single node, full stop accepted", cluster(twoDS, map[string]string{"n0": "v1"}, old, clone), deps, true, ""},
 	} {

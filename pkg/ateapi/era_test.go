@@ -56,9 +56,12 @@ func TestEveryEraYieldsTheSameModel(t *testing.T) {
 					"actor team/paused uid=uid-team-paused state=PAUSED worker= pool= pod= node= snap=[n1]",
 					"actor team/running uid=uid-team-running state=RUNNING worker=uid-a pool=counter pod=counter-a node=n1 snap=[]",
 					"actor team/suspended uid=uid-team-suspended state=SUSPENDED worker= pool= pod= node= snap=[]",
-					"worker uid-a pod=counter-a pool=counter node=n1 ns=ns ips=[10.0.0.1] class=gvisor labels=map[app:counter] state=ACTIVE actors=[team/running] free=false",
-					"worker uid-b pod=counter-b pool=counter node=n1 ns=ns ips=[10.0.0.2] class=gvisor labels=map[app:counter] state=ACTIVE actors=[] free=true",
-					"worker uid-c pod=counter-v2-c pool=counter-v2 node=n2 ns=ns ips=[10.0.0.3] class=gvisor labels=map[app:counter] state=ACTIVE actors=[] free=true",
+					"worker uid-a pod=counter-a pool=counter node=n1 ns=ns ips=[10.0.0.1] class=gvisor labels=map[app:counter] " +
+						"state=ACTIVE actors=[team/running] free=false",
+					"worker uid-b pod=counter-b pool=counter node=n1 ns=ns ips=[10.0.0.2] class=gvisor labels=map[app:counter] " +
+						"state=ACTIVE actors=[] free=true",
+					"worker uid-c pod=counter-v2-c pool=counter-v2 node=n2 ns=ns ips=[10.0.0.3] class=gvisor labels=map[app:counter] " +
+						"state=ACTIVE actors=[] free=true",
 				}
 				if strings.Join(got, "\n") != strings.Join(want, "\n") {
 					t.Fatalf("model:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

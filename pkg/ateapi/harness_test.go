@@ -45,7 +45,8 @@ func startFake(t *testing.T, opts fakesubstrate.Options) *harness {
 }
 
 // fastRetry keeps retry tests quick while still exercising backoff.
-var fastRetry = RetryPolicy{MaxAttempts: 4, InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, ReconnectWait: 200 * time.Millisecond}
+var fastRetry = RetryPolicy{MaxAttempts: 4, InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+	ReconnectWait: 200 * time.Millisecond}
 
 func (h *harness) options() DialOptions {
 	return DialOptions{Endpoint: h.srv.Addr(), CAFile: h.caFile, Token: goodToken, Client: ClientOptions{Retry: fastRetry}}
@@ -80,9 +81,12 @@ func (h *harness) mustDial(t *testing.T, mutate func(*DialOptions)) *Client {
 func seedFleet(t *testing.T, srv *fakesubstrate.Server) {
 	t.Helper()
 	for _, w := range []fakesubstrate.Worker{
-		{Name: "uid-a", Namespace: "ns", Pool: "counter", Pod: "counter-a", Node: "n1", IPs: []string{"10.0.0.1"}, SandboxClass: "gvisor", Labels: map[string]string{"app": "counter"}},
-		{Name: "uid-b", Namespace: "ns", Pool: "counter", Pod: "counter-b", Node: "n1", IPs: []string{"10.0.0.2"}, SandboxClass: "gvisor", Labels: map[string]string{"app": "counter"}},
-		{Name: "uid-c", Namespace: "ns", Pool: "counter-v2", Pod: "counter-v2-c", Node: "n2", IPs: []string{"10.0.0.3"}, SandboxClass: "gvisor", Labels: map[string]string{"app": "counter"}},
+		{Name: "uid-a", Namespace: "ns", Pool: "counter", Pod: "counter-a", Node: "n1", IPs: []string{"10.0.0.1"}, SandboxClass: "gvisor",
+			Labels: map[string]string{"app": "counter"}},
+		{Name: "uid-b", Namespace: "ns", Pool: "counter", Pod: "counter-b", Node: "n1", IPs: []string{"10.0.0.2"}, SandboxClass: "gvisor",
+			Labels: map[string]string{"app": "counter"}},
+		{Name: "uid-c", Namespace: "ns", Pool: "counter-v2", Pod: "counter-v2-c", Node: "n2", IPs: []string{"10.0.0.3"},
+			SandboxClass: "gvisor", Labels: map[string]string{"app": "counter"}},
 	} {
 		if err := srv.AddWorker(w); err != nil {
 			t.Fatal(err)

@@ -33,7 +33,8 @@ func TestSelectTrustBundles(t *testing.T) {
 	items := []unstructured.Unstructured{
 		ctb("z-live", TrustBundleSigner, string(b.CAPEM)),
 		ctb("other-signer", "example.com/other", string(other.CAPEM)),
-		ctb("a-live", TrustBundleSigner, "junk before\n"+string(a.CAPEM)+"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n"),
+		ctb("a-live", TrustBundleSigner, "junk before\n"+string(a.CAPEM)+"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END "+
+			"CERTIFICATE-----\n"),
 	}
 	got, err := SelectTrustBundles(items, TrustBundleSigner)
 	if err != nil {

@@ -55,13 +55,17 @@ func TestOnCluster(t *testing.T) {
 	}
 	if dep.Labels[PoolLabel] != pool.Name || dep.Spec.Template.Spec.NodeSelector[VersionLabel] != "v1" ||
 		len(dep.OwnerReferences) != 1 || dep.OwnerReferences[0].Kind != "WorkerPool" {
-		t.Fatalf("rendered Deployment: labels %v nodeSelector %v owners %v", dep.Labels, dep.Spec.Template.Spec.NodeSelector, dep.OwnerReferences)
+		t.Fatalf("rendered Deployment: labels %v nodeSelector %v owners %v", dep.Labels, dep.Spec.Template.Spec.NodeSelector,
+			dep.OwnerReferences)
 	}
 	pods, err := c.Client.CoreV1().Pods(pool.Namespace).List(ctx, metav1.ListOptions{LabelSelector: PoolSelector(pool.Name)})
 	if err != nil || len(pods.Items) != 2 {
 		t.Fatalf("pods: %d %v", len(pods.Items), err)
 	}
-	if err := sub.WaitFor(ctx, "2 workers", func(ws []fakesubstrate.Worker, _ []fakesubstrate.Actor) bool { return len(ws) == 2 }); err != nil {
+	if err := sub.WaitFor(ctx, "2 workers", func(ws []fakesubstrate.Worker,
+		_ []fakesubstrate.Actor) bool {
+		return len(ws) == 2
+	}); err != nil {
 		t.Fatal(err)
 	}
 	byUID := map[string]corev1.Pod{}
@@ -71,7 +75,8 @@ func TestOnCluster(t *testing.T) {
 	workers := sub.Server.Workers()
 	for _, w := range workers {
 		p, ok := byUID[w.Name]
-		if !ok || w.Node != p.Spec.NodeName || w.Pod != p.Name || w.Pool != pool.Name || w.Labels["size"] != "small" || w.State != fakesubstrate.WorkerActive {
+		if !ok || w.Node != p.Spec.NodeName || w.Pod != p.Name || w.Pool != pool.Name || w.Labels["size"] != "small" ||
+			w.State != fakesubstrate.WorkerActive {
 			t.Fatalf("worker %+v does not match a pod", w)
 		}
 	}

@@ -152,7 +152,8 @@ func TestWorkerPoolCRD(t *testing.T) {
 	for _, c := range v.AdditionalPrinterColumns {
 		cols = append(cols, c.Name+"="+c.JSONPath)
 	}
-	if got := strings.Join(cols, " "); !strings.Contains(got, "Desired=.spec.replicas") || !strings.Contains(got, "Ready=.status.readyReplicas") {
+	if got := strings.Join(cols, " "); !strings.Contains(got, "Desired=.spec.replicas") || !strings.Contains(got,
+		"Ready=.status.readyReplicas") {
 		t.Errorf("columns %s", got)
 	}
 }
@@ -200,7 +201,8 @@ func TestDecideReview(t *testing.T) {
 	noAud := ok
 	noAud.Audiences = nil
 	bad := authnv1.TokenReviewStatus{Error: "invalid bearer token SECRET-TOKEN"}
-	for name, st := range map[string]authnv1.TokenReviewStatus{"other SA": other, "wrong audience": wrongAud, "no audience": noAud, "unauthenticated": bad} {
+	for name, st := range map[string]authnv1.TokenReviewStatus{"other SA": other, "wrong audience": wrongAud, "no audience": noAud,
+		"unauthenticated": bad} {
 		_, err := decideReview(st, Audience, ClientUsername, "SECRET-TOKEN")
 		if err == nil {
 			t.Errorf("%s: accepted", name)
@@ -216,7 +218,8 @@ func TestOptionsFromEnv(t *testing.T) {
 	}
 	base := Options{Traffic: &TrafficOptions{Resume: 0.5}}
 	o, err := base.fromLookup(env(map[string]string{EnvEra: "d", EnvEvictionWindow: "5s", EnvTraffic: "1s"}))
-	if err != nil || o.Era != fakesubstrate.EraD || o.EvictionWindow != 5*time.Second || o.Traffic.Interval != time.Second || o.Traffic.Resume != 0.5 {
+	if err != nil || o.Era != fakesubstrate.EraD || o.EvictionWindow != 5*time.Second || o.Traffic.Interval != time.Second ||
+		o.Traffic.Resume != 0.5 {
 		t.Fatalf("%+v %v", o, err)
 	}
 	if o, _ := base.fromLookup(env(map[string]string{EnvTraffic: "off"})); o.Traffic != nil {

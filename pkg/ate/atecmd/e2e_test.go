@@ -151,7 +151,8 @@ func TestStatusBeforeTheRoll(t *testing.T) {
 	simtest.Get(t).ExpectNoViolations(t)
 	ctx := simtest.Context(t, time.Minute)
 	s := statusOf(t, ctx)
-	if s.Phase != ate.PhaseNotStarted || s.Cluster.Old != oldV || s.APIError != "" || s.Capabilities == nil || !s.Capabilities.DrainImplemented {
+	if s.Phase != ate.PhaseNotStarted || s.Cluster.Old != oldV || s.APIError != "" || s.Capabilities == nil ||
+		!s.Capabilities.DrainImplemented {
 		t.Fatalf("status: phase %s old %s apiErr %q caps %+v", s.Phase, s.Cluster.Old, s.APIError, s.Capabilities)
 	}
 	if _, code := run(t, ctx, "preflight"); code != 0 {
@@ -172,11 +173,13 @@ func TestPreflightCatchesUnpinnedAndUnreadyPools(t *testing.T) {
 		defer func() { _ = pools.Delete(context.Background(), p.GetName(), metav1.DeleteOptions{}) }()
 	}
 	out, code := run(t, ctx, "preflight")
-	if code != cli.ExitBlocked || !strings.Contains(out, "✗ pool ate-workers/scratch is pinned to OLD") || !strings.Contains(out, "✗ pool ate-workers/stuck is READY==DESIRED") {
+	if code != cli.ExitBlocked || !strings.Contains(out, "✗ pool ate-workers/scratch is pinned "+
+		"to OLD") || !strings.Contains(out, "✗ pool ate-workers/stuck is READY==DESIRED") {
 		t.Fatalf("preflight must fail on both pools: exit %d", code)
 	}
 	// --pin-pools pins the unpinned pool: no actor is on its workers.
-	if out, _ := run(t, ctx, "preflight", "--pin-pools"); !strings.Contains(out, "PoolPinned") || strings.Contains(out, "✗ pool ate-workers/scratch is pinned") {
+	if out, _ := run(t, ctx, "preflight", "--pin-pools"); !strings.Contains(out, "PoolPinned") || strings.Contains(out,
+		"✗ pool ate-workers/scratch is pinned") {
 		t.Fatalf("--pin-pools did not pin scratch")
 	}
 	got, err := pools.Get(ctx, "scratch", metav1.GetOptions{})
@@ -212,7 +215,8 @@ func skewWatch(t *testing.T, ctx context.Context) func() []string {
 			poolName := p.Labels[ate.PoolLabel]
 			pin, ok := pinCache[poolName]
 			if !ok {
-				u, err := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers").Get(context.Background(), poolName, metav1.GetOptions{})
+				u, err := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers").Get(context.Background(), poolName,
+					metav1.GetOptions{})
 				if err != nil {
 					continue
 				}
@@ -261,7 +265,8 @@ func TestFullRoll(t *testing.T) {
 	if _, code := run(t, ctx, "roll", "clone-pools", "--image", "gvisor=registry.example/ateom:v3"); code != cli.ExitUsage {
 		t.Fatalf("a tag-only image must be refused: exit %d", code)
 	}
-	if out, code := run(t, ctx, "roll", "clone-pools", "--image", image); code != cli.ExitBlocked || !strings.Contains(out, "2 sandbox classes") {
+	if out, code := run(t, ctx, "roll", "clone-pools", "--image", image); code != cli.ExitBlocked || !strings.Contains(out,
+		"2 sandbox classes") {
 		t.Fatalf("a bare image for pools of two sandbox classes must be refused: exit %d", code)
 	}
 	if _, code := run(t, ctx, cloneArgs...); code != 0 {
@@ -413,7 +418,8 @@ func TestFullRollFinishes(t *testing.T) {
 	if _, code := run(t, ctx, "roll", "next-node", "--all", "--wait"); code != 0 {
 		t.Fatalf("--all: exit %d", code)
 	}
-	evs, err := c.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=SubstrateVersionFlipped,involvedObject.name=" + last})
+	evs, err := c.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx,
+		metav1.ListOptions{FieldSelector: "reason=SubstrateVersionFlipped,involvedObject.name=" + last})
 	if err != nil || len(evs.Items) != 1 {
 		t.Fatalf("%s was flipped %d times across the interrupted runs (%v); want once", last, len(evs.Items), err)
 	}

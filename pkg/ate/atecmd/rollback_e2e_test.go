@@ -67,7 +67,8 @@ func untouchedWatch(t *testing.T, ctx context.Context, rv string, before map[str
 			switch {
 			case e.Type == watch.Deleted:
 				bad = append(bad, u.GetName()+" deleted")
-			case u.GetGeneration() != rec.generation || !reflect.DeepEqual(spec, rec.spec) || !reflect.DeepEqual(u.GetLabels(), rec.labels) || !reflect.DeepEqual(u.GetAnnotations(), rec.annotations):
+			case u.GetGeneration() != rec.generation || !reflect.DeepEqual(spec, rec.spec) || !reflect.DeepEqual(u.GetLabels(),
+				rec.labels) || !reflect.DeepEqual(u.GetAnnotations(), rec.annotations):
 				bad = append(bad, u.GetName()+" edited at resourceVersion "+u.GetResourceVersion())
 			}
 			mu.Unlock()
@@ -94,7 +95,8 @@ func recordOldPools(t *testing.T, ctx context.Context) (map[string]oldPoolRecord
 			continue
 		}
 		spec, _, _ := unstructured.NestedMap(u.Object, "spec")
-		out[u.GetName()] = oldPoolRecord{uid: string(u.GetUID()), resourceVersion: u.GetResourceVersion(), generation: u.GetGeneration(), spec: spec, labels: u.GetLabels(), annotations: u.GetAnnotations()}
+		out[u.GetName()] = oldPoolRecord{uid: string(u.GetUID()), resourceVersion: u.GetResourceVersion(), generation: u.GetGeneration(),
+			spec: spec, labels: u.GetLabels(), annotations: u.GetAnnotations()}
 	}
 	if len(out) < 2 {
 		t.Fatalf("expected the fleet's two old pools, got %d", len(out))
@@ -210,10 +212,12 @@ func TestRollbackInterruptedThenResumed(t *testing.T) {
 		switch {
 		case !ok:
 			t.Errorf("old pool %s is gone", name)
-		case a.uid != b.uid || a.generation != b.generation || !reflect.DeepEqual(a.spec, b.spec) || !reflect.DeepEqual(a.labels, b.labels) || !reflect.DeepEqual(a.annotations, b.annotations):
+		case a.uid != b.uid || a.generation != b.generation || !reflect.DeepEqual(a.spec, b.spec) || !reflect.DeepEqual(a.labels,
+			b.labels) || !reflect.DeepEqual(a.annotations, b.annotations):
 			t.Errorf("old pool %s changed: generation %d→%d", name, b.generation, a.generation)
 		case a.resourceVersion != b.resourceVersion:
-			t.Logf("old pool %s: resourceVersion %s→%s from status writes only (spec and generation %d unchanged)", name, b.resourceVersion, a.resourceVersion, a.generation)
+			t.Logf("old pool %s: resourceVersion %s→%s from status writes only (spec and generation %d "+
+				"unchanged)", name, b.resourceVersion, a.resourceVersion, a.generation)
 		}
 	}
 }

@@ -28,7 +28,8 @@ func TestFullRollAndRollbackOnSixNodes(t *testing.T) {
 	atetest.MustRun(t, ctx, "roll", "next-node", "--all", "--wait")
 	s := atetest.Status(t, ctx)
 	if s.Counts[atetest.NewV] != 6 || s.OldPoolPodsRunning != 0 || s.ActorsOnOldPools != 0 {
-		t.Fatalf("after the roll: %s %v, %d old pods Running, %d actors on old workers", s.Phase, s.Counts, s.OldPoolPodsRunning, s.ActorsOnOldPools)
+		t.Fatalf("after the roll: %s %v, %d old pods Running, %d actors on old workers", s.Phase, s.Counts, s.OldPoolPodsRunning,
+			s.ActorsOnOldPools)
 	}
 	// Each node holds 4 workers, so the new pools' 18 pods spread over the
 	// nodes as they flip: all of them fit on the first five.
