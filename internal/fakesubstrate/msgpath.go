@@ -58,19 +58,15 @@ func hasPath(md protoreflect.MessageDescriptor, path string) bool {
 
 // setFirst sets v on the first path the schema has; zero values are skipped
 // so unset facts stay absent on the wire, as on the real server.
-func setFirst(m protoreflect.Message, v any, paths ...string) bool {
+func setFirst(m protoreflect.Message, v any, paths ...string) {
 	if isZero(v) {
-		return false
+		return
 	}
 	for _, p := range paths {
-		if !hasPath(m.Descriptor(), p) {
-			continue
-		}
-		if setPath(m, p, v) {
-			return true
+		if hasPath(m.Descriptor(), p) && setPath(m, p, v) {
+			return
 		}
 	}
-	return false
 }
 
 func isZero(v any) bool {

@@ -106,7 +106,8 @@ new pools' pods wait (Pending) until a node moves to NEW.`,
 			},
 			{
 				ID: "ate.pools.verify", Title: "Verify one Deployment per pool, new pods waiting",
-				Doc: "Each pool has exactly one Deployment (label ate.dev/worker-pool); the clones' pods are Pending while no node is at NEW.",
+				Doc: "Each pool has exactly one Deployment (label ate.dev/worker-pool); the clones' pods are Pending while no node is " +
+					"at NEW.",
 				Done: func(f cloneFacts) (bool, string) {
 					for _, p := range f.c.Pools {
 						if f.deployments[p.Key()] != 1 {

@@ -124,7 +124,8 @@ func (f nodeFacts) residents() (live, crashed []ateapi.Actor) {
 		for _, r := range w.Actors {
 			if !listed[r] && !seen[r] {
 				seen[r] = true
-				live = append(live, ateapi.Actor{Atespace: r.Atespace, Name: r.Name, State: ateapi.ActorUnspecified, Worker: w.Name, Node: w.Node})
+				live = append(live, ateapi.Actor{Atespace: r.Atespace, Name: r.Name, State: ateapi.ActorUnspecified, Worker: w.Name,
+					Node: w.Node})
 			}
 		}
 	}
@@ -228,7 +229,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 			live, crashed := f.residents()
 			var notes []string
 			if !f.flipped() && len(f.workers()) > len(f.undrained()) {
-				notes = append(notes, fmt.Sprintf("workers on %s are DRAINING (there is no undrain); re-run to finish moving the node", f.node.Name))
+				notes = append(notes, fmt.Sprintf("workers on %s are DRAINING (there is no undrain); re-run to finish moving the "+
+					"node", f.node.Name))
 			}
 			if len(live)+len(crashed) > 0 && !f.flipped() {
 				notes = append(notes, fmt.Sprintf("%d actor(s) still live on %s", len(live)+len(crashed), f.node.Name))
@@ -262,7 +264,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				Plan: func(f nodeFacts) []runbook.Change {
 					var out []runbook.Change
 					for _, w := range f.undrained() {
-						out = append(out, runbook.Change{Object: "worker/" + w.Name, Action: "DrainWorker", Detail: "pod " + w.Pod + ", pool " + w.Pool})
+						out = append(out, runbook.Change{Object: "worker/" + w.Name, Action: "DrainWorker",
+							Detail: "pod " + w.Pod + ", pool " + w.Pool})
 					}
 					return out
 				},
@@ -295,7 +298,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					live, crashed := f.residents()
 					var out []runbook.Change
 					for _, a := range live {
-						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "SuspendActor", Detail: string(a.State)})
+						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "SuspendActor",
+							Detail: string(a.State)})
 					}
 					for _, a := range crashed {
 						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "blocked",
@@ -304,7 +308,10 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return out
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					return emptyNode(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) { return observeNode(ctx, cs, api, cfg, f.node.Name) })
+					return emptyNode(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
+						return observeNode(ctx, cs, api,
+							cfg, f.node.Name)
+					})
 				},
 			},
 			{
@@ -323,11 +330,13 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					}},
 					{Name: "no worker on the node says it hosts an actor", Check: func(f nodeFacts) (bool, string) {
 						h := f.hosting()
-						return len(h) == 0, fmt.Sprintf("worker(s) %s still host an actor the actor list did not show; re-run to suspend it", short(h))
+						return len(h) == 0, fmt.Sprintf("worker(s) %s still host an actor the actor list did not show; re-run to "+
+							"suspend it", short(h))
 					}},
 					{Name: "every worker pod on the node is a registered, draining worker", Check: func(f nodeFacts) (bool, string) {
 						u := f.unregistered()
-						return len(u) == 0, fmt.Sprintf("worker pod(s) %s on the node are not registered as workers yet, so they could not be drained; "+
+						return len(u) == 0, fmt.Sprintf("worker pod(s) %s on the node are not registered as workers yet, so they could "+
+							"not be drained; "+
 							"re-run once they register (kubectl ate status)", short(u))
 					}},
 				},
@@ -335,9 +344,11 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: VersionLabel + "=" + f.cfg.To}}
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					n, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(f.cfg.To)}})
+					n, err := kube.SetNodeKeys(ctx, cs, f.node.Name,
+						kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(f.cfg.To)}})
 					if err == nil {
-						rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", fmt.Sprintf("%s: %s → %s", VersionLabel, f.cfg.From, f.cfg.To))
+						rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", fmt.Sprintf("%s: %s → %s", VersionLabel,
+							f.cfg.From, f.cfg.To))
 					}
 					return err
 				},
@@ -359,7 +370,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					if err != nil && ctx.Err() != nil {
 						return fmt.Errorf("the %s atelet on %s is not Ready: %w. If its log says the image cache \"has layout version\" "+
 							"it does not support, clear /var/lib/ate/image-cache on the node (kubectl debug node/%s --image=busybox -- "+
-							"rm -rf /host/var/lib/ate/image-cache) and delete the atelet pod", f.cfg.To, f.node.Name, context.Cause(ctx), f.node.Name)
+							"rm -rf /host/var/lib/ate/image-cache) and delete the atelet pod", f.cfg.To, f.node.Name, context.Cause(ctx),
+							f.node.Name)
 					}
 					return err
 				},
@@ -562,7 +574,8 @@ func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ref
 			unregisteredSince = time.Now()
 		case time.Since(unregisteredSince) > f.cfg.RegisterTimeout:
 			return runbook.Blocked(fmt.Errorf("worker pod(s) %s on node %s did not register as workers within %s, so they cannot be "+
-				"drained and the node must not flip; re-run once they register (kubectl ate status)", short(unreg), f.node.Name, f.cfg.RegisterTimeout))
+				"drained and the node must not flip; re-run once they register (kubectl ate status)", short(unreg), f.node.Name,
+				f.cfg.RegisterTimeout))
 		}
 		if len(live) == 0 && len(crashed) == 0 && len(unreg) == 0 && len(f.undrained()) == 0 && len(f.hosting()) == 0 && len(pending) == 0 {
 			return nil
@@ -571,7 +584,7 @@ func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ref
 		for _, a := range live {
 			// An actor only its worker still names, already asked to
 			// suspend, is being confirmed by GetActor: no second request.
-			if !(pending[a.Ref()] && a.State == ateapi.ActorUnspecified) {
+			if !pending[a.Ref()] || a.State != ateapi.ActorUnspecified {
 				todo = append(todo, a)
 			}
 			pending[a.Ref()] = true
@@ -618,7 +631,8 @@ func waitDrained(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, r
 		}
 		if time.Now().After(deadline) {
 			return runbook.Blocked(fmt.Errorf("worker pod(s) %s on node %s did not register as workers within %s, so they cannot be "+
-				"drained and the node must not flip; re-run once they register (kubectl ate status)", short(unreg), f.node.Name, f.cfg.RegisterTimeout))
+				"drained and the node must not flip; re-run once they register (kubectl ate status)", short(unreg), f.node.Name,
+				f.cfg.RegisterTimeout))
 		}
 	}
 }
@@ -668,7 +682,8 @@ func suspendAll(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ac
 			switch {
 			case err == nil:
 				rec.Record(ctx, kube.NodeRef(f.node), false, "ActorSuspended",
-					fmt.Sprintf("suspended %s/%s (was %s, now %s) before moving node %s", a.Atespace, a.Name, a.State, got.State, f.node.Name))
+					fmt.Sprintf("suspended %s/%s (was %s, now %s) before moving node %s", a.Atespace, a.Name, a.State, got.State,
+						f.node.Name))
 			case errors.Is(err, ateapi.ErrNotFound):
 			case errors.Is(err, ateapi.ErrDataLoss):
 				// crashed: the next round reports it with the others
@@ -680,8 +695,10 @@ func suspendAll(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ac
 					state = ae.ActorState
 				}
 				mu.Lock()
-				errs = append(errs, runbook.Blocked(fmt.Errorf("suspend %s/%s refused: the actor is %s, a state it does not leave on its own; "+
-					"no further actor is touched. Find out why (kubectl ate get actors -a %s), then re-run", a.Atespace, a.Name, state, a.Atespace)))
+				errs = append(errs, runbook.Blocked(fmt.Errorf("suspend %s/%s refused: the actor is %s, a state it does not leave on "+
+					"its own; "+
+					"no further actor is touched. Find out why (kubectl ate get actors -a %s), then "+
+					"re-run", a.Atespace, a.Name, state, a.Atespace)))
 				mu.Unlock()
 			default:
 				mu.Lock()

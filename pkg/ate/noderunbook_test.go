@@ -71,7 +71,8 @@ func TestNodeStepsFromFacts(t *testing.T) {
 			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.atelet-ready"}, ""}},
 		{"flipped, the old pod's worker hosts an actor", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.atelet-ready"}, "no actor lives on the node's workers"}},
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.atelet-ready"}, "no actor lives on the " +
+				"node's workers"}},
 		{"moved", node("v2"), []corev1.Pod{pod("u2", "small-v2", true), atelet},
 			[]ateapi.Worker{worker("u2", "small-v2", ateapi.WorkerActive, "n1")}, nil, false,
 			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.atelet-ready", "ate.node.delete-old-pods",

@@ -116,7 +116,8 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *a
 	if gke > 0 {
 		out = append(out,
 			Check{Group: "gke", Name: "node-pool autoscaler parked", OK: true, Warning: true, Detail: "cannot be seen from Kubernetes",
-				Fix: "gcloud container node-pools update POOL --no-enable-autoscaling (old-pool pods go Pending on purpose as the rollback reserve)"},
+				Fix: "gcloud container node-pools update POOL --no-enable-autoscaling (old-pool pods go Pending on purpose as the " +
+					"rollback reserve)"},
 			Check{Group: "gke", Name: "maintenance exclusion in place", OK: true, Warning: true, Detail: "a recreated node comes back " +
 				"with the pool's OLD label",
 				Fix: "gcloud container clusters update … --add-maintenance-exclusion-…"},

@@ -97,7 +97,8 @@ touched: rolling back leaves exactly what was there before the roll.`,
 		Notes: func(f rollbackFacts) []string {
 			var notes []string
 			if n := f.nodesAtNew(); len(n) > 0 {
-				notes = append(notes, fmt.Sprintf("%d node(s) still at %s (%s): kubectl ate rollback next-node --all", len(n), f.c.New, short(n)))
+				notes = append(notes, fmt.Sprintf("%d node(s) still at %s (%s): kubectl ate rollback next-node "+
+					"--all", len(n), f.c.New, short(n)))
 			}
 			if len(f.bound) > 0 {
 				notes = append(notes, fmt.Sprintf("%d actor(s) bound to a %s worker: %s", len(f.bound), f.c.New, actorNames(f.bound)))
@@ -119,7 +120,8 @@ touched: rolling back leaves exactly what was there before the roll.`,
 					return len(f.clones) == 0, fmt.Sprintf("%d pool(s) pinned to %s", len(f.clones), f.c.New)
 				},
 				Guards: []runbook.Guard[rollbackFacts]{
-					{Name: "the roll's shape is known (two atelet DaemonSets, labelled nodes)", Check: func(f rollbackFacts) (bool, string) {
+					{Name: "the roll's shape is known (two atelet DaemonSets, labelled nodes)", Check: func(f rollbackFacts) (bool,
+						string) {
 						return len(f.c.Problems) == 0, strings.Join(f.c.Problems, "; ")
 					}},
 					{Name: "no node carries NEW", Check: func(f rollbackFacts) (bool, string) {
@@ -129,7 +131,8 @@ touched: rolling back leaves exactly what was there before the roll.`,
 					}},
 					{Name: "no actor is bound to a worker of a clone", Check: func(f rollbackFacts) (bool, string) {
 						return len(f.bound) == 0, fmt.Sprintf("%d actor(s) bound to a %s worker (%s); deleting the pool would crash "+
-							"them. Suspend them (kubectl ate suspend actor NAME -a ATESPACE) and re-run", len(f.bound), f.c.New, actorNames(f.bound))
+							"them. Suspend them (kubectl ate suspend actor NAME -a ATESPACE) and re-run", len(f.bound), f.c.New,
+							actorNames(f.bound))
 					}},
 				},
 				Plan: func(f rollbackFacts) []runbook.Change {
@@ -275,7 +278,8 @@ func RollbackAll(ctx context.Context, m Mover, inv Inventorier, o RollbackOption
 	}
 	o.Move.Direction, o.Move.All, o.Move.Node = Rollback, true, ""
 	nodes, err := MoveNodes(ctx, m, o.Move)
-	if err != nil || (nodes.Outcome != runbook.OutcomeDone && nodes.Outcome != runbook.OutcomePlanned) || m.DryRun && len(nodes.Targets) > 0 {
+	if err != nil || (nodes.Outcome != runbook.OutcomeDone && nodes.Outcome != runbook.OutcomePlanned) || m.DryRun &&
+		len(nodes.Targets) > 0 {
 		return nodes, err
 	}
 	res := runbook.Run(ctx, RollbackRunbook(m.Client, m.Dynamic, inv, m.Recorder), []runbook.Target{runbook.ScopeTarget{Scope: "roll"}},

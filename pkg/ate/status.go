@@ -19,6 +19,7 @@ import (
 // Phase names where the roll stands.
 type Phase string
 
+// The phases, in the order a roll goes through them.
 const (
 	PhaseBlocked    Phase = "blocked"            // the cluster is in a shape the roll must not touch
 	PhaseNotStarted Phase = "not started"        // one atelet DaemonSet
@@ -125,7 +126,8 @@ func InferStatus(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) *Statu
 			"release, then kubectl ate preflight"
 	case c.New == "":
 		s.Phase, s.Summary = PhaseNotStarted, fmt.Sprintf("every node at %s; no NEW atelet DaemonSet", c.Old)
-		s.Next = "apply the new CRDs, deploy ate-controller and the new atelet from the new release (steps 1–3), then: kubectl ate preflight"
+		s.Next = "apply the new CRDs, deploy ate-controller and the new atelet from the new release (steps 1–3), then: kubectl ate " +
+			"preflight"
 	case !clonesComplete(c):
 		s.Phase, s.Summary = PhasePrepared, fmt.Sprintf("NEW atelet %s is installed; %d of %d serving pool(s) "+
 			"cloned", c.New, countClones(c), len(c.OldPools()))
@@ -206,9 +208,11 @@ func inProgress(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) []NodeP
 			}
 		}
 		for _, w := range inv.Workers {
-			if w.State == ateapi.WorkerDraining && w.Node != "" && !newNodes[w.Node] && !seen[w.Node] && serving[w.PoolKey()] && live[w.Name] {
+			if w.State == ateapi.WorkerDraining && w.Node != "" && !newNodes[w.Node] && !seen[w.Node] && serving[w.PoolKey()] &&
+				live[w.Name] {
 				seen[w.Node] = true
-				out = append(out, NodeProgress{Node: w.Node, Version: c.Old, Step: "workers draining; actors being suspended (ate.node.suspend)"})
+				out = append(out, NodeProgress{Node: w.Node, Version: c.Old, Step: "workers draining; actors being suspended " +
+					"(ate.node.suspend)"})
 			}
 		}
 	}

@@ -110,7 +110,8 @@ func (c *Client) GetWorker(ctx context.Context, name string) (Worker, error) {
 				return w, nil
 			}
 		}
-		return Worker{}, &Error{Method: "GetWorker", Target: name, Code: codes.NotFound, Message: "Worker " + name + " not found", Attempts: 1}
+		return Worker{}, &Error{Method: "GetWorker", Target: name, Code: codes.NotFound, Message: "Worker " + name + " not found",
+			Attempts: 1}
 	}
 	resp, err := c.call(ctx, "GetWorker", name, workerRef(name))
 	if err != nil {

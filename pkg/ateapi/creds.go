@@ -16,9 +16,16 @@ const redacted = "[REDACTED]"
 // show [REDACTED], so options holding a token are safe to log.
 type Secret string
 
-func (Secret) String() string                 { return redacted }
-func (Secret) GoString() string               { return redacted }
-func (Secret) Format(f fmt.State, _ rune)     { _, _ = io.WriteString(f, redacted) }
+// String redacts the secret.
+func (Secret) String() string { return redacted }
+
+// GoString redacts the secret for %#v.
+func (Secret) GoString() string { return redacted }
+
+// Format redacts the secret for every fmt verb.
+func (Secret) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, redacted) }
+
+// MarshalText redacts the secret in JSON and YAML.
 func (s Secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
 
 // Reveal returns the secret's value; call it only to send the token.
@@ -84,8 +91,13 @@ func (b *BearerCredentials) GetRequestMetadata(ctx context.Context, _ ...string)
 // token is never sent in clear text.
 func (b *BearerCredentials) RequireTransportSecurity() bool { return true }
 
-func (b *BearerCredentials) String() string             { return "ateapi.BearerCredentials(" + redacted + ")" }
-func (b *BearerCredentials) GoString() string           { return b.String() }
+// String redacts the token.
+func (b *BearerCredentials) String() string { return "ateapi.BearerCredentials(" + redacted + ")" }
+
+// GoString redacts the token for %#v.
+func (b *BearerCredentials) GoString() string { return b.String() }
+
+// Format redacts the token for every fmt verb.
 func (b *BearerCredentials) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, b.String()) }
 
 func (b *BearerCredentials) remember(tok string) {

@@ -152,7 +152,8 @@ func TestTokenRequestSource(t *testing.T) {
 		t.Errorf("calls=%d audiences=%v; want one request for %s", calls, gotAud, DefaultAudience)
 	}
 	now := time.Now()
-	if needsRefresh(now, now.Add(-time.Minute), now.Add(time.Hour)) || !needsRefresh(now, now.Add(-50*time.Minute), now.Add(10*time.Minute)) {
+	if needsRefresh(now, now.Add(-time.Minute), now.Add(time.Hour)) || !needsRefresh(now, now.Add(-50*time.Minute),
+		now.Add(10*time.Minute)) {
 		t.Error("needsRefresh is not at 80% of the lifetime")
 	}
 }

@@ -169,7 +169,8 @@ func atePools(replicas int32) []*substrate.WorkerPool {
 func createPools(ctx context.Context, env *Env, dyn dynamic.Interface, pools []*substrate.WorkerPool) error {
 	for _, name := range []string{ateWorkersNS, ateBatchNS} {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil &&
+			!apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
@@ -220,7 +221,8 @@ func seedActors(sub *substrate.Substrate) error {
 		{Atespace: "demo", Name: "notebook-1", State: fakesubstrate.ActorPaused,
 			AssignedNode: small[0].Node, SnapshotNodes: []string{small[0].Node},
 			WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/notebook-1")},
-		{Atespace: "team-a", Name: "etl-2", State: fakesubstrate.ActorPaused, AssignedNode: large[0].Node, SnapshotNodes: []string{large[0].Node},
+		{Atespace: "team-a", Name: "etl-2", State: fakesubstrate.ActorPaused, AssignedNode: large[0].Node,
+			SnapshotNodes:  []string{large[0].Node},
 			WorkerSelector: sel("large"), ExternalSnapshotURI: snap("team-a/etl-2")},
 		{Atespace: "demo", Name: "chat-3", WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-3")},
 		{Atespace: "demo", Name: "chat-4", WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-4")},

@@ -46,7 +46,8 @@ func (n *nodeWatch) start(ctx context.Context) error {
 func (n *nodeWatch) flipped(node, from, to string) {
 	lost := n.srv.LoseLocalSnapshots(node)
 	if len(lost) > 0 {
-		n.logf("substrate: node %s flipped %s → %s with %d paused actor(s) there: their local snapshots are gone", node, from, to, len(lost))
+		n.logf("substrate: node %s flipped %s → %s with %d paused actor(s) there: their local snapshots are "+
+			"gone", node, from, to, len(lost))
 		n.changed.fire()
 	}
 }

@@ -76,7 +76,8 @@ and GKE hazards. --pin-pools pins an unpinned pool, but only while no actor is o
 			}
 			checks := ate.Preflight(ctx, cs, c, caps, apiErr, opts)
 			if output != "" {
-				if err := ui.PrintObject(g.IOStreams.Out, output, map[string]any{"checks": checks, "failed": ate.Failed(checks)}); err != nil {
+				if err := ui.PrintObject(g.IOStreams.Out, output, map[string]any{"checks": checks,
+					"failed": ate.Failed(checks)}); err != nil {
 					return err
 				}
 			} else {
@@ -89,7 +90,8 @@ and GKE hazards. --pin-pools pins an unpinned pool, but only while no actor is o
 		},
 	}
 	api.add(cmd.Flags())
-	cmd.Flags().BoolVar(&opts.AllowFullStop, "allow-full-stop", false, "accept a single-node cluster, where moving the node stops everything")
+	cmd.Flags().BoolVar(&opts.AllowFullStop, "allow-full-stop", false, "accept a single-node cluster, where moving the node stops "+
+		"everything")
 	cmd.Flags().BoolVar(&pin, "pin-pools", false, "pin unpinned pools to OLD (only those with no actor on their workers)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json|yaml")
 	return cmd

@@ -137,7 +137,8 @@ Deployments and pods go with them) and the OLD atelet DaemonSet are deleted.`,
 				res.Deleted = append(res.Deleted, "daemonset/"+ate.Namespace+"/"+f.OldAtelet)
 			}
 			st := ui.NewStyle(info)
-			fmt.Fprintf(info, "%s retired %d pool(s) and the %s atelet; backups: %v\n", st.OK("✓"), len(f.OldPools), f.Cluster.Old, res.Backups)
+			fmt.Fprintf(info, "%s retired %d pool(s) and the %s atelet; backups: %v\n", st.OK("✓"), len(f.OldPools), f.Cluster.Old,
+				res.Backups)
 			fmt.Fprintf(info, "To recreate a pool: kubectl apply -f %s\nNext: %s\n",
 				ate.BackupFile(backupDir, ate.Pool{Namespace: "NAMESPACE", Name: "NAME"}), st.Bold("kubectl ate status"))
 			return finish(nil)

@@ -116,7 +116,8 @@ its input; --yes confirms without asking (required when the input is not a termi
 				fmt.Fprintf(out, "  %s/%s → %s%s\n", a.Atespace, a.Name, snap, crash)
 			}
 			if !yes {
-				ok, err := confirm(g.IOStreams.In, out, fmt.Sprintf("Revert %d actor(s) and lose their work since the snapshot? [y/N]: ", len(actors)))
+				ok, err := confirm(g.IOStreams.In, out, fmt.Sprintf("Revert %d actor(s) and lose their work since the snapshot? "+
+					"[y/N]: ", len(actors)))
 				if err != nil {
 					return err
 				}
@@ -169,7 +170,8 @@ func revertOne(ctx context.Context, client *ateapi.Client, a ateapi.Actor, limit
 	defer cancel()
 	got, err := client.RevertActor(ctx, a.Atespace, a.Name)
 	var ae *ateapi.Error
-	if err != nil && !(errors.As(err, &ae) && (ae.ActorState == ateapi.ActorSuspended || ae.ActorState == ateapi.ActorReverting)) {
+	settling := errors.As(err, &ae) && (ae.ActorState == ateapi.ActorSuspended || ae.ActorState == ateapi.ActorReverting)
+	if err != nil && !settling {
 		return got, err
 	}
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {

@@ -372,7 +372,7 @@ func TestRevertCrashedActor(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "LOST") || !strings.Contains(out, "[y/N]") || stateOf() != ateapi.ActorCrashed {
 		t.Fatalf("declined revert: exit %d, state %s", code, stateOf())
 	}
-	out, code = runIn(t, ctx, "y\n", "revert", victim.Name, "-a", victim.Atespace)
+	_, code = runIn(t, ctx, "y\n", "revert", victim.Name, "-a", victim.Atespace)
 	if code != 0 || stateOf() != ateapi.ActorSuspended {
 		t.Fatalf("confirmed revert: exit %d, state %s", code, stateOf())
 	}
