@@ -35,5 +35,17 @@ test: check sim ## every test, on the real simulated control plane
 docs: ## regenerate runbooks/*.md from the step registry
 	$(GO) run ./hack/gendocs
 
+# goreleaser is built from its Go module at this pinned version (no downloaded binary).
+.PHONY: dist image-check
+GORELEASER_VERSION ?= v2.15.1
+GORELEASER := $(GO) run github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
+
+dist: ## release snapshot into dist/: every archive, checksums, krew manifests (the image only where docker buildx runs)
+	$(GORELEASER) check
+	$(GORELEASER) release --snapshot --clean $$(docker buildx version >/dev/null 2>&1 || echo --skip=docker)
+
+image-check: ## the node-agent image's root filesystem from Debian packages, its tools run in a chroot
+	bash hack/image-check.sh
+
 clean:
 	rm -rf $(BIN) .cache/bin
