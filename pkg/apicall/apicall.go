@@ -150,7 +150,7 @@ func (a *API) Resolve(name string) (Method, error) {
 		case m.Name, m.FullName(), m.Service + "." + m.Name:
 			hits = append(hits, m)
 		}
-		if strings.Contains(strings.ToLower(m.Name), strings.ToLower(name[strings.LastIndexAny(name, "/.")+1:])) {
+		if similar(m.Name, name[strings.LastIndexAny(name, "/.")+1:]) {
 			nf.Candidates = append(nf.Candidates, m.Name)
 		}
 	}
@@ -165,6 +165,35 @@ func (a *API) Resolve(name string) (Method, error) {
 		names = append(names, m.FullName())
 	}
 	return Method{}, fmt.Errorf("%q is ambiguous: %s; name the service", name, strings.Join(names, ", "))
+}
+
+// similar reports whether a name is close enough to a method's to suggest
+// it: one contains the other, or they are at most two edits apart.
+func similar(method, name string) bool {
+	a, b := strings.ToLower(method), strings.ToLower(name)
+	if b == "" {
+		return false
+	}
+	if strings.Contains(a, b) || strings.Contains(b, a) {
+		return true
+	}
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)] <= 2
 }
 
 // Describe returns the proto source of a service, method or message (a bare

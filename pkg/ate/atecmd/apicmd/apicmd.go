@@ -184,8 +184,8 @@ file and -d @- from the input. A method that is not List*, Get* or Describe* cha
 substrate: it needs --yes, and it holds the roll's Lease (` + ate.LockName + `) while it runs,
 so it never races a roll.`,
 		Example: `  kubectl ate api call ListWorkers
-  kubectl ate api call GetActor -d '{"atespace":"team-a","name":"counter-7"}'
-  kubectl ate api call SuspendActor -d '{"atespace":"team-a","name":"counter-7"}' --yes`,
+  kubectl ate api call GetActor -d '{"actor":{"atespace":"team-a","name":"counter-7"}}'
+  kubectl ate api call SuspendActor -d '{"actor":{"atespace":"team-a","name":"counter-7"}}' --yes`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			method := args[0]

@@ -121,7 +121,7 @@ func TestBadInputIsRefusedWithExit2(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{[]string{"api", "call", "SuspendActor", "-d", `{"atespace":"a","name":"b"}`}, "--yes"},
+		{[]string{"api", "call", "SuspendActor", "-d", `{"actor":{"atespace":"a","name":"b"}}`}, "--yes"},
 		{[]string{"api", "call", "ListWorkers", "-d", `{not json`}, "not valid JSON"},
 		{[]string{"api", "call", "ListWorkers", "-d", `{"noSuchField":1}`}, "does not fit"},
 		{[]string{"api", "call", "ListWorkerz"}, "did you mean"},
@@ -174,7 +174,8 @@ func TestMutatingCallTakesTheLease(t *testing.T) {
 	if target == nil {
 		t.Fatal("ate-fleet has no RUNNING or SUSPENDED actor (ResumeActor succeeds on both)")
 	}
-	req := `{"atespace":"` + target.Atespace + `","name":"` + target.Name + `"}`
+	// The request in the sim's API era (kubectl ate api describe shows it).
+	req := `{"actor":{"atespace":"` + target.Atespace + `","name":"` + target.Name + `"}}`
 
 	out, errOut, code := run(t, ctx, "", "api", "call", "GetActor", "-d", req, "--ate-token-file", tokenFile)
 	if code != 0 || strings.Contains(out+errOut, tr.Status.Token) {
@@ -223,7 +224,7 @@ func TestMutatingCallTakesTheLease(t *testing.T) {
 		t.Errorf("Lease still held by %q after the call", *l.Spec.HolderIdentity)
 	}
 	// A server error (no such actor) comes back as exit 1, token-free.
-	_, errOut, code = run(t, ctx, "", "api", "call", "ResumeActor", "-d", `{"atespace":"nope","name":"nope"}`, "--yes",
+	_, errOut, code = run(t, ctx, "", "api", "call", "ResumeActor", "-d", `{"actor":{"atespace":"nope","name":"nope"}}`, "--yes",
 		"--ate-token-file", tokenFile)
 	if code != cli.ExitFailed || !strings.Contains(errOut, "ResumeActor") || strings.Contains(errOut, tr.Status.Token) {
 		t.Fatalf("ResumeActor of a missing actor: exit %d", code)
