@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -26,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rollbook/rollbook/internal/simtest"
@@ -227,6 +227,14 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	if _, code := run(t, ctx, c, acmd, viewer, "preflight"); code != 0 {
 		t.Fatalf("viewer preflight: exit %d", code)
 	}
+	// The viewer reads the control API but cannot make a mutating call.
+	if _, code := run(t, ctx, c, acmd, viewer, "api", "call", "ListWorkers"); code != 0 {
+		t.Fatalf("viewer api call ListWorkers: exit %d", code)
+	}
+	out, code := run(t, ctx, c, acmd, viewer, "api", "call", "ResumeActor", "-d", `{"actor":{"atespace":"x","name":"y"}}`, "--yes")
+	if code == 0 || !forbidden(out) {
+		t.Fatalf("viewer api call ResumeActor must be Forbidden: exit %d", code)
+	}
 
 	// Step 3, outside rollbook: the new atelet DaemonSet (cluster admin).
 	sim, err := simtest.SimBinary()
@@ -236,7 +244,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	if out, err := exec.Command(sim, "ate-setup", "deploy-atelet", "--dir", c.Dir, "--version", newV).CombinedOutput(); err != nil {
 		t.Fatalf("deploy atelet: %v\n%s", err, out)
 	}
-	out, code := run(t, ctx, c, acmd, viewer, "roll", "clone-pools", "--image", image)
+	out, code = run(t, ctx, c, acmd, viewer, "roll", "clone-pools", "--image", image)
 	if code == 0 || !forbidden(out) {
 		t.Fatalf("viewer clone-pools must be Forbidden: exit %d", code)
 	}
@@ -269,7 +277,14 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	if len(files) == 0 || len(cms.Items) == 0 {
 		t.Fatalf("retire kept no backup: %d file(s), %d ConfigMap(s) in ate-workers", len(files), len(cms.Items))
 	}
-	if s := status(viewer); len(s.Cluster.OldPools()) != 0 {
-		t.Fatalf("old pools left after retire: %s", fmt.Sprint(s.Cluster.OldPools()))
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"python-small", "python-large"} {
+		_, err := dyn.Resource(ate.WorkerPoolGVR).Namespace("ate-workers").Get(ctx, name, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("old pool ate-workers/%s after the operator's retire: %v", name, err)
+		}
 	}
 }
