@@ -7,8 +7,9 @@
 # with chroot. tt-flash and tt-smi come from PyPI, which only the release
 # pipeline reaches: they are not checked here.
 #
-# The root filesystem is cached in .cache/node-agent-rootfs (git-ignored) and
-# rebuilt only when the package list or the suite change. Needs root
+# The root filesystem is cached in .cache/node-agent-rootfs (git-ignored; or
+# $ROLLBOOK_IMAGE_CACHE, e.g. a directory kept across CI clones) and rebuilt
+# only when the package list or the suite change. Needs root
 # (debootstrap, chroot); installs debootstrap with apt-get when missing.
 # DEBIAN_MIRROR overrides the mirror, which defaults to this machine's apt one.
 set -euo pipefail
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 containerfile=build/Containerfile
 packages_file=build/packages.txt
-cache=.cache/node-agent-rootfs
+cache=${ROLLBOOK_IMAGE_CACHE:-.cache/node-agent-rootfs}
 rootfs=$cache/root
 
 fail() { echo "image-check: $*" >&2; exit 1; }
