@@ -220,19 +220,19 @@ so it never races a roll.`,
 			if err != nil {
 				return err
 			}
-			defer func() { _ = sess.Abort() }()
 			if dryRun {
 				sess.Progress.Printf("would call %s with %s", m.FullName(), orEmpty(body))
-				return nil
+				return sess.Fail(nil)
 			}
 			err = s.api.Call(ctx, m, body, g.IOStreams.Out)
 			svc := corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: ate.Namespace, Name: ateapi.DefaultService}
 			if err != nil {
-				sess.Recorder.Record(ctx, svc, true, "APICallFailed", s.client.Scrub(fmt.Sprintf("%s: %v", m.FullName(), err)))
-				return s.explain(err)
+				err = s.explain(err)
+				sess.Recorder.Record(ctx, svc, true, "APICallFailed", fmt.Sprintf("%s: %v", m.FullName(), err))
+				return sess.Fail(err)
 			}
 			sess.Recorder.Record(ctx, svc, false, "APICalled", fmt.Sprintf("called %s (run %s)", m.FullName(), sess.RunID))
-			return nil
+			return sess.Fail(nil)
 		},
 	}
 	conn.add(cmd.Flags())

@@ -18,7 +18,7 @@ import (
 	"github.com/rollbook/rollbook/pkg/ate/atecmd"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
-	"github.com/rollbook/rollbook/pkg/runbook"
+	"github.com/rollbook/rollbook/pkg/cli/lease"
 )
 
 func TestMain(m *testing.M) {
@@ -184,13 +184,13 @@ func TestMutatingCallTakesTheLease(t *testing.T) {
 
 	// Someone else holds the roll's Lease: the mutating call is refused
 	// with exit 4 and sends nothing; reads still run.
-	lock, err := runbook.Acquire(ctx, c.Client, ate.Namespace, ate.LockName,
-		runbook.Holder{User: "someone", Host: "elsewhere", PID: 1, RunID: cli.NewRunID()}, runbook.LockOptions{})
+	other := lease.CurrentHolder(ctx, c.Client, cli.NewRunID())
+	lock, err := lease.Acquire(ctx, c.Client, ate.Namespace, ate.LockName, other, lease.LockOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, errOut, code = run(t, ctx, "", "api", "call", "ResumeActor", "-d", req, "--yes")
-	if code != cli.ExitLocked || !strings.Contains(errOut, "someone") {
+	if code != cli.ExitLocked || !strings.Contains(errOut, other.RunID) {
 		t.Fatalf("ResumeActor while another run holds the Lease: exit %d", code)
 	}
 	called := metav1.ListOptions{FieldSelector: "reason=APICalled"}
