@@ -128,6 +128,7 @@ type NotFoundError struct {
 	Candidates []string
 }
 
+// Error names the method and the near names.
 func (e *NotFoundError) Error() string {
 	msg := fmt.Sprintf("the API has no method %q", e.Name)
 	if len(e.Candidates) > 0 {
@@ -257,7 +258,10 @@ func kind(d desc.Descriptor) string {
 // RequestError is a request that does not fit the method's input message.
 type RequestError struct{ Err error }
 
+// Error is the parse error.
 func (e *RequestError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the parse error.
 func (e *RequestError) Unwrap() error { return e.Err }
 
 // StatusError is a call the server answered with a non-OK status.
@@ -267,6 +271,7 @@ type StatusError struct {
 	Message string
 }
 
+// Error is "METHOD: CODE: MESSAGE".
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("%s: %s: %s", e.Method, e.Code, e.Message)
 }
@@ -277,7 +282,8 @@ func (e *StatusError) Error() string {
 // *StatusError.
 func (a *API) Call(ctx context.Context, m Method, data string, out io.Writer) error {
 	if m.Streaming == "client" || m.Streaming == "bidi" {
-		return &RequestError{Err: fmt.Errorf("%s takes a stream of requests; only unary and server-streaming methods can be called", m.Name)}
+		return &RequestError{Err: fmt.Errorf("%s takes a stream of requests; only unary and server-streaming methods can be called",
+			m.Name)}
 	}
 	parser, formatter, err := grpcurl.RequestParserAndFormatter(grpcurl.FormatJSON, a.src, strings.NewReader(data), grpcurl.FormatOptions{})
 	if err != nil {

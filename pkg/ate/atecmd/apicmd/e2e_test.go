@@ -53,15 +53,18 @@ func TestListShowsTheServiceMethods(t *testing.T) {
 		t.Errorf("api list shows the reflection service")
 	}
 	out, _, code = run(t, ctx, "", "api", "list", "-o", "json")
-	var methods []struct {
-		Service, Name string
-		ReadOnly      bool
+	var doc struct {
+		APIVersion, Kind string
+		Items            []struct {
+			Service, Name string
+			ReadOnly      bool
+		}
 	}
-	if err := json.Unmarshal([]byte(out), &methods); err != nil || code != 0 {
-		t.Fatalf("api list -o json: exit %d, %v", code, err)
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || doc.APIVersion == "" || doc.Kind == "" {
+		t.Fatalf("api list -o json: exit %d, %v, apiVersion %q kind %q", code, err, doc.APIVersion, doc.Kind)
 	}
 	kinds := map[string]bool{}
-	for _, m := range methods {
+	for _, m := range doc.Items {
 		kinds[m.Name] = m.ReadOnly
 	}
 	if ro, ok := kinds["ListWorkers"]; !ok || !ro {
