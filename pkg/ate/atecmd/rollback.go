@@ -102,17 +102,18 @@ func rollbackAll(ctx context.Context, g *cli.Globals, n *nodeFlags) error {
 		return err
 	}
 	// 2+3. The clones, then the NEW atelet.
-	s, ctx, err := cli.StartSession(ctx, g, n.run, "ate", ate.LockName)
+	// sctx ends with the session; the stray check after Finish uses ctx.
+	s, sctx, err := cli.StartSession(ctx, g, n.run, "ate", ate.LockName)
 	if err != nil {
 		return err
 	}
-	client, err := n.api.dial(ctx, g)
+	client, err := n.api.dial(sctx, g)
 	if err != nil {
 		_ = s.Abort()
 		return err
 	}
 	defer client.Close()
-	res := runbook.Run(ctx, ate.RollbackRunbook(s.Client, dyn, client, s.Recorder), []runbook.Target{runbook.ScopeTarget{Scope: "roll"}},
+	res := runbook.Run(sctx, ate.RollbackRunbook(s.Client, dyn, client, s.Recorder), []runbook.Target{runbook.ScopeTarget{Scope: "roll"}},
 		runbook.Options{RunID: s.RunID, DryRun: n.run.DryRun, Reporter: s.Progress})
 	next := "run the commands below from the OLD release's checkout"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {

@@ -262,6 +262,25 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	if s.Counts[newV] != 3 || s.OldPoolPodsRunning != 0 || s.ActorsOnOldPools != 0 {
 		t.Fatalf("after the operator's roll: %+v", s)
 	}
+	// Undo it all as the operator, then roll forward again.
+	if out, code := run(t, ctx, c, acmd, viewer, "rollback", "--wait"); code == 0 || !forbidden(out) {
+		t.Fatalf("viewer rollback must be Forbidden: exit %d", code)
+	}
+	if _, code := run(t, ctx, c, acmd, operator, "rollback", "--wait"); code != 0 {
+		t.Fatalf("operator rollback: exit %d", code)
+	}
+	if s := status(viewer); s.Phase != ate.PhaseNotStarted || s.Counts[newV] != 0 {
+		t.Fatalf("after the operator's rollback: phase %s counts %v", s.Phase, s.Counts)
+	}
+	if out, err := exec.Command(sim, "ate-setup", "deploy-atelet", "--dir", c.Dir, "--version", newV).CombinedOutput(); err != nil {
+		t.Fatalf("deploy atelet again: %v\n%s", err, out)
+	}
+	if _, code := run(t, ctx, c, acmd, operator, "roll", "clone-pools", "--image", image); code != 0 {
+		t.Fatalf("operator clone-pools again: exit %d", code)
+	}
+	if _, code := run(t, ctx, c, acmd, operator, "roll", "next-node", "--all", "--wait"); code != 0 {
+		t.Fatalf("operator roll --all again: exit %d", code)
+	}
 	if out, code := run(t, ctx, c, acmd, viewer, "retire", "--backup-dir", t.TempDir()); code == 0 || !forbidden(out) {
 		t.Fatalf("viewer retire must be Forbidden: exit %d", code)
 	}
