@@ -61,7 +61,7 @@ $(GORELEASER):
 
 dist: $(GORELEASER) ## release snapshot into dist/: archives, checksums, krew manifests (the image only where docker buildx runs)
 	$(GORELEASER) check
-	$(GORELEASER) release --snapshot --clean $$(docker buildx version >/dev/null 2>&1 || echo --skip=docker)
+	ROLLBOOK_COMMIT=$$(git rev-parse HEAD) $(GORELEASER) release --snapshot --clean $$(docker buildx version >/dev/null 2>&1 || echo --skip=docker)
 	ROLLBOOK_DIST=$(CURDIR)/dist $(GO) test -count=1 ./test/e2e/krew
 
 image-check: ## the node-agent image's root filesystem from Debian packages, its tools run in a chroot

@@ -86,8 +86,7 @@ func distDir(t *testing.T) string {
 }
 
 // fullCommit is a full git commit hash; goreleaser's metadata says "none"
-// when the repository has no remote, and the binary then carries the commit
-// Go stamped into it.
+// when the repository has no remote, and make dist then passes the commit.
 var fullCommit = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
 type meta struct {
