@@ -14,8 +14,8 @@ import (
 	"strings"
 
 	"github.com/fullstorydev/grpcurl"
-	"github.com/golang/protobuf/proto" //nolint:staticcheck // grpcurl's RequestSupplier takes this type
-	"github.com/jhump/protoreflect/desc"
+	"github.com/golang/protobuf/proto"   //nolint:staticcheck // grpcurl's RequestSupplier takes this type
+	"github.com/jhump/protoreflect/desc" //nolint:staticcheck // grpcurl's descriptor source speaks these types
 	"github.com/jhump/protoreflect/grpcreflect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"

@@ -150,7 +150,7 @@ func forbidden(out string) bool {
 func TestTTOperatorUpgradesKMDAndViewerOnlyReads(t *testing.T) {
 	c := start(t, simtest.Options{Nodes: 3, Scenario: "tt-fleet"})
 	ctx := simtest.Context(t, 8*time.Minute)
-	tcmd := func(s genericiooptions.IOStreams) *cobra.Command { return ttcmd.NewRootCommand(s) }
+	tcmd := ttcmd.NewRootCommand
 	apply(t, ctx, c, "tt-operator.yaml")
 	apply(t, ctx, c, "rollbook-viewer.yaml")
 
@@ -197,7 +197,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	t.Setenv("ROLLBOOK_SIM_ATE_EVICTION_WINDOW", "3s")
 	c := start(t, simtest.Options{Nodes: 3, Scenario: "ate-fleet"})
 	ctx := simtest.Context(t, 8*time.Minute)
-	acmd := func(s genericiooptions.IOStreams) *cobra.Command { return atecmd.NewRootCommand(s) }
+	acmd := atecmd.NewRootCommand
 	const (
 		newV  = "v0.3.0"
 		image = "registry.example/ateom-gvisor:v0.3.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
