@@ -6,11 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rollbook/rollbook/pkg/cli/lease"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/ui"
@@ -22,18 +25,51 @@ type RunFlags struct {
 	Output        string
 	StealLock     bool
 	LockNamespace string
+	badDryRun     string
 }
+
+// dryRunValue is --dry-run, also spelled as kubectl does: --dry-run=client
+// (the same as --dry-run) and --dry-run=none (off). rollbook plans on the
+// client; --dry-run=server is refused rather than silently downgraded.
+type dryRunValue struct{ f *RunFlags }
+
+func (d dryRunValue) String() string {
+	if d.f != nil && d.f.DryRun {
+		return "client"
+	}
+	return "none"
+}
+
+func (d dryRunValue) Set(v string) error {
+	switch strings.ToLower(v) {
+	case "", "true", "client":
+		d.f.DryRun = true
+	case "false", "none":
+		d.f.DryRun = false
+	default:
+		d.f.badDryRun = v
+	}
+	return nil
+}
+
+func (d dryRunValue) Type() string { return "" }
 
 // AddFlags registers --dry-run, -o, --steal-lock and --lock-namespace.
 func (f *RunFlags) AddFlags(fs *pflag.FlagSet, defaultLockNamespace string) {
-	fs.BoolVar(&f.DryRun, "dry-run", false, "print the plan — every step and every object it would change — and change nothing")
+	fs.Var(dryRunValue{f}, "dry-run", "print the plan — every step and every object it would change — and change nothing "+
+		"(also --dry-run=client; --dry-run=none is off)")
+	fs.Lookup("dry-run").NoOptDefVal = "client"
 	fs.StringVarP(&f.Output, "output", "o", "", "output format of the result: json|yaml (progress then goes to stderr)")
-	fs.BoolVar(&f.StealLock, "steal-lock", false, "take over the lock from a run that stopped renewing it (never from a live one)")
+	fs.BoolVar(&f.StealLock, "steal-lock", false, "take over the lock even from a run that still renews it "+
+		"(a live but stuck run; it stops acting at its next renewal). A dead holder is taken over without this flag")
 	fs.StringVar(&f.LockNamespace, "lock-namespace", defaultLockNamespace, "namespace of the Lease that keeps two runs from fighting")
 }
 
 // Validate rejects bad values before any API call.
 func (f *RunFlags) Validate() error {
+	if f.badDryRun != "" {
+		return UsageErrorf("--dry-run=%s: rollbook plans on the client; use --dry-run (or --dry-run=client)", f.badDryRun)
+	}
 	if err := ui.ValidateOutput(f.Output, "json", "yaml"); err != nil {
 		return UsageErrorf("%v", err)
 	}
@@ -41,7 +77,8 @@ func (f *RunFlags) Validate() error {
 }
 
 // Session is one run of a runbook command: its ID, the lock it holds, and
-// where progress and mutations are reported.
+// where progress and mutations are reported. Every command that changes the
+// cluster runs its runbooks through one Session.
 type Session struct {
 	RunID    string
 	Client   kubernetes.Interface
@@ -49,13 +86,18 @@ type Session struct {
 	Progress *ui.Progress
 	// Recorder prints each mutation and writes it as an Event.
 	Recorder kube.Recorder
-	lock     *runbook.Lock
+	lock     *lease.Lock
 	globals  *Globals
+	cancel   context.CancelFunc
 }
 
-// StartSession connects, takes the Lease lockName (not for dry runs, which
-// only warn when someone holds it) and sets up reporting. ctx is replaced
-// by one that is cancelled if the lock is lost. Call Finish when done.
+// DryRun reports whether the session only plans.
+func (s *Session) DryRun() bool { return s.Flags.DryRun }
+
+// StartSession connects, says where it acts, takes the Lease lockName (not
+// for dry runs, which only note a holder) and sets up reporting. ctx is
+// replaced by one that is cancelled if the lock is lost. End the session with
+// Finish or Fail.
 func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName string) (*Session, context.Context, error) {
 	cs, err := g.Factory.KubernetesClientSet()
 	if err != nil {
@@ -67,36 +109,89 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 		progressOut = g.IOStreams.ErrOut
 	}
 	s.Progress = ui.NewProgress(progressOut)
+	s.Progress.Printf("%s", Where(g))
 	s.Recorder = kube.Recorders{s.Progress, &kube.EventWriter{Client: cs, Component: "kubectl-" + plugin, Instance: s.RunID}}
 	if f.DryRun {
 		s.Recorder = s.Progress
-		if held, err := runbook.Peek(ctx, cs, f.LockNamespace, lockName, 0); err == nil && held != nil {
+		if held, err := lease.Peek(ctx, cs, f.LockNamespace, lockName); err == nil && held != nil {
 			s.Progress.Printf("note: %v", held)
 		}
 		return s, ctx, nil
 	}
-	holder := runbook.CurrentHolder(ctx, cs, s.RunID)
-	lock, err := runbook.Acquire(ctx, cs, f.LockNamespace, lockName, holder, runbook.LockOptions{Steal: f.StealLock})
+	holder := lease.CurrentHolder(ctx, cs, s.RunID)
+	lock, err := lease.Acquire(ctx, cs, f.LockNamespace, lockName, holder, lease.LockOptions{
+		Steal:  f.StealLock,
+		Notify: func(msg string) { s.Progress.Printf("%s", msg) },
+	})
 	if err != nil {
 		s.Progress.Close()
 		return nil, ctx, err
 	}
 	s.lock = lock
-	ctx, _ = lock.WithLock(ctx)
+	ctx, s.cancel = lock.WithLock(ctx)
 	return s, ctx, nil
 }
 
-// Finish prints the result (text summary with the next command, or JSON/YAML
-// on stdout), releases the lock and returns an error carrying the exit code.
-func (s *Session) Finish(r runbook.Result, next string) error {
-	s.Progress.Close()
-	if s.lock != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.lock.Release(ctx); err != nil {
-			fmt.Fprintf(s.globals.IOStreams.ErrOut, "warning: could not release the lock: %v (it expires by itself)\n", err)
-		}
+// Where is the line every mutating run starts with: the kube context,
+// cluster and user it acts as (never a credential).
+func Where(g *Globals) string {
+	raw, err := g.ConfigFlags.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return "acting on: (kubeconfig unreadable: " + err.Error() + ")"
 	}
+	name := raw.CurrentContext
+	if c := g.ConfigFlags.Context; c != nil && *c != "" {
+		name = *c
+	}
+	kctx := raw.Contexts[name]
+	if kctx == nil {
+		return fmt.Sprintf("acting on context %q", name)
+	}
+	cluster, user := kctx.Cluster, kctx.AuthInfo
+	if c := g.ConfigFlags.ClusterName; c != nil && *c != "" {
+		cluster = *c
+	}
+	if u := g.ConfigFlags.AuthInfoName; u != nil && *u != "" {
+		user = *u
+	}
+	line := fmt.Sprintf("acting on context %q (cluster %q, user %q", name, cluster, user)
+	if as := g.ConfigFlags.Impersonate; as != nil && *as != "" {
+		line += fmt.Sprintf(", as %q", *as)
+	}
+	return line + ")"
+}
+
+// Run runs rb over targets in this session.
+func Run[F any](ctx context.Context, s *Session, rb *runbook.Runbook[F], targets []runbook.Target, o runbook.Options) runbook.Result {
+	o.RunID, o.DryRun = s.RunID, s.DryRun()
+	if o.Reporter == nil {
+		o.Reporter = s.Progress
+	}
+	return runbook.Run(ctx, rb, targets, o)
+}
+
+// SetMaxOutOfService declares on the held Lease how many nodes this run may
+// take out of service at once, so anyone watching (the simulated cluster's
+// invariant monitor, a person with kubectl) can check the run keeps to it.
+func (s *Session) SetMaxOutOfService(ctx context.Context, n int) error {
+	if s.lock == nil {
+		return nil
+	}
+	v := strconv.Itoa(n)
+	return s.lock.SetAnnotation(ctx, AnnMaxOutOfService, &v)
+}
+
+// AnnMaxOutOfService is the Lease annotation SetMaxOutOfService writes.
+const AnnMaxOutOfService = "rollbook.dev/max-out-of-service"
+
+// Finish says what the run leaves behind on nodes it did not finish, prints
+// the result (text summary with the next command, or JSON/YAML on stdout),
+// releases the lock and returns an error carrying the exit code.
+func (s *Session) Finish(r runbook.Result, next string) error {
+	if !s.DryRun() {
+		s.markLeftCordoned(r)
+	}
+	s.end()
 	if s.Flags.Output != "" {
 		if err := ui.PrintObject(s.globals.IOStreams.Out, s.Flags.Output, r); err != nil {
 			return err
@@ -107,6 +202,59 @@ func (s *Session) Finish(r runbook.Result, next string) error {
 	return OutcomeError(r)
 }
 
+// Fail ends a session that stopped before or between runbooks with err:
+// it releases the lock and returns err for the command to report.
+func (s *Session) Fail(err error) error {
+	s.end()
+	return err
+}
+
+func (s *Session) end() {
+	s.Progress.Close()
+	if s.lock != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.lock.Release(ctx); err != nil {
+			fmt.Fprintf(s.globals.IOStreams.ErrOut, "warning: could not release the lock: %v (it expires by itself)\n", err)
+		}
+		s.lock = nil
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+}
+
+// markLeftCordoned writes, on every node of r that the run did not finish
+// and that stays cordoned by rollbook, why it is cordoned: the cluster then
+// says so too, not only this terminal.
+func (s *Session) markLeftCordoned(r runbook.Result) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, t := range r.Targets {
+		node, ok := strings.CutPrefix(t.Target, "node/")
+		if !ok || t.Outcome == runbook.OutcomeDone || t.Outcome == runbook.OutcomePlanned {
+			continue
+		}
+		why := fmt.Sprintf("run %s stopped (%s) at step %s", r.RunID, t.Outcome, t.State)
+		if t.Error != "" {
+			why += ": " + t.Error
+		}
+		if marked, err := kube.MarkLeftCordoned(ctx, s.Client, node, why); err != nil {
+			s.Progress.Printf("warning: could not record on node/%s why it stays cordoned: %v", node, err)
+		} else if marked {
+			s.Progress.Printf("node/%s stays cordoned by rollbook: %s", node, why)
+		}
+	}
+}
+
+// Abort ends a session that failed before it ran anything.
+//
+// Deprecated: use Fail, which also returns the error to report.
+func (s *Session) Abort() error { s.end(); return nil }
+
+// Lock is the held lock, or nil for a dry run.
+func (s *Session) Lock() *lease.Lock { return s.lock }
+
 // OutcomeError maps a run's outcome to an error with the matching exit code
 // (nil when done or planned).
 func OutcomeError(r runbook.Result) error {
@@ -115,6 +263,8 @@ func OutcomeError(r runbook.Result) error {
 		return nil
 	case runbook.OutcomeBlocked:
 		return WithExitCode(ExitBlocked, errors.New("blocked: a step needs a person (see above); fix it and re-run the same command"))
+	case runbook.OutcomePaused:
+		return nil
 	case runbook.OutcomeInterrupted:
 		return WithExitCode(ExitFailed, errors.New("interrupted; re-run the same command to continue where it stopped"))
 	default:
@@ -128,18 +278,3 @@ func NewRunID() string {
 	_, _ = rand.Read(b)
 	return time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b)
 }
-
-// Abort ends a session that failed before it ran anything: it releases the
-// lock and prints nothing.
-func (s *Session) Abort() error {
-	s.Progress.Close()
-	if s.lock == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return s.lock.Release(ctx)
-}
-
-// Lock is the held lock, or nil for a dry run.
-func (s *Session) Lock() *runbook.Lock { return s.lock }

@@ -28,6 +28,9 @@ type Options struct {
 	// by default the run halts (targets in progress finish their step).
 	KeepGoing bool
 	Reporter  Reporter
+	// Paused, when set, is asked before each target starts; a paused roll
+	// starts no new target (targets in progress finish) and ends "paused".
+	Paused func(ctx context.Context) (paused bool, why string)
 	// Now is the clock; tests may fix it.
 	Now func() time.Time
 }
@@ -50,9 +53,10 @@ func Run[F any](ctx context.Context, rb *Runbook[F], targets []Target, o Options
 	}
 	results := make([]TargetResult, len(targets))
 	var (
-		mu     sync.Mutex
-		halted bool
-		wg     sync.WaitGroup
+		mu        sync.Mutex
+		halted    bool
+		pausedWhy string
+		wg        sync.WaitGroup
 	)
 	slots := make(chan struct{}, o.Parallel)
 	for i, t := range targets {
@@ -65,11 +69,19 @@ func Run[F any](ctx context.Context, rb *Runbook[F], targets []Target, o Options
 		mu.Lock()
 		stop := halted || ctx.Err() != nil
 		mu.Unlock()
-		if stop {
+		if !stop && !o.DryRun && o.Paused != nil && pausedWhy == "" {
+			if p, why := o.Paused(ctx); p {
+				pausedWhy = why
+			}
+		}
+		if stop || pausedWhy != "" {
 			if got {
 				<-slots
 			}
 			results[i] = TargetResult{Target: t.Name(), Outcome: OutcomeSkipped, State: "not started"}
+			if pausedWhy != "" && !stop {
+				results[i].Outcome, results[i].Error = OutcomePaused, pausedWhy
+			}
 			continue
 		}
 		wg.Add(1)
@@ -88,7 +100,7 @@ func Run[F any](ctx context.Context, rb *Runbook[F], targets []Target, o Options
 	}
 	wg.Wait()
 	for _, r := range results {
-		res.Outcome = worst(res.Outcome, r.Outcome)
+		res.Outcome = Worst(res.Outcome, r.Outcome)
 	}
 	if res.Outcome == OutcomeSkipped {
 		res.Outcome = OutcomeInterrupted
@@ -97,8 +109,24 @@ func Run[F any](ctx context.Context, rb *Runbook[F], targets []Target, o Options
 	return res
 }
 
-// timerKey names the annotation holding the start of the step in progress.
-func timerKey(rb string) string { return "rollbook.dev/" + rb + ".step-started" }
+// TimerKey names the annotation holding the start of runbook rb's step in
+// progress on a target: "<step-id>@<RFC3339>".
+func TimerKey(rb string) string { return "rollbook.dev/" + rb + ".step-started" }
+
+// StepClock reads runbook rb's step clock from a target's annotations: the
+// step in progress and when its budget started.
+func StepClock(annotations map[string]string, rb string) (stepID string, started time.Time, ok bool) {
+	v, found := annotations[TimerKey(rb)]
+	if !found {
+		return "", time.Time{}, false
+	}
+	id, at, found := cut(v)
+	if !found {
+		return "", time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, at)
+	return id, t, err == nil
+}
 
 func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) TargetResult {
 	tr := TargetResult{Target: t.Name(), Outcome: OutcomeDone, State: "done"}
@@ -108,9 +136,24 @@ func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) 
 		return tr
 	}
 	current := -1 // index of the first step that was not done
+	clockStep := ""
+	if rb.Annotation != nil && !o.DryRun {
+		if v, ok := rb.Annotation(facts, TimerKey(rb.Name)); ok {
+			clockStep, _, _ = cut(v)
+		}
+	}
 	for i, s := range rb.Steps {
 		sr := StepResult{ID: s.ID, Title: s.Title, Budget: s.Timeout}
 		done, ev := s.Done(facts)
+		if done && clockStep == s.ID {
+			// A clock left by an interrupted run of a step that is done now
+			// (finished by that run, or by hand) must not bill a later run.
+			if err := t.SetAnnotation(ctx, TimerKey(rb.Name), nil); err != nil {
+				tr.Outcome, tr.State, tr.Error = OutcomeFailed, s.ID, fmt.Sprintf("clear step clock: %v", err)
+				return tr
+			}
+			clockStep = ""
+		}
 		if done {
 			sr.Status, sr.Evidence = StepDone, ev
 			tr.Steps = append(tr.Steps, sr)
@@ -156,7 +199,7 @@ func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) 
 				// after a fix gets a fresh budget. Only an interrupted step
 				// keeps its clock.
 				clear, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				_ = t.SetAnnotation(clear, timerKey(rb.Name), nil)
+				_ = t.SetAnnotation(clear, TimerKey(rb.Name), nil)
 				cancel()
 			}
 			return finish(rb, facts, t, o, tr, sr, i, outcome)
@@ -220,7 +263,7 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 		return facts, sr, fmt.Errorf("acted, but the result is not visible in the cluster: %s", ev)
 	}
 	if s.Timeout > 0 {
-		if err := t.SetAnnotation(ctx, timerKey(rb.Name), nil); err != nil {
+		if err := t.SetAnnotation(ctx, TimerKey(rb.Name), nil); err != nil {
 			return facts, sr, err
 		}
 	}
@@ -232,7 +275,7 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 // startClock returns when the step's budget started: the time stored on the
 // target by an earlier run of the same step, or now (which it stores).
 func startClock(ctx context.Context, t Target, read func(context.Context, string) (string, bool, error), rb, stepID string, now time.Time) (time.Time, error) {
-	key := timerKey(rb)
+	key := TimerKey(rb)
 	v, ok, err := read(ctx, key)
 	if err != nil {
 		return now, err

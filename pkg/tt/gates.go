@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,10 +35,10 @@ func closeGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder,
 					prior[g] = nil
 				}
 			}
-			change.Labels[g] = kube.Ptr("false")
+			change.Labels[g] = ptr.To("false")
 		}
 		b, _ := json.Marshal(prior)
-		change.Annotations = map[string]*string{AnnGatesPrior: kube.Ptr(string(b))}
+		change.Annotations = map[string]*string{AnnGatesPrior: ptr.To(string(b))}
 		return change, nil
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"sort"
 	"strings"
 	"time"
@@ -350,7 +351,7 @@ func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Reco
 		Persisted: r.Persisted, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)})
 	n, err := kube.SetNodeKeys(ctx, cs, node.Name, kube.NodeChange{
 		Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},
-		Annotations: map[string]*string{AnnKMDResult: kube.Ptr(string(b))},
+		Annotations: map[string]*string{AnnKMDResult: ptr.To(string(b))},
 	})
 	if err != nil {
 		return err
