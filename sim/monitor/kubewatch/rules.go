@@ -144,8 +144,8 @@ func running(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Spec.NodeName != ""
 }
 
-// skews returns, keyed by worker pod and atelet pod, each Running worker
-// pod pinned to a version next to a Running atelet of another version.
+// skews returns, keyed "<worker ns/name> <atelet ns/name>", each Running
+// worker pod pinned to a version next to a Running atelet of another version.
 func skews(workers, atelets []*corev1.Pod) map[string]string {
 	byNode := map[string][]*corev1.Pod{}
 	for _, a := range atelets {

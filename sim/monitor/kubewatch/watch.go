@@ -3,6 +3,7 @@ package kubewatch
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -235,17 +236,9 @@ func (w *watcher) checkState(now time.Time) {
 	}
 	sk := skews(listOf[*corev1.Pod](w.workers), listOf[*corev1.Pod](w.atelets))
 	for _, k := range w.skewEps.observe(now, sk, w.cfg.SkewGrace) {
-		w.report(monitor.RuleVersionSkew, "pod/"+k[:indexSpace(k)], fmt.Sprintf("%s for %s", sk[k], w.cfg.SkewGrace))
+		workerPod, _, _ := strings.Cut(k, " ")
+		w.report(monitor.RuleVersionSkew, "pod/"+workerPod, fmt.Sprintf("%s for %s", sk[k], w.cfg.SkewGrace))
 	}
-}
-
-func indexSpace(s string) int {
-	for i := range s {
-		if s[i] == ' ' {
-			return i
-		}
-	}
-	return len(s)
 }
 
 // podDeleted checks a worker pod's deletion against the node's version.
