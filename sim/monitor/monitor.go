@@ -4,7 +4,9 @@
 //
 // The monitor decides what is unsafe from the sim's own model of hosts and
 // the substrate, never from rollbook's predicates: a wrong predicate in a
-// plugin must show up here as a violation, not as agreement.
+// plugin must show up here as a violation, not as agreement. The rules that
+// Kubernetes objects alone decide are watched by package kubewatch, which
+// `sim up` starts for every scenario; the simulated peers report the rest.
 package monitor
 
 import (
