@@ -2,6 +2,7 @@ package kubewatch
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -34,8 +35,9 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	if os.Getenv("ROLLBOOK_SIM_SHORT") != "" {
-		fmt.Println("kubewatch: ROLLBOOK_SIM_SHORT set: only the pure rule tests run")
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("kubewatch: -short: no control plane, only the pure rule tests run")
 		return m.Run()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -90,7 +92,7 @@ func runMain(m *testing.M) int {
 func cluster_(t *testing.T) *cluster.Cluster {
 	t.Helper()
 	if sim == nil {
-		t.Skip("ROLLBOOK_SIM_SHORT set: no cluster started")
+		t.Skip("-short: no control plane started")
 	}
 	return sim
 }

@@ -193,7 +193,7 @@ func poolOf(obj any) *pool {
 
 func (w *watcher) report(rule, object, detail string) {
 	w.cfg.Logf("invariant monitor: %s %s: %s", rule, object, detail)
-	w.cfg.Monitor.Report(rule, object, detail)
+	w.cfg.Monitor.ReportEach(rule, object, detail)
 }
 
 func listOf[T any](inf cache.SharedIndexInformer) []T {
