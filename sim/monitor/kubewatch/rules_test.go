@@ -169,6 +169,7 @@ func phase(ph corev1.PodPhase) func(*corev1.Pod) { return func(p *corev1.Pod) { 
 func terminating(p *corev1.Pod)                  { p.DeletionTimestamp = &metav1.Time{Time: t0} }
 
 func TestSkews(t *testing.T) {
+	pods := func(ps ...*corev1.Pod) []*corev1.Pod { return ps }
 	imageOnly := pod("ate-system", "atelet-img", "n1", func(p *corev1.Pod) {
 		p.Spec.Containers = []corev1.Container{{Image: "registry:5000/atelet:v2"}}
 	})
@@ -178,19 +179,19 @@ func TestSkews(t *testing.T) {
 		atelets []*corev1.Pod
 		want    int
 	}{
-		{"same version", []*corev1.Pod{pod("w", "p", "n1", worker("small", "v1"))}, []*corev1.Pod{pod("ate-system", "a", "n1", atelet("v1"))}, 0},
-		{"other version", []*corev1.Pod{pod("w", "p", "n1", worker("small", "v1"))}, []*corev1.Pod{pod("ate-system", "a", "n1", atelet("v2"))}, 1},
-		{"other node", []*corev1.Pod{pod("w", "p", "n2", worker("small", "v1"))}, []*corev1.Pod{pod("ate-system", "a", "n1", atelet("v2"))}, 0},
-		{"unpinned pool ignored", []*corev1.Pod{pod("w", "p", "n1", worker("small", ""))}, []*corev1.Pod{pod("ate-system", "a", "n1", atelet("v2"))}, 0},
-		{"worker pending", []*corev1.Pod{pod("w", "p", "n1", worker("small", "v1"), phase(corev1.PodPending))},
-			[]*corev1.Pod{pod("ate-system", "a", "n1", atelet("v2"))}, 0},
-		{"worker terminating", []*corev1.Pod{pod("w", "p", "n1", worker("small", "v1"), terminating)},
-			[]*corev1.Pod{pod("ate-system", "a", "n1", atelet("v2"))}, 0},
-		{"atelet pending", []*corev1.Pod{pod("w", "p", "n1", worker("small", "v1"))},
-			[]*corev1.Pod{pod("ate-system", "a", "n1", atelet("v2"), phase(corev1.PodPending))}, 0},
-		{"atelet version from image", []*corev1.Pod{pod("w", "p", "n1", worker("small", "v1"))}, []*corev1.Pod{imageOnly}, 1},
-		{"two atelets, one matches", []*corev1.Pod{pod("w", "p", "n1", worker("small", "v1"))},
-			[]*corev1.Pod{pod("ate-system", "a", "n1", atelet("v1")), pod("ate-system", "b", "n1", atelet("v2"))}, 1},
+		{"same version", pods(pod("w", "p", "n1", worker("small", "v1"))), pods(pod("ate-system", "a", "n1", atelet("v1"))), 0},
+		{"other version", pods(pod("w", "p", "n1", worker("small", "v1"))), pods(pod("ate-system", "a", "n1", atelet("v2"))), 1},
+		{"other node", pods(pod("w", "p", "n2", worker("small", "v1"))), pods(pod("ate-system", "a", "n1", atelet("v2"))), 0},
+		{"unpinned pool ignored", pods(pod("w", "p", "n1", worker("small", ""))), pods(pod("ate-system", "a", "n1", atelet("v2"))), 0},
+		{"worker pending", pods(pod("w", "p", "n1", worker("small", "v1"), phase(corev1.PodPending))),
+			pods(pod("ate-system", "a", "n1", atelet("v2"))), 0},
+		{"worker terminating", pods(pod("w", "p", "n1", worker("small", "v1"), terminating)),
+			pods(pod("ate-system", "a", "n1", atelet("v2"))), 0},
+		{"atelet pending", pods(pod("w", "p", "n1", worker("small", "v1"))),
+			pods(pod("ate-system", "a", "n1", atelet("v2"), phase(corev1.PodPending))), 0},
+		{"atelet version from image", pods(pod("w", "p", "n1", worker("small", "v1"))), []*corev1.Pod{imageOnly}, 1},
+		{"two atelets, one matches", pods(pod("w", "p", "n1", worker("small", "v1"))),
+			pods(pod("ate-system", "a", "n1", atelet("v1")), pod("ate-system", "b", "n1", atelet("v2"))), 1},
 	} {
 		got := skews(tc.workers, tc.atelets)
 		if len(got) != tc.want {
@@ -200,7 +201,8 @@ func TestSkews(t *testing.T) {
 }
 
 func rs(replicas int32, opts ...func(*appsv1.ReplicaSet)) *appsv1.ReplicaSet {
-	r := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "w", Name: "small-rs"}, Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(replicas)}}
+	r := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "w", Name: "small-rs"},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(replicas)}}
 	for _, o := range opts {
 		o(r)
 	}
