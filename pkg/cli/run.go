@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/cli/lease"
+	"github.com/rollbook/rollbook/pkg/journal"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/ui"
@@ -89,6 +90,9 @@ type Session struct {
 	lock     *lease.Lock
 	globals  *Globals
 	cancel   context.CancelFunc
+	plugin   string
+	lockName string
+	journal  *journal.Writer
 }
 
 // DryRun reports whether the session only plans.
@@ -103,7 +107,7 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	if err != nil {
 		return nil, ctx, err
 	}
-	s := &Session{RunID: NewRunID(), Client: cs, Flags: f, globals: g}
+	s := &Session{RunID: NewRunID(), Client: cs, Flags: f, globals: g, plugin: plugin, lockName: lockName}
 	progressOut := g.IOStreams.Out
 	if f.Output != "" {
 		progressOut = g.IOStreams.ErrOut
@@ -129,7 +133,29 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	}
 	s.lock = lock
 	ctx, s.cancel = lock.WithLock(ctx)
+	s.journal = &journal.Writer{Client: cs, Namespace: f.LockNamespace, Name: journal.Name(plugin),
+		Base: journal.Entry{Run: s.RunID, User: holder.User, Host: holder.Host, Command: holder.Command}}
+	s.Recorder = append(s.Recorder.(kube.Recorders), s.journal)
+	started := "run started"
+	if note := lock.TakeoverNote(); note != "" {
+		started += "; " + note
+	}
+	s.note(ctx, "RunStarted", started)
 	return s, ctx, nil
+}
+
+// note journals a line about the run itself (its start and end).
+func (s *Session) note(ctx context.Context, reason, message string) {
+	if s.journal == nil {
+		return
+	}
+	e := s.journal.Base
+	e.Object, e.Reason, e.Message = "lease/"+s.Flags.LockNamespace+"/"+s.lockName, reason, message
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.journal.Append(wctx, e); err != nil {
+		s.Progress.Printf("warning: could not write the run's history: %v", err)
+	}
 }
 
 // Where is the line every mutating run starts with: the kube context,
@@ -161,13 +187,27 @@ func Where(g *Globals) string {
 	return line + ")"
 }
 
-// Run runs rb over targets in this session.
+// Run runs rb over targets in this session. It honours a pause (kubectl
+// <plugin> pause) before each target starts.
 func Run[F any](ctx context.Context, s *Session, rb *runbook.Runbook[F], targets []runbook.Target, o runbook.Options) runbook.Result {
 	o.RunID, o.DryRun = s.RunID, s.DryRun()
 	if o.Reporter == nil {
 		o.Reporter = s.Progress
 	}
+	if o.Paused == nil {
+		o.Paused = s.Paused
+	}
 	return runbook.Run(ctx, rb, targets, o)
+}
+
+// Paused reports whether the roll is paused, and by whom. A pause that
+// cannot be read counts as none: the lock already guards against a second run.
+func (s *Session) Paused(ctx context.Context) (bool, string) {
+	p, err := lease.ReadPause(ctx, s.Client, s.Flags.LockNamespace, s.lockName)
+	if err != nil || p == nil {
+		return false, ""
+	}
+	return true, fmt.Sprintf("%s; `kubectl %s resume`, then re-run this command", p, s.plugin)
 }
 
 // SetMaxOutOfService declares on the held Lease how many nodes this run may
@@ -190,6 +230,7 @@ const AnnMaxOutOfService = "rollbook.dev/max-out-of-service"
 func (s *Session) Finish(r runbook.Result, next string) error {
 	if !s.DryRun() {
 		s.markLeftCordoned(r)
+		s.note(context.Background(), "RunFinished", "outcome "+string(r.Outcome))
 	}
 	s.end()
 	if s.Flags.Output != "" {
@@ -205,6 +246,9 @@ func (s *Session) Finish(r runbook.Result, next string) error {
 // Fail ends a session that stopped before or between runbooks with err:
 // it releases the lock and returns err for the command to report.
 func (s *Session) Fail(err error) error {
+	if err != nil {
+		s.note(context.Background(), "RunFinished", "stopped: "+err.Error())
+	}
 	s.end()
 	return err
 }
@@ -236,8 +280,8 @@ func (s *Session) markLeftCordoned(r runbook.Result) {
 			continue
 		}
 		why := fmt.Sprintf("run %s stopped (%s) at step %s", r.RunID, t.Outcome, t.State)
-		if t.Error != "" {
-			why += ": " + t.Error
+		if msg := stopReason(t); msg != "" {
+			why += ": " + msg
 		}
 		if marked, err := kube.MarkLeftCordoned(ctx, s.Client, node, why); err != nil {
 			s.Progress.Printf("warning: could not record on node/%s why it stays cordoned: %v", node, err)
@@ -251,6 +295,19 @@ func (s *Session) markLeftCordoned(r runbook.Result) {
 //
 // Deprecated: use Fail, which also returns the error to report.
 func (s *Session) Abort() error { s.end(); return nil }
+
+// stopReason is what stopped a target: its error, or its stopping step's.
+func stopReason(t runbook.TargetResult) string {
+	if t.Error != "" {
+		return t.Error
+	}
+	for _, st := range t.Steps {
+		if st.Error != "" {
+			return st.Error
+		}
+	}
+	return ""
+}
 
 // Lock is the held lock, or nil for a dry run.
 func (s *Session) Lock() *lease.Lock { return s.lock }

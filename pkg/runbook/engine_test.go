@@ -433,3 +433,88 @@ func TestMarkdownListsEveryStep(t *testing.T) {
 		t.Error("markdown lacks guards")
 	}
 }
+
+// A node that fails while cordoned keeps its place in the parallel limit,
+// even when the run keeps going: failures never put more nodes out of
+// service than --max-parallel.
+func TestStoppedTargetOutOfServiceKeepsItsSlot(t *testing.T) {
+	w := newWorld(allNodes...)
+	rb := testRunbook(w, "v10", newCounters(), nil)
+	rb.OutOfService = func(f facts) bool { return f.node.cordonedBy == owner }
+	act := rb.Steps[1].Act
+	rb.Steps[1].Act = func(ctx context.Context, f facts) error {
+		if f.name == "n0" {
+			return errors.New("flash failed")
+		}
+		return act(ctx, f)
+	}
+	res := Run(context.Background(), rb, targets(w, allNodes...), Options{KeepGoing: true, Parallel: 1})
+	if res.Targets[0].Outcome != OutcomeFailed || res.Targets[1].Outcome != OutcomeSkipped || res.Targets[2].Outcome != OutcomeSkipped {
+		t.Fatalf("want n0 failed holding the only slot and the rest not started: %+v", res.Targets)
+	}
+	if !strings.Contains(res.Targets[1].Error, "parallel limit") {
+		t.Fatalf("skipped targets must say why: %+v", res.Targets[1])
+	}
+	if w.snapshot("n1").cordonedBy != "" {
+		t.Fatal("a second node went out of service")
+	}
+	// With two slots, the failed node holds one and the others roll one by one through the other.
+	w2 := newWorld(allNodes...)
+	rb2 := testRunbook(w2, "v10", newCounters(), nil)
+	rb2.OutOfService, rb2.Steps[1].Act = rb.OutOfService, func(ctx context.Context, f facts) error {
+		if f.name == "n0" {
+			return errors.New("flash failed")
+		}
+		w2.update(f.name, func(n *memNode) { n.labels[prepLabel] = "v10" })
+		return nil
+	}
+	res = Run(context.Background(), rb2, targets(w2, allNodes...), Options{KeepGoing: true, Parallel: 2})
+	if res.Targets[1].Outcome != OutcomeDone || res.Targets[2].Outcome != OutcomeDone {
+		t.Fatalf("with a free slot the others must roll: %+v", res.Targets)
+	}
+}
+
+type soakRecorder struct {
+	mu    sync.Mutex
+	soaks int
+}
+
+func (r *soakRecorder) Step(target string, s StepResult) {
+	if target == "soak" && s.Status == StepActed {
+		r.mu.Lock()
+		r.soaks++
+		r.mu.Unlock()
+	}
+}
+func (r *soakRecorder) TargetDone(TargetResult) {}
+
+func TestSoakAfterEveryNodeWhenNoCanary(t *testing.T) {
+	w := newWorld(allNodes...)
+	rep := &soakRecorder{}
+	checks := 0
+	res := Run(context.Background(), testRunbook(w, "v11", newCounters(), nil), targets(w, allNodes...), Options{
+		Soak: 30 * time.Millisecond, Reporter: rep, Health: func(context.Context) error { checks++; return nil },
+	})
+	if res.Outcome != OutcomeDone || rep.soaks != 2 || checks < 2 {
+		t.Fatalf("outcome %s, %d soaks (want 2: between 3 nodes), %d health checks", res.Outcome, rep.soaks, checks)
+	}
+}
+
+func TestCanaryHealthFailurePausesTheRoll(t *testing.T) {
+	w := newWorld(allNodes...)
+	var persisted string
+	res := Run(context.Background(), testRunbook(w, "v12", newCounters(), nil), targets(w, allNodes...), Options{
+		Canary: 1, Soak: time.Second,
+		Health:          func(context.Context) error { return errors.New("node/n0: pod app-1 not Ready") },
+		OnHealthFailure: func(_ context.Context, why string) { persisted = why },
+	})
+	if res.Outcome != OutcomePaused || res.Targets[0].Outcome != OutcomeDone || res.Targets[1].Outcome != OutcomePaused {
+		t.Fatalf("want the canary done and the roll paused: %s %+v", res.Outcome, res.Targets)
+	}
+	if !strings.Contains(persisted, "app-1 not Ready") || !strings.Contains(res.Targets[1].Error, "health check failed") {
+		t.Fatalf("the failed check must pause with its reason: %q / %+v", persisted, res.Targets[1])
+	}
+	if w.snapshot("n1").cordonedBy != "" {
+		t.Fatal("the roll went on after a failed canary")
+	}
+}
