@@ -38,6 +38,7 @@ const (
 	ttTelemetry   = "tt-telemetry"
 	ttInference   = "tt-inference"
 	labelUsesDev  = "tenstorrent.com/uses-device"
+	csiNode       = "csi-node"
 )
 
 // The node mapping (tthost.PlanFleet): plain nodes first, the last plain
@@ -95,8 +96,10 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 	}
 	holders := &tthost.HolderSync{Client: env.Client, Hosts: hosts, Logf: env.Logf}
 	runner := &tthost.Runner{Client: env.Client, Hosts: hosts, Agent: agent, Logf: env.Logf}
+	events := &tthost.HostEvents{Hosts: hosts, Report: env.Monitor}
 	env.Go("tt-holders", holders.Run)
 	env.Go("tt-helper-runner", runner.Run)
+	env.Go("tt-host-events", events.Run)
 	env.Logf("tt helper runner: agent %s, runs logged to %s/runner.log", agent, hosts.Dir)
 	if err := writeBundles(env.Dir); err != nil {
 		return err
@@ -108,6 +111,10 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 		func() error { return createNS(ctx, env, ttWorkloadsNS) },
 		func() error {
 			_, err := env.Client.AppsV1().DaemonSets(ttSystemNS).Create(ctx, telemetryDS(), metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := env.Client.AppsV1().DaemonSets(ttSystemNS).Create(ctx, csiNodeDS(), metav1.CreateOptions{})
 			return err
 		},
 		func() error {
@@ -180,6 +187,34 @@ func telemetryDS() *appsv1.DaemonSet {
 		},
 	}
 }
+
+// csiNodeDS is a CSI node plugin as storage drivers ship it: privileged,
+// host /dev mounted to find block devices, on every node. It never opens
+// /dev/tenstorrent, so it must never count as a device holder.
+func csiNodeDS() *appsv1.DaemonSet {
+	labels := map[string]string{"app.kubernetes.io/name": csiNode}
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: csiNode, Namespace: ttSystemNS, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{
+						Name: "node-driver", Image: "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.37.0",
+						SecurityContext: &corev1.SecurityContext{Privileged: ptrTo(true)},
+						VolumeMounts:    []corev1.VolumeMount{{Name: "dev", MountPath: "/dev"}},
+					}},
+					Volumes: []corev1.Volume{{Name: "dev", VolumeSource: corev1.VolumeSource{
+						HostPath: &corev1.HostPathVolumeSource{Path: "/dev"}}}},
+				},
+			},
+		},
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // inferenceDeployment runs one replica per node at most (required
 // anti-affinity) and leaves one node free, so an evicted replica has

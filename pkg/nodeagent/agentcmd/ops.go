@@ -64,6 +64,7 @@ func newFlashCommand(c *common) *cobra.Command {
 	f.BoolVar(&o.ContinueOnReadbackFailure, "continue-on-readback-failure", false, "flash even if the pre-flash readback fails after one reset")
 	f.BoolVar(&o.Homogenize, "homogenize", true, "pass --force when the chips report different versions")
 	f.StringVar(&o.WorkDir, "work-dir", "", "where to download the bundle (default $TMPDIR)")
+	f.BoolVar(&o.ForceUnload, "force-unload", false, "SIGKILL processes holding /dev/tenstorrent before the flash (needs hostPID)")
 	f.DurationVar(&o.ResetSettle, "reset-settle", 5*time.Second, "pause after a healing reset")
 	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "overall deadline")
 	return cmd
