@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/version"
 )
 
 func newKMDCommand(c *common) *cobra.Command {
@@ -26,6 +27,21 @@ func newKMDCommand(c *common) *cobra.Command {
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "overall deadline")
 	f.DurationVar(&o.UnloadWait, "unload-wait", 10*time.Second, "how long to wait for refcnt 0 after killing holders")
 	f.BoolVar(&o.SkipPersist, "no-persist", false, "do not install into /lib/modules/<kver>/updates and modules-load.d")
+	return cmd
+}
+
+func newProbeCommand(c *common) *cobra.Command {
+	var o nodeagent.ProbeOptions
+	cmd := &cobra.Command{
+		Use:   "probe",
+		Short: "Measure the node (kernel, module, DKMS, headers, tt-smi, firmware, device holders) without changing it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.AgentVersion = version.Get().Version
+			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.Probe(ctx, o) })
+		},
+	}
+	cmd.Flags().StringVar(&o.KMDVersion, "kmd-version", "", "also check the module cache for this tt-kmd version")
 	return cmd
 }
 
