@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/rollbook/rollbook/pkg/kube"
 )
@@ -34,10 +35,10 @@ func closeGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder,
 					prior[g] = nil
 				}
 			}
-			change.Labels[g] = kube.Ptr("false")
+			change.Labels[g] = ptr.To("false")
 		}
 		b, _ := json.Marshal(prior)
-		change.Annotations = map[string]*string{AnnGatesPrior: kube.Ptr(string(b))}
+		change.Annotations = map[string]*string{AnnGatesPrior: ptr.To(string(b))}
 		return change, nil
 	})
 	if err != nil {

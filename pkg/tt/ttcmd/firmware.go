@@ -63,6 +63,8 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	fs.DurationVar(&o.cfg.DrainTimeout, "drain-timeout", 10*time.Minute, "how long the drain may take, kept across re-runs")
 	fs.BoolVar(&o.halt, "halt-on-failure", true, "start no new node once one has failed (nodes in progress finish their step)")
 	fs.BoolVar(&o.cfg.ForceWrite, "force-write", false, "re-flash nodes already at the readback version (recovery); resumable")
+	fs.BoolVar(&o.cfg.ForceUnload, "force-unload", false, "kill processes still holding the device before flashing (their in-flight work is lost)")
+	fs.BoolVar(&o.cfg.Force, "force", false, "also evict bare pods that hold the device, as kubectl drain --force; they are not recreated")
 	fs.BoolVar(&o.cfg.ContinueOnReadbackFailure, "continue-on-readback-failure", false, "flash even when the pre-flash readback fails after one reset")
 	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate}, "node labels set to \"false\" during the flash so DaemonSets holding the device leave (empty to disable)")
 	_ = cmd.MarkFlagRequired("version")
@@ -120,6 +122,9 @@ func (o *firmwareOptions) runFirmware(ctx context.Context, sel tt.Selection) err
 	}
 	res := runbook.Run(ctx, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets, runbook.Options{
 		RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress, Parallel: o.maxParallel, KeepGoing: !o.halt})
+	if err := tt.MarkLeftCordoned(ctx, s.Client, tt.FirmwareRunbookName, res); err != nil {
+		s.Progress.Printf("could not record why nodes stay cordoned: %v", err)
+	}
 	if cfg.ForceWrite && res.Outcome == runbook.OutcomeDone && s.Lock() != nil {
 		_ = s.Lock().SetAnnotation(ctx, annForceCampaign, nil)
 	}

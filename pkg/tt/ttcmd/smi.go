@@ -38,7 +38,7 @@ func newUpgradeSMICommand(g *cli.Globals) *cobra.Command {
 				return err
 			}
 			cfg.RunID = s.RunID
-			targets, skipped, err := tt.KMDTargets(ctx, s.Client, selection)
+			targets, skipped, err := tt.DriverTargets(ctx, s.Client, selection)
 			if err != nil {
 				_ = s.Abort()
 				return err

@@ -35,6 +35,7 @@ type kmdOptions struct {
 	podSelector string
 	drainTO     time.Duration
 	forceUnload bool
+	force       bool
 }
 
 func newUpgradeKMDCommand(g *cli.Globals) *cobra.Command {
@@ -73,6 +74,7 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 	fs.StringVar(&o.podSelector, "pod-selector", "", "with --full-node, only drain pods matching this label selector")
 	fs.DurationVar(&o.drainTO, "drain-timeout", 10*time.Minute, "how long each drain pass may take, kept across re-runs")
 	fs.BoolVar(&o.forceUnload, "force-unload", false, "kill processes still holding the device before unloading (their in-flight work is lost)")
+	fs.BoolVar(&o.force, "force", false, "also evict pods no controller manages (bare pods), as kubectl drain --force; they are not recreated")
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
@@ -85,7 +87,7 @@ func (o *kmdOptions) complete(args []string) (*tt.KMDConfig, tt.Selection, error
 		return nil, tt.Selection{}, err
 	}
 	cfg := &tt.KMDConfig{Version: o.version, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
-		ForceUnload: o.forceUnload, Helper: o.helper.config()}
+		ForceUnload: o.forceUnload, Force: o.force, Helper: o.helper.config()}
 	for _, gate := range o.gates {
 		if gate = strings.TrimSpace(gate); gate != "" {
 			cfg.DeployGates = append(cfg.DeployGates, gate)
@@ -114,7 +116,7 @@ func (o *kmdOptions) runKMD(ctx context.Context, cfg *tt.KMDConfig, sel tt.Selec
 		return err
 	}
 	cfg.RunID = s.RunID
-	targets, skipped, err := tt.KMDTargets(ctx, s.Client, sel)
+	targets, skipped, err := tt.DriverTargets(ctx, s.Client, sel)
 	if err != nil {
 		_ = s.Abort()
 		return err
@@ -124,6 +126,9 @@ func (o *kmdOptions) runKMD(ctx context.Context, cfg *tt.KMDConfig, sel tt.Selec
 	}
 	rb := tt.KMDRunbook(s.Client, s.Recorder, cfg)
 	res := runbook.Run(ctx, rb, targets, runbook.Options{RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress})
+	if err := tt.MarkLeftCordoned(ctx, s.Client, tt.KMDRunbookName, res); err != nil {
+		s.Progress.Printf("could not record why nodes stay cordoned: %v", err)
+	}
 	next := "kubectl tt status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl tt upgrade kmd --version %s", cfg.Version)
