@@ -45,7 +45,7 @@ type FirmwareConfig struct {
 	// Force evicts bare pods (no controller), as kubectl drain --force.
 	Force  bool
 	Helper HelperConfig
-	RunID                     string
+	RunID  string
 }
 
 // Complete fills defaults that depend on other fields.

@@ -35,7 +35,7 @@ type KMDConfig struct {
 	// Force evicts bare pods (no controller), as kubectl drain --force.
 	Force  bool
 	Helper HelperConfig
-	RunID        string
+	RunID  string
 }
 
 // HelperConfig says how helper pods are run.
@@ -309,7 +309,6 @@ func describeHolders(holders []nodeagent.Holder, pods []corev1.Pod) string {
 	return strings.Join(lines, "\n")
 }
 
-
 func describeKMDResult(r *nodeagent.Result) string {
 	s := fmt.Sprintf("helper measured %s (was %s", r.After, orUnknown(r.Before))
 	if r.CacheHit != nil {
@@ -347,6 +346,3 @@ func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Reco
 	rec.Record(ctx, kube.NodeRef(n), false, "KMDUpgraded", fmt.Sprintf("%s=%s (%s)", LabelKMDVersion, r.After, describeKMDResult(r)))
 	return nil
 }
-
-
-
