@@ -101,9 +101,9 @@ type firmwareRecord struct {
 	At       time.Time          `json:"at"`
 }
 
-// fwFinished: every device's readback was measured at the target (by a
-// flash recorded on the node, or a probe), the label says so, and for a
-// forced campaign the flash was recorded after the campaign started.
+// fwFinished: this run measured every device at the readback (its flash,
+// or its probe) and the label says so; for a forced campaign, the flash
+// was recorded after the campaign started.
 func (c *FirmwareConfig) fwFinished(n *corev1.Node) bool {
 	if n.Labels[LabelFirmware] != c.Readback {
 		return false
@@ -112,11 +112,11 @@ func (c *FirmwareConfig) fwFinished(n *corev1.Node) bool {
 	if c.ForceWrite {
 		return ok && !rec.At.Before(c.ForceSince)
 	}
-	if ok && rec.Readback == c.Readback {
+	if ok && rec.Readback == c.Readback && rec.Run == c.RunID {
 		return true
 	}
 	p := probeRecordOf(n)
-	return p != nil && len(p.Firmware) > 0 && allAt(p.Firmware, c.Readback)
+	return p != nil && p.Run == c.RunID && len(p.Firmware) > 0 && allAt(p.Firmware, c.Readback)
 }
 
 func allAt(vs []string, want string) bool {

@@ -68,29 +68,26 @@ func (h HelperConfig) validate() error {
 	return nil
 }
 
-// measuredKMD is the module version last measured on the node: by a kmd
-// helper (its recorded result) or a probe, whichever is newer.
-func measuredKMD(n *corev1.Node) (string, bool) {
-	var v string
-	var at time.Time
+// measuredKMD is the module version measured on the node by this run:
+// its kmd helper's recorded result, else its probe.
+func measuredKMD(n *corev1.Node, run string) (string, bool) {
 	if raw, ok := n.Annotations[AnnKMDResult]; ok {
 		var r kmdRecord
-		if json.Unmarshal([]byte(raw), &r) == nil {
-			v = r.After
-			at, _ = time.Parse(time.RFC3339, r.At)
+		if json.Unmarshal([]byte(raw), &r) == nil && r.Run == run {
+			return r.After, true
 		}
 	}
-	if p := probeRecordOf(n); p != nil && p.At.After(at) {
-		v, at = p.KMD, p.At
+	if p := probeRecordOf(n); p != nil && p.Run == run {
+		return p.KMD, true
 	}
-	return v, !at.IsZero()
+	return "", false
 }
 
-// kmdFinished: the target version is measured on the node and its label
-// says so. A label without a matching measurement (set by hand, or from
-// intent) does not count: the node is probed again.
-func kmdFinished(n *corev1.Node, want string) bool {
-	v, ok := measuredKMD(n)
+// kmdFinished: this run measured the target version on the node and its
+// label says so. A label alone (set by hand, from intent, or left from
+// before a reboot into another kernel) never counts: every run measures.
+func kmdFinished(n *corev1.Node, want, run string) bool {
+	v, ok := measuredKMD(n, run)
 	return ok && v == want && n.Labels[LabelKMDVersion] == want
 }
 
@@ -124,7 +121,7 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 	helperName := func(node string) string { return kube.HelperName("kmd", node, v) }
 	obs := observer{cs: cs, owner: KMDRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
-		finished: func(n *corev1.Node) bool { return kmdFinished(n, v) }, skip: DriverSkipReason}
+		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason}
 	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
 	blockers := kmdBlockers(cfg)
 	return &runbook.Runbook[Facts]{
@@ -178,7 +175,7 @@ the target version is measured on it, whatever its label says.`,
 				Guards: []runbook.Guard[Facts]{{
 					Name: "the target version was measured",
 					Check: func(f Facts) (bool, string) {
-						m, _ := measuredKMD(f.Node)
+						m, _ := measuredKMD(f.Node, cfg.RunID)
 						return f.Helper.reached(v) || m == v, "no measurement of " + v + " on the node"
 					},
 				}},

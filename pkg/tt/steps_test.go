@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -61,28 +60,27 @@ func probeJSON(t *testing.T, r ProbeRecord) string {
 }
 
 func TestKMDFinishedIsMeasured(t *testing.T) {
-	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	rec := func(after string, at time.Time) string {
-		b, _ := json.Marshal(kmdRecord{After: after, At: at.Format(time.RFC3339)})
+	rec := func(after, run string) string {
+		b, _ := json.Marshal(kmdRecord{After: after, Run: run})
 		return string(b)
 	}
+	label := map[string]string{LabelKMDVersion: "2.8.0"}
 	for _, tc := range []struct {
 		name string
 		node *corev1.Node
 		want bool
 	}{
-		{"label only (set by hand)", nodeWith(map[string]string{LabelKMDVersion: "2.8.0"}, nil), false},
-		{"label and helper measurement", nodeWith(map[string]string{LabelKMDVersion: "2.8.0"},
-			map[string]string{AnnKMDResult: rec("2.8.0", t0)}), true},
-		{"measurement but no label", nodeWith(nil, map[string]string{AnnKMDResult: rec("2.8.0", t0)}), false},
-		{"a later probe saw another module (reboot)", nodeWith(map[string]string{LabelKMDVersion: "2.8.0"},
-			map[string]string{AnnKMDResult: rec("2.8.0", t0), AnnProbe: probeJSON(t, ProbeRecord{At: t0.Add(time.Hour), KMD: ""})}), false},
-		{"probe measured the target", nodeWith(map[string]string{LabelKMDVersion: "2.8.0"},
-			map[string]string{AnnProbe: probeJSON(t, ProbeRecord{At: t0, KMD: "2.8.0"})}), true},
-		{"same-second probe loses to the helper's record", nodeWith(map[string]string{LabelKMDVersion: "2.8.0"},
-			map[string]string{AnnKMDResult: rec("2.8.0", t0), AnnProbe: probeJSON(t, ProbeRecord{At: t0, KMD: "2.7.0"})}), true},
+		{"label only (set by hand)", nodeWith(label, nil), false},
+		{"label and this run's helper", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0", "r1")}), true},
+		{"label and an older run's helper (maybe another kernel since)", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0", "r0")}), false},
+		{"measured but not labelled", nodeWith(nil, map[string]string{AnnKMDResult: rec("2.8.0", "r1")}), false},
+		{"this run's probe measured the target", nodeWith(label, map[string]string{AnnProbe: probeJSON(t, ProbeRecord{Run: "r1", KMD: "2.8.0"})}), true},
+		{"this run's probe found no module (reboot)", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0", "r0"),
+			AnnProbe: probeJSON(t, ProbeRecord{Run: "r1"})}), false},
+		{"this run's helper wins over its probe", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0", "r1"),
+			AnnProbe: probeJSON(t, ProbeRecord{Run: "r1", KMD: "2.7.0"})}), true},
 	} {
-		if got := kmdFinished(tc.node, "2.8.0"); got != tc.want {
+		if got := kmdFinished(tc.node, "2.8.0", "r1"); got != tc.want {
 			t.Errorf("%s: finished = %v, want %v", tc.name, got, tc.want)
 		}
 	}
