@@ -50,3 +50,17 @@ func TestGitKnowsOnlyRemoteTags(t *testing.T) {
 		}
 	}
 }
+
+func TestRebootIntoANewKernelLosesTheModule(t *testing.T) {
+	root := newRoot(t, Spec{LoadedKMD: "2.0.0", KernelHeaders: true, Holders: []Holder{{PID: 4300003, Comm: "bench"}}})
+	if err := Reboot(root, "6.8.0-99-generic", false); err != nil {
+		t.Fatal(err)
+	}
+	o, err := Inspect(root)
+	if err != nil || o.LoadedKMD != "" || len(deviceHolders(root)) != 0 {
+		t.Fatalf("after reboot: %+v %v holders %v", o, err, deviceHolders(root))
+	}
+	if code, out := invoke(t, root, "tt-flash", "flash", "--fw-tar", "/nonexistent"); code == 0 {
+		t.Fatalf("tt-flash without a module: %s", out)
+	}
+}

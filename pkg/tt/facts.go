@@ -29,6 +29,9 @@ type Facts struct {
 	// Skip is why the node is now excluded (skip label, host-managed),
 	// re-read at every observation: labels may change during a run.
 	Skip string
+	// OthersOut counts the other nodes this runbook has out of service
+	// (read only before the node's own cordon, when a budget applies).
+	OthersOut int
 	// Finished: the runbook's result is measured and recorded on the node,
 	// so every disruptive step counts as done.
 	Finished bool
@@ -70,6 +73,8 @@ type observer struct {
 	finished func(n *corev1.Node) bool
 	// skip, when set, says why the node is excluded now.
 	skip func(n *corev1.Node) string
+	// countOut, when set, has OthersOut read before the node's cordon.
+	countOut bool
 }
 
 func (o observer) observe(ctx context.Context, node string) (Facts, error) {
@@ -92,10 +97,31 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 			return f, err
 		}
 	}
+	if o.countOut && !f.ourCordon() && !f.Finished {
+		if f.OthersOut, err = countOutOfService(ctx, o.cs, o.owner, n.Name); err != nil {
+			return f, err
+		}
+	}
 	if f.ourCordon() && !f.Finished {
 		f.Pods, err = kube.PodsOnNode(ctx, o.cs, n.Name)
 	}
 	return f, err
+}
+
+// countOutOfService counts the nodes other than node that owner has
+// cordoned: a failed node that stays cordoned still uses its slot.
+func countOutOfService(ctx context.Context, cs kubernetes.Interface, owner, node string) (int, error) {
+	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range l.Items {
+		if l.Items[i].Name != node && kube.CordonStateOf(&l.Items[i]).Owner == owner {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func observeHelper(ctx context.Context, cs kubernetes.Interface, ns, name string) (helperFacts, error) {

@@ -40,6 +40,10 @@ type FirmwareConfig struct {
 	ForceWrite                bool
 	ForceSince                time.Time
 	ContinueOnReadbackFailure bool
+	// MaxParallel bounds the nodes out of service at once, counted from the
+	// cluster (cordoned by tt-firmware), so a failed node that stays
+	// cordoned keeps its slot even when the run goes on.
+	MaxParallel int
 	// ForceUnload kills processes holding the device before the flash.
 	ForceUnload bool
 	// Force evicts bare pods (no controller), as kubectl drain --force.
@@ -119,6 +123,18 @@ func (c *FirmwareConfig) fwFinished(n *corev1.Node) bool {
 	return p != nil && p.Run == c.RunID && len(p.Firmware) > 0 && allAt(p.Firmware, c.Readback)
 }
 
+// outOfServiceBudget refuses a cordon that would put more than max nodes
+// out of service.
+func outOfServiceBudget(limit int) runbook.Guard[Facts] {
+	return runbook.Guard[Facts]{
+		Name: "no more than --max-parallel nodes out of service",
+		Check: func(f Facts) (bool, string) {
+			return limit <= 0 || f.OthersOut < limit, fmt.Sprintf("%d node(s) are already out of service by rollbook %s "+
+				"(--max-parallel %d), some left cordoned by failures; fix them and re-run", f.OthersOut, f.Owner, limit)
+		},
+	}
+}
+
 func allAt(vs []string, want string) bool {
 	for _, v := range vs {
 		if v != want {
@@ -158,7 +174,7 @@ func FirmwareRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *FirmwareCo
 	helperName := func(node string) string { return kube.HelperName("flash", node, cfg.helperKey()) }
 	obs := observer{cs: cs, owner: FirmwareRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
-		finished: cfg.fwFinished, skip: FirmwareSkipReason}
+		finished: cfg.fwFinished, skip: FirmwareSkipReason, countOut: cfg.MaxParallel > 0}
 	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
 	blockers := fwBlockers(cfg)
 	return &runbook.Runbook[Facts]{
@@ -175,7 +191,7 @@ happens to exist. The flash never runs while a process holds the device (unless
 		Annotation: annotationOf,
 		Steps: []runbook.Step[Facts]{
 			b.probe("tt.fw.probe", []string{"kubectl-tt", "node-agent", "probe"}, blockers),
-			b.cordon("tt.fw.cordon", probeClear("tt-firmware", cfg.RunID, blockers)),
+			b.cordon("tt.fw.cordon", probeClear("tt-firmware", cfg.RunID, blockers), outOfServiceBudget(cfg.MaxParallel)),
 			b.closeGates("tt.fw.close-gates", cfg.DeployGates),
 			b.evictDevicePods("tt.fw.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "firmware "+cfg.Version+" flash"),
 			b.helperTask(task{

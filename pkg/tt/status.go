@@ -166,6 +166,15 @@ func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 			r.Why = helperWhy(h)
 		}
 	}
+	if p := probeRecordOf(n); p != nil && r.Why == "" {
+		if hh := p.hostHolders(); len(hh) > 0 {
+			var s []string
+			for _, h := range hh {
+				s = append(s, fmt.Sprintf("pid %d (%s)", h.PID, h.Comm))
+			}
+			r.Why = "probe: host processes hold /dev/tenstorrent: " + strings.Join(s, ", ") + " (stop them, or --force-unload)"
+		}
+	}
 	if cs.Foreign() && r.Why == "" {
 		r.Why = "cordoned by someone else; rollbook will not touch it"
 	}

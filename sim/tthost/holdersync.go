@@ -174,7 +174,10 @@ func (s *HolderSync) release(key string, h *podHolder) error {
 // wants reports whether p should hold devices, on which host, and which
 // device indices (nil: all of them).
 func (s *HolderSync) wants(p *corev1.Pod) (root string, devs []int, ok bool) {
-	if _, helper := p.Labels[HelperLabel]; helper || p.Status.Phase != corev1.PodRunning || len(p.Spec.Containers) == 0 {
+	// A terminating pod's processes are gone before its object is: the
+	// kubelet kills the containers, then the apiserver forgets the pod.
+	if _, helper := p.Labels[HelperLabel]; helper || p.Status.Phase != corev1.PodRunning || len(p.Spec.Containers) == 0 ||
+		p.DeletionTimestamp != nil {
 		return "", nil, false
 	}
 	root, ok = s.Hosts.Root(p.Spec.NodeName)

@@ -88,6 +88,7 @@ func (o *firmwareOptions) complete(args []string) (tt.Selection, error) {
 		}
 	}
 	o.cfg.Helper = o.helper.config()
+	o.cfg.MaxParallel = o.maxParallel
 	o.cfg.Complete()
 	if err := o.cfg.Validate(); err != nil {
 		return tt.Selection{}, cli.UsageErrorf("%v", err)
