@@ -115,8 +115,8 @@ func TestFirmwareKeepGoingKeepsTheBudget(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 4*time.Minute)
-	nodes := "kwok-node-0,kwok-node-1,kwok-node-2"
-	out, code := run(t, ctx, "upgrade", "firmware", "--version", "18.2.0", "--bundle-url", "file:///nonexistent.fwbundle",
+	nodes := "kwok-node-0,kwok-node-2," + dkmsNode
+	out, code := run(t, ctx, "upgrade", "firmware", "--version", "19.9.0", "--bundle-url", "file:///nonexistent.fwbundle",
 		"--nodes", nodes, "--max-parallel", "2", "--halt-on-failure=false")
 	if code != cli.ExitFailed || !strings.Contains(out, "already out of service") {
 		t.Fatalf("want two failed nodes and the third held back by the budget; exit %d", code)
@@ -130,12 +130,12 @@ func TestFirmwareKeepGoingKeepsTheBudget(t *testing.T) {
 	if cordoned != 2 {
 		t.Fatalf("%d nodes out of service with --max-parallel 2", cordoned)
 	}
-	if _, code := run(t, ctx, "upgrade", "firmware", "--version", "18.2.0", "--bundle-url", bundle(t, "18.2.0"),
+	if _, code := run(t, ctx, "upgrade", "firmware", "--version", "19.9.0", "--bundle-url", bundle(t, "19.9.0"),
 		"--nodes", nodes, "--max-parallel", "2", "--halt-on-failure=false"); code != 0 {
 		t.Fatalf("fixed re-run: exit %d", code)
 	}
 	for _, n := range strings.Split(nodes, ",") {
-		if got := node(t, n); got.Labels[tt.LabelFirmware] != "18.2.0.0" || got.Spec.Unschedulable {
+		if got := node(t, n); got.Labels[tt.LabelFirmware] != "19.9.0.0" || got.Spec.Unschedulable {
 			t.Errorf("%s: fw %q unschedulable %v", n, got.Labels[tt.LabelFirmware], got.Spec.Unschedulable)
 		}
 	}
