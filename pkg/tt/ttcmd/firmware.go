@@ -13,11 +13,6 @@ import (
 	"github.com/rollbook/rollbook/pkg/tt"
 )
 
-// annForceCampaign on the tt Lease records when a forced re-flash started
-// ("<readback>@<RFC3339>"), so a re-run resumes it instead of re-flashing
-// nodes the interrupted run already did.
-const annForceCampaign = "rollbook.dev/tt-firmware-force-write"
-
 type firmwareOptions struct {
 	g           *cli.Globals
 	run         cli.RunFlags
@@ -107,12 +102,6 @@ func (o *firmwareOptions) runFirmware(ctx context.Context, sel tt.Selection) err
 	}
 	cfg := &o.cfg
 	cfg.RunID = s.RunID
-	if cfg.ForceWrite {
-		if cfg.ForceSince, err = forceCampaign(ctx, s, cfg.Readback); err != nil {
-			_ = s.Abort()
-			return err
-		}
-	}
 	targets, skipped, err := tt.FirmwareTargets(ctx, s.Client, sel)
 	if err != nil {
 		_ = s.Abort()
@@ -121,37 +110,33 @@ func (o *firmwareOptions) runFirmware(ctx context.Context, sel tt.Selection) err
 	for _, sk := range skipped {
 		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
 	}
+	var lease tt.Annotated
+	if l := s.Lock(); l != nil {
+		lease = l
+	}
+	if cfg.ForceWrite {
+		var resumed bool
+		if cfg.ForceSince, resumed, err = tt.ForceCampaign(ctx, lease, cfg.Readback, targets); err != nil {
+			_ = s.Abort()
+			return err
+		}
+		if resumed {
+			s.Progress.Printf("resuming the interrupted forced re-flash to %s started %s", cfg.Readback, cfg.ForceSince.Format(time.RFC3339))
+		}
+	}
 	res := runbook.Run(ctx, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets, runbook.Options{
 		RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress, Parallel: o.maxParallel, KeepGoing: !o.halt})
 	if err := tt.MarkLeftCordoned(ctx, s.Client, tt.FirmwareRunbookName, res); err != nil {
 		s.Progress.Printf("could not record why nodes stay cordoned: %v", err)
 	}
-	if cfg.ForceWrite && res.Outcome == runbook.OutcomeDone && s.Lock() != nil {
-		_ = s.Lock().SetAnnotation(ctx, annForceCampaign, nil)
+	if cfg.ForceWrite {
+		if err := tt.EndForceCampaign(ctx, lease, res); err != nil {
+			s.Progress.Printf("could not end the forced campaign on the lease: %v", err)
+		}
 	}
 	next := "kubectl tt status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl tt upgrade firmware --version %s", cfg.Version)
 	}
 	return s.Finish(res, next)
-}
-
-// forceCampaign returns when the forced re-flash to readback started: the
-// time recorded by an interrupted earlier run, or now (recorded).
-func forceCampaign(ctx context.Context, s *cli.Session, readback string) (time.Time, error) {
-	now := time.Now().UTC().Truncate(time.Second)
-	l := s.Lock()
-	if l == nil { // dry run
-		return now, nil
-	}
-	if v, ok := l.Annotation(annForceCampaign); ok {
-		if rb, at, found := strings.Cut(v, "@"); found && rb == readback {
-			if t, err := time.Parse(time.RFC3339, at); err == nil {
-				s.Progress.Printf("resuming the forced re-flash to %s started %s", readback, at)
-				return t, nil
-			}
-		}
-	}
-	v := readback + "@" + now.Format(time.RFC3339)
-	return now, l.SetAnnotation(ctx, annForceCampaign, &v)
 }
