@@ -3,7 +3,6 @@ package ttcmd
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,6 +21,7 @@ type firmwareOptions struct {
 	gates       []string
 	maxParallel int
 	halt        bool
+	selection   tt.Selection
 }
 
 func newUpgradeFirmwareCommand(g *cli.Globals) *cobra.Command {
@@ -41,11 +41,11 @@ firmware.tenstorrent.com/skip=true are skipped.`,
   # Recover a corrupted flash: re-flash nodes already at 19.9.0
   kubectl tt upgrade firmware --version 19.9.0 --force-write --nodes tt-node-7`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sel, err := o.complete(args)
-			if err != nil {
+			o.Complete(args)
+			if err := o.Validate(); err != nil {
 				return err
 			}
-			return o.runFirmware(cmd.Context(), sel)
+			return o.Run(cmd.Context())
 		},
 	}
 	fs := cmd.Flags()
@@ -70,39 +70,41 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	return cmd
 }
 
-func (o *firmwareOptions) complete(args []string) (tt.Selection, error) {
-	if err := o.run.Validate(); err != nil {
-		return tt.Selection{}, err
-	}
-	if o.maxParallel < 1 {
-		return tt.Selection{}, cli.UsageErrorf("--max-parallel must be at least 1, not %d", o.maxParallel)
-	}
-	for _, g := range o.gates {
-		if g = strings.TrimSpace(g); g != "" {
-			o.cfg.DeployGates = append(o.cfg.DeployGates, g)
-		}
-	}
+// Complete fills the configuration from the flags and their defaults.
+func (o *firmwareOptions) Complete(args []string) {
+	o.cfg.DeployGates = gateList(o.gates)
 	o.cfg.Helper = o.helper.config()
 	o.cfg.MaxParallel = o.maxParallel
 	o.cfg.Complete()
-	if err := o.cfg.Validate(); err != nil {
-		return tt.Selection{}, cli.UsageErrorf("%v", err)
-	}
-	sel := o.sel.selection(args)
-	if err := sel.Validate(); err != nil {
-		return tt.Selection{}, cli.UsageErrorf("%v", err)
-	}
-	return sel, nil
+	o.selection = o.sel.selection(args)
 }
 
-func (o *firmwareOptions) runFirmware(ctx context.Context, sel tt.Selection) error {
+// Validate rejects bad input before any API call.
+func (o *firmwareOptions) Validate() error {
+	if err := o.run.Validate(); err != nil {
+		return err
+	}
+	if o.maxParallel < 1 {
+		return cli.UsageErrorf("--max-parallel must be at least 1, not %d", o.maxParallel)
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	if err := o.selection.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	return nil
+}
+
+// Run flashes the selected nodes through one session.
+func (o *firmwareOptions) Run(ctx context.Context) error {
 	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
 	if err != nil {
 		return err
 	}
 	cfg := &o.cfg
 	cfg.RunID = s.RunID
-	targets, skipped, err := tt.FirmwareTargets(ctx, s.Client, sel)
+	targets, skipped, err := tt.FirmwareTargets(ctx, s.Client, o.selection)
 	if err != nil {
 		_ = s.Abort()
 		return err

@@ -122,7 +122,7 @@ func TestHoldersThatStayAreNamedWithTheFix(t *testing.T) {
 	const target = "kwok-node-0"
 	labels := map[string]string{"app": "ungated"}
 	spec := corev1.PodSpec{
-		Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		Tolerations:  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 		NodeSelector: map[string]string{"kubernetes.io/hostname": target},
 		Volumes:      []corev1.Volume{devVolume("/dev/tenstorrent")},
 		Containers: []corev1.Container{{Name: "c", Image: "example.com/ungated",

@@ -36,6 +36,9 @@ type kmdOptions struct {
 	drainTO     time.Duration
 	forceUnload bool
 	force       bool
+
+	cfg       *tt.KMDConfig
+	selection tt.Selection
 }
 
 func newUpgradeKMDCommand(g *cli.Globals) *cobra.Command {
@@ -59,11 +62,13 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
   # Only two nodes; kill processes still holding the device
   kubectl tt upgrade kmd --version 2.8.0 --nodes tt-a,tt-b --force-unload`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, sel, err := o.complete(args)
-			if err != nil {
+			if err := o.Complete(args); err != nil {
 				return err
 			}
-			return o.runKMD(cmd.Context(), cfg, sel)
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
 		},
 	}
 	fs := cmd.Flags()
@@ -82,41 +87,45 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 	return cmd
 }
 
-func (o *kmdOptions) complete(args []string) (*tt.KMDConfig, tt.Selection, error) {
-	if err := o.run.Validate(); err != nil {
-		return nil, tt.Selection{}, err
-	}
-	cfg := &tt.KMDConfig{Version: o.version, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
+// Complete turns the flags into the runbook's configuration.
+func (o *kmdOptions) Complete(args []string) error {
+	o.cfg = &tt.KMDConfig{Version: o.version, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
 		ForceUnload: o.forceUnload, Force: o.force, Helper: o.helper.config()}
-	for _, gate := range o.gates {
-		if gate = strings.TrimSpace(gate); gate != "" {
-			cfg.DeployGates = append(cfg.DeployGates, gate)
-		}
-	}
+	o.cfg.DeployGates = gateList(o.gates)
 	if o.podSelector != "" {
 		sel, err := labels.Parse(o.podSelector)
 		if err != nil {
-			return nil, tt.Selection{}, cli.UsageErrorf("--pod-selector %q: %v", o.podSelector, err)
+			return cli.UsageErrorf("--pod-selector %q: %v", o.podSelector, err)
 		}
-		cfg.PodSelector = sel
+		o.cfg.PodSelector = sel
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, tt.Selection{}, cli.UsageErrorf("%v", err)
-	}
-	sel := o.sel.selection(args)
-	if err := sel.Validate(); err != nil {
-		return nil, tt.Selection{}, cli.UsageErrorf("%v", err)
-	}
-	return cfg, sel, nil
+	o.selection = o.sel.selection(args)
+	return nil
 }
 
-func (o *kmdOptions) runKMD(ctx context.Context, cfg *tt.KMDConfig, sel tt.Selection) error {
+// Validate rejects bad input before any API call.
+func (o *kmdOptions) Validate() error {
+	if err := o.run.Validate(); err != nil {
+		return err
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	if err := o.selection.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	return nil
+}
+
+// Run upgrades the selected nodes through one session.
+func (o *kmdOptions) Run(ctx context.Context) error {
 	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
 	if err != nil {
 		return err
 	}
+	cfg := o.cfg
 	cfg.RunID = s.RunID
-	targets, skipped, err := tt.DriverTargets(ctx, s.Client, sel)
+	targets, skipped, err := tt.DriverTargets(ctx, s.Client, o.selection)
 	if err != nil {
 		_ = s.Abort()
 		return err
@@ -124,8 +133,8 @@ func (o *kmdOptions) runKMD(ctx context.Context, cfg *tt.KMDConfig, sel tt.Selec
 	for _, sk := range skipped {
 		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
 	}
-	rb := tt.KMDRunbook(s.Client, s.Recorder, cfg)
-	res := runbook.Run(ctx, rb, targets, runbook.Options{RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress})
+	res := runbook.Run(ctx, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets,
+		runbook.Options{RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress})
 	if err := tt.MarkLeftCordoned(ctx, s.Client, tt.KMDRunbookName, res); err != nil {
 		s.Progress.Printf("could not record why nodes stay cordoned: %v", err)
 	}
@@ -136,4 +145,15 @@ func (o *kmdOptions) runKMD(ctx context.Context, cfg *tt.KMDConfig, sel tt.Selec
 		next = fmt.Sprintf("kubectl tt upgrade kmd --version %s", cfg.Version)
 	}
 	return s.Finish(res, next)
+}
+
+// gateList drops empty entries (--deploy-gate "" disables the gates).
+func gateList(gates []string) []string {
+	var out []string
+	for _, g := range gates {
+		if g = strings.TrimSpace(g); g != "" {
+			out = append(out, g)
+		}
+	}
+	return out
 }
