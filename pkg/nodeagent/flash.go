@@ -129,7 +129,8 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 			return "", toolFailure(ReasonFlashFailed, r, "tt-flash")
 		}
 		if r.seen[configSpaceResetMarker] {
-			return "", failOutput(ReasonConfigSpaceReset, r, "tt-flash exited 0 but reported %q: the chips did not come back cleanly", configSpaceResetMarker)
+			return "", failOutput(ReasonConfigSpaceReset, r, "tt-flash exited 0 but reported %q: the chips did not come back cleanly",
+				configSpaceResetMarker)
 		}
 		return strings.Join(argv, " "), nil
 	})
@@ -170,7 +171,8 @@ func (x *execution) checkFlashHolders(ctx context.Context, o FlashOptions) (stri
 
 func verifyDevices(before, after []DeviceFirmware, want string, devs []Device) (string, error) {
 	if len(after) < len(before) {
-		return "", fail(ReasonDeviceMissing, "%d device(s) before the flash, %d after: a device did not come back from reset", len(before), len(after))
+		return "", fail(ReasonDeviceMissing, "%d device(s) before the flash, %d after: a device did not come back from reset",
+			len(before), len(after))
 	}
 	var bad []string
 	for _, d := range devs {

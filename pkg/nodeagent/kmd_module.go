@@ -29,7 +29,8 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 		_, err = os.Stat(filepath.Join(buildDir, "Makefile"))
 	}
 	if err != nil {
-		return "", "", fail(ReasonNoKernelHeaders, "host has no kernel build tree at /lib/modules/%s/build; install linux-headers-%s on the node (%v)", kver, kver, err)
+		return "", "", fail(ReasonNoKernelHeaders,
+			"host has no kernel build tree at /lib/modules/%s/build; install linux-headers-%s on the node (%v)", kver, kver, err)
 	}
 	cacheRoot := a.hostPath(kmdCacheDir)
 	if err := os.MkdirAll(cacheRoot, 0o755); err != nil {
@@ -136,7 +137,8 @@ func (x *execution) killHolders(ctx context.Context, wait time.Duration, refs in
 		x.res.Holders[i].Killed = !alive[x.res.Holders[i].PID]
 	}
 	if refs > 0 {
-		return "", fail(ReasonHoldersRemain, "refcnt still %d %s after SIGKILL; remaining holders: %s", refs, wait, describeHolders(remaining))
+		return "", fail(ReasonHoldersRemain, "refcnt still %d %s after SIGKILL; remaining holders: %s", refs, wait,
+			describeHolders(remaining))
 	}
 	return fmt.Sprintf("killed %d holder(s); ", len(holders)), nil
 }

@@ -97,7 +97,8 @@ func TestKMDHolderBlocksWithoutForce(t *testing.T) {
 	a, root := newHost(t, holderSpec())
 	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
 	requireFailure(t, r, nodeagent.ReasonDeviceInUse)
-	for _, want := range []string{strconv.Itoa(pidA), strconv.Itoa(pidB), strconv.Itoa(pidC), podA, podB, "refcnt > 0 and forceUnload is false; cannot reinstall 2.0.0"} {
+	for _, want := range []string{strconv.Itoa(pidA), strconv.Itoa(pidB), strconv.Itoa(pidC), podA, podB,
+		"refcnt > 0 and forceUnload is false; cannot reinstall 2.0.0"} {
 		assert.Contains(t, r.Error.Message, want)
 	}
 	assert.Equal(t, []nodeagent.Holder{

@@ -26,7 +26,8 @@ type Annotated interface {
 // these targets started: the time an interrupted earlier run recorded, or
 // now (recorded). resumed says which. A campaign over other nodes, or for
 // another readback, never carries over.
-func ForceCampaign(ctx context.Context, lease Annotated, readback string, targets []runbook.Target) (since time.Time, resumed bool, err error) {
+func ForceCampaign(ctx context.Context, lease Annotated, readback string, targets []runbook.Target) (since time.Time, resumed bool,
+	err error) {
 	now := time.Now().UTC().Truncate(time.Second)
 	if lease == nil { // dry run
 		return now, false, nil

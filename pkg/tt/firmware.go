@@ -75,7 +75,8 @@ func (c *FirmwareConfig) Validate() error {
 		return fmt.Errorf("--bundle-url: %v", err)
 	}
 	if c.FlashTimeout < time.Minute {
-		return fmt.Errorf("--flash-timeout %s is too short; a flash takes about 40 s and a Galaxy reset longer (minimum 1m)", c.FlashTimeout)
+		return fmt.Errorf("--flash-timeout %s is too short; a flash takes about 40 s and a Galaxy reset longer (minimum 1m)",
+			c.FlashTimeout)
 	}
 	for _, g := range c.DeployGates {
 		if errs := validateLabelKey(g); errs != "" {
@@ -258,7 +259,8 @@ func flashCommand(cfg *FirmwareConfig) []string {
 	return cmd
 }
 
-func recordFirmware(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, cfg *FirmwareConfig, r *nodeagent.Result) error {
+func recordFirmware(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, cfg *FirmwareConfig,
+	r *nodeagent.Result) error {
 	measured := cfg.Readback
 	for _, d := range r.Devices {
 		if d.After != "" && d.After != cfg.Readback {

@@ -44,7 +44,8 @@ func closeGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder,
 	if err != nil {
 		return err
 	}
-	rec.Record(ctx, kube.NodeRef(n), false, "DeployGatesClosed", fmt.Sprintf("set %s to \"false\" so DaemonSets holding the device leave", strings.Join(gates, ", ")))
+	rec.Record(ctx, kube.NodeRef(n), false, "DeployGatesClosed", fmt.Sprintf("set %s to \"false\" so DaemonSets holding the device leave",
+		strings.Join(gates, ", ")))
 	return nil
 }
 

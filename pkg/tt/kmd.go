@@ -279,7 +279,8 @@ func kmdFailure(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder,
 	switch r.Error.Reason {
 	case nodeagent.ReasonDeviceInUse, nodeagent.ReasonHoldersRemain:
 		pods, _ := kube.PodsOnNode(ctx, cs, f.Node.Name)
-		return runbook.Blocked(fmt.Errorf("%s\n%s\nStop those processes or drain their pods, or re-run with --force-unload to kill them (their in-flight work is lost)",
+		return runbook.Blocked(fmt.Errorf("%s\n%s\nStop those processes or drain their pods, "+
+			"or re-run with --force-unload to kill them (their in-flight work is lost)",
 			helperError(h), describeHolders(r.Holders, pods)))
 	case nodeagent.ReasonNoKernelHeaders, nodeagent.ReasonHostManaged:
 		return runbook.Blocked(msg)
@@ -326,7 +327,8 @@ type kmdRecord struct {
 	At        string `json:"at"`
 }
 
-func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, r *nodeagent.Result, run string) error {
+func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, r *nodeagent.Result,
+	run string) error {
 	mode := r.InstallMode
 	if mode == "" {
 		mode = InstallModeContainer

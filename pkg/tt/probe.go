@@ -51,7 +51,8 @@ func probeRecordOf(n *corev1.Node) *ProbeRecord {
 func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
 	rec := ProbeRecord{Run: run, At: at.UTC().Truncate(time.Second), Kernel: r.Kernel, KMD: r.Before, Holders: r.Holders}
 	if p := r.Probe; p != nil {
-		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI, p.AgentVersion
+		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI,
+			p.AgentVersion
 	}
 	for _, d := range r.Devices {
 		rec.Firmware = append(rec.Firmware, d.Before)
@@ -106,7 +107,8 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 		Guards: []runbook.Guard[Facts]{{
 			Name: "the node is not excluded",
 			Check: func(f Facts) (bool, string) {
-				return f.Skip == "", fmt.Sprintf("node %s became excluded after the run started (%s); it is left alone", f.Node.Name, f.Skip)
+				return f.Skip == "", fmt.Sprintf("node %s became excluded after the run started (%s); it is left alone", f.Node.Name,
+					f.Skip)
 			},
 		}},
 		Done: func(f Facts) (bool, string) {

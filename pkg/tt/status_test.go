@@ -48,7 +48,8 @@ func TestNodeStatusInference(t *testing.T) {
 			n.Annotations["rollbook.dev/tt-kmd.step-started"] = "tt.kmd.drain@2026-11-30T10:00:00Z"
 			return n
 		}(), nil, "tt-kmd: tt.kmd.drain", "", KMDRunbookName},
-		{"helper running", cordoned(KMDRunbookName), []corev1.Pod{helperPod("kmd", corev1.PodRunning, "")}, "kmd helper running (2.8.0)", "",
+		{"helper running", cordoned(KMDRunbookName), []corev1.Pod{helperPod("kmd", corev1.PodRunning, "")}, "kmd helper running (2.8.0)",
+			"",
 			KMDRunbookName},
 		{"helper failed with holders", cordoned(KMDRunbookName), []corev1.Pod{helperPod("kmd", corev1.PodFailed, string(failed))},
 			"tt-kmd: in progress", "DeviceInUse: refcnt 1 (holder pids 42)", KMDRunbookName},

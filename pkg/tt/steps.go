@@ -148,9 +148,13 @@ func (b *builder) evictDevicePods(id string, enabled, force bool, timeout time.D
 		},
 		Wait: func(ctx context.Context, f Facts) error {
 			measured := f.measuredHolders()
-			err := kube.WaitForNoPods(ctx, b.cs, f.Node.Name, func(p *corev1.Pod) bool { return !isHelper(p) && holdReason(p, measured) != "" })
+			err := kube.WaitForNoPods(ctx, b.cs, f.Node.Name, func(p *corev1.Pod) bool {
+				return !isHelper(p) && holdReason(p,
+					measured) != ""
+			})
 			if err != nil && ctx.Err() != nil {
-				return runbook.Blocked(fmt.Errorf("pods still hold /dev/tenstorrent on %s: %s: %w", f.Node.Name, b.remainingHolders(f), err))
+				return runbook.Blocked(fmt.Errorf("pods still hold /dev/tenstorrent on %s: %s: %w", f.Node.Name, b.remainingHolders(f),
+					err))
 			}
 			return err
 		},

@@ -72,9 +72,11 @@ func TestKMDFinishedIsMeasured(t *testing.T) {
 	}{
 		{"label only (set by hand)", nodeWith(label, nil), false},
 		{"label and this run's helper", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0", "r1")}), true},
-		{"label and an older run's helper (maybe another kernel since)", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0", "r0")}), false},
+		{"label and an older run's helper (maybe another kernel since)", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0",
+			"r0")}), false},
 		{"measured but not labelled", nodeWith(nil, map[string]string{AnnKMDResult: rec("2.8.0", "r1")}), false},
-		{"this run's probe measured the target", nodeWith(label, map[string]string{AnnProbe: probeJSON(t, ProbeRecord{Run: "r1", KMD: "2.8.0"})}), true},
+		{"this run's probe measured the target", nodeWith(label, map[string]string{AnnProbe: probeJSON(t, ProbeRecord{Run: "r1",
+			KMD: "2.8.0"})}), true},
 		{"this run's probe found no module (reboot)", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0", "r0"),
 			AnnProbe: probeJSON(t, ProbeRecord{Run: "r1"})}), false},
 		{"this run's helper wins over its probe", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0", "r1"),
@@ -96,14 +98,16 @@ func TestKMDBlockers(t *testing.T) {
 	}{
 		{"clean", clean, false, ""},
 		{"DKMS", func() ProbeRecord { r := clean; r.DKMS = []string{"/var/lib/dkms/tenstorrent"}; return r }(), false, "host-managed"},
-		{"cache miss without headers", func() ProbeRecord { r := clean; r.Headers = false; return r }(), false, "linux-headers-6.8.0-45-generic"},
+		{"cache miss without headers", func() ProbeRecord { r := clean; r.Headers = false; return r }(), false,
+			"linux-headers-6.8.0-45-generic"},
 		{"cache hit without headers", func() ProbeRecord { r := clean; r.Headers, r.Cached = false, true; return r }(), false, ""},
 		{"host process holds the device", func() ProbeRecord {
 			r := clean
 			r.Holders = []nodeagent.Holder{{PID: 7777, Comm: "bench"}, {PID: 8, PodUID: "p"}}
 			return r
 		}(), false, "pid 7777 (bench)"},
-		{"host process, --force-unload", func() ProbeRecord { r := clean; r.Holders = []nodeagent.Holder{{PID: 7777}}; return r }(), true, ""},
+		{"host process, --force-unload", func() ProbeRecord { r := clean; r.Holders = []nodeagent.Holder{{PID: 7777}}; return r }(), true,
+			""},
 	} {
 		f := &Facts{Measured: &tc.rec}
 		got := strings.Join(kmdBlockers(&KMDConfig{Version: "2.8.0", ForceUnload: tc.force})(f), "; ")

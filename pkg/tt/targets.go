@@ -36,7 +36,8 @@ func FirmwareSkipReason(n *corev1.Node) string {
 
 // targets lists the selected nodes (refusing while the operator manages
 // them) and splits off those skip names a reason for.
-func targets(ctx context.Context, cs kubernetes.Interface, sel Selection, skip func(*corev1.Node) string) ([]runbook.Target, []Skipped, error) {
+func targets(ctx context.Context, cs kubernetes.Interface, sel Selection, skip func(*corev1.Node) string) ([]runbook.Target, []Skipped,
+	error) {
 	if err := CheckNoOperator(ctx, cs); err != nil {
 		return nil, nil, err
 	}

@@ -92,7 +92,8 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 		if err := labelNode(ctx, env, p.Node, p.Labels); err != nil {
 			return err
 		}
-		env.Logf("tt host %s: %s%s, %d devices, kmd %s (root %s/%s)", p.Node, p.Role, map[bool]string{true: " galaxy"}[p.Galaxy], len(p.Spec.Devices), p.Spec.LoadedKMD, hosts.Dir, p.Node)
+		env.Logf("tt host %s: %s%s, %d devices, kmd %s (root %s/%s)", p.Node, p.Role, map[bool]string{true: " galaxy"}[p.Galaxy],
+			len(p.Spec.Devices), p.Spec.LoadedKMD, hosts.Dir, p.Node)
 	}
 	holders := &tthost.HolderSync{Client: env.Client, Hosts: hosts, Logf: env.Logf}
 	runner := &tthost.Runner{Client: env.Client, Hosts: hosts, Agent: agent, Logf: env.Logf}
@@ -122,7 +123,8 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 			return err
 		},
 		func() error {
-			_, err := env.Client.PolicyV1().PodDisruptionBudgets(ttWorkloadsNS).Create(ctx, inferencePDB(replicas-1), metav1.CreateOptions{})
+			_, err := env.Client.PolicyV1().PodDisruptionBudgets(ttWorkloadsNS).Create(ctx, inferencePDB(replicas-1),
+				metav1.CreateOptions{})
 			return err
 		},
 	} {
@@ -146,7 +148,8 @@ func labelNode(ctx context.Context, env *Env, node string, labels map[string]str
 }
 
 func createNS(ctx context.Context, env *Env, name string) error {
-	_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		metav1.CreateOptions{})
 	return err
 }
 

@@ -152,7 +152,8 @@ func (s *HolderSync) Sync(key string, p *corev1.Pod) error {
 	pid := freePID(root, s.nextPID)
 	s.nextPID = pid + 1
 	c := p.Spec.Containers[0].Name
-	if err := openHolder(root, holderProc{PID: pid, Comm: comm(c), PodUID: string(p.UID), ContainerID: containerID(string(p.UID), c), Devices: devs}); err != nil {
+	if err := openHolder(root, holderProc{PID: pid, Comm: comm(c), PodUID: string(p.UID), ContainerID: containerID(string(p.UID), c),
+		Devices: devs}); err != nil {
 		return err
 	}
 	h.pid, h.killedAt = pid, time.Time{}

@@ -76,7 +76,8 @@ func TestRunnerAndHolders(t *testing.T) {
 	t.Run("exit 3", func(t *testing.T) {
 		p := finished(t, ctx, cs, helper("fails", "kwok-node-0", AgentName, "fake", "exit", "3", "msg", "broken"))
 		term := p.Status.ContainerStatuses[0].State.Terminated
-		if p.Status.Phase != corev1.PodFailed || term.ExitCode != 3 || term.Reason != "Error" || !strings.HasPrefix(term.Message, "broken") {
+		if p.Status.Phase != corev1.PodFailed || term.ExitCode != 3 || term.Reason != "Error" || !strings.HasPrefix(term.Message,
+			"broken") {
 			t.Fatalf("status %+v", p.Status)
 		}
 	})
@@ -98,7 +99,8 @@ func TestRunnerAndHolders(t *testing.T) {
 	})
 	t.Run("other command", func(t *testing.T) {
 		p := finished(t, ctx, cs, helper("sh", "kwok-node-0", "/bin/sh", "-c", "true"))
-		if p.Status.Phase != corev1.PodFailed || !strings.Contains(p.Status.ContainerStatuses[0].State.Terminated.Message, "only runs `kubectl-tt") {
+		if p.Status.Phase != corev1.PodFailed || !strings.Contains(p.Status.ContainerStatuses[0].State.Terminated.Message,
+			"only runs `kubectl-tt") {
 			t.Fatalf("status %+v", p.Status)
 		}
 	})

@@ -57,7 +57,8 @@ func newSMICommand(c *common) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Version, "version", "", "tt-smi version the source binary must report")
-	f.StringVar(&o.Source, "source", envOr(EnvSMISource, nodeagent.DefaultSMISource), "tt-smi binary inside the helper image (env "+EnvSMISource+")")
+	f.StringVar(&o.Source, "source", envOr(EnvSMISource, nodeagent.DefaultSMISource),
+		"tt-smi binary inside the helper image (env "+EnvSMISource+")")
 	f.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "overall deadline")
 	return cmd
 }
@@ -77,7 +78,8 @@ func newFlashCommand(c *common) *cobra.Command {
 	f.StringVar(&o.BundleURL, "bundle-url", "", "bundle URL (https or file://); default the tt-system-firmware release asset")
 	f.StringVar(&o.ReadbackVersion, "readback-version", "", "version every device must report afterwards (default <version>.0)")
 	f.BoolVar(&o.ForceWrite, "force-write", false, "flash even if already at the readback version, with tt-flash --force")
-	f.BoolVar(&o.ContinueOnReadbackFailure, "continue-on-readback-failure", false, "flash even if the pre-flash readback fails after one reset")
+	f.BoolVar(&o.ContinueOnReadbackFailure, "continue-on-readback-failure", false,
+		"flash even if the pre-flash readback fails after one reset")
 	f.BoolVar(&o.Homogenize, "homogenize", true, "pass --force when the chips report different versions")
 	f.StringVar(&o.WorkDir, "work-dir", "", "where to download the bundle (default $TMPDIR)")
 	f.BoolVar(&o.ForceUnload, "force-unload", false, "SIGKILL processes holding /dev/tenstorrent before the flash (needs hostPID)")

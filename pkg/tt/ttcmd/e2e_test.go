@@ -89,8 +89,10 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 		}
 	}
 	after := node(t, "kwok-node-0")
-	if after.Spec.Unschedulable || fmt.Sprint(after.Labels) != fmt.Sprint(before.Labels) || fmt.Sprint(after.Annotations) != fmt.Sprint(before.Annotations) {
-		t.Fatalf("bad input changed the node:\nbefore %v %v\nafter  %v %v", before.Labels, before.Annotations, after.Labels, after.Annotations)
+	if after.Spec.Unschedulable || fmt.Sprint(after.Labels) != fmt.Sprint(before.Labels) ||
+		fmt.Sprint(after.Annotations) != fmt.Sprint(before.Annotations) {
+		t.Fatalf("bad input changed the node:\nbefore %v %v\nafter  %v %v", before.Labels, before.Annotations, after.Labels,
+			after.Annotations)
 	}
 }
 
@@ -103,7 +105,8 @@ func TestOperatorInstalledIsRefused(t *testing.T) {
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "ttdrv-default", Namespace: ns, Labels: labels},
 		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{NodeSelector: map[string]string{"none": "none"}, Containers: []corev1.Container{{Name: "b", Image: "x"}}}}}}
+				Spec: corev1.PodSpec{NodeSelector: map[string]string{"none": "none"}, Containers: []corev1.Container{{Name: "b",
+					Image: "x"}}}}}}
 	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +129,8 @@ func TestKMDUpgradeAndDowngrade(t *testing.T) {
 	plain := []string{"kwok-node-0", "kwok-node-1", "kwok-node-2"}
 
 	out, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.0", "--dry-run")
-	if code != 0 || !strings.Contains(out, "skip "+dkmsNode) || !strings.Contains(out, "skip "+skipNode) || !strings.Contains(out, "planned") {
+	if code != 0 || !strings.Contains(out, "skip "+dkmsNode) || !strings.Contains(out, "skip "+skipNode) || !strings.Contains(out,
+		"planned") {
 		t.Fatalf("dry run: exit %d\n%s", code, out)
 	}
 	out, code = run(t, ctx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", strings.Join(plain, ","))
@@ -136,7 +140,8 @@ func TestKMDUpgradeAndDowngrade(t *testing.T) {
 	for _, n := range plain {
 		got := node(t, n)
 		if got.Labels[tt.LabelKMDVersion] != "2.8.0" || got.Spec.Unschedulable || got.Labels[tt.DefaultDeployGate] != "true" {
-			t.Errorf("%s after the roll: kmd %q, unschedulable %v, gate %q", n, got.Labels[tt.LabelKMDVersion], got.Spec.Unschedulable, got.Labels[tt.DefaultDeployGate])
+			t.Errorf("%s after the roll: kmd %q, unschedulable %v, gate %q", n, got.Labels[tt.LabelKMDVersion], got.Spec.Unschedulable,
+				got.Labels[tt.DefaultDeployGate])
 		}
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(got.Annotations[tt.AnnKMDResult]), &rec); err != nil || rec["cacheHit"] != false {
@@ -165,7 +170,8 @@ func TestKMDUpgradeAndDowngrade(t *testing.T) {
 	}
 	// Re-running a finished roll changes nothing.
 	rv := node(t, "kwok-node-1").Labels
-	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", "kwok-node-1"); code != 0 || fmt.Sprint(node(t, "kwok-node-1").Labels) != fmt.Sprint(rv) {
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", "kwok-node-1"); code != 0 || fmt.Sprint(node(t,
+		"kwok-node-1").Labels) != fmt.Sprint(rv) {
 		t.Fatalf("re-run of a finished node: exit %d", code)
 	}
 }
@@ -280,7 +286,8 @@ func TestFirmwareMaxParallelAndResume(t *testing.T) {
 	}()
 
 	// A bundle that cannot be fetched fails the first nodes and halts the rest.
-	res, code := run(t, ctx, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "file:///nonexistent.fwbundle", "--max-parallel", "2")
+	res, code := run(t, ctx, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "file:///nonexistent.fwbundle",
+		"--max-parallel", "2")
 	if code != cli.ExitFailed || !strings.Contains(res, "BundleFetchFailed") || !strings.Contains(res, "skipped") {
 		t.Fatalf("want a failed, halted roll; exit %d", code)
 	}
@@ -307,14 +314,16 @@ func TestFirmwareMaxParallelAndResume(t *testing.T) {
 
 	// Finished nodes are recognised from their recorded readback: nothing is flashed again…
 	before := node(t, "kwok-node-0").Annotations[tt.AnnFirmwareResult]
-	if _, code := run(t, ctx, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle(t, "19.0.0"), "--nodes", "kwok-node-0"); code != 0 {
+	if _, code := run(t, ctx, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle(t, "19.0.0"), "--nodes",
+		"kwok-node-0"); code != 0 {
 		t.Fatalf("re-run: exit %d", code)
 	}
 	if node(t, "kwok-node-0").Annotations[tt.AnnFirmwareResult] != before {
 		t.Fatal("a finished node was flashed again")
 	}
 	// …unless --force-write asks for it.
-	if _, code := run(t, ctx, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle(t, "19.0.0"), "--nodes", "kwok-node-0", "--force-write"); code != 0 {
+	if _, code := run(t, ctx, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle(t, "19.0.0"), "--nodes", "kwok-node-0",
+		"--force-write"); code != 0 {
 		t.Fatalf("force-write: exit %d", code)
 	}
 	var rec map[string]any
@@ -401,8 +410,10 @@ func TestKMDDrainBlockedByPDB(t *testing.T) {
 		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
 				NodeSelector: map[string]string{"kubernetes.io/hostname": target},
-				Volumes:      []corev1.Volume{{Name: "dev", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/tenstorrent"}}}},
-				Containers:   []corev1.Container{{Name: "c", Image: "example.com/precious", VolumeMounts: []corev1.VolumeMount{{Name: "dev", MountPath: "/dev/tenstorrent"}}}},
+				Volumes: []corev1.Volume{{Name: "dev",
+					VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/tenstorrent"}}}},
+				Containers: []corev1.Container{{Name: "c", Image: "example.com/precious",
+					VolumeMounts: []corev1.VolumeMount{{Name: "dev", MountPath: "/dev/tenstorrent"}}}},
 			}}}}
 	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -58,10 +58,13 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	fs.DurationVar(&o.cfg.DrainTimeout, "drain-timeout", 10*time.Minute, "how long the drain may take, kept across re-runs")
 	fs.BoolVar(&o.halt, "halt-on-failure", true, "start no new node once one has failed (nodes in progress finish their step)")
 	fs.BoolVar(&o.cfg.ForceWrite, "force-write", false, "re-flash nodes already at the readback version (recovery); resumable")
-	fs.BoolVar(&o.cfg.ForceUnload, "force-unload", false, "kill processes still holding the device before flashing (their in-flight work is lost)")
+	fs.BoolVar(&o.cfg.ForceUnload, "force-unload", false,
+		"kill processes still holding the device before flashing (their in-flight work is lost)")
 	fs.BoolVar(&o.cfg.Force, "force", false, "also evict bare pods that hold the device, as kubectl drain --force; they are not recreated")
-	fs.BoolVar(&o.cfg.ContinueOnReadbackFailure, "continue-on-readback-failure", false, "flash even when the pre-flash readback fails after one reset")
-	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate}, "node labels set to \"false\" during the flash so DaemonSets holding the device leave (empty to disable)")
+	fs.BoolVar(&o.cfg.ContinueOnReadbackFailure, "continue-on-readback-failure", false,
+		"flash even when the pre-flash readback fails after one reset")
+	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate},
+		"node labels set to \"false\" during the flash so DaemonSets holding the device leave (empty to disable)")
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
@@ -123,7 +126,8 @@ func (o *firmwareOptions) Run(ctx context.Context) error {
 			return err
 		}
 		if resumed {
-			s.Progress.Printf("resuming the interrupted forced re-flash to %s started %s", cfg.Readback, cfg.ForceSince.Format(time.RFC3339))
+			s.Progress.Printf("resuming the interrupted forced re-flash to %s started %s", cfg.Readback,
+				cfg.ForceSince.Format(time.RFC3339))
 		}
 	}
 	res := runbook.Run(ctx, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets, runbook.Options{

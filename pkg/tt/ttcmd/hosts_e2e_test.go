@@ -89,7 +89,8 @@ func TestFirmwareMovesEveryKindOfHolder(t *testing.T) {
 	args := []string{"upgrade", "firmware", "--version", "19.9.0", "--bundle-url", bundle(t, "19.9.0"), "--nodes", target}
 	out, code := run(t, ctx, args...)
 	if code != cli.ExitBlocked || !strings.Contains(out, "plugin-user (requests tenstorrent.com/n300)") ||
-		!strings.Contains(out, "privileged-dev (has /dev/tenstorrent open") || !strings.Contains(out, "--force") || strings.Contains(out, csi) {
+		!strings.Contains(out, "privileged-dev (has /dev/tenstorrent open") || !strings.Contains(out, "--force") || strings.Contains(out,
+		csi) {
 		t.Fatalf("want blocked naming both bare holders (not the CSI pod) and --force; exit %d", code)
 	}
 	n := node(t, target)
@@ -204,7 +205,8 @@ func TestKMDLabelThatLiesIsMeasured(t *testing.T) {
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 3*time.Minute)
 	const target = "kwok-node-2"
-	if _, err := kube.SetNodeKeys(ctx, c.Client, target, kube.NodeChange{Labels: map[string]*string{tt.LabelKMDVersion: ptr.To("2.9.1")}}); err != nil {
+	if _, err := kube.SetNodeKeys(ctx, c.Client, target,
+		kube.NodeChange{Labels: map[string]*string{tt.LabelKMDVersion: ptr.To("2.9.1")}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.9.1", "--nodes", target); code != 0 {

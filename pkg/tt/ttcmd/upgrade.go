@@ -73,13 +73,16 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.version, "version", "", "tt-kmd version to install, MAJOR.MINOR.PATCH (required)")
-	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate}, "node labels set to \"false\" while a node is upgraded, so DaemonSets gated on them leave (empty to disable)")
+	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate},
+		"node labels set to \"false\" while a node is upgraded, so DaemonSets gated on them leave (empty to disable)")
 	fs.BoolVar(&o.drain, "drain", true, "evict pods that hold /dev/tenstorrent before swapping the module")
 	fs.BoolVar(&o.fullNode, "full-node", true, "also drain every other pod on the node (DaemonSet pods stay)")
 	fs.StringVar(&o.podSelector, "pod-selector", "", "with --full-node, only drain pods matching this label selector")
 	fs.DurationVar(&o.drainTO, "drain-timeout", 10*time.Minute, "how long each drain pass may take, kept across re-runs")
-	fs.BoolVar(&o.forceUnload, "force-unload", false, "kill processes still holding the device before unloading (their in-flight work is lost)")
-	fs.BoolVar(&o.force, "force", false, "also evict pods no controller manages (bare pods), as kubectl drain --force; they are not recreated")
+	fs.BoolVar(&o.forceUnload, "force-unload", false,
+		"kill processes still holding the device before unloading (their in-flight work is lost)")
+	fs.BoolVar(&o.force, "force", false,
+		"also evict pods no controller manages (bare pods), as kubectl drain --force; they are not recreated")
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
