@@ -2,9 +2,11 @@ package tt
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -162,6 +164,8 @@ func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 		switch {
 		case !kube.PodTerminal(h):
 			r.State = fmt.Sprintf("%s helper running (%s)", h.Labels[kube.LabelHelper], key)
+		case staleHelper(n, h):
+			// A newer result superseded it (an abandoned version): not news.
 		case h.Status.Phase == corev1.PodFailed || !helperOK(h):
 			r.Why = helperWhy(h)
 		}
@@ -179,6 +183,28 @@ func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 		r.Why = "cordoned by someone else; rollbook will not touch it"
 	}
 	return r
+}
+
+// staleHelper reports a finished helper older than the node's recorded
+// result for its task.
+func staleHelper(n *corev1.Node, h *corev1.Pod) bool {
+	var at time.Time
+	switch h.Labels[kube.LabelHelper] {
+	case "kmd":
+		var r kmdRecord
+		if json.Unmarshal([]byte(n.Annotations[AnnKMDResult]), &r) == nil {
+			at, _ = time.Parse(time.RFC3339, r.At)
+		}
+	case "flash":
+		if r, ok := firmwareRecordOf(n); ok {
+			at = r.At
+		}
+	case "probe":
+		if r := probeRecordOf(n); r != nil {
+			at = r.At
+		}
+	}
+	return !at.IsZero() && at.After(h.CreationTimestamp.Time)
 }
 
 func helperOK(p *corev1.Pod) bool {

@@ -239,7 +239,12 @@ func (b *builder) cleanup(id string, helperName func(node string) string) runboo
 		},
 		Act: func(ctx context.Context, f Facts) error {
 			if p := f.Helper.Pod; p != nil {
-				return deleteHelper(ctx, b.cs, b.rec, p)
+				if err := deleteHelper(ctx, b.cs, b.rec, p); err != nil {
+					return err
+				}
+				// Failed helpers of versions given up on go too.
+				_, err := kube.CleanupHelpers(ctx, b.cs, b.rec, b.helperNS, p.Labels[kube.LabelHelper], f.Node.Name)
+				return err
 			}
 			return nil
 		},
