@@ -259,6 +259,11 @@ func TestProbeMeasuresWithoutChanging(t *testing.T) {
 	for _, name := range toolNames(t, root) {
 		assert.NotContains(t, []string{"rmmod", "insmod", "kill", "tt-flash"}, name)
 	}
+	b, err := nodeagent.EncodeResult(r)
+	require.NoError(t, err)
+	back, err := nodeagent.ParseResult(b)
+	require.NoError(t, err, "the CLI must read a probe's result back")
+	assert.Equal(t, r.Probe, back.Probe)
 
 	dkms, _ := newHost(t, fakehost.Spec{LoadedKMD: "1.29.0", DKMS: true})
 	r = dkms.Probe(context.Background(), nodeagent.ProbeOptions{})

@@ -119,9 +119,6 @@ func (r *Runner) sync(ctx context.Context, key string, pods corelisters.PodListe
 		return r.refuse(ctx, pod, "SimRunnerLostHelper",
 			"sim: the helper runner has no process for this Running helper (was the sim restarted?)")
 	}
-	if _, bad := unknownImage(pod); bad {
-		return r.pullFailed(ctx, pod)
-	}
 	return r.start(ctx, pod)
 }
 
@@ -141,6 +138,9 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 		return r.refuse(ctx, pod, "SimNoTTHost",
 			fmt.Sprintf("sim: node %s is not a simulated Tenstorrent host; the helper runner runs helpers only on nodes with a host root",
 				pod.Spec.NodeName))
+	}
+	if _, bad := unknownImage(pod); bad {
+		return r.pullFailed(ctx, pod)
 	}
 	argvs, why := r.commands(pod)
 	if why != "" {
