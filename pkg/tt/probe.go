@@ -141,6 +141,9 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 			spec := helperSpec(b.helper, "probe", f.Node.Name, b.run, cmd, false, b.run)
 			spec.Deadline = 5 * time.Minute
 			if _, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec); err != nil {
+				if ctx.Err() != nil {
+					return err
+				}
 				return runbook.Blocked(fmt.Errorf("cannot start the probe helper on %s (is namespace %q there, and may it run "+
 					"privileged pods?): %w; the node was not cordoned", f.Node.Name, b.helperNS, err))
 			}

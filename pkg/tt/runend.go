@@ -3,6 +3,7 @@ package tt
 import (
 	"context"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -22,6 +23,9 @@ func MarkLeftCordoned(ctx context.Context, cs kubernetes.Interface, rb string, r
 	if res.DryRun {
 		return nil
 	}
+	// An interrupted run still says why it stopped.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
 	for _, t := range res.Targets {
 		name := strings.TrimPrefix(t.Target, "node/")
 		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})

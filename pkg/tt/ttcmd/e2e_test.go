@@ -209,7 +209,7 @@ func TestKMDInterruptedAndResumed(t *testing.T) {
 	ctx := simtest.Context(t, 5*time.Minute)
 	const target = "kwok-node-1"
 	runCtx, cancel := context.WithCancel(ctx)
-	w, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper})
+	w, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper + "=kmd"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,8 +385,9 @@ func TestKMDRequestsPerNode(t *testing.T) {
 	}
 	t.Logf("one-node kmd roll: %d API requests %v in %s (6 of them per run: identity, lease, operator check, node list, release)",
 		n.Load(), byVerb, time.Since(start).Round(time.Millisecond))
-	// Measured 59; the goal is 40 per node. This guards against regressions.
-	if got := n.Load(); got > 60 {
+	// Measured 70 (59 before the probe helper, which costs 11: create, watch,
+	// record, delete); the goal is 40 per node. This guards against regressions.
+	if got := n.Load(); got > 72 {
 		t.Errorf("a one-node roll made %d API requests:\n%s", got, strings.Join(paths, "\n"))
 	}
 }

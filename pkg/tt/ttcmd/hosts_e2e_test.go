@@ -188,9 +188,10 @@ func TestHelperImagePullFailureStopsBeforeCordon(t *testing.T) {
 		t.Fatalf("the node was touched: unschedulable %v, kmd %q, gate %q", n.Spec.Unschedulable, n.Labels[tt.LabelKMDVersion],
 			n.Labels[tt.DefaultDeployGate])
 	}
-	helpers, _ := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper})
-	if len(helpers.Items) != 0 {
-		t.Errorf("%d helper pod(s) left behind", len(helpers.Items))
+	helpers, _ := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper,
+		FieldSelector: "spec.nodeName=" + target})
+	for _, h := range helpers.Items {
+		t.Errorf("helper pod %s left behind (%s, deleting %v)", h.Name, h.Status.Phase, h.DeletionTimestamp != nil)
 	}
 	out, code = run(t, ctx, "upgrade", "kmd", "--version", "2.8.1", "--nodes", target, "--helper-namespace", "no-such-ns")
 	if code != cli.ExitBlocked || !strings.Contains(out, "no-such-ns") || node(t, target).Spec.Unschedulable {
