@@ -7,8 +7,11 @@ GOTEST_FLAGS ?= -timeout 30m -count=1
 # The sim module must be built with hack/build-sim.sh's -trimpath: other
 # flags would recompile all of Kubernetes (~6 min, 4 GB of cache).
 SIM_GOFLAGS := -trimpath
+# Linters are Go modules at pinned versions, built into .cache (never a downloaded binary).
+GOLANGCI_VERSION := v2.15.0
+GOLANGCI := $(CURDIR)/.cache/bin/golangci-lint-$(GOLANGCI_VERSION)
 
-.PHONY: all build sim demo test check vet fmt docs clean
+.PHONY: all build sim demo test check lint bench docs clean
 
 all: build
 
@@ -21,7 +24,7 @@ sim: ## the simulated cluster into .cache/bin/sim (first build ~6 min, then seco
 demo: build sim ## both plugins against a 3-node simulated cluster
 	ROLLBOOK_SIM_BIN=$(SIM) bash hack/demo.sh
 
-check: ## gofmt and go vet, both modules
+check: lint ## gofmt, go vet (both modules) and golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -31,6 +34,18 @@ test: check sim ## every test, on the real simulated control plane
 	$(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
 	ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test $(GOTEST_FLAGS) ./...
 	$(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./...
+
+lint: $(GOLANGCI) ## golangci-lint with .golangci.yml (main module; sim/ is vetted only)
+	$(GOLANGCI) run ./...
+
+$(GOLANGCI):
+	mkdir -p $(CURDIR)/.cache/bin
+	GOBIN=$(CURDIR)/.cache/tmp-lint $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	mv $(CURDIR)/.cache/tmp-lint/golangci-lint $@
+
+bench: build sim ## every benchmark at a size that fits ~10 minutes; figures next to their targets
+	ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-status.sh
+	ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-firmware.sh
 
 docs: ## regenerate runbooks/*.md from the step registry
 	$(GO) run ./hack/gendocs

@@ -38,8 +38,16 @@ measure() { # name, command...
     worst=$(echo "if ($secs > $worst) $secs else $worst" | bc)
     [ "$kb" -gt "$mem" ] && mem=$kb
   done
-  printf '%-44s best %6.2fs  worst %6.2fs  peak RSS %5d MiB  (%d lines)\n' "$name" "$best" "$worst" $((mem / 1024)) "$(wc -l <"$base/out")"
+  last_best=$best
+  local ratio=""
+  [ -n "${floor_best:-}" ] && ratio=$(printf '  %.2f× floor' "$(echo "$best / $floor_best" | bc -l)")
+  printf '%-44s best %6.2fs  worst %6.2fs  peak RSS %5d MiB  (%d lines)%s\n' "$name" "$best" "$worst" $((mem / 1024)) \
+    "$(wc -l <"$base/out")" "$ratio"
 }
+FLOOR=$base/floor
+go -C "$root" build -o "$FLOOR" ./hack/floor
+measure "floor: one metadata-only protobuf node list" "$FLOOR"
+floor_best=$last_best
 cols="-L driver.tenstorrent.com/kmd-version,tt-smi.driver.tenstorrent.com/version,firmware.tenstorrent.com/fw-version,driver.tenstorrent.com/install-mode"
 measure "kubectl get nodes (by hand, version columns)" kubectl get nodes -l feature.node.kubernetes.io/pci-1200_1e52.present=true $cols
 measure "kubectl tt status" "$TT" status
@@ -55,3 +63,4 @@ kubectl get workerpools -A 2>&1 || true
 SH
 measure "runbook's 'check your progress' (3 kubectl)" bash "$base/progress.sh"
 measure "kubectl ate status --no-api" "$ATE" status --no-api
+echo "targets: tt status and ate status --no-api within 1.3× floor, under 150 MiB"

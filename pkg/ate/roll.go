@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"sort"
 	"strings"
 	"sync"
@@ -279,7 +280,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: VersionLabel + "=" + f.cfg.To}}
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					n, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{VersionLabel: kube.Ptr(f.cfg.To)}})
+					n, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(f.cfg.To)}})
 					if err == nil {
 						rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", fmt.Sprintf("%s: %s → %s", VersionLabel, f.cfg.From, f.cfg.To))
 					}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 )
 
@@ -66,5 +67,30 @@ func TestHelpReadsAsKubectlPlugin(t *testing.T) {
 	Execute(root, []string{"--help"}, &bytes.Buffer{})
 	if !strings.Contains(out.String(), "kubectl tt [command]") || !strings.Contains(out.String(), "--kubeconfig") {
 		t.Fatalf("help: %s", out)
+	}
+}
+
+func TestDryRunFlagAcceptsKubectlSpellings(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		dry     bool
+		usageOK bool
+	}{
+		{nil, false, true},
+		{[]string{"--dry-run"}, true, true},
+		{[]string{"--dry-run=client"}, true, true},
+		{[]string{"--dry-run=none"}, false, true},
+		{[]string{"--dry-run=server"}, false, false},
+	} {
+		var f RunFlags
+		fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+		f.AddFlags(fs, "kube-system")
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		err := f.Validate()
+		if f.DryRun != tc.dry || (err == nil) != tc.usageOK || (err != nil && ExitCode(err) != ExitUsage) {
+			t.Errorf("%v: dry %v, err %v", tc.args, f.DryRun, err)
+		}
 	}
 }

@@ -3,10 +3,12 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -80,6 +82,12 @@ func ExecuteContext(ctx context.Context, root *cobra.Command, args []string, err
 	klog.SetOutput(io.Discard)
 	klog.LogToStderr(false)
 	root.SetArgs(args)
+	root.PersistentPreRunE = chainPreRun(root.PersistentPreRunE, func(c *cobra.Command) error {
+		if f := c.Flags().Lookup("v"); f != nil && f.Changed {
+			return enableRequestLog(f.Value.String())
+		}
+		return nil
+	})
 	// cobra reports unknown flags and arguments as plain errors; make them
 	// usage errors with the command's usage hint.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -95,6 +103,37 @@ func ExecuteContext(ctx context.Context, root *cobra.Command, args []string, err
 	}
 	fmt.Fprintf(errOut, "error: %v\n", err)
 	return code
+}
+
+func chainPreRun(prev func(*cobra.Command, []string) error, next func(*cobra.Command) error) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, args []string) error {
+		if prev != nil {
+			if err := prev(c, args); err != nil {
+				return err
+			}
+		}
+		return next(c)
+	}
+}
+
+// enableRequestLog sends klog (client-go's request log) to stderr at level
+// v, at most 7: at 8 and above client-go logs response bodies, and a
+// TokenRequest's response body is a bearer token.
+func enableRequestLog(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return UsageErrorf("-v %q: want a log level 0..7", v)
+	}
+	n = min(n, 7)
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	klog.SetOutput(os.Stderr)
+	for k, val := range map[string]string{"v": strconv.Itoa(n), "logtostderr": "true"} {
+		if err := fs.Set(k, val); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // isCobraUsageError recognises cobra's own argument and command errors,

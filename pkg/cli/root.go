@@ -19,6 +19,8 @@ type Globals struct {
 	ConfigFlags *genericclioptions.ConfigFlags
 	Factory     cmdutil.Factory
 	IOStreams   genericiooptions.IOStreams
+	// Verbosity is -v: client-go request logging on stderr.
+	Verbosity int
 }
 
 // NewRoot returns the root command of plugin `kubectl <plugin>` with every
@@ -48,6 +50,8 @@ func NewRoot(plugin, short, long string, streams genericiooptions.IOStreams) (*c
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	flags.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().IntVarP(&g.Verbosity, "v", "v", 0,
+		"log client-go's requests to stderr: 6 each request, 7 with headers (capped at 7: bodies can carry minted tokens)")
 	root.AddCommand(NewVersionCommand(plugin, streams))
 	root.CompletionOptions.HiddenDefaultCmd = false
 	registerFlagCompletions(root, g)

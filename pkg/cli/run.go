@@ -6,11 +6,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rollbook/rollbook/pkg/cli/lease"
+	"github.com/rollbook/rollbook/pkg/journal"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/ui"
@@ -22,18 +26,51 @@ type RunFlags struct {
 	Output        string
 	StealLock     bool
 	LockNamespace string
+	badDryRun     string
 }
+
+// dryRunValue is --dry-run, also spelled as kubectl does: --dry-run=client
+// (the same as --dry-run) and --dry-run=none (off). rollbook plans on the
+// client; --dry-run=server is refused rather than silently downgraded.
+type dryRunValue struct{ f *RunFlags }
+
+func (d dryRunValue) String() string {
+	if d.f != nil && d.f.DryRun {
+		return "client"
+	}
+	return "none"
+}
+
+func (d dryRunValue) Set(v string) error {
+	switch strings.ToLower(v) {
+	case "", "true", "client":
+		d.f.DryRun = true
+	case "false", "none":
+		d.f.DryRun = false
+	default:
+		d.f.badDryRun = v
+	}
+	return nil
+}
+
+func (d dryRunValue) Type() string { return "" }
 
 // AddFlags registers --dry-run, -o, --steal-lock and --lock-namespace.
 func (f *RunFlags) AddFlags(fs *pflag.FlagSet, defaultLockNamespace string) {
-	fs.BoolVar(&f.DryRun, "dry-run", false, "print the plan — every step and every object it would change — and change nothing")
+	fs.Var(dryRunValue{f}, "dry-run", "print the plan — every step and every object it would change — and change nothing "+
+		"(also --dry-run=client; --dry-run=none is off)")
+	fs.Lookup("dry-run").NoOptDefVal = "client"
 	fs.StringVarP(&f.Output, "output", "o", "", "output format of the result: json|yaml (progress then goes to stderr)")
-	fs.BoolVar(&f.StealLock, "steal-lock", false, "take over the lock from a run that stopped renewing it (never from a live one)")
+	fs.BoolVar(&f.StealLock, "steal-lock", false, "take over the lock even from a run that still renews it "+
+		"(a live but stuck run; it stops acting at its next renewal). A dead holder is taken over without this flag")
 	fs.StringVar(&f.LockNamespace, "lock-namespace", defaultLockNamespace, "namespace of the Lease that keeps two runs from fighting")
 }
 
 // Validate rejects bad values before any API call.
 func (f *RunFlags) Validate() error {
+	if f.badDryRun != "" {
+		return UsageErrorf("--dry-run=%s: rollbook plans on the client; use --dry-run (or --dry-run=client)", f.badDryRun)
+	}
 	if err := ui.ValidateOutput(f.Output, "json", "yaml"); err != nil {
 		return UsageErrorf("%v", err)
 	}
@@ -41,7 +78,8 @@ func (f *RunFlags) Validate() error {
 }
 
 // Session is one run of a runbook command: its ID, the lock it holds, and
-// where progress and mutations are reported.
+// where progress and mutations are reported. Every command that changes the
+// cluster runs its runbooks through one Session.
 type Session struct {
 	RunID    string
 	Client   kubernetes.Interface
@@ -49,54 +87,152 @@ type Session struct {
 	Progress *ui.Progress
 	// Recorder prints each mutation and writes it as an Event.
 	Recorder kube.Recorder
-	lock     *runbook.Lock
+	lock     *lease.Lock
 	globals  *Globals
+	cancel   context.CancelFunc
+	plugin   string
+	lockName string
+	journal  *journal.Writer
 }
 
-// StartSession connects, takes the Lease lockName (not for dry runs, which
-// only warn when someone holds it) and sets up reporting. ctx is replaced
-// by one that is cancelled if the lock is lost. Call Finish when done.
+// DryRun reports whether the session only plans.
+func (s *Session) DryRun() bool { return s.Flags.DryRun }
+
+// StartSession connects, says where it acts, takes the Lease lockName (not
+// for dry runs, which only note a holder) and sets up reporting. ctx is
+// replaced by one that is cancelled if the lock is lost. End the session with
+// Finish or Fail.
 func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName string) (*Session, context.Context, error) {
 	cs, err := g.Factory.KubernetesClientSet()
 	if err != nil {
 		return nil, ctx, err
 	}
-	s := &Session{RunID: NewRunID(), Client: cs, Flags: f, globals: g}
+	s := &Session{RunID: NewRunID(), Client: cs, Flags: f, globals: g, plugin: plugin, lockName: lockName}
 	progressOut := g.IOStreams.Out
 	if f.Output != "" {
 		progressOut = g.IOStreams.ErrOut
 	}
 	s.Progress = ui.NewProgress(progressOut)
+	s.Progress.Printf("%s", Where(g))
 	s.Recorder = kube.Recorders{s.Progress, &kube.EventWriter{Client: cs, Component: "kubectl-" + plugin, Instance: s.RunID}}
 	if f.DryRun {
 		s.Recorder = s.Progress
-		if held, err := runbook.Peek(ctx, cs, f.LockNamespace, lockName, 0); err == nil && held != nil {
+		if held, err := lease.Peek(ctx, cs, f.LockNamespace, lockName); err == nil && held != nil {
 			s.Progress.Printf("note: %v", held)
 		}
 		return s, ctx, nil
 	}
-	holder := runbook.CurrentHolder(ctx, cs, s.RunID)
-	lock, err := runbook.Acquire(ctx, cs, f.LockNamespace, lockName, holder, runbook.LockOptions{Steal: f.StealLock})
+	holder := lease.CurrentHolder(ctx, cs, s.RunID)
+	lock, err := lease.Acquire(ctx, cs, f.LockNamespace, lockName, holder, lease.LockOptions{
+		Steal:  f.StealLock,
+		Notify: func(msg string) { s.Progress.Printf("%s", msg) },
+	})
 	if err != nil {
 		s.Progress.Close()
 		return nil, ctx, err
 	}
 	s.lock = lock
-	ctx, _ = lock.WithLock(ctx)
+	ctx, s.cancel = lock.WithLock(ctx)
+	s.journal = &journal.Writer{Client: cs, Namespace: f.LockNamespace, Name: journal.Name(plugin),
+		Base: journal.Entry{Run: s.RunID, User: holder.User, Host: holder.Host, Command: holder.Command}}
+	s.Recorder = append(s.Recorder.(kube.Recorders), s.journal)
+	started := "run started"
+	if note := lock.TakeoverNote(); note != "" {
+		started += "; " + note
+	}
+	s.note(ctx, "RunStarted", started)
 	return s, ctx, nil
 }
 
-// Finish prints the result (text summary with the next command, or JSON/YAML
-// on stdout), releases the lock and returns an error carrying the exit code.
-func (s *Session) Finish(r runbook.Result, next string) error {
-	s.Progress.Close()
-	if s.lock != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.lock.Release(ctx); err != nil {
-			fmt.Fprintf(s.globals.IOStreams.ErrOut, "warning: could not release the lock: %v (it expires by itself)\n", err)
-		}
+// note journals a line about the run itself (its start and end).
+func (s *Session) note(ctx context.Context, reason, message string) {
+	if s.journal == nil {
+		return
 	}
+	e := s.journal.Base
+	e.Object, e.Reason, e.Message = "lease/"+s.Flags.LockNamespace+"/"+s.lockName, reason, message
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.journal.Append(wctx, e); err != nil {
+		s.Progress.Printf("warning: could not write the run's history: %v", err)
+	}
+}
+
+// Where is the line every mutating run starts with: the kube context,
+// cluster and user it acts as (never a credential).
+func Where(g *Globals) string {
+	raw, err := g.ConfigFlags.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return "acting on: (kubeconfig unreadable: " + err.Error() + ")"
+	}
+	name := raw.CurrentContext
+	if c := g.ConfigFlags.Context; c != nil && *c != "" {
+		name = *c
+	}
+	kctx := raw.Contexts[name]
+	if kctx == nil {
+		return fmt.Sprintf("acting on context %q", name)
+	}
+	cluster, user := kctx.Cluster, kctx.AuthInfo
+	if c := g.ConfigFlags.ClusterName; c != nil && *c != "" {
+		cluster = *c
+	}
+	if u := g.ConfigFlags.AuthInfoName; u != nil && *u != "" {
+		user = *u
+	}
+	line := fmt.Sprintf("acting on context %q (cluster %q, user %q", name, cluster, user)
+	if as := g.ConfigFlags.Impersonate; as != nil && *as != "" {
+		line += fmt.Sprintf(", as %q", *as)
+	}
+	return line + ")"
+}
+
+// Run runs rb over targets in this session. It honours a pause (kubectl
+// <plugin> pause) before each target starts.
+func Run[F any](ctx context.Context, s *Session, rb *runbook.Runbook[F], targets []runbook.Target, o runbook.Options) runbook.Result {
+	o.RunID, o.DryRun = s.RunID, s.DryRun()
+	if o.Reporter == nil {
+		o.Reporter = s.Progress
+	}
+	if o.Paused == nil {
+		o.Paused = s.Paused
+	}
+	return runbook.Run(ctx, rb, targets, o)
+}
+
+// Paused reports whether the roll is paused, and by whom. A pause that
+// cannot be read counts as none: the lock already guards against a second run.
+func (s *Session) Paused(ctx context.Context) (bool, string) {
+	p, err := lease.ReadPause(ctx, s.Client, s.Flags.LockNamespace, s.lockName)
+	if err != nil || p == nil {
+		return false, ""
+	}
+	return true, fmt.Sprintf("%s; `kubectl %s resume`, then re-run this command", p, s.plugin)
+}
+
+// SetMaxOutOfService declares on the held Lease how many nodes this run may
+// take out of service at once, so anyone watching (the simulated cluster's
+// invariant monitor, a person with kubectl) can check the run keeps to it.
+func (s *Session) SetMaxOutOfService(ctx context.Context, n int) error {
+	if s.lock == nil {
+		return nil
+	}
+	v := strconv.Itoa(n)
+	return s.lock.SetAnnotation(ctx, AnnMaxOutOfService, &v)
+}
+
+// AnnMaxOutOfService is the Lease annotation SetMaxOutOfService writes.
+const AnnMaxOutOfService = "rollbook.dev/max-out-of-service"
+
+// Finish says what the run leaves behind on nodes it did not finish, prints
+// the result (text summary with the next command, or JSON/YAML on stdout),
+// releases the lock and returns an error carrying the exit code.
+func (s *Session) Finish(r runbook.Result, next string) error {
+	if !s.DryRun() {
+		s.markLeftCordoned(r)
+		s.note(context.Background(), "RunFinished", "outcome "+string(r.Outcome))
+	}
+	s.end()
 	if s.Flags.Output != "" {
 		if err := ui.PrintObject(s.globals.IOStreams.Out, s.Flags.Output, r); err != nil {
 			return err
@@ -107,6 +243,75 @@ func (s *Session) Finish(r runbook.Result, next string) error {
 	return OutcomeError(r)
 }
 
+// Fail ends a session that stopped before or between runbooks with err:
+// it releases the lock and returns err for the command to report.
+func (s *Session) Fail(err error) error {
+	if err != nil {
+		s.note(context.Background(), "RunFinished", "stopped: "+err.Error())
+	}
+	s.end()
+	return err
+}
+
+func (s *Session) end() {
+	s.Progress.Close()
+	if s.lock != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.lock.Release(ctx); err != nil {
+			fmt.Fprintf(s.globals.IOStreams.ErrOut, "warning: could not release the lock: %v (it expires by itself)\n", err)
+		}
+		s.lock = nil
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+}
+
+// markLeftCordoned writes, on every node of r that the run did not finish
+// and that stays cordoned by rollbook, why it is cordoned: the cluster then
+// says so too, not only this terminal.
+func (s *Session) markLeftCordoned(r runbook.Result) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, t := range r.Targets {
+		node, ok := strings.CutPrefix(t.Target, "node/")
+		if !ok || t.Outcome == runbook.OutcomeDone || t.Outcome == runbook.OutcomePlanned {
+			continue
+		}
+		why := fmt.Sprintf("run %s stopped (%s) at step %s", r.RunID, t.Outcome, t.State)
+		if msg := stopReason(t); msg != "" {
+			why += ": " + msg
+		}
+		if marked, err := kube.MarkLeftCordoned(ctx, s.Client, node, why); err != nil {
+			s.Progress.Printf("warning: could not record on node/%s why it stays cordoned: %v", node, err)
+		} else if marked {
+			s.Progress.Printf("node/%s stays cordoned by rollbook: %s", node, why)
+		}
+	}
+}
+
+// Abort ends a session that failed before it ran anything.
+//
+// Deprecated: use Fail, which also returns the error to report.
+func (s *Session) Abort() error { s.end(); return nil }
+
+// stopReason is what stopped a target: its error, or its stopping step's.
+func stopReason(t runbook.TargetResult) string {
+	if t.Error != "" {
+		return t.Error
+	}
+	for _, st := range t.Steps {
+		if st.Error != "" {
+			return st.Error
+		}
+	}
+	return ""
+}
+
+// Lock is the held lock, or nil for a dry run.
+func (s *Session) Lock() *lease.Lock { return s.lock }
+
 // OutcomeError maps a run's outcome to an error with the matching exit code
 // (nil when done or planned).
 func OutcomeError(r runbook.Result) error {
@@ -115,6 +320,8 @@ func OutcomeError(r runbook.Result) error {
 		return nil
 	case runbook.OutcomeBlocked:
 		return WithExitCode(ExitBlocked, errors.New("blocked: a step needs a person (see above); fix it and re-run the same command"))
+	case runbook.OutcomePaused:
+		return nil
 	case runbook.OutcomeInterrupted:
 		return WithExitCode(ExitFailed, errors.New("interrupted; re-run the same command to continue where it stopped"))
 	default:
@@ -128,18 +335,3 @@ func NewRunID() string {
 	_, _ = rand.Read(b)
 	return time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b)
 }
-
-// Abort ends a session that failed before it ran anything: it releases the
-// lock and prints nothing.
-func (s *Session) Abort() error {
-	s.Progress.Close()
-	if s.lock == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return s.lock.Release(ctx)
-}
-
-// Lock is the held lock, or nil for a dry run.
-func (s *Session) Lock() *runbook.Lock { return s.lock }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
 // CordonState says who, if anyone, has the node cordoned.
@@ -45,20 +46,11 @@ func CordonStateOf(n *corev1.Node) CordonState {
 	return s
 }
 
-// Cordon marks the node unschedulable on behalf of owner (a runbook name)
+// CordonNode marks the node unschedulable on behalf of owner (a runbook name)
 // and records that ownership on the node in the same patch. A node that is
 // already cordoned by someone else keeps that foreign cordon and is not
-// claimed, so a later Uncordon by owner leaves it cordoned — the prior state
-// is restored. Returns the resulting state.
-func Cordon(ctx context.Context, cs kubernetes.Interface, rec Recorder, node, owner, run string) (CordonState, error) {
-	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return CordonState{}, fmt.Errorf("cordon %s: %w", node, err)
-	}
-	return CordonNode(ctx, cs, rec, n, owner, run)
-}
-
-// CordonNode is Cordon starting from a node the caller just read.
+// claimed, so a later UncordonNode by owner leaves it cordoned — the prior
+// state is restored. cur is the node as the caller just read it.
 func CordonNode(ctx context.Context, cs kubernetes.Interface, rec Recorder, cur *corev1.Node, owner, run string) (CordonState, error) {
 	node := cur.Name
 	var did bool
@@ -69,11 +61,11 @@ func CordonNode(ctx context.Context, cs kubernetes.Interface, rec Recorder, cur 
 		}
 		did = true
 		return NodeChange{
-			Unschedulable: boolPtr(true),
+			Unschedulable: ptr.To(true),
 			Annotations: map[string]*string{
-				AnnCordonedBy: Ptr(owner),
-				AnnCordonedAt: Ptr(time.Now().UTC().Format(time.RFC3339)),
-				AnnCordonRun:  Ptr(run),
+				AnnCordonedBy: ptr.To(owner),
+				AnnCordonedAt: ptr.To(time.Now().UTC().Format(time.RFC3339)),
+				AnnCordonRun:  ptr.To(run),
 			},
 		}, nil
 	})
@@ -87,17 +79,9 @@ func CordonNode(ctx context.Context, cs kubernetes.Interface, rec Recorder, cur 
 	return st, nil
 }
 
-// Uncordon undoes owner's cordon. A node cordoned by anyone else (another
-// runbook, a person, an autoscaler) is left cordoned and reported.
-func Uncordon(ctx context.Context, cs kubernetes.Interface, rec Recorder, node, owner string) (CordonState, error) {
-	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return CordonState{}, fmt.Errorf("uncordon %s: %w", node, err)
-	}
-	return UncordonNode(ctx, cs, rec, n, owner)
-}
-
-// UncordonNode is Uncordon starting from a node the caller just read.
+// UncordonNode undoes owner's cordon. A node cordoned by anyone else (another
+// runbook, a person, an autoscaler) is left cordoned and reported. cur is
+// the node as the caller just read it.
 func UncordonNode(ctx context.Context, cs kubernetes.Interface, rec Recorder, cur *corev1.Node, owner string) (CordonState, error) {
 	node := cur.Name
 	var did bool
@@ -115,7 +99,7 @@ func UncordonNode(ctx context.Context, cs kubernetes.Interface, rec Recorder, cu
 			return NodeChange{}, nil
 		}
 		did = true
-		return NodeChange{Unschedulable: boolPtr(false), Annotations: clearCordonAnnotations()}, nil
+		return NodeChange{Unschedulable: ptr.To(false), Annotations: clearCordonAnnotations()}, nil
 	})
 	if err != nil {
 		return CordonState{}, fmt.Errorf("uncordon %s: %w", node, err)
@@ -127,7 +111,23 @@ func UncordonNode(ctx context.Context, cs kubernetes.Interface, rec Recorder, cu
 }
 
 func clearCordonAnnotations() map[string]*string {
-	return map[string]*string{AnnCordonedBy: nil, AnnCordonedAt: nil, AnnCordonRun: nil}
+	return map[string]*string{AnnCordonedBy: nil, AnnCordonedAt: nil, AnnCordonRun: nil, AnnLeftCordoned: nil}
 }
 
-func boolPtr(b bool) *bool { return &b }
+// MarkLeftCordoned records on node why a run that is ending leaves it
+// cordoned, if rollbook cordoned it. It reports whether the node is ours and
+// cordoned (and so was marked).
+func MarkLeftCordoned(ctx context.Context, cs kubernetes.Interface, node, why string) (bool, error) {
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	if st := CordonStateOf(n); !st.Cordoned || st.Owner == "" {
+		return false, nil
+	}
+	if n.Annotations[AnnLeftCordoned] == why {
+		return true, nil
+	}
+	_, err = SetNodeKeys(ctx, cs, node, NodeChange{Annotations: map[string]*string{AnnLeftCordoned: &why}})
+	return err == nil, err
+}

@@ -14,4 +14,7 @@ const (
 	AnnCordonedAt = AnnotationPrefix + "cordoned-at"
 	// AnnCordonRun is the run that cordoned the node, for the record.
 	AnnCordonRun = AnnotationPrefix + "cordon-run"
+	// AnnLeftCordoned says why a run that ended left the node cordoned: the
+	// cluster, not only the run's terminal, says so. Cleared on uncordon.
+	AnnLeftCordoned = AnnotationPrefix + "left-cordoned"
 )

@@ -158,7 +158,7 @@ func Drain(ctx context.Context, cs kubernetes.Interface, rec Recorder, node stri
 	if ctx.Err() != nil {
 		err = ctx.Err()
 	}
-	blockers, berr := drainBlockers(context.WithoutCancel(ctx), cs, node, o.PodFilter)
+	blockers, berr := DrainBlockers(context.WithoutCancel(ctx), cs, node, o.PodFilter)
 	if berr != nil {
 		return fmt.Errorf("drain %s: %w (and listing what blocks it failed: %v)", node, err, berr)
 	}
@@ -172,9 +172,9 @@ func Drain(ctx context.Context, cs kubernetes.Interface, rec Recorder, node stri
 	return &DrainError{Node: node, Blockers: blockers, Err: err}
 }
 
-// drainBlockers lists the pods on node a drain would still evict, with the
+// DrainBlockers lists the pods on node a drain would still evict, with the
 // PDBs that allow no disruption for each.
-func drainBlockers(ctx context.Context, cs kubernetes.Interface, node string, filter func(*corev1.Pod) bool) ([]DrainBlocker, error) {
+func DrainBlockers(ctx context.Context, cs kubernetes.Interface, node string, filter func(*corev1.Pod) bool) ([]DrainBlocker, error) {
 	pods, err := PodsOnNode(ctx, cs, node)
 	if err != nil {
 		return nil, err

@@ -211,12 +211,14 @@ func CleanupHelpers(ctx context.Context, cs kubernetes.Interface, rec Recorder, 
 		if p.DeletionTimestamp != nil || !(PodTerminal(p) || helperStale(p, time.Now())) {
 			continue
 		}
-		err := cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
-		if err != nil && !apierrors.IsNotFound(err) {
+		did, err := DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(ns).Delete, PodRef(p), p.UID,
+			fmt.Sprintf("deleted finished %s helper (phase %s)", task, p.Status.Phase))
+		if err != nil {
 			return deleted, fmt.Errorf("delete helper %s/%s: %w", ns, p.Name, err)
 		}
-		rec.Record(ctx, PodRef(p), false, "HelperCleanedUp", fmt.Sprintf("deleted %s helper (phase %s)", task, p.Status.Phase))
-		deleted = append(deleted, p.Name)
+		if did {
+			deleted = append(deleted, p.Name)
+		}
 	}
 	return deleted, nil
 }

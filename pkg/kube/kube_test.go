@@ -72,21 +72,21 @@ func TestCordonOwnership(t *testing.T) {
 	const node = "kwok-node-3"
 	t.Cleanup(func() { setUnschedulable(t, c.Client, node, false) })
 
-	st, err := Cordon(ctx, c.Client, rec, node, "tt-kmd", "run-1")
+	st, err := cordonByName(ctx, c.Client, rec, node, "tt-kmd", "run-1")
 	if err != nil || !st.Cordoned || st.Owner != "tt-kmd" {
 		t.Fatalf("cordon: %+v, %v", st, err)
 	}
 	// Cordoning again is a no-op: no second event, same owner and run.
-	st, err = Cordon(ctx, c.Client, rec, node, "tt-kmd", "run-2")
+	st, err = cordonByName(ctx, c.Client, rec, node, "tt-kmd", "run-2")
 	if err != nil || st.Run != "run-1" || rec.count("Cordoned") != 1 {
 		t.Fatalf("second cordon: %+v, %v, records %v", st, err, rec.recs)
 	}
 	// Another runbook does not own it and must not lift it.
-	st, err = Uncordon(ctx, c.Client, rec, node, "tt-firmware")
+	st, err = uncordonByName(ctx, c.Client, rec, node, "tt-firmware")
 	if err != nil || !st.Cordoned || st.Owner != "tt-kmd" {
 		t.Fatalf("foreign uncordon must leave it: %+v, %v", st, err)
 	}
-	st, err = Uncordon(ctx, c.Client, rec, node, "tt-kmd")
+	st, err = uncordonByName(ctx, c.Client, rec, node, "tt-kmd")
 	if err != nil || st.Cordoned {
 		t.Fatalf("owner uncordon: %+v, %v", st, err)
 	}
@@ -97,11 +97,11 @@ func TestCordonOwnership(t *testing.T) {
 
 	// A cordon someone else put there is never claimed nor lifted.
 	setUnschedulable(t, c.Client, node, true)
-	st, err = Cordon(ctx, c.Client, rec, node, "tt-kmd", "run-3")
+	st, err = cordonByName(ctx, c.Client, rec, node, "tt-kmd", "run-3")
 	if err != nil || !st.Foreign() {
 		t.Fatalf("foreign cordon should stay foreign: %+v, %v", st, err)
 	}
-	st, err = Uncordon(ctx, c.Client, rec, node, "tt-kmd")
+	st, err = uncordonByName(ctx, c.Client, rec, node, "tt-kmd")
 	if err != nil || !st.Cordoned || !getNode(t, c.Client, node).Spec.Unschedulable {
 		t.Fatalf("uncordon lifted a foreign cordon: %+v, %v", st, err)
 	}
@@ -115,16 +115,16 @@ func TestPatchNodeDetectsConcurrentWriter(t *testing.T) {
 	ctx := simtest.Context(t, time.Minute)
 	stale := getNode(t, c.Client, "kwok-node-2")
 	// Someone else writes in between our read and our patch.
-	if _, err := PatchNode(ctx, c.Client, stale, NodeChange{Labels: map[string]*string{"simtest/other": Ptr("1")}}); err != nil {
+	if _, err := PatchNode(ctx, c.Client, stale, NodeChange{Labels: map[string]*string{"simtest/other": ptr.To("1")}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := PatchNode(ctx, c.Client, stale, NodeChange{Labels: map[string]*string{"simtest/mine": Ptr("1")}})
+	_, err := PatchNode(ctx, c.Client, stale, NodeChange{Labels: map[string]*string{"simtest/mine": ptr.To("1")}})
 	if !apierrors.IsConflict(err) {
 		t.Fatalf("patch from a stale read: got %v, want Conflict", err)
 	}
 	// UpdateNode re-reads and succeeds.
 	n, err := UpdateNode(ctx, c.Client, "kwok-node-2", func(*corev1.Node) (NodeChange, error) {
-		return NodeChange{Labels: map[string]*string{"simtest/mine": Ptr("1"), "simtest/other": nil}}, nil
+		return NodeChange{Labels: map[string]*string{"simtest/mine": ptr.To("1"), "simtest/other": nil}}, nil
 	})
 	if err != nil || n.Labels["simtest/mine"] != "1" || n.Labels["simtest/other"] != "" {
 		t.Fatalf("UpdateNode: %v %v", n.Labels, err)
@@ -190,10 +190,10 @@ func TestDrainFilterAndPDBReport(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Cordon(ctx, c.Client, rec, node, "test", "r"); err != nil {
+	if _, err := cordonByName(ctx, c.Client, rec, node, "test", "r"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = Uncordon(context.Background(), c.Client, rec, node, "test") })
+	t.Cleanup(func() { _, _ = uncordonByName(context.Background(), c.Client, rec, node, "test") })
 
 	// Only "device" pods: evicted, and the drain waits for them to be gone.
 	isDevice := func(p *corev1.Pod) bool { return p.Namespace == ns && p.Labels["app"] == "device" }
@@ -326,4 +326,20 @@ func TestWaitForDaemonSetPodReady(t *testing.T) {
 	if _, err := WaitForDaemonSetPodReady(short, c.Client, ns, "agent", "no-such-node"); err == nil {
 		t.Fatal("wait for a pod on a missing node returned no error")
 	}
+}
+
+func cordonByName(ctx context.Context, cs kubernetes.Interface, rec Recorder, node, owner, run string) (CordonState, error) {
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return CordonState{}, err
+	}
+	return CordonNode(ctx, cs, rec, n, owner, run)
+}
+
+func uncordonByName(ctx context.Context, cs kubernetes.Interface, rec Recorder, node, owner string) (CordonState, error) {
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return CordonState{}, err
+	}
+	return UncordonNode(ctx, cs, rec, n, owner)
 }

@@ -125,6 +125,3 @@ func SetNodeKeys(ctx context.Context, cs kubernetes.Interface, node string, chan
 	}
 	return out, nil
 }
-
-// Ptr returns a pointer to s, for NodeChange values.
-func Ptr(s string) *string { return &s }

@@ -18,12 +18,6 @@ type Recorder interface {
 	Record(ctx context.Context, obj corev1.ObjectReference, warning bool, reason, message string)
 }
 
-// NopRecorder drops everything; for callers that report elsewhere.
-type NopRecorder struct{}
-
-// Record implements Recorder.
-func (NopRecorder) Record(context.Context, corev1.ObjectReference, bool, string, string) {}
-
 // EventWriter creates a core/v1 Event for each record, so `kubectl describe`
 // and `kubectl get events` show what rollbook did.
 type EventWriter struct {

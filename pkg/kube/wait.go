@@ -42,18 +42,26 @@ func waitFor[T runtime.Object](ctx context.Context, lw cache.ListerWatcher, prot
 	return ev.Object.(T), nil
 }
 
-func nameSelected(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
-	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+// FieldSelectedLW lists and watches only the objects fieldSelector selects:
+// the one list-watch every wait here (and the plugins' own watches) use, so
+// a wait costs what its objects cost, not what the cluster holds.
+func FieldSelectedLW(list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), fieldSelector string) cache.ListerWatcher {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
+			o.FieldSelector = fieldSelector
 			return list(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return w(ctx, o)
+			o.FieldSelector = fieldSelector
+			return watchFn(ctx, o)
 		},
 	}
+}
+
+func nameSelected(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	w func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+	return FieldSelectedLW(list, w, fields.OneTermEqualSelector("metadata.name", name).String())
 }
 
 // WaitForPod watches one pod until cond holds. A deleted pod ends the wait
@@ -109,7 +117,7 @@ func WaitForDaemonSetPodReady(ctx context.Context, cs kubernetes.Interface, ns, 
 	if err != nil {
 		return nil, err
 	}
-	lw := podsOnNodeLW(cs, ns, node)
+	lw := PodsOnNodeLW(cs, ns, node)
 	return waitFor(ctx, lw, &corev1.Pod{}, func(p *corev1.Pod, deleted bool) (bool, error) {
 		return !deleted && OwnedBy(p, ds.UID) && PodReady(p), nil
 	})
@@ -154,7 +162,7 @@ func DeploymentAvailable(d *appsv1.Deployment) bool {
 // (terminal and deleted pods never match; terminating ones still count,
 // as they may still hold what the caller waits for), and returns nil then.
 func WaitForNoPods(ctx context.Context, cs kubernetes.Interface, node string, match func(*corev1.Pod) bool) error {
-	lw := podsOnNodeLW(cs, metav1.NamespaceAll, node)
+	lw := PodsOnNodeLW(cs, metav1.NamespaceAll, node)
 	// Track the matching pods by UID; the condition sees one event at a time.
 	left := map[types.UID]bool{}
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, func(store cache.Store) (bool, error) {
@@ -182,18 +190,9 @@ func WaitForNoPods(ctx context.Context, cs kubernetes.Interface, node string, ma
 	return err
 }
 
-// podsOnNodeLW lists and watches the pods of ns bound to node.
-func podsOnNodeLW(cs kubernetes.Interface, ns, node string) cache.ListerWatcher {
+// PodsOnNodeLW lists and watches the pods of ns bound to node.
+func PodsOnNodeLW(cs kubernetes.Interface, ns, node string) cache.ListerWatcher {
 	pods := cs.CoreV1().Pods(ns)
-	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return pods.Watch(ctx, o)
-		},
-	}
+	return FieldSelectedLW(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) },
+		pods.Watch, fields.OneTermEqualSelector("spec.nodeName", node).String())
 }

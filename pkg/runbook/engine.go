@@ -28,6 +28,17 @@ type Options struct {
 	// by default the run halts (targets in progress finish their step).
 	KeepGoing bool
 	Reporter  Reporter
+	// Paused, when set, is asked before each target starts; a paused roll
+	// starts no new target (targets in progress finish) and ends "paused".
+	Paused func(ctx context.Context) (paused bool, why string)
+	// Soak waits this long, checking Health, before the next target: once
+	// after the first Canary targets this run acted on, or (Canary 0) after
+	// every one. A failed check ends the roll "paused" and calls
+	// OnHealthFailure (which persists the pause).
+	Soak            time.Duration
+	Canary          int
+	Health          func(ctx context.Context) error
+	OnHealthFailure func(ctx context.Context, why string)
 	// Now is the clock; tests may fix it.
 	Now func() time.Time
 }
@@ -50,45 +61,74 @@ func Run[F any](ctx context.Context, rb *Runbook[F], targets []Target, o Options
 	}
 	results := make([]TargetResult, len(targets))
 	var (
-		mu     sync.Mutex
-		halted bool
-		wg     sync.WaitGroup
+		mu      sync.Mutex
+		cond    = sync.NewCond(&mu)
+		halted  bool
+		stopWhy string // a pause or a failed health check: start no new target
+		inUse   int    // slots of targets in progress, and of stopped targets still out of service
+		held    int    // of which: stopped targets still out of service
+		acted   int    // targets this run finished by acting (for canary/soak)
+		soaked  int    // acted count at the last soak
+		wg      sync.WaitGroup
 	)
-	slots := make(chan struct{}, o.Parallel)
+	stopWaiting := context.AfterFunc(ctx, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
+	defer stopWaiting()
 	for i, t := range targets {
-		got := false
-		select {
-		case slots <- struct{}{}:
-			got = true
-		case <-ctx.Done():
-		}
 		mu.Lock()
+		for inUse >= o.Parallel && held < o.Parallel && ctx.Err() == nil && !halted {
+			cond.Wait()
+		}
+		full := held >= o.Parallel
 		stop := halted || ctx.Err() != nil
 		mu.Unlock()
-		if stop {
-			if got {
-				<-slots
+		if !stop && !full && !o.DryRun && stopWhy == "" {
+			stopWhy = soakIfDue(ctx, &o, &wg, &mu, &acted, &soaked)
+			if stopWhy == "" && o.Paused != nil {
+				if p, why := o.Paused(ctx); p {
+					stopWhy = why
+				}
 			}
+			stop = ctx.Err() != nil
+		}
+		if stop || full || stopWhy != "" {
 			results[i] = TargetResult{Target: t.Name(), Outcome: OutcomeSkipped, State: "not started"}
+			switch {
+			case stop:
+			case full:
+				results[i].Error = fmt.Sprintf("%d target(s) that stopped are still out of service: the parallel limit is reached", held)
+			default:
+				results[i].Outcome, results[i].Error = OutcomePaused, stopWhy
+			}
 			continue
 		}
+		mu.Lock()
+		inUse++
+		mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-slots }()
 			r := runTarget(ctx, rb, t, o)
 			o.Reporter.TargetDone(r)
 			mu.Lock()
+			defer mu.Unlock()
 			results[i] = r
+			if r.holdsSlot {
+				held++
+			} else {
+				inUse--
+			}
+			if r.Outcome == OutcomeDone && actedOn(r) {
+				acted++
+			}
 			if !o.KeepGoing && (r.Outcome == OutcomeBlocked || r.Outcome == OutcomeFailed) {
 				halted = true
 			}
-			mu.Unlock()
+			cond.Broadcast()
 		}()
 	}
 	wg.Wait()
 	for _, r := range results {
-		res.Outcome = worst(res.Outcome, r.Outcome)
+		res.Outcome = Worst(res.Outcome, r.Outcome)
 	}
 	if res.Outcome == OutcomeSkipped {
 		res.Outcome = OutcomeInterrupted
@@ -97,8 +137,104 @@ func Run[F any](ctx context.Context, rb *Runbook[F], targets []Target, o Options
 	return res
 }
 
-// timerKey names the annotation holding the start of the step in progress.
-func timerKey(rb string) string { return "rollbook.dev/" + rb + ".step-started" }
+// soakIfDue waits out a soak when one is due before the next target: after
+// the first Canary targets (once), or with no canary after every target this
+// run acted on. Targets in progress finish first. It returns why the roll
+// must stop ("" to go on).
+func soakIfDue(ctx context.Context, o *Options, wg *sync.WaitGroup, mu *sync.Mutex, acted, soaked *int) string {
+	if o.Soak <= 0 {
+		return ""
+	}
+	due := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if o.Canary > 0 {
+			return *soaked < o.Canary && *acted >= o.Canary
+		}
+		return *acted > *soaked
+	}
+	if !due() {
+		return ""
+	}
+	wg.Wait() // the nodes in flight are part of what soaks
+	mu.Lock()
+	*soaked = *acted
+	if o.Canary > 0 {
+		*soaked = max(*soaked, o.Canary)
+	}
+	mu.Unlock()
+	if o.Health == nil {
+		o.Health = func(context.Context) error { return nil }
+	}
+	if why := soak(ctx, o.Soak, o.Health, o.Reporter); why != "" {
+		if o.OnHealthFailure != nil {
+			o.OnHealthFailure(ctx, why)
+		}
+		return why
+	}
+	return ""
+}
+
+// soak waits d, checking health along the way; it returns why health failed.
+func soak(ctx context.Context, d time.Duration, health func(context.Context) error, rep Reporter) string {
+	const scope = "soak"
+	start := time.Now()
+	rep.Step(scope, StepResult{ID: "soak", Title: "Soak: watch the rolled nodes' health", Status: StepWaiting, Started: &start, Budget: d})
+	every := min(max(d/10, time.Second), 10*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	end := time.NewTimer(d)
+	defer end.Stop()
+	for {
+		if err := health(ctx); err != nil {
+			why := fmt.Sprintf("health check failed during the soak: %v", err)
+			rep.Step(scope, StepResult{ID: "soak", Title: "Soak", Status: StepBlocked, Error: why})
+			return why
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-end.C:
+			if err := health(ctx); err != nil {
+				return fmt.Sprintf("health check failed at the end of the soak: %v", err)
+			}
+			rep.Step(scope, StepResult{ID: "soak", Title: "Soak", Status: StepActed, Evidence: "healthy for " + d.String(),
+				Duration: time.Since(start)})
+			return ""
+		case <-t.C:
+		}
+	}
+}
+
+// actedOn reports whether the run changed something on the target (not
+// merely observed it done).
+func actedOn(r TargetResult) bool {
+	for _, s := range r.Steps {
+		if s.Status == StepActed {
+			return true
+		}
+	}
+	return false
+}
+
+// TimerKey names the annotation holding the start of runbook rb's step in
+// progress on a target: "<step-id>@<RFC3339>".
+func TimerKey(rb string) string { return "rollbook.dev/" + rb + ".step-started" }
+
+// StepClock reads runbook rb's step clock from a target's annotations: the
+// step in progress and when its budget started.
+func StepClock(annotations map[string]string, rb string) (stepID string, started time.Time, ok bool) {
+	v, found := annotations[TimerKey(rb)]
+	if !found {
+		return "", time.Time{}, false
+	}
+	id, at, found := cut(v)
+	if !found {
+		return "", time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, at)
+	return id, t, err == nil
+}
 
 func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) TargetResult {
 	tr := TargetResult{Target: t.Name(), Outcome: OutcomeDone, State: "done"}
@@ -108,9 +244,24 @@ func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) 
 		return tr
 	}
 	current := -1 // index of the first step that was not done
+	clockStep := ""
+	if rb.Annotation != nil && !o.DryRun {
+		if v, ok := rb.Annotation(facts, TimerKey(rb.Name)); ok {
+			clockStep, _, _ = cut(v)
+		}
+	}
 	for i, s := range rb.Steps {
 		sr := StepResult{ID: s.ID, Title: s.Title, Budget: s.Timeout}
 		done, ev := s.Done(facts)
+		if done && clockStep == s.ID {
+			// A clock left by an interrupted run of a step that is done now
+			// (finished by that run, or by hand) must not bill a later run.
+			if err := t.SetAnnotation(ctx, TimerKey(rb.Name), nil); err != nil {
+				tr.Outcome, tr.State, tr.Error = OutcomeFailed, s.ID, fmt.Sprintf("clear step clock: %v", err)
+				return tr
+			}
+			clockStep = ""
+		}
 		if done {
 			sr.Status, sr.Evidence = StepDone, ev
 			tr.Steps = append(tr.Steps, sr)
@@ -156,7 +307,7 @@ func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) 
 				// after a fix gets a fresh budget. Only an interrupted step
 				// keeps its clock.
 				clear, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				_ = t.SetAnnotation(clear, timerKey(rb.Name), nil)
+				_ = t.SetAnnotation(clear, TimerKey(rb.Name), nil)
 				cancel()
 			}
 			return finish(rb, facts, t, o, tr, sr, i, outcome)
@@ -173,7 +324,7 @@ func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) 
 // verify, then stop the clock.
 func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts F, o Options, sr StepResult) (F, StepResult, error) {
 	start := o.Now()
-	stepCtx := ctx
+	stepCtx := WithStep(ctx, s.ID)
 	if s.Timeout > 0 {
 		read := t.Annotation
 		if rb.Annotation != nil {
@@ -189,7 +340,7 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 		sr.Started = &started
 		deadline := started.Add(s.Timeout)
 		var cancel context.CancelFunc
-		stepCtx, cancel = context.WithDeadlineCause(ctx, deadline,
+		stepCtx, cancel = context.WithDeadlineCause(stepCtx, deadline,
 			fmt.Errorf("step %q ran out of its %s budget (started %s)", s.Title, s.Timeout, started.Format(time.RFC3339)))
 		defer cancel()
 	}
@@ -220,7 +371,7 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 		return facts, sr, fmt.Errorf("acted, but the result is not visible in the cluster: %s", ev)
 	}
 	if s.Timeout > 0 {
-		if err := t.SetAnnotation(ctx, timerKey(rb.Name), nil); err != nil {
+		if err := t.SetAnnotation(ctx, TimerKey(rb.Name), nil); err != nil {
 			return facts, sr, err
 		}
 	}
@@ -232,7 +383,7 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 // startClock returns when the step's budget started: the time stored on the
 // target by an earlier run of the same step, or now (which it stores).
 func startClock(ctx context.Context, t Target, read func(context.Context, string) (string, bool, error), rb, stepID string, now time.Time) (time.Time, error) {
-	key := timerKey(rb)
+	key := TimerKey(rb)
 	v, ok, err := read(ctx, key)
 	if err != nil {
 		return now, err
@@ -276,14 +427,17 @@ func finish[F any](rb *Runbook[F], facts F, t Target, o Options, tr TargetResult
 	for _, s := range rb.Steps[i+1:] {
 		tr.Steps = append(tr.Steps, StepResult{ID: s.ID, Title: s.Title, Status: StepPending})
 	}
-	if rb.Notes != nil {
+	if rb.Notes != nil || rb.OutOfService != nil {
 		// Say what the run leaves behind as it is now, even after Ctrl-C.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if fresh, err := rb.Observe(ctx, t); err == nil {
 			facts = fresh
 		}
-		tr.Notes = rb.Notes(facts)
+		if rb.Notes != nil {
+			tr.Notes = rb.Notes(facts)
+		}
+		tr.holdsSlot = rb.OutOfService != nil && rb.OutOfService(facts)
 	}
 	return tr
 }

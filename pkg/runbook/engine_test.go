@@ -10,31 +10,101 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/kube"
 )
 
-func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 3}) }
+// The engine is tested on an in-memory world: targets are fake nodes whose
+// labels, annotations and cordon live in a map. Real API behaviour is tested
+// by the plugins' e2e tests on the simulated cluster.
 
-// A small runbook over real nodes, shaped like the real ones: cordon, two
-// label changes, uncordon. Done is derived from the node alone.
-type nodeFacts struct {
-	node   *corev1.Node
+type memNode struct {
+	labels, annotations map[string]string
+	cordonedBy          string // "" = not cordoned; "someone" = a foreign cordon
+}
+
+type world struct {
+	mu    sync.Mutex
+	nodes map[string]*memNode
+}
+
+func newWorld(names ...string) *world {
+	w := &world{nodes: map[string]*memNode{}}
+	for _, n := range names {
+		w.nodes[n] = &memNode{labels: map[string]string{}, annotations: map[string]string{}}
+	}
+	return w
+}
+
+func (w *world) snapshot(name string) memNode {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.nodes[name]
+	c := memNode{labels: map[string]string{}, annotations: map[string]string{}, cordonedBy: n.cordonedBy}
+	for k, v := range n.labels {
+		c.labels[k] = v
+	}
+	for k, v := range n.annotations {
+		c.annotations[k] = v
+	}
+	return c
+}
+
+func (w *world) update(name string, f func(n *memNode)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f(w.nodes[name])
+}
+
+// memTarget is a Target over one node of a world.
+type memTarget struct {
+	w    *world
+	name string
+}
+
+func (t memTarget) Name() string { return "node/" + t.name }
+func (t memTarget) Ref() corev1.ObjectReference {
+	return corev1.ObjectReference{Kind: "Node", Name: t.name}
+}
+func (t memTarget) Annotation(_ context.Context, key string) (string, bool, error) {
+	v, ok := t.w.snapshot(t.name).annotations[key]
+	return v, ok, nil
+}
+func (t memTarget) SetAnnotation(_ context.Context, key string, value *string) error {
+	t.w.update(t.name, func(n *memNode) {
+		if value == nil {
+			delete(n.annotations, key)
+		} else {
+			n.annotations[key] = *value
+		}
+	})
+	return nil
+}
+
+func targets(w *world, names ...string) []Target {
+	var ts []Target
+	for _, n := range names {
+		ts = append(ts, memTarget{w: w, name: n})
+	}
+	return ts
+}
+
+type facts struct {
+	name   string
+	node   memNode
 	target string
 }
 
 const (
 	testLabel = "rollbook-test.dev/version"
 	prepLabel = "rollbook-test.dev/prepared"
+	owner     = "test-roll"
 )
 
 type counters struct {
 	mu   sync.Mutex
 	acts map[string]int
 }
+
+func newCounters() *counters { return &counters{acts: map[string]int{}} }
 
 func (c *counters) inc(id string) {
 	c.mu.Lock()
@@ -48,17 +118,18 @@ func (c *counters) get(id string) int {
 	return c.acts[id]
 }
 
-// testRunbook builds the runbook; afterAct runs after each successful Act
-// (tests use it to interrupt the run at an exact point).
-func testRunbook(cs kubernetes.Interface, version string, cnt *counters, afterAct func(stepID string)) *Runbook[nodeFacts] {
-	rec := kube.NopRecorder{}
-	finished := func(f nodeFacts) bool { return f.node.Labels[testLabel] == f.target }
-	ourCordon := func(f nodeFacts) bool { return kube.CordonStateOf(f.node).Owner == "test-roll" }
-	wrap := func(id string, act func(ctx context.Context, f nodeFacts) error) func(ctx context.Context, f nodeFacts) error {
-		return func(ctx context.Context, f nodeFacts) error {
-			if err := act(ctx, f); err != nil {
+// testRunbook is shaped like the real ones: cordon, two label changes,
+// uncordon; Done is derived from the node alone. afterAct runs after each
+// successful Act (tests use it to interrupt the run at an exact point).
+func testRunbook(w *world, version string, cnt *counters, afterAct func(stepID string)) *Runbook[facts] {
+	finished := func(f facts) bool { return f.node.labels[testLabel] == f.target }
+	ours := func(f facts) bool { return f.node.cordonedBy == owner }
+	act := func(id string, change func(n *memNode)) func(ctx context.Context, f facts) error {
+		return func(ctx context.Context, f facts) error {
+			if err := ctx.Err(); err != nil {
 				return err
 			}
+			w.update(f.name, change)
 			cnt.inc(id)
 			if afterAct != nil {
 				afterAct(id)
@@ -66,110 +137,61 @@ func testRunbook(cs kubernetes.Interface, version string, cnt *counters, afterAc
 			return nil
 		}
 	}
-	setLabel := func(key, val string) func(ctx context.Context, f nodeFacts) error {
-		return func(ctx context.Context, f nodeFacts) error {
-			_, err := kube.UpdateNode(ctx, cs, f.node.Name, func(*corev1.Node) (kube.NodeChange, error) {
-				return kube.NodeChange{Labels: map[string]*string{key: &val}}, nil
-			})
-			return err
-		}
-	}
-	return &Runbook[nodeFacts]{
-		Name:  "test-roll",
-		Title: "Test roll",
-		Doc:   "A runbook used to test the engine.",
-		Observe: func(ctx context.Context, t Target) (nodeFacts, error) {
-			n, err := cs.CoreV1().Nodes().Get(ctx, strings.TrimPrefix(t.Name(), "node/"), metav1.GetOptions{})
-			return nodeFacts{node: n, target: version}, err
+	return &Runbook[facts]{
+		Name: owner, Title: "Test roll", Doc: "A runbook used to test the engine.",
+		Observe: func(_ context.Context, t Target) (facts, error) {
+			name := strings.TrimPrefix(t.Name(), "node/")
+			return facts{name: name, node: w.snapshot(name), target: version}, nil
 		},
-		Notes: func(f nodeFacts) []string {
-			if ourCordon(f) {
+		Annotation: func(f facts, key string) (string, bool) { v, ok := f.node.annotations[key]; return v, ok },
+		Notes: func(f facts) []string {
+			if ours(f) {
 				return []string{"node is cordoned by rollbook test-roll; re-run to continue"}
 			}
 			return nil
 		},
-		Steps: []Step[nodeFacts]{
+		Steps: []Step[facts]{
 			{
 				ID: "test.cordon", Title: "Cordon", Doc: "Cordon the node.",
-				Done: func(f nodeFacts) (bool, string) {
-					return ourCordon(f) || finished(f), kube.CordonStateOf(f.node).String()
-				},
-				Guards: []Guard[nodeFacts]{{Name: "no foreign cordon", Check: func(f nodeFacts) (bool, string) {
-					st := kube.CordonStateOf(f.node)
-					return !st.Foreign(), "the node was cordoned by someone else"
+				Done: func(f facts) (bool, string) { return ours(f) || finished(f), "cordoned by " + f.node.cordonedBy },
+				Guards: []Guard[facts]{{Name: "no foreign cordon", Check: func(f facts) (bool, string) {
+					return f.node.cordonedBy == "" || ours(f), "the node was cordoned by someone else"
 				}}},
-				Plan: func(f nodeFacts) []Change {
-					return []Change{{Object: "node/" + f.node.Name, Action: "cordon"}}
-				},
-				Act: wrap("test.cordon", func(ctx context.Context, f nodeFacts) error {
-					_, err := kube.Cordon(ctx, cs, rec, f.node.Name, "test-roll", "run")
-					return err
-				}),
+				Plan: func(f facts) []Change { return []Change{{Object: "node/" + f.name, Action: "cordon"}} },
+				Act:  act("test.cordon", func(n *memNode) { n.cordonedBy = owner }),
 			},
 			{
 				ID: "test.prepare", Title: "Prepare", Doc: "Mark the node prepared.",
-				Done: func(f nodeFacts) (bool, string) {
-					return f.node.Labels[prepLabel] == f.target || finished(f), "prepared=" + f.node.Labels[prepLabel]
+				Done: func(f facts) (bool, string) {
+					return f.node.labels[prepLabel] == f.target || finished(f), "prepared=" + f.node.labels[prepLabel]
 				},
-				Act:     wrap("test.prepare", setLabel(prepLabel, version)),
+				Act:     act("test.prepare", func(n *memNode) { n.labels[prepLabel] = version }),
 				Timeout: time.Minute,
 			},
 			{
 				ID: "test.upgrade", Title: "Upgrade", Doc: "Label the node with the new version.",
-				Done: func(f nodeFacts) (bool, string) { return finished(f), "version=" + f.node.Labels[testLabel] },
-				Guards: []Guard[nodeFacts]{{Name: "node cordoned by this runbook", Check: func(f nodeFacts) (bool, string) {
-					return ourCordon(f), "the node is not cordoned by test-roll"
+				Done: func(f facts) (bool, string) { return finished(f), "version=" + f.node.labels[testLabel] },
+				Guards: []Guard[facts]{{Name: "node cordoned by this runbook", Check: func(f facts) (bool, string) {
+					return ours(f), "the node is not cordoned by test-roll"
 				}}},
-				Act: wrap("test.upgrade", setLabel(testLabel, version)),
+				Act: act("test.upgrade", func(n *memNode) { n.labels[testLabel] = version }),
 			},
 			{
 				ID: "test.uncordon", Title: "Uncordon", Doc: "Uncordon the node.",
-				Done: func(f nodeFacts) (bool, string) {
-					return finished(f) && !ourCordon(f), kube.CordonStateOf(f.node).String()
-				},
-				Act: wrap("test.uncordon", func(ctx context.Context, f nodeFacts) error {
-					_, err := kube.Uncordon(ctx, cs, rec, f.node.Name, "test-roll")
-					return err
-				}),
+				Done: func(f facts) (bool, string) { return finished(f) && !ours(f), "cordoned by " + f.node.cordonedBy },
+				Act:  act("test.uncordon", func(n *memNode) { n.cordonedBy = "" }),
 			},
 		},
 	}
 }
 
-func nodeTargets(cs kubernetes.Interface, names ...string) []Target {
-	var ts []Target
-	for _, n := range names {
-		ts = append(ts, NodeTarget{Client: cs, Node: n})
-	}
-	return ts
-}
-
-func resetNodes(t *testing.T, cs kubernetes.Interface, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		_, err := kube.UpdateNode(context.Background(), cs, n, func(*corev1.Node) (kube.NodeChange, error) {
-			f := false
-			return kube.NodeChange{Unschedulable: &f,
-				Labels:      map[string]*string{testLabel: nil, prepLabel: nil},
-				Annotations: map[string]*string{kube.AnnCordonedBy: nil, kube.AnnCordonedAt: nil, kube.AnnCordonRun: nil, timerKey("test-roll"): nil}}, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-var allNodes = []string{"kwok-node-0", "kwok-node-1", "kwok-node-2"}
+var allNodes = []string{"n0", "n1", "n2"}
 
 func TestRunCompletesAndIsIdempotent(t *testing.T) {
-	c := simtest.Get(t)
-	ctx := simtest.Context(t, time.Minute)
-	resetNodes(t, c.Client, allNodes...)
-	t.Cleanup(func() { resetNodes(t, c.Client, allNodes...) })
-	cnt := &counters{acts: map[string]int{}}
-	rb := testRunbook(c.Client, "v2", cnt, nil)
-
-	res := Run(ctx, rb, nodeTargets(c.Client, allNodes...), Options{RunID: "r1"})
+	w := newWorld(allNodes...)
+	cnt := newCounters()
+	rb := testRunbook(w, "v2", cnt, nil)
+	res := Run(context.Background(), rb, targets(w, allNodes...), Options{RunID: "r1"})
 	if res.Outcome != OutcomeDone {
 		t.Fatalf("outcome %s: %+v", res.Outcome, res)
 	}
@@ -179,13 +201,12 @@ func TestRunCompletesAndIsIdempotent(t *testing.T) {
 		}
 	}
 	for _, n := range allNodes {
-		node, _ := c.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-		if node.Labels[testLabel] != "v2" || node.Spec.Unschedulable || node.Annotations[timerKey("test-roll")] != "" {
-			t.Errorf("%s not finished cleanly: labels %v unschedulable %v annotations %v", n, node.Labels, node.Spec.Unschedulable, node.Annotations)
+		node := w.snapshot(n)
+		if node.labels[testLabel] != "v2" || node.cordonedBy != "" || node.annotations[TimerKey(owner)] != "" {
+			t.Errorf("%s not finished cleanly: %+v", n, node)
 		}
 	}
-	// A second run observes everything done and changes nothing.
-	res = Run(ctx, rb, nodeTargets(c.Client, allNodes...), Options{RunID: "r2"})
+	res = Run(context.Background(), rb, targets(w, allNodes...), Options{RunID: "r2"})
 	if res.Outcome != OutcomeDone {
 		t.Fatalf("re-run outcome %s", res.Outcome)
 	}
@@ -206,27 +227,23 @@ func TestRunCompletesAndIsIdempotent(t *testing.T) {
 // Interrupt the run right after each step's action, then re-run: the roll
 // completes and no action is ever repeated.
 func TestResumeAfterInterruptAtEveryStep(t *testing.T) {
-	c := simtest.Get(t)
-	const node = "kwok-node-1"
-	steps := testRunbook(c.Client, "v3", &counters{}, nil).Steps
-	for _, stop := range steps {
+	for _, stop := range testRunbook(newWorld(), "v3", newCounters(), nil).Steps {
 		t.Run(stop.ID, func(t *testing.T) {
-			resetNodes(t, c.Client, node)
-			t.Cleanup(func() { resetNodes(t, c.Client, node) })
-			cnt := &counters{acts: map[string]int{}}
+			w := newWorld("n1")
+			cnt := newCounters()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			rb := testRunbook(c.Client, "v3", cnt, func(id string) {
+			rb := testRunbook(w, "v3", cnt, func(id string) {
 				if id == stop.ID {
 					cancel()
 				}
 			})
-			res := Run(ctx, rb, nodeTargets(c.Client, node), Options{RunID: "first"})
-			if res.Outcome != OutcomeInterrupted && stop.ID != steps[len(steps)-1].ID {
+			res := Run(ctx, rb, targets(w, "n1"), Options{RunID: "first"})
+			if res.Outcome != OutcomeInterrupted && stop.ID != "test.uncordon" {
 				t.Fatalf("first run: outcome %s, want interrupted", res.Outcome)
 			}
-			rb2 := testRunbook(c.Client, "v3", cnt, nil)
-			res = Run(simtest.Context(t, time.Minute), rb2, nodeTargets(c.Client, node), Options{RunID: "second"})
+			rb2 := testRunbook(w, "v3", cnt, nil)
+			res = Run(context.Background(), rb2, targets(w, "n1"), Options{RunID: "second"})
 			if res.Outcome != OutcomeDone {
 				t.Fatalf("resumed run: outcome %s %+v", res.Outcome, res.Targets)
 			}
@@ -235,25 +252,18 @@ func TestResumeAfterInterruptAtEveryStep(t *testing.T) {
 					t.Errorf("step %s acted %d times across the interrupted and the resumed run; want exactly once", s.ID, got)
 				}
 			}
+			if v := w.snapshot("n1").annotations[TimerKey(owner)]; v != "" {
+				t.Errorf("a step clock outlived the roll: %q", v)
+			}
 		})
 	}
 }
 
 func TestGuardBlocksAndNotesExplain(t *testing.T) {
-	c := simtest.Get(t)
-	ctx := simtest.Context(t, time.Minute)
-	const node = "kwok-node-2"
-	resetNodes(t, c.Client, node)
-	t.Cleanup(func() { resetNodes(t, c.Client, node) })
-	// Someone else cordoned the node: the runbook must not take it over.
-	if _, err := kube.UpdateNode(ctx, c.Client, node, func(*corev1.Node) (kube.NodeChange, error) {
-		tr := true
-		return kube.NodeChange{Unschedulable: &tr}, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	cnt := &counters{acts: map[string]int{}}
-	res := Run(ctx, testRunbook(c.Client, "v4", cnt, nil), nodeTargets(c.Client, node), Options{})
+	w := newWorld("n2")
+	w.update("n2", func(n *memNode) { n.cordonedBy = "someone" })
+	cnt := newCounters()
+	res := Run(context.Background(), testRunbook(w, "v4", cnt, nil), targets(w, "n2"), Options{})
 	if res.Outcome != OutcomeBlocked || res.Targets[0].State != "test.cordon" {
 		t.Fatalf("want blocked at test.cordon, got %s at %s", res.Outcome, res.Targets[0].State)
 	}
@@ -266,15 +276,10 @@ func TestGuardBlocksAndNotesExplain(t *testing.T) {
 }
 
 func TestHaltAfterFailureSkipsRemainingTargets(t *testing.T) {
-	c := simtest.Get(t)
-	ctx := simtest.Context(t, time.Minute)
-	resetNodes(t, c.Client, allNodes...)
-	t.Cleanup(func() { resetNodes(t, c.Client, allNodes...) })
-	cnt := &counters{acts: map[string]int{}}
-	rb := testRunbook(c.Client, "v5", cnt, nil)
-	boom := errors.New("helper failed")
-	rb.Steps[1].Act = func(context.Context, nodeFacts) error { return boom }
-	res := Run(ctx, rb, nodeTargets(c.Client, allNodes...), Options{})
+	w := newWorld(allNodes...)
+	rb := testRunbook(w, "v5", newCounters(), nil)
+	rb.Steps[1].Act = func(context.Context, facts) error { return errors.New("helper failed") }
+	res := Run(context.Background(), rb, targets(w, allNodes...), Options{})
 	if res.Outcome != OutcomeFailed {
 		t.Fatalf("outcome %s", res.Outcome)
 	}
@@ -286,28 +291,57 @@ func TestHaltAfterFailureSkipsRemainingTargets(t *testing.T) {
 	}
 }
 
-func TestDryRunChangesNothing(t *testing.T) {
-	c := simtest.Get(t)
-	ctx := simtest.Context(t, time.Minute)
-	resetNodes(t, c.Client, allNodes...)
-	t.Cleanup(func() { resetNodes(t, c.Client, allNodes...) })
-	// kwok heartbeats bump every node's resourceVersion and the taint
-	// controller edits taints, so compare what a run could touch.
-	snapshot := func() string {
-		var b strings.Builder
-		for _, n := range allNodes {
-			node, _ := c.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-			fmt.Fprintf(&b, "%s %v %v %v|", n, node.Labels, node.Annotations, node.Spec.Unschedulable)
+func TestKeepGoingRunsEveryTarget(t *testing.T) {
+	w := newWorld(allNodes...)
+	rb := testRunbook(w, "v5", newCounters(), nil)
+	act := rb.Steps[1].Act
+	rb.Steps[1].Act = func(ctx context.Context, f facts) error {
+		if f.name == "n0" {
+			return Blocked(errors.New("a PDB allows no eviction"))
 		}
-		return b.String()
+		return act(ctx, f)
 	}
-	want := snapshot()
-	cnt := &counters{acts: map[string]int{}}
-	res := Run(ctx, testRunbook(c.Client, "v6", cnt, nil), nodeTargets(c.Client, allNodes...), Options{DryRun: true})
+	res := Run(context.Background(), rb, targets(w, allNodes...), Options{KeepGoing: true})
+	if res.Outcome != OutcomeBlocked || res.Targets[0].Outcome != OutcomeBlocked ||
+		res.Targets[1].Outcome != OutcomeDone || res.Targets[2].Outcome != OutcomeDone {
+		t.Fatalf("keep going: %s %+v", res.Outcome, res.Targets)
+	}
+}
+
+func TestPausedRollFinishesTheTargetInFlightAndStartsNoOther(t *testing.T) {
+	w := newWorld(allNodes...)
+	paused := false
+	rb := testRunbook(w, "v8", newCounters(), func(id string) {
+		if id == "test.prepare" {
+			paused = true // `pause` arrives while the first node is in flight
+		}
+	})
+	res := Run(context.Background(), rb, targets(w, allNodes...), Options{
+		Paused: func(context.Context) (bool, string) { return paused, "paused by alice" },
+	})
+	if res.Outcome != OutcomePaused {
+		t.Fatalf("outcome %s, want paused: %+v", res.Outcome, res.Targets)
+	}
+	if res.Targets[0].Outcome != OutcomeDone || res.Targets[1].Outcome != OutcomePaused || res.Targets[2].Outcome != OutcomePaused {
+		t.Fatalf("want the first node finished and the rest not started: %+v", res.Targets)
+	}
+	if w.snapshot("n1").cordonedBy != "" || w.snapshot("n0").labels[testLabel] != "v8" {
+		t.Fatal("a paused roll touched a node it should not have, or left the one in flight unfinished")
+	}
+	if !strings.Contains(res.Targets[1].Error, "alice") {
+		t.Fatalf("paused targets must say why: %+v", res.Targets[1])
+	}
+}
+
+func TestDryRunChangesNothing(t *testing.T) {
+	w := newWorld(allNodes...)
+	want := fmt.Sprint(w.snapshot("n0"), w.snapshot("n1"), w.snapshot("n2"))
+	cnt := newCounters()
+	res := Run(context.Background(), testRunbook(w, "v6", cnt, nil), targets(w, allNodes...), Options{DryRun: true})
 	if res.Outcome != OutcomePlanned {
 		t.Fatalf("outcome %s", res.Outcome)
 	}
-	if got := snapshot(); got != want {
+	if got := fmt.Sprint(w.snapshot("n0"), w.snapshot("n1"), w.snapshot("n2")); got != want {
 		t.Fatalf("dry run changed nodes:\nbefore %s\nafter  %s", want, got)
 	}
 	if len(cnt.acts) != 0 {
@@ -320,37 +354,34 @@ func TestDryRunChangesNothing(t *testing.T) {
 }
 
 func TestStepBudgetSurvivesRestart(t *testing.T) {
-	c := simtest.Get(t)
-	ctx := simtest.Context(t, time.Minute)
-	const node = "kwok-node-0"
-	resetNodes(t, c.Client, node)
-	t.Cleanup(func() { resetNodes(t, c.Client, node) })
-	target := NodeTarget{Client: c.Client, Node: node}
-	// An earlier run started the step 50 s ago.
+	w := newWorld("n0")
+	target := memTarget{w: w, name: "n0"}
+	ctx := context.Background()
 	earlier := time.Now().Add(-50 * time.Second).UTC()
 	v := "test.prepare@" + earlier.Format(time.RFC3339)
-	if err := target.SetAnnotation(ctx, timerKey("test-roll"), &v); err != nil {
+	if err := target.SetAnnotation(ctx, TimerKey(owner), &v); err != nil {
 		t.Fatal(err)
 	}
-	started, err := startClock(ctx, target, target.Annotation, "test-roll", "test.prepare", time.Now())
+	started, err := startClock(ctx, target, target.Annotation, owner, "test.prepare", time.Now())
 	if err != nil || !started.Equal(earlier.Truncate(time.Second)) {
 		t.Fatalf("clock restarted: got %v, want %v (%v)", started, earlier, err)
 	}
-	// A different step starts a fresh clock.
+	if id, at, ok := StepClock(w.snapshot("n0").annotations, owner); !ok || id != "test.prepare" || !at.Equal(earlier.Truncate(time.Second)) {
+		t.Fatalf("StepClock: %q %v %v", id, at, ok)
+	}
 	now := time.Now()
-	started, err = startClock(ctx, target, target.Annotation, "test-roll", "test.upgrade", now)
+	started, err = startClock(ctx, target, target.Annotation, owner, "test.upgrade", now)
 	if err != nil || started.Before(now.Add(-time.Second)) {
 		t.Fatalf("new step reused an old clock: %v %v", started, err)
 	}
-
-	// A step whose stored budget is already spent fails with the budget
-	// named, even though this run only just started.
+	// A step whose stored budget is already spent fails with the budget named.
 	spent := "test.prepare@" + time.Now().Add(-2*time.Minute).UTC().Format(time.RFC3339)
-	if err := target.SetAnnotation(ctx, timerKey("test-roll"), &spent); err != nil {
+	if err := target.SetAnnotation(ctx, TimerKey(owner), &spent); err != nil {
 		t.Fatal(err)
 	}
-	rb := testRunbook(c.Client, "v7", &counters{acts: map[string]int{}}, nil)
-	rb.Steps[1].Wait = func(ctx context.Context, _ nodeFacts) error { <-ctx.Done(); return ctx.Err() }
+	w.update("n0", func(n *memNode) { n.cordonedBy = owner })
+	rb := testRunbook(w, "v7", newCounters(), nil)
+	rb.Steps[1].Wait = func(ctx context.Context, _ facts) error { <-ctx.Done(); return ctx.Err() }
 	res := Run(ctx, rb, []Target{target}, Options{})
 	step := res.Targets[0].Steps[1]
 	if res.Outcome != OutcomeFailed || !strings.Contains(step.Error, "budget") {
@@ -358,8 +389,40 @@ func TestStepBudgetSurvivesRestart(t *testing.T) {
 	}
 }
 
+// A clock left by an interrupted run whose step is done now (the run died
+// after the act, or a person finished it) is cleared, so it can never bill a
+// later run of that step with "ran out of budget".
+func TestClockOfAStepSeenDoneIsCleared(t *testing.T) {
+	w := newWorld("n0")
+	stale := "test.prepare@" + time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	w.update("n0", func(n *memNode) {
+		n.cordonedBy = owner
+		n.labels[prepLabel] = "v9"
+		n.annotations[TimerKey(owner)] = stale
+	})
+	res := Run(context.Background(), testRunbook(w, "v9", newCounters(), nil), targets(w, "n0"), Options{})
+	if res.Outcome != OutcomeDone {
+		t.Fatalf("outcome %s: %+v", res.Outcome, res.Targets)
+	}
+	if v, ok := w.snapshot("n0").annotations[TimerKey(owner)]; ok {
+		t.Fatalf("stale clock kept: %q", v)
+	}
+}
+
+func TestMergeKeepsEveryTargetAndTheWorstOutcome(t *testing.T) {
+	a := Result{RunID: "r", Outcome: OutcomeDone, Targets: []TargetResult{{Target: "x", Outcome: OutcomeDone}}}
+	b := Result{RunID: "r", Outcome: OutcomeBlocked, Targets: []TargetResult{{Target: "y", Outcome: OutcomeBlocked}}}
+	m := Merge("rollback", a, b)
+	if m.Outcome != OutcomeBlocked || len(m.Targets) != 2 || m.RunID != "r" || m.Runbook != "rollback" {
+		t.Fatalf("merge: %+v", m)
+	}
+	if Worst(OutcomePaused, OutcomeDone) != OutcomePaused || Worst(OutcomeFailed, OutcomeBlocked) != OutcomeFailed {
+		t.Fatal("severity order")
+	}
+}
+
 func TestMarkdownListsEveryStep(t *testing.T) {
-	rb := testRunbook(nil, "v", &counters{}, nil)
+	rb := testRunbook(newWorld(), "v", newCounters(), nil)
 	md := rb.Markdown()
 	for _, s := range rb.Steps {
 		if !strings.Contains(md, "`"+s.ID+"`") || !strings.Contains(md, s.Doc) {
@@ -368,5 +431,90 @@ func TestMarkdownListsEveryStep(t *testing.T) {
 	}
 	if !strings.Contains(md, "- no foreign cordon") {
 		t.Error("markdown lacks guards")
+	}
+}
+
+// A node that fails while cordoned keeps its place in the parallel limit,
+// even when the run keeps going: failures never put more nodes out of
+// service than --max-parallel.
+func TestStoppedTargetOutOfServiceKeepsItsSlot(t *testing.T) {
+	w := newWorld(allNodes...)
+	rb := testRunbook(w, "v10", newCounters(), nil)
+	rb.OutOfService = func(f facts) bool { return f.node.cordonedBy == owner }
+	act := rb.Steps[1].Act
+	rb.Steps[1].Act = func(ctx context.Context, f facts) error {
+		if f.name == "n0" {
+			return errors.New("flash failed")
+		}
+		return act(ctx, f)
+	}
+	res := Run(context.Background(), rb, targets(w, allNodes...), Options{KeepGoing: true, Parallel: 1})
+	if res.Targets[0].Outcome != OutcomeFailed || res.Targets[1].Outcome != OutcomeSkipped || res.Targets[2].Outcome != OutcomeSkipped {
+		t.Fatalf("want n0 failed holding the only slot and the rest not started: %+v", res.Targets)
+	}
+	if !strings.Contains(res.Targets[1].Error, "parallel limit") {
+		t.Fatalf("skipped targets must say why: %+v", res.Targets[1])
+	}
+	if w.snapshot("n1").cordonedBy != "" {
+		t.Fatal("a second node went out of service")
+	}
+	// With two slots, the failed node holds one and the others roll one by one through the other.
+	w2 := newWorld(allNodes...)
+	rb2 := testRunbook(w2, "v10", newCounters(), nil)
+	rb2.OutOfService, rb2.Steps[1].Act = rb.OutOfService, func(ctx context.Context, f facts) error {
+		if f.name == "n0" {
+			return errors.New("flash failed")
+		}
+		w2.update(f.name, func(n *memNode) { n.labels[prepLabel] = "v10" })
+		return nil
+	}
+	res = Run(context.Background(), rb2, targets(w2, allNodes...), Options{KeepGoing: true, Parallel: 2})
+	if res.Targets[1].Outcome != OutcomeDone || res.Targets[2].Outcome != OutcomeDone {
+		t.Fatalf("with a free slot the others must roll: %+v", res.Targets)
+	}
+}
+
+type soakRecorder struct {
+	mu    sync.Mutex
+	soaks int
+}
+
+func (r *soakRecorder) Step(target string, s StepResult) {
+	if target == "soak" && s.Status == StepActed {
+		r.mu.Lock()
+		r.soaks++
+		r.mu.Unlock()
+	}
+}
+func (r *soakRecorder) TargetDone(TargetResult) {}
+
+func TestSoakAfterEveryNodeWhenNoCanary(t *testing.T) {
+	w := newWorld(allNodes...)
+	rep := &soakRecorder{}
+	checks := 0
+	res := Run(context.Background(), testRunbook(w, "v11", newCounters(), nil), targets(w, allNodes...), Options{
+		Soak: 30 * time.Millisecond, Reporter: rep, Health: func(context.Context) error { checks++; return nil },
+	})
+	if res.Outcome != OutcomeDone || rep.soaks != 2 || checks < 2 {
+		t.Fatalf("outcome %s, %d soaks (want 2: between 3 nodes), %d health checks", res.Outcome, rep.soaks, checks)
+	}
+}
+
+func TestCanaryHealthFailurePausesTheRoll(t *testing.T) {
+	w := newWorld(allNodes...)
+	var persisted string
+	res := Run(context.Background(), testRunbook(w, "v12", newCounters(), nil), targets(w, allNodes...), Options{
+		Canary: 1, Soak: time.Second,
+		Health:          func(context.Context) error { return errors.New("node/n0: pod app-1 not Ready") },
+		OnHealthFailure: func(_ context.Context, why string) { persisted = why },
+	})
+	if res.Outcome != OutcomePaused || res.Targets[0].Outcome != OutcomeDone || res.Targets[1].Outcome != OutcomePaused {
+		t.Fatalf("want the canary done and the roll paused: %s %+v", res.Outcome, res.Targets)
+	}
+	if !strings.Contains(persisted, "app-1 not Ready") || !strings.Contains(res.Targets[1].Error, "health check failed") {
+		t.Fatalf("the failed check must pause with its reason: %q / %+v", persisted, res.Targets[1])
+	}
+	if w.snapshot("n1").cordonedBy != "" {
+		t.Fatal("the roll went on after a failed canary")
 	}
 }

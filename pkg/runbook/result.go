@@ -30,10 +30,12 @@ const (
 	OutcomeFailed      Outcome = "failed"
 	OutcomeInterrupted Outcome = "interrupted"
 	OutcomeSkipped     Outcome = "skipped" // not started: an earlier target halted the run
+	OutcomePaused      Outcome = "paused"  // not started: the roll is paused (kubectl <plugin> pause)
 )
 
 // severity orders outcomes; a run's outcome is its worst target's.
-var severity = map[Outcome]int{OutcomeDone: 0, OutcomePlanned: 1, OutcomeSkipped: 2, OutcomeBlocked: 3, OutcomeInterrupted: 4, OutcomeFailed: 5}
+var severity = map[Outcome]int{OutcomeDone: 0, OutcomePlanned: 1, OutcomePaused: 2, OutcomeSkipped: 3, OutcomeBlocked: 4,
+	OutcomeInterrupted: 5, OutcomeFailed: 6}
 
 // StepResult is one step of one target.
 type StepResult struct {
@@ -57,6 +59,9 @@ type TargetResult struct {
 	Steps   []StepResult `json:"steps"`
 	Notes   []string     `json:"notes,omitempty"`
 	Error   string       `json:"error,omitempty"`
+	// holdsSlot: the target stopped while out of service, so it keeps its
+	// place in the parallel limit (Runbook.OutOfService).
+	holdsSlot bool
 }
 
 // Result is a whole run.
@@ -68,12 +73,27 @@ type Result struct {
 	Targets []TargetResult `json:"targets"`
 }
 
-// worst returns the more severe outcome.
-func worst(a, b Outcome) Outcome {
+// Worst returns the more severe outcome.
+func Worst(a, b Outcome) Outcome {
 	if severity[b] > severity[a] {
 		return b
 	}
 	return a
+}
+
+// Merge is one Result for a session that ran several runbooks in turn:
+// every target result in order, and the worst outcome.
+func Merge(name string, results ...Result) Result {
+	out := Result{Runbook: name, Outcome: OutcomeDone}
+	for i, r := range results {
+		if i == 0 {
+			out.RunID, out.DryRun = r.RunID, r.DryRun
+			out.Outcome = r.Outcome
+		}
+		out.Outcome = Worst(out.Outcome, r.Outcome)
+		out.Targets = append(out.Targets, r.Targets...)
+	}
+	return out
 }
 
 // BlockedError marks a stop that needs a human (a PDB, a device holder, a

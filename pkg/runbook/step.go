@@ -40,6 +40,11 @@ type Runbook[F any] struct {
 	// Notes, when set, says what a person should know about a target the run
 	// left unfinished (e.g. "cordoned by rollbook; re-run to continue").
 	Notes func(f F) []string
+	// OutOfService, when set, says whether a target is out of service (e.g.
+	// cordoned by this runbook). A target that stops out of service keeps
+	// its place in Options.Parallel, so failures never let more targets out
+	// of service than the limit, even when the run keeps going.
+	OutOfService func(f F) bool
 }
 
 // Step is one idempotent action and the observation that proves it done.
@@ -80,4 +85,18 @@ type Change struct {
 	Object string `json:"object"`
 	Action string `json:"action"`
 	Detail string `json:"detail,omitempty"`
+}
+
+type stepKey struct{}
+
+// WithStep returns ctx carrying the ID of the step acting, so what the step
+// records (events, the journal) names it.
+func WithStep(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, stepKey{}, id)
+}
+
+// StepOf returns the ID of the step acting in ctx, or "".
+func StepOf(ctx context.Context) string {
+	id, _ := ctx.Value(stepKey{}).(string)
+	return id
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // NodeStatus is one row of `kubectl tt status`.
@@ -98,28 +98,14 @@ func mayBeDraining(r NodeStatus) bool {
 
 // drainBlockers names the PDBs holding pods on node, if any.
 func drainBlockers(ctx context.Context, cs kubernetes.Interface, node string) (string, error) {
-	pods, err := kube.PodsOnNode(ctx, cs, node)
+	all, err := kube.DrainBlockers(ctx, cs, node, nil)
 	if err != nil {
 		return "", err
 	}
-	pdbs := map[string][]policyv1.PodDisruptionBudget{}
 	var blocked []string
-	for i := range pods {
-		p := &pods[i]
-		if !kube.Evictable(p) {
-			continue
-		}
-		list, ok := pdbs[p.Namespace]
-		if !ok {
-			l, err := cs.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return "", err
-			}
-			list = l.Items
-			pdbs[p.Namespace] = list
-		}
-		for _, b := range kube.BlockingPDBs(p, list) {
-			blocked = append(blocked, fmt.Sprintf("%s/%s held by PodDisruptionBudget %s", p.Namespace, p.Name, b))
+	for _, b := range all {
+		for _, pdb := range b.PDBs {
+			blocked = append(blocked, fmt.Sprintf("%s/%s held by PodDisruptionBudget %s", b.Namespace, b.Name, pdb))
 		}
 	}
 	if len(blocked) == 0 {
@@ -152,10 +138,8 @@ func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 	}
 	if cs.Owner != "" {
 		r.State = cs.Owner + ": in progress"
-		if step, ok := n.Annotations["rollbook.dev/"+cs.Owner+".step-started"]; ok {
-			if i := strings.LastIndexByte(step, '@'); i > 0 {
-				r.State = cs.Owner + ": " + step[:i]
-			}
+		if step, _, ok := runbook.StepClock(n.Annotations, cs.Owner); ok {
+			r.State = cs.Owner + ": " + step
 		}
 	}
 	for i := range helpers {

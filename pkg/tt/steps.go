@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -212,13 +211,7 @@ func (b *builder) uncordon(id string) runbook.Step[Facts] {
 			return []runbook.Change{{Object: "node/" + f.Node.Name, Action: "uncordon"}}
 		},
 		Act: func(ctx context.Context, f Facts) error {
-			if _, err := kube.UncordonNode(ctx, b.cs, b.rec, f.Node, f.Owner); err != nil {
-				return err
-			}
-			if _, left := f.Node.Annotations[AnnLeftCordoned]; !left {
-				return nil
-			}
-			_, err := kube.SetNodeKeys(ctx, b.cs, f.Node.Name, kube.NodeChange{Annotations: map[string]*string{AnnLeftCordoned: nil}})
+			_, err := kube.UncordonNode(ctx, b.cs, b.rec, f.Node, f.Owner)
 			return err
 		},
 	}
@@ -341,14 +334,14 @@ func helperSpec(h HelperConfig, task, node, key string, cmd []string, hostPID bo
 }
 
 func deleteHelper(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, p *corev1.Pod) error {
-	err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
-	}
+	deleted, err := kube.DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.Namespace).Delete, kube.PodRef(p), p.UID,
+		"deleted helper pod ("+string(p.Status.Phase)+")")
 	if err != nil {
 		return fmt.Errorf("delete helper %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	rec.Record(ctx, kube.PodRef(p), false, "HelperDeleted", "deleted helper pod ("+string(p.Status.Phase)+")")
+	if !deleted {
+		return nil
+	}
 	return kube.WaitForPodGone(ctx, cs, p.Namespace, p.Name)
 }
 

@@ -27,7 +27,13 @@ type Progress struct {
 	status  bool                // a status line is on screen
 	stop    chan struct{}
 	stopped chan struct{}
+	// heartbeat is how often, without a terminal, a line says what the run
+	// still waits for; a log or CI job then never looks hung.
+	heartbeat time.Duration
 }
+
+// HeartbeatEvery is the longest a non-terminal run stays silent while it waits.
+const HeartbeatEvery = 30 * time.Second
 
 type waitInfo struct {
 	title   string
@@ -37,23 +43,35 @@ type waitInfo struct {
 
 // NewProgress writes progress to w.
 func NewProgress(w io.Writer) *Progress {
-	p := &Progress{w: w, style: NewStyle(w), tty: IsTerminal(w), now: time.Now, waiting: map[string]waitInfo{}}
+	return newProgress(w, IsTerminal(w), HeartbeatEvery)
+}
+
+func newProgress(w io.Writer, tty bool, heartbeat time.Duration) *Progress {
+	p := &Progress{w: w, style: NewStyle(w), tty: tty, now: time.Now, waiting: map[string]waitInfo{}, heartbeat: heartbeat}
+	p.stop, p.stopped = make(chan struct{}), make(chan struct{})
 	if p.tty {
-		p.stop, p.stopped = make(chan struct{}), make(chan struct{})
-		go p.spin()
+		go p.spin(p.stop)
+	} else {
+		go p.beat(p.stop)
 	}
 	return p
 }
 
 // Close stops the status line.
 func (p *Progress) Close() {
-	if p.stop != nil {
-		close(p.stop)
-		<-p.stopped
-		p.mu.Lock()
-		p.clearStatus()
-		p.mu.Unlock()
+	p.mu.Lock()
+	closed := p.stop == nil
+	stop := p.stop
+	p.stop = nil
+	p.mu.Unlock()
+	if closed {
+		return
 	}
+	close(stop)
+	<-p.stopped
+	p.mu.Lock()
+	p.clearStatus()
+	p.mu.Unlock()
 }
 
 // Printf prints one line, above the status line.
@@ -139,14 +157,34 @@ func (p *Progress) Record(_ context.Context, obj corev1.ObjectReference, warning
 	fmt.Fprintf(p.w, "%s %s %s: %s\n", mark, p.style.Bold(reason), name, message)
 }
 
-func (p *Progress) spin() {
+// beat prints, off a terminal, one line per heartbeat while anything waits:
+// what is awaited, for how long, and the budget left.
+func (p *Progress) beat(stop <-chan struct{}) {
+	defer close(p.stopped)
+	t := time.NewTicker(p.heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		if len(p.waiting) > 0 {
+			fmt.Fprintf(p.w, "%s still waiting: %s\n", p.now().UTC().Format("15:04:05"), p.statusText())
+		}
+		p.mu.Unlock()
+	}
+}
+
+func (p *Progress) spin(stop <-chan struct{}) {
 	defer close(p.stopped)
 	frames := []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
 	t := time.NewTicker(120 * time.Millisecond)
 	defer t.Stop()
 	for i := 0; ; i++ {
 		select {
-		case <-p.stop:
+		case <-stop:
 			return
 		case <-t.C:
 		}
@@ -172,7 +210,7 @@ func (p *Progress) statusText() string {
 		el := p.now().Sub(w.started).Round(time.Second)
 		s := fmt.Sprintf("%s: %s %s", shortTarget(t), w.title, el)
 		if w.budget > 0 {
-			s += " of " + w.budget.String()
+			s += fmt.Sprintf(" of %s (%s left)", w.budget, max(0, w.budget-p.now().Sub(w.started)).Round(time.Second))
 		}
 		parts = append(parts, s)
 	}

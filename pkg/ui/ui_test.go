@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,5 +60,75 @@ func TestSummaryNamesWhatIsLeftAndNext(t *testing.T) {
 func TestValidateOutput(t *testing.T) {
 	if ValidateOutput("", "json") != nil || ValidateOutput("json", "json", "yaml") != nil || ValidateOutput("xml", "json") == nil {
 		t.Fatal("ValidateOutput")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Off a terminal, a long wait is not silent: a heartbeat line says what is
+// awaited and how much budget is left; nothing is printed while idle.
+func TestHeartbeatWhileWaitingOffTerminal(t *testing.T) {
+	var b syncBuffer
+	p := newProgress(&b, false, 20*time.Millisecond)
+	time.Sleep(60 * time.Millisecond)
+	if strings.Contains(b.String(), "still waiting") {
+		t.Fatalf("heartbeat while nothing waits:\n%s", b.String())
+	}
+	started := time.Now()
+	p.Step("node/n1", runbook.StepResult{Title: "Drain the node", Status: runbook.StepWaiting, Started: &started, Budget: 10 * time.Minute})
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(b.String(), "still waiting: n1: Drain the node") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.Close()
+	out := b.String()
+	if !strings.Contains(out, "still waiting: n1: Drain the node") || !strings.Contains(out, "left)") {
+		t.Fatalf("no heartbeat naming the wait and the budget left:\n%s", out)
+	}
+	p.Close() // idempotent
+}
+
+func TestPrintObjectStampsAPIVersionAndKind(t *testing.T) {
+	var b bytes.Buffer
+	if err := PrintObject(&b, "json", runbook.Result{Runbook: "tt-kmd", Outcome: runbook.OutcomeDone}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"apiVersion": "rollbook.dev/v1alpha1"`, `"kind": "RunResult"`, `"runbook": "tt-kmd"`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("json lacks %s:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := PrintObject(&b, "yaml", []runbook.StepResult{{ID: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"apiVersion: rollbook.dev/v1alpha1", "kind: StepResultList", "items:", "id: a"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("yaml lacks %s:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestTableAligns(t *testing.T) {
+	var b bytes.Buffer
+	_ = Table(&b, []string{"node", "state"}, [][]string{{"n1", "done"}, {"a-long-node", "cordoned"}})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NODE") || strings.Index(lines[1], "done") != strings.Index(lines[2], "cordoned") {
+		t.Fatalf("table:\n%s", b.String())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -20,5 +21,6 @@ any point and re-run the same command to continue.`
 func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root, g := cli.NewRoot("ate", "Roll Agent Substrate nodes to a new version without losing actors", long, streams)
 	root.AddCommand(newStatusCommand(g), newPreflightCommand(g), newRollCommand(g), newRollbackCommand(g), newRetireCommand(g), newRevertCommand(g))
+	root.AddCommand(append(cli.NewPauseCommands(g, "ate", ate.LockName, ate.Namespace), cli.NewHistoryCommand(g, "ate", ate.Namespace))...)
 	return root
 }

@@ -109,8 +109,10 @@ func (o *firmwareOptions) Run(ctx context.Context) error {
 	cfg.RunID = s.RunID
 	targets, skipped, err := tt.FirmwareTargets(ctx, s.Client, o.selection)
 	if err != nil {
-		_ = s.Abort()
-		return err
+		return s.Fail(err)
+	}
+	if err := s.SetMaxOutOfService(ctx, o.maxParallel); err != nil {
+		return s.Fail(err)
 	}
 	for _, sk := range skipped {
 		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
@@ -122,19 +124,15 @@ func (o *firmwareOptions) Run(ctx context.Context) error {
 	if cfg.ForceWrite {
 		var resumed bool
 		if cfg.ForceSince, resumed, err = tt.ForceCampaign(ctx, lease, cfg.Readback, targets); err != nil {
-			_ = s.Abort()
-			return err
+			return s.Fail(err)
 		}
 		if resumed {
 			s.Progress.Printf("resuming the interrupted forced re-flash to %s started %s", cfg.Readback,
 				cfg.ForceSince.Format(time.RFC3339))
 		}
 	}
-	res := runbook.Run(ctx, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets, runbook.Options{
-		RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress, Parallel: o.maxParallel, KeepGoing: !o.halt})
-	if err := tt.MarkLeftCordoned(ctx, s.Client, tt.FirmwareRunbookName, res); err != nil {
-		s.Progress.Printf("could not record why nodes stay cordoned: %v", err)
-	}
+	res := cli.Run(ctx, s, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets,
+		runbook.Options{Parallel: o.maxParallel, KeepGoing: !o.halt})
 	if cfg.ForceWrite {
 		if err := tt.EndForceCampaign(ctx, lease, res); err != nil {
 			s.Progress.Printf("could not end the forced campaign on the lease: %v", err)

@@ -94,16 +94,16 @@ func TestFirmwareMovesEveryKindOfHolder(t *testing.T) {
 		t.Fatalf("want blocked naming both bare holders (not the CSI pod) and --force; exit %d", code)
 	}
 	n := node(t, target)
-	if kube.CordonStateOf(n).Owner != tt.FirmwareRunbookName || n.Annotations[tt.AnnLeftCordoned] == "" {
-		t.Fatalf("a blocked node stays cordoned and says why: %v %q", kube.CordonStateOf(n), n.Annotations[tt.AnnLeftCordoned])
+	if kube.CordonStateOf(n).Owner != tt.FirmwareRunbookName || n.Annotations[kube.AnnLeftCordoned] == "" {
+		t.Fatalf("a blocked node stays cordoned and says why: %v %q", kube.CordonStateOf(n), n.Annotations[kube.AnnLeftCordoned])
 	}
 	if _, code := run(t, ctx, append(args, "--force")...); code != 0 {
 		t.Fatalf("--force: exit %d", code)
 	}
 	n = node(t, target)
-	if n.Labels[tt.LabelFirmware] != "19.9.0.0" || n.Spec.Unschedulable || n.Annotations[tt.AnnLeftCordoned] != "" {
+	if n.Labels[tt.LabelFirmware] != "19.9.0.0" || n.Spec.Unschedulable || n.Annotations[kube.AnnLeftCordoned] != "" {
 		t.Fatalf("after --force: fw %q unschedulable %v left-cordoned %q", n.Labels[tt.LabelFirmware], n.Spec.Unschedulable,
-			n.Annotations[tt.AnnLeftCordoned])
+			n.Annotations[kube.AnnLeftCordoned])
 	}
 	if podExists(t, ns, "plugin-user") || podExists(t, ns, "privileged-dev") {
 		t.Error("the holders were not evicted")
@@ -273,7 +273,7 @@ func TestKMDUnknownVersionFails(t *testing.T) {
 	if code != cli.ExitFailed || !strings.Contains(out, "CloneFailed") {
 		t.Fatalf("want a failed clone of ttkmd-99.0.0; exit %d", code)
 	}
-	if n := node(t, target); n.Annotations[tt.AnnLeftCordoned] == "" {
+	if n := node(t, target); n.Annotations[kube.AnnLeftCordoned] == "" {
 		t.Errorf("the failed node must say why it stays cordoned")
 	}
 	if o, _ := fakehost.Inspect(filepath.Join(c.Dir, "hosts", target)); o.LoadedKMD == "" {
@@ -283,7 +283,7 @@ func TestKMDUnknownVersionFails(t *testing.T) {
 	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.1", "--nodes", target); code != 0 {
 		t.Fatalf("recovery: exit %d", code)
 	}
-	if n := node(t, target); n.Spec.Unschedulable || n.Annotations[tt.AnnLeftCordoned] != "" {
+	if n := node(t, target); n.Spec.Unschedulable || n.Annotations[kube.AnnLeftCordoned] != "" {
 		t.Fatal("the recovered node is still cordoned or marked")
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/nodeagent/agentcmd"
+	"github.com/rollbook/rollbook/pkg/tt"
 )
 
 const long = `kubectl tt upgrades Tenstorrent node software — the tt-kmd kernel module,
@@ -21,6 +22,7 @@ command to continue.`
 func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root, g := cli.NewRoot("tt", "Upgrade Tenstorrent drivers, tt-smi and firmware node by node", long, streams)
 	root.AddCommand(newUpgradeCommand(g), newStatusCommand(g))
+	root.AddCommand(append(cli.NewPauseCommands(g, "tt", tt.LockName, "kube-system"), cli.NewHistoryCommand(g, "tt", "kube-system"))...)
 	agent := agentcmd.NewCommand()
 	agent.Hidden = true
 	root.AddCommand(agent)

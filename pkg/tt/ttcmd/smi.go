@@ -73,13 +73,11 @@ func (o *smiOptions) Run(ctx context.Context) error {
 	o.cfg.RunID = s.RunID
 	targets, skipped, err := tt.DriverTargets(ctx, s.Client, o.selection)
 	if err != nil {
-		_ = s.Abort()
-		return err
+		return s.Fail(err)
 	}
 	for _, sk := range skipped {
 		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
 	}
-	res := runbook.Run(ctx, tt.SMIRunbook(s.Client, s.Recorder, o.cfg), targets,
-		runbook.Options{RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress})
+	res := cli.Run(ctx, s, tt.SMIRunbook(s.Client, s.Recorder, o.cfg), targets, runbook.Options{})
 	return s.Finish(res, "kubectl tt status")
 }

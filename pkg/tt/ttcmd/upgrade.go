@@ -130,17 +130,16 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 	cfg.RunID = s.RunID
 	targets, skipped, err := tt.DriverTargets(ctx, s.Client, o.selection)
 	if err != nil {
-		_ = s.Abort()
-		return err
+		return s.Fail(err)
 	}
 	for _, sk := range skipped {
 		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
 	}
-	res := runbook.Run(ctx, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets,
-		runbook.Options{RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress})
-	if err := tt.MarkLeftCordoned(ctx, s.Client, tt.KMDRunbookName, res); err != nil {
-		s.Progress.Printf("could not record why nodes stay cordoned: %v", err)
+	// kmd work is one node at a time, like the operator's DaemonSet rollout.
+	if err := s.SetMaxOutOfService(ctx, 1); err != nil {
+		return s.Fail(err)
 	}
+	res := cli.Run(ctx, s, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets, runbook.Options{})
 	next := "kubectl tt status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl tt upgrade kmd --version %s", cfg.Version)

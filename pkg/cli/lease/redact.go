@@ -1,4 +1,4 @@
-package runbook
+package lease
 
 import "strings"
 

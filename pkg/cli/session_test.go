@@ -1,0 +1,248 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
+
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/cli/lease"
+	"github.com/rollbook/rollbook/pkg/journal"
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 2}) }
+
+// globals builds what a command gets, pointed at the test cluster.
+func globals(t *testing.T) (*Globals, *bytes.Buffer) {
+	t.Helper()
+	var out bytes.Buffer
+	_, g := NewRoot("test", "", "", genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+	kc := simtest.Get(t).Kubeconfig
+	g.ConfigFlags.KubeConfig = &kc
+	return g, &out
+}
+
+type nodeFacts struct{ node *corev1.Node }
+
+// cordonRunbook cordons a node, labels it, and (unless stuck) uncordons it.
+func cordonRunbook(s *Session, stuck bool) *runbook.Runbook[nodeFacts] {
+	const owner = "test-cli"
+	ours := func(f nodeFacts) bool { return kube.CordonStateOf(f.node).Owner == owner }
+	labelled := func(f nodeFacts) bool { return f.node.Labels["rollbook-test.dev/done"] == "yes" }
+	return &runbook.Runbook[nodeFacts]{
+		Name: owner,
+		Observe: func(ctx context.Context, t runbook.Target) (nodeFacts, error) {
+			n, err := s.Client.CoreV1().Nodes().Get(ctx, strings.TrimPrefix(t.Name(), "node/"), metav1.GetOptions{})
+			return nodeFacts{n}, err
+		},
+		Steps: []runbook.Step[nodeFacts]{
+			{ID: "test.cordon", Title: "Cordon", Done: func(f nodeFacts) (bool, string) { return ours(f) || labelled(f), "" },
+				Act: func(ctx context.Context, f nodeFacts) error {
+					_, err := kube.CordonNode(ctx, s.Client, s.Recorder, f.node, owner, s.RunID)
+					return err
+				}},
+			{ID: "test.label", Title: "Label", Done: func(f nodeFacts) (bool, string) { return labelled(f), "" },
+				Guards: []runbook.Guard[nodeFacts]{{Name: "not stuck", Check: func(nodeFacts) (bool, string) { return !stuck, "stuck on purpose" }}},
+				Act: func(ctx context.Context, f nodeFacts) error {
+					_, err := kube.SetNodeKeys(ctx, s.Client, f.node.Name, kube.NodeChange{Labels: map[string]*string{"rollbook-test.dev/done": ptr.To("yes")}})
+					if err == nil {
+						s.Recorder.Record(ctx, kube.NodeRef(f.node), false, "Labelled", "rollbook-test.dev/done: <none> → yes")
+					}
+					return err
+				}},
+			{ID: "test.uncordon", Title: "Uncordon", Done: func(f nodeFacts) (bool, string) { return labelled(f) && !ours(f), "" },
+				Act: func(ctx context.Context, f nodeFacts) error {
+					_, err := kube.UncordonNode(ctx, s.Client, s.Recorder, f.node, owner)
+					return err
+				}},
+		},
+	}
+}
+
+func resetNode(t *testing.T, name string) {
+	t.Helper()
+	c := simtest.Get(t)
+	_, err := kube.SetNodeKeys(context.Background(), c.Client, name, kube.NodeChange{Unschedulable: ptr.To(false),
+		Labels: map[string]*string{"rollbook-test.dev/done": nil},
+		Annotations: map[string]*string{kube.AnnCordonedBy: nil, kube.AnnCordonedAt: nil, kube.AnnCordonRun: nil,
+			kube.AnnLeftCordoned: nil}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func targets(s *Session, names ...string) []runbook.Target {
+	var ts []runbook.Target
+	for _, n := range names {
+		ts = append(ts, runbook.NodeTarget{Client: s.Client, Node: n})
+	}
+	return ts
+}
+
+func TestSessionJournalsEveryMutationAndSaysWhereItActs(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ns := c.NewNamespace(t)
+	resetNode(t, "kwok-node-0")
+	t.Cleanup(func() { resetNode(t, "kwok-node-0") })
+	g, out := globals(t)
+	ctx := simtest.Context(t, time.Minute)
+	s, runCtx, err := StartSession(ctx, g, RunFlags{LockNamespace: ns}, "test", "rollbook-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := Run(runCtx, s, cordonRunbook(s, false), targets(s, "kwok-node-0"), runbook.Options{})
+	if err := s.Finish(res, ""); err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	if !strings.Contains(out.String(), `acting on context "`) {
+		t.Fatalf("the run does not say where it acts:\n%s", out)
+	}
+	entries, _, err := journal.Read(ctx, c.Client, ns, journal.Name("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps, reasons []string
+	for _, e := range entries {
+		if e.Run != s.RunID || e.Host == "" || e.User == "" {
+			t.Errorf("entry without its run/user/host: %+v", e)
+		}
+		steps, reasons = append(steps, e.Step), append(reasons, e.Reason)
+	}
+	want := "RunStarted Cordoned Labelled Uncordoned RunFinished"
+	if got := strings.Join(reasons, " "); got != want {
+		t.Fatalf("journal reasons %q, want %q (each mutation exactly once)", got, want)
+	}
+	if got := strings.Join(steps[1:4], " "); got != "test.cordon test.label test.uncordon" {
+		t.Fatalf("journal steps %q", got)
+	}
+	// `history NODE -o json` prints them as a versioned document.
+	var hist bytes.Buffer
+	h := NewHistoryCommand(g, "test", ns)
+	g.IOStreams.Out = &hist
+	h.SetArgs([]string{"kwok-node-0", "-o", "json"})
+	if err := h.ExecuteContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		APIVersion string          `json:"apiVersion"`
+		Kind       string          `json:"kind"`
+		Items      []journal.Entry `json:"items"`
+	}
+	if err := json.Unmarshal(hist.Bytes(), &doc); err != nil || doc.APIVersion != "rollbook.dev/v1alpha1" || len(doc.Items) != 5 {
+		t.Fatalf("history -o json: %v %+v\n%s", err, doc, hist.String())
+	}
+}
+
+func TestPausedRollStartsNothingAndExitsZero(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ns := c.NewNamespace(t)
+	resetNode(t, "kwok-node-1")
+	g, out := globals(t)
+	ctx := simtest.Context(t, time.Minute)
+	pause := NewPauseCommands(g, "test", "rollbook-test", ns)[0]
+	pause.SetArgs([]string{"--reason", "waiting for the canary"})
+	if err := pause.ExecuteContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, runCtx, err := StartSession(ctx, g, RunFlags{LockNamespace: ns}, "test", "rollbook-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := Run(runCtx, s, cordonRunbook(s, false), targets(s, "kwok-node-1"), runbook.Options{})
+	if err := s.Finish(res, ""); err != nil || res.Outcome != runbook.OutcomePaused {
+		t.Fatalf("paused roll: outcome %s, err %v\n%s", res.Outcome, err, out)
+	}
+	n, _ := c.Client.CoreV1().Nodes().Get(ctx, "kwok-node-1", metav1.GetOptions{})
+	if n.Spec.Unschedulable || n.Labels["rollbook-test.dev/done"] != "" {
+		t.Fatal("a paused roll touched a node")
+	}
+	if !strings.Contains(out.String(), "waiting for the canary") || !strings.Contains(PauseNote(ctx, c.Client, "test", ns, "rollbook-test"), "PAUSED") {
+		t.Fatalf("the pause is not explained:\n%s", out)
+	}
+	// The running holder's renewals keep a pause set meanwhile (no conflict lost).
+	resume := NewPauseCommands(g, "test", "rollbook-test", ns)[1]
+	resume.SetArgs(nil)
+	if err := resume.ExecuteContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := lease.ReadPause(ctx, c.Client, ns, "rollbook-test"); p != nil {
+		t.Fatalf("resume left %v", p)
+	}
+}
+
+func TestBlockedRunSaysOnTheNodeWhyItStaysCordoned(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ns := c.NewNamespace(t)
+	resetNode(t, "kwok-node-1")
+	t.Cleanup(func() { resetNode(t, "kwok-node-1") })
+	g, out := globals(t)
+	ctx := simtest.Context(t, time.Minute)
+	s, runCtx, err := StartSession(ctx, g, RunFlags{LockNamespace: ns}, "test", "rollbook-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := Run(runCtx, s, cordonRunbook(s, true), targets(s, "kwok-node-1"), runbook.Options{})
+	err = s.Finish(res, "")
+	if ExitCode(err) != ExitBlocked {
+		t.Fatalf("want exit 3, got %v", err)
+	}
+	n, _ := c.Client.CoreV1().Nodes().Get(ctx, "kwok-node-1", metav1.GetOptions{})
+	why := n.Annotations[kube.AnnLeftCordoned]
+	if !n.Spec.Unschedulable || !strings.Contains(why, "stuck on purpose") || !strings.Contains(why, s.RunID) {
+		t.Fatalf("left-cordoned annotation %q (unschedulable %v)", why, n.Spec.Unschedulable)
+	}
+	if !strings.Contains(out.String(), "stays cordoned by rollbook") {
+		t.Fatalf("the run does not say it leaves the node cordoned:\n%s", out)
+	}
+}
+
+// A run killed on this machine (its process is gone) is resumed by the
+// next run with no flag.
+func TestSessionTakesOverFromADeadRunOnThisHost(t *testing.T) {
+	c := simtest.Get(t)
+	ns := c.NewNamespace(t)
+	g, out := globals(t)
+	ctx := simtest.Context(t, time.Minute)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	now := metav1.NewMicroTime(time.Now())
+	_, err := c.Client.CoordinationV1().Leases(ns).Create(ctx, &coordv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "rollbook-test", Namespace: ns, Annotations: map[string]string{
+			"rollbook.dev/holder-host": host, "rollbook.dev/holder-pid": itoa(dead.Process.Pid), "rollbook.dev/holder-user": "me"}},
+		Spec: coordv1.LeaseSpec{HolderIdentity: ptr.To("me@" + host + "/x/killed"), LeaseDurationSeconds: ptr.To(int32(30)),
+			AcquireTime: &now, RenewTime: &now},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s, _, err := StartSession(ctx, g, RunFlags{LockNamespace: ns}, "test", "rollbook-test")
+	if err != nil {
+		t.Fatalf("resume after kill: %v\n%s", err, out)
+	}
+	_ = s.Fail(nil)
+	if time.Since(start) > 5*time.Second || !strings.Contains(out.String(), "took over from me@") {
+		t.Fatalf("takeover took %s or was not printed:\n%s", time.Since(start), out)
+	}
+}
+
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }

@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/rollbook/rollbook/pkg/cli/lease"
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+// SoakFlags are --canary and --soak of the commands that roll many nodes.
+type SoakFlags struct {
+	Canary int
+	Soak   time.Duration
+}
+
+// AddFlags registers --canary and --soak.
+func (f *SoakFlags) AddFlags(fs *pflag.FlagSet) {
+	fs.IntVar(&f.Canary, "canary", 0, "roll this many nodes first, then --soak before the rest (needs --soak)")
+	fs.DurationVar(&f.Soak, "soak", 0, "watch the rolled nodes' health this long before going on: after the --canary nodes, "+
+		"or without --canary after every node. A failed check pauses the roll with the reason")
+}
+
+// Validate rejects bad values before any API call.
+func (f *SoakFlags) Validate() error {
+	switch {
+	case f.Canary < 0:
+		return UsageErrorf("--canary %d: want 0 or more nodes", f.Canary)
+	case f.Soak < 0:
+		return UsageErrorf("--soak %s: want a positive duration such as 10m", f.Soak)
+	case f.Canary > 0 && f.Soak == 0:
+		return UsageErrorf("--canary %d needs --soak DURATION: how long to watch the canary nodes before the rest", f.Canary)
+	}
+	return nil
+}
+
+// ApplySoak sets o's canary and soak from f, with health as the check. A
+// failed check pauses the roll on the Lease, so a re-run does not simply
+// carry on: a person looks, then `resume`s.
+func (s *Session) ApplySoak(o *runbook.Options, f SoakFlags, health func(ctx context.Context) error) {
+	o.Canary, o.Soak, o.Health = f.Canary, f.Soak, health
+	o.OnHealthFailure = func(ctx context.Context, why string) {
+		p := &lease.Pause{By: "rollbook run " + s.RunID, At: time.Now().UTC(), Reason: why}
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := lease.SetPause(pctx, s.Client, s.Flags.LockNamespace, s.lockName, p); err != nil {
+			s.Progress.Printf("warning: could not record the pause: %v", err)
+			return
+		}
+		s.Progress.Printf("paused the roll: %s\n  look at the nodes, then `kubectl %s resume` and re-run", why, s.plugin)
+		s.note(ctx, "Paused", fmt.Sprintf("health check failed: %s", why))
+	}
+}

@@ -1,0 +1,186 @@
+// Package journal keeps the durable history of every run: each mutation
+// (run, who, host, command, object, step, what changed, when) appended to a
+// ConfigMap per plugin. Events expire after an hour; the journal stays,
+// bounded in size, its oldest entries rotated out.
+package journal
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+// Entry is one line of the history.
+type Entry struct {
+	Time    time.Time `json:"time"`
+	Run     string    `json:"run"`
+	User    string    `json:"user,omitempty"`
+	Host    string    `json:"host,omitempty"`
+	Command string    `json:"command,omitempty"`
+	Object  string    `json:"object"`
+	Step    string    `json:"step,omitempty"`
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	Warning bool      `json:"warning,omitempty"`
+}
+
+const (
+	dataKey = "entries"
+	// AnnRotated counts the entries rotated out of the ConfigMap so far.
+	AnnRotated = "rollbook.dev/history-rotated"
+	// DefaultMaxBytes keeps the ConfigMap far below the 1 MiB object limit.
+	DefaultMaxBytes = 512 << 10
+)
+
+// Name is the ConfigMap holding plugin's history.
+func Name(plugin string) string { return "rollbook-" + plugin + "-history" }
+
+// Writer appends entries for one run. It is a kube.Recorder, so every
+// mutation a run records is journaled; the step comes from the context the
+// engine gives each step's action.
+type Writer struct {
+	Client    kubernetes.Interface
+	Namespace string
+	Name      string
+	// Base fills Run, User, Host and Command of every entry.
+	Base     Entry
+	MaxBytes int
+
+	mu sync.Mutex
+	cm *corev1.ConfigMap // last version written, to update without a read
+}
+
+// Record implements kube.Recorder.
+func (w *Writer) Record(ctx context.Context, obj corev1.ObjectReference, warning bool, reason, message string) {
+	e := w.Base
+	e.Object = objectName(obj)
+	e.Step = runbook.StepOf(ctx)
+	e.Reason, e.Message, e.Warning = reason, message, warning
+	// Like Events, the record outlives a cancelled run: the mutation happened.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = w.Append(wctx, e)
+}
+
+// Append adds e (stamped now when its time is zero).
+func (w *Writer) Append(ctx context.Context, e Entry) error {
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	line, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	max := w.MaxBytes
+	if max <= 0 {
+		max = DefaultMaxBytes
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cms := w.Client.CoreV1().ConfigMaps(w.Namespace)
+	for attempt := 0; attempt < 5; attempt++ {
+		cur := w.cm
+		if cur == nil {
+			got, err := cms.Get(ctx, w.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				created, err := cms.Create(ctx, &corev1.ConfigMap{
+					ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace,
+						Labels: map[string]string{"app.kubernetes.io/managed-by": "rollbook"}},
+					Data: map[string]string{dataKey: string(line) + "\n"},
+				}, metav1.CreateOptions{})
+				if apierrors.IsAlreadyExists(err) {
+					continue
+				}
+				if err == nil {
+					w.cm = created
+				}
+				return err
+			case err != nil:
+				return err
+			}
+			cur = got
+		}
+		next := cur.DeepCopy()
+		if next.Data == nil {
+			next.Data = map[string]string{}
+		}
+		body, dropped := rotate(next.Data[dataKey]+string(line)+"\n", max)
+		next.Data[dataKey] = body
+		if dropped > 0 {
+			if next.Annotations == nil {
+				next.Annotations = map[string]string{}
+			}
+			n, _ := strconv.Atoi(next.Annotations[AnnRotated])
+			next.Annotations[AnnRotated] = strconv.Itoa(n + dropped)
+		}
+		updated, err := cms.Update(ctx, next, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			w.cm = nil // someone else wrote it: read and retry
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		w.cm = updated
+		return nil
+	}
+	return fmt.Errorf("history %s/%s keeps changing under us", w.Namespace, w.Name)
+}
+
+// rotate drops whole lines from the front of body until it fits max.
+func rotate(body string, max int) (string, int) {
+	dropped := 0
+	for len(body) > max {
+		i := strings.IndexByte(body, '\n')
+		if i < 0 || i == len(body)-1 {
+			break
+		}
+		body = body[i+1:]
+		dropped++
+	}
+	return body, dropped
+}
+
+// Read returns the history of ns/name, oldest first, and how many older
+// entries were rotated out.
+func Read(ctx context.Context, cs kubernetes.Interface, ns, name string) ([]Entry, int, error) {
+	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	rotated, _ := strconv.Atoi(cm.Annotations[AnnRotated])
+	var out []Entry
+	sc := bufio.NewScanner(strings.NewReader(cm.Data[dataKey]))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e Entry
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			out = append(out, e)
+		}
+	}
+	return out, rotated, sc.Err()
+}
+
+func objectName(o corev1.ObjectReference) string {
+	kind := strings.ToLower(o.Kind)
+	if o.Namespace != "" {
+		return kind + "/" + o.Namespace + "/" + o.Name
+	}
+	return kind + "/" + o.Name
+}

@@ -1,0 +1,31 @@
+package kube
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Deleter is a typed or dynamic client's Delete method, e.g.
+// cs.CoreV1().Pods(ns).Delete.
+type Deleter func(ctx context.Context, name string, opts metav1.DeleteOptions) error
+
+// DeleteIfUnchanged deletes the object ref names only if it is still the one
+// observed (same UID): a replacement created since under the same name is
+// never touched. It reports whether it deleted; an object already gone or
+// replaced is not an error. The Event is recorded only for a real deletion.
+func DeleteIfUnchanged(ctx context.Context, rec Recorder, del Deleter, ref corev1.ObjectReference, uid types.UID,
+	message string) (bool, error) {
+	err := del(ctx, ref.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	rec.Record(ctx, ref, false, "Deleted", message)
+	return true, nil
+}
