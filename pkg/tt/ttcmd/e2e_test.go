@@ -385,9 +385,10 @@ func TestKMDRequestsPerNode(t *testing.T) {
 	}
 	t.Logf("one-node kmd roll: %d API requests %v in %s (6 of them per run: identity, lease, operator check, node list, release)",
 		n.Load(), byVerb, time.Since(start).Round(time.Millisecond))
-	// Measured 70 (59 before the probe helper, which costs 11: create, watch,
-	// record, delete); the goal is 40 per node. This guards against regressions.
-	if got := n.Load(); got > 72 {
+	// Measured 81: 59 for the roll, 11 for the probe helper (create, watch,
+	// record, delete) and 12 for the session's history journal (a ConfigMap
+	// write per mutation). The goal is 40 per node; this guards regressions.
+	if got := n.Load(); got > 84 {
 		t.Errorf("a one-node roll made %d API requests:\n%s", got, strings.Join(paths, "\n"))
 	}
 }
