@@ -43,7 +43,7 @@ func (o *KMDOptions) defaults() {
 }
 
 func (o KMDOptions) validate() error {
-	if err := ValidateVersion(o.Version); err != nil {
+	if err := ValidateKMDVersion(o.Version); err != nil {
 		return fail(ReasonInvalidInput, "--version: %v", err)
 	}
 	if err := ValidateSourceURL(o.GitURL); err != nil {

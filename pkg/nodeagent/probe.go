@@ -42,7 +42,7 @@ type ProbeFacts struct {
 func (a *Agent) Probe(ctx context.Context, o ProbeOptions) Result {
 	x := a.begin(OpProbe, o.KMDVersion)
 	if o.KMDVersion != "" {
-		if err := ValidateVersion(o.KMDVersion); err != nil {
+		if err := ValidateKMDVersion(o.KMDVersion); err != nil {
 			return x.finish(ctx, fail(ReasonInvalidInput, "--kmd-version: %v", err))
 		}
 	}

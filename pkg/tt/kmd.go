@@ -47,7 +47,7 @@ type HelperConfig struct {
 
 // Validate rejects bad input before any API call.
 func (c *KMDConfig) Validate() error {
-	if err := nodeagent.ValidateVersion(c.Version); err != nil {
+	if err := nodeagent.ValidateKMDVersion(c.Version); err != nil {
 		return fmt.Errorf("--version: %v", err)
 	}
 	for _, g := range c.DeployGates {
