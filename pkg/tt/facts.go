@@ -89,8 +89,10 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 	if o.skip != nil {
 		f.Skip = o.skip(n)
 	}
-	if f.Helper, err = observeHelper(ctx, o.cs, o.helperNS, o.helper(n.Name)); err != nil {
-		return f, err
+	if o.helper != nil {
+		if f.Helper, err = observeHelper(ctx, o.cs, o.helperNS, o.helper(n.Name)); err != nil {
+			return f, err
+		}
 	}
 	if o.probe != nil {
 		if f.Probe, err = observeHelper(ctx, o.cs, o.helperNS, o.probe(n.Name)); err != nil {

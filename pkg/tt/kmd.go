@@ -58,6 +58,9 @@ func (c *KMDConfig) Validate() error {
 	return c.Helper.validate()
 }
 
+// Validate rejects a helper configuration before any API call.
+func (h HelperConfig) Validate() error { return h.validate() }
+
 func (h HelperConfig) validate() error {
 	if h.Image == "" || strings.ContainsAny(h.Image, " \t\n") {
 		return fmt.Errorf("--helper-image %q is not an image reference", h.Image)

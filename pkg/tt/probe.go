@@ -214,3 +214,71 @@ func startFailure(p *corev1.Pod) string {
 	}
 	return ""
 }
+
+// ProbeRunbookName names the on-demand probe (`kubectl tt status --probe`).
+const ProbeRunbookName = "tt-probe"
+
+// ProbeRunbook measures every node again without changing it (no cordon):
+// what `kubectl tt status --probe` runs before it shows label vs measured.
+func ProbeRunbook(cs kubernetes.Interface, rec kube.Recorder, h HelperConfig, run string) *runbook.Runbook[Facts] {
+	name := func(node string) string { return probeHelperName(node, run) }
+	obs := observer{cs: cs, owner: ProbeRunbookName, helperNS: h.Namespace, probe: name,
+		finished: func(*corev1.Node) bool { return false }}
+	b := newBuilder(cs, rec, run, h)
+	return &runbook.Runbook[Facts]{
+		Name:  ProbeRunbookName,
+		Title: "Measure Tenstorrent nodes",
+		Doc: `Per node: run the probe helper and record what it measured (kernel, module, DKMS, headers,
+firmware, tt-smi, device holders). Nothing on the node changes and nothing is cordoned.`,
+		Observe:    func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
+		Annotation: annotationOf,
+		Steps: []runbook.Step[Facts]{
+			b.probe("tt.probe.measure", []string{"kubectl-tt", "node-agent", "probe"}, func(*Facts) []string { return nil }),
+		},
+	}
+}
+
+// ProbeTargets are the selected nodes, skip labels or not: measuring
+// changes nothing.
+func ProbeTargets(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]runbook.Target, error) {
+	nodes, err := ListNodes(ctx, cs, sel)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]runbook.Target, 0, len(nodes))
+	for i := range nodes {
+		out = append(out, runbook.NodeTarget{Client: cs, Node: nodes[i].Name})
+	}
+	return out, nil
+}
+
+// measuredDisagrees says where the node's labels and its last probe differ,
+// when the probe is newer than the recorded results; "" when they agree.
+func measuredDisagrees(n *corev1.Node) string {
+	p := probeRecordOf(n)
+	if p == nil {
+		return ""
+	}
+	var out []string
+	if label := n.Labels[LabelKMDVersion]; label != "" && label != p.KMD && !kmdRecordNewer(n, p.At) {
+		out = append(out, fmt.Sprintf("kmd label %s, measured %s", label, orUnknown(p.KMD)))
+	}
+	if label := n.Labels[LabelFirmware]; label != "" && len(p.Firmware) > 0 && !allAt(p.Firmware, label) {
+		if r, ok := firmwareRecordOf(n); !ok || !r.At.After(p.At) {
+			out = append(out, fmt.Sprintf("firmware label %s, measured %s", label, strings.Join(p.Firmware, ",")))
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "label and measurement disagree (probe " + p.At.Format(time.RFC3339) + "): " + strings.Join(out, "; ")
+}
+
+func kmdRecordNewer(n *corev1.Node, than time.Time) bool {
+	var r kmdRecord
+	if json.Unmarshal([]byte(n.Annotations[AnnKMDResult]), &r) != nil {
+		return false
+	}
+	at, err := time.Parse(time.RFC3339, r.At)
+	return err == nil && at.After(than)
+}

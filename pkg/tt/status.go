@@ -154,6 +154,9 @@ func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 			r.Why = helperWhy(h)
 		}
 	}
+	if d := measuredDisagrees(n); d != "" && r.Why == "" {
+		r.Why = d
+	}
 	if p := probeRecordOf(n); p != nil && r.Why == "" {
 		if hh := p.hostHolders(); len(hh) > 0 {
 			var s []string

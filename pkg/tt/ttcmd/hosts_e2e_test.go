@@ -210,6 +210,14 @@ func TestKMDLabelThatLiesIsMeasured(t *testing.T) {
 		kube.NodeChange{Labels: map[string]*string{tt.LabelKMDVersion: ptr.To("2.9.1")}}); err != nil {
 		t.Fatal(err)
 	}
+	loaded, _ := fakehost.Inspect(filepath.Join(c.Dir, "hosts", target))
+	out, code := run(t, ctx, "status", "--probe", target)
+	if code != 0 || !strings.Contains(out, "kmd label 2.9.1, measured "+loaded.LoadedKMD) {
+		t.Fatalf("status --probe does not show the lie (module %s); exit %d", loaded.LoadedKMD, code)
+	}
+	if n := node(t, target); n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != "2.9.1" {
+		t.Fatal("status --probe changed the node")
+	}
 	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.9.1", "--nodes", target); code != 0 {
 		t.Fatalf("exit %d", code)
 	}

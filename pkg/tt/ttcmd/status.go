@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/tt"
 	"github.com/rollbook/rollbook/pkg/ui"
 )
@@ -19,8 +20,10 @@ import (
 type statusOptions struct {
 	g      *cli.Globals
 	sel    selectionFlags
+	helper helperFlags
 	output string
 	watch  bool
+	probe  bool
 }
 
 func newStatusCommand(g *cli.Globals) *cobra.Command {
@@ -30,7 +33,9 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 		Short: "Show every Tenstorrent node: versions, install mode, cordon owner, current step and why it is stuck",
 		Example: `  kubectl tt status
   kubectl tt status -o wide --watch
-  kubectl tt status tt-node-3 -o json`,
+  kubectl tt status tt-node-3 -o json
+  # Measure every node again (a short helper pod each) and show label vs measured
+  kubectl tt status --probe`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := ui.ValidateOutput(o.output, "json", "yaml", "wide"); err != nil {
 				return cli.UsageErrorf("%v", err)
@@ -39,12 +44,22 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 			if err := sel.Validate(); err != nil {
 				return cli.UsageErrorf("%v", err)
 			}
+			if o.probe && o.watch {
+				return cli.UsageErrorf("--probe and --watch do not mix: probe once, then watch")
+			}
+			if o.probe {
+				if err := o.measure(cmd.Context(), sel); err != nil {
+					return err
+				}
+			}
 			return o.run(cmd.Context(), sel)
 		},
 	}
 	o.sel.add(cmd, g)
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide|json|yaml")
 	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "keep watching and redraw when nodes change")
+	cmd.Flags().BoolVar(&o.probe, "probe", false, "measure the nodes first (a probe helper pod each; nothing changes on them)")
+	o.helper.add(cmd.Flags(), 5*time.Minute)
 	return cmd
 }
 
@@ -83,6 +98,28 @@ func (o *statusOptions) run(ctx context.Context, sel tt.Selection) error {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// measure runs the probe runbook in a session of its own (lock, events),
+// its progress on stderr, before the table is printed.
+func (o *statusOptions) measure(ctx context.Context, sel tt.Selection) error {
+	h := o.helper.config()
+	if err := h.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	s, ctx, err := cli.StartSession(ctx, o.g, cli.RunFlags{LockNamespace: "kube-system"}, "tt", tt.LockName)
+	if err != nil {
+		return err
+	}
+	targets, err := tt.ProbeTargets(ctx, s.Client, sel)
+	if err != nil {
+		return s.Fail(err)
+	}
+	res := cli.Run(ctx, s, tt.ProbeRunbook(s.Client, s.Recorder, h, s.RunID), targets, runbook.Options{Parallel: 4, KeepGoing: true})
+	if res.Outcome != runbook.OutcomeDone {
+		return s.Finish(res, "kubectl tt status --probe")
+	}
+	return s.Fail(nil)
 }
 
 func waitForChange(ctx context.Context, w watch.Interface) {
