@@ -8,7 +8,7 @@ import (
 )
 
 var (
-	versionRE  = regexp.MustCompile(`^[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}$`)
+	versionRE = regexp.MustCompile(`^[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}$`)
 	// tt-kmd's MODULE_VERSION may carry a build suffix, which
 	// /sys/module/tenstorrent/version then shows (e.g. 2.4.0-rc1).
 	kmdVersionRE = regexp.MustCompile(`^[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}(-[0-9A-Za-z][0-9A-Za-z.]{0,31})?$`)

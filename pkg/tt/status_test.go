@@ -54,7 +54,8 @@ func TestNodeStatusInference(t *testing.T) {
 		{"helper failed with holders", cordoned(KMDRunbookName), []corev1.Pod{helperPod("kmd", corev1.PodFailed, string(failed))},
 			"tt-kmd: in progress", "DeviceInUse: refcnt 1 (holder pids 42)", KMDRunbookName},
 		{"failed helper of an abandoned version", nodeWith(map[string]string{LabelKMDVersion: "2.9.0"}, map[string]string{
-			AnnKMDResult: `{"after":"2.9.0","at":"2026-11-30T10:00:00Z"}`}), []corev1.Pod{helperPod("kmd", corev1.PodFailed, string(failed))},
+			AnnKMDResult: `{"after":"2.9.0","at":"2026-11-30T10:00:00Z"}`}), []corev1.Pod{helperPod("kmd", corev1.PodFailed,
+			string(failed))},
 			"idle", "", "-"},
 		{"probe saw a host process", nodeWith(nil, map[string]string{AnnProbe: probeJSON(t, ProbeRecord{
 			Holders: []nodeagent.Holder{{PID: 7777, Comm: "bench"}}})}), nil, "idle", "pid 7777 (bench)", "-"},

@@ -159,6 +159,12 @@ func TestKMDStepsDoneAndGuards(t *testing.T) {
 			t.Errorf("%s: %s done = %v (%s), want %v", tc.name, tc.step, done, ev, tc.done)
 		}
 	}
+	// A skip label written after the run started is honoured before the probe.
+	probe := steps["tt.kmd.probe"]
+	if ok, why := probe.Guards[0].Check(Facts{Node: nodeWith(nil, nil), Skip: LabelDriverSkip + "=true"}); ok ||
+		!strings.Contains(why, "excluded") {
+		t.Errorf("a node labelled skip mid-run was not left alone: %v %q", ok, why)
+	}
 	// The cordon waits for this run's probe and refuses what it found.
 	cordon := steps["tt.kmd.cordon"]
 	guard := func(f Facts) (bool, string) {

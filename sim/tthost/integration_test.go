@@ -165,9 +165,11 @@ func TestRunnerAndHolders(t *testing.T) {
 		dev := corev1.Volume{Name: "dev", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev"}}}
 		privileged := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "privileged", Namespace: "default",
 			Annotations: map[string]string{AnnOpensDevice: "true"}},
-			Spec: corev1.PodSpec{NodeName: "kwok-node-0", Volumes: []corev1.Volume{dev}, Containers: []corev1.Container{{Name: "p", Image: "p"}}}}
+			Spec: corev1.PodSpec{NodeName: "kwok-node-0", Volumes: []corev1.Volume{dev}, Containers: []corev1.Container{{Name: "p",
+				Image: "p"}}}}
 		csi := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "csi", Namespace: "default"},
-			Spec: corev1.PodSpec{NodeName: "kwok-node-0", Volumes: []corev1.Volume{dev}, Containers: []corev1.Container{{Name: "c", Image: "c"}}}}
+			Spec: corev1.PodSpec{NodeName: "kwok-node-0", Volumes: []corev1.Volume{dev}, Containers: []corev1.Container{{Name: "c",
+				Image: "c"}}}}
 		for _, p := range []*corev1.Pod{plugin, privileged, csi} {
 			p = create(t, ctx, cs, p)
 			until(t, ctx, cs, p, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })

@@ -3,6 +3,8 @@ package ttcmd
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -294,4 +296,29 @@ func TestKMDUnknownVersionFails(t *testing.T) {
 	if n := node(t, target); n.Spec.Unschedulable || n.Annotations[kube.AnnLeftCordoned] != "" {
 		t.Fatal("the recovered node is still cordoned or marked")
 	}
+}
+
+// The sim's own model catches a flash under a live holder: run its tt-flash
+// by hand on a node whose telemetry pod has the device open.
+func TestSimRecordsFlashUnderHolder(t *testing.T) {
+	c := simtest.Get(t)
+	check := c.ExpectViolation(t, "flash-under-holder")
+	const target = "kwok-node-1"
+	root := filepath.Join(c.Dir, "hosts", target)
+	o, err := fakehost.Inspect(root)
+	if err != nil || o.Refcnt == 0 {
+		t.Fatalf("%s should have device holders (telemetry, inference): %+v %v", target, o, err)
+	}
+	flash := exec.Command(filepath.Join(c.Dir, "hosts", ".tools", "tt-flash"), "flash", "--fw-tar",
+		filepath.Join(c.Dir, "bundles", "fw_pack-19.9.0.fwbundle"))
+	flash.Env = append(os.Environ(), fakehost.RootEnv+"="+root)
+	if out, err := flash.CombinedOutput(); err == nil || !strings.Contains(string(out), "device busy") {
+		t.Fatalf("tt-flash under a holder: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if v, _ := c.Violations(); len(v) > 0 && strings.Contains(v[len(v)-1], "flash-under-holder") {
+			break
+		}
+	}
+	check()
 }
