@@ -24,6 +24,8 @@ type statusOptions struct {
 	output string
 	watch  bool
 	probe  bool
+
+	selection tt.Selection
 }
 
 func newStatusCommand(g *cli.Globals) *cobra.Command {
@@ -37,22 +39,11 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
   # Measure every node again (a short helper pod each) and show label vs measured
   kubectl tt status --probe`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := ui.ValidateOutput(o.output, "json", "yaml", "wide"); err != nil {
-				return cli.UsageErrorf("%v", err)
+			o.Complete(args)
+			if err := o.Validate(); err != nil {
+				return err
 			}
-			sel := o.sel.selection(args)
-			if err := sel.Validate(); err != nil {
-				return cli.UsageErrorf("%v", err)
-			}
-			if o.probe && o.watch {
-				return cli.UsageErrorf("--probe and --watch do not mix: probe once, then watch")
-			}
-			if o.probe {
-				if err := o.measure(cmd.Context(), sel); err != nil {
-					return err
-				}
-			}
-			return o.run(cmd.Context(), sel)
+			return o.Run(cmd.Context())
 		},
 	}
 	o.sel.add(cmd, g)
@@ -63,7 +54,37 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 	return cmd
 }
 
-func (o *statusOptions) run(ctx context.Context, sel tt.Selection) error {
+// Complete reads the node arguments.
+func (o *statusOptions) Complete(args []string) { o.selection = o.sel.selection(args) }
+
+// Validate rejects bad input before any API call.
+func (o *statusOptions) Validate() error {
+	if err := ui.ValidateOutput(o.output, "json", "yaml", "wide"); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	if err := o.selection.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	if o.probe && o.watch {
+		return cli.UsageErrorf("--probe and --watch do not mix: probe once, then watch")
+	}
+	if err := o.helper.config().Validate(); o.probe && err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	return nil
+}
+
+// Run measures first when asked, then prints (and with --watch redraws).
+func (o *statusOptions) Run(ctx context.Context) error {
+	if o.probe {
+		if err := o.measure(ctx, o.selection); err != nil {
+			return err
+		}
+	}
+	return o.print(ctx, o.selection)
+}
+
+func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 	cs, err := o.g.Factory.KubernetesClientSet()
 	if err != nil {
 		return err
@@ -76,7 +97,7 @@ func (o *statusOptions) run(ctx context.Context, sel tt.Selection) error {
 		if o.watch && o.output != "json" && o.output != "yaml" && ui.IsTerminal(o.g.IOStreams.Out) {
 			fmt.Fprint(o.g.IOStreams.Out, "\033[H\033[2J")
 		}
-		if err := o.print(o.g.IOStreams.Out, rows); err != nil {
+		if err := o.table(o.g.IOStreams.Out, rows); err != nil {
 			return err
 		}
 		if !o.watch {
@@ -104,9 +125,6 @@ func (o *statusOptions) run(ctx context.Context, sel tt.Selection) error {
 // its progress on stderr, before the table is printed.
 func (o *statusOptions) measure(ctx context.Context, sel tt.Selection) error {
 	h := o.helper.config()
-	if err := h.Validate(); err != nil {
-		return cli.UsageErrorf("%v", err)
-	}
 	s, ctx, err := cli.StartSession(ctx, o.g, cli.RunFlags{LockNamespace: "kube-system"}, "tt", tt.LockName)
 	if err != nil {
 		return err
@@ -135,7 +153,7 @@ func waitForChange(ctx context.Context, w watch.Interface) {
 	}
 }
 
-func (o *statusOptions) print(out io.Writer, rows []tt.NodeStatus) error {
+func (o *statusOptions) table(out io.Writer, rows []tt.NodeStatus) error {
 	if o.output == "json" || o.output == "yaml" {
 		return ui.PrintObject(out, o.output, map[string]any{"nodes": rows})
 	}
