@@ -140,7 +140,8 @@ func enableRequestLog(v string) error {
 // which it returns as plain errors.
 func isCobraUsageError(err error) bool {
 	msg := err.Error()
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires ", "required flag", "invalid argument", "flag needs an argument", "if any flags in the group"} {
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires ",
+		"required flag", "invalid argument", "flag needs an argument", "if any flags in the group"} {
 		if len(msg) >= len(p) && msg[:len(p)] == p {
 			return true
 		}

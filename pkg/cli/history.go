@@ -90,7 +90,8 @@ func (o *HistoryOptions) Run(ctx context.Context) error {
 		if o.RunID != "" && e.Run != o.RunID {
 			continue
 		}
-		if o.Node != "" && !touches(e) && !(strings.HasPrefix(e.Object, "lease/") && runs[e.Run]) {
+		runLine := strings.HasPrefix(e.Object, "lease/") && runs[e.Run]
+		if o.Node != "" && !touches(e) && !runLine {
 			continue
 		}
 		out = append(out, e)

@@ -37,7 +37,8 @@ is working on, starts no new one and exits 0 with "paused"; a new run starts not
 		}
 		if resume {
 			cmd.Use, cmd.Short = "resume", "Lift a pause; then re-run the roll's command to continue"
-			cmd.Long = fmt.Sprintf("Lift the pause set by \"kubectl %s pause\". Nothing starts by itself: re-run the roll's command.", plugin)
+			cmd.Long = fmt.Sprintf("Lift the pause set by \"kubectl %s pause\". "+
+				"Nothing starts by itself: re-run the roll's command.", plugin)
 		} else {
 			cmd.Flags().StringVar(&o.Reason, "reason", "", "why the roll is paused (shown by status)")
 		}

@@ -73,6 +73,6 @@ func tuneClient(c *rest.Config) *rest.Config {
 	return c
 }
 
-// WrapTransport, when set, wraps every client's transport: tests count the
+// WrapTransport wraps, when set, every client's transport: tests count the
 // API requests a run makes with it.
 var WrapTransport func(http.RoundTripper) http.RoundTripper

@@ -22,7 +22,8 @@ func NewVersionCommand(plugin string, streams genericiooptions.IOStreams) *cobra
 			info := version.Get()
 			switch output {
 			case "":
-				_, err := fmt.Fprintf(streams.Out, "kubectl-%s %s (commit %s, %s, %s)\n", plugin, info.Version, info.Commit, info.GoVersion, info.Platform)
+				_, err := fmt.Fprintf(streams.Out, "kubectl-%s %s (commit %s, %s, %s)\n",
+					plugin, info.Version, info.Commit, info.GoVersion, info.Platform)
 				return err
 			case "json":
 				b, err := json.MarshalIndent(info, "", "  ")

@@ -144,7 +144,8 @@ func EnsureHelper(ctx context.Context, cs kubernetes.Interface, rec Recorder, s 
 		if ctx.Err() != nil {
 			check, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			if p, gerr := cs.CoreV1().Pods(s.Namespace).Get(check, want.Name, metav1.GetOptions{}); gerr == nil && p.Labels[LabelRun] == labelSafe(s.RunID) {
+			p, gerr := cs.CoreV1().Pods(s.Namespace).Get(check, want.Name, metav1.GetOptions{})
+			if gerr == nil && p.Labels[LabelRun] == labelSafe(s.RunID) {
 				rec.Record(check, PodRef(p), false, "HelperStarted", helperStartedMessage(s))
 			}
 		}
@@ -208,7 +209,7 @@ func CleanupHelpers(ctx context.Context, cs kubernetes.Interface, rec Recorder, 
 	var deleted []string
 	for i := range l.Items {
 		p := &l.Items[i]
-		if p.DeletionTimestamp != nil || !(PodTerminal(p) || helperStale(p, time.Now())) {
+		if finished := PodTerminal(p) || helperStale(p, time.Now()); p.DeletionTimestamp != nil || !finished {
 			continue
 		}
 		did, err := DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(ns).Delete, PodRef(p), p.UID,

@@ -73,7 +73,8 @@ func PatchNode(ctx context.Context, cs kubernetes.Interface, n *corev1.Node, cha
 // UpdateNode reads the node, lets mutate compute a change from it and
 // applies it with PatchNode, retrying on conflicts with a fresh read. mutate
 // may return an empty change (nothing to do) or an error (stop).
-func UpdateNode(ctx context.Context, cs kubernetes.Interface, name string, mutate func(*corev1.Node) (NodeChange, error)) (*corev1.Node, error) {
+func UpdateNode(ctx context.Context, cs kubernetes.Interface, name string,
+	mutate func(*corev1.Node) (NodeChange, error)) (*corev1.Node, error) {
 	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
@@ -84,7 +85,8 @@ func UpdateNode(ctx context.Context, cs kubernetes.Interface, name string, mutat
 // UpdateNodeFrom is UpdateNode starting from a node the caller just read
 // (a runbook's observed facts): no read is spent unless someone wrote the
 // node since, which the resourceVersion precondition detects.
-func UpdateNodeFrom(ctx context.Context, cs kubernetes.Interface, n *corev1.Node, mutate func(*corev1.Node) (NodeChange, error)) (*corev1.Node, error) {
+func UpdateNodeFrom(ctx context.Context, cs kubernetes.Interface, n *corev1.Node,
+	mutate func(*corev1.Node) (NodeChange, error)) (*corev1.Node, error) {
 	for attempt := 0; ; attempt++ {
 		change, err := mutate(n)
 		if err != nil {

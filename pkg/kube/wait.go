@@ -24,7 +24,8 @@ var ErrGone = errors.New("object was deleted")
 // waitFor lists then watches the objects lw selects (resuming the watch
 // across disconnects) until cond holds for the event's object. It returns
 // the object that satisfied cond.
-func waitFor[T runtime.Object](ctx context.Context, lw cache.ListerWatcher, proto T, cond func(obj T, deleted bool) (bool, error)) (T, error) {
+func waitFor[T runtime.Object](ctx context.Context, lw cache.ListerWatcher, proto T,
+	cond func(obj T, deleted bool) (bool, error)) (T, error) {
 	var zero T
 	ev, err := watchtools.UntilWithSync(ctx, lw, proto, nil, func(e watch.Event) (bool, error) {
 		obj, ok := e.Object.(T)

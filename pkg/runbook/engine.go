@@ -382,7 +382,8 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 
 // startClock returns when the step's budget started: the time stored on the
 // target by an earlier run of the same step, or now (which it stores).
-func startClock(ctx context.Context, t Target, read func(context.Context, string) (string, bool, error), rb, stepID string, now time.Time) (time.Time, error) {
+func startClock(ctx context.Context, t Target, read func(context.Context, string) (string, bool, error),
+	rb, stepID string, now time.Time) (time.Time, error) {
 	key := TimerKey(rb)
 	v, ok, err := read(ctx, key)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 // StepStatus is where a step stands in a run.
 type StepStatus string
 
+// The statuses a step reports, live and in results.
 const (
 	StepDone        StepStatus = "done"        // observed done before this run touched it
 	StepActed       StepStatus = "acted"       // this run did it and verified it
@@ -23,6 +24,7 @@ const (
 // Outcome is how a run, or one target of it, ended.
 type Outcome string
 
+// The outcomes of a run and of each target, least to most severe in Worst.
 const (
 	OutcomeDone        Outcome = "done"
 	OutcomePlanned     Outcome = "planned" // dry run

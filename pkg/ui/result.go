@@ -116,7 +116,8 @@ func PrintSummary(w io.Writer, r runbook.Result, next string) {
 		head = st.Bad(head)
 	}
 	fmt.Fprintf(w, "%s — %d target(s):", head, len(r.Targets))
-	for _, o := range []runbook.Outcome{runbook.OutcomeDone, runbook.OutcomePlanned, runbook.OutcomeBlocked, runbook.OutcomeFailed, runbook.OutcomeInterrupted, runbook.OutcomeSkipped, runbook.OutcomePaused} {
+	for _, o := range []runbook.Outcome{runbook.OutcomeDone, runbook.OutcomePlanned, runbook.OutcomeBlocked, runbook.OutcomeFailed,
+		runbook.OutcomeInterrupted, runbook.OutcomeSkipped, runbook.OutcomePaused} {
 		if counts[o] > 0 {
 			fmt.Fprintf(w, " %d %s", counts[o], o)
 		}

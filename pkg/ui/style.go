@@ -35,13 +35,23 @@ func (s Style) render(st lipgloss.Style, v string) string {
 	return st.Render(v)
 }
 
-// OK, Warn, Bad, Dim, Bold and Act colour v.
-func (s Style) OK(v string) string   { return s.render(s.ok, v) }
+// OK colours v as a success.
+func (s Style) OK(v string) string { return s.render(s.ok, v) }
+
+// Warn colours v as a warning.
 func (s Style) Warn(v string) string { return s.render(s.warn, v) }
-func (s Style) Bad(v string) string  { return s.render(s.bad, v) }
-func (s Style) Dim(v string) string  { return s.render(s.dim, v) }
+
+// Bad colours v as a failure.
+func (s Style) Bad(v string) string { return s.render(s.bad, v) }
+
+// Dim greys v out.
+func (s Style) Dim(v string) string { return s.render(s.dim, v) }
+
+// Bold emphasises v.
 func (s Style) Bold(v string) string { return s.render(s.bold, v) }
-func (s Style) Act(v string) string  { return s.render(s.act, v) }
+
+// Act colours v as an action in progress.
+func (s Style) Act(v string) string { return s.render(s.act, v) }
 
 // IsTerminal reports whether w is a terminal.
 func IsTerminal(w io.Writer) bool {

@@ -28,7 +28,7 @@ func (m *Local) sameMachine(h Holder) bool {
 	return h.Host != "" && h.Host == m.Host && (h.BootID == "" || m.BootID == "" || h.BootID == m.BootID)
 }
 
-// Gone: the holder ran on this host and its process no longer exists (or
+// Gone reports that the holder ran on this host and its process no longer exists (or
 // the pid now belongs to another process, or the host rebooted since).
 func (m *Local) Gone(h Holder) bool {
 	if h.Host == "" || h.Host != m.Host {
@@ -44,7 +44,7 @@ func (m *Local) Gone(h Holder) bool {
 	return start == "" || (h.Start != "" && start != h.Start)
 }
 
-// Alive: the holder's very process still runs on this host.
+// Alive reports that the holder's very process still runs on this host.
 func (m *Local) Alive(h Holder) bool {
 	return m.sameMachine(h) && h.PID > 0 && h.Start != "" && m.Start(h.PID) == h.Start
 }
