@@ -133,7 +133,7 @@ func TestKMDUpgradeAndDowngrade(t *testing.T) {
 		"planned") {
 		t.Fatalf("dry run: exit %d\n%s", code, out)
 	}
-	out, code = run(t, ctx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", strings.Join(plain, ","))
+	_, code = run(t, ctx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", strings.Join(plain, ","))
 	if code != 0 {
 		t.Fatalf("upgrade: exit %d", code)
 	}
