@@ -51,7 +51,7 @@ func git(t *tool) int {
 		return t.errorf(128, "fatal: %v", err)
 	}
 	version, ok := strings.CutPrefix(branch, "ttkmd-")
-	if !ok || slices.Contains(st.MissingTags, branch) {
+	if !ok || !slices.Contains(RemoteTags, branch) || slices.Contains(st.MissingTags, branch) {
 		fmt.Fprintf(t.stderr, "Cloning into '%s'...\n", dir)
 		return t.errorf(128, "fatal: Remote branch %s not found in upstream origin", branch)
 	}
@@ -71,6 +71,19 @@ func git(t *tool) int {
 	fmt.Fprintf(t.stderr, "Cloning into '%s'...\n", dir)
 	return 0
 }
+
+// RemoteTags are the tags the fake tt-kmd remote has: tt-kmd's release tags
+// through 2.5.0, then the releases the simulated fleet's story moves
+// between. Any other version (a typo, 99.0.0) is not there, as upstream.
+var RemoteTags = func() []string {
+	var out []string
+	for _, v := range []string{"1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0",
+		"2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0", "2.4.1", "2.5.0",
+		"2.6.0", "2.7.0", "2.8.0", "2.8.1", "2.9.0", "2.9.1"} {
+		out = append(out, "ttkmd-"+v)
+	}
+	return out
+}()
 
 var moduleVersionRE = regexp.MustCompile(`MODULE_VERSION\("([^"]+)"\)`)
 

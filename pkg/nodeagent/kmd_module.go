@@ -29,7 +29,8 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 		_, err = os.Stat(filepath.Join(buildDir, "Makefile"))
 	}
 	if err != nil {
-		return "", "", fail(ReasonNoKernelHeaders, "host has no kernel build tree at /lib/modules/%s/build; install linux-headers-%s on the node (%v)", kver, kver, err)
+		return "", "", fail(ReasonNoKernelHeaders,
+			"host has no kernel build tree at /lib/modules/%s/build; install linux-headers-%s on the node (%v)", kver, kver, err)
 	}
 	cacheRoot := a.hostPath(kmdCacheDir)
 	if err := os.MkdirAll(cacheRoot, 0o755); err != nil {
@@ -77,7 +78,7 @@ func (x *execution) unload(ctx context.Context, o KMDOptions) (string, error) {
 		if !o.ForceUnload { // holders appeared during the build
 			return x.checkUnused(o.Version)
 		}
-		if detail, err = x.killHolders(ctx, o, refs); err != nil {
+		if detail, err = x.killHolders(ctx, o.UnloadWait, refs); err != nil {
 			return "", err
 		}
 	}
@@ -91,7 +92,7 @@ func (x *execution) unload(ctx context.Context, o KMDOptions) (string, error) {
 // killHolders SIGKILLs every holder by exec'ing kill from PATH (never a
 // direct syscall, so tests can only ever reach fake processes) and waits a
 // bounded time for the refcount to drop to 0.
-func (x *execution) killHolders(ctx context.Context, o KMDOptions, refs int) (string, error) {
+func (x *execution) killHolders(ctx context.Context, wait time.Duration, refs int) (string, error) {
 	a := x.agent
 	holders, err := findHolders(a.Root)
 	if err != nil {
@@ -110,7 +111,7 @@ func (x *execution) killHolders(ctx context.Context, o KMDOptions, refs int) (st
 	if k := a.run(ctx, argv); k.notFound() {
 		return "", toolFailure(ReasonHoldersRemain, k, "kill")
 	}
-	deadline := time.Now().Add(o.UnloadWait)
+	deadline := time.Now().Add(wait)
 	refcnt := a.hostPath(filepath.Join(moduleSysfs, "refcnt"))
 	for {
 		if refs, err = readInt(refcnt); err != nil {
@@ -136,7 +137,8 @@ func (x *execution) killHolders(ctx context.Context, o KMDOptions, refs int) (st
 		x.res.Holders[i].Killed = !alive[x.res.Holders[i].PID]
 	}
 	if refs > 0 {
-		return "", fail(ReasonHoldersRemain, "refcnt still %d %s after SIGKILL; remaining holders: %s", refs, o.UnloadWait, describeHolders(remaining))
+		return "", fail(ReasonHoldersRemain, "refcnt still %d %s after SIGKILL; remaining holders: %s", refs, wait,
+			describeHolders(remaining))
 	}
 	return fmt.Sprintf("killed %d holder(s); ", len(holders)), nil
 }
