@@ -79,7 +79,8 @@ func (a *Agent) buildCommand(kver, src string) []string {
 	if err != nil || strings.HasPrefix(rel, "..") {
 		rel = src
 	}
-	return []string{"chroot", a.Root, "make", jobs, "-C", filepath.Join("/lib/modules", kver, "build"), "M=" + filepath.Join("/", rel), "modules"}
+	return []string{"chroot", a.Root, "make", jobs, "-C", filepath.Join("/lib/modules", kver, "build"), "M=" + filepath.Join("/", rel),
+		"modules"}
 }
 
 // unload removes the loaded module, killing holders first when allowed.
