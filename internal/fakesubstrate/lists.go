@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,49 +12,69 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 )
 
-// page works out one List page: the [from, to) slice of n items and the
-// next token. Tokens are opaque base64 of "<kind>:<offset>"; with
-// EmptyPages, an "e" token is first answered by an empty page.
-func (s *Server) page(req protoreflect.Message, n int) (from, to int, next string, err error) {
+// page works out one List page: the [from, to) slice of n items, the next
+// token and the change counter the list began at. Tokens are opaque base64
+// of "<kind>:<offset>:<seq>"; with EmptyPages, an "e" token is first
+// answered by an empty page.
+func (s *Server) page(req protoreflect.Message, n int) (from, to int, next string, start uint64, err error) {
 	size, _ := getInt(req, "page_size")
 	switch {
 	case size < 0:
-		return 0, 0, "", status.Error(codes.InvalidArgument, "page_size must not be negative")
+		return 0, 0, "", 0, status.Error(codes.InvalidArgument, "page_size must not be negative")
 	case size == 0:
 		size = int64(s.opts.PageSize)
 	case size > 1000:
 		size = 1000
 	}
-	kind, from, err := parseToken(getString(req, "page_token"))
+	if s.opts.SoftLists {
+		size = min(size, int64(s.opts.PageSize))
+	}
+	kind, from, start, err := parseToken(getString(req, "page_token"))
 	if err != nil {
-		return 0, 0, "", err
+		return 0, 0, "", 0, err
+	}
+	if kind == "" {
+		kind, start = "e", s.seq
 	}
 	if s.opts.EmptyPages && kind != "p" {
-		return 0, 0, makeToken("p", from), nil
+		return 0, 0, makeToken("p", from, start), start, nil
 	}
 	from = min(from, n)
 	to = min(from+int(size), n)
 	if to < n {
-		next = makeToken("e", to)
+		next = makeToken("e", to, start)
 	}
-	return from, to, next, nil
+	return from, to, next, start, nil
 }
 
-func makeToken(kind string, off int) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(kind + ":" + strconv.Itoa(off)))
+// missed reports whether a soft list leaves out an item that changed after
+// the list began (seq) or just before this page (SoftWindow).
+func (s *Server) missed(seq uint64, changed time.Time, start uint64) bool {
+	if !s.opts.SoftLists {
+		return false
+	}
+	return seq > start || (s.opts.SoftWindow > 0 && s.now().Sub(changed) < s.opts.SoftWindow)
 }
 
-func parseToken(tok string) (string, int, error) {
+func makeToken(kind string, off int, seq uint64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(kind + ":" + strconv.Itoa(off) + ":" + strconv.FormatUint(seq, 10)))
+}
+
+func parseToken(tok string) (string, int, uint64, error) {
 	if tok == "" {
-		return "e", 0, nil
+		return "", 0, 0, nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(tok)
-	kind, off, ok := strings.Cut(string(b), ":")
-	n, aerr := strconv.Atoi(off)
-	if err != nil || !ok || aerr != nil || n < 0 || (kind != "e" && kind != "p") {
-		return "", 0, status.Error(codes.InvalidArgument, "invalid page_token")
+	parts := strings.Split(string(b), ":")
+	if err != nil || len(parts) != 3 || (parts[0] != "e" && parts[0] != "p") {
+		return "", 0, 0, status.Error(codes.InvalidArgument, "invalid page_token")
 	}
-	return kind, n, nil
+	n, aerr := strconv.Atoi(parts[1])
+	seq, serr := strconv.ParseUint(parts[2], 10, 64)
+	if aerr != nil || serr != nil || n < 0 {
+		return "", 0, 0, status.Error(codes.InvalidArgument, "invalid page_token")
+	}
+	return parts[0], n, seq, nil
 }
 
 // appendTo adds a new element to a repeated message field and returns it.
@@ -66,12 +87,14 @@ func appendTo(out protoreflect.Message, field string) protoreflect.Message {
 
 func (s *Server) listWorkers(req, out *dynamicpb.Message) error {
 	all := s.sortedWorkers()
-	from, to, next, err := s.page(req, len(all))
+	from, to, next, start, err := s.page(req, len(all))
 	if err != nil {
 		return err
 	}
 	for _, w := range all[from:to] {
-		s.encodeWorker(appendTo(out, "workers"), w)
+		if !s.missed(w.seq, w.changed, start) {
+			s.encodeWorker(appendTo(out, "workers"), w)
+		}
 	}
 	setFirst(out, next, "next_page_token")
 	return nil
@@ -79,12 +102,14 @@ func (s *Server) listWorkers(req, out *dynamicpb.Message) error {
 
 func (s *Server) listActors(req, out *dynamicpb.Message) error {
 	all := s.sortedActors(getString(req, "atespace"))
-	from, to, next, err := s.page(req, len(all))
+	from, to, next, start, err := s.page(req, len(all))
 	if err != nil {
 		return err
 	}
 	for _, a := range all[from:to] {
-		s.encodeActor(appendTo(out, "actors"), a)
+		if !s.missed(a.seq, a.changed, start) {
+			s.encodeActor(appendTo(out, "actors"), a)
+		}
 	}
 	setFirst(out, next, "next_page_token")
 	return nil
@@ -96,7 +121,7 @@ func (s *Server) listAssignments(req, out *dynamicpb.Message) error {
 		return err
 	}
 	bound := s.actorsOn(w.Name)
-	from, to, next, err := s.page(req, len(bound))
+	from, to, next, _, err := s.page(req, len(bound))
 	if err != nil {
 		return err
 	}

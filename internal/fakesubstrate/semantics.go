@@ -3,12 +3,13 @@ package fakesubstrate
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// The RPC semantics of the brief §2.5, shared by the gRPC handlers and the
+// The control API's RPC semantics, shared by the gRPC handlers and the
 // exported methods the simulator calls. Callers hold s.mu.
 
 func (s *Server) findActorLocked(atespace, name string) (*Actor, error) {
@@ -34,7 +35,11 @@ func (s *Server) suspendLocked(a *Actor) error {
 	switch a.State {
 	case ActorSuspended:
 		return nil
-	case ActorRunning, ActorPaused, ActorSuspending:
+	case ActorSuspending:
+		if s.opts.TransitionTime > 0 {
+			return nil // in progress; the timer finishes it
+		}
+	case ActorRunning, ActorPaused:
 	default:
 		return status.Errorf(codes.FailedPrecondition,
 			"MarkSuspending prerequisite not met for actor %s (got: %s, want RUNNING or PAUSED)",
@@ -52,13 +57,42 @@ func (s *Server) suspendLocked(a *Actor) error {
 		s.crashActorLocked(a, "checkpoint failed during suspend")
 		return status.Errorf(codes.DataLoss, "actor %s crashed", a.key())
 	}
+	if d := s.opts.TransitionTime; d > 0 && a.State != ActorSuspending {
+		// The snapshot upload takes time: SUSPENDING keeps the worker (or
+		// the local snapshot) until it finishes.
+		a.State = ActorSuspending
+		s.touch(a)
+		s.later(d, a, ActorSuspending, func() { s.finishSuspendLocked(a) })
+		return nil
+	}
+	s.finishSuspendLocked(a)
+	return nil
+}
+
+func (s *Server) finishSuspendLocked(a *Actor) {
 	a.State = ActorSuspended
 	a.Worker = ""
 	a.AssignedNode = ""
 	a.SnapshotNodes = nil
-	a.Version++
+	s.touch(a)
 	a.ExternalSnapshotURI = fmt.Sprintf("gs://fake-snapshots/%s/v%d", a.key(), a.Version)
-	return nil
+}
+
+// later runs f (under s.mu) after d if a is still in state st with the
+// version it has now, then tells OnChange.
+func (s *Server) later(d time.Duration, a *Actor, st ActorState, f func()) {
+	v := a.Version
+	time.AfterFunc(d, func() {
+		s.mu.Lock()
+		ok := a.State == st && a.Version == v
+		if ok {
+			f()
+		}
+		s.mu.Unlock()
+		if ok && s.opts.OnChange != nil {
+			s.opts.OnChange()
+		}
+	})
 }
 
 func (s *Server) crashActorLocked(a *Actor, msg string) {
@@ -68,7 +102,8 @@ func (s *Server) crashActorLocked(a *Actor, msg string) {
 	a.State = ActorCrashed
 	a.CrashMessage = msg
 	a.Worker = ""
-	a.Version++
+	s.touch(a)
+	s.lost(a)
 }
 
 func (s *Server) revertLocked(a *Actor) error {
@@ -83,7 +118,7 @@ func (s *Server) revertLocked(a *Actor) error {
 	a.AssignedNode = ""
 	a.SnapshotNodes = nil
 	a.CrashMessage = ""
-	a.Version++
+	s.touch(a)
 	return nil
 }
 
@@ -115,7 +150,15 @@ func (s *Server) resumeLocked(a *Actor) (bool, error) {
 	a.Worker = w.Name
 	a.AssignedNode = w.Node
 	a.SnapshotNodes = nil
-	a.Version++
+	if d := s.opts.TransitionTime; d > 0 {
+		// Bound to its worker at once (it holds the slot), RUNNING once the
+		// restore finishes; suspend refuses it meanwhile.
+		a.State = ActorResuming
+		s.touch(a)
+		s.later(d, a, ActorResuming, func() { a.State = ActorRunning; s.touch(a) })
+		return true, nil
+	}
+	s.touch(a)
 	return true, nil
 }
 

@@ -45,6 +45,20 @@ type Options struct {
 	Rand *rand.Rand
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// TransitionTime, when set, makes SuspendActor and ResumeActor
+	// asynchronous: the actor is SUSPENDING or RESUMING for this long.
+	TransitionTime time.Duration
+	// SoftLists makes List RPCs behave as the real ones may: pages of at
+	// most PageSize items whatever the client asks, and an item that
+	// changed after the list began (or within SoftWindow before a page)
+	// is left out of it.
+	SoftLists  bool
+	SoftWindow time.Duration
+	// OnLost is told of every actor that loses its state (CRASHED). It is
+	// called with the server's lock held and must not call back into it.
+	OnLost func(actor ActorRef, why string)
+	// OnChange is told after an asynchronous transition finished.
+	OnChange func()
 }
 
 // Server is a running fake ateapi.Control server.
@@ -63,6 +77,7 @@ type Server struct {
 	actors     map[string]*Actor
 	ateletDown map[string]bool
 	calls      map[string]int
+	seq        uint64 // bumped on every change of a worker or actor
 }
 
 // Start listens on a loopback address and serves the chosen era until Stop.

@@ -25,6 +25,9 @@ type Worker struct {
 	State    WorkerState
 	Version  int64
 	Created  time.Time
+
+	seq     uint64    // the server's change counter at the last change
+	changed time.Time // when it last changed
 }
 
 // Actor is an actor as the fake stores it.
@@ -45,6 +48,9 @@ type Actor struct {
 	WorkerSelector map[string]string
 	// CrashOnSuspend makes the next SuspendActor crash the actor (DataLoss).
 	CrashOnSuspend bool
+
+	seq     uint64
+	changed time.Time
 }
 
 func (a *Actor) key() string { return a.Atespace + "/" + a.Name }
@@ -119,6 +125,8 @@ func (s *Server) AddWorker(w Worker) error {
 	if c.Created.IsZero() {
 		c.Created = s.now()
 	}
+	s.seq++
+	c.seq, c.changed = s.seq, s.now()
 	s.workers[c.Name] = &c
 	return nil
 }
@@ -139,7 +147,7 @@ func (s *Server) MarkWorkerDraining(name string) error {
 func (s *Server) drainLocked(w *Worker) {
 	if w.State != WorkerDraining {
 		w.State = WorkerDraining
-		w.Version++
+		s.touchWorker(w)
 	}
 }
 
@@ -169,7 +177,8 @@ func (s *Server) crashOnLocked(name string) []ActorRef {
 		if node != "" {
 			a.AssignedNode = node
 		}
-		a.Version++
+		s.touch(a)
+		s.lost(a)
 		crashed = append(crashed, ActorRef{Atespace: a.Atespace, Name: a.Name})
 	}
 	return crashed
@@ -219,6 +228,8 @@ func (s *Server) AddActor(a Actor) error {
 	if c.Version == 0 {
 		c.Version = 1
 	}
+	s.seq++
+	c.seq, c.changed = s.seq, s.now()
 	s.actors[c.key()] = &c
 	return nil
 }
@@ -232,7 +243,7 @@ func (s *Server) SetActorState(atespace, name string, st ActorState) error {
 		return fmt.Errorf("fakesubstrate: actor %s/%s not found", atespace, name)
 	}
 	a.State = st
-	a.Version++
+	s.touch(a)
 	return nil
 }
 
@@ -280,4 +291,55 @@ func (s *Server) GetActor(atespace, name string) (Actor, bool) {
 		return Actor{}, false
 	}
 	return cloneActor(a), true
+}
+
+// touch records a change of a: a new version, and the change counter soft
+// lists compare against. Callers hold s.mu.
+func (s *Server) touch(a *Actor) {
+	a.Version++
+	s.seq++
+	a.seq, a.changed = s.seq, s.now()
+}
+
+func (s *Server) touchWorker(w *Worker) {
+	if w.Version == 0 {
+		w.Version = 1
+	} else {
+		w.Version++
+	}
+	s.seq++
+	w.seq, w.changed = s.seq, s.now()
+}
+
+// lost reports an actor that just lost its state (CRASHED). Callers hold s.mu.
+func (s *Server) lost(a *Actor) {
+	if s.opts.OnLost != nil {
+		s.opts.OnLost(ActorRef{Atespace: a.Atespace, Name: a.Name}, a.CrashMessage)
+	}
+}
+
+// LoseLocalSnapshots models a node whose atelet was replaced (its version
+// label flipped): the local snapshots it held are gone, so every actor still
+// PAUSED there (or suspending from PAUSED, with no worker) is lost and
+// becomes CRASHED. It returns those actors.
+func (s *Server) LoseLocalSnapshots(node string) []ActorRef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []ActorRef
+	for _, a := range s.sortedActors("") {
+		if a.Worker != "" || !slices.Contains(a.SnapshotNodes, node) {
+			continue
+		}
+		if a.State != ActorPaused && a.State != ActorSuspending {
+			continue
+		}
+		a.CrashMessage = fmt.Sprintf("local snapshot lost: the atelet on node %s was replaced while the actor was %s there", node, a.State)
+		a.State = ActorCrashed
+		a.AssignedNode = node
+		a.SnapshotNodes = nil
+		s.touch(a)
+		s.lost(a)
+		out = append(out, ActorRef{Atespace: a.Atespace, Name: a.Name})
+	}
+	return out
 }

@@ -61,7 +61,7 @@ func TestPlanClones(t *testing.T) {
 	labels := map[string]string{"runtime": "python"}
 	old := wp("counter-v1", "v1", labels, map[string]any{"cpu": "2"})
 	c := cluster(twoDS, map[string]string{"n0": "v1"}, old)
-	plans, err := PlanClones(c, func(string) (string, error) { return "new@sha256:" + strings.Repeat("b", 64), nil })
+	plans, err := PlanClones(c, Images{Any: "new@sha256:" + strings.Repeat("b", 64)})
 	if err != nil || len(plans) != 1 {
 		t.Fatalf("plans %v err %v", plans, err)
 	}
@@ -86,7 +86,7 @@ func TestPlanClones(t *testing.T) {
 	// Once the clone exists (by annotation), nothing is planned.
 	clone := poolOf(plans[0].Object)
 	c = cluster(twoDS, map[string]string{"n0": "v1"}, old, clone)
-	if plans, _ := PlanClones(c, func(string) (string, error) { return "x", nil }); len(plans) != 0 {
+	if plans, _ := PlanClones(c, Images{Any: "x"}); len(plans) != 0 {
 		t.Fatalf("planned a second clone: %v", plans)
 	}
 }
@@ -121,10 +121,11 @@ func TestNextNodeResumesHalfMovedNodeFirst(t *testing.T) {
 		t.Fatalf("a flipped node with old pods left must come first: %s", got)
 	}
 	inv := &ateapi.Inventory{Workers: []ateapi.Worker{
-		{Name: "w-other", Pool: "deleted-pool", Node: "n0", State: ateapi.WorkerDraining},
-		{Name: "w", Pool: "p", Node: "n1", State: ateapi.WorkerDraining},
+		{Name: "w-other", Namespace: "ns", Pool: "deleted-pool", Node: "n0", State: ateapi.WorkerDraining},
+		{Name: "w-elsewhere", Namespace: "other", Pool: "p", Node: "n0", State: ateapi.WorkerDraining},
+		{Name: "w", Namespace: "ns", Pool: "p", Node: "n1", State: ateapi.WorkerDraining},
 	}}
 	if got := NextNode(c, "v1", "v2", from, nil, inv); got != "n1" {
-		t.Fatalf("a node whose serving workers drain must come first, not one with an unrelated draining worker: %s", got)
+		t.Fatalf("a node whose serving workers drain must come first, not one with an unrelated draining worker (or a same-named pool elsewhere): %s", got)
 	}
 }

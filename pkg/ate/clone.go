@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,6 +28,66 @@ func ValidateImage(ref string) error {
 		return fmt.Errorf("image %q must be pinned by digest (REPO[:TAG]@sha256:<64 hex>)", ref)
 	}
 	return nil
+}
+
+// Images are the new worker images per sandbox class; Any, when set, is a
+// bare ref for every class (only when the serving pools share one class).
+type Images struct {
+	ByClass map[string]string
+	Any     string
+}
+
+// ParseImages reads --image values: CLASS=REF@sha256:… (repeatable) or one
+// bare REF@sha256:….
+func ParseImages(values []string) (Images, error) {
+	im := Images{ByClass: map[string]string{}}
+	for _, v := range values {
+		class, ref, hasClass := strings.Cut(v, "=")
+		if !hasClass {
+			if im.Any != "" {
+				return im, fmt.Errorf("--image %q: only one bare image is allowed; give CLASS=REF@sha256:… per sandbox class", v)
+			}
+			im.Any = v
+			ref = v
+		} else {
+			if class == "" || validation.IsDNS1123Label(class) != nil {
+				return im, fmt.Errorf("--image %q: %q is not a sandbox class name (CLASS=REF@sha256:…)", v, class)
+			}
+			if _, dup := im.ByClass[class]; dup {
+				return im, fmt.Errorf("--image: sandbox class %q given twice", class)
+			}
+			im.ByClass[class] = ref
+		}
+		if err := ValidateImage(ref); err != nil {
+			return im, fmt.Errorf("--image %q: %w", v, err)
+		}
+	}
+	return im, nil
+}
+
+// For returns the image of class, or says which --image is missing. A bare
+// image serves only when every serving pool has the same class (classes).
+func (im Images) For(class string, classes map[string]bool) (string, error) {
+	if ref, ok := im.ByClass[class]; ok {
+		return ref, nil
+	}
+	if im.Any != "" && len(classes) <= 1 {
+		return im.Any, nil
+	}
+	if im.Any != "" {
+		return "", fmt.Errorf("the serving pools use %d sandbox classes (%s), so a bare --image is ambiguous; "+
+			"give --image CLASS=REF@sha256:… for each", len(classes), strings.Join(sortedKeys(classes), ", "))
+	}
+	return "", fmt.Errorf("no image for sandbox class %q: pass --image %s=REF@sha256:…", class, class)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // CloneName is the name of the clone of pool for version: the pool name
@@ -53,16 +114,20 @@ type ClonePlan struct {
 // same namespace and labels, the whole spec copied, the new image and the
 // NEW pin; never status, uid, resourceVersion or managedFields. imageFor
 // picks the image per sandbox class.
-func PlanClones(c *Cluster, imageFor func(class string) (string, error)) ([]ClonePlan, error) {
+func PlanClones(c *Cluster, images Images) ([]ClonePlan, error) {
 	if c.New == "" {
 		return nil, fmt.Errorf("there is no NEW atelet DaemonSet yet: deploy the new atelet first (ate-setup deploy atelet)")
+	}
+	classes := map[string]bool{}
+	for _, p := range c.OldPools() {
+		classes[p.SandboxClass] = true
 	}
 	var plans []ClonePlan
 	for _, p := range c.OldPools() {
 		if p.CloneName != "" {
 			continue
 		}
-		img, err := imageFor(p.SandboxClass)
+		img, err := images.For(p.SandboxClass, classes)
 		if err != nil {
 			return nil, fmt.Errorf("pool %s: %w", p.Key(), err)
 		}
@@ -101,14 +166,16 @@ func CreateClone(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, 
 		}
 		got := poolOf(cur)
 		if got.Pin != pinOf(p.Object) || got.Image != p.Image {
-			return runbook.Blocked(fmt.Errorf("WorkerPool %s/%s already exists with pin %q and image %q, not %q and %q; rollbook does not edit pools — rename or delete it", p.From.Namespace, p.Name, got.Pin, got.Image, pinOf(p.Object), p.Image))
+			return runbook.Blocked(fmt.Errorf("WorkerPool %s/%s already exists with pin %q and image %q, not %q and %q; rollbook does "+
+				"not edit pools — rename or delete it", p.From.Namespace, p.Name, got.Pin, got.Image, pinOf(p.Object), p.Image))
 		}
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("create WorkerPool %s/%s: %w", p.From.Namespace, p.Name, err)
 	}
-	rec.Record(ctx, poolRef(p.From.Namespace, p.Name), false, "PoolCloned", fmt.Sprintf("cloned from %s with image %s, pinned to %s", p.From.Key(), p.Image, pinOf(p.Object)))
+	rec.Record(ctx, poolRef(p.From.Namespace, p.Name), false, "PoolCloned", fmt.Sprintf("cloned from %s with image %s, pinned "+
+		"to %s", p.From.Key(), p.Image, pinOf(p.Object)))
 	return nil
 }
 

@@ -139,12 +139,14 @@ func poolOf(u *unstructured.Unstructured) Pool {
 func (c *Cluster) infer() {
 	for _, a := range c.Atelets {
 		if !a.Versioned {
-			c.Problems = append(c.Problems, fmt.Sprintf("atelet DaemonSet %s has no version suffix or no %s label: this install predates versioned builds and needs a fresh install (a DaemonSet selector cannot change in place)", a.Name, VersionLabel))
+			c.Problems = append(c.Problems, fmt.Sprintf("atelet DaemonSet %s has no version suffix or no %s label: this install "+
+				"predates versioned builds and needs a fresh install (a DaemonSet selector cannot change in place)", a.Name, VersionLabel))
 		}
 	}
 	switch len(c.Atelets) {
 	case 0:
-		c.Problems = append(c.Problems, fmt.Sprintf("no atelet DaemonSet (label %s=%s) in %s: is Agent Substrate installed, and is this the right context?", AppLabel, AteletApp, Namespace))
+		c.Problems = append(c.Problems, fmt.Sprintf("no atelet DaemonSet (label %s=%s) in %s: is Agent Substrate installed, and is this "+
+			"the right context?", AppLabel, AteletApp, Namespace))
 		return
 	case 1:
 		c.Old = c.Atelets[0].Version
@@ -165,7 +167,8 @@ func (c *Cluster) infer() {
 		for _, a := range c.Atelets {
 			names = append(names, a.Name+" ("+a.Version+")")
 		}
-		c.Problems = append(c.Problems, fmt.Sprintf("%d atelet DaemonSets (%s): a third one means ate-setup computed another version; delete the stray one and check VERSION", len(c.Atelets), strings.Join(names, ", ")))
+		c.Problems = append(c.Problems, fmt.Sprintf("%d atelet DaemonSets (%s): a third one means ate-setup computed another version; "+
+			"delete the stray one and check VERSION", len(c.Atelets), strings.Join(names, ", ")))
 		return
 	}
 	var unlabelled, other []string
@@ -179,7 +182,8 @@ func (c *Cluster) infer() {
 		}
 	}
 	if len(unlabelled) > 0 {
-		c.Problems = append(c.Problems, fmt.Sprintf("%d node(s) without %s schedule no atelet (%s); label them %s=%s (on GKE, also the node pool)", len(unlabelled), VersionLabel, short(unlabelled), VersionLabel, c.Old))
+		c.Problems = append(c.Problems, fmt.Sprintf("%d node(s) without %s schedule no atelet (%s); label them %s=%s (on GKE, also the "+
+			"node pool)", len(unlabelled), VersionLabel, short(unlabelled), VersionLabel, c.Old))
 	}
 	if len(other) > 0 {
 		c.Problems = append(c.Problems, fmt.Sprintf("node(s) at a version that is neither OLD nor NEW: %s", short(other)))
@@ -234,6 +238,19 @@ func (c *Cluster) OldPools() []Pool {
 	return out
 }
 
+// ServingPools are the pools that serve actors today: every pool but the
+// clones pinned to NEW. After a retire the serving pools are former clones,
+// so a clone annotation does not make a pool any less serving.
+func (c *Cluster) ServingPools() []Pool {
+	var out []Pool
+	for _, p := range c.Pools {
+		if c.New == "" || p.Pin != c.New {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // PoolsPinnedTo returns the pools pinned to version.
 func (c *Cluster) PoolsPinnedTo(version string) []Pool {
 	var out []Pool
@@ -254,6 +271,14 @@ func (c *Cluster) NodesAt(version string) []string {
 		}
 	}
 	return out
+}
+
+func setOf(items []string) map[string]bool {
+	m := make(map[string]bool, len(items))
+	for _, s := range items {
+		m[s] = true
+	}
+	return m
 }
 
 func sameLabels(a, b map[string]string) bool {

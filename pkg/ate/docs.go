@@ -7,7 +7,7 @@ func Docs() map[string]string {
 	node := &NodeConfig{Sides: Sides{From: "OLD", To: "NEW"}, MaxConcurrentSuspends: 4,
 		SuspendTimeout: 30 * time.Minute, AteletTimeout: 6 * time.Minute, VerifyTimeout: 5 * time.Minute}
 	return map[string]string{
-		"ate-clone-pools.md": CloneRunbook(nil, nil, nil, nil).Markdown(),
+		"ate-clone-pools.md": CloneRunbook(nil, nil, nil, Images{}).Markdown(),
 		"ate-node.md":        NodeRunbook(nil, nil, nil, node).Markdown(),
 		"ate-rollback.md":    RollbackRunbook(nil, nil, nil, nil).Markdown(),
 	}

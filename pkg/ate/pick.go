@@ -9,19 +9,18 @@ import (
 	"github.com/rollbook/rollbook/pkg/ateapi"
 )
 
-// NextNode picks the node to move from `from` to `to`: a node left half-way
-// first (at `to` with pods of the `from` pools still on it, or at `from`
-// with draining workers), else the first node still at `from`. "" when
-// every node is at `to`.
-func NextNode(c *Cluster, from, to string, fromPools []Pool, fromPods []corev1.Pod, inv *ateapi.Inventory) string {
+// HalfMoved are the nodes left half-way between from and to: at to with
+// pods of the from pools still on it, or at from with draining workers of
+// the from pools (there is no undrain, so a drained node must be finished).
+func HalfMoved(c *Cluster, from, to string, fromPools []Pool, fromPods []corev1.Pod, inv *ateapi.Inventory) []string {
 	at := map[string]string{}
 	for _, n := range c.Nodes {
 		at[n.Name] = n.Version
 	}
-	var half []string
+	half := map[string]bool{}
 	for _, p := range fromPods {
-		if n := p.Spec.NodeName; n != "" && at[n] == to {
-			half = append(half, n)
+		if n := p.Spec.NodeName; n != "" && at[n] == to && p.DeletionTimestamp == nil {
+			half[n] = true
 		}
 	}
 	if inv != nil {
@@ -29,13 +28,23 @@ func NextNode(c *Cluster, from, to string, fromPools []Pool, fromPods []corev1.P
 		// unrelated pool may be draining for reasons of its own.
 		pools := poolSet(fromPools)
 		for _, w := range inv.Workers {
-			if w.State == ateapi.WorkerDraining && at[w.Node] == from && (pools[w.Pool] || pools[w.Namespace+"/"+w.Pool]) {
-				half = append(half, w.Node)
+			if w.State == ateapi.WorkerDraining && at[w.Node] == from && pools[w.PoolKey()] {
+				half[w.Node] = true
 			}
 		}
 	}
-	if len(half) > 0 {
-		sort.Strings(half)
+	out := make([]string, 0, len(half))
+	for n := range half {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// NextNode picks the node to move from `from` to `to`: a half-moved node
+// first, else the first node still at `from`. "" when every node is at `to`.
+func NextNode(c *Cluster, from, to string, fromPools []Pool, fromPods []corev1.Pod, inv *ateapi.Inventory) string {
+	if half := HalfMoved(c, from, to, fromPools, fromPods, inv); len(half) > 0 {
 		return half[0]
 	}
 	for _, n := range c.Nodes { // sorted by name
@@ -52,7 +61,8 @@ func RollSides(c *Cluster) (Sides, error) {
 		return Sides{}, fmt.Errorf("the roll cannot proceed: %v", c.Problems)
 	}
 	if c.New == "" {
-		return Sides{}, fmt.Errorf("there is no NEW atelet DaemonSet: deploy the new atelet first (ate-setup deploy atelet), then clone the pools")
+		return Sides{}, fmt.Errorf("there is no NEW atelet DaemonSet: deploy the new atelet first (ate-setup deploy atelet), then clone " +
+			"the pools")
 	}
 	return sides(c, c.Old, c.New), nil
 }
@@ -66,7 +76,8 @@ func RollbackSides(c *Cluster) (Sides, error) {
 }
 
 func sides(c *Cluster, from, to string) Sides {
-	s := Sides{From: from, To: to, FromPools: c.PoolsPinnedTo(from), ToPools: c.PoolsPinnedTo(to), NodesAtTo: map[string]bool{}}
+	s := Sides{From: from, To: to, FromPools: c.PoolsPinnedTo(from), ToPools: c.PoolsPinnedTo(to), NodesAtTo: map[string]bool{},
+		Lineage: Lineages(c)}
 	for _, a := range c.Atelets {
 		if a.Version == to {
 			s.ToAtelet = a.Name

@@ -29,11 +29,14 @@ type Check struct {
 // PreflightOptions tune the checks.
 type PreflightOptions struct {
 	AllowFullStop bool
+	// Deployments per pool key, for the roll's preconditions once NEW exists.
+	Deployments map[string]int
 }
 
 // Preflight checks everything the runbook asks to confirm before the first
 // node. caps is nil when the API could not be reached (apiErr says why).
-func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *ateapi.Capabilities, apiErr error, o PreflightOptions) []Check {
+func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *ateapi.Capabilities, apiErr error,
+	o PreflightOptions) []Check {
 	var out []Check
 	add := func(group, name string, ok bool, detail, fix string) {
 		out = append(out, Check{Group: group, Name: name, OK: ok, Detail: detail, Fix: fix})
@@ -73,24 +76,33 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *a
 	add("nodes", "every node is at OLD or NEW", other == 0, fmt.Sprintf("%d at another version", other), "")
 	add("nodes", "at least two nodes, so the roll never stops everything", len(c.Nodes) >= 2 || o.AllowFullStop,
 		fmt.Sprintf("%d node(s)", len(c.Nodes)), "on a single node the roll is a full stop; pass --allow-full-stop to accept that")
-	// Pools
-	for _, p := range c.Pools {
-		if p.ClonedFrom != "" || (c.New != "" && p.Pin == c.New) {
-			continue
-		}
+	// Pools: every serving one, former clones included.
+	for _, p := range c.ServingPools() {
 		add("pools", fmt.Sprintf("pool %s is pinned to OLD", p.Key()), p.Pin == c.Old, "pin "+orNone(p.Pin),
 			"kubectl ate preflight --pin-pools (only while no actor is on its workers: the pin re-renders its Deployment)")
 		add("pools", fmt.Sprintf("pool %s is READY==DESIRED", p.Key()), p.Ready == p.Desired,
-			fmt.Sprintf("%d/%d ready", p.Ready, p.Desired), "wait for the pool's pods, or find why they are not Ready (kubectl get deploy -l "+PoolLabel+"="+p.Name+")")
+			fmt.Sprintf("%d/%d ready", p.Ready, p.Desired), "wait for the pool's pods, or find why they are not Ready (kubectl get "+
+				"deploy -l "+PoolLabel+"="+p.Name+")")
+	}
+	// What roll next-node itself refuses without, once NEW exists.
+	if c.New != "" {
+		for _, ck := range RollPreconditions(c, o.Deployments, o.AllowFullStop) {
+			if ck.Name != "the roll's shape is known" {
+				out = append(out, ck)
+			}
+		}
 	}
 	// API
 	switch {
 	case apiErr != nil:
-		add("api", "the control API is reachable", false, apiErr.Error(), "check svc/api in "+Namespace+", or pass --ate-endpoint/--ate-ca-file/--ate-token-file")
+		add("api", "the control API is reachable", false, apiErr.Error(),
+			"check svc/api in "+Namespace+", or pass --ate-endpoint/--ate-ca-file/--ate-token-file")
 	case caps != nil:
-		add("api", "DrainWorker is served and implemented", caps.DrainImplemented, fmt.Sprintf("era %s, methods %s", caps.Era, strings.Join(caps.Methods, ",")),
+		add("api", "DrainWorker is served and implemented", caps.DrainImplemented,
+			fmt.Sprintf("era %s, methods %s", caps.Era, strings.Join(caps.Methods, ",")),
 			"this install predates versioned builds: it needs a fresh install")
-		add("api", "RevertActor is served (crashed-actor recovery)", caps.Has("RevertActor"), "", "upgrade the API server first, or accept that crashed actors cannot be reverted")
+		add("api", "RevertActor is served (crashed-actor recovery)", caps.Has("RevertActor"), "", "upgrade the API server first, or "+
+			"accept that crashed actors cannot be reverted")
 	}
 	// GKE
 	nodes, _ := gkeFacts(ctx, cs)
@@ -99,13 +111,15 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *a
 		out = append(out,
 			Check{Group: "gke", Name: "node-pool autoscaler parked", OK: true, Warning: true, Detail: "cannot be seen from Kubernetes",
 				Fix: "gcloud container node-pools update POOL --no-enable-autoscaling (old-pool pods go Pending on purpose as the rollback reserve)"},
-			Check{Group: "gke", Name: "maintenance exclusion in place", OK: true, Warning: true, Detail: "a recreated node comes back with the pool's OLD label",
+			Check{Group: "gke", Name: "maintenance exclusion in place", OK: true, Warning: true, Detail: "a recreated node comes back " +
+				"with the pool's OLD label",
 				Fix: "gcloud container clusters update … --add-maintenance-exclusion-…"},
 			Check{Group: "gke", Name: "node pool carries " + VersionLabel + "=" + c.Old, OK: true, Warning: true,
 				Detail: "do not relabel the pool until every node is rolled: it applies to every node at once"})
 	}
 	if spot > 0 {
-		add("gke", "no spot/preemptible worker nodes", false, fmt.Sprintf("%d spot/preemptible node(s)", spot), "move workers off spot nodes: they are drained without notice")
+		add("gke", "no spot/preemptible worker nodes", false, fmt.Sprintf("%d spot/preemptible node(s)", spot), "move workers off spot "+
+			"nodes: they are drained without notice")
 	}
 	return out
 }
@@ -157,13 +171,16 @@ func orNone(s string) string {
 // its workers: the edit re-renders the pool's Deployment, which would roll
 // its workers through live actors.
 func PinPool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p Pool, version string, inv *ateapi.Inventory) error {
-	if n := actorsOnPools(inv, []Pool{p}); n > 0 {
-		return runbook.Blocked(fmt.Errorf("pool %s has %d actor(s) on its workers; pinning now would roll its Deployment through them. Suspend them first, then re-run --pin-pools", p.Key(), n))
+	if n := len(actorsBoundTo(inv, []Pool{p})); n > 0 {
+		return runbook.Blocked(fmt.Errorf("pool %s has %d actor(s) on its workers; pinning now would roll its Deployment through them. "+
+			"Suspend them first, then re-run --pin-pools", p.Key(), n))
 	}
 	patch := fmt.Sprintf(`{"spec":{"template":{"nodeSelector":{%q:%q}}}}`, VersionLabel, version)
-	if _, err := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	pools := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace)
+	if _, err := pools.Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("pin pool %s: %w", p.Key(), err)
 	}
-	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolPinned", fmt.Sprintf("pinned to %s=%s (no actor was on its workers)", VersionLabel, version))
+	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolPinned", fmt.Sprintf("pinned to %s=%s (no actor was on its "+
+		"workers)", VersionLabel, version))
 	return nil
 }

@@ -76,7 +76,8 @@ func (f *RetireFacts) Checks() []Check {
 		}
 		out = append(out, Check{Group: "retire the old pools", Name: name, OK: ok, Detail: detail, Fix: fix})
 	}
-	add("the roll's shape is known (two atelet DaemonSets, labelled nodes)", len(c.Problems) == 0, strings.Join(c.Problems, "; "), "fix the problems shown by kubectl ate status")
+	add("the roll's shape is known (two atelet DaemonSets, labelled nodes)", len(c.Problems) == 0, strings.Join(c.Problems, "; "),
+		"fix the problems shown by kubectl ate status")
 	if len(c.Problems) > 0 {
 		return out
 	}
@@ -87,7 +88,8 @@ func (f *RetireFacts) Checks() []Check {
 	atOld := c.NodesAt(c.Old)
 	add("no node is at OLD ("+c.Old+")", len(atOld) == 0, fmt.Sprintf("%d node(s) at %s: %s", len(atOld), c.Old, short(atOld)),
 		"finish the roll first: kubectl ate roll next-node --all --wait")
-	add("no old-pool pod is Running (Pending is expected)", len(f.RunningOldPods) == 0, fmt.Sprintf("%d Running: %s", len(f.RunningOldPods), short(f.RunningOldPods)),
+	add("no old-pool pod is Running (Pending is expected)", len(f.RunningOldPods) == 0,
+		fmt.Sprintf("%d Running: %s", len(f.RunningOldPods), short(f.RunningOldPods)),
 		"finish the roll: every node's old-pool pods go in its step e (kubectl ate roll next-node)")
 	add("no actor is bound to an old-pool worker", len(f.Bound) == 0, fmt.Sprintf("%d bound: %s", len(f.Bound), actorNames(f.Bound)),
 		"suspend them (kubectl ate suspend actor NAME -a ATESPACE); they resume on a new-pool worker")
@@ -114,7 +116,8 @@ func ateletNames(c *Cluster) string {
 // resourceVersion, managedFields, status or other server-set field.
 func PoolBackup(u *unstructured.Unstructured) (*unstructured.Unstructured, []byte, error) {
 	b := u.DeepCopy()
-	for _, f := range []string{"uid", "resourceVersion", "managedFields", "creationTimestamp", "generation", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"} {
+	for _, f := range []string{"uid", "resourceVersion", "managedFields", "creationTimestamp", "generation", "selfLink",
+		"deletionTimestamp", "deletionGracePeriodSeconds"} {
 		unstructured.RemoveNestedField(b.Object, "metadata", f)
 	}
 	unstructured.RemoveNestedField(b.Object, "status")
@@ -167,7 +170,8 @@ func WriteBackup(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder
 		return nil, fmt.Errorf("backup of %s to %s: %w", p.Key(), path, werr)
 	}
 	where := []string{path}
-	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolBackedUp", fmt.Sprintf("saved %s to %s (kubectl apply -f recreates it)", p.Key(), path))
+	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolBackedUp", fmt.Sprintf("saved %s to %s (kubectl apply -f "+
+		"recreates it)", p.Key(), path))
 	if cm {
 		name := BackupConfigMapName(p)
 		obj := &corev1.ConfigMap{
@@ -189,7 +193,8 @@ func WriteBackup(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder
 			return where, fmt.Errorf("backup of %s to ConfigMap %s/%s: %w", p.Key(), p.Namespace, name, err)
 		}
 		where = append(where, "configmap/"+p.Namespace+"/"+name)
-		rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolBackedUp", fmt.Sprintf("saved %s to ConfigMap %s/%s, key %s", p.Key(), p.Namespace, name, BackupKey))
+		rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolBackedUp", fmt.Sprintf("saved %s to ConfigMap %s/%s, "+
+			"key %s", p.Key(), p.Namespace, name, BackupKey))
 	}
 	return where, nil
 }
@@ -204,7 +209,8 @@ func DeletePool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p
 		return fmt.Errorf("delete WorkerPool %s: %w", p.Key(), err)
 	}
 	if err == nil {
-		rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolRetired", fmt.Sprintf("retired %s (pinned to %s); no node, pod or actor used it", p.Key(), p.Pin))
+		rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolRetired", fmt.Sprintf("retired %s (pinned to %s); no node, pod or "+
+			"actor used it", p.Key(), p.Pin))
 	}
 	return waitGone(ctx, func(ctx context.Context) error {
 		_, err := res.Get(ctx, p.Name, metav1.GetOptions{})

@@ -44,24 +44,6 @@ func (f rollbackFacts) nodesAtNew() []string {
 	return f.c.NodesAt(f.c.New)
 }
 
-// actorsBoundTo lists the actors bound to a worker of pools.
-func actorsBoundTo(inv *ateapi.Inventory, pools []Pool) []ateapi.Actor {
-	set := poolSet(pools)
-	workers := map[string]bool{}
-	for _, w := range inv.Workers {
-		if set[w.Pool] || set[w.Namespace+"/"+w.Pool] {
-			workers[w.Name] = true
-		}
-	}
-	var out []ateapi.Actor
-	for _, a := range inv.Actors {
-		if a.Worker != "" && workers[a.Worker] {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
 func actorNames(actors []ateapi.Actor) string {
 	var names []string
 	for _, a := range actors {
@@ -125,7 +107,8 @@ touched: rolling back leaves exactly what was there before the roll.`,
 		Steps: []runbook.Step[rollbackFacts]{
 			{
 				ID: "ate.rollback.delete-clones", Title: "Delete the clones (pools pinned to NEW)",
-				Doc: "Delete each WorkerPool pinned to NEW (its Deployment and pods go with it) once every node is back at OLD and no actor is bound to one of its workers. The old pools are never touched.",
+				Doc: "Delete each WorkerPool pinned to NEW (its Deployment and pods go with it) once every node is back at OLD and no " +
+					"actor is bound to one of its workers. The old pools are never touched.",
 				Done: func(f rollbackFacts) (bool, string) {
 					if len(f.c.Problems) > 0 {
 						return false, "the roll's shape is unknown"
@@ -141,10 +124,12 @@ touched: rolling back leaves exactly what was there before the roll.`,
 					}},
 					{Name: "no node carries NEW", Check: func(f rollbackFacts) (bool, string) {
 						n := f.nodesAtNew()
-						return len(n) == 0, fmt.Sprintf("%d node(s) at %s (%s) still run on the clones; roll them back first: kubectl ate rollback next-node --all", len(n), f.c.New, short(n))
+						return len(n) == 0, fmt.Sprintf("%d node(s) at %s (%s) still run on the clones; roll them back first: kubectl "+
+							"ate rollback next-node --all", len(n), f.c.New, short(n))
 					}},
 					{Name: "no actor is bound to a worker of a clone", Check: func(f rollbackFacts) (bool, string) {
-						return len(f.bound) == 0, fmt.Sprintf("%d actor(s) bound to a %s worker (%s); deleting the pool would crash them. Suspend them (kubectl ate suspend actor NAME -a ATESPACE) and re-run", len(f.bound), f.c.New, actorNames(f.bound))
+						return len(f.bound) == 0, fmt.Sprintf("%d actor(s) bound to a %s worker (%s); deleting the pool would crash "+
+							"them. Suspend them (kubectl ate suspend actor NAME -a ATESPACE) and re-run", len(f.bound), f.c.New, actorNames(f.bound))
 					}},
 				},
 				Plan: func(f rollbackFacts) []runbook.Change {
@@ -161,14 +146,16 @@ touched: rolling back leaves exactly what was there before the roll.`,
 				Act: func(ctx context.Context, f rollbackFacts) error {
 					for _, p := range f.clones {
 						uid := p.Object.GetUID()
-						err := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+						err := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace).Delete(ctx, p.Name,
+							metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 						if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 							continue
 						}
 						if err != nil {
 							return fmt.Errorf("delete WorkerPool %s: %w", p.Key(), err)
 						}
-						rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "CloneDeleted", fmt.Sprintf("rollback: deleted %s, pinned to %s; no actor was bound to its workers", p.Key(), p.Pin))
+						rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "CloneDeleted", fmt.Sprintf("rollback: deleted %s, pinned "+
+							"to %s; no actor was bound to its workers", p.Key(), p.Pin))
 					}
 					return nil
 				},
@@ -186,7 +173,8 @@ touched: rolling back leaves exactly what was there before the roll.`,
 			},
 			{
 				ID: "ate.rollback.delete-new-atelet", Title: "Delete the NEW atelet DaemonSet",
-				Doc: "Delete the atelet DaemonSet of NEW once no node carries NEW (it runs no pod then) and no pool is pinned to NEW. The old atelet DaemonSet stays.",
+				Doc: "Delete the atelet DaemonSet of NEW once no node carries NEW (it runs no pod then) and no pool is pinned to NEW. " +
+					"The old atelet DaemonSet stays.",
 				Done: func(f rollbackFacts) (bool, string) {
 					if f.newDS == nil {
 						return true, "one atelet DaemonSet (" + f.c.Old + ")"
@@ -196,25 +184,29 @@ touched: rolling back leaves exactly what was there before the roll.`,
 				Guards: []runbook.Guard[rollbackFacts]{
 					{Name: "no node carries NEW", Check: func(f rollbackFacts) (bool, string) {
 						n := f.nodesAtNew()
-						return len(n) == 0, fmt.Sprintf("%d node(s) at %s (%s): their atelet is this DaemonSet's; roll them back first", len(n), f.c.New, short(n))
+						return len(n) == 0, fmt.Sprintf("%d node(s) at %s (%s): their atelet is this DaemonSet's; roll them back "+
+							"first", len(n), f.c.New, short(n))
 					}},
 					{Name: "no pool is pinned to NEW", Check: func(f rollbackFacts) (bool, string) {
 						return len(f.clones) == 0, fmt.Sprintf("%d pool(s) still pinned to %s", len(f.clones), f.c.New)
 					}},
 				},
 				Plan: func(f rollbackFacts) []runbook.Change {
-					return []runbook.Change{{Object: "daemonset/" + Namespace + "/" + f.newDS.Name, Action: "delete", Detail: VersionLabel + "=" + f.c.New}}
+					return []runbook.Change{{Object: "daemonset/" + Namespace + "/" + f.newDS.Name, Action: "delete",
+						Detail: VersionLabel + "=" + f.c.New}}
 				},
 				Act: func(ctx context.Context, f rollbackFacts) error {
 					uid := f.newDS.UID
-					err := cs.AppsV1().DaemonSets(Namespace).Delete(ctx, f.newDS.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+					err := cs.AppsV1().DaemonSets(Namespace).Delete(ctx, f.newDS.Name,
+						metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 					if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 						return nil
 					}
 					if err != nil {
 						return fmt.Errorf("delete DaemonSet %s/%s: %w", Namespace, f.newDS.Name, err)
 					}
-					rec.Record(ctx, dsRef(f.newDS), false, "AteletDeleted", fmt.Sprintf("rollback: deleted the %s atelet DaemonSet; no node carries %s", f.c.New, f.c.New))
+					rec.Record(ctx, dsRef(f.newDS), false, "AteletDeleted", fmt.Sprintf("rollback: deleted the %s atelet DaemonSet; no "+
+						"node carries %s", f.c.New, f.c.New))
 					return nil
 				},
 				Wait: func(ctx context.Context, f rollbackFacts) error {
@@ -235,7 +227,8 @@ func dsRef(ds *appsv1.DaemonSet) corev1.ObjectReference {
 // waitGone polls get until it answers NotFound, for at most two minutes
 // (finalizers and garbage collection take seconds when the controllers run).
 func waitGone(ctx context.Context, get func(context.Context) error) error {
-	ctx, cancel := context.WithTimeoutCause(ctx, 2*time.Minute, fmt.Errorf("still present after 2m: is a finalizer stuck, or ate-controller down?"))
+	ctx, cancel := context.WithTimeoutCause(ctx, 2*time.Minute, fmt.Errorf("still present after 2m: is a finalizer stuck, or "+
+		"ate-controller down?"))
 	defer cancel()
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 		err := get(ctx)
@@ -260,18 +253,68 @@ type ExternalStep struct {
 	Command string `json:"command"`
 }
 
-// RollbackExternalSteps are the commands a rollback leaves to the user, in
-// the runbook's order ("undo what you did in reverse order: the control
-// plane first, then the nodes, then ate-controller last"), to run from a
-// checkout of the OLD release with the install's environment.
+// ControlPlaneFirst is what must run before any node moves back once every
+// node reached NEW (the only time step 6 may have run): the OLD API server.
+func ControlPlaneFirst(old string) ExternalStep {
+	return ExternalStep{When: "if step 6 ran (control plane upgraded): first, before any node moves back",
+		Command: "VERSION=" + old + " go run ./cmd/ate-setup deploy apiserver"}
+}
+
+// RollbackExternalSteps are the commands left to the user once the nodes,
+// the clones and the NEW atelet are back, in the runbook's order ("the
+// control plane first, then the nodes, then ate-controller last"), to run
+// from a checkout of the OLD release with the install's environment. The
+// check for a third atelet DaemonSet comes only after them: that is when
+// one can appear.
 func RollbackExternalSteps(old string) []ExternalStep {
 	v := "VERSION=" + old + " "
 	return []ExternalStep{
-		{When: "if you relabeled the GKE node pool", Command: "park the autoscaler again, then set the node pool label back: gcloud container node-pools update $NODEPOOL --cluster $CLUSTER --zone $ZONE --node-labels=<every existing user label>," + VersionLabel + "=" + old},
-		{When: "if step 6 ran (control plane upgraded) — first, before the nodes if you still can", Command: v + "go run ./cmd/ate-setup deploy apiserver"},
-		{When: "if step 6 ran — once the nodes are back", Command: v + "go run ./cmd/ate-setup deploy ate-system"},
-		{When: "if step 2 ran (ate-controller upgraded) — last", Command: v + "go run ./cmd/ate-setup deploy ate-controller"},
+		{When: "if you relabeled the GKE node pool", Command: "park the autoscaler again, then set the node pool label back: " +
+			"gcloud container node-pools update $NODEPOOL --cluster $CLUSTER --zone $ZONE --node-labels=<every existing user label>," +
+			VersionLabel + "=" + old},
+		{When: "if step 6 ran: now that the nodes are back", Command: v + "go run ./cmd/ate-setup deploy ate-system"},
+		{When: "if step 2 ran (ate-controller upgraded): last", Command: v + "go run ./cmd/ate-setup deploy ate-controller"},
+		{When: "then", Command: "kubectl ate rollback   (checks that no third atelet DaemonSet appeared)"},
 	}
+}
+
+// RollbackOptions tune a whole rollback.
+type RollbackOptions struct {
+	Move MoveOptions
+	// ControlPlaneReverted says `deploy apiserver` ran from the OLD checkout
+	// (or step 6 never ran); needed once every node reached NEW.
+	ControlPlaneReverted bool
+}
+
+// RollbackAll undoes the roll in the runbook's order within one session:
+// refuse to move a node while the control plane may still be NEW, move every
+// node back, then delete the clones and the NEW atelet. The result merges
+// the nodes' and the cluster steps' results.
+func RollbackAll(ctx context.Context, m Mover, inv Inventorier, o RollbackOptions) (runbook.Result, error) {
+	c, err := ObserveCluster(ctx, m.Client, m.Dynamic)
+	if err != nil {
+		return runbook.Result{}, err
+	}
+	if len(c.Problems) > 0 {
+		return runbook.Result{}, runbook.Blocked(fmt.Errorf("the rollback cannot proceed: %s", strings.Join(c.Problems, "; ")))
+	}
+	if c.New == "" {
+		return runbook.Result{Runbook: RollbackRunbookName, RunID: m.RunID, DryRun: m.DryRun, Outcome: runbook.OutcomeDone}, nil
+	}
+	if atVersion(c, c.New) && !o.ControlPlaneReverted {
+		first := ControlPlaneFirst(c.Old)
+		return runbook.Result{}, runbook.Blocked(fmt.Errorf("every node is at %s, so step 6 may have upgraded the control plane; "+
+			"nothing was changed. From a checkout of the OLD release run:\n    %s\nthen re-run with --control-plane-reverted "+
+			"(pass it too if step 6 never ran)", c.New, first.Command))
+	}
+	o.Move.Direction, o.Move.All, o.Move.Node = Rollback, true, ""
+	nodes, err := MoveNodes(ctx, m, o.Move)
+	if err != nil || (nodes.Outcome != runbook.OutcomeDone && nodes.Outcome != runbook.OutcomePlanned) || m.DryRun && len(nodes.Targets) > 0 {
+		return nodes, err
+	}
+	res := runbook.Run(ctx, RollbackRunbook(m.Client, m.Dynamic, inv, m.Recorder), []runbook.Target{runbook.ScopeTarget{Scope: "roll"}},
+		runbook.Options{RunID: m.RunID, DryRun: m.DryRun, Reporter: m.Reporter, Paused: m.Paused})
+	return runbook.Merge(RollbackRunbookName, nodes, res), nil
 }
 
 // StrayAtelets are the atelet DaemonSets other than version's: after a

@@ -85,20 +85,41 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 		}
 	}
 	if inv != nil {
-		s.ActorsOnOldPools = actorsOnPools(inv, c.OldPools())
-		s.FreeNewWorkers = FreeWorkers(inv, c.PoolsPinnedTo(c.New), c.NodesAt(c.New))
+		s.ActorsOnOldPools = len(actorsBoundTo(inv, c.OldPools()))
+		s.FreeNewWorkers = FreeWorkers(inv, c.PoolsPinnedTo(c.New), setOf(c.NodesAt(c.New)))
 	}
-	s.Nodes = inProgress(c, oldPods, inv)
+	if c.New != "" {
+		// With one atelet DaemonSet nothing is in progress, whatever the
+		// substrate says: after a rollback the deleted clones' workers stay
+		// registered as DRAINING until the eviction window ends.
+		s.Nodes = inProgress(c, oldPods, inv)
+		var unpaired []string
+		for _, p := range c.OldPools() {
+			if p.CloneName == "" {
+				unpaired = append(unpaired, p.Key())
+			}
+		}
+		if atNew := c.NodesAt(c.New); len(atNew) > 0 && len(unpaired) > 0 {
+			s.Phase = PhaseBlocked
+			s.Summary = fmt.Sprintf("%d node(s) at %s (%s) but pool(s) %s have no clone: their actors have no worker on those nodes",
+				len(atNew), c.New, short(atNew), short(unpaired))
+			s.Next = "kubectl ate roll clone-pools --image CLASS=REF@sha256:… (or roll the nodes back: kubectl ate rollback)"
+			return s, nil
+		}
+	}
 	total, atNew := len(c.Nodes), len(c.NodesAt(c.New))
 	switch {
 	case c.New == "" && clonesServing(c) && atVersion(c, c.Old):
-		s.Phase, s.Summary = PhaseComplete, fmt.Sprintf("roll complete: every node at %s, the old pools and atelet retired; the clones serve", c.Old)
-		s.Next = "upgrade the control plane (step 6) if not done yet; for the next upgrade: ate-setup deploy atelet from the new release, then kubectl ate preflight"
+		s.Phase, s.Summary = PhaseComplete, fmt.Sprintf("roll complete: every node at %s, the old pools and atelet retired; the clones "+
+			"serve", c.Old)
+		s.Next = "upgrade the control plane (step 6) if not done yet; for the next upgrade: ate-setup deploy atelet from the new " +
+			"release, then kubectl ate preflight"
 	case c.New == "":
 		s.Phase, s.Summary = PhaseNotStarted, fmt.Sprintf("every node at %s; no NEW atelet DaemonSet", c.Old)
 		s.Next = "apply the new CRDs, deploy ate-controller and the new atelet from the new release (steps 1–3), then: kubectl ate preflight"
 	case !clonesComplete(c):
-		s.Phase, s.Summary = PhasePrepared, fmt.Sprintf("NEW atelet %s is installed; %d of %d serving pool(s) cloned", c.New, countClones(c), len(c.OldPools()))
+		s.Phase, s.Summary = PhasePrepared, fmt.Sprintf("NEW atelet %s is installed; %d of %d serving pool(s) "+
+			"cloned", c.New, countClones(c), len(c.OldPools()))
 		s.Next = "kubectl ate roll clone-pools --image <new worker image>@sha256:…"
 	case atNew == 0:
 		s.Phase, s.Summary = PhaseCloned, fmt.Sprintf("pools cloned; 0 of %d nodes at %s", total, c.New)
@@ -107,7 +128,8 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 		s.Phase, s.Summary = PhaseRolling, fmt.Sprintf("%d of %d nodes at %s", atNew, total, c.New)
 		s.Next = "kubectl ate roll next-node"
 	case inv != nil && (s.ActorsOnOldPools > 0 || s.OldPoolPodsRunning > 0):
-		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; %d actor(s) still on old-pool workers, %d old-pool pod(s) Running", c.New, s.ActorsOnOldPools, s.OldPoolPodsRunning)
+		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; %d actor(s) still on old-pool workers, %d old-pool pod(s) "+
+			"Running", c.New, s.ActorsOnOldPools, s.OldPoolPodsRunning)
 		s.Next = "wait for those actors to suspend or move; then upgrade the control plane (step 6)"
 	default:
 		s.Phase, s.Summary = PhaseRetireable, fmt.Sprintf("every node at %s; no actor on an old-pool worker", c.New)
@@ -160,12 +182,22 @@ func inProgress(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) []NodeP
 	for _, p := range oldPods {
 		if n := p.Spec.NodeName; n != "" && newNodes[n] && !seen[n] && !kube.PodTerminal(&p) {
 			seen[n] = true
-			out = append(out, NodeProgress{Node: n, Version: c.New, Step: "flipped; old-pool worker pods still on the node (ate.node.delete-old-pods)"})
+			out = append(out, NodeProgress{Node: n, Version: c.New, Step: "flipped; old-pool worker pods still on the node " +
+				"(ate.node.delete-old-pods)"})
 		}
 	}
 	if inv != nil {
+		// Only the serving pools' workers whose pods still exist: a deleted
+		// pod's worker stays DRAINING through the eviction window.
+		serving := poolSet(c.OldPools())
+		live := map[string]bool{}
+		for _, p := range oldPods {
+			if p.DeletionTimestamp == nil && !kube.PodTerminal(&p) {
+				live[string(p.UID)] = true
+			}
+		}
 		for _, w := range inv.Workers {
-			if w.State == ateapi.WorkerDraining && w.Node != "" && !newNodes[w.Node] && !seen[w.Node] {
+			if w.State == ateapi.WorkerDraining && w.Node != "" && !newNodes[w.Node] && !seen[w.Node] && serving[w.PoolKey()] && live[w.Name] {
 				seen[w.Node] = true
 				out = append(out, NodeProgress{Node: w.Node, Version: c.Old, Step: "workers draining; actors being suspended (ate.node.suspend)"})
 			}
@@ -173,38 +205,6 @@ func inProgress(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) []NodeP
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
-}
-
-func actorsOnPools(inv *ateapi.Inventory, pools []Pool) int {
-	set := poolSet(pools)
-	workers := map[string]bool{}
-	for _, w := range inv.Workers {
-		if set[w.Pool] || set[w.Namespace+"/"+w.Pool] {
-			workers[w.Name] = true
-		}
-	}
-	n := 0
-	for _, a := range inv.Actors {
-		if a.Worker != "" && workers[a.Worker] {
-			n++
-		}
-	}
-	return n
-}
-
-func FreeWorkers(inv *ateapi.Inventory, pools []Pool, nodes []string) int {
-	set := poolSet(pools)
-	at := map[string]bool{}
-	for _, n := range nodes {
-		at[n] = true
-	}
-	n := 0
-	for _, w := range inv.Workers {
-		if (set[w.Pool] || set[w.Namespace+"/"+w.Pool]) && at[w.Node] && w.State == ateapi.WorkerActive && w.Free() {
-			n++
-		}
-	}
-	return n
 }
 
 func clonesComplete(c *Cluster) bool { return countClones(c) == len(c.OldPools()) }

@@ -11,7 +11,8 @@ import (
 
 // listAll follows next_page_token until it is empty. Pages may be empty
 // while a token remains; MaxPages stops a server that never ends.
-func (c *Client) listAll(ctx context.Context, method, target, field string, fill func(protoreflect.Message)) ([]protoreflect.Message, error) {
+func (c *Client) listAll(ctx context.Context, method, target, field string,
+	fill func(protoreflect.Message)) ([]protoreflect.Message, error) {
 	var items []protoreflect.Message
 	token := ""
 	for page := 1; ; page++ {

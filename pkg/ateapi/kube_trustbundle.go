@@ -60,7 +60,8 @@ func servedTrustBundleVersion(dc discovery.DiscoveryInterface) (string, error) {
 			}
 		}
 	}
-	return "", fmt.Errorf("ateapi: the cluster serves no ClusterTrustBundle API (certificates.k8s.io %v); pass --ate-ca-file", trustBundleVersions)
+	return "", fmt.Errorf("ateapi: the cluster serves no ClusterTrustBundle API (certificates.k8s.io %v); pass "+
+		"--ate-ca-file", trustBundleVersions)
 }
 
 // SelectTrustBundles concatenates spec.trustBundle of the bundles for
@@ -94,7 +95,8 @@ func SelectTrustBundles(items []unstructured.Unstructured, signer string) ([]byt
 		}
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("ateapi: no ClusterTrustBundle labelled %s with signer %s holds a certificate; pass --ate-ca-file", TrustBundleLabel, signer)
+		return nil, fmt.Errorf("ateapi: no ClusterTrustBundle labelled %s with signer %s holds a certificate; pass "+
+			"--ate-ca-file", TrustBundleLabel, signer)
 	}
 	return out.Bytes(), nil
 }

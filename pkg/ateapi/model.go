@@ -94,6 +94,15 @@ type Worker struct {
 	AllocatedActors int `json:"allocatedActors,omitempty"`
 }
 
+// PoolKey is "namespace/pool": pool names repeat across namespaces, so a
+// worker's pool is only ever matched by this key.
+func (w Worker) PoolKey() string { return w.Namespace + "/" + w.Pool }
+
+// Hosts reports whether the worker itself says it hosts an actor: its
+// assignment (eras B/C), its assignments or allocated count (era D). It is
+// the cross-check of an actor list that may have missed an actor.
+func (w Worker) Hosts() bool { return len(w.Actors) > 0 || w.AllocatedActors > 0 }
+
 // Free reports whether the worker can take another actor: ACTIVE and with
 // room (no assignment before era D; allocated < capacity, unset = 1, in D).
 func (w Worker) Free() bool {
@@ -126,6 +135,16 @@ type Actor struct {
 	SnapshotNodes       []string `json:"snapshotNodes,omitempty"`
 	ExternalSnapshotURI string   `json:"externalSnapshotURI,omitempty"`
 	CrashMessage        string   `json:"crashMessage,omitempty"`
+}
+
+// Transient reports a state an actor leaves on its own (a suspend refused
+// in it is worth retrying).
+func (s ActorState) Transient() bool {
+	switch s {
+	case ActorResuming, ActorSuspending, ActorPausing, ActorReverting:
+		return true
+	}
+	return false
 }
 
 // Ref returns the actor's reference.

@@ -20,67 +20,86 @@ import (
 )
 
 // The ate-fleet scenario: an Agent Substrate install at the OLD version,
-// ready for `kubectl ate roll`. Everything it creates:
+// ready for `kubectl ate roll`, as strict as a real one. Everything it
+// creates:
 //
 //   - every node labelled ate.dev/substrate-version=v0.2.0 (ate-setup
-//     labels only unlabelled nodes);
+//     labels only unlabelled nodes), with allocatable cpu for exactly
+//     WorkerSlots worker pods (each requests 1 cpu), so pods of a new pool
+//     spread over the flipped nodes instead of piling onto the first;
 //   - ate-system: Namespace, ServiceAccount ate-client, Deployment and
 //     Service "api" (443 → container port "grpc" 8443), the kwok
 //     ClusterPortForward "ate-system-api" sending port 8443 of ate-system
-//     pods to the in-process fake ateapi.Control server (era c by default),
-//     and DaemonSet atelet-v0-2-0 (labels app=atelet,
-//     ate.dev/substrate-version=v0.2.0; nodeSelector on that node label);
+//     pods to the in-process fake ateapi.Control server (era c by default,
+//     era d in ate-fleet-d), and DaemonSet atelet-v0-2-0 (labels
+//     app=atelet, ate.dev/substrate-version=v0.2.0; nodeSelector on that
+//     node label);
 //   - ClusterTrustBundle servicedns.podcert.ate.dev:identity:sim (label
 //     podcert.ate.dev/canarying=live, signer
 //     servicedns.podcert.ate.dev/identity) holding the server's CA;
 //     <dir>/ate-endpoint and <dir>/ate-ca.pem for --ate-endpoint/--ate-ca-file;
-//   - CRD workerpools.ate.dev and, in namespace ate-workers, WorkerPools
-//     python-small (4 replicas, gvisor, limits 1 CPU/2Gi, labels
-//     runtime=python,size=small) and python-large (2 replicas, limits
-//     4 CPU/16Gi, size=large), both pinned to v0.2.0 through
-//     spec.template.nodeSelector and READY==DESIRED; their Deployments
-//     (label ate.dev/worker-pool=<pool>) and pods, each pod a Worker named
-//     by its UID;
-//   - actors: RUNNING demo/chat-1, demo/chat-2 (python-small workers) and
-//     team-a/etl-1 (python-large); PAUSED demo/notebook-1 and team-a/etl-2
-//     whose local snapshot lives on the node of a running actor's worker;
-//     SUSPENDED demo/chat-3, demo/chat-4 and team-a/etl-3;
+//   - CRD workerpools.ate.dev and three WorkerPools pinned to v0.2.0, one
+//     replica per node each, READY==DESIRED: ate-workers/python-small
+//     (gvisor, labels runtime=python,size=small), ate-workers/python-large
+//     (gvisor, size=large) and ate-batch/python-small (microvm,
+//     size=batch: the same pool name in a second namespace, with a second
+//     sandbox class); their Deployments and pods, each pod a Worker named by
+//     its UID, registered RegisterDelay after the pod is Ready;
+//   - actors: RUNNING demo/chat-1, demo/chat-2, team-a/etl-1 and
+//     batch/job-1; PAUSED demo/notebook-1 and team-a/etl-2 whose local
+//     snapshot lives on the node of a running actor's worker (a flip of
+//     that node while they are still PAUSED loses them); SUSPENDED
+//     demo/chat-3, demo/chat-4, team-a/etl-3 and batch/job-2;
+//   - SUSPENDING and RESUMING last 1s, List RPCs page at 2 items and miss
+//     items that change while they run, workers register 2s after their
+//     pod is Ready;
 //   - traffic: every 3 s a suspended/paused actor wakes with chance 0.2 onto
 //     a free worker, and a running one suspends itself with chance 0.05.
 //
-// ROLLBOOK_SIM_ATE_ERA, ROLLBOOK_SIM_ATE_EVICTION_WINDOW (default 20s) and
-// ROLLBOOK_SIM_ATE_TRAFFIC (off | on | tick) override the defaults.
+// Every actor the substrate loses (CRASHED, or paused on a node that
+// flipped) is recorded as an actor-lost violation. One node is allowed: the
+// roll then needs --allow-full-stop.
+//
+// ROLLBOOK_SIM_ATE_ERA, ROLLBOOK_SIM_ATE_EVICTION_WINDOW (default 20s),
+// ROLLBOOK_SIM_ATE_TRAFFIC (off | on | tick), ROLLBOOK_SIM_ATE_TRANSITION and
+// ROLLBOOK_SIM_ATE_REGISTER_DELAY override the defaults.
 const (
 	ateOldVersion = "v0.2.0"
 	ateWorkersNS  = "ate-workers"
+	ateBatchNS    = "ate-batch"
+	// WorkerSlots is how many worker pods fit on one node.
+	WorkerSlots = 4
 )
 
 func init() {
-	Register(Scenario{
-		Name: "ate-fleet",
-		Description: "Agent Substrate at " + ateOldVersion + ": nodes labelled ate.dev/substrate-version, " +
-			"svc/api + ClusterTrustBundle + fake ateapi (era c), atelet-" + substrate.NameSuffix(ateOldVersion) +
-			", WorkerPools python-small/python-large in " + ateWorkersNS + " pinned to the old version, " +
-			"running, paused and suspended actors, traffic on",
-		Setup: setupAteFleet,
-	})
+	desc := "Agent Substrate at " + ateOldVersion + ": nodes labelled ate.dev/substrate-version with room for " +
+		fmt.Sprint(WorkerSlots) + " workers each, svc/api + ClusterTrustBundle + fake ateapi (era %s), atelet-" +
+		substrate.NameSuffix(ateOldVersion) + ", WorkerPools ate-workers/python-small, ate-workers/python-large (gvisor) and " +
+		"ate-batch/python-small (microvm) pinned to the old version, running, paused and suspended actors, traffic on"
+	Register(Scenario{Name: "ate-fleet", Description: fmt.Sprintf(desc, "c"),
+		Setup: func(ctx context.Context, env *Env) error { return setupAteFleet(ctx, env, fakesubstrate.EraC) }})
+	Register(Scenario{Name: "ate-fleet-d", Description: fmt.Sprintf(desc, "d, multi-actor workers"),
+		Setup: func(ctx context.Context, env *Env) error { return setupAteFleet(ctx, env, fakesubstrate.EraD) }})
 }
 
-func setupAteFleet(ctx context.Context, env *Env) error {
-	if len(env.Nodes) < 2 {
-		return fmt.Errorf("ate-fleet needs at least 2 nodes (a roll moves one at a time), got %d", len(env.Nodes))
+func setupAteFleet(ctx context.Context, env *Env, era fakesubstrate.Era) error {
+	if len(env.Nodes) < 1 {
+		return fmt.Errorf("ate-fleet needs at least 1 node")
 	}
-	opts, err := substrate.Options{Traffic: &substrate.TrafficOptions{
+	opts, err := substrate.Options{Era: era, Traffic: &substrate.TrafficOptions{
 		Interval: 3 * time.Second, Resume: 0.2, Idle: 0.05,
-	}}.FromEnv()
+	}, TransitionTime: time.Second, RegisterDelay: 2 * time.Second, SoftLists: true}.FromEnv()
 	if err != nil {
 		return err
 	}
 	if _, err := substrate.LabelUnlabelledNodes(ctx, env.Client, ateOldVersion); err != nil {
 		return err
 	}
+	if err := substrate.SetWorkerSlots(ctx, env.Client, env.Nodes, WorkerSlots); err != nil {
+		return err
+	}
 	sub, err := substrate.Start(ctx, substrate.Config{Dir: env.Dir, RESTConfig: env.RESTConfig,
-		Client: env.Client, Logf: env.Logf, Options: opts})
+		Client: env.Client, Logf: env.Logf, Monitor: env.Monitor, Options: opts})
 	if err != nil {
 		return err
 	}
@@ -92,14 +111,16 @@ func setupAteFleet(ctx context.Context, env *Env) error {
 	if err := substrate.DeployAtelet(ctx, dyn, ateOldVersion); err != nil {
 		return err
 	}
-	pools := atePools()
+	pools := atePools(int32(len(env.Nodes)))
 	if err := createPools(ctx, env, dyn, pools); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := substrate.WaitPoolsReady(wctx, dyn, ateWorkersNS, "python-small", "python-large"); err != nil {
-		return err
+	for _, p := range pools {
+		if err := substrate.WaitPoolsReady(wctx, dyn, p.Namespace, p.Name); err != nil {
+			return err
+		}
 	}
 	want := 0
 	for _, p := range pools {
@@ -118,34 +139,39 @@ func setupAteFleet(ctx context.Context, env *Env) error {
 	return nil
 }
 
-func atePools() []*substrate.WorkerPool {
-	pool := func(name, size string, replicas int32, cpu, mem string) *substrate.WorkerPool {
+func atePools(replicas int32) []*substrate.WorkerPool {
+	pool := func(ns, name, size, class string, cpu, mem string) *substrate.WorkerPool {
 		p := &substrate.WorkerPool{}
-		p.Name, p.Namespace = name, ateWorkersNS
+		p.Name, p.Namespace = name, ns
 		p.Labels = map[string]string{"runtime": "python", "size": size}
 		p.Spec = substrate.WorkerPoolSpec{
 			Replicas:       replicas,
-			WorkerImage:    "ghcr.io/agent-substrate/substrate/ateom-gvisor@sha256:" + fakeDigest("ateom-gvisor:"+ateOldVersion),
-			SandboxClasses: []substrate.SandboxClass{{Name: "gvisor"}},
+			WorkerImage:    "ghcr.io/agent-substrate/substrate/ateom-" + class + "@sha256:" + fakeDigest("ateom-"+class+":"+ateOldVersion),
+			SandboxClasses: []substrate.SandboxClass{{Name: class}},
 			Template: substrate.PoolTemplate{
 				Labels:       map[string]string{"team": "platform"},
 				NodeSelector: map[string]string{substrate.VersionLabel: ateOldVersion},
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-					corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}},
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
+					Limits: corev1.ResourceList{
+						corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}},
 			},
 		}
 		return p
 	}
 	return []*substrate.WorkerPool{
-		pool("python-small", "small", 4, "1", "2Gi"),
-		pool("python-large", "large", 2, "4", "16Gi"),
+		pool(ateWorkersNS, "python-small", "small", "gvisor", "1", "2Gi"),
+		pool(ateWorkersNS, "python-large", "large", "gvisor", "4", "16Gi"),
+		pool(ateBatchNS, "python-small", "batch", "microvm", "2", "4Gi"),
 	}
 }
 
 func createPools(ctx context.Context, env *Env, dyn dynamic.Interface, pools []*substrate.WorkerPool) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ateWorkersNS}}
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
+	for _, name := range []string{ateWorkersNS, ateBatchNS} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
 	}
 	for _, p := range pools {
 		u, err := p.ToUnstructured()
@@ -153,7 +179,7 @@ func createPools(ctx context.Context, env *Env, dyn dynamic.Interface, pools []*
 			return err
 		}
 		if _, err := dyn.Resource(substrate.GVRWorkerPool).Namespace(p.Namespace).Create(ctx, u, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("WorkerPool %s: %w", p.Name, err)
+			return fmt.Errorf("WorkerPool %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
 	return nil
@@ -164,25 +190,38 @@ func createPools(ctx context.Context, env *Env, dyn dynamic.Interface, pools []*
 func seedActors(sub *substrate.Substrate) error {
 	byPool := map[string][]fakesubstrate.Worker{}
 	for _, w := range sub.Server.Workers() {
-		byPool[w.Pool] = append(byPool[w.Pool], w)
+		byPool[w.Namespace+"/"+w.Pool] = append(byPool[w.Namespace+"/"+w.Pool], w)
 	}
 	for _, ws := range byPool {
 		slices.SortFunc(ws, func(a, b fakesubstrate.Worker) int {
 			return cmp.Compare(a.Node+"/"+a.Pod, b.Node+"/"+b.Pod)
 		})
 	}
-	small, large := byPool["python-small"], byPool["python-large"]
-	if len(small) < 2 || len(large) < 1 {
-		return fmt.Errorf("ate-fleet: too few workers (small %d, large %d)", len(small), len(large))
+	small, large, batch := byPool[ateWorkersNS+"/python-small"], byPool[ateWorkersNS+"/python-large"], byPool[ateBatchNS+"/python-small"]
+	if len(small) < 1 || len(large) < 1 || len(batch) < 1 {
+		return fmt.Errorf("ate-fleet: too few workers (small %d, large %d, batch %d)", len(small), len(large), len(batch))
+	}
+	chat2, chat2State := "", fakesubstrate.ActorSuspended // one node: chat-2 waits suspended
+	if len(small) > 1 {
+		chat2, chat2State = small[1].Name, fakesubstrate.ActorRunning
 	}
 	sel := func(size string) map[string]string { return map[string]string{"size": size} }
 	snap := func(ref string) string { return "gs://ate-snapshots/" + ref + "/v1" }
 	actors := []fakesubstrate.Actor{
-		{Atespace: "demo", Name: "chat-1", State: fakesubstrate.ActorRunning, Worker: small[0].Name, WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-1")},
-		{Atespace: "demo", Name: "chat-2", State: fakesubstrate.ActorRunning, Worker: small[1].Name, WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-2")},
-		{Atespace: "team-a", Name: "etl-1", State: fakesubstrate.ActorRunning, Worker: large[0].Name, WorkerSelector: sel("large"), ExternalSnapshotURI: snap("team-a/etl-1")},
-		{Atespace: "demo", Name: "notebook-1", State: fakesubstrate.ActorPaused, AssignedNode: small[0].Node, SnapshotNodes: []string{small[0].Node}, WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/notebook-1")},
-		{Atespace: "team-a", Name: "etl-2", State: fakesubstrate.ActorPaused, AssignedNode: large[0].Node, SnapshotNodes: []string{large[0].Node}, WorkerSelector: sel("large"), ExternalSnapshotURI: snap("team-a/etl-2")},
+		{Atespace: "demo", Name: "chat-1", State: fakesubstrate.ActorRunning, Worker: small[0].Name,
+			WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-1")},
+		{Atespace: "demo", Name: "chat-2", State: chat2State, Worker: chat2,
+			WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-2")},
+		{Atespace: "batch", Name: "job-1", State: fakesubstrate.ActorRunning, Worker: batch[0].Name,
+			WorkerSelector: sel("batch"), ExternalSnapshotURI: snap("batch/job-1")},
+		{Atespace: "batch", Name: "job-2", WorkerSelector: sel("batch"), ExternalSnapshotURI: snap("batch/job-2")},
+		{Atespace: "team-a", Name: "etl-1", State: fakesubstrate.ActorRunning, Worker: large[0].Name,
+			WorkerSelector: sel("large"), ExternalSnapshotURI: snap("team-a/etl-1")},
+		{Atespace: "demo", Name: "notebook-1", State: fakesubstrate.ActorPaused,
+			AssignedNode: small[0].Node, SnapshotNodes: []string{small[0].Node},
+			WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/notebook-1")},
+		{Atespace: "team-a", Name: "etl-2", State: fakesubstrate.ActorPaused, AssignedNode: large[0].Node, SnapshotNodes: []string{large[0].Node},
+			WorkerSelector: sel("large"), ExternalSnapshotURI: snap("team-a/etl-2")},
 		{Atespace: "demo", Name: "chat-3", WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-3")},
 		{Atespace: "demo", Name: "chat-4", WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-4")},
 		{Atespace: "team-a", Name: "etl-3", WorkerSelector: sel("large"), ExternalSnapshotURI: snap("team-a/etl-3")},

@@ -22,7 +22,8 @@ type applyItem struct {
 
 // apply server-side-applies a typed object (TypeMeta set) so reruns converge
 // instead of failing on AlreadyExists.
-func apply(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, obj runtime.Object, manager string) (*unstructured.Unstructured, error) {
+func apply(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, obj runtime.Object,
+	manager string) (*unstructured.Unstructured, error) {
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		return nil, err

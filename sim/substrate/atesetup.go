@@ -118,3 +118,21 @@ func LabelUnlabelledNodes(ctx context.Context, cs kubernetes.Interface, version 
 	}
 	return labelled, nil
 }
+
+// SetWorkerSlots gives each node allocatable cpu for exactly slots worker
+// pods (the scenario's pools request 1 cpu per worker), so a node holds a
+// fixed number of workers as a real one does. kwok keeps the allocatable a
+// node was given.
+func SetWorkerSlots(ctx context.Context, cs kubernetes.Interface, nodes []string, slots int) error {
+	patch := fmt.Sprintf(`{"status":{"allocatable":{"cpu":"%d"},"capacity":{"cpu":"%d"}}}`, slots, slots)
+	for _, n := range nodes {
+		err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			_, err := cs.CoreV1().Nodes().Patch(ctx, n, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("worker slots of node %s: %w", n, err)
+		}
+	}
+	return nil
+}

@@ -8,9 +8,8 @@
 // window), a traffic simulator, and ate-setup-like helpers (versioned atelet
 // DaemonSets, node version labels).
 //
-// Names and labels follow /work/shared/reference/agent-substrate.md §1.2,
-// §4 and §5 so rollbook's runbooks meet the same objects as on a real
-// install.
+// Names and labels follow a real install (ate-setup's manifests and the
+// upgrade runbook), so rollbook's runbooks meet the same objects.
 package substrate
 
 // Names, labels and defaults shared with the real install.

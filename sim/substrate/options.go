@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/rollbook/rollbook/internal/fakesubstrate"
+	"github.com/rollbook/rollbook/sim/monitor"
 )
 
 // Config is what Start needs from the sim.
@@ -17,6 +18,8 @@ type Config struct {
 	RESTConfig *rest.Config
 	Client     kubernetes.Interface
 	Logf       func(format string, a ...any)
+	// Monitor records the actors the substrate loses (nil discards).
+	Monitor *monitor.Monitor
 	Options
 }
 
@@ -34,6 +37,14 @@ type Options struct {
 	PageSize int
 	// Traffic, when set, runs the traffic simulator.
 	Traffic *TrafficOptions
+	// TransitionTime is how long SUSPENDING and RESUMING last (0: instant).
+	TransitionTime time.Duration
+	// RegisterDelay is how long after its pod is Ready a worker registers
+	// (the syncer's lag on a real install).
+	RegisterDelay time.Duration
+	// SoftLists makes List RPCs page at PageSize whatever the client asks
+	// and leave out items that changed while the list ran.
+	SoftLists bool
 }
 
 // DefaultEvictionWindow keeps the sim quick while leaving a person time to
@@ -56,6 +67,8 @@ const (
 	EnvEra            = "ROLLBOOK_SIM_ATE_ERA"             // b2 | c | c-stub | d
 	EnvEvictionWindow = "ROLLBOOK_SIM_ATE_EVICTION_WINDOW" // Go duration
 	EnvTraffic        = "ROLLBOOK_SIM_ATE_TRAFFIC"         // "off" disables, a duration sets the tick
+	EnvTransition     = "ROLLBOOK_SIM_ATE_TRANSITION"      // Go duration of SUSPENDING/RESUMING
+	EnvRegisterDelay  = "ROLLBOOK_SIM_ATE_REGISTER_DELAY"  // Go duration
 )
 
 // FromEnv applies the ROLLBOOK_SIM_ATE_* overrides to o.
@@ -77,6 +90,15 @@ func (o Options) fromLookup(lookup func(string) (string, bool)) (Options, error)
 			return o, fmt.Errorf("%s=%q: want a positive duration", EnvEvictionWindow, v)
 		}
 		o.EvictionWindow = d
+	}
+	for env, d := range map[string]*time.Duration{EnvTransition: &o.TransitionTime, EnvRegisterDelay: &o.RegisterDelay} {
+		if v, ok := lookup(env); ok && v != "" {
+			x, err := time.ParseDuration(v)
+			if err != nil || x < 0 {
+				return o, fmt.Errorf("%s=%q: want a duration", env, v)
+			}
+			*d = x
+		}
 	}
 	if v, ok := lookup(EnvTraffic); ok && v != "" {
 		t, err := trafficFromEnv(o.Traffic, v)

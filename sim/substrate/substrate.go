@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/rollbook/rollbook/internal/fakesubstrate"
+	"github.com/rollbook/rollbook/sim/monitor"
 )
 
 // Files Start writes into the sim's directory (design §6).
@@ -47,17 +48,25 @@ func Start(ctx context.Context, cfg Config) (*Substrate, error) {
 	if err != nil {
 		return nil, err
 	}
+	changed := newChanges()
 	srv, err := fakesubstrate.Start(fakesubstrate.Options{
 		Era: cfg.Era, Certificate: &pki.Certificate, PageSize: cfg.PageSize,
 		TokenReviewer: TokenReviewer{Client: cfg.Client},
 		// Random placement, as the real scheduler: resumes land on old
 		// and new pools alike.
-		Rand: rand.New(rand.NewSource(time.Now().UnixNano())),
+		Rand:           rand.New(rand.NewSource(time.Now().UnixNano())),
+		TransitionTime: cfg.TransitionTime, SoftLists: cfg.SoftLists, SoftWindow: cfg.TransitionTime / 2,
+		OnChange: changed.fire,
+		// Every lost actor is a safety violation, whoever caused it.
+		OnLost: func(a fakesubstrate.ActorRef, why string) {
+			cfg.Monitor.Report(monitor.RuleActorLost, "actor/"+a.Atespace+"/"+a.Name, why)
+			cfg.Logf("substrate: actor %s/%s LOST: %s", a.Atespace, a.Name, why)
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	s := &Substrate{Server: srv, PKI: pki, cfg: cfg, dyn: dyn, changed: newChanges()}
+	s := &Substrate{Server: srv, PKI: pki, cfg: cfg, dyn: dyn, changed: changed}
 	if err := s.install(ctx); err != nil {
 		srv.Stop()
 		return nil, err
@@ -95,12 +104,16 @@ func (s *Substrate) Run(ctx context.Context) error {
 	defer s.Server.Stop()
 	w := newWatches(s.cfg.Client, s.dyn)
 	pc := newPoolController(s.dyn, w)
-	ws := newWorkerSyncer(s.Server, w, s.cfg.EvictionWindow, s.changed, s.cfg.Logf)
+	ws := newWorkerSyncer(s.Server, w, s.cfg.EvictionWindow, s.cfg.RegisterDelay, s.changed, s.cfg.Logf)
+	nw := newNodeWatch(s.cfg.Client, s.Server, s.changed, s.cfg.Logf)
 	if err := w.start(ctx); err != nil {
 		return err
 	}
 	go pc.run(ctx)
 	go ws.run(ctx)
+	if err := nw.start(ctx); err != nil {
+		return err
+	}
 	if t := s.cfg.Traffic; t != nil {
 		go runTraffic(ctx, s.Server, *t, s.changed)
 	}

@@ -29,6 +29,7 @@ type workerSyncer struct {
 	pools   cache.GenericLister
 	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	window  time.Duration
+	delay   time.Duration // registration lag after the pod is Ready
 	changed *changes
 	logf    func(string, ...any)
 	// byPod maps a pod's name to the UID its Worker was registered under;
@@ -36,9 +37,10 @@ type workerSyncer struct {
 	byPod map[cache.ObjectName]types.UID
 }
 
-func newWorkerSyncer(srv *fakesubstrate.Server, inf *watches, window time.Duration, changed *changes, logf func(string, ...any)) *workerSyncer {
+func newWorkerSyncer(srv *fakesubstrate.Server, inf *watches, window, delay time.Duration, changed *changes,
+	logf func(string, ...any)) *workerSyncer {
 	s := &workerSyncer{
-		srv: srv, pods: inf.pods.Lister(), pools: inf.pools.Lister(), window: window, changed: changed, logf: logf,
+		srv: srv, pods: inf.pods.Lister(), pools: inf.pools.Lister(), window: window, delay: delay, changed: changed, logf: logf,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "workersync"}),
@@ -103,6 +105,10 @@ func (s *workerSyncer) reconcile(ctx context.Context, key cache.ObjectName) erro
 	case tracked || pod.Status.PodIP == "" || !podReady(pod):
 		return nil
 	}
+	if wait := s.registerIn(pod); wait > 0 {
+		s.queue.AddAfter(key, wait)
+		return nil
+	}
 	obj, err := s.pools.ByNamespace(pod.Namespace).Get(pod.Labels[PoolLabel])
 	if err != nil {
 		return fmt.Errorf("pool of pod %s: %w", key, err) // retried: the pool cache may lag
@@ -160,6 +166,31 @@ func (s *workerSyncer) gone(ctx context.Context, worker string, pod cache.Object
 		}
 		s.changed.fire()
 	})
+}
+
+// RegisterDelayAnnotation on a worker pod overrides the registration lag
+// for that pod (a Go duration): tests hold a pod unregistered with it.
+const RegisterDelayAnnotation = "sim.rollbook.dev/register-delay"
+
+// registerIn says how long the Ready pod still waits before its worker
+// registers: the syncer lags behind the pod on a real install.
+func (s *workerSyncer) registerIn(pod *corev1.Pod) time.Duration {
+	delay := s.delay
+	if v, ok := pod.Annotations[RegisterDelayAnnotation]; ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			delay = d
+		}
+	}
+	if delay <= 0 {
+		return 0
+	}
+	since := time.Duration(0)
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			since = time.Since(c.LastTransitionTime.Time)
+		}
+	}
+	return max(delay-since, 0)
 }
 
 func podReady(p *corev1.Pod) bool {

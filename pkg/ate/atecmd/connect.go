@@ -20,7 +20,8 @@ type apiFlags struct {
 func (a *apiFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&a.endpoint, "ate-endpoint", "", "host:port of the control API (default: port-forward to svc/api in "+ate.Namespace+")")
 	fs.StringVar(&a.caFile, "ate-ca-file", "", "PEM CA bundle to verify the API (default: the live ClusterTrustBundles)")
-	fs.StringVar(&a.tokenFile, "ate-token-file", "", "file holding a bearer token for the API (default: minted for SA ate-client by TokenRequest)")
+	fs.StringVar(&a.tokenFile, "ate-token-file", "", "file holding a bearer token for the API (default: minted for SA ate-client by "+
+		"TokenRequest)")
 }
 
 func (a *apiFlags) dial(ctx context.Context, g *cli.Globals) (*ateapi.Client, error) {
@@ -36,3 +37,31 @@ func (a *apiFlags) dial(ctx context.Context, g *cli.Globals) (*ateapi.Client, er
 }
 
 func dynamicClient(g *cli.Globals) (dynamic.Interface, error) { return g.Factory.DynamicClient() }
+
+// mover dials the control API (refusing one without a working DrainWorker)
+// and bundles the session's clients for moving nodes.
+func mover(ctx context.Context, g *cli.Globals, s *cli.Session, api *apiFlags, dryRun bool) (ate.Mover, func(), error) {
+	dyn, err := dynamicClient(g)
+	if err != nil {
+		return ate.Mover{}, nil, err
+	}
+	client, err := api.dial(ctx, g)
+	if err != nil {
+		return ate.Mover{}, nil, err
+	}
+	closeAPI := func() { _ = client.Close() }
+	if caps := client.Capabilities(); !caps.DrainImplemented {
+		closeAPI()
+		return ate.Mover{}, nil, cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the control API does not implement DrainWorker (era %s): "+
+			"this install predates versioned builds and needs a fresh install", caps.Era))
+	}
+	if !dryRun {
+		// One node out of service at a time, said on the Lease for anyone watching.
+		if err := s.SetMaxOutOfService(ctx, 1); err != nil {
+			closeAPI()
+			return ate.Mover{}, nil, err
+		}
+	}
+	return ate.Mover{Client: s.Client, Dynamic: dyn, API: client, Recorder: s.Recorder, Say: s.Progress.Printf,
+		Reporter: s.Progress, Paused: s.Paused, RunID: s.RunID, DryRun: dryRun}, closeAPI, nil
+}

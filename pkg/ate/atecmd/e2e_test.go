@@ -5,14 +5,17 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
@@ -23,8 +26,9 @@ import (
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
-// ate-fleet on 3 nodes at v0.2.0: pools ate-workers/python-small (4) and
-// python-large (2), running, paused and suspended actors, traffic waking
+// ate-fleet on 3 nodes at v0.2.0: pools ate-workers/python-small and
+// python-large (gvisor) and ate-batch/python-small (microvm), one worker
+// per node each, running, paused and suspended actors, traffic waking
 // actors every few seconds. The eviction window is short so a deleted
 // worker's actors crash within the test.
 func TestMain(m *testing.M) {
@@ -33,10 +37,64 @@ func TestMain(m *testing.M) {
 }
 
 const (
-	oldV  = "v0.2.0"
-	newV  = "v0.3.0"
-	image = "registry.example/ateom-gvisor:v0.3.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	oldV    = "v0.2.0"
+	newV    = "v0.3.0"
+	image   = "registry.example/ateom-gvisor:v0.3.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	imageVM = "registry.example/ateom-microvm:v0.3.0@sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 )
+
+// cloneArgs clone both sandbox classes of the fleet.
+var cloneArgs = []string{"roll", "clone-pools", "--image", "gvisor=" + image, "--image", "microvm=" + imageVM}
+
+// nodeLabels returns every node's version label.
+func nodeLabels(t *testing.T, ctx context.Context) map[string]string {
+	t.Helper()
+	l, err := simtest.Get(t).Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, n := range l.Items {
+		out[n.Name] = n.Labels[ate.VersionLabel]
+	}
+	return out
+}
+
+// draining lists the workers in DRAINING on node ("" = any node).
+func draining(t *testing.T, ctx context.Context, node string) []string {
+	t.Helper()
+	time.Sleep(time.Second) // the simulated lists leave out items that just changed
+	inv, err := client(t, ctx).Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, w := range inv.Workers {
+		if w.State == ateapi.WorkerDraining && (node == "" || w.Node == node) {
+			out = append(out, w.Name+" ("+w.PoolKey()+" on "+w.Node+")")
+		}
+	}
+	return out
+}
+
+// expectRefused runs args and asserts exit 3 with want in the output, and
+// that no node label changed and no worker started draining.
+func expectRefused(t *testing.T, ctx context.Context, want string, args ...string) {
+	t.Helper()
+	labels, drains := nodeLabels(t, ctx), draining(t, ctx, "")
+	out, code := run(t, ctx, args...)
+	if code != cli.ExitBlocked || !strings.Contains(out, want) {
+		t.Fatalf("%v: exit %d, want %d and %q in the output", args, code, cli.ExitBlocked, want)
+	}
+	if after := nodeLabels(t, ctx); !reflect.DeepEqual(after, labels) {
+		t.Fatalf("%v was refused but changed node labels: %v → %v", args, labels, after)
+	}
+	for _, w := range draining(t, ctx, "") {
+		if !contains(drains, w) { // workers of deleted pods leave the list when their eviction window ends
+			t.Fatalf("%v was refused but drained worker %s", args, w)
+		}
+	}
+}
 
 func run(t *testing.T, ctx context.Context, args ...string) (string, int) {
 	t.Helper()
@@ -90,6 +148,7 @@ func pool(name string, pin map[string]any, replicas int64) *unstructured.Unstruc
 }
 
 func TestStatusBeforeTheRoll(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
 	ctx := simtest.Context(t, time.Minute)
 	s := statusOf(t, ctx)
 	if s.Phase != ate.PhaseNotStarted || s.Cluster.Old != oldV || s.APIError != "" || s.Capabilities == nil || !s.Capabilities.DrainImplemented {
@@ -101,6 +160,7 @@ func TestStatusBeforeTheRoll(t *testing.T) {
 }
 
 func TestPreflightCatchesUnpinnedAndUnreadyPools(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
 	ctx := simtest.Context(t, 2*time.Minute)
 	pools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers")
 	unpinned := pool("scratch", nil, 1)
@@ -177,8 +237,10 @@ func skewWatch(t *testing.T, ctx context.Context) func() []string {
 
 func TestFullRoll(t *testing.T) {
 	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 5*time.Minute)
 	skew := skewWatch(t, ctx)
+	expectRefused(t, ctx, "two atelet DaemonSets", "roll", "next-node")
 
 	// Step 3, outside rollbook: the new atelet DaemonSet.
 	sim, err := simtest.SimBinary()
@@ -191,15 +253,33 @@ func TestFullRoll(t *testing.T) {
 	if s := statusOf(t, ctx); s.Phase != ate.PhasePrepared || s.Cluster.New != newV {
 		t.Fatalf("after deploy atelet: %s new=%s", s.Phase, s.Cluster.New)
 	}
+	// Before step 4 no node may move: its actors would have no worker to
+	// resume on (the new-user accident this guard exists for).
+	expectRefused(t, ctx, "every serving pool has a clone pinned to NEW", "roll", "next-node")
+	expectRefused(t, ctx, "every serving pool has a clone pinned to NEW", "roll", "next-node", "--all", "--wait")
 	// Step 4.
-	if _, code := run(t, ctx, "roll", "clone-pools", "--image", "registry.example/ateom:v3"); code != cli.ExitUsage {
+	if _, code := run(t, ctx, "roll", "clone-pools", "--image", "gvisor=registry.example/ateom:v3"); code != cli.ExitUsage {
 		t.Fatalf("a tag-only image must be refused: exit %d", code)
 	}
-	if _, code := run(t, ctx, "roll", "clone-pools", "--image", image); code != 0 {
+	if out, code := run(t, ctx, "roll", "clone-pools", "--image", image); code != cli.ExitBlocked || !strings.Contains(out, "2 sandbox classes") {
+		t.Fatalf("a bare image for pools of two sandbox classes must be refused: exit %d", code)
+	}
+	if _, code := run(t, ctx, cloneArgs...); code != 0 {
 		t.Fatalf("clone-pools: exit %d", code)
 	}
-	if _, code := run(t, ctx, "roll", "clone-pools", "--image", image); code != 0 {
+	if _, code := run(t, ctx, cloneArgs...); code != 0 {
 		t.Fatalf("clone-pools again (idempotent): exit %d", code)
+	}
+	// One serving pool without a clone is enough to refuse.
+	extra := pool("scratch", map[string]any{ate.VersionLabel: oldV}, 0)
+	extra.SetNamespace("ate-batch")
+	extraPools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-batch")
+	if _, err := extraPools.Create(ctx, extra, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expectRefused(t, ctx, "no clone: ate-batch/scratch", "roll", "next-node")
+	if err := extraPools.Delete(ctx, "scratch", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	s := statusOf(t, ctx)
 	if s.Phase != ate.PhaseCloned {
@@ -211,7 +291,17 @@ func TestFullRoll(t *testing.T) {
 		}
 	}
 
-	// Step 5 on the first node, interrupted right after its label flips.
+	// Step 5 on the first node, interrupted right after its first drain:
+	// the node is half-moved, so no other node may start.
+	drainCtx, cancelDrain := cancelOnEvent(t, ctx, "WorkerDrained")
+	_, _ = run(t, drainCtx, "roll", "next-node")
+	cancelDrain()
+	if len(draining(t, ctx, "kwok-node-0")) == 0 {
+		t.Fatal("the interrupted run drained nothing on kwok-node-0")
+	}
+	expectRefused(t, ctx, "node kwok-node-0 is half-moved", "roll", "next-node", "kwok-node-2")
+
+	// Resumed, and interrupted right after its label flips.
 	runCtx, cancel := context.WithCancel(ctx)
 	w, err := c.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -236,20 +326,83 @@ func TestFullRoll(t *testing.T) {
 		t.Fatalf("resume should finish kwok-node-0 first: exit %d", code)
 	}
 
-	// A crashed actor on the next node stops the roll until it is reverted.
+	if bad := skew(); len(bad) > 0 {
+		t.Errorf("worker pods started next to an atelet of another version: %v", bad)
+	}
+}
+
+// lastNode is the node TestCrashedActorBlocksTheNode left at OLD.
+var lastNode string
+
+// TestCrashedActorBlocksTheNode crashes an actor on purpose (deleting its
+// worker pod while it runs), so the sim records that loss: the test
+// expects exactly that violation instead of none.
+func TestCrashedActorBlocksTheNode(t *testing.T) {
+	c := simtest.Get(t)
+	lost := c.ExpectViolation(t, "actor-lost")
+	defer lost()
+	ctx := simtest.Context(t, 3*time.Minute)
 	crashed := crashActorOn(t, ctx, "kwok-node-1", "kwok-node-2")
-	last := map[string]string{"kwok-node-1": "kwok-node-2", "kwok-node-2": "kwok-node-1"}[crashed]
-	out, code = run(t, ctx, "roll", "next-node", crashed)
+	lastNode = map[string]string{"kwok-node-1": "kwok-node-2", "kwok-node-2": "kwok-node-1"}[crashed]
+	out, code := run(t, ctx, "roll", "next-node", crashed, "--wait")
 	if code != cli.ExitBlocked || !strings.Contains(out, "CRASHED") || !strings.Contains(out, "--revert-crashed") {
 		t.Fatalf("a crashed actor must block the node: exit %d", code)
 	}
-	if _, code := run(t, ctx, "roll", "next-node", crashed, "--revert-crashed"); code != 0 {
+	if _, code := run(t, ctx, "roll", "next-node", crashed, "--revert-crashed", "--wait"); code != 0 {
 		t.Fatalf("--revert-crashed: exit %d", code)
+	}
+	// Traffic may have moved an actor onto the deleted pod's worker just
+	// before it went: revert whatever else crashed, so the roll can go on.
+	if _, code := run(t, ctx, "revert", "--all-crashed", "--yes"); code != 0 {
+		t.Fatalf("revert --all-crashed: exit %d", code)
+	}
+}
+
+// TestUnregisteredWorkerPodBlocksTheFlip puts a worker pod of a serving
+// pool on the last node that the syncer does not register (yet): it could
+// be handed an actor at any moment, so the node must not flip.
+func TestUnregisteredWorkerPodBlocksTheFlip(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	if lastNode == "" {
+		t.Fatal("needs TestCrashedActorBlocksTheNode")
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "late-worker", Namespace: "ate-workers",
+		Labels:      map[string]string{ate.PoolLabel: "python-small"},
+		Annotations: map[string]string{"sim.rollbook.dev/register-delay": "1h"}},
+		Spec: corev1.PodSpec{NodeName: lastNode, Containers: []corev1.Container{{Name: "ateom", Image: "registry.example/ateom"}}}}
+	pods := c.Client.CoreV1().Pods("ate-workers")
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, code := run(t, ctx, "roll", "next-node", lastNode, "--wait", "--register-timeout", "5s")
+	if code != cli.ExitBlocked || !strings.Contains(out, "ate-workers/late-worker") || !strings.Contains(out, "register") {
+		t.Fatalf("an unregistered worker pod must block the flip: exit %d", code)
+	}
+	if got := nodeLabels(t, ctx)[lastNode]; got != oldV {
+		t.Fatalf("%s flipped to %s with an unregistered worker pod on it", lastNode, got)
+	}
+	// It registers now; TestFullRollFinishes drains it with the others and
+	// deletes it once the node is at NEW, as any old-pool pod.
+	patch := []byte(`{"metadata":{"annotations":{"sim.rollbook.dev/register-delay":null}}}`)
+	if _, err := pods.Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFullRollFinishes(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	last := lastNode
+	if last == "" {
+		t.Fatal("needs TestCrashedActorBlocksTheNode")
 	}
 
 	// The last node, interrupted right after each kind of mutation and
 	// resumed each time: the label flips exactly once.
-	for _, reason := range []string{"WorkerDrained", "ActorSuspended", "SubstrateVersionFlipped", "OldWorkerDeleted"} {
+	for _, reason := range []string{"WorkerDrained", "ActorSuspended", "SubstrateVersionFlipped", "Deleted"} {
 		runCtx, cancel := cancelOnEvent(t, ctx, reason)
 		_, code := run(t, runCtx, "roll", "next-node", last, "--wait")
 		cancel()
@@ -264,21 +417,9 @@ func TestFullRoll(t *testing.T) {
 	if err != nil || len(evs.Items) != 1 {
 		t.Fatalf("%s was flipped %d times across the interrupted runs (%v); want once", last, len(evs.Items), err)
 	}
-	s = statusOf(t, ctx)
+	s := statusOf(t, ctx)
 	if s.Counts[newV] != 3 || s.OldPoolPodsRunning != 0 || s.ActorsOnOldPools != 0 {
 		t.Fatalf("after the roll: %+v", s)
-	}
-	inv, err := client(t, ctx).Inventory(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range inv.Actors {
-		if a.State == ateapi.ActorCrashed {
-			t.Errorf("actor %s/%s CRASHED during the roll", a.Atespace, a.Name)
-		}
-	}
-	if bad := skew(); len(bad) > 0 {
-		t.Errorf("worker pods started next to an atelet of another version: %v", bad)
 	}
 }
 
@@ -313,12 +454,30 @@ func crashActorOn(t *testing.T, ctx context.Context, nodes ...string) string {
 			time.Sleep(500 * time.Millisecond)
 			continue
 		}
-		if err := c.Client.CoreV1().Pods("ate-workers").Delete(ctx, victim.Pod, metav1.DeleteOptions{}); err != nil {
+		ns := "ate-workers"
+		for _, w := range inv.Workers {
+			if w.Name == victim.Worker {
+				ns = w.Namespace
+			}
+		}
+		err = c.Client.CoreV1().Pods(ns).Delete(ctx, victim.Pod, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			continue // the inventory lagged behind the pods
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		for wait := time.Now().Add(20 * time.Second); time.Now().Before(wait); time.Sleep(500 * time.Millisecond) {
 			if a, err := cl.GetActor(ctx, victim.Atespace, victim.Name); err == nil && a.State == ateapi.ActorCrashed {
 				return victim.Node
+			}
+			// The inventory may have been stale: whoever was on the pod crashed.
+			if inv, err := cl.Inventory(ctx); err == nil {
+				for _, a := range inv.Actors {
+					if a.State == ateapi.ActorCrashed && contains(nodes, a.Node) {
+						return a.Node
+					}
+				}
 			}
 		}
 	}

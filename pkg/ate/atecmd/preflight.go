@@ -45,6 +45,9 @@ and GKE hazards. --pin-pools pins an unpinned pool, but only while no actor is o
 			if err != nil {
 				return err
 			}
+			if opts.Deployments, err = ate.Deployments(ctx, cs); err != nil {
+				return err
+			}
 			var caps *ateapi.Capabilities
 			var inv *ateapi.Inventory
 			client, apiErr := api.dial(ctx, g)
@@ -58,9 +61,10 @@ and GKE hazards. --pin-pools pins an unpinned pool, but only while no actor is o
 				if apiErr != nil {
 					return fmt.Errorf("--pin-pools needs the control API to prove no actor is on a pool's workers: %w", apiErr)
 				}
-				rec := kube.Recorders{ui.NewProgress(g.IOStreams.ErrOut), &kube.EventWriter{Client: cs, Component: "kubectl-ate", Instance: cli.NewRunID()}}
-				for _, p := range c.Pools {
-					if p.Pin == "" && p.ClonedFrom == "" {
+				rec := kube.Recorders{ui.NewProgress(g.IOStreams.ErrOut),
+					&kube.EventWriter{Client: cs, Component: "kubectl-ate", Instance: cli.NewRunID()}}
+				for _, p := range c.ServingPools() {
+					if p.Pin == "" {
 						if err := ate.PinPool(ctx, dyn, rec, p, c.Old, inv); err != nil {
 							return cli.WithExitCode(cli.ExitBlocked, err)
 						}

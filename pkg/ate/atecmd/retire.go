@@ -86,7 +86,8 @@ Deployments and pods go with them) and the OLD atelet DaemonSet are deleted.`,
 				return finish(nil)
 			}
 			if res.Failed > 0 {
-				return finish(cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("%d guard(s) failed: the old pools stay (they are the rollback reserve)", res.Failed)))
+				return finish(cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("%d guard(s) failed: the old pools stay (they are the "+
+					"rollback reserve)", res.Failed)))
 			}
 			if run.DryRun {
 				for _, p := range f.OldPools {
@@ -130,7 +131,8 @@ Deployments and pods go with them) and the OLD atelet DaemonSet are deleted.`,
 			}
 			st := ui.NewStyle(info)
 			fmt.Fprintf(info, "%s retired %d pool(s) and the %s atelet; backups: %v\n", st.OK("✓"), len(f.OldPools), f.Cluster.Old, res.Backups)
-			fmt.Fprintf(info, "To recreate a pool: kubectl apply -f %s\nNext: %s\n", ate.BackupFile(backupDir, ate.Pool{Namespace: "NAMESPACE", Name: "NAME"}), st.Bold("kubectl ate status"))
+			fmt.Fprintf(info, "To recreate a pool: kubectl apply -f %s\nNext: %s\n",
+				ate.BackupFile(backupDir, ate.Pool{Namespace: "NAMESPACE", Name: "NAME"}), st.Bold("kubectl ate status"))
 			return finish(nil)
 		},
 	}

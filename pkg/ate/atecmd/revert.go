@@ -56,7 +56,8 @@ its input; --yes confirms without asking (required when the input is not a termi
 				return cli.UsageErrorf("-a ATESPACE is required with an ACTOR")
 			}
 			if !yes && !inputIsTerminal(g.IOStreams.In) {
-				return cli.UsageErrorf("refusing to revert without confirmation: the input is not a terminal, so nobody can answer the prompt. Reverting loses each actor's work since its last external snapshot; pass --yes to accept that")
+				return cli.UsageErrorf("refusing to revert without confirmation: the input is not a terminal, so nobody can answer the " +
+					"prompt. Reverting loses each actor's work since its last external snapshot; pass --yes to accept that")
 			}
 			ctx := cmd.Context()
 			client, err := api.dial(ctx, g)
@@ -65,7 +66,8 @@ its input; --yes confirms without asking (required when the input is not a termi
 			}
 			defer client.Close()
 			if !client.Capabilities().Has("RevertActor") {
-				return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the control API does not serve RevertActor (era %s): a crashed actor can only be deleted on this install", client.Capabilities().Era))
+				return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the control API does not serve RevertActor (era %s): a crashed "+
+					"actor can only be deleted on this install", client.Capabilities().Era))
 			}
 			var actors []ateapi.Actor
 			if allCrashed {
@@ -94,7 +96,8 @@ its input; --yes confirms without asking (required when the input is not a termi
 					fmt.Fprintf(g.IOStreams.Out, "%s/%s is already SUSPENDED: nothing to revert.\n", a.Atespace, a.Name)
 					return nil
 				default:
-					return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("%s/%s is %s, not CRASHED: revert only recovers a crashed actor (to stop a live one, suspend it; that keeps its work)", a.Atespace, a.Name, a.State))
+					return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("%s/%s is %s, not CRASHED: revert only recovers a crashed actor "+
+						"(to stop a live one, suspend it; that keeps its work)", a.Atespace, a.Name, a.State))
 				}
 				actors = []ateapi.Actor{a}
 			}
@@ -134,7 +137,8 @@ its input; --yes confirms without asking (required when the input is not a termi
 				fmt.Fprintf(out, "%s %s/%s is %s\n", st.OK("✓"), a.Atespace, a.Name, got.State)
 			}
 			if len(failed) > 0 {
-				return cli.WithExitCode(cli.ExitFailed, fmt.Errorf("%d actor(s) not reverted: %s; re-run to retry", len(failed), strings.Join(failed, ", ")))
+				return cli.WithExitCode(cli.ExitFailed, fmt.Errorf("%d actor(s) not reverted: %s; re-run to "+
+					"retry", len(failed), strings.Join(failed, ", ")))
 			}
 			return nil
 		},

@@ -2,14 +2,11 @@ package atecmd
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/rollbook/rollbook/pkg/ate"
-	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
@@ -23,258 +20,178 @@ func newRollCommand(g *cli.Globals) *cobra.Command {
 	return cmd
 }
 
-func newClonePoolsCommand(g *cli.Globals) *cobra.Command {
-	var (
-		run    cli.RunFlags
-		image  string
-		images map[string]string
-	)
-	cmd := &cobra.Command{
-		Use:   "clone-pools --image REF@sha256:…",
-		Short: "Create a clone of every serving WorkerPool for the new version (step 4)",
-		Example: `  kubectl ate roll clone-pools --image registry.example/ateom-gvisor:v2@sha256:<digest>
-  kubectl ate roll clone-pools --image-for gvisor=REF@sha256:… --image-for microvm=REF@sha256:…`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := run.Validate(); err != nil {
-				return err
-			}
-			if image == "" && len(images) == 0 {
-				return cli.UsageErrorf("--image or --image-for is required: the new worker image, pinned by digest")
-			}
-			for _, ref := range append([]string{image}, values(images)...) {
-				if ref == "" {
-					continue
-				}
-				if err := ate.ValidateImage(ref); err != nil {
-					return cli.UsageErrorf("%v", err)
-				}
-			}
-			imageFor := func(class string) (string, error) {
-				if ref, ok := images[class]; ok {
-					return ref, nil
-				}
-				if image != "" {
-					return image, nil
-				}
-				return "", fmt.Errorf("no image for sandbox class %q (pass --image-for %s=REF@sha256:…)", class, class)
-			}
-			s, ctx, err := cli.StartSession(cmd.Context(), g, run, "ate", ate.LockName)
-			if err != nil {
-				return err
-			}
-			dyn, err := dynamicClient(g)
-			if err != nil {
-				_ = s.Abort()
-				return err
-			}
-			target := runbook.ScopeTarget{Scope: "roll"}
-			res := runbook.Run(ctx, ate.CloneRunbook(s.Client, dyn, s.Recorder, imageFor), []runbook.Target{target},
-				runbook.Options{RunID: s.RunID, DryRun: run.DryRun, Reporter: s.Progress})
-			return s.Finish(res, "kubectl ate preflight && kubectl ate roll next-node")
-		},
-	}
-	cmd.Flags().StringVar(&image, "image", "", "new worker image for every pool, REPO[:TAG]@sha256:<digest>")
-	cmd.Flags().StringToStringVar(&images, "image-for", nil, "new worker image per sandbox class, CLASS=REF@sha256:… (repeatable)")
-	run.AddFlags(cmd.Flags(), ate.Namespace)
-	return cmd
+// cloneOptions are the flags of roll clone-pools.
+type cloneOptions struct {
+	run    cli.RunFlags
+	images []string
+	refs   ate.Images
 }
 
-func values(m map[string]string) []string {
-	var out []string
-	for _, v := range m {
-		out = append(out, v)
-	}
-	return out
+func (o *cloneOptions) Complete() error {
+	var err error
+	o.refs, err = ate.ParseImages(o.images)
+	return err
 }
 
-// nodeFlags tune moving nodes; shared by roll and rollback.
-type nodeFlags struct {
-	run      cli.RunFlags
-	api      apiFlags
-	all      bool
-	wait     bool
-	cfg      ate.NodeConfig
-	waitFree time.Duration
-}
-
-func (n *nodeFlags) add(cmd *cobra.Command) {
-	fs := cmd.Flags()
-	fs.BoolVar(&n.all, "all", false, "move every remaining node, one at a time")
-	fs.BoolVar(&n.wait, "wait", false, "wait for a free worker of the target version instead of refusing")
-	fs.DurationVar(&n.waitFree, "wait-timeout", 30*time.Minute, "with --wait, how long to wait for a free worker")
-	fs.IntVar(&n.cfg.MaxConcurrentSuspends, "max-concurrent-suspends", 4, "actors suspended at once")
-	fs.DurationVar(&n.cfg.SuspendInterval, "suspend-interval", 0, "pause between starting two suspends (pace the snapshot uploads)")
-	fs.BoolVar(&n.cfg.RevertCrashed, "revert-crashed", false, "revert CRASHED actors to their last external snapshot instead of stopping (loses their work since then)")
-	fs.DurationVar(&n.cfg.SuspendTimeout, "suspend-timeout", 30*time.Minute, "how long emptying one node may take, kept across re-runs")
-	fs.DurationVar(&n.cfg.AteletTimeout, "atelet-timeout", 6*time.Minute, "how long the new atelet may take to be Ready (the old one may hold host ports ~5 min)")
-	fs.DurationVar(&n.cfg.VerifyTimeout, "verify-timeout", 5*time.Minute, "how long new workers may take to register")
-	n.api.add(fs)
-	n.run.AddFlags(fs, ate.Namespace)
-}
-
-func (n *nodeFlags) validate() error {
-	if err := n.run.Validate(); err != nil {
+func (o *cloneOptions) Validate() error {
+	if err := o.run.Validate(); err != nil {
 		return err
 	}
-	if n.cfg.MaxConcurrentSuspends < 1 {
-		return cli.UsageErrorf("--max-concurrent-suspends must be at least 1")
+	if len(o.images) == 0 {
+		return cli.UsageErrorf("--image is required: the new worker image per sandbox class, CLASS=REF@sha256:… (repeatable)")
 	}
 	return nil
 }
 
-func newNextNodeCommand(g *cli.Globals) *cobra.Command {
-	n := &nodeFlags{}
-	cmd := &cobra.Command{
-		Use:   "next-node [NODE]",
-		Short: "Move the next node (or NODE) from OLD to NEW without losing an actor (step 5)",
-		Long: `Move one node from OLD to NEW: resume a half-moved node first, else take the next OLD node.
-a) drain its workers; b+c) suspend every actor living there until none is left, then drain
-again; d) flip its ate.dev/substrate-version label and wait for the NEW atelet to be Ready;
-e) delete its old-pool worker pods (never before d); f) verify new-pool workers registered.
-Every node after the first needs a free new-pool worker for the suspended actors (--wait).
-Each sub-step is read back from the cluster and the substrate, so an interrupted run resumes
-exactly where it stopped.`,
-		Example: `  kubectl ate roll next-node --dry-run
-  kubectl ate roll next-node
-  kubectl ate roll next-node --all --max-concurrent-suspends 8`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: moveNodesRunE(g, n, ate.RollSides, "kubectl ate roll next-node"),
-	}
-	n.add(cmd)
-	return cmd
-}
-
-// moveNodesRunE is the RunE of roll next-node and rollback next-node.
-func moveNodesRunE(g *cli.Globals, n *nodeFlags, sidesOf func(*ate.Cluster) (ate.Sides, error), again string) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		if err := n.validate(); err != nil {
-			return err
-		}
-		node := ""
-		if len(args) == 1 {
-			node = args[0]
-		}
-		return moveNodes(cmd.Context(), g, n, node, sidesOf, again)
-	}
-}
-
-// moveNodes runs the node runbook on node (or the next one; with --all,
-// every remaining one), re-reading the cluster between nodes.
-func moveNodes(ctx context.Context, g *cli.Globals, n *nodeFlags, node string, sidesOf func(*ate.Cluster) (ate.Sides, error), again string) error {
-	if n.all && node != "" {
-		return cli.UsageErrorf("give a NODE or --all, not both")
-	}
-	s, ctx, err := cli.StartSession(ctx, g, n.run, "ate", ate.LockName)
+func (o *cloneOptions) Run(ctx context.Context, g *cli.Globals) error {
+	s, ctx, err := cli.StartSession(ctx, g, o.run, "ate", ate.LockName)
 	if err != nil {
 		return err
 	}
 	dyn, err := dynamicClient(g)
 	if err != nil {
-		_ = s.Abort()
+		return s.Fail(err)
+	}
+	res := cli.Run(ctx, s, ate.CloneRunbook(s.Client, dyn, s.Recorder, o.refs), []runbook.Target{runbook.ScopeTarget{Scope: "roll"}},
+		runbook.Options{})
+	return s.Finish(res, "kubectl ate preflight && kubectl ate roll next-node")
+}
+
+func newClonePoolsCommand(g *cli.Globals) *cobra.Command {
+	o := &cloneOptions{}
+	cmd := &cobra.Command{
+		Use:   "clone-pools --image CLASS=REF@sha256:…",
+		Short: "Create a clone of every serving WorkerPool for the new version (step 4)",
+		Long: `Clone every serving WorkerPool for NEW: same namespace, labels and spec, the new worker image of
+the pool's sandbox class and the NEW pin. Give one --image CLASS=REF@sha256:… per sandbox class the
+serving pools use; a bare REF@sha256:… is accepted only when every serving pool has the same class.`,
+		Example: `  kubectl ate roll clone-pools --image gvisor=registry.example/ateom-gvisor:v2@sha256:<digest> \
+      --image microvm=registry.example/ateom-microvm:v2@sha256:<digest>
+  kubectl ate roll clone-pools --image registry.example/ateom-gvisor:v2@sha256:<digest>   # one class only`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			if err := o.Complete(); err != nil {
+				return cli.UsageErrorf("%v", err)
+			}
+			return o.Run(cmd.Context(), g)
+		},
+	}
+	cmd.Flags().StringArrayVar(&o.images, "image", nil, "new worker image, CLASS=REPO[:TAG]@sha256:<digest> (repeatable), "+
+		"or a bare ref when every serving pool has one sandbox class")
+	o.run.AddFlags(cmd.Flags(), ate.Namespace)
+	return cmd
+}
+
+// nodeOptions tune moving nodes; shared by roll and rollback.
+type nodeOptions struct {
+	run  cli.RunFlags
+	api  apiFlags
+	move ate.MoveOptions
+}
+
+func (n *nodeOptions) add(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	c := &n.move.Config
+	fs.BoolVar(&n.move.All, "all", false, "move every remaining node, one at a time")
+	fs.BoolVar(&n.move.Wait, "wait", false, "wait for enough free workers of each pool lineage instead of refusing")
+	fs.DurationVar(&n.move.WaitTimeout, "wait-timeout", 30*time.Minute, "with --wait, how long to wait for free workers")
+	fs.IntVar(&c.MaxConcurrentSuspends, "max-concurrent-suspends", 4, "actors suspended at once")
+	fs.DurationVar(&c.SuspendInterval, "suspend-interval", 0, "pause between starting two suspends (pace the snapshot uploads)")
+	fs.BoolVar(&c.RevertCrashed, "revert-crashed", false,
+		"revert CRASHED actors to their last external snapshot instead of stopping (loses their work since then)")
+	fs.DurationVar(&c.SuspendTimeout, "suspend-timeout", 30*time.Minute, "how long emptying one node may take, kept across re-runs")
+	fs.DurationVar(&c.AteletTimeout, "atelet-timeout", 6*time.Minute,
+		"how long the new atelet may take to be Ready (the old one may hold host ports ~5 min)")
+	fs.DurationVar(&c.VerifyTimeout, "verify-timeout", 5*time.Minute, "how long new workers may take to register")
+	fs.DurationVar(&c.RegisterTimeout, "register-timeout", 2*time.Minute,
+		"how long a worker pod on the node may take to register before the flip; then the run stops blocked")
+	n.api.add(fs)
+	n.run.AddFlags(fs, ate.Namespace)
+}
+
+func (n *nodeOptions) Complete(args []string) {
+	if len(args) == 1 {
+		n.move.Node = args[0]
+	}
+}
+
+func (n *nodeOptions) Validate() error {
+	if err := n.run.Validate(); err != nil {
 		return err
 	}
-	client, err := n.api.dial(ctx, g)
+	if n.move.Config.MaxConcurrentSuspends < 1 {
+		return cli.UsageErrorf("--max-concurrent-suspends must be at least 1")
+	}
+	if n.move.All && n.move.Node != "" {
+		return cli.UsageErrorf("give a NODE or --all, not both")
+	}
+	return nil
+}
+
+// Run moves nodes in one session; again is the command that resumes.
+func (n *nodeOptions) Run(ctx context.Context, g *cli.Globals, again string) error {
+	s, ctx, err := cli.StartSession(ctx, g, n.run, "ate", ate.LockName)
 	if err != nil {
-		_ = s.Abort()
 		return err
 	}
-	defer client.Close()
-	if caps := client.Capabilities(); !caps.DrainImplemented {
-		_ = s.Abort()
-		return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the control API does not implement DrainWorker (era %s): this install predates versioned builds and needs a fresh install", caps.Era))
+	m, closeAPI, err := mover(ctx, g, s, &n.api, n.run.DryRun)
+	if err != nil {
+		return s.Fail(err)
 	}
-	var total runbook.Result
-	total.Runbook, total.RunID, total.DryRun, total.Outcome = ate.NodeRunbookName, s.RunID, n.run.DryRun, runbook.OutcomeDone
-	if n.run.DryRun {
-		total.Outcome = runbook.OutcomePlanned
-	}
-	for {
-		c, err := ate.ObserveCluster(ctx, s.Client, dyn)
-		if err != nil {
-			_ = s.Abort()
-			return err
-		}
-		sides, err := sidesOf(c)
-		if err != nil {
-			_ = s.Abort()
-			return cli.WithExitCode(cli.ExitBlocked, err)
-		}
-		target := node
-		if target == "" {
-			inv, err := client.Inventory(ctx)
-			if err != nil {
-				_ = s.Abort()
-				return err
-			}
-			fromPods, err := ate.PoolPods(ctx, s.Client, sides.FromPools)
-			if err != nil {
-				_ = s.Abort()
-				return err
-			}
-			target = ate.NextNode(c, sides.From, sides.To, sides.FromPools, fromPods, inv)
-		}
-		if target == "" {
-			s.Progress.Printf("every node is at %s", sides.To)
-			break
-		}
-		if n.wait && !sides.FirstNode {
-			if err := waitForFreeWorker(ctx, client, s, sides, n.waitFree); err != nil {
-				_ = s.Abort()
-				return err
-			}
-		}
-		cfg := n.cfg
-		cfg.Sides, cfg.RunID = sides, s.RunID
-		s.Progress.Printf("node %s: %s → %s", target, sides.From, sides.To)
-		res := runbook.Run(ctx, ate.NodeRunbook(s.Client, client, s.Recorder, &cfg),
-			[]runbook.Target{runbook.NodeTarget{Client: s.Client, Node: target}},
-			runbook.Options{RunID: s.RunID, DryRun: n.run.DryRun, Reporter: s.Progress})
-		total.Targets = append(total.Targets, res.Targets...)
-		total.Outcome = worse(total.Outcome, res.Outcome)
-		if !n.all || n.run.DryRun || res.Outcome != runbook.OutcomeDone || node != "" {
-			break
-		}
+	defer closeAPI()
+	res, err := ate.MoveNodes(ctx, m, n.move)
+	if err != nil {
+		return s.Fail(blockedExit(err))
 	}
 	next := "kubectl ate status"
-	if total.Outcome != runbook.OutcomeDone && total.Outcome != runbook.OutcomePlanned {
+	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = "fix what is shown above, then re-run: " + again
-	} else if !n.all {
+	} else if !n.move.All {
 		next = again + "   (or `kubectl ate status` to see what is left)"
 	}
-	return s.Finish(total, next)
+	return s.Finish(res, next)
 }
 
-func worse(a, b runbook.Outcome) runbook.Outcome {
-	rank := map[runbook.Outcome]int{runbook.OutcomeDone: 0, runbook.OutcomePlanned: 1, runbook.OutcomeSkipped: 2, runbook.OutcomeBlocked: 3, runbook.OutcomeInterrupted: 4, runbook.OutcomeFailed: 5}
-	if rank[b] > rank[a] {
-		return b
+func newNextNodeCommand(g *cli.Globals) *cobra.Command {
+	n := &nodeOptions{}
+	cmd := &cobra.Command{
+		Use:   "next-node [NODE]",
+		Short: "Move the next node (or NODE) from OLD to NEW without losing an actor (step 5)",
+		Long: `Move one node from OLD to NEW: resume a half-moved node first, else take the next OLD node.
+Refused (exit 3, nothing changed) unless both atelet DaemonSets exist, every serving pool is pinned
+to OLD and has a clone pinned to NEW with its Deployment, and the cluster has more than one node
+(or --allow-full-stop); NODE is refused while another node is half-moved.
+a) drain its workers; b+c) suspend every actor living there until none is left, then drain
+again; d) flip its ate.dev/substrate-version label and wait for the NEW atelet to be Ready;
+e) delete its old-pool worker pods (never before d); f) verify new-pool workers registered.
+Every node after the first needs enough free workers of each pool lineage elsewhere for the
+actors it suspends (--wait). Each sub-step is read back from the cluster and the substrate,
+so an interrupted run resumes exactly where it stopped.`,
+		Example: `  kubectl ate roll next-node --dry-run
+  kubectl ate roll next-node
+  kubectl ate roll next-node --all --wait --max-concurrent-suspends 8`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n.Complete(args)
+			if err := n.Validate(); err != nil {
+				return err
+			}
+			return n.Run(cmd.Context(), g, "kubectl ate roll next-node")
+		},
 	}
-	return a
+	n.add(cmd)
+	cmd.Flags().BoolVar(&n.move.AllowFullStop, "allow-full-stop", false,
+		"accept a single-node cluster, where moving the node suspends every actor at once")
+	return cmd
 }
 
-// waitForFreeWorker polls the API (it has no watch) until a worker of the
-// target pools is free on a node already at the target version.
-func waitForFreeWorker(ctx context.Context, client *ateapi.Client, s *cli.Session, sides ate.Sides, limit time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	var nodes []string
-	for n := range sides.NodesAtTo {
-		nodes = append(nodes, n)
+// blockedExit gives a refusal (runbook.Blocked) exit code 3.
+func blockedExit(err error) error {
+	if runbook.IsBlocked(err) {
+		return cli.WithExitCode(cli.ExitBlocked, err)
 	}
-	for delay := time.Second; ; delay = min(2*delay, 10*time.Second) {
-		inv, err := client.Inventory(ctx)
-		if err != nil {
-			return err
-		}
-		if ate.FreeWorkers(inv, sides.ToPools, nodes) > 0 {
-			return nil
-		}
-		s.Progress.Printf("waiting for a free %s worker on %s …", sides.To, strings.Join(nodes, ","))
-		select {
-		case <-ctx.Done():
-			return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("no free %s worker appeared within %s", sides.To, limit))
-		case <-time.After(delay):
-		}
-	}
+	return err
 }

@@ -36,8 +36,17 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 				return cli.UsageErrorf("%v", err)
 			}
 			ctx := cmd.Context()
+			// One connection (one port-forward, one token) for the whole
+			// --watch: a redraw only lists workers and actors again.
+			var client *ateapi.Client
+			var dialErr error
+			if !noAPI {
+				if client, dialErr = api.dial(ctx, g); dialErr == nil {
+					defer client.Close()
+				}
+			}
 			for {
-				s, err := observeStatus(ctx, g, &api, noAPI)
+				s, err := observeStatus(ctx, g, client, dialErr)
 				if err != nil {
 					return err
 				}
@@ -72,7 +81,7 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 	return cmd
 }
 
-func observeStatus(ctx context.Context, g *cli.Globals, api *apiFlags, noAPI bool) (*ate.Status, error) {
+func observeStatus(ctx context.Context, g *cli.Globals, client *ateapi.Client, dialErr error) (*ate.Status, error) {
 	cs, err := g.Factory.KubernetesClientSet()
 	if err != nil {
 		return nil, err
@@ -87,16 +96,11 @@ func observeStatus(ctx context.Context, g *cli.Globals, api *apiFlags, noAPI boo
 	}
 	var inv *ateapi.Inventory
 	var caps *ateapi.Capabilities
-	var apiErr error
-	if !noAPI {
-		client, err := api.dial(ctx, g)
-		if err == nil {
-			defer client.Close()
-			cp := client.Capabilities()
-			caps = &cp
-			inv, err = client.Inventory(ctx)
-		}
-		apiErr = err
+	apiErr := dialErr
+	if client != nil {
+		cp := client.Capabilities()
+		caps = &cp
+		inv, apiErr = client.Inventory(ctx)
 	}
 	s, err := ate.ObserveStatus(ctx, cs, c, inv)
 	if err != nil {

@@ -27,7 +27,7 @@ type cloneFacts struct {
 }
 
 // CloneRunbook is step 4: clone every serving pool for NEW.
-func CloneRunbook(cs kubernetes.Interface, dyn dynamic.Interface, rec kube.Recorder, imageFor func(class string) (string, error)) *runbook.Runbook[cloneFacts] {
+func CloneRunbook(cs kubernetes.Interface, dyn dynamic.Interface, rec kube.Recorder, images Images) *runbook.Runbook[cloneFacts] {
 	return &runbook.Runbook[cloneFacts]{
 		Name:  "ate-clone-pools",
 		Title: "Clone every serving WorkerPool for the new version",
@@ -42,7 +42,7 @@ new pools' pods wait (Pending) until a node moves to NEW.`,
 				return cloneFacts{}, err
 			}
 			f := cloneFacts{c: c, deployments: map[string]int{}, running: map[string]int{}}
-			f.plans, f.err = PlanClones(c, imageFor)
+			f.plans, f.err = PlanClones(c, images)
 			deps, err := cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: PoolLabel})
 			if err != nil {
 				return f, err

@@ -1,0 +1,94 @@
+package fakesubstrate
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestTransitionsTakeTime(t *testing.T) {
+	changed := make(chan struct{}, 4)
+	s, _ := start(t, Options{TransitionTime: 50 * time.Millisecond, OnChange: func() { changed <- struct{}{} }})
+	if err := s.AddWorker(Worker{Name: "w1", Node: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddActor(Actor{Atespace: "a", Name: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	a, ok, err := s.ResumeActor("a", "x")
+	if err != nil || !ok || a.State != ActorResuming || a.Worker != "w1" {
+		t.Fatalf("resume: %+v %v %v; want RESUMING on w1", a, ok, err)
+	}
+	if _, err := s.SuspendActor("a", "x"); err == nil {
+		t.Fatal("suspend of a RESUMING actor must be refused (FailedPrecondition)")
+	}
+	<-changed
+	if a, _ := s.GetActor("a", "x"); a.State != ActorRunning {
+		t.Fatalf("after the transition: %s, want RUNNING", a.State)
+	}
+	if a, err := s.SuspendActor("a", "x"); err != nil || a.State != ActorSuspending || a.Worker != "w1" {
+		t.Fatalf("suspend: %+v %v; want SUSPENDING, still on w1", a, err)
+	}
+	if a, err := s.SuspendActor("a", "x"); err != nil || a.State != ActorSuspending {
+		t.Fatalf("suspend again while SUSPENDING: %+v %v", a, err)
+	}
+	<-changed
+	if a, _ := s.GetActor("a", "x"); a.State != ActorSuspended || a.Worker != "" {
+		t.Fatalf("after the transition: %+v, want SUSPENDED and unbound", a)
+	}
+}
+
+func TestFlipLosesPausedActors(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		lost []string
+	)
+	s, _ := start(t, Options{OnLost: func(r ActorRef, why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lost = append(lost, r.Atespace+"/"+r.Name+": "+why)
+	}})
+	for _, a := range []Actor{
+		{Atespace: "a", Name: "paused-here", State: ActorPaused, SnapshotNodes: []string{"n1"}},
+		{Atespace: "a", Name: "paused-there", State: ActorPaused, SnapshotNodes: []string{"n2"}},
+		{Atespace: "a", Name: "suspended", State: ActorSuspended},
+	} {
+		if err := s.AddActor(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := s.LoseLocalSnapshots("n1")
+	if len(got) != 1 || got[0].Name != "paused-here" {
+		t.Fatalf("lost %v, want only a/paused-here", got)
+	}
+	if a, _ := s.GetActor("a", "paused-here"); a.State != ActorCrashed || a.CrashMessage == "" {
+		t.Fatalf("paused-here: %+v", a)
+	}
+	if a, _ := s.GetActor("a", "paused-there"); a.State != ActorPaused {
+		t.Fatalf("paused-there: %s", a.State)
+	}
+	if len(lost) != 1 {
+		t.Fatalf("OnLost told %v", lost)
+	}
+}
+
+func TestSoftListsMissChangingItems(t *testing.T) {
+	s, _ := start(t, Options{SoftLists: true, PageSize: 1})
+	for _, n := range []string{"a", "b", "c"} {
+		if err := s.AddActor(Actor{Atespace: "x", Name: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := s.seq
+	if err := s.SetActorState("x", "c", ActorPaused); err != nil {
+		t.Fatal(err)
+	}
+	a := s.actors["x/c"]
+	if !s.missed(a.seq, a.changed, start) {
+		t.Fatal("an actor changed after the list began must be missed")
+	}
+	b := s.actors["x/b"]
+	if s.missed(b.seq, b.changed, start) {
+		t.Fatal("an unchanged actor must be listed")
+	}
+}

@@ -1,0 +1,101 @@
+// Package twonode rolls a two-node ate-fleet with traffic off, so the free
+// workers of each pool lineage can be counted exactly: the capacity guard
+// before the second node, a full roll and a full rollback.
+package twonode
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
+	"github.com/rollbook/rollbook/pkg/ateapi"
+)
+
+func TestMain(m *testing.M) {
+	os.Setenv("ROLLBOOK_SIM_ATE_TRAFFIC", "off")
+	simtest.Main(m, simtest.Options{Nodes: 2, Scenario: "ate-fleet"})
+}
+
+// freeCloneWorkers are the free new-pool workers on node.
+func freeCloneWorkers(t *testing.T, ctx context.Context, cl *ateapi.Client, node string) []ateapi.Worker {
+	t.Helper()
+	inv, err := cl.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []ateapi.Worker
+	for _, w := range inv.Workers {
+		if w.Node == node && strings.HasSuffix(w.Pool, "-v0-3-0") && w.Free() {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func TestCapacityGuardThenRollAndRollback(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 6*time.Minute)
+	cl := atetest.Client(t, ctx)
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+	atetest.MustRun(t, ctx, "roll", "next-node")
+	if got := atetest.NodeLabels(t, ctx)["kwok-node-0"]; got != atetest.NewV {
+		t.Fatalf("kwok-node-0 at %s", got)
+	}
+	// kwok-node-1 still hosts demo/chat-2; the only workers elsewhere are
+	// the new pools' on kwok-node-0. Take them out of service, as a wrong
+	// drain would: the actors of kwok-node-1 would have nowhere to go.
+	var drained []ateapi.Worker
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		for _, w := range freeCloneWorkers(t, ctx, cl, "kwok-node-0") {
+			if _, err := cl.DrainWorker(ctx, w.Name); err != nil {
+				t.Fatal(err)
+			}
+			drained = append(drained, w)
+		}
+		if len(drained) > 0 && len(freeCloneWorkers(t, ctx, cl, "kwok-node-0")) == 0 {
+			break
+		}
+	}
+	out := atetest.ExpectRefused(t, ctx, "not enough free ACTIVE workers", "roll", "next-node")
+	if !strings.Contains(out, "ate-workers/python-small or its clone: 1 actor(s) to suspend, 0 free") {
+		t.Errorf("the refusal must say, per lineage, how many workers are needed and how many exist")
+	}
+	atetest.ExpectRefused(t, ctx, "not enough free workers", "roll", "next-node", "--wait", "--wait-timeout", "5s")
+
+	// Recover as the runbook says for a wrong drain: delete the drained,
+	// empty pods; their replacements register as fresh workers, and --wait
+	// sees them.
+	for _, w := range drained {
+		if err := c.Client.CoreV1().Pods(w.Namespace).Delete(ctx, w.Pod, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	atetest.MustRun(t, ctx, "roll", "next-node", "--all", "--wait")
+	if s := atetest.Status(t, ctx); s.Counts[atetest.NewV] != 2 || s.ActorsOnOldPools != 0 {
+		t.Fatalf("after the roll: %s %v", s.Phase, s.Counts)
+	}
+
+	// Rollback, in the runbook's order: the control plane first.
+	atetest.ExpectRefused(t, ctx, "deploy apiserver", "rollback")
+	out = atetest.MustRun(t, ctx, "rollback", "--control-plane-reverted", "--wait")
+	if j, k := strings.Index(out, "deploy ate-system"), strings.Index(out, "deploy ate-controller"); j < 0 || j > k {
+		t.Errorf("rollback must print deploy ate-system, then deploy ate-controller")
+	}
+	s := atetest.Status(t, ctx)
+	if s.Phase != ate.PhaseNotStarted || len(s.Nodes) != 0 || s.Counts[atetest.OldV] != 2 {
+		t.Fatalf("after the rollback: %s (%s), in progress %v", s.Phase, s.Summary, s.Nodes)
+	}
+	if out := atetest.MustRun(t, ctx, "rollback"); !strings.Contains(out, "one atelet DaemonSet, at "+atetest.OldV) {
+		t.Errorf("the re-run must check for a third atelet DaemonSet")
+	}
+	atetest.NoActorLost(t, ctx)
+}

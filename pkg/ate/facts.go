@@ -1,0 +1,124 @@
+package ate
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/rollbook/rollbook/pkg/ateapi"
+)
+
+// The substrate facts the runbooks decide on, each written once. Pools are
+// always matched by "namespace/name" (Pool.Key, Worker.PoolKey): the same
+// pool name in two namespaces is two pools.
+
+func poolSet(pools []Pool) map[string]bool {
+	m := map[string]bool{}
+	for _, p := range pools {
+		m[p.Key()] = true
+	}
+	return m
+}
+
+// actorsBoundTo lists the actors bound to a worker of pools.
+func actorsBoundTo(inv *ateapi.Inventory, pools []Pool) []ateapi.Actor {
+	set := poolSet(pools)
+	workers := map[string]bool{}
+	for _, w := range inv.Workers {
+		if set[w.PoolKey()] {
+			workers[w.Name] = true
+		}
+	}
+	var out []ateapi.Actor
+	for _, a := range inv.Actors {
+		if a.Worker != "" && workers[a.Worker] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// FreeWorkers counts the ACTIVE workers of pools with room for an actor on
+// nodes (nil: any node).
+func FreeWorkers(inv *ateapi.Inventory, pools []Pool, nodes map[string]bool) int {
+	set := poolSet(pools)
+	n := 0
+	for _, w := range inv.Workers {
+		if set[w.PoolKey()] && (nodes == nil || nodes[w.Node]) && w.Free() {
+			n++
+		}
+	}
+	return n
+}
+
+// Lineages maps every pool key of a serving pool and of its clone to the
+// serving pool's key: an actor suspended off one may resume on either.
+func Lineages(c *Cluster) map[string]string {
+	m := map[string]string{}
+	for _, p := range c.ServingPools() {
+		m[p.Key()] = p.Key()
+		if p.CloneName != "" {
+			m[p.Namespace+"/"+p.CloneName] = p.Key()
+		}
+	}
+	return m
+}
+
+// Need is what suspending one node's actors asks of one pool lineage.
+type Need struct {
+	Lineage string `json:"lineage"` // the serving pool's key; "" for paused actors (any lineage)
+	Actors  int    `json:"actors"`  // to suspend on the node
+	Free    int    `json:"free"`    // free ACTIVE workers of the lineage on other nodes
+}
+
+func (n Need) String() string {
+	what := "pool " + n.Lineage + " or its clone"
+	if n.Lineage == "" {
+		what = "any pool (paused actors)"
+	}
+	return fmt.Sprintf("%s: %d actor(s) to suspend, %d free worker(s) elsewhere", what, n.Actors, n.Free)
+}
+
+// Capacity compares, per pool lineage, the actors living on node with the
+// free ACTIVE workers of the same lineage on other nodes: the runbook's
+// "take the next node once a free worker exists", made exact. Paused actors
+// have no worker, so they are weighed against every lineage's free workers.
+// It returns every lineage and whether each has enough.
+func Capacity(inv *ateapi.Inventory, lineage map[string]string, node string, residents []ateapi.Actor) (needs []Need, ok bool) {
+	pool := map[string]string{} // worker → its pool key
+	free := map[string]int{}
+	total := 0
+	for _, w := range inv.Workers {
+		pool[w.Name] = w.PoolKey()
+		if l, in := lineage[w.PoolKey()]; in && w.Node != node && w.Free() {
+			free[l]++
+			total++
+		}
+	}
+	want := map[string]int{}
+	for _, a := range residents {
+		want[lineage[pool[a.Worker]]]++ // unknown pool or no worker → ""
+	}
+	ok = true
+	sum := 0
+	for l, n := range want {
+		have := free[l]
+		if l == "" {
+			have = total
+		}
+		needs = append(needs, Need{Lineage: l, Actors: n, Free: have})
+		ok = ok && n <= have
+		sum += n
+	}
+	ok = ok && sum <= total
+	sort.Slice(needs, func(i, j int) bool { return needs[i].Lineage < needs[j].Lineage })
+	return needs, ok
+}
+
+func describeNeeds(needs []Need) string {
+	var s []string
+	for _, n := range needs {
+		s = append(s, n.String())
+	}
+	return strings.Join(s, "; ")
+}

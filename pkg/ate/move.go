@@ -1,0 +1,150 @@
+package ate
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+// Direction says which way nodes move.
+type Direction int
+
+// Roll is OLD → NEW; Rollback is NEW → OLD.
+const (
+	Roll Direction = iota
+	Rollback
+)
+
+// MoveOptions choose the nodes to move and how.
+type MoveOptions struct {
+	Direction Direction
+	Node      string // "" for the next one
+	All       bool   // every remaining node, one at a time
+	// Wait for enough free workers instead of refusing, for at most WaitTimeout.
+	Wait          bool
+	WaitTimeout   time.Duration
+	AllowFullStop bool
+	Config        NodeConfig
+}
+
+// Mover is what moving nodes works with: one session's clients, recorder
+// and progress.
+type Mover struct {
+	Client   kubernetes.Interface
+	Dynamic  dynamic.Interface
+	API      API
+	Recorder kube.Recorder
+	Say      func(format string, a ...any)
+	Reporter runbook.Reporter
+	// Paused is asked before each node starts (kubectl ate pause).
+	Paused func(ctx context.Context) (bool, string)
+	RunID  string
+	DryRun bool
+}
+
+// MoveNodes moves one node (the given one, or the next) or, with All, every
+// remaining node, one at a time, re-reading the cluster between nodes. It
+// refuses (runbook.Blocked, nothing changed) when the roll's preconditions
+// do not hold or another node is half-moved.
+func MoveNodes(ctx context.Context, m Mover, o MoveOptions) (runbook.Result, error) {
+	total := runbook.Result{Runbook: NodeRunbookName, RunID: m.RunID, DryRun: m.DryRun, Outcome: runbook.OutcomeDone}
+	if m.DryRun {
+		total.Outcome = runbook.OutcomePlanned
+	}
+	for {
+		c, err := ObserveCluster(ctx, m.Client, m.Dynamic)
+		if err != nil {
+			return total, err
+		}
+		sides, err := m.sides(ctx, c, o)
+		if err != nil {
+			return total, err
+		}
+		inv, err := m.API.Inventory(ctx)
+		if err != nil {
+			return total, err
+		}
+		fromPods, err := PoolPods(ctx, m.Client, sides.FromPools)
+		if err != nil {
+			return total, err
+		}
+		half := HalfMoved(c, sides.From, sides.To, sides.FromPools, fromPods, inv)
+		target := o.Node
+		if target == "" {
+			target = NextNode(c, sides.From, sides.To, sides.FromPools, fromPods, inv)
+		} else if len(half) > 0 && !contains(half, target) {
+			return total, runbook.Blocked(fmt.Errorf("node %s is half-moved (its workers are draining, or old-pool pods are left on it): "+
+				"one node at a time, so finish it first with the same command and no NODE, or name %s", half[0], half[0]))
+		}
+		if target == "" {
+			m.Say("every node is at %s", sides.To)
+			return total, nil
+		}
+		cfg := o.Config
+		cfg.Sides, cfg.RunID = sides, m.RunID
+		if o.Wait && !sides.FirstNode && !m.DryRun {
+			if err := WaitForCapacity(ctx, m.Client, m.API, &cfg, target, o.WaitTimeout, m.Say); err != nil {
+				return total, err
+			}
+		}
+		m.Say("node %s: %s → %s", target, sides.From, sides.To)
+		res := runbook.Run(ctx, NodeRunbook(m.Client, m.API, m.Recorder, &cfg),
+			[]runbook.Target{runbook.NodeTarget{Client: m.Client, Node: target}},
+			runbook.Options{RunID: m.RunID, DryRun: m.DryRun, Reporter: m.Reporter, Paused: m.Paused})
+		total.Targets = append(total.Targets, res.Targets...)
+		total.Outcome = runbook.Worst(total.Outcome, res.Outcome)
+		if !o.All || m.DryRun || res.Outcome != runbook.OutcomeDone || o.Node != "" {
+			return total, nil
+		}
+	}
+}
+
+func (m Mover) sides(ctx context.Context, c *Cluster, o MoveOptions) (Sides, error) {
+	if o.Direction == Rollback {
+		return RollbackSides(c)
+	}
+	deps, err := Deployments(ctx, m.Client)
+	if err != nil {
+		return Sides{}, err
+	}
+	if failed := FailedChecks(RollPreconditions(c, deps, o.AllowFullStop)); failed != "" {
+		return Sides{}, runbook.Blocked(fmt.Errorf("the roll cannot move a node; nothing was changed:\n%s", failed))
+	}
+	return RollSides(c)
+}
+
+// WaitForCapacity polls the substrate (it has no watch) until the node's
+// actors have enough free workers of their pool lineage elsewhere, or the
+// node is already drained.
+func WaitForCapacity(ctx context.Context, cs kubernetes.Interface, api API, cfg *NodeConfig, node string, limit time.Duration,
+	say func(string, ...any)) error {
+	last := ""
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, limit, true, func(ctx context.Context) (bool, error) {
+		f, err := observeNode(ctx, cs, api, cfg, node)
+		if err != nil {
+			return false, err
+		}
+		if f.flipped() || f.drained() {
+			return true, nil // the drain step is done: its guard no longer applies
+		}
+		needs, ok := f.capacity()
+		if !ok {
+			if d := describeNeeds(needs); d != last {
+				say("waiting for free workers before draining %s: %s", node, d)
+				last = d
+			}
+		}
+		return ok, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return runbook.Blocked(fmt.Errorf("not enough free workers for the actors on %s within %s (%s)", node, limit, last))
+	}
+	return err
+}

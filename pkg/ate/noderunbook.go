@@ -1,0 +1,712 @@
+package ate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"k8s.io/utils/ptr"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+// Sides says which way a node moves: roll is OLD → NEW, rollback the mirror.
+type Sides struct {
+	From, To  string
+	ToAtelet  string // the DaemonSet of To
+	FromPools []Pool
+	ToPools   []Pool
+	NodesAtTo map[string]bool
+	FirstNode bool // no node is at To yet: no capacity to require
+	// Lineage maps each serving pool's and its clone's key to the serving
+	// pool's key (see Lineages).
+	Lineage map[string]string
+}
+
+// NodeConfig tunes moving a node.
+type NodeConfig struct {
+	Sides
+	MaxConcurrentSuspends int
+	SuspendInterval       time.Duration
+	RevertCrashed         bool
+	SuspendTimeout        time.Duration
+	AteletTimeout         time.Duration
+	VerifyTimeout         time.Duration
+	// RegisterTimeout bounds the wait for a worker pod on the node to
+	// register as a worker before the flip; then the run stops blocked.
+	RegisterTimeout time.Duration
+	RunID           string
+}
+
+// API is the part of the substrate client the node runbook uses.
+type API interface {
+	Inventory(ctx context.Context) (*ateapi.Inventory, error)
+	DrainWorker(ctx context.Context, name string) (ateapi.Worker, error)
+	GetActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
+	SuspendActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
+	RevertActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
+}
+
+type nodeFacts struct {
+	cfg  *NodeConfig
+	node *corev1.Node
+	pods []corev1.Pod
+	inv  *ateapi.Inventory
+}
+
+func (f nodeFacts) flipped() bool { return f.node.Labels[VersionLabel] == f.cfg.To }
+
+// podsOf returns the pods on the node that belong to pools.
+func (f nodeFacts) podsOf(pools []Pool) []corev1.Pod {
+	set := poolSet(pools)
+	var out []corev1.Pod
+	for _, p := range f.pods {
+		if pool, ok := p.Labels[PoolLabel]; ok && set[p.Namespace+"/"+pool] && !kube.PodTerminal(&p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (f nodeFacts) workers() []ateapi.Worker { return f.inv.WorkersOnNode(f.node.Name) }
+
+func (f nodeFacts) undrained() []ateapi.Worker {
+	var out []ateapi.Worker
+	for _, w := range f.workers() {
+		if w.State != ateapi.WorkerDraining {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// residents are the actors that must be suspended before the flip: bound
+// to a worker on the node, or paused with their local state on it. The
+// workers' own assignments are cross-checked: an actor a worker says it
+// hosts counts even when the (soft) actor list missed it. Crashed ones are
+// returned apart: suspend refuses them.
+func (f nodeFacts) residents() (live, crashed []ateapi.Actor) {
+	onNode := map[string]bool{}
+	for _, w := range f.workers() {
+		onNode[w.Name] = true
+	}
+	seen := map[ateapi.ActorRef]bool{}
+	for _, a := range f.inv.Actors {
+		if seen[a.Ref()] || a.State == ateapi.ActorSuspended {
+			continue
+		}
+		bound := a.Worker != "" && onNode[a.Worker]
+		pinned := a.Worker == "" && (a.AssignedNode == f.node.Name || contains(a.SnapshotNodes, f.node.Name))
+		if !bound && !pinned {
+			continue
+		}
+		seen[a.Ref()] = true
+		if a.State == ateapi.ActorCrashed {
+			crashed = append(crashed, a)
+		} else {
+			live = append(live, a)
+		}
+	}
+	listed := map[ateapi.ActorRef]bool{}
+	for _, a := range f.inv.Actors {
+		listed[a.Ref()] = true
+	}
+	for _, w := range f.workers() {
+		for _, r := range w.Actors {
+			if !listed[r] && !seen[r] {
+				seen[r] = true
+				live = append(live, ateapi.Actor{Atespace: r.Atespace, Name: r.Name, State: ateapi.ActorUnspecified, Worker: w.Name, Node: w.Node})
+			}
+		}
+	}
+	return live, crashed
+}
+
+// drained: every worker pod on the node is a registered, draining worker.
+func (f nodeFacts) drained() bool { return len(f.undrained()) == 0 && len(f.unregistered()) == 0 }
+
+// hosting are the node's workers that say they host an actor.
+func (f nodeFacts) hosting() []string {
+	var out []string
+	for _, w := range f.workers() {
+		if w.Hosts() {
+			out = append(out, w.Name+" (pod "+w.Pod+")")
+		}
+	}
+	return out
+}
+
+// unregistered are the worker pods of the pools the node leaves that sit on
+// the node with no registered worker: the syncer registers a pod some time
+// after it runs, and an unregistered worker can still be handed an actor.
+func (f nodeFacts) unregistered() []string {
+	known := map[string]bool{}
+	for _, w := range f.inv.Workers {
+		known[w.Name] = true
+	}
+	var out []string
+	for _, p := range f.podsOf(f.cfg.FromPools) {
+		if !known[string(p.UID)] && p.DeletionTimestamp == nil {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	return out
+}
+
+// capacity weighs the node's live actors against free workers elsewhere.
+func (f nodeFacts) capacity() ([]Need, bool) {
+	live, _ := f.residents()
+	return Capacity(f.inv, f.cfg.Lineage, f.node.Name, live)
+}
+
+func (f nodeFacts) ateletReady() (bool, string) {
+	for _, p := range f.pods {
+		if p.Labels[AppLabel] == AteletApp && p.Labels[VersionLabel] == f.cfg.To {
+			if kube.PodReady(&p) {
+				return true, "atelet " + p.Name + " Ready"
+			}
+			return false, "atelet " + p.Name + " is " + string(p.Status.Phase)
+		}
+	}
+	return false, "no atelet for " + f.cfg.To + " on the node yet"
+}
+
+// toPodsReady counts the target pools' pods on the node and the Ready ones.
+func (f nodeFacts) toPodsReady() (ready, total int) {
+	for _, p := range f.podsOf(f.cfg.ToPools) {
+		total++
+		if kube.PodReady(&p) {
+			ready++
+		}
+	}
+	return ready, total
+}
+
+func (f nodeFacts) toWorkersActive() int {
+	to := poolSet(f.cfg.ToPools)
+	n := 0
+	for _, w := range f.workers() {
+		if to[w.PoolKey()] && w.State == ateapi.WorkerActive {
+			n++
+		}
+	}
+	return n
+}
+
+// NodeRunbookName owns the timers of moving nodes.
+const NodeRunbookName = "ate-node"
+
+// NodeRunbook moves one node from cfg.From to cfg.To — the runbook's step 5
+// a–f for a roll, and the same with the sides swapped for a rollback.
+func NodeRunbook(cs kubernetes.Interface, api API, rec kube.Recorder, cfg *NodeConfig) *runbook.Runbook[nodeFacts] {
+	return &runbook.Runbook[nodeFacts]{
+		Name:  NodeRunbookName,
+		Title: "Move one Agent Substrate node to another version",
+		Doc: `Drain every worker on the node, suspend every actor living there (bound to its workers,
+or paused with local state on it) until none is left, re-drain, flip the node's
+ate.dev/substrate-version label, wait for that version's atelet to be Ready, and only then
+delete the node's worker pods of the pools pinned to the version it left. No actor is ever
+lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
+		Observe: func(ctx context.Context, t runbook.Target) (nodeFacts, error) {
+			return observeNode(ctx, cs, api, cfg, strings.TrimPrefix(t.Name(), "node/"))
+		},
+		Notes: func(f nodeFacts) []string {
+			live, crashed := f.residents()
+			var notes []string
+			if !f.flipped() && len(f.workers()) > len(f.undrained()) {
+				notes = append(notes, fmt.Sprintf("workers on %s are DRAINING (there is no undrain); re-run to finish moving the node", f.node.Name))
+			}
+			if len(live)+len(crashed) > 0 && !f.flipped() {
+				notes = append(notes, fmt.Sprintf("%d actor(s) still live on %s", len(live)+len(crashed), f.node.Name))
+			}
+			return notes
+		},
+		Steps: []runbook.Step[nodeFacts]{
+			{
+				ID: "ate.node.drain", Title: "Drain the node's workers",
+				Doc: "Call DrainWorker for every worker on the node: bound actors keep running, but no new actor is placed there. " +
+					"Idempotent; NotFound (the pod is gone) is fine. There is no undrain.",
+				Done: func(f nodeFacts) (bool, string) {
+					if f.flipped() {
+						return true, "node at " + f.cfg.To
+					}
+					u, unreg := f.undrained(), f.unregistered()
+					return f.drained(), fmt.Sprintf("%d of %d worker(s) not draining, %d worker pod(s) not registered",
+						len(u), len(f.workers()), len(unreg))
+				},
+				Guards: []runbook.Guard[nodeFacts]{{
+					Name: "enough free workers of each pool lineage on other nodes for the node's actors",
+					Check: func(f nodeFacts) (bool, string) {
+						if f.cfg.FirstNode {
+							return true, ""
+						}
+						needs, ok := f.capacity()
+						return ok, "not enough free ACTIVE workers for the actors this node would suspend (" + describeNeeds(needs) +
+							"); they would have nowhere to resume. Wait for workers to free up (kubectl ate status), or pass --wait"
+					},
+				}},
+				Plan: func(f nodeFacts) []runbook.Change {
+					var out []runbook.Change
+					for _, w := range f.undrained() {
+						out = append(out, runbook.Change{Object: "worker/" + w.Name, Action: "DrainWorker", Detail: "pod " + w.Pod + ", pool " + w.Pool})
+					}
+					return out
+				},
+				Act: func(ctx context.Context, f nodeFacts) error {
+					return drainWorkers(ctx, api, rec, f.node, f.undrained())
+				},
+				Wait: func(ctx context.Context, f nodeFacts) error {
+					refresh := func(ctx context.Context) (nodeFacts, error) { return observeNode(ctx, cs, api, cfg, f.node.Name) }
+					return waitDrained(ctx, api, rec, f, refresh)
+				},
+			},
+			{
+				ID: "ate.node.suspend", Title: "Suspend every actor on the node",
+				Doc: "Suspend the actors bound to the node's workers and the paused actors whose local snapshot is on the node, a " +
+					"few at a time; repeat until none is left (traffic may wake actors meanwhile), then drain again so workers " +
+					"registered since are covered. A CRASHED actor stops the run: revert it (kubectl ate revert) or pass --revert-crashed.",
+				Timeout: cfg.SuspendTimeout,
+				Done: func(f nodeFacts) (bool, string) {
+					if f.flipped() {
+						return true, "node at " + f.cfg.To
+					}
+					live, crashed := f.residents()
+					if len(live)+len(crashed) == 0 && len(f.undrained()) == 0 && len(f.unregistered()) == 0 && len(f.hosting()) == 0 {
+						return true, "no actor lives on the node"
+					}
+					return false, fmt.Sprintf("%d live and %d crashed actor(s) on the node, %d unregistered worker pod(s)",
+						len(live), len(crashed), len(f.unregistered()))
+				},
+				Plan: func(f nodeFacts) []runbook.Change {
+					live, crashed := f.residents()
+					var out []runbook.Change
+					for _, a := range live {
+						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "SuspendActor", Detail: string(a.State)})
+					}
+					for _, a := range crashed {
+						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "blocked",
+							Detail: "CRASHED: needs RevertActor"})
+					}
+					return out
+				},
+				Act: func(ctx context.Context, f nodeFacts) error {
+					return emptyNode(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) { return observeNode(ctx, cs, api, cfg, f.node.Name) })
+				},
+			},
+			{
+				ID: "ate.node.flip", Title: "Flip the node's version label",
+				Doc: "Set ate.dev/substrate-version to the target version. The old atelet pod leaves on its own and the new one starts.",
+				Done: func(f nodeFacts) (bool, string) {
+					return f.flipped(), VersionLabel + "=" + f.node.Labels[VersionLabel]
+				},
+				Guards: []runbook.Guard[nodeFacts]{
+					{Name: "every worker on the node is draining", Check: func(f nodeFacts) (bool, string) {
+						return len(f.undrained()) == 0, fmt.Sprintf("%d worker(s) on the node are not draining", len(f.undrained()))
+					}},
+					{Name: "no actor lives on the node", Check: func(f nodeFacts) (bool, string) {
+						live, crashed := f.residents()
+						return len(live)+len(crashed) == 0, fmt.Sprintf("%d actor(s) still live on the node", len(live)+len(crashed))
+					}},
+					{Name: "no worker on the node says it hosts an actor", Check: func(f nodeFacts) (bool, string) {
+						h := f.hosting()
+						return len(h) == 0, fmt.Sprintf("worker(s) %s still host an actor the actor list did not show; re-run to suspend it", short(h))
+					}},
+					{Name: "every worker pod on the node is a registered, draining worker", Check: func(f nodeFacts) (bool, string) {
+						u := f.unregistered()
+						return len(u) == 0, fmt.Sprintf("worker pod(s) %s on the node are not registered as workers yet, so they could not be drained; "+
+							"re-run once they register (kubectl ate status)", short(u))
+					}},
+				},
+				Plan: func(f nodeFacts) []runbook.Change {
+					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: VersionLabel + "=" + f.cfg.To}}
+				},
+				Act: func(ctx context.Context, f nodeFacts) error {
+					n, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(f.cfg.To)}})
+					if err == nil {
+						rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", fmt.Sprintf("%s: %s → %s", VersionLabel, f.cfg.From, f.cfg.To))
+					}
+					return err
+				},
+			},
+			{
+				ID: "ate.node.atelet-ready", Title: "Wait for the atelet of the target version",
+				Doc: "Wait until the target version's atelet pod on the node is Ready. It stays Pending while the old one exits, " +
+					"because the old one holds the node's host ports.",
+				Timeout: cfg.AteletTimeout,
+				Done: func(f nodeFacts) (bool, string) {
+					if !f.flipped() {
+						return false, "node not flipped yet"
+					}
+					return f.ateletReady()
+				},
+				Act: func(context.Context, nodeFacts) error { return nil },
+				Wait: func(ctx context.Context, f nodeFacts) error {
+					_, err := kube.WaitForDaemonSetPodReady(ctx, cs, Namespace, f.cfg.ToAtelet, f.node.Name)
+					if err != nil && ctx.Err() != nil {
+						return fmt.Errorf("the %s atelet on %s is not Ready: %w. If its log says the image cache \"has layout version\" "+
+							"it does not support, clear /var/lib/ate/image-cache on the node (kubectl debug node/%s --image=busybox -- "+
+							"rm -rf /host/var/lib/ate/image-cache) and delete the atelet pod", f.cfg.To, f.node.Name, context.Cause(ctx), f.node.Name)
+					}
+					return err
+				},
+			},
+			{
+				ID: "ate.node.delete-old-pods", Title: "Delete the node's worker pods of the version it left",
+				Doc: "Delete the node's pods of the pools pinned to the version the node left. They are empty (every actor was " +
+					"suspended) but still hold capacity; their Deployment cannot put them back on this node any more. Never before the " +
+					"flip: the old pool would reschedule them next to the new atelet.",
+				Done: func(f nodeFacts) (bool, string) {
+					left := f.podsOf(f.cfg.FromPools)
+					return f.flipped() && len(left) == 0, fmt.Sprintf("%d pod(s) of the %s pools on the node", len(left), f.cfg.From)
+				},
+				Guards: []runbook.Guard[nodeFacts]{
+					{Name: "the node's version label is already the target version", Check: func(f nodeFacts) (bool, string) {
+						return f.flipped(), "the node still carries " + VersionLabel + "=" + f.node.Labels[VersionLabel] +
+							"; deleting its worker pods now would bring them straight back next to the other atelet"
+					}},
+					{Name: "no actor lives on the node's workers", Check: func(f nodeFacts) (bool, string) {
+						live, crashed := f.residents()
+						return len(live)+len(crashed) == 0 && len(f.hosting()) == 0,
+							fmt.Sprintf("%d actor(s) on the node's workers; deleting their pods would crash them. Suspend them and "+
+								"re-run", len(live)+len(crashed))
+					}},
+				},
+				Plan: func(f nodeFacts) []runbook.Change {
+					var out []runbook.Change
+					for _, p := range f.podsOf(f.cfg.FromPools) {
+						out = append(out, runbook.Change{Object: "pod/" + p.Namespace + "/" + p.Name, Action: "delete"})
+					}
+					return out
+				},
+				Act: func(ctx context.Context, f nodeFacts) error {
+					// Residents are read again right before deleting: a pod
+					// whose worker hosts an actor is never deleted.
+					inv, err := api.Inventory(ctx)
+					if err != nil {
+						return err
+					}
+					hosts := hostsByWorker(inv)
+					var kept []string
+					for _, p := range f.podsOf(f.cfg.FromPools) {
+						if a := hosts[string(p.UID)]; a != "" {
+							kept = append(kept, p.Namespace+"/"+p.Name+" (hosts "+a+")")
+							continue
+						}
+						_, err := kube.DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.Namespace).Delete, kube.PodRef(&p), p.UID,
+							fmt.Sprintf("node %s moved to %s; its %s worker pod is no longer needed", f.node.Name, f.cfg.To, f.cfg.From))
+						if err != nil {
+							return fmt.Errorf("delete %s/%s: %w", p.Namespace, p.Name, err)
+						}
+					}
+					if len(kept) > 0 {
+						return runbook.Blocked(fmt.Errorf("not deleted, their worker hosts an actor: %s. Suspend those actors "+
+							"(kubectl ate suspend actor NAME -a ATESPACE) and re-run", strings.Join(kept, ", ")))
+					}
+					return nil
+				},
+				Wait: func(ctx context.Context, f nodeFacts) error {
+					from := poolSet(f.cfg.FromPools)
+					return kube.WaitForNoPods(ctx, cs, f.node.Name, func(p *corev1.Pod) bool {
+						pool, ok := p.Labels[PoolLabel]
+						return ok && from[p.Namespace+"/"+pool]
+					})
+				},
+			},
+			{
+				ID: "ate.node.verify", Title: "Verify the node serves the target version",
+				Doc: "Confirm no pod of the pools the node left remains there, and that every pod of the target version's pools on " +
+					"the node is Ready and registered as an ACTIVE worker. (Pods of the target pools may all run on nodes moved " +
+					"earlier: the scheduler, not the roll, places them.)",
+				Timeout: cfg.VerifyTimeout,
+				Done: func(f nodeFacts) (bool, string) {
+					if !f.flipped() || len(f.podsOf(f.cfg.FromPools)) > 0 {
+						return false, "not moved yet"
+					}
+					ready, total := f.toPodsReady()
+					active := f.toWorkersActive()
+					return ready == total && active >= ready, fmt.Sprintf("%d of %d %s worker pod(s) on the node Ready, %d registered "+
+						"ACTIVE", ready, total, f.cfg.To, active)
+				},
+				Act: func(context.Context, nodeFacts) error { return nil },
+				Wait: func(ctx context.Context, f nodeFacts) error {
+					// The pods are watched; the substrate API has no watch, so
+					// registration is polled, gently.
+					to := poolSet(f.cfg.ToPools)
+					if err := kube.WaitForNoPods(ctx, cs, f.node.Name, func(p *corev1.Pod) bool {
+						pool, ok := p.Labels[PoolLabel]
+						return ok && to[p.Namespace+"/"+pool] && !kube.PodReady(p)
+					}); err != nil {
+						return fmt.Errorf("%s worker pods on %s are not Ready: %w", f.cfg.To, f.node.Name, err)
+					}
+					pods, err := kube.PodsOnNode(ctx, cs, f.node.Name)
+					if err != nil {
+						return err
+					}
+					g := f
+					g.pods = pods
+					want, _ := g.toPodsReady()
+					for delay := 100 * time.Millisecond; ; delay = min(2*delay, 3*time.Second) {
+						if g.inv, err = api.Inventory(ctx); err != nil {
+							return err
+						}
+						if g.toWorkersActive() >= want {
+							return nil
+						}
+						select {
+						case <-ctx.Done():
+							return fmt.Errorf("%d %s worker pod(s) on %s Ready but only %d registered "+
+								"ACTIVE: %w", want, f.cfg.To, f.node.Name, g.toWorkersActive(), context.Cause(ctx))
+						case <-time.After(delay):
+						}
+					}
+				},
+			},
+		},
+	}
+}
+
+func drainWorkers(ctx context.Context, api API, rec kube.Recorder, node *corev1.Node, workers []ateapi.Worker) error {
+	for _, w := range workers {
+		if _, err := api.DrainWorker(ctx, w.Name); err != nil && !errors.Is(err, ateapi.ErrNotFound) {
+			return fmt.Errorf("drain worker %s (pod %s): %w", w.Name, w.Pod, err)
+		}
+		rec.Record(ctx, kube.NodeRef(node), false, "WorkerDrained", fmt.Sprintf("DrainWorker %s (pod %s, pool %s): no new actors will "+
+			"be placed there", w.Name, w.Pod, w.Pool))
+	}
+	return nil
+}
+
+func observeNode(ctx context.Context, cs kubernetes.Interface, api API, cfg *NodeConfig, name string) (nodeFacts, error) {
+	f := nodeFacts{cfg: cfg}
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return f, err
+	}
+	f.node = n
+	if f.pods, err = kube.PodsOnNode(ctx, cs, name); err != nil {
+		return f, err
+	}
+	f.inv, err = api.Inventory(ctx)
+	return f, err
+}
+
+// hostsByWorker names, per worker, one actor it hosts: from the actor list
+// and from the worker's own assignments.
+func hostsByWorker(inv *ateapi.Inventory) map[string]string {
+	out := map[string]string{}
+	for _, w := range inv.Workers {
+		if len(w.Actors) > 0 {
+			out[w.Name] = w.Actors[0].String()
+		} else if w.AllocatedActors > 0 {
+			out[w.Name] = fmt.Sprintf("%d actor(s)", w.AllocatedActors)
+		}
+	}
+	for _, a := range inv.Actors {
+		if a.Worker != "" && a.State != ateapi.ActorSuspended {
+			out[a.Worker] = a.Ref().String()
+		}
+	}
+	return out
+}
+
+// emptyNode suspends residents until none is left, then re-drains. Worker
+// pods that are not registered yet are waited for (RegisterTimeout), so
+// they are drained too; refresh re-reads the node.
+func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
+	var unregisteredSince time.Time
+	// Actors suspended here are confirmed one by one with GetActor: a list
+	// may miss an actor whose state just changed, and a paused actor still
+	// SUSPENDING off the node's atelet is lost if the node flips.
+	pending := map[ateapi.ActorRef]bool{}
+	for round := 1; ; round++ {
+		if err := confirmPending(ctx, api, f.node.Name, pending); err != nil {
+			return err
+		}
+		// Workers registered since the last pass must stop taking actors too.
+		if err := drainWorkers(ctx, api, rec, f.node, f.undrained()); err != nil {
+			return err
+		}
+		live, crashed := f.residents()
+		if len(crashed) > 0 {
+			if !f.cfg.RevertCrashed {
+				return runbook.Blocked(fmt.Errorf("%s; no further actor is touched. Revert them (`kubectl ate revert ACTOR -a ATESPACE`, "+
+					"loses work since their last snapshot) or re-run with --revert-crashed", describeCrashed(crashed)))
+			}
+			for _, a := range crashed {
+				if _, err := api.RevertActor(ctx, a.Atespace, a.Name); err != nil {
+					return fmt.Errorf("revert crashed actor %s/%s: %w", a.Atespace, a.Name, err)
+				}
+				rec.Record(ctx, kube.NodeRef(f.node), true, "ActorReverted",
+					fmt.Sprintf("reverted CRASHED actor %s/%s to its last external snapshot (--revert-crashed)", a.Atespace, a.Name))
+			}
+		}
+		unreg := f.unregistered()
+		switch {
+		case len(unreg) == 0:
+			unregisteredSince = time.Time{}
+		case unregisteredSince.IsZero():
+			unregisteredSince = time.Now()
+		case time.Since(unregisteredSince) > f.cfg.RegisterTimeout:
+			return runbook.Blocked(fmt.Errorf("worker pod(s) %s on node %s did not register as workers within %s, so they cannot be "+
+				"drained and the node must not flip; re-run once they register (kubectl ate status)", short(unreg), f.node.Name, f.cfg.RegisterTimeout))
+		}
+		if len(live) == 0 && len(crashed) == 0 && len(unreg) == 0 && len(f.undrained()) == 0 && len(f.hosting()) == 0 && len(pending) == 0 {
+			return nil
+		}
+		var todo []ateapi.Actor
+		for _, a := range live {
+			// An actor only its worker still names, already asked to
+			// suspend, is being confirmed by GetActor: no second request.
+			if !(pending[a.Ref()] && a.State == ateapi.ActorUnspecified) {
+				todo = append(todo, a)
+			}
+			pending[a.Ref()] = true
+		}
+		if err := suspendAll(ctx, api, rec, f, todo); err != nil {
+			return err
+		}
+		select { // suspends and registrations take a moment; actors keep waking
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(time.Duration(min(round, 10)) * 200 * time.Millisecond):
+		}
+		g, err := refresh(ctx)
+		if err != nil {
+			return err
+		}
+		f = g
+	}
+}
+
+// waitDrained re-reads the node until every worker pod on it is a
+// registered, draining worker: a list may leave out a worker that just
+// changed, and a pod registers some time after it runs. Workers that
+// appear meanwhile are drained too.
+func waitDrained(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
+	deadline := time.Now().Add(f.cfg.RegisterTimeout)
+	for delay := 200 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		select { // Act just drained what f showed: read the node again first
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(delay):
+		}
+		g, err := refresh(ctx)
+		if err != nil {
+			return err
+		}
+		f = g
+		if err := drainWorkers(ctx, api, rec, f.node, f.undrained()); err != nil {
+			return err
+		}
+		unreg := f.unregistered()
+		if len(f.undrained()) == 0 && len(unreg) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return runbook.Blocked(fmt.Errorf("worker pod(s) %s on node %s did not register as workers within %s, so they cannot be "+
+				"drained and the node must not flip; re-run once they register (kubectl ate status)", short(unreg), f.node.Name, f.cfg.RegisterTimeout))
+		}
+	}
+}
+
+// confirmPending drops the actors that are SUSPENDED, gone, or no longer on
+// node from pending, reading each one directly.
+func confirmPending(ctx context.Context, api API, node string, pending map[ateapi.ActorRef]bool) error {
+	for r := range pending {
+		a, err := api.GetActor(ctx, r.Atespace, r.Name)
+		switch {
+		case errors.Is(err, ateapi.ErrNotFound):
+			delete(pending, r)
+		case err != nil:
+			return err
+		case a.State == ateapi.ActorSuspended || !a.OnNode(node):
+			delete(pending, r)
+		}
+	}
+	return nil
+}
+
+func suspendAll(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, actors []ateapi.Actor) error {
+	sem := make(chan struct{}, max(1, f.cfg.MaxConcurrentSuspends))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for i, a := range actors {
+		if a.State.Transient() && a.State != ateapi.ActorUnspecified {
+			continue // it moves on its own; the next round sees where it went
+		}
+		if i > 0 && f.cfg.SuspendInterval > 0 {
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(f.cfg.SuspendInterval):
+			}
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			got, err := api.SuspendActor(ctx, a.Atespace, a.Name)
+			var ae *ateapi.Error
+			switch {
+			case err == nil:
+				rec.Record(ctx, kube.NodeRef(f.node), false, "ActorSuspended",
+					fmt.Sprintf("suspended %s/%s (was %s, now %s) before moving node %s", a.Atespace, a.Name, a.State, got.State, f.node.Name))
+			case errors.Is(err, ateapi.ErrNotFound):
+			case errors.Is(err, ateapi.ErrDataLoss):
+				// crashed: the next round reports it with the others
+			case errors.As(err, &ae) && (ae.ActorState.Transient() || ae.ActorState == ateapi.ActorCrashed):
+				// Mid-transition (resuming, suspending…) or crashed: the next round sees it again.
+			case errors.Is(err, ateapi.ErrFailedPrecondition):
+				state := ateapi.ActorUnspecified
+				if ae != nil && ae.ActorState != "" {
+					state = ae.ActorState
+				}
+				mu.Lock()
+				errs = append(errs, runbook.Blocked(fmt.Errorf("suspend %s/%s refused: the actor is %s, a state it does not leave on its own; "+
+					"no further actor is touched. Find out why (kubectl ate get actors -a %s), then re-run", a.Atespace, a.Name, state, a.Atespace)))
+				mu.Unlock()
+			default:
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("suspend %s/%s: %w", a.Atespace, a.Name, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func describeCrashed(actors []ateapi.Actor) string {
+	var names []string
+	for _, a := range actors {
+		s := a.Atespace + "/" + a.Name
+		if a.CrashMessage != "" {
+			s += " (" + a.CrashMessage + ")"
+		}
+		names = append(names, s)
+	}
+	sort.Strings(names)
+	return fmt.Sprintf("%d CRASHED actor(s) on the node: %s", len(actors), strings.Join(names, ", "))
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,104 @@
+package ate
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rollbook/rollbook/pkg/ateapi"
+)
+
+// TestNodeStepsFromFacts drives every step of the node runbook over
+// snapshots of one node: which steps are done, and which guard stops which
+// step, from facts alone.
+func TestNodeStepsFromFacts(t *testing.T) {
+	from, to := []Pool{{Namespace: "ns", Name: "small"}}, []Pool{{Namespace: "ns", Name: "small-v2"}}
+	cfg := &NodeConfig{Sides: Sides{From: "v1", To: "v2", FromPools: from, ToPools: to,
+		Lineage: map[string]string{"ns/small": "ns/small", "ns/small-v2": "ns/small"}}}
+	node := func(v string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{VersionLabel: v}}}
+	}
+	pod := func(uid, pool string, ready bool) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: pool + "-" + uid, UID: types.UID(uid),
+			Labels: map[string]string{PoolLabel: pool}}, Spec: corev1.PodSpec{NodeName: "n1"}}
+		if ready {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		}
+		return p
+	}
+	atelet := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "atelet-v2-x", Labels: map[string]string{AppLabel: AteletApp, VersionLabel: "v2"}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	worker := func(uid, pool string, st ateapi.WorkerState, node string) ateapi.Worker {
+		return ateapi.Worker{Name: uid, Namespace: "ns", Pool: pool, Pod: pool + "-" + uid, Node: node, State: st}
+	}
+	running := ateapi.Actor{Atespace: "a", Name: "x", State: ateapi.ActorRunning, Worker: "u1"}
+	type want struct {
+		done    []string // step IDs done
+		blocked string   // the first not-done step's failing guard, "" if none
+	}
+	for _, tc := range []struct {
+		name      string
+		node      *corev1.Node
+		pods      []corev1.Pod
+		workers   []ateapi.Worker
+		actors    []ateapi.Actor
+		firstNode bool
+		want      want
+	}{
+		{"fresh node, first of the roll", node("v1"), []corev1.Pod{pod("u1", "small", true)},
+			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerActive, "n1")}, []ateapi.Actor{running}, true,
+			want{nil, ""}},
+		{"fresh node, no free worker of its lineage elsewhere", node("v1"), []corev1.Pod{pod("u1", "small", true)},
+			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerActive, "n1")}, []ateapi.Actor{running}, false,
+			want{nil, "enough free workers"}},
+		{"fresh node, a free clone worker elsewhere", node("v1"), []corev1.Pod{pod("u1", "small", true)},
+			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerActive, "n1"), worker("u9", "small-v2", ateapi.WorkerActive, "n2")},
+			[]ateapi.Actor{running}, false, want{nil, ""}},
+		{"drained, an actor still on it", node("v1"), []corev1.Pod{pod("u1", "small", true)},
+			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
+			want{[]string{"ate.node.drain"}, ""}},
+		{"drained and empty: the flip may go", node("v1"), []corev1.Pod{pod("u1", "small", true)},
+			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
+			want{[]string{"ate.node.drain", "ate.node.suspend"}, ""}},
+		{"flipped, atelet Ready, old pod left", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
+			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.atelet-ready"}, ""}},
+		{"flipped, the old pod's worker hosts an actor", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
+			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.atelet-ready"}, "no actor lives on the node's workers"}},
+		{"moved", node("v2"), []corev1.Pod{pod("u2", "small-v2", true), atelet},
+			[]ateapi.Worker{worker("u2", "small-v2", ateapi.WorkerActive, "n1")}, nil, false,
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.atelet-ready", "ate.node.delete-old-pods",
+				"ate.node.verify"}, ""}},
+	} {
+		c := *cfg
+		c.FirstNode = tc.firstNode
+		inv := &ateapi.Inventory{Workers: tc.workers, Actors: tc.actors}
+		ateapi.Resolve(inv.Workers, inv.Actors)
+		f := nodeFacts{cfg: &c, node: tc.node, pods: tc.pods, inv: inv}
+		rb := NodeRunbook(nil, nil, nil, &c)
+		var done []string
+		blocked := ""
+		for _, s := range rb.Steps {
+			if ok, _ := s.Done(f); ok {
+				done = append(done, s.ID)
+				continue
+			}
+			for _, g := range s.Guards {
+				if ok, _ := g.Check(f); !ok {
+					blocked = g.Name
+					break
+				}
+			}
+			break
+		}
+		if strings.Join(done, ",") != strings.Join(tc.want.done, ",") || !strings.Contains(blocked, tc.want.blocked) ||
+			(tc.want.blocked == "") != (blocked == "") {
+			t.Errorf("%s: done %v, blocked by %q; want %v, %q", tc.name, done, blocked, tc.want.done, tc.want.blocked)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package ate
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Deployments counts the Deployments of each pool ("namespace/pool").
+func Deployments(ctx context.Context, cs kubernetes.Interface) (map[string]int, error) {
+	deps, err := cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: PoolLabel})
+	if err != nil {
+		return nil, fmt.Errorf("list worker pool Deployments: %w", err)
+	}
+	out := map[string]int{}
+	for _, d := range deps.Items {
+		out[d.Namespace+"/"+d.Labels[PoolLabel]]++
+	}
+	return out, nil
+}
+
+// RollPreconditions are what must hold before any node moves from OLD to
+// NEW, checked by `roll next-node` itself (and shown by preflight): the two
+// atelet DaemonSets are OLD and NEW, every serving pool is pinned to OLD
+// and has a clone pinned to NEW whose Deployment exists (else the actors
+// suspended off a node have nowhere to resume), and more than one node
+// unless a full stop is accepted.
+func RollPreconditions(c *Cluster, deployments map[string]int, allowFullStop bool) []Check {
+	var out []Check
+	add := func(name string, ok bool, detail, fix string) {
+		out = append(out, Check{Group: "roll", Name: name, OK: ok, Detail: detail, Fix: fix})
+	}
+	add("the roll's shape is known", len(c.Problems) == 0, strings.Join(c.Problems, "; "), "fix the problems shown by kubectl ate status")
+	add("two atelet DaemonSets, OLD and NEW", len(c.Atelets) == 2 && c.New != "", ateletList(c),
+		"deploy the new atelet first (ate-setup deploy atelet from the new release)")
+	if c.New == "" {
+		return out
+	}
+	var unpinned, unpaired, undeployed []string
+	for _, p := range c.ServingPools() {
+		if p.Pin != c.Old {
+			unpinned = append(unpinned, p.Key()+" (pin "+orNone(p.Pin)+")")
+			continue
+		}
+		if p.CloneName == "" {
+			unpaired = append(unpaired, p.Key())
+			continue
+		}
+		if clone := p.Namespace + "/" + p.CloneName; deployments[clone] == 0 {
+			undeployed = append(undeployed, clone)
+		}
+	}
+	add("every serving pool is pinned to OLD ("+c.Old+")", len(unpinned) == 0, short(unpinned),
+		"kubectl ate preflight --pin-pools (only while no actor is on the pool's workers)")
+	add("every serving pool has a clone pinned to NEW ("+c.New+")", len(unpaired) == 0, "no clone: "+short(unpaired),
+		"kubectl ate roll clone-pools --image CLASS=REF@sha256:… (the actors suspended off a node need a new-pool worker to resume on)")
+	add("every clone has its Deployment", len(undeployed) == 0, "no Deployment: "+short(undeployed),
+		"is ate-controller running? It renders each WorkerPool into a Deployment")
+	add("more than one node, or --allow-full-stop", len(c.Nodes) > 1 || allowFullStop, fmt.Sprintf("%d node(s)", len(c.Nodes)),
+		"on a single node the roll suspends every actor at once; pass --allow-full-stop to accept that")
+	return out
+}
+
+// FailedChecks describes the failed blocking checks, one per line, each
+// with its fix.
+func FailedChecks(checks []Check) string {
+	var lines []string
+	for _, c := range checks {
+		if c.OK || c.Warning {
+			continue
+		}
+		l := "✗ " + c.Name
+		if c.Detail != "" {
+			l += ": " + c.Detail
+		}
+		if c.Fix != "" {
+			l += "\n    → " + c.Fix
+		}
+		lines = append(lines, l)
+	}
+	return strings.Join(lines, "\n")
+}
