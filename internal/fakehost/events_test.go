@@ -64,3 +64,25 @@ func TestRebootIntoANewKernelLosesTheModule(t *testing.T) {
 		t.Fatalf("tt-flash without a module: %s", out)
 	}
 }
+
+// Debian's split header trees include each other by absolute path: the
+// build works only with paths as the host sees them (in a chroot of it).
+func TestDebianHeadersBuildOnlyInAChroot(t *testing.T) {
+	root := newRoot(t, Spec{LoadedKMD: "2.0.0", KernelHeaders: true, DebianHeaders: true})
+	src := filepath.Join(root, "var/cache/src")
+	if code, out := invoke(t, root, "git", "clone", "--branch", "ttkmd-2.8.0", "https://github.com/tenstorrent/tt-kmd.git", src); code != 0 {
+		t.Fatal(out)
+	}
+	kdir := filepath.Join(root, "usr/src/linux-headers-"+DefaultKernel)
+	if code, out := invoke(t, root, "make", "-C", kdir, "M="+src, "modules"); code == 0 || !strings.Contains(out, "-common/Makefile") {
+		t.Fatalf("a root-prefixed build of a Debian tree must fail on its absolute include: %d\n%s", code, out)
+	}
+	code, out := invoke(t, root, "chroot", root, "make", "-C", "/lib/modules/"+DefaultKernel+"/build", "M=/var/cache/src", "modules")
+	if code != 0 {
+		t.Fatalf("chroot build: %d\n%s", code, out)
+	}
+	noTools := newRoot(t, Spec{LoadedKMD: "2.0.0", KernelHeaders: true, NoToolchain: true})
+	if code, out := invoke(t, noTools, "chroot", noTools, "make", "-C", "/lib/modules/"+DefaultKernel+"/build", "M=/x", "modules"); code != 127 {
+		t.Fatalf("a host without make: %d\n%s", code, out)
+	}
+}

@@ -111,17 +111,34 @@ func makeModules(t *tool) int {
 	if !slices.Equal(targets, []string{"modules"}) || kdir == "" || src == "" {
 		return t.errorf(2, "*** fake make only supports: make -C <kdir> M=<src> modules")
 	}
-	kdir, err := t.inRoot(kdir)
+	shownKdir := kdir
+	kdir, err := t.path(kdir)
 	if err != nil {
 		return t.errorf(2, "*** %v", err)
 	}
-	src, err = t.inRoot(src)
+	src, err = t.path(src)
 	if err != nil {
 		return t.errorf(2, "*** %v", err)
 	}
-	fmt.Fprintf(t.stdout, "make: Entering directory '%s'\n", kdir)
-	if _, err := os.Stat(filepath.Join(kdir, "Makefile")); err != nil {
-		return t.errorf(2, "*** %s: No such file or directory.  Stop.", kdir)
+	fmt.Fprintf(t.stdout, "make: Entering directory '%s'\n", shownKdir)
+	mk, err := os.ReadFile(filepath.Join(kdir, "Makefile"))
+	if err != nil {
+		return t.errorf(2, "*** %s: No such file or directory.  Stop.", shownKdir)
+	}
+	// Absolute includes (Debian's split header trees) resolve as the
+	// process sees the filesystem: inside the chroot, the host's paths.
+	for _, line := range strings.Split(string(mk), "\n") {
+		inc, ok := strings.CutPrefix(line, "include /")
+		if !ok {
+			continue
+		}
+		at := "/" + inc
+		if t.chrooted {
+			at = filepath.Join(t.root, at)
+		}
+		if _, err := os.Stat(at); err != nil {
+			return t.errorf(2, "Makefile:1: /%s: No such file or directory\n*** No rule to make target '/%s'.  Stop.", inc, inc)
+		}
 	}
 	kernel, err := readTrim(filepath.Join(kdir, "include/config/kernel.release"))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -48,7 +49,7 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	if clone.err != nil {
 		return "", "", toolFailure(ReasonCloneFailed, clone, "git clone of ttkmd-"+o.Version)
 	}
-	build := a.run(ctx, []string{"make", "-j" + strconv.Itoa(buildJobs()), "-C", buildDir, "M=" + src, "modules"})
+	build := a.run(ctx, a.buildCommand(kver, src))
 	if build.err != nil {
 		return "", "", toolFailure(ReasonBuildFailed, build, "building tt-kmd "+o.Version+" for "+kver)
 	}
@@ -63,6 +64,23 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 		return "", "", err
 	}
 	return cached, "built from ttkmd-" + o.Version + " and cached at " + cached, nil
+}
+
+// buildCommand is the kbuild invocation. With the host mounted under Root
+// it runs in a chroot of the host: the host's kernel tree with paths as the
+// host sees them (Debian's split header trees include each other by
+// absolute path) and the host's compiler, the one the kernel was built for.
+func (a *Agent) buildCommand(kver, src string) []string {
+	jobs := "-j" + strconv.Itoa(buildJobs())
+	if a.Root == "/" || a.Root == "" {
+		return []string{"make", jobs, "-C", filepath.Join("/lib/modules", kver, "build"), "M=" + src, "modules"}
+	}
+	rel, err := filepath.Rel(a.Root, src)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		rel = src
+	}
+	return []string{"chroot", a.Root, "make", jobs, "-C", filepath.Join("/lib/modules", kver, "build"), "M=" + filepath.Join("/", rel),
+		"modules"}
 }
 
 // unload removes the loaded module, killing holders first when allowed.

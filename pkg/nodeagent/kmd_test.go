@@ -271,3 +271,17 @@ func TestProbeMeasuresWithoutChanging(t *testing.T) {
 	assert.NotEmpty(t, r.Probe.DKMS)
 	assert.False(t, r.Probe.Headers)
 }
+
+func TestKMDBuildsAgainstDebianSplitHeaders(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, DebianHeaders: true})
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	requireSuccess(t, r)
+	assert.Equal(t, "2.0.0", observe(t, root).LoadedKMD)
+	require.NotEmpty(t, callsTo(t, root, "chroot"), "the build runs in a chroot of the host")
+
+	bare, _ := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, NoToolchain: true})
+	p := bare.Probe(context.Background(), nodeagent.ProbeOptions{KMDVersion: "2.0.0"})
+	requireSuccess(t, p)
+	assert.True(t, p.Probe.Headers)
+	assert.False(t, p.Probe.Toolchain, "headers without make/gcc on the host")
+}

@@ -49,6 +49,19 @@ func (a *Agent) Probe(ctx context.Context, o ProbeOptions) Result {
 	return x.finish(ctx, x.probe(ctx, o))
 }
 
+// hostToolchain reports make and a gcc on the host (the build runs in a
+// chroot of it); with the agent on the host itself, on PATH.
+func hostToolchain(root string) bool {
+	if root == "/" || root == "" {
+		_, errMake := exec.LookPath("make")
+		_, errGCC := exec.LookPath("gcc")
+		return errMake == nil && errGCC == nil
+	}
+	_, errMake := os.Stat(filepath.Join(root, "usr/bin/make"))
+	gcc, _ := filepath.Glob(filepath.Join(root, "usr/bin/gcc*"))
+	return errMake == nil && len(gcc) > 0
+}
+
 func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 	a := x.agent
 	p := &ProbeFacts{AgentVersion: o.AgentVersion}
@@ -70,8 +83,7 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 		_, err = os.Stat(filepath.Join(build, "Makefile"))
 		p.Headers = err == nil
 	}
-	_, errMake := exec.LookPath("make")
-	p.Toolchain = errMake == nil
+	p.Toolchain = hostToolchain(a.Root)
 	if o.KMDVersion != "" {
 		fi, err := os.Stat(a.hostPath(filepath.Join(kmdCacheDir, kver, o.KMDVersion, kmdModuleFile)))
 		p.Cached = err == nil && fi.Mode().IsRegular() && fi.Size() > 0

@@ -29,7 +29,7 @@ type Facts struct {
 	// Skip is why the node is now excluded (skip label, host-managed),
 	// re-read at every observation: labels may change during a run.
 	Skip string
-	// OthersOut counts the other nodes this runbook has out of service
+	// OthersOut counts the other nodes rollbook has out of service
 	// (read only before the node's own cordon, when a budget applies).
 	OthersOut int
 	// Finished: the runbook's result is measured and recorded on the node,
@@ -100,7 +100,7 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 		}
 	}
 	if o.countOut && !f.ourCordon() && !f.Finished {
-		if f.OthersOut, err = countOutOfService(ctx, o.cs, o.owner, n.Name); err != nil {
+		if f.OthersOut, err = countOutOfService(ctx, o.cs, n.Name); err != nil {
 			return f, err
 		}
 	}
@@ -110,16 +110,17 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 	return f, err
 }
 
-// countOutOfService counts the nodes other than node that owner has
-// cordoned: a failed node that stays cordoned still uses its slot.
-func countOutOfService(ctx context.Context, cs kubernetes.Interface, owner, node string) (int, error) {
+// countOutOfService counts the nodes other than node that a rollbook run
+// has out of service: a failed node that stays cordoned still uses its
+// slot, whichever tt runbook left it.
+func countOutOfService(ctx context.Context, cs kubernetes.Interface, node string) (int, error) {
 	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for i := range l.Items {
-		if l.Items[i].Name != node && kube.CordonStateOf(&l.Items[i]).Owner == owner {
+		if st := kube.CordonStateOf(&l.Items[i]); l.Items[i].Name != node && st.Cordoned && st.Owner != "" {
 			n++
 		}
 	}

@@ -130,8 +130,8 @@ func outOfServiceBudget(limit int) runbook.Guard[Facts] {
 	return runbook.Guard[Facts]{
 		Name: "no more than --max-parallel nodes out of service",
 		Check: func(f Facts) (bool, string) {
-			return limit <= 0 || f.OthersOut < limit, fmt.Sprintf("%d node(s) are already out of service by rollbook %s "+
-				"(--max-parallel %d), some left cordoned by failures; fix them and re-run", f.OthersOut, f.Owner, limit)
+			return limit <= 0 || f.OthersOut < limit, fmt.Sprintf("%d node(s) are already out of service by rollbook "+
+				"(at most %d at once), some left cordoned by failures; fix them and re-run", f.OthersOut, limit)
 		},
 	}
 }

@@ -124,7 +124,7 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 	helperName := func(node string) string { return kube.HelperName("kmd", node, v) }
 	obs := observer{cs: cs, owner: KMDRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
-		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason}
+		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason, countOut: true}
 	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
 	blockers := kmdBlockers(cfg)
 	return &runbook.Runbook[Facts]{
@@ -141,7 +141,8 @@ the target version is measured on it, whatever its label says.`,
 		Annotation: annotationOf,
 		Steps: []runbook.Step[Facts]{
 			b.probe("tt.kmd.probe", kmdProbeCommand(cfg), blockers),
-			b.cordon("tt.kmd.cordon", probeClear("tt-kmd", cfg.RunID, blockers)),
+			// One node at a time, like the operator's DaemonSet rollout.
+			b.cordon("tt.kmd.cordon", probeClear("tt-kmd", cfg.RunID, blockers), outOfServiceBudget(1)),
 			b.closeGates("tt.kmd.close-gates", cfg.DeployGates),
 			b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "tt-kmd "+v+" upgrade"),
 			kmdDrainStep(cs, rec, cfg),
