@@ -50,5 +50,22 @@ bench: build sim ## every benchmark at a size that fits ~10 minutes; figures nex
 docs: ## regenerate runbooks/*.md from the step registry
 	$(GO) run ./hack/gendocs
 
+# goreleaser is built from its Go module at this pinned version (no downloaded
+# binary), once, into .cache/tools (first build ~10 min).
+.PHONY: dist image-check
+GORELEASER_VERSION ?= v2.15.1
+GORELEASER := $(CURDIR)/.cache/tools/goreleaser-$(GORELEASER_VERSION)/goreleaser
+
+$(GORELEASER):
+	GOBIN=$(dir $@) $(GO) install -trimpath github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
+
+dist: $(GORELEASER) ## release snapshot into dist/: archives, checksums, krew manifests (the image only where docker buildx runs)
+	$(GORELEASER) check
+	ROLLBOOK_COMMIT=$$(git rev-parse HEAD) $(GORELEASER) release --snapshot --clean $$(docker buildx version >/dev/null 2>&1 || echo --skip=docker)
+	ROLLBOOK_DIST=$(CURDIR)/dist $(GO) test -count=1 ./test/e2e/krew
+
+image-check: ## the node-agent image's root filesystem from Debian packages, its tools run in a chroot
+	bash hack/image-check.sh
+
 clean:
 	rm -rf $(BIN) .cache/bin

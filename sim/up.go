@@ -17,6 +17,7 @@ import (
 
 	"github.com/rollbook/rollbook/sim/cluster"
 	"github.com/rollbook/rollbook/sim/monitor"
+	"github.com/rollbook/rollbook/sim/monitor/kubewatch"
 	"github.com/rollbook/rollbook/sim/scenario"
 )
 
@@ -91,6 +92,10 @@ func cmdUp(args []string) int {
 
 	mon, err := monitor.Open(abs)
 	if err != nil {
+		fmt.Fprintln(os.Stdout, "sim up:", err)
+		return 1
+	}
+	if err := kubewatch.Start(ctx, kubewatch.Config{RESTConfig: c.RESTConfig, Client: c.Client, Monitor: mon, Logf: logf}); err != nil {
 		fmt.Fprintln(os.Stdout, "sim up:", err)
 		return 1
 	}

@@ -168,8 +168,23 @@ func createHeaders(root string, s Spec) error {
 		return nil
 	}
 	src := "/usr/src/linux-headers-" + s.Kernel
-	if err := writeFile(filepath.Join(root, src, "Makefile"), "# fake kernel build tree for "+s.Kernel+"\n"); err != nil {
+	makefile := "# fake kernel build tree for " + s.Kernel + "\n"
+	if s.DebianHeaders {
+		common := "/usr/src/linux-headers-" + s.Kernel + "-common"
+		if err := writeFile(filepath.Join(root, common, "Makefile"), "# the common half of the tree\n"); err != nil {
+			return err
+		}
+		makefile += "include " + common + "/Makefile\n"
+	}
+	if err := writeFile(filepath.Join(root, src, "Makefile"), makefile); err != nil {
 		return err
+	}
+	if !s.NoToolchain {
+		for _, bin := range []string{"usr/bin/make", "usr/bin/gcc-12"} {
+			if err := writeFile(filepath.Join(root, bin), "#!fake host toolchain\n"); err != nil {
+				return err
+			}
+		}
 	}
 	if err := writeFile(filepath.Join(root, src, "include/config/kernel.release"), s.Kernel+"\n"); err != nil {
 		return err

@@ -71,7 +71,8 @@ func TestModuleLifecycle(t *testing.T) {
 func TestToolsStayInsideTheRoot(t *testing.T) {
 	root := newRoot(t, Spec{KernelHeaders: true})
 	outside := t.TempDir()
-	if code, _ := invoke(t, root, "git", "clone", "--depth", "1", "--branch", "ttkmd-2.0.0", "https://x/tt-kmd.git", filepath.Join(outside, "src")); code == 0 {
+	if code, _ := invoke(t, root, "git", "clone", "--depth", "1", "--branch", "ttkmd-2.0.0", "https://x/tt-kmd.git",
+		filepath.Join(outside, "src")); code == 0 {
 		t.Fatal("git cloned outside the root")
 	}
 	if code, _ := invoke(t, root, "insmod", "/etc/hostname"); code == 0 {

@@ -26,6 +26,13 @@ type Spec struct {
 	// KernelHeaders creates /lib/modules/<kernel>/build (a symlink into
 	// /usr/src, as on Ubuntu) with a Makefile.
 	KernelHeaders bool
+	// DebianHeaders lays the build tree out as Debian does: the
+	// arch-specific tree's Makefile includes the common tree by absolute
+	// path, so it builds only with paths as the host sees them.
+	DebianHeaders bool
+	// NoToolchain leaves the host without make and gcc (a headers package
+	// alone does not pull in build-essential).
+	NoToolchain bool
 	// DKMS leaves the markers of a host-managed (DKMS) tt-kmd install.
 	DKMS bool
 	// CachedKMD lists tt-kmd versions already built in

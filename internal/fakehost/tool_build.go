@@ -51,7 +51,7 @@ func git(t *tool) int {
 		return t.errorf(128, "fatal: %v", err)
 	}
 	version, ok := strings.CutPrefix(branch, "ttkmd-")
-	if !ok || slices.Contains(st.MissingTags, branch) {
+	if !ok || !slices.Contains(RemoteTags, branch) || slices.Contains(st.MissingTags, branch) {
 		fmt.Fprintf(t.stderr, "Cloning into '%s'...\n", dir)
 		return t.errorf(128, "fatal: Remote branch %s not found in upstream origin", branch)
 	}
@@ -71,6 +71,19 @@ func git(t *tool) int {
 	fmt.Fprintf(t.stderr, "Cloning into '%s'...\n", dir)
 	return 0
 }
+
+// RemoteTags are the tags the fake tt-kmd remote has: tt-kmd's release tags
+// through 2.5.0, then the releases the simulated fleet's story moves
+// between. Any other version (a typo, 99.0.0) is not there, as upstream.
+var RemoteTags = func() []string {
+	var out []string
+	for _, v := range []string{"1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0",
+		"2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0", "2.4.1", "2.5.0",
+		"2.6.0", "2.7.0", "2.8.0", "2.8.1", "2.9.0", "2.9.1"} {
+		out = append(out, "ttkmd-"+v)
+	}
+	return out
+}()
 
 var moduleVersionRE = regexp.MustCompile(`MODULE_VERSION\("([^"]+)"\)`)
 
@@ -98,17 +111,34 @@ func makeModules(t *tool) int {
 	if !slices.Equal(targets, []string{"modules"}) || kdir == "" || src == "" {
 		return t.errorf(2, "*** fake make only supports: make -C <kdir> M=<src> modules")
 	}
-	kdir, err := t.inRoot(kdir)
+	shownKdir := kdir
+	kdir, err := t.path(kdir)
 	if err != nil {
 		return t.errorf(2, "*** %v", err)
 	}
-	src, err = t.inRoot(src)
+	src, err = t.path(src)
 	if err != nil {
 		return t.errorf(2, "*** %v", err)
 	}
-	fmt.Fprintf(t.stdout, "make: Entering directory '%s'\n", kdir)
-	if _, err := os.Stat(filepath.Join(kdir, "Makefile")); err != nil {
-		return t.errorf(2, "*** %s: No such file or directory.  Stop.", kdir)
+	fmt.Fprintf(t.stdout, "make: Entering directory '%s'\n", shownKdir)
+	mk, err := os.ReadFile(filepath.Join(kdir, "Makefile"))
+	if err != nil {
+		return t.errorf(2, "*** %s: No such file or directory.  Stop.", shownKdir)
+	}
+	// Absolute includes (Debian's split header trees) resolve as the
+	// process sees the filesystem: inside the chroot, the host's paths.
+	for _, line := range strings.Split(string(mk), "\n") {
+		inc, ok := strings.CutPrefix(line, "include /")
+		if !ok {
+			continue
+		}
+		at := "/" + inc
+		if t.chrooted {
+			at = filepath.Join(t.root, at)
+		}
+		if _, err := os.Stat(at); err != nil {
+			return t.errorf(2, "Makefile:1: /%s: No such file or directory\n*** No rule to make target '/%s'.  Stop.", inc, inc)
+		}
 	}
 	kernel, err := readTrim(filepath.Join(kdir, "include/config/kernel.release"))
 	if err != nil {

@@ -20,7 +20,9 @@ func rmmod(t *tool) int {
 	if loadedVersion(t.root) == "" {
 		return t.errorf(1, "ERROR: Module %s is not currently loaded", moduleName)
 	}
-	if refcnt(t.root) > 0 {
+	if who := holdersNow(t.root); who != "" {
+		// The kernel refuses; asking at all means nobody checked first.
+		t.recordEvent(EventRmmodUnderHolder, "rmmod "+moduleName+" while the device is held ("+who+")")
 		return t.errorf(1, "ERROR: Module %s is in use", moduleName)
 	}
 	if err := unloadModule(t.root); err != nil {

@@ -49,6 +49,12 @@ func ttFlash(t *tool) int {
 	if err != nil {
 		return t.errorf(1, "%v", err)
 	}
+	if who := holdersNow(t.root); who != "" {
+		// A flash resets the chips under whoever has them open.
+		t.recordEvent(EventFlashUnderHolder, "tt-flash while the device is held ("+who+")")
+		fmt.Fprintf(out, "Error: device busy: /dev/tenstorrent is open (%s)\nFLASH FAILED\n", who)
+		return 1
+	}
 	if st.ResetsNeeded > 0 {
 		fmt.Fprintln(out, "Error: Timed out waiting for ARC to respond\nFLASH FAILED")
 		return 1

@@ -48,7 +48,9 @@ func (t *tool) snapshot(st *state) int {
 		return 1
 	}
 	if st.SMISnapshotBroken {
-		fmt.Fprintln(t.stderr, "Traceback (most recent call last):\n  File \"tt_smi/tt_smi.py\", line 912, in main\nImportError: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found")
+		fmt.Fprintln(t.stderr,
+			"Traceback (most recent call last):\n  File \"tt_smi/tt_smi.py\", line 912, in main\n"+
+				"ImportError: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found")
 		return 1
 	}
 	snap := snapshotOf(t.root, st)
@@ -71,7 +73,9 @@ func (t *tool) reset(st *state, galaxy bool) int {
 	if galaxy {
 		fmt.Fprintln(t.stdout, " Resetting galaxy 6u trays...")
 	} else {
-		fmt.Fprintln(t.stdout, " Starting PCI link reset on WH devices at PCI indices: all\n Finishing PCI link reset on WH devices\n Re-initializing boards after reset....")
+		fmt.Fprintln(t.stdout,
+			" Starting PCI link reset on WH devices at PCI indices: all\n Finishing PCI link reset on WH devices\n"+
+				" Re-initializing boards after reset....")
 	}
 	if st.ResetsNeeded > 0 && galaxy == st.Galaxy {
 		st.ResetsNeeded--

@@ -18,7 +18,7 @@ import (
 const RootEnv = "FAKEHOST_ROOT"
 
 // Tools are the names Main answers to.
-var Tools = []string{"rmmod", "insmod", "modprobe", "depmod", "make", "git", "tt-smi", "tt-flash", "kill"}
+var Tools = []string{"rmmod", "insmod", "modprobe", "depmod", "make", "git", "tt-smi", "tt-flash", "kill", "chroot"}
 
 // IsTool reports whether name (a basename) is one of the fake tools, for
 // multi-call binaries that dispatch on os.Args[0].
@@ -62,6 +62,9 @@ var toolFuncs = map[string]toolFunc{
 	"kill":     kill,
 }
 
+// chroot dispatches to the other tools, so it joins the table at init.
+func init() { toolFuncs["chroot"] = chroot }
+
 // tool is one invocation of a fake tool.
 type tool struct {
 	name   string
@@ -69,6 +72,65 @@ type tool struct {
 	root   string
 	stdout io.Writer
 	stderr io.Writer
+	// chrooted: the tool runs inside the host root, so absolute paths are
+	// the host's (chroot ROOT tool …).
+	chrooted bool
+}
+
+// path is where p, as the tool was given it, lives on disk. Inside the
+// chroot, symlinks resolve as the host sees them (absolute targets are the
+// host's paths).
+func (t *tool) path(p string) (string, error) {
+	if !t.chrooted {
+		return t.inRoot(p)
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("path %s is relative inside the chroot", p)
+	}
+	rest := strings.Split(strings.TrimPrefix(filepath.Clean(p), "/"), "/")
+	cur := "/"
+	for hops := 0; len(rest) > 0; {
+		next := filepath.Join(cur, rest[0])
+		rest = rest[1:]
+		target, err := os.Readlink(filepath.Join(t.root, next))
+		if err != nil { // not a symlink (or missing): keep walking
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return "", fmt.Errorf("too many levels of symbolic links in %s", p)
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(cur, target)
+		}
+		rest = append(strings.Split(strings.TrimPrefix(filepath.Clean(target), "/"), "/"), rest...)
+		cur = "/"
+	}
+	return filepath.Join(t.root, cur), nil
+}
+
+// chroot NEWROOT TOOL ARGS…: runs a fake tool inside the host root, as the
+// host's own binary (which must exist there) would run.
+func chroot(t *tool) int {
+	if len(t.args) < 2 {
+		return t.errorf(125, "missing operand")
+	}
+	if filepath.Clean(t.args[0]) != t.root {
+		return t.errorf(125, "fake chroot only enters its host root %s, not %s", t.root, t.args[0])
+	}
+	name := t.args[1]
+	fn, ok := toolFuncs[filepath.Base(name)]
+	if !ok || name == "chroot" {
+		return t.errorf(127, "failed to run command '%s': No such file or directory", name)
+	}
+	if !filepath.IsAbs(name) {
+		name = "/usr/bin/" + name
+	}
+	if _, err := os.Stat(filepath.Join(t.root, name)); err != nil && filepath.Base(name) == "make" {
+		return t.errorf(127, "failed to run command '%s': No such file or directory", t.args[1])
+	}
+	logCall(t.root, append([]string{filepath.Base(name)}, t.args[2:]...))
+	return fn(&tool{name: filepath.Base(name), args: t.args[2:], root: t.root, stdout: t.stdout, stderr: t.stderr, chrooted: true})
 }
 
 func (t *tool) errorf(code int, format string, a ...any) int {

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The RPC semantics of the brief §2.5, shared by the gRPC handlers and the
+// The control API's RPC semantics, shared by the gRPC handlers and the
 // exported methods the simulator calls. Callers hold s.mu.
 
 func (s *Server) findActorLocked(atespace, name string) (*Actor, error) {

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -42,6 +43,10 @@ type Cluster struct {
 	base string // holds Dir and the sim's output
 	cmd  *exec.Cmd
 	done chan struct{}
+
+	mu      sync.Mutex
+	watched bool // a test checked violations
+	seen    int  // violations lines read by the last check
 }
 
 var current *Cluster
@@ -78,7 +83,14 @@ func run(m *testing.M, o Options) int {
 		os.Exit(1)
 	}()
 	defer c.Stop()
-	return m.Run()
+	code := m.Run()
+	if err := c.checkLate(); err != nil {
+		fmt.Fprintln(os.Stderr, "simtest:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }
 
 // Start builds (if needed) and starts a sim, returning once it is ready.

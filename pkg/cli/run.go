@@ -197,6 +197,12 @@ func Run[F any](ctx context.Context, s *Session, rb *runbook.Runbook[F], targets
 	if o.Paused == nil {
 		o.Paused = s.Paused
 	}
+	if !s.DryRun() {
+		// Declare the run's out-of-service allowance where others can check it.
+		if err := s.SetMaxOutOfService(ctx, max(o.Parallel, 1)); err != nil {
+			s.Progress.Printf("warning: could not record the parallel limit on the lease: %v", err)
+		}
+	}
 	return runbook.Run(ctx, rb, targets, o)
 }
 
@@ -218,6 +224,9 @@ func (s *Session) SetMaxOutOfService(ctx context.Context, n int) error {
 		return nil
 	}
 	v := strconv.Itoa(n)
+	if cur, ok := s.lock.Annotation(AnnMaxOutOfService); ok && cur == v {
+		return nil
+	}
 	return s.lock.SetAnnotation(ctx, AnnMaxOutOfService, &v)
 }
 

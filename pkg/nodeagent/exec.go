@@ -49,7 +49,7 @@ func (a *Agent) run(ctx context.Context, argv []string, watch ...string) toolRun
 	cmd.Env = append(append(os.Environ(), a.Env...), "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
 	cmd.WaitDelay = 5 * time.Second // a killed tool's children may hold the pipes
 	stdout, stderr := newCapture(watch), newCapture(watch)
-	var log io.Writer = io.Discard
+	log := io.Discard
 	if a.Log != nil {
 		log = a.Log
 	}

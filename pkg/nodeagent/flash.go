@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -31,6 +32,12 @@ type FlashOptions struct {
 	ResetSettle time.Duration
 	// Timeout bounds the operation; default 15 minutes (Galaxy headroom).
 	Timeout time.Duration
+	// ForceUnload SIGKILLs processes holding the device before the flash;
+	// without it a held device stops the flash (a reset under a live
+	// process corrupts its work and can wedge the host).
+	ForceUnload bool
+	// UnloadWait bounds the wait for the refcount to drop after the kill.
+	UnloadWait time.Duration
 }
 
 // DefaultBundleURL is the tt-system-firmware release asset for version.
@@ -54,6 +61,9 @@ func (o *FlashOptions) defaults() {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 15 * time.Minute
+	}
+	if o.UnloadWait <= 0 {
+		o.UnloadWait = 10 * time.Second
 	}
 }
 
@@ -97,6 +107,9 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 		})
 	}
 	force := o.ForceWrite || (o.Homogenize && mixed(versions))
+	if err := x.step("holders", func() (string, error) { return x.checkFlashHolders(ctx, o) }); err != nil {
+		return err
+	}
 	var bundle string
 	if err := x.step("fetch-bundle", func() (detail string, err error) {
 		bundle, detail, err = x.fetchBundle(ctx, o)
@@ -116,7 +129,8 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 			return "", toolFailure(ReasonFlashFailed, r, "tt-flash")
 		}
 		if r.seen[configSpaceResetMarker] {
-			return "", failOutput(ReasonConfigSpaceReset, r, "tt-flash exited 0 but reported %q: the chips did not come back cleanly", configSpaceResetMarker)
+			return "", failOutput(ReasonConfigSpaceReset, r, "tt-flash exited 0 but reported %q: the chips did not come back cleanly",
+				configSpaceResetMarker)
 		}
 		return strings.Join(argv, " "), nil
 	})
@@ -135,9 +149,30 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 	return x.step("verify", func() (string, error) { return verifyDevices(before, after, o.ReadbackVersion, x.res.Devices) })
 }
 
+// checkFlashHolders refuses to reset chips someone has open, unless asked
+// to kill the holders first.
+func (x *execution) checkFlashHolders(ctx context.Context, o FlashOptions) (string, error) {
+	a := x.agent
+	refs, _ := readInt(a.hostPath(filepath.Join(moduleSysfs, "refcnt")))
+	holders, err := findHolders(a.Root)
+	if err != nil {
+		return "", err
+	}
+	if refs == 0 && len(holders) == 0 {
+		return "no process holds /dev/tenstorrent", nil
+	}
+	x.res.Holders = holders
+	if !o.ForceUnload {
+		return "", fail(ReasonDeviceInUse, "/dev/tenstorrent is held (refcnt %d; holders: %s); a flash resets the chips under them. "+
+			"Drain the node or use --force-unload", refs, describeHolders(holders))
+	}
+	return x.killHolders(ctx, o.UnloadWait, max(refs, 1))
+}
+
 func verifyDevices(before, after []DeviceFirmware, want string, devs []Device) (string, error) {
 	if len(after) < len(before) {
-		return "", fail(ReasonDeviceMissing, "%d device(s) before the flash, %d after: a device did not come back from reset", len(before), len(after))
+		return "", fail(ReasonDeviceMissing, "%d device(s) before the flash, %d after: a device did not come back from reset",
+			len(before), len(after))
 	}
 	var bad []string
 	for _, d := range devs {

@@ -16,18 +16,18 @@ import (
 const maxBundleBytes = 512 << 20
 
 // snapshot runs `tt-smi -s` and parses it.
-func (x *execution) snapshot(ctx context.Context) ([]DeviceFirmware, toolRun, error) {
+func (x *execution) snapshot(ctx context.Context) ([]DeviceFirmware, error) {
 	r := x.agent.run(ctx, []string{"tt-smi", "-s"})
 	if r.err != nil {
 		// tt-smi prints its real errors ("No Tenstorrent driver detected!")
 		// on stdout, so keep both streams.
-		return nil, r, toolFailure(ReasonReadbackFailed, r, "tt-smi -s")
+		return nil, toolFailure(ReasonReadbackFailed, r, "tt-smi -s")
 	}
 	devs, err := ParseSMISnapshot([]byte(r.stdout))
 	if err != nil {
-		return nil, r, failOutput(ReasonReadbackFailed, r, "tt-smi -s: %v", err)
+		return nil, failOutput(ReasonReadbackFailed, r, "tt-smi -s: %v", err)
 	}
-	return devs, r, nil
+	return devs, nil
 }
 
 func describeFirmware(devs []DeviceFirmware) string {
@@ -43,7 +43,7 @@ func (x *execution) readbackBefore(ctx context.Context, o FlashOptions) ([]Devic
 	var last error
 	read := func() (string, error) {
 		var err error
-		devs, _, err = x.snapshot(ctx)
+		devs, err = x.snapshot(ctx)
 		last = err
 		if err != nil {
 			return "", err
@@ -119,7 +119,7 @@ func (x *execution) readbackAfter(ctx context.Context) ([]DeviceFirmware, error)
 	err := x.step("readback-after", func() (string, error) {
 		var err error
 		var smiErr error
-		if devs, _, smiErr = x.snapshot(ctx); smiErr == nil {
+		if devs, smiErr = x.snapshot(ctx); smiErr == nil {
 			return describeFirmware(devs), nil
 		}
 		if devs, err = readSysfsFirmware(x.agent.Root); err != nil {

@@ -213,3 +213,28 @@ func TestFlashResultFitsWithHugeOutput(t *testing.T) {
 	require.GreaterOrEqual(t, failing, 0, "the failing device survives truncation")
 	assert.False(t, back.Devices[failing].OK)
 }
+
+func TestFlashRefusesWhileTheDeviceIsHeld(t *testing.T) {
+	spec := fakehost.Spec{Devices: devices("18.2.0.0", "18.2.0.0"), Holders: []fakehost.Holder{{PID: 4400001, Comm: "bench"}}}
+	a, root := flashHost(t, spec)
+	r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+	require.NotNil(t, r.Error)
+	assert.Equal(t, nodeagent.ReasonDeviceInUse, r.Error.Reason)
+	require.Len(t, r.Holders, 1)
+	assert.Equal(t, 4400001, r.Holders[0].PID)
+	assert.NotContains(t, toolNames(t, root), "tt-flash", "never flash under a holder")
+	ev, err := fakehost.Events(root, 0)
+	require.NoError(t, err)
+	assert.Empty(t, ev)
+
+	o := flashOpts(t, "19.9.0")
+	o.ForceUnload = true
+	r = a.Flash(context.Background(), o)
+	requireSuccess(t, r)
+	require.Len(t, r.Holders, 1)
+	assert.True(t, r.Holders[0].Killed)
+	assert.Equal(t, []string{"19.9.0.0", "19.9.0.0"}, observe(t, root).Firmware)
+	ev, err = fakehost.Events(root, 0)
+	require.NoError(t, err)
+	assert.Empty(t, ev, "the flash ran only after the holder was gone")
+}

@@ -14,8 +14,10 @@ func TestParseCgroup(t *testing.T) {
 	const uid = "0f4d3b8e-6a1c-4c55-9d0e-2b7a1e3c9f10"
 	const cid = "3f1a9c0b8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928170615e4d3"
 	tests := []struct{ name, content, uid, cid string }{
-		{"v2 systemd containerd", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + cid + ".scope\n", uid, cid},
-		{"v2 systemd crio", "0::/kubepods.slice/kubepods-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/crio-" + cid + ".scope\n", uid, cid},
+		{"v2 systemd containerd", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-",
+			"_") + ".slice/cri-containerd-" + cid + ".scope\n", uid, cid},
+		{"v2 systemd crio", "0::/kubepods.slice/kubepods-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/crio-" + cid + ".scope\n",
+			uid, cid},
 		{"v1 cgroupfs docker", "12:devices:/kubepods/besteffort/pod" + uid + "/" + cid + "\n0::/\n", uid, cid},
 		{"pod sandbox level only", "0::/kubepods/pod" + uid + "\n", uid, ""},
 		{"host process", "0::/system.slice/ssh.service\n", "", ""},
@@ -58,8 +60,11 @@ func TestParseSMISnapshot(t *testing.T) {
 		want    []string
 		wantErr bool
 	}{
-		{"preamble then JSON", "Detected Chips: 2\n{\"device_info\":[{\"board_info\":{\"bus_id\":\"0000:01:00.0\"},\"firmwares\":{\"fw_bundle_version\":\"19.9.0.0\"}},{\"firmwares\":{}}]}\n", []string{"19.9.0.0", "?"}, false},
-		{"brace in preamble", "progress {50%}\n{\"device_info\":[{\"firmwares\":{\"fw_bundle_version\":\"18.2.0.0\"}}]}", []string{"18.2.0.0"}, false},
+		{"preamble then JSON",
+			"Detected Chips: 2\n{\"device_info\":[{\"board_info\":{\"bus_id\":\"0000:01:00.0\"}," +
+				"\"firmwares\":{\"fw_bundle_version\":\"19.9.0.0\"}},{\"firmwares\":{}}]}\n", []string{"19.9.0.0", "?"}, false},
+		{"brace in preamble", "progress {50%}\n{\"device_info\":[{\"firmwares\":{\"fw_bundle_version\":\"18.2.0.0\"}}]}",
+			[]string{"18.2.0.0"}, false},
 		{"no devices", "{\"device_info\":[]}", nil, true},
 		{"no JSON", " No Tenstorrent driver detected!", nil, true},
 		{"truncated", "{\"device_info\":[{\"firmwares\":", nil, true},

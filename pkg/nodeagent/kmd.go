@@ -43,7 +43,7 @@ func (o *KMDOptions) defaults() {
 }
 
 func (o KMDOptions) validate() error {
-	if err := ValidateVersion(o.Version); err != nil {
+	if err := ValidateKMDVersion(o.Version); err != nil {
 		return fail(ReasonInvalidInput, "--version: %v", err)
 	}
 	if err := ValidateSourceURL(o.GitURL); err != nil {
@@ -196,7 +196,8 @@ func (x *execution) checkNotHostManaged() (string, error) {
 		return "no DKMS install found", nil
 	}
 	x.res.InstallMode = InstallModeHost
-	return "", fail(ReasonHostManaged, "tt-kmd is managed by the host (DKMS: %v); refusing to touch it (loaded version %q)", signals, x.res.Before)
+	return "", fail(ReasonHostManaged, "tt-kmd is managed by the host (DKMS: %v); refusing to touch it (loaded version %q)", signals,
+		x.res.Before)
 }
 
 func (x *execution) checkUnused(version string) (string, error) {
@@ -213,7 +214,9 @@ func (x *execution) checkUnused(version string) (string, error) {
 		return "", err
 	}
 	x.res.Holders = holders
-	return "", fail(ReasonDeviceInUse, "tt-kmd %s loaded with refcnt %d; holders: %s; refcnt > 0 and forceUnload is false; cannot reinstall %s (drain the node or use --force-unload)",
+	return "", fail(ReasonDeviceInUse,
+		"tt-kmd %s loaded with refcnt %d; holders: %s; refcnt > 0 and forceUnload is false; cannot reinstall %s "+
+			"(drain the node or use --force-unload)",
 		x.res.Before, refs, describeHolders(holders), version)
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,7 +30,8 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 		_, err = os.Stat(filepath.Join(buildDir, "Makefile"))
 	}
 	if err != nil {
-		return "", "", fail(ReasonNoKernelHeaders, "host has no kernel build tree at /lib/modules/%s/build; install linux-headers-%s on the node (%v)", kver, kver, err)
+		return "", "", fail(ReasonNoKernelHeaders,
+			"host has no kernel build tree at /lib/modules/%s/build; install linux-headers-%s on the node (%v)", kver, kver, err)
 	}
 	cacheRoot := a.hostPath(kmdCacheDir)
 	if err := os.MkdirAll(cacheRoot, 0o755); err != nil {
@@ -47,7 +49,7 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	if clone.err != nil {
 		return "", "", toolFailure(ReasonCloneFailed, clone, "git clone of ttkmd-"+o.Version)
 	}
-	build := a.run(ctx, []string{"make", "-j" + strconv.Itoa(buildJobs()), "-C", buildDir, "M=" + src, "modules"})
+	build := a.run(ctx, a.buildCommand(kver, src))
 	if build.err != nil {
 		return "", "", toolFailure(ReasonBuildFailed, build, "building tt-kmd "+o.Version+" for "+kver)
 	}
@@ -64,6 +66,23 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	return cached, "built from ttkmd-" + o.Version + " and cached at " + cached, nil
 }
 
+// buildCommand is the kbuild invocation. With the host mounted under Root
+// it runs in a chroot of the host: the host's kernel tree with paths as the
+// host sees them (Debian's split header trees include each other by
+// absolute path) and the host's compiler, the one the kernel was built for.
+func (a *Agent) buildCommand(kver, src string) []string {
+	jobs := "-j" + strconv.Itoa(buildJobs())
+	if a.Root == "/" || a.Root == "" {
+		return []string{"make", jobs, "-C", filepath.Join("/lib/modules", kver, "build"), "M=" + src, "modules"}
+	}
+	rel, err := filepath.Rel(a.Root, src)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		rel = src
+	}
+	return []string{"chroot", a.Root, "make", jobs, "-C", filepath.Join("/lib/modules", kver, "build"), "M=" + filepath.Join("/", rel),
+		"modules"}
+}
+
 // unload removes the loaded module, killing holders first when allowed.
 func (x *execution) unload(ctx context.Context, o KMDOptions) (string, error) {
 	a := x.agent
@@ -77,7 +96,7 @@ func (x *execution) unload(ctx context.Context, o KMDOptions) (string, error) {
 		if !o.ForceUnload { // holders appeared during the build
 			return x.checkUnused(o.Version)
 		}
-		if detail, err = x.killHolders(ctx, o, refs); err != nil {
+		if detail, err = x.killHolders(ctx, o.UnloadWait, refs); err != nil {
 			return "", err
 		}
 	}
@@ -91,7 +110,7 @@ func (x *execution) unload(ctx context.Context, o KMDOptions) (string, error) {
 // killHolders SIGKILLs every holder by exec'ing kill from PATH (never a
 // direct syscall, so tests can only ever reach fake processes) and waits a
 // bounded time for the refcount to drop to 0.
-func (x *execution) killHolders(ctx context.Context, o KMDOptions, refs int) (string, error) {
+func (x *execution) killHolders(ctx context.Context, wait time.Duration, refs int) (string, error) {
 	a := x.agent
 	holders, err := findHolders(a.Root)
 	if err != nil {
@@ -110,7 +129,7 @@ func (x *execution) killHolders(ctx context.Context, o KMDOptions, refs int) (st
 	if k := a.run(ctx, argv); k.notFound() {
 		return "", toolFailure(ReasonHoldersRemain, k, "kill")
 	}
-	deadline := time.Now().Add(o.UnloadWait)
+	deadline := time.Now().Add(wait)
 	refcnt := a.hostPath(filepath.Join(moduleSysfs, "refcnt"))
 	for {
 		if refs, err = readInt(refcnt); err != nil {
@@ -136,7 +155,8 @@ func (x *execution) killHolders(ctx context.Context, o KMDOptions, refs int) (st
 		x.res.Holders[i].Killed = !alive[x.res.Holders[i].PID]
 	}
 	if refs > 0 {
-		return "", fail(ReasonHoldersRemain, "refcnt still %d %s after SIGKILL; remaining holders: %s", refs, o.UnloadWait, describeHolders(remaining))
+		return "", fail(ReasonHoldersRemain, "refcnt still %d %s after SIGKILL; remaining holders: %s", refs, wait,
+			describeHolders(remaining))
 	}
 	return fmt.Sprintf("killed %d holder(s); ", len(holders)), nil
 }

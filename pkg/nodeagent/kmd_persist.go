@@ -68,7 +68,8 @@ func (x *execution) persist(ctx context.Context, ko string) (string, error) {
 	}
 	want := "/" + rebootSafeDir + "/" + kmdModuleFile
 	if !strings.Contains(probe.stdout, want) {
-		return "", fmt.Errorf("at boot modprobe would load %q, not our %s (stale DKMS or extra/ copy?)", strings.TrimSpace(probe.stdout), want)
+		return "", fmt.Errorf("at boot modprobe would load %q, not our %s (stale DKMS or extra/ copy?)", strings.TrimSpace(probe.stdout),
+			want)
 	}
 	return "installed /lib/modules/" + kver + want + ", depmod, /" + modulesLoadConf, nil
 }

@@ -97,7 +97,8 @@ func TestKMDHolderBlocksWithoutForce(t *testing.T) {
 	a, root := newHost(t, holderSpec())
 	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
 	requireFailure(t, r, nodeagent.ReasonDeviceInUse)
-	for _, want := range []string{strconv.Itoa(pidA), strconv.Itoa(pidB), strconv.Itoa(pidC), podA, podB, "refcnt > 0 and forceUnload is false; cannot reinstall 2.0.0"} {
+	for _, want := range []string{strconv.Itoa(pidA), strconv.Itoa(pidB), strconv.Itoa(pidC), podA, podB,
+		"refcnt > 0 and forceUnload is false; cannot reinstall 2.0.0"} {
 		assert.Contains(t, r.Error.Message, want)
 	}
 	assert.Equal(t, []nodeagent.Holder{
@@ -235,4 +236,52 @@ func TestKMDPersistWinsOverStaleExtraCopy(t *testing.T) {
 	dep, err := os.ReadFile(filepath.Join(root, "lib/modules", kernel, "modules.dep"))
 	require.NoError(t, err)
 	assert.NotContains(t, string(dep), "extra/tenstorrent.ko")
+}
+
+func TestProbeMeasuresWithoutChanging(t *testing.T) {
+	spec := fakehost.Spec{LoadedKMD: "2.7.0", KernelHeaders: true, CachedKMD: []string{"2.7.0"}, HostTTSMI: "5.0.0",
+		Holders: []fakehost.Holder{{PID: 4500001, Comm: "bench"}}}
+	a, root := newHost(t, spec)
+	r := a.Probe(context.Background(), nodeagent.ProbeOptions{KMDVersion: "2.8.0", AgentVersion: "v1.2.3"})
+	requireSuccess(t, r)
+	require.NotNil(t, r.Probe)
+	assert.Equal(t, "2.7.0", r.Before)
+	assert.Equal(t, fakehost.DefaultKernel, r.Kernel)
+	assert.True(t, r.Probe.Headers)
+	assert.False(t, r.Probe.Cached, "2.8.0 was never built here")
+	assert.Equal(t, "5.0.0", r.Probe.SMI)
+	assert.Equal(t, "v1.2.3", r.Probe.AgentVersion)
+	assert.Empty(t, r.Probe.DKMS)
+	require.Len(t, r.Holders, 1)
+	assert.Equal(t, 4500001, r.Holders[0].PID)
+	assert.Len(t, r.Devices, 2)
+	assert.False(t, r.Changed)
+	for _, name := range toolNames(t, root) {
+		assert.NotContains(t, []string{"rmmod", "insmod", "kill", "tt-flash"}, name)
+	}
+	b, err := nodeagent.EncodeResult(r)
+	require.NoError(t, err)
+	back, err := nodeagent.ParseResult(b)
+	require.NoError(t, err, "the CLI must read a probe's result back")
+	assert.Equal(t, r.Probe, back.Probe)
+
+	dkms, _ := newHost(t, fakehost.Spec{LoadedKMD: "1.29.0", DKMS: true})
+	r = dkms.Probe(context.Background(), nodeagent.ProbeOptions{})
+	requireSuccess(t, r)
+	assert.NotEmpty(t, r.Probe.DKMS)
+	assert.False(t, r.Probe.Headers)
+}
+
+func TestKMDBuildsAgainstDebianSplitHeaders(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, DebianHeaders: true})
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	requireSuccess(t, r)
+	assert.Equal(t, "2.0.0", observe(t, root).LoadedKMD)
+	require.NotEmpty(t, callsTo(t, root, "chroot"), "the build runs in a chroot of the host")
+
+	bare, _ := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, NoToolchain: true})
+	p := bare.Probe(context.Background(), nodeagent.ProbeOptions{KMDVersion: "2.0.0"})
+	requireSuccess(t, p)
+	assert.True(t, p.Probe.Headers)
+	assert.False(t, p.Probe.Toolchain, "headers without make/gcc on the host")
 }

@@ -78,6 +78,9 @@ type Result struct {
 	Devices        []Device `json:"devices,omitempty"`
 	DevicesOmitted int      `json:"devicesOmitted,omitempty"`
 
+	// Probe is set by the probe operation.
+	Probe *ProbeFacts `json:"probe,omitempty"`
+
 	Steps      []Step   `json:"steps,omitempty"`
 	Warnings   []string `json:"warnings,omitempty"`
 	OutputTail string   `json:"outputTail,omitempty"`

@@ -20,10 +20,12 @@ func TestEncodeResultFitsTerminationMessage(t *testing.T) {
 		Warnings:   []string{strings.Repeat("w", 3000)},
 	}
 	for i := 0; i < 300; i++ {
-		r.Holders = append(r.Holders, nodeagent.Holder{PID: 4300000 + i, Comm: "python3", PodUID: "0f4d3b8e-6a1c-4c55-9d0e-2b7a1e3c9f10", ContainerID: strings.Repeat("a", 64)})
+		r.Holders = append(r.Holders, nodeagent.Holder{PID: 4300000 + i, Comm: "python3", PodUID: "0f4d3b8e-6a1c-4c55-9d0e-2b7a1e3c9f10",
+			ContainerID: strings.Repeat("a", 64)})
 	}
 	for i := 0; i < 32; i++ {
-		r.Devices = append(r.Devices, nodeagent.Device{Index: i, BusID: "0000:01:00.0", Board: "galaxy-wh", Before: "18.2.0.0", After: "19.9.0.0", OK: i != 5})
+		r.Devices = append(r.Devices, nodeagent.Device{Index: i, BusID: "0000:01:00.0", Board: "galaxy-wh", Before: "18.2.0.0",
+			After: "19.9.0.0", OK: i != 5})
 	}
 	for i := 0; i < 50; i++ {
 		r.Steps = append(r.Steps, nodeagent.Step{Name: "step", MS: 12, OK: true, Detail: strings.Repeat("d", 500)})

@@ -20,6 +20,12 @@ func TestValidateVersion(t *testing.T) {
 	} {
 		assert.Equal(t, ok, nodeagent.ValidateVersion(v) == nil, "version %q", v)
 	}
+	for v, ok := range map[string]bool{
+		"2.4.0": true, "2.4.0-rc1": true, "2.2.0-1": true, "2.4.0-rc.1": true,
+		"2.4.0-": false, "2.4.0--x": false, "2.4.0-rc1;reboot": false, "2.4.0-a/b": false, "2.4.0-../x": false, "2.4": false,
+	} {
+		assert.Equal(t, ok, nodeagent.ValidateKMDVersion(v) == nil, "kmd version %q", v)
+	}
 	for v, ok := range map[string]bool{"19.9.0.0": true, "19.9.0": true, "19.9": false, "19.9.0.0.0": false, "19.9.0.x": false} {
 		assert.Equal(t, ok, nodeagent.ValidateReadbackVersion(v) == nil, "readback %q", v)
 	}

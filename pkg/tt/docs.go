@@ -8,7 +8,8 @@ func Docs() map[string]string {
 	h := HelperConfig{Image: "IMAGE", Namespace: "kube-system", Timeout: 15 * time.Minute}
 	kmd := KMDRunbook(nil, nil, &KMDConfig{Version: "VERSION", DeployGates: []string{DefaultDeployGate},
 		Drain: true, FullNode: true, DrainTimeout: 10 * time.Minute, Helper: h})
-	smi := SMIRunbook(nil, nil, &SMIConfig{Version: "VERSION", Helper: HelperConfig{Image: "IMAGE", Namespace: "kube-system", Timeout: 5 * time.Minute}})
+	smi := SMIRunbook(nil, nil, &SMIConfig{Version: "VERSION", Helper: HelperConfig{Image: "IMAGE", Namespace: "kube-system",
+		Timeout: 5 * time.Minute}})
 	fw := &FirmwareConfig{Version: "VERSION", Drain: true, DrainTimeout: 10 * time.Minute, FlashTimeout: 15 * time.Minute,
 		DeployGates: []string{DefaultDeployGate}, Helper: h}
 	fw.Complete()

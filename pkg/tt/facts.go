@@ -13,8 +13,32 @@ import (
 	"github.com/rollbook/rollbook/pkg/nodeagent"
 )
 
-// helperFacts is a node's helper pod for one (task, version), if any, and
-// the result it reported.
+// Facts is what every tt runbook observes about one node.
+type Facts struct {
+	// Owner is the runbook that owns the node's cordon while it works.
+	Owner string
+	Node  *corev1.Node
+	// Helper is the task's helper pod (kmd, smi or flash), if any.
+	Helper helperFacts
+	// Probe is this run's probe helper pod, if any.
+	Probe helperFacts
+	// Measured is the last probe recorded on the node.
+	Measured *ProbeRecord
+	// Pods on the node; listed only while the node is ours and unfinished.
+	Pods []corev1.Pod
+	// Skip is why the node is now excluded (skip label, host-managed),
+	// re-read at every observation: labels may change during a run.
+	Skip string
+	// OthersOut counts the other nodes rollbook has out of service
+	// (read only before the node's own cordon, when a budget applies).
+	OthersOut int
+	// Finished: the runbook's result is measured and recorded on the node,
+	// so every disruptive step counts as done.
+	Finished bool
+}
+
+// helperFacts is a node's helper pod for one (task, key), if any, and the
+// result it reported.
 type helperFacts struct {
 	Pod    *corev1.Pod
 	Result *nodeagent.Result
@@ -25,9 +49,82 @@ type helperFacts struct {
 // finished reports a helper that ended (either way).
 func (h helperFacts) finished() bool { return h.Pod != nil && kube.PodTerminal(h.Pod) }
 
-// succeeded reports a helper whose measured result reached want.
-func (h helperFacts) succeeded(want string) bool {
-	return h.finished() && h.Result != nil && h.Result.Success && h.Result.After == want
+// ok reports a helper that ended with a successful result.
+func (h helperFacts) ok() bool { return h.finished() && h.Result != nil && h.Result.Success }
+
+// reached reports a helper whose measured result reached want.
+func (h helperFacts) reached(want string) bool { return h.ok() && h.Result.After == want }
+
+func (f *Facts) ourCordon() bool { return kube.CordonStateOf(f.Node).Owner == f.Owner }
+
+func (f *Facts) gatesPriorRecorded() bool {
+	_, ok := f.Node.Annotations[AnnGatesPrior]
+	return ok
+}
+
+// observer reads a node's Facts for one runbook.
+type observer struct {
+	cs       kubernetes.Interface
+	owner    string
+	helperNS string
+	// helper and probe name the node's pods; probe may be nil.
+	helper, probe func(node string) string
+	// finished decides from the node (and its recorded measurements).
+	finished func(n *corev1.Node) bool
+	// skip, when set, says why the node is excluded now.
+	skip func(n *corev1.Node) string
+	// countOut, when set, has OthersOut read before the node's cordon.
+	countOut bool
+}
+
+func (o observer) observe(ctx context.Context, node string) (Facts, error) {
+	f := Facts{Owner: o.owner}
+	n, err := o.cs.CoreV1().Nodes().Get(ctx, strings.TrimPrefix(node, "node/"), metav1.GetOptions{})
+	if err != nil {
+		return f, err
+	}
+	f.Node = n
+	f.Measured = probeRecordOf(n)
+	f.Finished = o.finished(n)
+	if o.skip != nil {
+		f.Skip = o.skip(n)
+	}
+	if o.helper != nil {
+		if f.Helper, err = observeHelper(ctx, o.cs, o.helperNS, o.helper(n.Name)); err != nil {
+			return f, err
+		}
+	}
+	if o.probe != nil {
+		if f.Probe, err = observeHelper(ctx, o.cs, o.helperNS, o.probe(n.Name)); err != nil {
+			return f, err
+		}
+	}
+	if o.countOut && !f.ourCordon() && !f.Finished {
+		if f.OthersOut, err = countOutOfService(ctx, o.cs, n.Name); err != nil {
+			return f, err
+		}
+	}
+	if f.ourCordon() && !f.Finished {
+		f.Pods, err = kube.PodsOnNode(ctx, o.cs, n.Name)
+	}
+	return f, err
+}
+
+// countOutOfService counts the nodes other than node that a rollbook run
+// has out of service: a failed node that stays cordoned still uses its
+// slot, whichever tt runbook left it.
+func countOutOfService(ctx context.Context, cs kubernetes.Interface, node string) (int, error) {
+	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range l.Items {
+		if st := kube.CordonStateOf(&l.Items[i]); l.Items[i].Name != node && st.Cordoned && st.Owner != "" {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func observeHelper(ctx context.Context, cs kubernetes.Interface, ns, name string) (helperFacts, error) {
@@ -59,20 +156,6 @@ func helperOf(p *corev1.Pod) helperFacts {
 	}
 	h.Result = &r
 	return h
-}
-
-// mountsDevice reports pods that mount a hostPath under /dev/tenstorrent
-// (and so hold the kernel module open).
-func mountsDevice(p *corev1.Pod) bool {
-	for _, v := range p.Spec.Volumes {
-		if hp := v.HostPath; hp != nil {
-			path := strings.TrimRight(hp.Path, "/")
-			if path == DevicePathPrefix || strings.HasPrefix(path, DevicePathPrefix+"/") || path == "/dev" {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // isHelper reports rollbook's own helper pods.

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"k8s.io/utils/ptr"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
@@ -40,8 +40,16 @@ type FirmwareConfig struct {
 	ForceWrite                bool
 	ForceSince                time.Time
 	ContinueOnReadbackFailure bool
-	Helper                    HelperConfig
-	RunID                     string
+	// MaxParallel bounds the nodes out of service at once, counted from the
+	// cluster (cordoned by tt-firmware), so a failed node that stays
+	// cordoned keeps its slot even when the run goes on.
+	MaxParallel int
+	// ForceUnload kills processes holding the device before the flash.
+	ForceUnload bool
+	// Force evicts bare pods (no controller), as kubectl drain --force.
+	Force  bool
+	Helper HelperConfig
+	RunID  string
 }
 
 // Complete fills defaults that depend on other fields.
@@ -67,7 +75,8 @@ func (c *FirmwareConfig) Validate() error {
 		return fmt.Errorf("--bundle-url: %v", err)
 	}
 	if c.FlashTimeout < time.Minute {
-		return fmt.Errorf("--flash-timeout %s is too short; a flash takes about 40 s and a Galaxy reset longer (minimum 1m)", c.FlashTimeout)
+		return fmt.Errorf("--flash-timeout %s is too short; a flash takes about 40 s and a Galaxy reset longer (minimum 1m)",
+			c.FlashTimeout)
 	}
 	for _, g := range c.DeployGates {
 		if errs := validateLabelKey(g); errs != "" {
@@ -97,24 +106,43 @@ type firmwareRecord struct {
 	At       time.Time          `json:"at"`
 }
 
-type fwFacts struct {
-	work
-	cfg *FirmwareConfig
-}
-
-func (f fwFacts) base() *work { return &f.work }
-
-// finished: the node's measured readback is recorded, and for a forced
-// campaign it was recorded after the campaign started.
-func (f fwFacts) finished() bool {
-	if f.node.Labels[LabelFirmware] != f.cfg.Readback {
+// fwFinished: this run measured every device at the readback (its flash,
+// or its probe) and the label says so; for a forced campaign, the flash
+// was recorded after the campaign started.
+func (c *FirmwareConfig) fwFinished(n *corev1.Node) bool {
+	if n.Labels[LabelFirmware] != c.Readback {
 		return false
 	}
-	if !f.cfg.ForceWrite {
+	rec, ok := firmwareRecordOf(n)
+	if c.ForceWrite {
+		return ok && !rec.At.Before(c.ForceSince)
+	}
+	if ok && rec.Readback == c.Readback && rec.Run == c.RunID {
 		return true
 	}
-	rec, ok := firmwareRecordOf(f.node)
-	return ok && !rec.At.Before(f.cfg.ForceSince)
+	p := probeRecordOf(n)
+	return p != nil && p.Run == c.RunID && len(p.Firmware) > 0 && allAt(p.Firmware, c.Readback)
+}
+
+// outOfServiceBudget refuses a cordon that would put more than max nodes
+// out of service.
+func outOfServiceBudget(limit int) runbook.Guard[Facts] {
+	return runbook.Guard[Facts]{
+		Name: "no more than --max-parallel nodes out of service",
+		Check: func(f Facts) (bool, string) {
+			return limit <= 0 || f.OthersOut < limit, fmt.Sprintf("%d node(s) are already out of service by rollbook "+
+				"(at most %d at once), some left cordoned by failures; fix them and re-run", f.OthersOut, limit)
+		},
+	}
+}
+
+func allAt(vs []string, want string) bool {
+	for _, v := range vs {
+		if v != want {
+			return false
+		}
+	}
+	return true
 }
 
 func firmwareRecordOf(n *corev1.Node) (firmwareRecord, bool) {
@@ -126,109 +154,91 @@ func firmwareRecordOf(n *corev1.Node) (firmwareRecord, bool) {
 	return r, true
 }
 
-// kmdLoaded guards the flash, and already the cordon, so a node that cannot
-// be flashed is never taken out of service for nothing.
-var kmdLoaded = runbook.Guard[fwFacts]{Name: "tt-kmd is loaded on the node", Check: func(f fwFacts) (bool, string) {
-	l := f.node.Labels
-	return l[LabelKMDVersion] != "" || l[LabelInstallMode] == InstallModeHost,
-		"the node has no " + LabelKMDVersion + " label (and is not host-managed); tt-flash needs the kernel module loaded — run `kubectl tt upgrade kmd` first"
-}}
-
-func flashSucceeded(h helperFacts) bool { return h.finished() && h.Result != nil && h.Result.Success }
+// fwBlockers is what stops a probed node before its cordon: tt-flash needs
+// the module loaded (measured, not the label).
+func fwBlockers(cfg *FirmwareConfig) func(f *Facts) []string {
+	return func(f *Facts) []string {
+		r := f.Measured
+		if r == nil {
+			return []string{"no probe result"}
+		}
+		out := r.commonBlockers(cfg.ForceUnload)
+		if r.KMD == "" {
+			out = append(out, "tt-kmd is not loaded on the node; tt-flash needs the kernel module — run `kubectl tt upgrade kmd` first")
+		}
+		return out
+	}
+}
 
 // FirmwareRunbook builds the firmware flash runbook.
-func FirmwareRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *FirmwareConfig) *runbook.Runbook[fwFacts] {
+func FirmwareRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *FirmwareConfig) *runbook.Runbook[Facts] {
 	helperName := func(node string) string { return kube.HelperName("flash", node, cfg.helperKey()) }
-	return &runbook.Runbook[fwFacts]{
+	obs := observer{cs: cs, owner: FirmwareRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
+		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
+		finished: cfg.fwFinished, skip: FirmwareSkipReason, countOut: cfg.MaxParallel > 0}
+	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
+	blockers := fwBlockers(cfg)
+	return &runbook.Runbook[Facts]{
 		Name:  FirmwareRunbookName,
 		Title: "Flash Tenstorrent device firmware",
-		Doc: `Per node: Pending → Cordoning → Draining → Flashing → Uncordoning → Done (or Failed).
+		Doc: `Per node: Pending → Probing → Cordoning → Draining → Flashing → Uncordoning → Done (or Failed).
 Up to --max-parallel nodes are out of service at once — counted from cordon to uncordon, not
 just while a flash runs. A node is done when every device's measured readback is recorded on
 it (label firmware.tenstorrent.com/fw-version plus the result annotation), not when a Job
-happens to exist. A failed node keeps its cordon and, with --halt-on-failure, stops new nodes.`,
-		Observe: func(ctx context.Context, t runbook.Target) (fwFacts, error) {
-			name := strings.TrimPrefix(t.Name(), "node/")
-			w, err := observeWork(ctx, cs, FirmwareRunbookName, name, cfg.Helper.Namespace, helperName(name),
-				func(n *corev1.Node) bool { return fwFacts{work: work{node: n}, cfg: cfg}.finished() })
-			return fwFacts{work: w, cfg: cfg}, err
-		},
-		Notes:      func(f fwFacts) []string { return workNotes(&f.work) },
-		Annotation: func(f fwFacts, key string) (string, bool) { v, ok := f.node.Annotations[key]; return v, ok },
-		Steps: []runbook.Step[fwFacts]{
-			withGuard(cordonStep[fwFacts]("tt.fw.cordon", cs, rec, cfg.RunID), kmdLoaded),
-			closeGatesStep[fwFacts]("tt.fw.close-gates", cfg.DeployGates, cs, rec),
-			evictDevicePodsStep[fwFacts]("tt.fw.evict-device-pods", cfg.Drain, cfg.DrainTimeout, "firmware "+cfg.Version+" flash", cs, rec),
-			{
-				ID: "tt.fw.flash", Title: "Flash the firmware",
-				Doc:     "Run the flash helper pod: read every device's version (tt-smi -s, sysfs fallback, one reset-and-retry heal), skip when all already report the readback version unless --force-write, pass --force when chips disagree, run tt-flash, treat \"Config space reset not completed\" as a failure even on exit 0, and verify every device reads back the target.",
-				Timeout: cfg.FlashTimeout,
-				Done: func(f fwFacts) (bool, string) {
-					switch {
-					case f.finished():
-						return true, LabelFirmware + "=" + cfg.Readback
-					case flashSucceeded(f.helper):
-						return true, describeFlash(f.helper.Result)
-					case f.helper.finished():
-						return false, "last flash failed: " + helperError(f.helper)
-					case f.helper.Pod != nil:
-						return false, "helper " + f.helper.Pod.Name + " is " + string(f.helper.Pod.Status.Phase)
+happens to exist. The flash never runs while a process holds the device (unless
+--force-unload). A failed node keeps its cordon and, with --halt-on-failure, stops new nodes.`,
+		Observe:    func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
+		Notes:      workNotes,
+		Annotation: annotationOf,
+		Steps: []runbook.Step[Facts]{
+			b.probe("tt.fw.probe", []string{"kubectl-tt", "node-agent", "probe"}, blockers),
+			b.cordon("tt.fw.cordon", probeClear("tt-firmware", cfg.RunID, blockers), outOfServiceBudget(cfg.MaxParallel)),
+			b.closeGates("tt.fw.close-gates", cfg.DeployGates),
+			b.evictDevicePods("tt.fw.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "firmware "+cfg.Version+" flash"),
+			b.helperTask(task{
+				id: "tt.fw.flash", title: "Flash the firmware", name: "flash", key: cfg.helperKey(), command: flashCommand(cfg),
+				doc: "Run the flash helper pod: refuse while any process holds the device (unless --force-unload), read every " +
+					"device's version (tt-smi -s, sysfs fallback, one reset-and-retry heal), skip when all already report the " +
+					"readback version unless --force-write, pass --force when chips disagree, run tt-flash, treat \"Config space " +
+					"reset not completed\" as a failure even on exit 0, and verify every device reads back the target.",
+				hostPID: cfg.ForceUnload, timeout: cfg.FlashTimeout,
+				guards: []runbook.Guard[Facts]{{Name: "the node is cordoned by tt-firmware", Check: func(f Facts) (bool, string) {
+					return f.ourCordon(), "a flash resets the chips; the node must be cordoned by rollbook tt-firmware first"
+				}}},
+				succeeded: func(h helperFacts) bool { return h.ok() },
+				describe:  describeFlash,
+				failed: func(ctx context.Context, f Facts, h helperFacts) error {
+					rec.Record(ctx, kube.NodeRef(f.Node), true, "FlashFailed", helperError(h))
+					err := errors.New(helperError(h) + describeDevices(h.Result))
+					if h.Result != nil && h.Result.Error != nil && h.Result.Error.Reason == nodeagent.ReasonDeviceInUse {
+						pods, _ := kube.PodsOnNode(ctx, cs, f.Node.Name)
+						return runbook.Blocked(fmt.Errorf("%w\n%s\nStop those processes or drain their pods, or re-run with "+
+							"--force-unload to kill them (their in-flight work is lost)", err, describeHolders(h.Result.Holders, pods)))
 					}
-					return false, "firmware at " + orUnknown(f.node.Labels[LabelFirmware])
-				},
-				Guards: []runbook.Guard[fwFacts]{
-					{Name: "the node is cordoned by tt-firmware", Check: func(f fwFacts) (bool, string) {
-						return f.ourCordon(), "a flash resets the chips; the node must be cordoned by rollbook tt-firmware first"
-					}},
-					kmdLoaded,
-				},
-				Plan: func(f fwFacts) []runbook.Change {
-					return []runbook.Change{{Object: "pod/" + cfg.Helper.Namespace + "/" + helperName(f.node.Name), Action: "create",
-						Detail: strings.Join(flashCommand(cfg)[1:], " ")}}
-				},
-				Act: func(ctx context.Context, f fwFacts) error {
-					if f.helper.finished() {
-						if err := deleteHelper(ctx, cs, rec, f.helper.Pod); err != nil {
-							return err
-						}
-					}
-					spec := helperSpec(cfg.Helper, "flash", f.node.Name, cfg.helperKey(), flashCommand(cfg), false, cfg.RunID)
-					_, _, err := kube.EnsureHelper(ctx, cs, rec, spec)
 					return err
 				},
-				Wait: func(ctx context.Context, f fwFacts) error {
-					name := helperName(f.node.Name)
-					p, err := kube.WaitForHelper(ctx, cs, cfg.Helper.Namespace, name)
-					if err != nil {
-						return err
-					}
-					h := helperOf(p)
-					if flashSucceeded(h) {
-						return nil
-					}
-					rec.Record(ctx, kube.NodeRef(f.node), true, "FlashFailed", helperError(h))
-					return errors.New(helperError(h) + describeDevices(h.Result))
-				},
-			},
+				waiting: func(f Facts) string { return "firmware at " + orUnknown(f.Node.Labels[LabelFirmware]) },
+			}),
 			{
 				ID: "tt.fw.record", Title: "Record the measured firmware",
-				Doc: "Label firmware.tenstorrent.com/fw-version with the version every device read back and keep the per-device result in an annotation.",
-				Done: func(f fwFacts) (bool, string) {
-					return f.finished(), LabelFirmware + "=" + orUnknown(f.node.Labels[LabelFirmware])
+				Doc: "Label firmware.tenstorrent.com/fw-version with the version every device read back and keep the " +
+					"per-device result in an annotation.",
+				Done: func(f Facts) (bool, string) {
+					return f.Finished, LabelFirmware + "=" + orUnknown(f.Node.Labels[LabelFirmware])
 				},
-				Guards: []runbook.Guard[fwFacts]{{Name: "the flash helper succeeded", Check: func(f fwFacts) (bool, string) {
-					return flashSucceeded(f.helper), "no successful flash result"
+				Guards: []runbook.Guard[Facts]{{Name: "the flash helper succeeded", Check: func(f Facts) (bool, string) {
+					return f.Helper.ok(), "no successful flash result"
 				}}},
-				Plan: func(f fwFacts) []runbook.Change {
-					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: LabelFirmware + "=" + cfg.Readback}}
+				Plan: func(f Facts) []runbook.Change {
+					return []runbook.Change{{Object: "node/" + f.Node.Name, Action: "label", Detail: LabelFirmware + "=" + cfg.Readback}}
 				},
-				Act: func(ctx context.Context, f fwFacts) error {
-					return recordFirmware(ctx, cs, rec, f.node, cfg, f.helper.Result)
+				Act: func(ctx context.Context, f Facts) error {
+					return recordFirmware(ctx, cs, rec, f.Node, cfg, f.Helper.Result)
 				},
 			},
-			openGatesStep[fwFacts]("tt.fw.open-gates", cs, rec),
-			uncordonStep[fwFacts]("tt.fw.uncordon", cs, rec),
-			cleanupStep[fwFacts]("tt.fw.cleanup", cfg.Helper.Namespace, helperName, cs, rec),
+			b.openGates("tt.fw.open-gates"),
+			b.uncordon("tt.fw.uncordon"),
+			b.cleanup("tt.fw.cleanup", helperName),
 		},
 	}
 }
@@ -243,10 +253,14 @@ func flashCommand(cfg *FirmwareConfig) []string {
 	if cfg.ContinueOnReadbackFailure {
 		cmd = append(cmd, "--continue-on-readback-failure")
 	}
+	if cfg.ForceUnload {
+		cmd = append(cmd, "--force-unload")
+	}
 	return cmd
 }
 
-func recordFirmware(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, cfg *FirmwareConfig, r *nodeagent.Result) error {
+func recordFirmware(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, cfg *FirmwareConfig,
+	r *nodeagent.Result) error {
 	measured := cfg.Readback
 	for _, d := range r.Devices {
 		if d.After != "" && d.After != cfg.Readback {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"k8s.io/utils/ptr"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/rollbook/rollbook/pkg/kube"
 )
@@ -44,7 +44,8 @@ func closeGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder,
 	if err != nil {
 		return err
 	}
-	rec.Record(ctx, kube.NodeRef(n), false, "DeployGatesClosed", fmt.Sprintf("set %s to \"false\" so DaemonSets holding the device leave", strings.Join(gates, ", ")))
+	rec.Record(ctx, kube.NodeRef(n), false, "DeployGatesClosed", fmt.Sprintf("set %s to \"false\" so DaemonSets holding the device leave",
+		strings.Join(gates, ", ")))
 	return nil
 }
 

@@ -5,16 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"k8s.io/utils/ptr"
-	"sort"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
@@ -35,8 +32,10 @@ type KMDConfig struct {
 	PodSelector  labels.Selector
 	DrainTimeout time.Duration
 	ForceUnload  bool
-	Helper       HelperConfig
-	RunID        string
+	// Force evicts bare pods (no controller), as kubectl drain --force.
+	Force  bool
+	Helper HelperConfig
+	RunID  string
 }
 
 // HelperConfig says how helper pods are run.
@@ -48,7 +47,7 @@ type HelperConfig struct {
 
 // Validate rejects bad input before any API call.
 func (c *KMDConfig) Validate() error {
-	if err := nodeagent.ValidateVersion(c.Version); err != nil {
+	if err := nodeagent.ValidateKMDVersion(c.Version); err != nil {
 		return fmt.Errorf("--version: %v", err)
 	}
 	for _, g := range c.DeployGates {
@@ -58,6 +57,9 @@ func (c *KMDConfig) Validate() error {
 	}
 	return c.Helper.validate()
 }
+
+// Validate rejects a helper configuration before any API call.
+func (h HelperConfig) Validate() error { return h.validate() }
 
 func (h HelperConfig) validate() error {
 	if h.Image == "" || strings.ContainsAny(h.Image, " \t\n") {
@@ -69,223 +71,220 @@ func (h HelperConfig) validate() error {
 	return nil
 }
 
-// kmdFacts is everything the kmd steps decide on for one node.
-type kmdFacts struct {
-	work
-	cfg *KMDConfig
-}
-
-func (f kmdFacts) base() *work { return &f.work }
-
-// finished: the node is labelled with the target version, measured.
-func (f kmdFacts) finished() bool { return f.node.Labels[LabelKMDVersion] == f.cfg.Version }
-
-func (f kmdFacts) drainPods() []corev1.Pod {
-	var out []corev1.Pod
-	for _, p := range f.pods {
-		if kube.Evictable(&p) && f.drainSelects(&p) {
-			out = append(out, p)
+// measuredKMD is the module version measured on the node by this run:
+// its kmd helper's recorded result, else its probe.
+func measuredKMD(n *corev1.Node, run string) (string, bool) {
+	if raw, ok := n.Annotations[AnnKMDResult]; ok {
+		var r kmdRecord
+		if json.Unmarshal([]byte(raw), &r) == nil && r.Run == run {
+			return r.After, true
 		}
 	}
-	return out
+	if p := probeRecordOf(n); p != nil && p.Run == run {
+		return p.KMD, true
+	}
+	return "", false
 }
 
-func (f kmdFacts) drainSelects(p *corev1.Pod) bool {
-	return f.cfg.PodSelector == nil || f.cfg.PodSelector.Matches(labels.Set(p.Labels))
+// kmdFinished: this run measured the target version on the node and its
+// label says so. A label alone (set by hand, from intent, or left from
+// before a reboot into another kernel) never counts: every run measures.
+func kmdFinished(n *corev1.Node, want, run string) bool {
+	v, ok := measuredKMD(n, run)
+	return ok && v == want && n.Labels[LabelKMDVersion] == want
 }
 
-func podNames(pods []corev1.Pod) string {
-	var n []string
-	for _, p := range pods {
-		n = append(n, p.Namespace+"/"+p.Name)
+func (c *KMDConfig) drainSelects(p *corev1.Pod) bool {
+	return c.PodSelector == nil || c.PodSelector.Matches(labels.Set(p.Labels))
+}
+
+// kmdBlockers is what stops a probed node before its cordon.
+func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
+	return func(f *Facts) []string {
+		r := f.Measured
+		if r == nil {
+			return []string{"no probe result"}
+		}
+		out := r.commonBlockers(cfg.ForceUnload)
+		if len(r.DKMS) > 0 {
+			out = append(out, "tt-kmd is host-managed (DKMS) on this node: "+strings.Join(r.DKMS, "; ")+
+				"; it is now labelled "+LabelInstallMode+"=host and later runs skip it")
+		}
+		if r.KMD != cfg.Version && !r.Cached && (!r.Headers || !r.Toolchain) {
+			out = append(out, fmt.Sprintf("tt-kmd %s is not cached for kernel %s and cannot be built here (headers %v, toolchain %v); "+
+				"install linux-headers-%s on the node", cfg.Version, r.Kernel, r.Headers, r.Toolchain, r.Kernel))
+		}
+		return out
 	}
-	sort.Strings(n)
-	if len(n) > 5 {
-		n = append(n[:5], fmt.Sprintf("and %d more", len(n)-5))
-	}
-	return strings.Join(n, ", ")
 }
 
 // KMDRunbook builds the tt-kmd upgrade runbook.
-func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *runbook.Runbook[kmdFacts] {
-	helperName := func(node string) string { return kube.HelperName("kmd", node, cfg.Version) }
+func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *runbook.Runbook[Facts] {
 	v := cfg.Version
-	return &runbook.Runbook[kmdFacts]{
+	helperName := func(node string) string { return kube.HelperName("kmd", node, v) }
+	obs := observer{cs: cs, owner: KMDRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
+		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
+		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason, countOut: true}
+	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
+	blockers := kmdBlockers(cfg)
+	return &runbook.Runbook[Facts]{
 		Name:  KMDRunbookName,
 		Title: "Upgrade (or downgrade) the Tenstorrent kernel module, tt-kmd",
-		Doc: `One node at a time: cordon it, make the pods that hold /dev/tenstorrent leave
+		Doc: `One node at a time: probe it, cordon it, make the pods that hold the device leave
 (deploy-gate labels for sibling DaemonSets, then evictions), run a helper pod on the node
 that swaps the module, label the node with the version the helper measured, restore the
 gates and uncordon. Unlike the operator, the drain waits for the pods to be gone, and a
-failed helper never crash-loops: its structured result says why.`,
-		Observe: func(ctx context.Context, t runbook.Target) (kmdFacts, error) {
-			name := strings.TrimPrefix(t.Name(), "node/")
-			w, err := observeWork(ctx, cs, KMDRunbookName, name, cfg.Helper.Namespace, helperName(name),
-				func(n *corev1.Node) bool { return n.Labels[LabelKMDVersion] == cfg.Version })
-			return kmdFacts{work: w, cfg: cfg}, err
-		},
-		Notes:      func(f kmdFacts) []string { return workNotes(&f.work) },
-		Annotation: func(f kmdFacts, key string) (string, bool) { v, ok := f.node.Annotations[key]; return v, ok },
-		Steps: []runbook.Step[kmdFacts]{
-			cordonStep[kmdFacts]("tt.kmd.cordon", cs, rec, cfg.RunID),
-			closeGatesStep[kmdFacts]("tt.kmd.close-gates", cfg.DeployGates, cs, rec),
-			evictDevicePodsStep[kmdFacts]("tt.kmd.evict-device-pods", cfg.Drain, cfg.DrainTimeout, "tt-kmd "+v+" upgrade", cs, rec),
-			{
-				ID: "tt.kmd.drain", Title: "Drain the rest of the node",
-				Doc:     "With --full-node (the default), evict every other pod kubectl drain would (DaemonSet pods stay), optionally only those matching --pod-selector, and wait until they are gone.",
-				Timeout: cfg.DrainTimeout,
-				Done: func(f kmdFacts) (bool, string) {
-					if f.finished() || !cfg.Drain || !cfg.FullNode {
-						return true, "not requested"
-					}
-					left := f.drainPods()
-					if len(left) == 0 {
-						return f.ourCordon(), "node drained"
-					}
-					return false, fmt.Sprintf("%d pod(s) to evict: %s", len(left), podNames(left))
-				},
-				Plan: func(f kmdFacts) []runbook.Change {
-					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "drain", Detail: "every non-DaemonSet pod"}}
-				},
-				Act: func(ctx context.Context, f kmdFacts) error {
-					return blockedIfDrain(kube.Drain(ctx, cs, rec, f.node.Name, kube.DrainOptions{
-						PodFilter: f.drainSelects, Why: "tt-kmd " + v + " upgrade (full-node drain)",
-						Timeout: remaining(ctx, cfg.DrainTimeout),
-					}))
-				},
-			},
-			{
-				ID: "tt.kmd.install", Title: "Swap the kernel module",
-				Doc:     "Run the kmd helper pod on the node: it checks that nothing holds the device (with --force-unload it kills the holders), unloads tt-kmd, loads the target version from the node's module cache or builds it, verifies /sys/module/tenstorrent/version and makes the module load again after a reboot. Its measured result is read from the pod's termination message.",
-				Timeout: cfg.Helper.Timeout,
-				Done: func(f kmdFacts) (bool, string) {
-					switch {
-					case f.finished():
-						return true, "node labelled " + v
-					case f.helper.succeeded(v):
-						return true, describeKMDResult(f.helper.Result)
-					case f.helper.finished():
-						return false, "last helper failed: " + helperError(f.helper)
-					case f.helper.Pod != nil:
-						return false, "helper " + f.helper.Pod.Name + " is " + string(f.helper.Pod.Status.Phase)
-					}
-					return false, "module at " + orUnknown(f.node.Labels[LabelKMDVersion])
-				},
-				Guards: []runbook.Guard[kmdFacts]{{
+failed helper never crash-loops: its structured result says why. A node is done only when
+the target version is measured on it, whatever its label says.`,
+		Observe:    func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
+		Notes:      workNotes,
+		Annotation: annotationOf,
+		Steps: []runbook.Step[Facts]{
+			b.probe("tt.kmd.probe", kmdProbeCommand(cfg), blockers),
+			// One node at a time, like the operator's DaemonSet rollout.
+			b.cordon("tt.kmd.cordon", probeClear("tt-kmd", cfg.RunID, blockers), outOfServiceBudget(1)),
+			b.closeGates("tt.kmd.close-gates", cfg.DeployGates),
+			b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "tt-kmd "+v+" upgrade"),
+			kmdDrainStep(cs, rec, cfg),
+			b.helperTask(task{
+				id: "tt.kmd.install", title: "Swap the kernel module", name: "kmd", key: v, command: kmdCommand(cfg),
+				doc: "Run the kmd helper pod on the node: it checks that nothing holds the device (with --force-unload it kills " +
+					"the holders), unloads tt-kmd, loads the target version from the node's module cache or builds it, verifies " +
+					"/sys/module/tenstorrent/version and makes the module load again after a reboot. Its measured result is " +
+					"read from the pod's termination message.",
+				hostPID: cfg.ForceUnload, timeout: cfg.Helper.Timeout,
+				guards: []runbook.Guard[Facts]{{
 					Name: "the node is cordoned by tt-kmd",
-					Check: func(f kmdFacts) (bool, string) {
+					Check: func(f Facts) (bool, string) {
 						return f.ourCordon(), "the node is not cordoned by rollbook tt-kmd; a module swap needs the node out of service"
 					},
 				}},
-				Plan: func(f kmdFacts) []runbook.Change {
-					return []runbook.Change{
-						{Object: "pod/" + cfg.Helper.Namespace + "/" + helperName(f.node.Name), Action: "create", Detail: "kubectl-tt node-agent kmd --version " + v},
-						{Object: "node/" + f.node.Name, Action: "unlabel", Detail: LabelKMDVersion + " (unknown while the module changes)"},
-					}
-				},
-				Act: func(ctx context.Context, f kmdFacts) error {
-					if f.helper.finished() {
-						// A failed earlier attempt: replace it with a fresh one.
-						if err := deleteHelper(ctx, cs, rec, f.helper.Pod); err != nil {
-							return err
-						}
-					}
+				succeeded: func(h helperFacts) bool { return h.reached(v) },
+				describe:  describeKMDResult,
+				before: func(ctx context.Context, f Facts) error {
 					// Never leave the old version on the label while the module changes.
-					if _, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{LabelKMDVersion: nil}}); err != nil {
-						return err
-					}
-					_, _, err := kube.EnsureHelper(ctx, cs, rec, kmdHelperSpec(cfg, f.node.Name))
+					_, err := kube.SetNodeKeys(ctx, cs, f.Node.Name, kube.NodeChange{Labels: map[string]*string{LabelKMDVersion: nil}})
 					return err
 				},
-				Wait: func(ctx context.Context, f kmdFacts) error {
-					p, err := kube.WaitForHelper(ctx, cs, cfg.Helper.Namespace, helperName(f.node.Name))
-					if err != nil {
-						return err
-					}
-					h := helperOf(p)
-					if h.succeeded(v) {
-						return nil
-					}
-					return kmdFailure(ctx, cs, rec, f, h)
-				},
-			},
+				failed:  func(ctx context.Context, f Facts, h helperFacts) error { return kmdFailure(ctx, cs, rec, f, h) },
+				waiting: func(f Facts) string { return "module at " + orUnknown(f.Node.Labels[LabelKMDVersion]) },
+			}),
 			{
 				ID: "tt.kmd.label", Title: "Label the node with the measured version",
-				Doc: "Write driver.tenstorrent.com/kmd-version from what the helper measured in /sys/module (never the intent) and install-mode=container, and keep the helper's result in an annotation.",
-				Done: func(f kmdFacts) (bool, string) {
-					return f.finished(), LabelKMDVersion + "=" + orUnknown(f.node.Labels[LabelKMDVersion])
+				Doc: "Write driver.tenstorrent.com/kmd-version from what was measured in /sys/module (never the intent) and " +
+					"install-mode=container, and keep the measurement in an annotation.",
+				Done: func(f Facts) (bool, string) {
+					return f.Finished, LabelKMDVersion + "=" + orUnknown(f.Node.Labels[LabelKMDVersion])
 				},
-				Guards: []runbook.Guard[kmdFacts]{{
-					Name: "the helper measured the target version",
-					Check: func(f kmdFacts) (bool, string) {
-						return f.helper.succeeded(v), "no successful helper result for " + v
+				Guards: []runbook.Guard[Facts]{{
+					Name: "the target version was measured",
+					Check: func(f Facts) (bool, string) {
+						m, _ := measuredKMD(f.Node, cfg.RunID)
+						return f.Helper.reached(v) || m == v, "no measurement of " + v + " on the node"
 					},
 				}},
-				Plan: func(f kmdFacts) []runbook.Change {
-					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: LabelKMDVersion + "=" + v + ", " + LabelInstallMode + "=container"}}
+				Plan: func(f Facts) []runbook.Change {
+					return []runbook.Change{{Object: "node/" + f.Node.Name, Action: "label",
+						Detail: LabelKMDVersion + "=" + v + ", " + LabelInstallMode + "=container"}}
 				},
-				Act: func(ctx context.Context, f kmdFacts) error {
-					return recordKMDResult(ctx, cs, rec, f.node, f.helper.Result, cfg.RunID)
+				Act: func(ctx context.Context, f Facts) error {
+					if f.Helper.reached(v) {
+						return recordKMDResult(ctx, cs, rec, f.Node, f.Helper.Result, cfg.RunID)
+					}
+					mode := InstallModeContainer
+					_, err := kube.SetNodeKeys(ctx, cs, f.Node.Name, kube.NodeChange{
+						Labels: map[string]*string{LabelKMDVersion: &v, LabelInstallMode: &mode}})
+					return err
 				},
 			},
-			openGatesStep[kmdFacts]("tt.kmd.open-gates", cs, rec),
-			uncordonStep[kmdFacts]("tt.kmd.uncordon", cs, rec),
-			cleanupStep[kmdFacts]("tt.kmd.cleanup", cfg.Helper.Namespace, helperName, cs, rec),
+			b.openGates("tt.kmd.open-gates"),
+			b.uncordon("tt.kmd.uncordon"),
+			b.cleanup("tt.kmd.cleanup", helperName),
 		},
 	}
 }
 
-func kmdHelperSpec(cfg *KMDConfig, node string) kube.HelperSpec {
+// probeClear guards a cordon: this run probed the node and found nothing
+// that would make the task fail.
+func probeClear(rb, run string, blockers func(*Facts) []string) runbook.Guard[Facts] {
+	return runbook.Guard[Facts]{
+		Name: "the probe found nothing in the way",
+		Check: func(f Facts) (bool, string) {
+			if !f.measuredFresh(run) {
+				return false, "the node was not probed by this run"
+			}
+			bl := blockers(&f)
+			return len(bl) == 0, fmt.Sprintf("%s will not take node %s out of service: %s", rb, f.Node.Name, strings.Join(bl, "; "))
+		},
+	}
+}
+
+func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) runbook.Step[Facts] {
+	return runbook.Step[Facts]{
+		ID: "tt.kmd.drain", Title: "Drain the rest of the node",
+		Doc: "With --full-node (the default), evict every other pod kubectl drain would (DaemonSet pods stay), optionally " +
+			"only those matching --pod-selector, and wait until they are gone.",
+		Timeout: cfg.DrainTimeout,
+		Done: func(f Facts) (bool, string) {
+			if f.Finished || !cfg.Drain || !cfg.FullNode {
+				return true, "not requested"
+			}
+			var left []corev1.Pod
+			for _, p := range f.Pods {
+				if kube.Evictable(&p) && cfg.drainSelects(&p) {
+					left = append(left, p)
+				}
+			}
+			if len(left) == 0 {
+				return f.ourCordon(), "node drained"
+			}
+			return false, fmt.Sprintf("%d pod(s) to evict: %s", len(left), podNames(left))
+		},
+		Plan: func(f Facts) []runbook.Change {
+			return []runbook.Change{{Object: "node/" + f.Node.Name, Action: "drain", Detail: "every non-DaemonSet pod"}}
+		},
+		Act: func(ctx context.Context, f Facts) error {
+			return blockedIfDrain(kube.Drain(ctx, cs, rec, f.Node.Name, kube.DrainOptions{
+				PodFilter: cfg.drainSelects, Why: "tt-kmd " + cfg.Version + " upgrade (full-node drain)",
+				Timeout: remaining(ctx, cfg.DrainTimeout), Force: cfg.Force,
+			}))
+		},
+	}
+}
+
+func kmdProbeCommand(cfg *KMDConfig) []string {
+	return []string{"kubectl-tt", "node-agent", "probe", "--kmd-version", cfg.Version}
+}
+
+func kmdCommand(cfg *KMDConfig) []string {
 	cmd := []string{"kubectl-tt", "node-agent", "kmd", "--version", cfg.Version}
 	if cfg.ForceUnload {
 		cmd = append(cmd, "--force-unload")
 	}
-	return helperSpec(cfg.Helper, "kmd", node, cfg.Version, cmd, cfg.ForceUnload, cfg.RunID)
-}
-
-func helperSpec(h HelperConfig, task, node, key string, cmd []string, hostPID bool, run string) kube.HelperSpec {
-	s := kube.HelperSpec{
-		Task: task, Node: node, Key: key, Namespace: h.Namespace, Image: h.Image, Command: cmd,
-		Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
-			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
-		Deadline: h.Timeout, Privileged: true, HostPID: hostPID, RunID: run,
-		HostPaths: []kube.HostPathMount{{Name: "host", HostPath: "/", MountPath: "/host"}},
-	}
-	if h.Namespace == metav1.NamespaceSystem {
-		s.PriorityClass = "system-node-critical"
-	}
-	return s
-}
-
-func deleteHelper(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, p *corev1.Pod) error {
-	err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("delete helper %s/%s: %w", p.Namespace, p.Name, err)
-	}
-	rec.Record(ctx, kube.PodRef(p), false, "HelperDeleted", "deleted finished helper pod")
-	return kube.WaitForPodGone(ctx, cs, p.Namespace, p.Name)
+	return cmd
 }
 
 // kmdFailure turns a failed helper into a clear error: device holders and
 // missing kernel headers need a person (blocked); the rest failed.
-func kmdFailure(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, f kmdFacts, h helperFacts) error {
+func kmdFailure(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, f Facts, h helperFacts) error {
 	if h.Result == nil {
 		return fmt.Errorf("helper %s failed without a result: %s", h.Pod.Name, h.ResultErr)
 	}
 	r := h.Result
 	// Record what is really loaded now; the label must never lie.
 	if r.After != "" {
-		_, _ = kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{LabelKMDVersion: &r.After}})
+		_, _ = kube.SetNodeKeys(ctx, cs, f.Node.Name, kube.NodeChange{Labels: map[string]*string{LabelKMDVersion: &r.After}})
 	}
-	rec.Record(ctx, kube.NodeRef(f.node), true, "KMDUpgradeFailed", helperError(h))
+	rec.Record(ctx, kube.NodeRef(f.Node), true, "KMDUpgradeFailed", helperError(h))
 	msg := fmt.Errorf("%s", helperError(h))
 	if r.Error == nil {
 		return msg
 	}
 	switch r.Error.Reason {
 	case nodeagent.ReasonDeviceInUse, nodeagent.ReasonHoldersRemain:
-		pods, _ := kube.PodsOnNode(ctx, cs, f.node.Name)
-		return runbook.Blocked(fmt.Errorf("%s\n%s\nStop those processes or drain their pods, or re-run with --force-unload to kill them (their in-flight work is lost)",
+		pods, _ := kube.PodsOnNode(ctx, cs, f.Node.Name)
+		return runbook.Blocked(fmt.Errorf("%s\n%s\nStop those processes or drain their pods, "+
+			"or re-run with --force-unload to kill them (their in-flight work is lost)",
 			helperError(h), describeHolders(r.Holders, pods)))
 	case nodeagent.ReasonNoKernelHeaders, nodeagent.ReasonHostManaged:
 		return runbook.Blocked(msg)
@@ -312,16 +311,6 @@ func describeHolders(holders []nodeagent.Holder, pods []corev1.Pod) string {
 	return strings.Join(lines, "\n")
 }
 
-func helperError(h helperFacts) string {
-	if h.Result == nil {
-		return h.ResultErr
-	}
-	if h.Result.Error != nil {
-		return fmt.Sprintf("%s: %s", h.Result.Error.Reason, h.Result.Error.Message)
-	}
-	return fmt.Sprintf("helper reported %s, want %s", orUnknown(h.Result.After), h.Result.Target)
-}
-
 func describeKMDResult(r *nodeagent.Result) string {
 	s := fmt.Sprintf("helper measured %s (was %s", r.After, orUnknown(r.Before))
 	if r.CacheHit != nil {
@@ -342,7 +331,8 @@ type kmdRecord struct {
 	At        string `json:"at"`
 }
 
-func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, r *nodeagent.Result, run string) error {
+func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, r *nodeagent.Result,
+	run string) error {
 	mode := r.InstallMode
 	if mode == "" {
 		mode = InstallModeContainer
@@ -358,33 +348,4 @@ func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Reco
 	}
 	rec.Record(ctx, kube.NodeRef(n), false, "KMDUpgraded", fmt.Sprintf("%s=%s (%s)", LabelKMDVersion, r.After, describeKMDResult(r)))
 	return nil
-}
-
-func blockedIfDrain(err error) error {
-	var de *kube.DrainError
-	if errors.As(err, &de) {
-		return runbook.Blocked(err)
-	}
-	return err
-}
-
-// remaining is what is left of the step's budget (the context deadline).
-func remaining(ctx context.Context, fallback time.Duration) time.Duration {
-	if d, ok := ctx.Deadline(); ok {
-		if r := time.Until(d); r > 0 {
-			return r
-		}
-		return time.Second
-	}
-	if fallback == 0 {
-		return 10 * time.Minute
-	}
-	return fallback
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "unknown"
-	}
-	return s
 }

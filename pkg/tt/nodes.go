@@ -69,7 +69,8 @@ func ListNodes(ctx context.Context, cs kubernetes.Interface, s Selection) ([]cor
 				return nil, err
 			}
 			if !sel.Matches(labels.Set(n.Labels)) {
-				return nil, fmt.Errorf("node %q does not match %s; is it a Tenstorrent node? (--any-node drops the %s requirement)", name, sel, LabelPCIPresent)
+				return nil, fmt.Errorf("node %q does not match %s; is it a Tenstorrent node? (--any-node drops the %s requirement)", name,
+					sel, LabelPCIPresent)
 			}
 			nodes = append(nodes, *n)
 		}

@@ -2,12 +2,13 @@ package tt
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // NodeStatus is one row of `kubectl tt status`.
@@ -96,28 +98,14 @@ func mayBeDraining(r NodeStatus) bool {
 
 // drainBlockers names the PDBs holding pods on node, if any.
 func drainBlockers(ctx context.Context, cs kubernetes.Interface, node string) (string, error) {
-	pods, err := kube.PodsOnNode(ctx, cs, node)
+	all, err := kube.DrainBlockers(ctx, cs, node, nil)
 	if err != nil {
 		return "", err
 	}
-	pdbs := map[string][]policyv1.PodDisruptionBudget{}
 	var blocked []string
-	for i := range pods {
-		p := &pods[i]
-		if !kube.Evictable(p) {
-			continue
-		}
-		list, ok := pdbs[p.Namespace]
-		if !ok {
-			l, err := cs.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return "", err
-			}
-			list = l.Items
-			pdbs[p.Namespace] = list
-		}
-		for _, b := range kube.BlockingPDBs(p, list) {
-			blocked = append(blocked, fmt.Sprintf("%s/%s held by PodDisruptionBudget %s", p.Namespace, p.Name, b))
+	for _, b := range all {
+		for _, pdb := range b.PDBs {
+			blocked = append(blocked, fmt.Sprintf("%s/%s held by PodDisruptionBudget %s", b.Namespace, b.Name, pdb))
 		}
 	}
 	if len(blocked) == 0 {
@@ -150,10 +138,8 @@ func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 	}
 	if cs.Owner != "" {
 		r.State = cs.Owner + ": in progress"
-		if step, ok := n.Annotations["rollbook.dev/"+cs.Owner+".step-started"]; ok {
-			if i := strings.LastIndexByte(step, '@'); i > 0 {
-				r.State = cs.Owner + ": " + step[:i]
-			}
+		if step, _, ok := runbook.StepClock(n.Annotations, cs.Owner); ok {
+			r.State = cs.Owner + ": " + step
 		}
 	}
 	for i := range helpers {
@@ -162,14 +148,50 @@ func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 		switch {
 		case !kube.PodTerminal(h):
 			r.State = fmt.Sprintf("%s helper running (%s)", h.Labels[kube.LabelHelper], key)
+		case staleHelper(n, h):
+			// A newer result superseded it (an abandoned version): not news.
 		case h.Status.Phase == corev1.PodFailed || !helperOK(h):
 			r.Why = helperWhy(h)
+		}
+	}
+	if d := measuredDisagrees(n); d != "" && r.Why == "" {
+		r.Why = d
+	}
+	if p := probeRecordOf(n); p != nil && r.Why == "" {
+		if hh := p.hostHolders(); len(hh) > 0 {
+			var s []string
+			for _, h := range hh {
+				s = append(s, fmt.Sprintf("pid %d (%s)", h.PID, h.Comm))
+			}
+			r.Why = "probe: host processes hold /dev/tenstorrent: " + strings.Join(s, ", ") + " (stop them, or --force-unload)"
 		}
 	}
 	if cs.Foreign() && r.Why == "" {
 		r.Why = "cordoned by someone else; rollbook will not touch it"
 	}
 	return r
+}
+
+// staleHelper reports a finished helper older than the node's recorded
+// result for its task.
+func staleHelper(n *corev1.Node, h *corev1.Pod) bool {
+	var at time.Time
+	switch h.Labels[kube.LabelHelper] {
+	case "kmd":
+		var r kmdRecord
+		if json.Unmarshal([]byte(n.Annotations[AnnKMDResult]), &r) == nil {
+			at, _ = time.Parse(time.RFC3339, r.At)
+		}
+	case "flash":
+		if r, ok := firmwareRecordOf(n); ok {
+			at = r.At
+		}
+	case "probe":
+		if r := probeRecordOf(n); r != nil {
+			at = r.At
+		}
+	}
+	return !at.IsZero() && at.After(h.CreationTimestamp.Time)
 }
 
 func helperOK(p *corev1.Pod) bool {

@@ -2,7 +2,10 @@ package tt
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,223 +13,393 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
-// work is what every tt node runbook observes about a node.
-type work struct {
-	owner  string // the runbook that owns the node's cordon while it works
-	node   *corev1.Node
-	helper helperFacts
-	// pods on the node; listed only while the node is in progress.
-	pods []corev1.Pod
+// builder makes the steps every tt node runbook shares, over Facts.
+type builder struct {
+	cs       kubernetes.Interface
+	rec      kube.Recorder
+	run      string
+	helper   HelperConfig
+	helperNS string
 }
 
-// nodeFacts is implemented by each runbook's facts.
-type nodeFacts interface {
-	base() *work
-	// finished reports the runbook's result recorded on the node: the point
-	// after which the disruptive steps count as done.
-	finished() bool
-}
-
-func (w *work) ourCordon() bool { return kube.CordonStateOf(w.node).Owner == w.owner }
-
-func (w *work) gatesPriorRecorded() bool {
-	_, ok := w.node.Annotations[AnnGatesPrior]
-	return ok
-}
-
-func (w *work) devicePods() []corev1.Pod {
-	var out []corev1.Pod
-	for _, p := range w.pods {
-		if active(&p) && !isHelper(&p) && mountsDevice(&p) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// observeWork reads the node, its helper pod and, while the node is ours,
-// its pods until the runbook's result is recorded on it.
-func observeWork(ctx context.Context, cs kubernetes.Interface, owner, node, helperNS, helperName string, finished func(*corev1.Node) bool) (work, error) {
-	w := work{owner: owner}
-	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return w, err
-	}
-	w.node = n
-	if w.helper, err = observeHelper(ctx, cs, helperNS, helperName); err != nil {
-		return w, err
-	}
-	if w.ourCordon() && !finished(n) {
-		w.pods, err = kube.PodsOnNode(ctx, cs, node)
-	}
-	return w, err
+func newBuilder(cs kubernetes.Interface, rec kube.Recorder, run string, h HelperConfig) *builder {
+	return &builder{cs: cs, rec: rec, run: run, helper: h, helperNS: h.Namespace}
 }
 
 // workNotes tells a person what a stopped run left behind on the node.
-func workNotes(w *work) []string {
+func workNotes(f Facts) []string {
 	var notes []string
-	if w.ourCordon() {
-		notes = append(notes, fmt.Sprintf("node %s is still cordoned by rollbook %s; re-run the same command to continue, or `kubectl uncordon %s` to give up", w.node.Name, w.owner, w.node.Name))
+	if f.ourCordon() {
+		notes = append(notes, fmt.Sprintf("node %s is still cordoned by rollbook %s; re-run the same command to continue, "+
+			"or `kubectl uncordon %s` to give up", f.Node.Name, f.Owner, f.Node.Name))
 	}
-	if w.gatesPriorRecorded() {
+	if f.gatesPriorRecorded() {
 		notes = append(notes, "deploy-gate labels are set to \"false\" on this node until the run finishes")
 	}
 	return notes
 }
 
-func cordonStep[F nodeFacts](id string, cs kubernetes.Interface, rec kube.Recorder, run string) runbook.Step[F] {
-	return runbook.Step[F]{
+func annotationOf(f Facts, key string) (string, bool) { v, ok := f.Node.Annotations[key]; return v, ok }
+
+// foreignCordon explains a cordon this runbook may not take over: someone
+// else's, or another rollbook runbook's.
+func foreignCordon(f *Facts) (bool, string) {
+	st := kube.CordonStateOf(f.Node)
+	switch {
+	case st.Foreign():
+		return false, fmt.Sprintf("node %s was cordoned by someone else; rollbook will not take over a cordon it did not set. "+
+			"Uncordon it first if it may be upgraded", f.Node.Name)
+	case st.Cordoned && st.Owner != "" && st.Owner != f.Owner:
+		return false, fmt.Sprintf("node %s is cordoned by rollbook %s (run %s); let that runbook finish first (re-run it), "+
+			"or uncordon the node to give it up", f.Node.Name, st.Owner, orUnknown(st.Run))
+	}
+	return true, ""
+}
+
+func (b *builder) cordon(id string, guards ...runbook.Guard[Facts]) runbook.Step[Facts] {
+	return runbook.Step[Facts]{
 		ID: id, Title: "Cordon the node",
-		Doc: "Mark the node unschedulable, recording which runbook owns the cordon so only that runbook lifts it. A node someone else cordoned is left alone.",
-		Done: func(f F) (bool, string) {
-			w := f.base()
-			return f.finished() || w.ourCordon(), kube.CordonStateOf(w.node).String()
+		Doc: "Mark the node unschedulable, recording which runbook owns the cordon so only that runbook lifts it. " +
+			"A node someone else (or another rollbook runbook) cordoned is left alone.",
+		Done: func(f Facts) (bool, string) {
+			return f.Finished || f.ourCordon(), kube.CordonStateOf(f.Node).String()
 		},
-		Guards: []runbook.Guard[F]{{
-			Name: "the node is not cordoned by someone else",
-			Check: func(f F) (bool, string) {
-				n := f.base().node
-				return !kube.CordonStateOf(n).Foreign(), fmt.Sprintf("node %s was cordoned by someone else; rollbook will not take over a cordon it did not set. Uncordon it first if it may be upgraded", n.Name)
-			},
-		}},
-		Plan: func(f F) []runbook.Change {
-			w := f.base()
-			return []runbook.Change{{Object: "node/" + w.node.Name, Action: "cordon", Detail: "spec.unschedulable=true, " + kube.AnnCordonedBy + "=" + w.owner}}
+		Guards: append([]runbook.Guard[Facts]{{
+			Name:  "the node is not cordoned by someone else",
+			Check: func(f Facts) (bool, string) { return foreignCordon(&f) },
+		}}, guards...),
+		Plan: func(f Facts) []runbook.Change {
+			return []runbook.Change{{Object: "node/" + f.Node.Name, Action: "cordon",
+				Detail: "spec.unschedulable=true, " + kube.AnnCordonedBy + "=" + f.Owner}}
 		},
-		Act: func(ctx context.Context, f F) error {
-			w := f.base()
-			_, err := kube.CordonNode(ctx, cs, rec, w.node, w.owner, run)
+		Act: func(ctx context.Context, f Facts) error {
+			_, err := kube.CordonNode(ctx, b.cs, b.rec, f.Node, f.Owner, b.run)
 			return err
 		},
 	}
 }
 
-func closeGatesStep[F nodeFacts](id string, gates []string, cs kubernetes.Interface, rec kube.Recorder) runbook.Step[F] {
-	return runbook.Step[F]{
+func (b *builder) closeGates(id string, gates []string) runbook.Step[Facts] {
+	return runbook.Step[Facts]{
 		ID: id, Title: "Close the deploy gates",
-		Doc: "Set every deploy-gate label (default tenstorrent.com/deploy.tt-telemetry) to \"false\", so sibling DaemonSets that hold /dev/tenstorrent take their pods off the node. The previous values are recorded and restored afterwards.",
-		Done: func(f F) (bool, string) {
-			w := f.base()
-			if f.finished() || len(gates) == 0 {
+		Doc: "Set every deploy-gate label (default tenstorrent.com/deploy.tt-telemetry) to \"false\", so sibling DaemonSets " +
+			"that hold /dev/tenstorrent take their pods off the node. The previous values are recorded and restored afterwards.",
+		Done: func(f Facts) (bool, string) {
+			if f.Finished || len(gates) == 0 {
 				return true, "no gates to close"
 			}
 			for _, g := range gates {
-				if w.node.Labels[g] != "false" {
-					return false, g + "=" + orUnknown(w.node.Labels[g])
+				if f.Node.Labels[g] != "false" {
+					return false, g + "=" + orUnknown(f.Node.Labels[g])
 				}
 			}
-			return w.gatesPriorRecorded(), "gates closed"
+			return f.gatesPriorRecorded(), "gates closed"
 		},
-		Plan: func(f F) []runbook.Change {
+		Plan: func(f Facts) []runbook.Change {
 			var out []runbook.Change
 			for _, g := range gates {
-				out = append(out, runbook.Change{Object: "node/" + f.base().node.Name, Action: "label", Detail: g + "=false"})
+				out = append(out, runbook.Change{Object: "node/" + f.Node.Name, Action: "label", Detail: g + "=false"})
 			}
 			return out
 		},
-		Act: func(ctx context.Context, f F) error { return closeGates(ctx, cs, rec, f.base().node, gates) },
+		Act: func(ctx context.Context, f Facts) error { return closeGates(ctx, b.cs, b.rec, f.Node, gates) },
 	}
 }
 
-func evictDevicePodsStep[F nodeFacts](id string, enabled bool, timeout time.Duration, why string, cs kubernetes.Interface, rec kube.Recorder) runbook.Step[F] {
-	return runbook.Step[F]{
+// evictDevicePods moves the pods holding the device off the node and waits
+// until none is left. force also evicts bare pods (kubectl drain --force).
+func (b *builder) evictDevicePods(id string, enabled, force bool, timeout time.Duration, why string) runbook.Step[Facts] {
+	return runbook.Step[Facts]{
 		ID: id, Title: "Move device-holding pods away",
-		Doc:     "Evict pods that mount /dev/tenstorrent (through the eviction API, so PodDisruptionBudgets hold) and wait until every pod holding the device — including DaemonSet pods leaving because of the gates — is gone.",
+		Doc: "Evict the pods that hold the device — mounting /dev/tenstorrent, requesting a tenstorrent.com/* resource, or " +
+			"found with it open by the probe — through the eviction API, so PodDisruptionBudgets hold, and wait until every " +
+			"one is gone, including DaemonSet pods leaving because of the gates. A pod that mounts /dev for other reasons " +
+			"(a CSI node plugin) is not a holder.",
 		Timeout: timeout,
-		Done: func(f F) (bool, string) {
-			w := f.base()
-			if f.finished() || !enabled {
+		Done: func(f Facts) (bool, string) {
+			if f.Finished || !enabled {
 				return true, "not needed"
 			}
-			left := w.devicePods()
+			left := f.deviceHolders()
 			if len(left) == 0 {
-				return w.ourCordon(), "no pod holds /dev/tenstorrent"
+				return f.ourCordon(), "no pod holds /dev/tenstorrent"
 			}
-			return false, fmt.Sprintf("%d pod(s) hold /dev/tenstorrent: %s", len(left), podNames(left))
+			return false, fmt.Sprintf("%d pod(s) hold /dev/tenstorrent: %s", len(left), describeHolderPods(left))
 		},
-		Plan: func(f F) []runbook.Change {
-			return []runbook.Change{{Object: "node/" + f.base().node.Name, Action: "evict", Detail: "pods mounting " + DevicePathPrefix}}
+		Plan: func(f Facts) []runbook.Change {
+			return []runbook.Change{{Object: "node/" + f.Node.Name, Action: "evict", Detail: "pods holding " + DevicePathPrefix}}
 		},
-		Act: func(ctx context.Context, f F) error {
-			err := kube.Drain(ctx, cs, rec, f.base().node.Name, kube.DrainOptions{
-				PodFilter: mountsDevice, Why: why + ": the pod holds /dev/tenstorrent", Timeout: remaining(ctx, timeout),
+		Act: func(ctx context.Context, f Facts) error {
+			measured := f.measuredHolders()
+			holds := func(p *corev1.Pod) bool { return holdReason(p, measured) != "" }
+			if bare := bareHolders(f.deviceHolders()); len(bare) > 0 && !force {
+				return runbook.Blocked(fmt.Errorf("pods without a controller hold /dev/tenstorrent on %s: %s; an eviction "+
+					"deletes them for good. Move them yourself, or re-run with --force to evict them", f.Node.Name, bare))
+			}
+			err := kube.Drain(ctx, b.cs, b.rec, f.Node.Name, kube.DrainOptions{
+				PodFilter: holds, Why: why + ": the pod holds /dev/tenstorrent", Timeout: remaining(ctx, timeout), Force: force,
 			})
 			return blockedIfDrain(err)
 		},
-		Wait: func(ctx context.Context, f F) error {
-			node := f.base().node.Name
-			err := kube.WaitForNoPods(ctx, cs, node, func(p *corev1.Pod) bool { return !isHelper(p) && mountsDevice(p) })
+		Wait: func(ctx context.Context, f Facts) error {
+			measured := f.measuredHolders()
+			err := kube.WaitForNoPods(ctx, b.cs, f.Node.Name, func(p *corev1.Pod) bool {
+				return !isHelper(p) && holdReason(p,
+					measured) != ""
+			})
 			if err != nil && ctx.Err() != nil {
-				return runbook.Blocked(fmt.Errorf("pods still hold /dev/tenstorrent on %s (a DaemonSet without the deploy gate, or a pod tolerating the cordon?): %w", node, err))
+				return runbook.Blocked(fmt.Errorf("pods still hold /dev/tenstorrent on %s: %s: %w", f.Node.Name, b.remainingHolders(f),
+					err))
 			}
 			return err
 		},
 	}
 }
 
-func openGatesStep[F nodeFacts](id string, cs kubernetes.Interface, rec kube.Recorder) runbook.Step[F] {
-	return runbook.Step[F]{
+// remainingHolders re-reads the node's pods to name what still holds it.
+func (b *builder) remainingHolders(f Facts) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pods, err := kube.PodsOnNode(ctx, b.cs, f.Node.Name)
+	if err != nil {
+		return "(cannot list them: " + err.Error() + ")"
+	}
+	f.Pods = pods
+	return describeHolderPods(f.deviceHolders())
+}
+
+func bareHolders(hs []holder) string {
+	var bare []holder
+	for _, h := range hs {
+		if len(h.Pod.OwnerReferences) == 0 {
+			bare = append(bare, h)
+		}
+	}
+	return describeHolderPods(bare)
+}
+
+func (b *builder) openGates(id string) runbook.Step[Facts] {
+	return runbook.Step[Facts]{
 		ID: id, Title: "Reopen the deploy gates",
-		Doc: "Put every deploy-gate label back to the value it had before (or remove it if it was absent), so the sibling DaemonSets return.",
-		Done: func(f F) (bool, string) {
-			if f.base().gatesPriorRecorded() {
+		Doc: "Put every deploy-gate label back to the value it had before (or remove it if it was absent), " +
+			"so the sibling DaemonSets return.",
+		Done: func(f Facts) (bool, string) {
+			if f.gatesPriorRecorded() {
 				return false, "gates closed; their prior values are recorded"
 			}
-			return f.finished(), "gates open"
+			return f.Finished, "gates open"
 		},
-		Plan: func(f F) []runbook.Change {
-			return []runbook.Change{{Object: "node/" + f.base().node.Name, Action: "label", Detail: "restore deploy gates"}}
+		Plan: func(f Facts) []runbook.Change {
+			return []runbook.Change{{Object: "node/" + f.Node.Name, Action: "label", Detail: "restore deploy gates"}}
 		},
-		Act: func(ctx context.Context, f F) error { return openGates(ctx, cs, rec, f.base().node) },
+		Act: func(ctx context.Context, f Facts) error { return openGates(ctx, b.cs, b.rec, f.Node) },
 	}
 }
 
-func uncordonStep[F nodeFacts](id string, cs kubernetes.Interface, rec kube.Recorder) runbook.Step[F] {
-	return runbook.Step[F]{
+func (b *builder) uncordon(id string) runbook.Step[Facts] {
+	return runbook.Step[Facts]{
 		ID: id, Title: "Uncordon the node",
-		Doc: "Lift the cordon this runbook set. A cordon someone else set stays.",
-		Done: func(f F) (bool, string) {
-			w := f.base()
-			return f.finished() && !w.ourCordon(), kube.CordonStateOf(w.node).String()
+		Doc: "Lift the cordon this runbook set (and its left-cordoned note). A cordon someone else set stays.",
+		Done: func(f Facts) (bool, string) {
+			return f.Finished && !f.ourCordon(), kube.CordonStateOf(f.Node).String()
 		},
-		Plan: func(f F) []runbook.Change {
-			return []runbook.Change{{Object: "node/" + f.base().node.Name, Action: "uncordon"}}
+		Plan: func(f Facts) []runbook.Change {
+			return []runbook.Change{{Object: "node/" + f.Node.Name, Action: "uncordon"}}
 		},
-		Act: func(ctx context.Context, f F) error {
-			w := f.base()
-			_, err := kube.UncordonNode(ctx, cs, rec, w.node, w.owner)
+		Act: func(ctx context.Context, f Facts) error {
+			_, err := kube.UncordonNode(ctx, b.cs, b.rec, f.Node, f.Owner)
 			return err
 		},
 	}
 }
 
-func cleanupStep[F nodeFacts](id, helperNS string, helperName func(node string) string, cs kubernetes.Interface, rec kube.Recorder) runbook.Step[F] {
-	return runbook.Step[F]{
+func (b *builder) cleanup(id string, helperName func(node string) string) runbook.Step[Facts] {
+	return runbook.Step[Facts]{
 		ID: id, Title: "Remove the helper pod",
 		Doc: "Delete the finished helper pod; its result is kept on the node.",
-		Done: func(f F) (bool, string) {
-			if p := f.base().helper.Pod; p != nil {
+		Done: func(f Facts) (bool, string) {
+			if p := f.Helper.Pod; p != nil {
 				return false, "helper " + p.Name + " is " + string(p.Status.Phase)
 			}
-			return f.finished(), "no helper left"
+			return f.Finished, "no helper left"
 		},
-		Plan: func(f F) []runbook.Change {
-			return []runbook.Change{{Object: "pod/" + helperNS + "/" + helperName(f.base().node.Name), Action: "delete"}}
+		Plan: func(f Facts) []runbook.Change {
+			return []runbook.Change{{Object: "pod/" + b.helperNS + "/" + helperName(f.Node.Name), Action: "delete"}}
 		},
-		Act: func(ctx context.Context, f F) error {
-			if p := f.base().helper.Pod; p != nil {
-				return deleteHelper(ctx, cs, rec, p)
+		Act: func(ctx context.Context, f Facts) error {
+			if p := f.Helper.Pod; p != nil {
+				if err := deleteHelper(ctx, b.cs, b.rec, p); err != nil {
+					return err
+				}
+				// Failed helpers of versions given up on go too.
+				_, err := kube.CleanupHelpers(ctx, b.cs, b.rec, b.helperNS, p.Labels[kube.LabelHelper], f.Node.Name)
+				return err
 			}
 			return nil
 		},
 	}
 }
 
-// withGuard adds a guard to a shared step.
-func withGuard[F nodeFacts](s runbook.Step[F], g runbook.Guard[F]) runbook.Step[F] {
-	s.Guards = append(append([]runbook.Guard[F]{}, s.Guards...), g)
+// task is one helper-pod step: kmd, smi and firmware differ only in these.
+type task struct {
+	id, title, doc string
+	name           string // helper task label, e.g. "kmd"
+	key            string // what distinguishes runs (version, forced campaign)
+	command        []string
+	hostPID        bool
+	timeout        time.Duration
+	guards         []runbook.Guard[Facts]
+	// succeeded decides a finished helper's result; describe shows it.
+	succeeded func(h helperFacts) bool
+	describe  func(r *nodeagent.Result) string
+	// before runs ahead of creating the helper (e.g. unlabel).
+	before func(ctx context.Context, f Facts) error
+	// failed turns a finished, unsuccessful helper into the step's error.
+	failed func(ctx context.Context, f Facts, h helperFacts) error
+	// waiting is the evidence while no helper has run yet.
+	waiting func(f Facts) string
+}
+
+// helperTask is the one helper-pod step kmd, smi and firmware share:
+// replace a failed helper, start a fresh one, wait for it (noticing a
+// helper that cannot start within seconds) and read its measured result.
+func (b *builder) helperTask(t task) runbook.Step[Facts] {
+	name := func(node string) string { return kube.HelperName(t.name, node, t.key) }
+	return runbook.Step[Facts]{
+		ID: t.id, Title: t.title, Doc: t.doc, Timeout: t.timeout, Guards: t.guards,
+		Done: func(f Facts) (bool, string) {
+			switch h := f.Helper; {
+			case f.Finished:
+				return true, "measured at the target"
+			case h.finished() && t.succeeded(h):
+				return true, t.describe(h.Result)
+			case h.finished():
+				return false, "last helper failed: " + helperError(h)
+			case h.Pod != nil:
+				return false, "helper " + h.Pod.Name + " is " + string(h.Pod.Status.Phase)
+			}
+			return false, t.waiting(f)
+		},
+		Plan: func(f Facts) []runbook.Change {
+			return []runbook.Change{{Object: "pod/" + b.helperNS + "/" + name(f.Node.Name), Action: "create",
+				Detail: strings.Join(t.command[1:], " ")}}
+		},
+		Act: func(ctx context.Context, f Facts) error {
+			if f.Helper.finished() { // a failed earlier attempt: replace it
+				if err := deleteHelper(ctx, b.cs, b.rec, f.Helper.Pod); err != nil {
+					return err
+				}
+			}
+			if t.before != nil {
+				if err := t.before(ctx, f); err != nil {
+					return err
+				}
+			}
+			_, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, helperSpec(b.helper, t.name, f.Node.Name, t.key, t.command, t.hostPID, b.run))
+			return err
+		},
+		Wait: func(ctx context.Context, f Facts) error {
+			h, err := waitHelper(ctx, b.cs, b.helperNS, name(f.Node.Name))
+			if err != nil {
+				if h.Pod != nil {
+					b.dropHelper(ctx, h.Pod)
+					return runbook.Blocked(err)
+				}
+				return err
+			}
+			if t.succeeded(h) {
+				return nil
+			}
+			return t.failed(ctx, f, h)
+		},
+	}
+}
+
+func helperSpec(h HelperConfig, task, node, key string, cmd []string, hostPID bool, run string) kube.HelperSpec {
+	s := kube.HelperSpec{
+		Task: task, Node: node, Key: key, Namespace: h.Namespace, Image: h.Image, Command: cmd,
+		Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+		Deadline: h.Timeout, Privileged: true, HostPID: hostPID, RunID: run,
+		HostPaths: []kube.HostPathMount{{Name: "host", HostPath: "/", MountPath: "/host"}},
+	}
+	if h.Namespace == metav1.NamespaceSystem {
+		s.PriorityClass = "system-node-critical"
+	}
 	return s
+}
+
+func deleteHelper(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, p *corev1.Pod) error {
+	deleted, err := kube.DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.Namespace).Delete, kube.PodRef(p), p.UID,
+		"deleted helper pod ("+string(p.Status.Phase)+")")
+	if err != nil {
+		return fmt.Errorf("delete helper %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	if !deleted {
+		return nil
+	}
+	return kube.WaitForPodGone(ctx, cs, p.Namespace, p.Name)
+}
+
+// dropHelper deletes a helper that never started, within a short budget of
+// its own (the step's may be spent).
+func (b *builder) dropHelper(ctx context.Context, p *corev1.Pod) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	_ = deleteHelper(ctx, b.cs, b.rec, p)
+}
+
+func helperError(h helperFacts) string {
+	if h.Result == nil {
+		return h.ResultErr
+	}
+	if h.Result.Error != nil {
+		return fmt.Sprintf("%s: %s", h.Result.Error.Reason, h.Result.Error.Message)
+	}
+	return fmt.Sprintf("helper reported %s, want %s", orUnknown(h.Result.After), h.Result.Target)
+}
+
+func blockedIfDrain(err error) error {
+	var de *kube.DrainError
+	if errors.As(err, &de) {
+		return runbook.Blocked(err)
+	}
+	return err
+}
+
+// remaining is what is left of the step's budget (the context deadline).
+func remaining(ctx context.Context, fallback time.Duration) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		if r := time.Until(d); r > 0 {
+			return r
+		}
+		return time.Second
+	}
+	if fallback == 0 {
+		return 10 * time.Minute
+	}
+	return fallback
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+func podNames(pods []corev1.Pod) string {
+	var n []string
+	for _, p := range pods {
+		n = append(n, p.Namespace+"/"+p.Name)
+	}
+	sort.Strings(n)
+	if len(n) > 5 {
+		n = append(n[:5], fmt.Sprintf("and %d more", len(n)-5))
+	}
+	return strings.Join(n, ", ")
 }

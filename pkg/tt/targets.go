@@ -14,26 +14,30 @@ import (
 // the same nodes must never run at once.
 const LockName = "rollbook-tt"
 
-// KMDTargets returns the nodes a kmd or tt-smi upgrade acts on, in order,
+// DriverTargets returns the nodes driver work (tt-kmd and tt-smi) acts on, in order,
 // and the selected nodes it must skip with the reason.
-func KMDTargets(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]runbook.Target, []Skipped, error) {
+func DriverTargets(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]runbook.Target, []Skipped, error) {
 	return targets(ctx, cs, sel, DriverSkipReason)
 }
 
 // FirmwareTargets returns the nodes a firmware flash acts on and the
 // selected nodes it skips.
 func FirmwareTargets(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]runbook.Target, []Skipped, error) {
-	return targets(ctx, cs, sel, func(n *corev1.Node) string {
-		if n.Labels[LabelFirmwareSkip] == "true" {
-			return LabelFirmwareSkip + "=true"
-		}
-		return ""
-	})
+	return targets(ctx, cs, sel, FirmwareSkipReason)
+}
+
+// FirmwareSkipReason says why firmware work must not touch n ("" = eligible).
+func FirmwareSkipReason(n *corev1.Node) string {
+	if n.Labels[LabelFirmwareSkip] == "true" {
+		return LabelFirmwareSkip + "=true"
+	}
+	return ""
 }
 
 // targets lists the selected nodes (refusing while the operator manages
 // them) and splits off those skip names a reason for.
-func targets(ctx context.Context, cs kubernetes.Interface, sel Selection, skip func(*corev1.Node) string) ([]runbook.Target, []Skipped, error) {
+func targets(ctx context.Context, cs kubernetes.Interface, sel Selection, skip func(*corev1.Node) string) ([]runbook.Target, []Skipped,
+	error) {
 	if err := CheckNoOperator(ctx, cs); err != nil {
 		return nil, nil, err
 	}

@@ -4,7 +4,9 @@
 //
 // The monitor decides what is unsafe from the sim's own model of hosts and
 // the substrate, never from rollbook's predicates: a wrong predicate in a
-// plugin must show up here as a violation, not as agreement.
+// plugin must show up here as a violation, not as agreement. The rules that
+// Kubernetes objects alone decide are watched by package kubewatch, which
+// `sim up` starts for every scenario; the simulated peers report the rest.
 package monitor
 
 import (
@@ -71,6 +73,23 @@ func (m *Monitor) Report(rule, object, detail string) {
 		return
 	}
 	m.seen[key] = true
+	m.write(rule, object, detail)
+}
+
+// ReportEach records a violation every time it is called: for callers that
+// decide themselves when a violation is a new one (an episode that ended
+// and came back is a second violation, even with the same words).
+func (m *Monitor) ReportEach(rule, object, detail string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.write(rule, object, detail)
+}
+
+// write appends one line; m.mu is held.
+func (m *Monitor) write(rule, object, detail string) {
 	b, _ := json.Marshal(Violation{Time: time.Now().UTC(), Rule: rule, Object: object, Detail: detail})
 	f, err := os.OpenFile(m.path, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {

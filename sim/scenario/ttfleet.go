@@ -38,6 +38,7 @@ const (
 	ttTelemetry   = "tt-telemetry"
 	ttInference   = "tt-inference"
 	labelUsesDev  = "tenstorrent.com/uses-device"
+	csiNode       = "csi-node"
 )
 
 // The node mapping (tthost.PlanFleet): plain nodes first, the last plain
@@ -91,12 +92,15 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 		if err := labelNode(ctx, env, p.Node, p.Labels); err != nil {
 			return err
 		}
-		env.Logf("tt host %s: %s%s, %d devices, kmd %s (root %s/%s)", p.Node, p.Role, map[bool]string{true: " galaxy"}[p.Galaxy], len(p.Spec.Devices), p.Spec.LoadedKMD, hosts.Dir, p.Node)
+		env.Logf("tt host %s: %s%s, %d devices, kmd %s (root %s/%s)", p.Node, p.Role, map[bool]string{true: " galaxy"}[p.Galaxy],
+			len(p.Spec.Devices), p.Spec.LoadedKMD, hosts.Dir, p.Node)
 	}
 	holders := &tthost.HolderSync{Client: env.Client, Hosts: hosts, Logf: env.Logf}
 	runner := &tthost.Runner{Client: env.Client, Hosts: hosts, Agent: agent, Logf: env.Logf}
+	events := &tthost.HostEvents{Hosts: hosts, Report: env.Monitor}
 	env.Go("tt-holders", holders.Run)
 	env.Go("tt-helper-runner", runner.Run)
+	env.Go("tt-host-events", events.Run)
 	env.Logf("tt helper runner: agent %s, runs logged to %s/runner.log", agent, hosts.Dir)
 	if err := writeBundles(env.Dir); err != nil {
 		return err
@@ -111,11 +115,16 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 			return err
 		},
 		func() error {
+			_, err := env.Client.AppsV1().DaemonSets(ttSystemNS).Create(ctx, csiNodeDS(), metav1.CreateOptions{})
+			return err
+		},
+		func() error {
 			_, err := env.Client.AppsV1().Deployments(ttWorkloadsNS).Create(ctx, inferenceDeployment(replicas), metav1.CreateOptions{})
 			return err
 		},
 		func() error {
-			_, err := env.Client.PolicyV1().PodDisruptionBudgets(ttWorkloadsNS).Create(ctx, inferencePDB(replicas-1), metav1.CreateOptions{})
+			_, err := env.Client.PolicyV1().PodDisruptionBudgets(ttWorkloadsNS).Create(ctx, inferencePDB(replicas-1),
+				metav1.CreateOptions{})
 			return err
 		},
 	} {
@@ -139,7 +148,8 @@ func labelNode(ctx context.Context, env *Env, node string, labels map[string]str
 }
 
 func createNS(ctx context.Context, env *Env, name string) error {
-	_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		metav1.CreateOptions{})
 	return err
 }
 
@@ -180,6 +190,34 @@ func telemetryDS() *appsv1.DaemonSet {
 		},
 	}
 }
+
+// csiNodeDS is a CSI node plugin as storage drivers ship it: privileged,
+// host /dev mounted to find block devices, on every node. It never opens
+// /dev/tenstorrent, so it must never count as a device holder.
+func csiNodeDS() *appsv1.DaemonSet {
+	labels := map[string]string{"app.kubernetes.io/name": csiNode}
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: csiNode, Namespace: ttSystemNS, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{
+						Name: "node-driver", Image: "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.37.0",
+						SecurityContext: &corev1.SecurityContext{Privileged: ptrTo(true)},
+						VolumeMounts:    []corev1.VolumeMount{{Name: "dev", MountPath: "/dev"}},
+					}},
+					Volumes: []corev1.Volume{{Name: "dev", VolumeSource: corev1.VolumeSource{
+						HostPath: &corev1.HostPathVolumeSource{Path: "/dev"}}}},
+				},
+			},
+		},
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // inferenceDeployment runs one replica per node at most (required
 // anti-affinity) and leaves one node free, so an evicted replica has

@@ -33,7 +33,8 @@ func ResolveAgent(explicit, simExe string) (string, error) {
 	if p, err := exec.LookPath(AgentName); err == nil {
 		return filepath.Abs(p)
 	}
-	return "", fmt.Errorf("no %s binary for the helper runner: pass --tt-agent PATH, or put %s next to the sim binary or on PATH (build it with `go build -o .cache/bin/ ./cmd/kubectl-tt`)", AgentName, AgentName)
+	return "", fmt.Errorf("no %s binary for the helper runner: pass --tt-agent PATH, or put %s next to the sim binary or on PATH "+
+		"(build it with `go build -o .cache/bin/ ./cmd/kubectl-tt`)", AgentName, AgentName)
 }
 
 func checkExecutable(p string) error {

@@ -152,7 +152,8 @@ func (s *HolderSync) Sync(key string, p *corev1.Pod) error {
 	pid := freePID(root, s.nextPID)
 	s.nextPID = pid + 1
 	c := p.Spec.Containers[0].Name
-	if err := openHolder(root, holderProc{PID: pid, Comm: comm(c), PodUID: string(p.UID), ContainerID: containerID(string(p.UID), c), Devices: devs}); err != nil {
+	if err := openHolder(root, holderProc{PID: pid, Comm: comm(c), PodUID: string(p.UID), ContainerID: containerID(string(p.UID), c),
+		Devices: devs}); err != nil {
 		return err
 	}
 	h.pid, h.killedAt = pid, time.Time{}
@@ -174,7 +175,10 @@ func (s *HolderSync) release(key string, h *podHolder) error {
 // wants reports whether p should hold devices, on which host, and which
 // device indices (nil: all of them).
 func (s *HolderSync) wants(p *corev1.Pod) (root string, devs []int, ok bool) {
-	if _, helper := p.Labels[HelperLabel]; helper || p.Status.Phase != corev1.PodRunning || len(p.Spec.Containers) == 0 {
+	// A terminating pod's processes are gone before its object is: the
+	// kubelet kills the containers, then the apiserver forgets the pod.
+	if _, helper := p.Labels[HelperLabel]; helper || p.Status.Phase != corev1.PodRunning || len(p.Spec.Containers) == 0 ||
+		p.DeletionTimestamp != nil {
 		return "", nil, false
 	}
 	root, ok = s.Hosts.Root(p.Spec.NodeName)
@@ -182,7 +186,44 @@ func (s *HolderSync) wants(p *corev1.Pod) (root string, devs []int, ok bool) {
 		return "", nil, false
 	}
 	devs, ok = deviceMounts(p)
+	if !ok && (requestsDevice(p) || opensHostDev(p)) {
+		return root, nil, true
+	}
 	return root, devs, ok
+}
+
+// ResourcePrefix is the extended-resource namespace of Tenstorrent device
+// plugins: a container given one opens the device without any hostPath.
+const ResourcePrefix = "tenstorrent.com/"
+
+// AnnOpensDevice is the sim's model of what a pod's process does: a pod
+// mounting host /dev (privileged) opens /dev/tenstorrent only when this
+// says so. A CSI node plugin mounts /dev and never opens the device.
+const AnnOpensDevice = "sim.rollbook.dev/opens-tenstorrent"
+
+func requestsDevice(p *corev1.Pod) bool {
+	for _, c := range p.Spec.Containers {
+		for _, rl := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+			for name := range rl {
+				if strings.HasPrefix(string(name), ResourcePrefix) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func opensHostDev(p *corev1.Pod) bool {
+	if p.Annotations[AnnOpensDevice] != "true" {
+		return false
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.HostPath != nil && path.Clean(v.HostPath.Path) == "/dev" {
+			return true
+		}
+	}
+	return false
 }
 
 // deviceMounts reads the pod's hostPath volumes at or under

@@ -3,12 +3,14 @@ package tthost
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +22,7 @@ import (
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
 	"github.com/rollbook/rollbook/sim/cluster"
+	"github.com/rollbook/rollbook/sim/monitor"
 )
 
 // TestRunnerAndHolders runs the control plane in-process with two nodes:
@@ -76,7 +79,8 @@ func TestRunnerAndHolders(t *testing.T) {
 	t.Run("exit 3", func(t *testing.T) {
 		p := finished(t, ctx, cs, helper("fails", "kwok-node-0", AgentName, "fake", "exit", "3", "msg", "broken"))
 		term := p.Status.ContainerStatuses[0].State.Terminated
-		if p.Status.Phase != corev1.PodFailed || term.ExitCode != 3 || term.Reason != "Error" || !strings.HasPrefix(term.Message, "broken") {
+		if p.Status.Phase != corev1.PodFailed || term.ExitCode != 3 || term.Reason != "Error" || !strings.HasPrefix(term.Message,
+			"broken") {
 			t.Fatalf("status %+v", p.Status)
 		}
 	})
@@ -98,7 +102,8 @@ func TestRunnerAndHolders(t *testing.T) {
 	})
 	t.Run("other command", func(t *testing.T) {
 		p := finished(t, ctx, cs, helper("sh", "kwok-node-0", "/bin/sh", "-c", "true"))
-		if p.Status.Phase != corev1.PodFailed || !strings.Contains(p.Status.ContainerStatuses[0].State.Terminated.Message, "only runs `kubectl-tt") {
+		if p.Status.Phase != corev1.PodFailed || !strings.Contains(p.Status.ContainerStatuses[0].State.Terminated.Message,
+			"only runs `kubectl-tt") {
 			t.Fatalf("status %+v", p.Status)
 		}
 	})
@@ -138,13 +143,71 @@ func TestRunnerAndHolders(t *testing.T) {
 		}
 		waitTrue(t, func() bool { return !hs.Holding(key) && inspectOK(t, root).Refcnt == base })
 	})
+	t.Run("unknown image", func(t *testing.T) {
+		p := helper("typo", "kwok-node-0", AgentName, "fake", "msg", "never")
+		p.Spec.Containers[0].Image = AgentImageRepo + ":lastest"
+		p = create(t, ctx, cs, p)
+		for _, reason := range []string{"ErrImagePull", "ImagePullBackOff"} {
+			until(t, ctx, cs, p, func(p *corev1.Pod) bool {
+				w := p.Status.ContainerStatuses
+				return p.Status.Phase == corev1.PodPending && len(w) == 1 && w[0].State.Waiting != nil && w[0].State.Waiting.Reason == reason
+			})
+		}
+		if strings.Contains(readFile(t, filepath.Join(hosts.Dir, "runner.log")), "START default/typo") {
+			t.Fatal("a helper whose image cannot be pulled ran")
+		}
+	})
+	t.Run("device plugin and privileged holders, not a CSI plugin", func(t *testing.T) {
+		base := inspectOK(t, root).Refcnt
+		plugin := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plugin", Namespace: "default"},
+			Spec: corev1.PodSpec{NodeName: "kwok-node-0", Containers: []corev1.Container{{Name: "p", Image: "p",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"tenstorrent.com/n150": resource.MustParse("1")}}}}}}
+		dev := corev1.Volume{Name: "dev", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev"}}}
+		privileged := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "privileged", Namespace: "default",
+			Annotations: map[string]string{AnnOpensDevice: "true"}},
+			Spec: corev1.PodSpec{NodeName: "kwok-node-0", Volumes: []corev1.Volume{dev}, Containers: []corev1.Container{{Name: "p",
+				Image: "p"}}}}
+		csi := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "csi", Namespace: "default"},
+			Spec: corev1.PodSpec{NodeName: "kwok-node-0", Volumes: []corev1.Volume{dev}, Containers: []corev1.Container{{Name: "c",
+				Image: "c"}}}}
+		for _, p := range []*corev1.Pod{plugin, privileged, csi} {
+			p = create(t, ctx, cs, p)
+			until(t, ctx, cs, p, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		}
+		waitTrue(t, func() bool { return hs.Holding("default/plugin") && hs.Holding("default/privileged") })
+		time.Sleep(time.Second) // a resync: the CSI pod must still not hold it
+		if hs.Holding("default/csi") {
+			t.Fatal("a pod mounting /dev without opening the device holds it")
+		}
+		if got := inspectOK(t, root).Refcnt; got != base+4 {
+			t.Fatalf("refcnt %d, want %d", got, base+4)
+		}
+		rep := &recorded{}
+		ev := &HostEvents{Hosts: hosts, Report: rep}
+		ev.Poll()
+		tool := exec.Command(filepath.Join(hosts.ToolsDir, "rmmod"), "tenstorrent")
+		tool.Env = append(os.Environ(), fakehost.RootEnv+"="+root)
+		if err := tool.Run(); err == nil {
+			t.Fatal("rmmod under holders succeeded")
+		}
+		ev.Poll()
+		if len(rep.rules) != 1 || rep.rules[0] != monitor.RuleRmmodUnderHolder {
+			t.Fatalf("reported %v, want one %s", rep.rules, monitor.RuleRmmodUnderHolder)
+		}
+		for _, name := range []string{"plugin", "privileged", "csi"} {
+			if err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitTrue(t, func() bool { return inspectOK(t, root).Refcnt == base })
+	})
 }
 
 func helper(name, node string, argv ...string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{HelperLabel: "test"}},
 		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "agent", Image: "rollbook", Command: argv}}},
+			Containers: []corev1.Container{{Name: "agent", Image: AgentImageRepo + ":latest", Command: argv}}},
 	}
 }
 
@@ -214,4 +277,14 @@ func waitTrue(t *testing.T, cond func() bool) {
 func waitFile(t *testing.T, path, substr string) {
 	t.Helper()
 	waitTrue(t, func() bool { b, _ := os.ReadFile(path); return strings.Contains(string(b), substr) })
+}
+
+type recorded struct{ rules []string }
+
+func (r *recorded) Report(rule, _, _ string) { r.rules = append(r.rules, rule) }
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, _ := os.ReadFile(p)
+	return string(b)
 }

@@ -13,7 +13,8 @@ import (
 
 func TestProcExitCodeAndEnv(t *testing.T) {
 	dir := t.TempDir()
-	p := proc{argv: []string{"/bin/sh", "-c", `echo "root=$FAKEHOST_ROOT"; exit 3`}, env: []string{"FAKEHOST_ROOT=/x"}, dir: dir, outPath: filepath.Join(dir, "out")}
+	p := proc{argv: []string{"/bin/sh", "-c", `echo "root=$FAKEHOST_ROOT"; exit 3`}, env: []string{"FAKEHOST_ROOT=/x"}, dir: dir,
+		outPath: filepath.Join(dir, "out")}
 	code, err := p.run(context.Background())
 	out, _ := os.ReadFile(p.outPath)
 	if err != nil || code != 3 || string(out) != "root=/x\n" {
@@ -67,7 +68,8 @@ func alive(pid int) bool {
 
 func TestProcStartFailure(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := (proc{argv: []string{filepath.Join(dir, "nope")}, dir: dir, outPath: filepath.Join(dir, "out")}).run(context.Background()); err == nil {
+	if _, err := (proc{argv: []string{filepath.Join(dir, "nope")}, dir: dir, outPath: filepath.Join(dir,
+		"out")}).run(context.Background()); err == nil {
 		t.Fatal("missing binary started")
 	}
 }

@@ -116,7 +116,8 @@ func (r *Runner) sync(ctx context.Context, key string, pods corelisters.PodListe
 	case pod.Spec.NodeName == "" || cur != nil:
 		return nil
 	case pod.Status.Phase == corev1.PodRunning:
-		return r.refuse(ctx, pod, "SimRunnerLostHelper", "sim: the helper runner has no process for this Running helper (was the sim restarted?)")
+		return r.refuse(ctx, pod, "SimRunnerLostHelper",
+			"sim: the helper runner has no process for this Running helper (was the sim restarted?)")
 	}
 	return r.start(ctx, pod)
 }
@@ -134,7 +135,12 @@ func (r *Runner) stop(key string, keep types.UID, cause error) {
 func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 	root, ok := r.Hosts.Root(pod.Spec.NodeName)
 	if !ok {
-		return r.refuse(ctx, pod, "SimNoTTHost", fmt.Sprintf("sim: node %s is not a simulated Tenstorrent host; the helper runner runs helpers only on nodes with a host root", pod.Spec.NodeName))
+		return r.refuse(ctx, pod, "SimNoTTHost",
+			fmt.Sprintf("sim: node %s is not a simulated Tenstorrent host; the helper runner runs helpers only on nodes with a host root",
+				pod.Spec.NodeName))
+	}
+	if _, bad := unknownImage(pod); bad {
+		return r.pullFailed(ctx, pod)
 	}
 	argvs, why := r.commands(pod)
 	if why != "" {
@@ -171,7 +177,8 @@ func (r *Runner) commands(pod *corev1.Pod) ([][]string, string) {
 	for _, c := range pod.Spec.Containers {
 		argv := append(append([]string(nil), c.Command...), c.Args...)
 		if len(argv) == 0 || filepath.Base(argv[0]) != AgentName {
-			return nil, fmt.Sprintf("sim: the helper runner only runs `%s …` on simulated tt hosts; container %s has command %q", AgentName, c.Name, argv)
+			return nil, fmt.Sprintf("sim: the helper runner only runs `%s …` on simulated tt hosts; container %s has command %q",
+				AgentName, c.Name, argv)
 		}
 		if r.Agent == "" {
 			return nil, fmt.Sprintf("sim: no %s binary to run (start the sim with --tt-agent PATH)", AgentName)
@@ -258,8 +265,48 @@ func (r *Runner) runContainer(ctx context.Context, pod *corev1.Pod, c corev1.Con
 		return res
 	}
 	res.exitCode = int32(code)
-	res.message = terminationMessage(termLog, p.outPath, c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError, code != 0)
+	res.message = terminationMessage(termLog, p.outPath, c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError,
+		code != 0)
 	return res
+}
+
+// pullFailed reports the pod's image as unpullable, as a kubelet does:
+// ErrImagePull first, ImagePullBackOff a few seconds later; the pod stays
+// Pending and nothing runs.
+func (r *Runner) pullFailed(ctx context.Context, pod *corev1.Pod) error {
+	reason := ""
+	for _, c := range pod.Status.ContainerStatuses {
+		if w := c.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
+			reason = w.Reason
+		}
+	}
+	if reason == "ImagePullBackOff" {
+		return nil
+	}
+	if reason == "" {
+		img, _ := unknownImage(pod)
+		r.log.Printf("PULL-FAILED %s node=%s image=%s", podKey(pod), pod.Spec.NodeName, img)
+		updated, err := r.patchStatus(ctx, pod, pullFailedStatus(pod, "ErrImagePull", r.Clock.Now()))
+		if err != nil {
+			return err
+		}
+		pod = updated
+	}
+	go func() {
+		select {
+		case <-r.Clock.After(pullBackoffAfter):
+		case <-ctx.Done():
+			return
+		}
+		cur, err := r.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil || cur.UID != pod.UID || cur.DeletionTimestamp != nil || terminal(cur) {
+			return
+		}
+		if _, err := r.patchStatus(ctx, cur, pullFailedStatus(cur, "ImagePullBackOff", r.Clock.Now())); err != nil {
+			r.Logf("tt-helper-runner: %s: back-off status: %v", podKey(pod), err)
+		}
+	}()
+	return nil
 }
 
 // refuse fails a pending pod without running anything.

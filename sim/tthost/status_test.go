@@ -42,12 +42,15 @@ func TestFinalStatus(t *testing.T) {
 	now := time.Now()
 	pod := helperPod("a", "b")
 	ok := []result{{name: "a", exitCode: 0, message: "done"}, {name: "b", exitCode: 0}}
-	if st := finalStatus(pod, now, ok, false, now); st.Phase != corev1.PodSucceeded || st.ContainerStatuses[0].State.Terminated.Reason != "Completed" || st.ContainerStatuses[0].State.Terminated.Message != "done" {
+	if st := finalStatus(pod, now, ok, false,
+		now); st.Phase != corev1.PodSucceeded || st.ContainerStatuses[0].State.Terminated.Reason != "Completed" ||
+		st.ContainerStatuses[0].State.Terminated.Message != "done" {
 		t.Fatalf("success: %+v", st)
 	}
 	bad := []result{{name: "a", exitCode: 0}, {name: "b", exitCode: 3, message: "boom"}}
 	st := finalStatus(pod, now, bad, false, now)
-	if st.Phase != corev1.PodFailed || st.ContainerStatuses[1].State.Terminated.ExitCode != 3 || st.ContainerStatuses[1].State.Terminated.Reason != "Error" {
+	if st.Phase != corev1.PodFailed || st.ContainerStatuses[1].State.Terminated.ExitCode != 3 ||
+		st.ContainerStatuses[1].State.Terminated.Reason != "Error" {
 		t.Fatalf("failure: %+v", st)
 	}
 	st = finalStatus(pod, now, []result{{name: "a", exitCode: exitKilled}, {name: "b", exitCode: exitKilled}}, true, now)
@@ -55,7 +58,8 @@ func TestFinalStatus(t *testing.T) {
 		t.Fatalf("deadline: %+v", st)
 	}
 	st = refusedStatus(helperPod("a"), "SimNoTTHost", "no host", now)
-	if st.Phase != corev1.PodFailed || st.Reason != "SimNoTTHost" || st.ContainerStatuses[0].State.Terminated.Reason != reasonStartError || st.ContainerStatuses[0].State.Terminated.Message != "no host" {
+	if st.Phase != corev1.PodFailed || st.Reason != "SimNoTTHost" || st.ContainerStatuses[0].State.Terminated.Reason != reasonStartError ||
+		st.ContainerStatuses[0].State.Terminated.Message != "no host" {
 		t.Fatalf("refused: %+v", st)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/atecmd/apicmd"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -23,5 +24,6 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.AddCommand(newStatusCommand(g), newPreflightCommand(g), newRollCommand(g), newRollbackCommand(g), newRetireCommand(g),
 		newRevertCommand(g))
 	root.AddCommand(append(cli.NewPauseCommands(g, "ate", ate.LockName, ate.Namespace), cli.NewHistoryCommand(g, "ate", ate.Namespace))...)
+	root.AddCommand(apicmd.NewCommand(g))
 	return root
 }

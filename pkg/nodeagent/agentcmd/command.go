@@ -45,10 +45,12 @@ func NewCommand() *cobra.Command {
 		},
 	}
 	f := cmd.PersistentFlags()
-	f.StringVar(&c.hostRoot, "host-root", envOr(EnvHostRoot, nodeagent.DefaultHostRoot), "where the host's / is mounted (env "+EnvHostRoot+")")
+	f.StringVar(&c.hostRoot, "host-root", envOr(EnvHostRoot, nodeagent.DefaultHostRoot),
+		"where the host's / is mounted (env "+EnvHostRoot+")")
 	f.StringVar(&c.node, "node", os.Getenv(EnvNodeName), "node name to report (env "+EnvNodeName+")")
-	f.StringVar(&c.terminationLog, "termination-log", envOr(EnvTerminationLog, nodeagent.DefaultTerminationLog), "file to write the JSON result to; empty disables (env "+EnvTerminationLog+")")
-	cmd.AddCommand(newKMDCommand(c), newSMICommand(c), newFlashCommand(c))
+	f.StringVar(&c.terminationLog, "termination-log", envOr(EnvTerminationLog, nodeagent.DefaultTerminationLog),
+		"file to write the JSON result to; empty disables (env "+EnvTerminationLog+")")
+	cmd.AddCommand(newKMDCommand(c), newSMICommand(c), newFlashCommand(c), newProbeCommand(c))
 	return cmd
 }
 

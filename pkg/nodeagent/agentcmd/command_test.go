@@ -60,7 +60,8 @@ func run(t *testing.T, spec fakehost.Spec, args ...string) (nodeagent.Result, st
 }
 
 func TestKMDCommand(t *testing.T) {
-	r, root := run(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true}, "kmd", "--version", "2.0.0", "--git-url", "file:///mirror/tt-kmd.git")
+	r, root := run(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true}, "kmd", "--version", "2.0.0", "--git-url",
+		"file:///mirror/tt-kmd.git")
 	assert.True(t, r.Success, "%+v", r.Error)
 	assert.Equal(t, "tt-node-7", r.Node)
 	o, err := fakehost.Inspect(root)
@@ -77,7 +78,8 @@ func TestFailureStillExitsZeroWithResult(t *testing.T) {
 func TestFlashCommandDefaultsReadback(t *testing.T) {
 	bundle := filepath.Join(t.TempDir(), "b.fwbundle")
 	require.NoError(t, fakehost.WriteBundle(bundle, "19.9.0"))
-	r, _ := run(t, fakehost.Spec{LoadedKMD: "2.0.0"}, "flash", "--version", "19.9.0", "--bundle-url", "file://"+bundle, "--reset-settle", "1ms")
+	r, _ := run(t, fakehost.Spec{LoadedKMD: "2.0.0"}, "flash", "--version", "19.9.0", "--bundle-url", "file://"+bundle, "--reset-settle",
+		"1ms")
 	assert.True(t, r.Success, "%+v", r.Error)
 	assert.Equal(t, "19.9.0.0", r.Target)
 }

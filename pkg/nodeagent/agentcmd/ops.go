@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/version"
 )
 
 func newKMDCommand(c *common) *cobra.Command {
@@ -29,6 +30,21 @@ func newKMDCommand(c *common) *cobra.Command {
 	return cmd
 }
 
+func newProbeCommand(c *common) *cobra.Command {
+	var o nodeagent.ProbeOptions
+	cmd := &cobra.Command{
+		Use:   "probe",
+		Short: "Measure the node (kernel, module, DKMS, headers, tt-smi, firmware, device holders) without changing it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.AgentVersion = version.Get().Version
+			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.Probe(ctx, o) })
+		},
+	}
+	cmd.Flags().StringVar(&o.KMDVersion, "kmd-version", "", "also check the module cache for this tt-kmd version")
+	return cmd
+}
+
 func newSMICommand(c *common) *cobra.Command {
 	var o nodeagent.SMIOptions
 	cmd := &cobra.Command{
@@ -41,7 +57,8 @@ func newSMICommand(c *common) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Version, "version", "", "tt-smi version the source binary must report")
-	f.StringVar(&o.Source, "source", envOr(EnvSMISource, nodeagent.DefaultSMISource), "tt-smi binary inside the helper image (env "+EnvSMISource+")")
+	f.StringVar(&o.Source, "source", envOr(EnvSMISource, nodeagent.DefaultSMISource),
+		"tt-smi binary inside the helper image (env "+EnvSMISource+")")
 	f.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "overall deadline")
 	return cmd
 }
@@ -61,9 +78,11 @@ func newFlashCommand(c *common) *cobra.Command {
 	f.StringVar(&o.BundleURL, "bundle-url", "", "bundle URL (https or file://); default the tt-system-firmware release asset")
 	f.StringVar(&o.ReadbackVersion, "readback-version", "", "version every device must report afterwards (default <version>.0)")
 	f.BoolVar(&o.ForceWrite, "force-write", false, "flash even if already at the readback version, with tt-flash --force")
-	f.BoolVar(&o.ContinueOnReadbackFailure, "continue-on-readback-failure", false, "flash even if the pre-flash readback fails after one reset")
+	f.BoolVar(&o.ContinueOnReadbackFailure, "continue-on-readback-failure", false,
+		"flash even if the pre-flash readback fails after one reset")
 	f.BoolVar(&o.Homogenize, "homogenize", true, "pass --force when the chips report different versions")
 	f.StringVar(&o.WorkDir, "work-dir", "", "where to download the bundle (default $TMPDIR)")
+	f.BoolVar(&o.ForceUnload, "force-unload", false, "SIGKILL processes holding /dev/tenstorrent before the flash (needs hostPID)")
 	f.DurationVar(&o.ResetSettle, "reset-settle", 5*time.Second, "pause after a healing reset")
 	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "overall deadline")
 	return cmd

@@ -3,7 +3,6 @@ package ttcmd
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,11 +11,6 @@ import (
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
-
-// annForceCampaign on the tt Lease records when a forced re-flash started
-// ("<readback>@<RFC3339>"), so a re-run resumes it instead of re-flashing
-// nodes the interrupted run already did.
-const annForceCampaign = "rollbook.dev/tt-firmware-force-write"
 
 type firmwareOptions struct {
 	g           *cli.Globals
@@ -27,6 +21,7 @@ type firmwareOptions struct {
 	gates       []string
 	maxParallel int
 	halt        bool
+	selection   tt.Selection
 }
 
 func newUpgradeFirmwareCommand(g *cli.Globals) *cobra.Command {
@@ -46,11 +41,11 @@ firmware.tenstorrent.com/skip=true are skipped.`,
   # Recover a corrupted flash: re-flash nodes already at 19.9.0
   kubectl tt upgrade firmware --version 19.9.0 --force-write --nodes tt-node-7`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sel, err := o.complete(args)
-			if err != nil {
+			o.Complete(args)
+			if err := o.Validate(); err != nil {
 				return err
 			}
-			return o.runFirmware(cmd.Context(), sel)
+			return o.Run(cmd.Context())
 		},
 	}
 	fs := cmd.Flags()
@@ -63,8 +58,13 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	fs.DurationVar(&o.cfg.DrainTimeout, "drain-timeout", 10*time.Minute, "how long the drain may take, kept across re-runs")
 	fs.BoolVar(&o.halt, "halt-on-failure", true, "start no new node once one has failed (nodes in progress finish their step)")
 	fs.BoolVar(&o.cfg.ForceWrite, "force-write", false, "re-flash nodes already at the readback version (recovery); resumable")
-	fs.BoolVar(&o.cfg.ContinueOnReadbackFailure, "continue-on-readback-failure", false, "flash even when the pre-flash readback fails after one reset")
-	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate}, "node labels set to \"false\" during the flash so DaemonSets holding the device leave (empty to disable)")
+	fs.BoolVar(&o.cfg.ForceUnload, "force-unload", false,
+		"kill processes still holding the device before flashing (their in-flight work is lost)")
+	fs.BoolVar(&o.cfg.Force, "force", false, "also evict bare pods that hold the device, as kubectl drain --force; they are not recreated")
+	fs.BoolVar(&o.cfg.ContinueOnReadbackFailure, "continue-on-readback-failure", false,
+		"flash even when the pre-flash readback fails after one reset")
+	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate},
+		"node labels set to \"false\" during the flash so DaemonSets holding the device leave (empty to disable)")
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
@@ -73,79 +73,74 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	return cmd
 }
 
-func (o *firmwareOptions) complete(args []string) (tt.Selection, error) {
-	if err := o.run.Validate(); err != nil {
-		return tt.Selection{}, err
-	}
-	if o.maxParallel < 1 {
-		return tt.Selection{}, cli.UsageErrorf("--max-parallel must be at least 1, not %d", o.maxParallel)
-	}
-	for _, g := range o.gates {
-		if g = strings.TrimSpace(g); g != "" {
-			o.cfg.DeployGates = append(o.cfg.DeployGates, g)
-		}
-	}
+// Complete fills the configuration from the flags and their defaults.
+func (o *firmwareOptions) Complete(args []string) {
+	o.cfg.DeployGates = gateList(o.gates)
 	o.cfg.Helper = o.helper.config()
+	o.cfg.MaxParallel = o.maxParallel
 	o.cfg.Complete()
-	if err := o.cfg.Validate(); err != nil {
-		return tt.Selection{}, cli.UsageErrorf("%v", err)
-	}
-	sel := o.sel.selection(args)
-	if err := sel.Validate(); err != nil {
-		return tt.Selection{}, cli.UsageErrorf("%v", err)
-	}
-	return sel, nil
+	o.selection = o.sel.selection(args)
 }
 
-func (o *firmwareOptions) runFirmware(ctx context.Context, sel tt.Selection) error {
+// Validate rejects bad input before any API call.
+func (o *firmwareOptions) Validate() error {
+	if err := o.run.Validate(); err != nil {
+		return err
+	}
+	if o.maxParallel < 1 {
+		return cli.UsageErrorf("--max-parallel must be at least 1, not %d", o.maxParallel)
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	if err := o.selection.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	return nil
+}
+
+// Run flashes the selected nodes through one session.
+func (o *firmwareOptions) Run(ctx context.Context) error {
 	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
 	if err != nil {
 		return err
 	}
 	cfg := &o.cfg
 	cfg.RunID = s.RunID
-	if cfg.ForceWrite {
-		if cfg.ForceSince, err = forceCampaign(ctx, s, cfg.Readback); err != nil {
-			_ = s.Abort()
-			return err
-		}
-	}
-	targets, skipped, err := tt.FirmwareTargets(ctx, s.Client, sel)
+	targets, skipped, err := tt.FirmwareTargets(ctx, s.Client, o.selection)
 	if err != nil {
-		_ = s.Abort()
-		return err
+		return s.Fail(err)
+	}
+	if err := s.SetMaxOutOfService(ctx, o.maxParallel); err != nil {
+		return s.Fail(err)
 	}
 	for _, sk := range skipped {
 		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
 	}
-	res := runbook.Run(ctx, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets, runbook.Options{
-		RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress, Parallel: o.maxParallel, KeepGoing: !o.halt})
-	if cfg.ForceWrite && res.Outcome == runbook.OutcomeDone && s.Lock() != nil {
-		_ = s.Lock().SetAnnotation(ctx, annForceCampaign, nil)
+	var lease tt.Annotated
+	if l := s.Lock(); l != nil {
+		lease = l
+	}
+	if cfg.ForceWrite {
+		var resumed bool
+		if cfg.ForceSince, resumed, err = tt.ForceCampaign(ctx, lease, cfg.Readback, targets); err != nil {
+			return s.Fail(err)
+		}
+		if resumed {
+			s.Progress.Printf("resuming the interrupted forced re-flash to %s started %s", cfg.Readback,
+				cfg.ForceSince.Format(time.RFC3339))
+		}
+	}
+	res := cli.Run(ctx, s, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets,
+		runbook.Options{Parallel: o.maxParallel, KeepGoing: !o.halt})
+	if cfg.ForceWrite {
+		if err := tt.EndForceCampaign(ctx, lease, res); err != nil {
+			s.Progress.Printf("could not end the forced campaign on the lease: %v", err)
+		}
 	}
 	next := "kubectl tt status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl tt upgrade firmware --version %s", cfg.Version)
 	}
 	return s.Finish(res, next)
-}
-
-// forceCampaign returns when the forced re-flash to readback started: the
-// time recorded by an interrupted earlier run, or now (recorded).
-func forceCampaign(ctx context.Context, s *cli.Session, readback string) (time.Time, error) {
-	now := time.Now().UTC().Truncate(time.Second)
-	l := s.Lock()
-	if l == nil { // dry run
-		return now, nil
-	}
-	if v, ok := l.Annotation(annForceCampaign); ok {
-		if rb, at, found := strings.Cut(v, "@"); found && rb == readback {
-			if t, err := time.Parse(time.RFC3339, at); err == nil {
-				s.Progress.Printf("resuming the forced re-flash to %s started %s", readback, at)
-				return t, nil
-			}
-		}
-	}
-	v := readback + "@" + now.Format(time.RFC3339)
-	return now, l.SetAnnotation(ctx, annForceCampaign, &v)
 }

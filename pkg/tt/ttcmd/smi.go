@@ -1,6 +1,7 @@
 package ttcmd
 
 import (
+	"context"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -10,52 +11,73 @@ import (
 	"github.com/rollbook/rollbook/pkg/tt"
 )
 
+type smiOptions struct {
+	g         *cli.Globals
+	run       cli.RunFlags
+	sel       selectionFlags
+	helper    helperFlags
+	version   string
+	cfg       *tt.SMIConfig
+	selection tt.Selection
+}
+
 func newUpgradeSMICommand(g *cli.Globals) *cobra.Command {
-	var (
-		run     cli.RunFlags
-		sel     selectionFlags
-		helper  helperFlags
-		version string
-	)
+	o := &smiOptions{g: g}
 	cmd := &cobra.Command{
 		Use:     "smi --version X.Y.Z [NODE...]",
 		Short:   "Install tt-smi on every selected node (atomic replace; no cordon needed)",
 		Example: `  kubectl tt upgrade smi --version 5.2.0 --helper-image ghcr.io/rollbook/node-agent:0.1.0`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := run.Validate(); err != nil {
+			o.Complete(args)
+			if err := o.Validate(); err != nil {
 				return err
 			}
-			cfg := &tt.SMIConfig{Version: version, Helper: helper.config()}
-			if err := cfg.Validate(); err != nil {
-				return cli.UsageErrorf("%v", err)
-			}
-			selection := sel.selection(args)
-			if err := selection.Validate(); err != nil {
-				return cli.UsageErrorf("%v", err)
-			}
-			s, ctx, err := cli.StartSession(cmd.Context(), g, run, "tt", tt.LockName)
-			if err != nil {
-				return err
-			}
-			cfg.RunID = s.RunID
-			targets, skipped, err := tt.KMDTargets(ctx, s.Client, selection)
-			if err != nil {
-				_ = s.Abort()
-				return err
-			}
-			for _, sk := range skipped {
-				s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
-			}
-			res := runbook.Run(ctx, tt.SMIRunbook(s.Client, s.Recorder, cfg), targets,
-				runbook.Options{RunID: s.RunID, DryRun: run.DryRun, Reporter: s.Progress})
-			return s.Finish(res, "kubectl tt status")
+			return o.Run(cmd.Context())
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&version, "version", "", "tt-smi version the helper image ships, MAJOR.MINOR.PATCH (required)")
+	fs.StringVar(&o.version, "version", "", "tt-smi version the helper image ships, MAJOR.MINOR.PATCH (required)")
 	_ = cmd.MarkFlagRequired("version")
-	sel.add(cmd, g)
-	helper.add(fs, 5*time.Minute)
-	run.AddFlags(fs, "kube-system")
+	o.sel.add(cmd, g)
+	o.helper.add(fs, 5*time.Minute)
+	o.run.AddFlags(fs, "kube-system")
 	return cmd
+}
+
+// Complete turns the flags into the runbook's configuration.
+func (o *smiOptions) Complete(args []string) {
+	o.cfg = &tt.SMIConfig{Version: o.version, Helper: o.helper.config()}
+	o.selection = o.sel.selection(args)
+}
+
+// Validate rejects bad input before any API call.
+func (o *smiOptions) Validate() error {
+	if err := o.run.Validate(); err != nil {
+		return err
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	if err := o.selection.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	return nil
+}
+
+// Run installs tt-smi on the selected nodes through one session.
+func (o *smiOptions) Run(ctx context.Context) error {
+	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
+	if err != nil {
+		return err
+	}
+	o.cfg.RunID = s.RunID
+	targets, skipped, err := tt.DriverTargets(ctx, s.Client, o.selection)
+	if err != nil {
+		return s.Fail(err)
+	}
+	for _, sk := range skipped {
+		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
+	}
+	res := cli.Run(ctx, s, tt.SMIRunbook(s.Client, s.Recorder, o.cfg), targets, runbook.Options{})
+	return s.Finish(res, "kubectl tt status")
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/tt"
 	"github.com/rollbook/rollbook/pkg/ui"
 )
@@ -19,8 +20,12 @@ import (
 type statusOptions struct {
 	g      *cli.Globals
 	sel    selectionFlags
+	helper helperFlags
 	output string
 	watch  bool
+	probe  bool
+
+	selection tt.Selection
 }
 
 func newStatusCommand(g *cli.Globals) *cobra.Command {
@@ -30,25 +35,56 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 		Short: "Show every Tenstorrent node: versions, install mode, cordon owner, current step and why it is stuck",
 		Example: `  kubectl tt status
   kubectl tt status -o wide --watch
-  kubectl tt status tt-node-3 -o json`,
+  kubectl tt status tt-node-3 -o json
+  # Measure every node again (a short helper pod each) and show label vs measured
+  kubectl tt status --probe`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := ui.ValidateOutput(o.output, "json", "yaml", "wide"); err != nil {
-				return cli.UsageErrorf("%v", err)
+			o.Complete(args)
+			if err := o.Validate(); err != nil {
+				return err
 			}
-			sel := o.sel.selection(args)
-			if err := sel.Validate(); err != nil {
-				return cli.UsageErrorf("%v", err)
-			}
-			return o.run(cmd.Context(), sel)
+			return o.Run(cmd.Context())
 		},
 	}
 	o.sel.add(cmd, g)
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide|json|yaml")
 	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "keep watching and redraw when nodes change")
+	cmd.Flags().BoolVar(&o.probe, "probe", false, "measure the nodes first (a probe helper pod each; nothing changes on them)")
+	o.helper.add(cmd.Flags(), 5*time.Minute)
 	return cmd
 }
 
-func (o *statusOptions) run(ctx context.Context, sel tt.Selection) error {
+// Complete reads the node arguments.
+func (o *statusOptions) Complete(args []string) { o.selection = o.sel.selection(args) }
+
+// Validate rejects bad input before any API call.
+func (o *statusOptions) Validate() error {
+	if err := ui.ValidateOutput(o.output, "json", "yaml", "wide"); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	if err := o.selection.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	if o.probe && o.watch {
+		return cli.UsageErrorf("--probe and --watch do not mix: probe once, then watch")
+	}
+	if err := o.helper.config().Validate(); o.probe && err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	return nil
+}
+
+// Run measures first when asked, then prints (and with --watch redraws).
+func (o *statusOptions) Run(ctx context.Context) error {
+	if o.probe {
+		if err := o.measure(ctx, o.selection); err != nil {
+			return err
+		}
+	}
+	return o.print(ctx, o.selection)
+}
+
+func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 	cs, err := o.g.Factory.KubernetesClientSet()
 	if err != nil {
 		return err
@@ -61,7 +97,7 @@ func (o *statusOptions) run(ctx context.Context, sel tt.Selection) error {
 		if o.watch && o.output != "json" && o.output != "yaml" && ui.IsTerminal(o.g.IOStreams.Out) {
 			fmt.Fprint(o.g.IOStreams.Out, "\033[H\033[2J")
 		}
-		if err := o.print(o.g.IOStreams.Out, rows); err != nil {
+		if err := o.table(o.g.IOStreams.Out, rows); err != nil {
 			return err
 		}
 		if !o.watch {
@@ -85,6 +121,25 @@ func (o *statusOptions) run(ctx context.Context, sel tt.Selection) error {
 	}
 }
 
+// measure runs the probe runbook in a session of its own (lock, events),
+// its progress on stderr, before the table is printed.
+func (o *statusOptions) measure(ctx context.Context, sel tt.Selection) error {
+	h := o.helper.config()
+	s, ctx, err := cli.StartSession(ctx, o.g, cli.RunFlags{LockNamespace: "kube-system"}, "tt", tt.LockName)
+	if err != nil {
+		return err
+	}
+	targets, err := tt.ProbeTargets(ctx, s.Client, sel)
+	if err != nil {
+		return s.Fail(err)
+	}
+	res := cli.Run(ctx, s, tt.ProbeRunbook(s.Client, s.Recorder, h, s.RunID), targets, runbook.Options{Parallel: 4, KeepGoing: true})
+	if res.Outcome != runbook.OutcomeDone {
+		return s.Finish(res, "kubectl tt status --probe")
+	}
+	return s.Fail(nil)
+}
+
 func waitForChange(ctx context.Context, w watch.Interface) {
 	for {
 		select {
@@ -98,7 +153,7 @@ func waitForChange(ctx context.Context, w watch.Interface) {
 	}
 }
 
-func (o *statusOptions) print(out io.Writer, rows []tt.NodeStatus) error {
+func (o *statusOptions) table(out io.Writer, rows []tt.NodeStatus) error {
 	if o.output == "json" || o.output == "yaml" {
 		return ui.PrintObject(out, o.output, map[string]any{"nodes": rows})
 	}

@@ -35,6 +35,10 @@ type kmdOptions struct {
 	podSelector string
 	drainTO     time.Duration
 	forceUnload bool
+	force       bool
+
+	cfg       *tt.KMDConfig
+	selection tt.Selection
 }
 
 func newUpgradeKMDCommand(g *cli.Globals) *cobra.Command {
@@ -58,21 +62,27 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
   # Only two nodes; kill processes still holding the device
   kubectl tt upgrade kmd --version 2.8.0 --nodes tt-a,tt-b --force-unload`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, sel, err := o.complete(args)
-			if err != nil {
+			if err := o.Complete(args); err != nil {
 				return err
 			}
-			return o.runKMD(cmd.Context(), cfg, sel)
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.version, "version", "", "tt-kmd version to install, MAJOR.MINOR.PATCH (required)")
-	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate}, "node labels set to \"false\" while a node is upgraded, so DaemonSets gated on them leave (empty to disable)")
+	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate},
+		"node labels set to \"false\" while a node is upgraded, so DaemonSets gated on them leave (empty to disable)")
 	fs.BoolVar(&o.drain, "drain", true, "evict pods that hold /dev/tenstorrent before swapping the module")
 	fs.BoolVar(&o.fullNode, "full-node", true, "also drain every other pod on the node (DaemonSet pods stay)")
 	fs.StringVar(&o.podSelector, "pod-selector", "", "with --full-node, only drain pods matching this label selector")
 	fs.DurationVar(&o.drainTO, "drain-timeout", 10*time.Minute, "how long each drain pass may take, kept across re-runs")
-	fs.BoolVar(&o.forceUnload, "force-unload", false, "kill processes still holding the device before unloading (their in-flight work is lost)")
+	fs.BoolVar(&o.forceUnload, "force-unload", false,
+		"kill processes still holding the device before unloading (their in-flight work is lost)")
+	fs.BoolVar(&o.force, "force", false,
+		"also evict pods no controller manages (bare pods), as kubectl drain --force; they are not recreated")
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
@@ -80,50 +90,56 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 	return cmd
 }
 
-func (o *kmdOptions) complete(args []string) (*tt.KMDConfig, tt.Selection, error) {
-	if err := o.run.Validate(); err != nil {
-		return nil, tt.Selection{}, err
-	}
-	cfg := &tt.KMDConfig{Version: o.version, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
-		ForceUnload: o.forceUnload, Helper: o.helper.config()}
-	for _, gate := range o.gates {
-		if gate = strings.TrimSpace(gate); gate != "" {
-			cfg.DeployGates = append(cfg.DeployGates, gate)
-		}
-	}
+// Complete turns the flags into the runbook's configuration.
+func (o *kmdOptions) Complete(args []string) error {
+	o.cfg = &tt.KMDConfig{Version: o.version, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
+		ForceUnload: o.forceUnload, Force: o.force, Helper: o.helper.config()}
+	o.cfg.DeployGates = gateList(o.gates)
 	if o.podSelector != "" {
 		sel, err := labels.Parse(o.podSelector)
 		if err != nil {
-			return nil, tt.Selection{}, cli.UsageErrorf("--pod-selector %q: %v", o.podSelector, err)
+			return cli.UsageErrorf("--pod-selector %q: %v", o.podSelector, err)
 		}
-		cfg.PodSelector = sel
+		o.cfg.PodSelector = sel
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, tt.Selection{}, cli.UsageErrorf("%v", err)
-	}
-	sel := o.sel.selection(args)
-	if err := sel.Validate(); err != nil {
-		return nil, tt.Selection{}, cli.UsageErrorf("%v", err)
-	}
-	return cfg, sel, nil
+	o.selection = o.sel.selection(args)
+	return nil
 }
 
-func (o *kmdOptions) runKMD(ctx context.Context, cfg *tt.KMDConfig, sel tt.Selection) error {
+// Validate rejects bad input before any API call.
+func (o *kmdOptions) Validate() error {
+	if err := o.run.Validate(); err != nil {
+		return err
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	if err := o.selection.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	return nil
+}
+
+// Run upgrades the selected nodes through one session.
+func (o *kmdOptions) Run(ctx context.Context) error {
 	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
 	if err != nil {
 		return err
 	}
+	cfg := o.cfg
 	cfg.RunID = s.RunID
-	targets, skipped, err := tt.KMDTargets(ctx, s.Client, sel)
+	targets, skipped, err := tt.DriverTargets(ctx, s.Client, o.selection)
 	if err != nil {
-		_ = s.Abort()
-		return err
+		return s.Fail(err)
 	}
 	for _, sk := range skipped {
 		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
 	}
-	rb := tt.KMDRunbook(s.Client, s.Recorder, cfg)
-	res := runbook.Run(ctx, rb, targets, runbook.Options{RunID: s.RunID, DryRun: o.run.DryRun, Reporter: s.Progress})
+	// kmd work is one node at a time, like the operator's DaemonSet rollout.
+	if err := s.SetMaxOutOfService(ctx, 1); err != nil {
+		return s.Fail(err)
+	}
+	res := cli.Run(ctx, s, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets, runbook.Options{})
 	next := "kubectl tt status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl tt upgrade kmd --version %s", cfg.Version)
@@ -131,4 +147,15 @@ func (o *kmdOptions) runKMD(ctx context.Context, cfg *tt.KMDConfig, sel tt.Selec
 		next = fmt.Sprintf("kubectl tt upgrade kmd --version %s", cfg.Version)
 	}
 	return s.Finish(res, next)
+}
+
+// gateList drops empty entries (--deploy-gate "" disables the gates).
+func gateList(gates []string) []string {
+	var out []string
+	for _, g := range gates {
+		if g = strings.TrimSpace(g); g != "" {
+			out = append(out, g)
+		}
+	}
+	return out
 }

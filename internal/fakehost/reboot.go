@@ -1,0 +1,60 @@
+package fakehost
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// Reboot models the host rebooting into kernel: every process is gone, the
+// running kernel changes, and tt-kmd comes back only when modules-load.d
+// names it and the new kernel's module tree has a copy (what a persisted
+// install leaves for the kernel it was built for). headers adds the new
+// kernel's build tree.
+func Reboot(root, kernel string, headers bool) error {
+	st, err := loadState(root)
+	if err != nil {
+		return err
+	}
+	entries, _ := os.ReadDir(filepath.Join(root, "proc"))
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 1 {
+			if err := os.RemoveAll(filepath.Join(root, "proc", e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := unloadModule(root); err != nil {
+		return err
+	}
+	st.Kernel = kernel
+	if err := saveState(root, st); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(root, osreleasePath), kernel+"\n"); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(root, "lib/modules", kernel, "kernel"), 0o755); err != nil {
+		return err
+	}
+	if headers {
+		if err := createHeaders(root, Spec{Kernel: kernel, KernelHeaders: true}); err != nil && !os.IsExist(err) {
+			return err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/modules-load.d/tenstorrent.conf")); err != nil {
+		return nil
+	}
+	kos, _ := filepath.Glob(filepath.Join(root, "lib/modules", kernel, "updates", "*", "tenstorrent.ko"))
+	more, _ := filepath.Glob(filepath.Join(root, "lib/modules", kernel, "updates", "tenstorrent.ko"))
+	for _, ko := range append(more, kos...) {
+		b, err := os.ReadFile(ko)
+		if err != nil {
+			continue
+		}
+		if v, vermagic, err := parseKernelObject(b); err == nil && vermagic == kernel {
+			return loadModule(root, v, 0, st)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// OpProbe measures a node without changing it.
+const OpProbe Op = "probe"
+
+// ProbeOptions says what the probe should check besides the basics.
+type ProbeOptions struct {
+	// KMDVersion, when set, is checked against the module cache: a miss
+	// needs kernel headers and a toolchain to build it.
+	KMDVersion string
+	// AgentVersion is reported so the CLI can refuse a helper image of
+	// another release.
+	AgentVersion string
+}
+
+// ProbeFacts is what a probe measured on the host (Result.Probe); device
+// holders are in Result.Holders and firmware in Result.Devices.
+type ProbeFacts struct {
+	AgentVersion string   `json:"agentVersion,omitempty"`
+	Refcnt       int      `json:"refcnt"`
+	DKMS         []string `json:"dkms,omitempty"`
+	Headers      bool     `json:"headers"`
+	Toolchain    bool     `json:"toolchain"`
+	// Cached reports the module cache holds ProbeOptions.KMDVersion for the
+	// running kernel.
+	Cached bool   `json:"cached,omitempty"`
+	SMI    string `json:"smi,omitempty"`
+}
+
+// Probe measures the running kernel, the loaded module, DKMS markers,
+// headers and toolchain, the host's tt-smi, device firmware and every
+// process holding /dev/tenstorrent. It changes nothing, and succeeds
+// whenever it could measure: deciding what blocks an upgrade is the CLI's.
+func (a *Agent) Probe(ctx context.Context, o ProbeOptions) Result {
+	x := a.begin(OpProbe, o.KMDVersion)
+	if o.KMDVersion != "" {
+		if err := ValidateKMDVersion(o.KMDVersion); err != nil {
+			return x.finish(ctx, fail(ReasonInvalidInput, "--kmd-version: %v", err))
+		}
+	}
+	return x.finish(ctx, x.probe(ctx, o))
+}
+
+// hostToolchain reports make and a gcc on the host (the build runs in a
+// chroot of it); with the agent on the host itself, on PATH.
+func hostToolchain(root string) bool {
+	if root == "/" || root == "" {
+		_, errMake := exec.LookPath("make")
+		_, errGCC := exec.LookPath("gcc")
+		return errMake == nil && errGCC == nil
+	}
+	_, errMake := os.Stat(filepath.Join(root, "usr/bin/make"))
+	gcc, _ := filepath.Glob(filepath.Join(root, "usr/bin/gcc*"))
+	return errMake == nil && len(gcc) > 0
+}
+
+func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
+	a := x.agent
+	p := &ProbeFacts{AgentVersion: o.AgentVersion}
+	x.res.Probe = p
+	kver, err := readTrimmed(a.hostPath(osreleasePath))
+	if err != nil || kver == "" {
+		return fail(ReasonHostError, "cannot read kernel release from %s: %v", a.hostPath(osreleasePath), err)
+	}
+	x.res.Kernel = kver
+	if x.res.Before, err = readOptional(a.hostPath(filepath.Join(moduleSysfs, "version"))); err != nil {
+		return err
+	}
+	p.Refcnt, _ = readInt(a.hostPath(filepath.Join(moduleSysfs, "refcnt")))
+	x.res.InstallMode = InstallModeContainer
+	if _, err := x.checkNotHostManaged(); err != nil {
+		p.DKMS = append(p.DKMS, err.Error())
+	}
+	if build, err := resolveInRoot(a.Root, filepath.Join("lib/modules", kver, "build")); err == nil {
+		_, err = os.Stat(filepath.Join(build, "Makefile"))
+		p.Headers = err == nil
+	}
+	p.Toolchain = hostToolchain(a.Root)
+	if o.KMDVersion != "" {
+		fi, err := os.Stat(a.hostPath(filepath.Join(kmdCacheDir, kver, o.KMDVersion, kmdModuleFile)))
+		p.Cached = err == nil && fi.Mode().IsRegular() && fi.Size() > 0
+	}
+	if _, err := os.Stat(a.hostPath(hostSMIPath)); err == nil {
+		if v, err := x.binaryVersion(ctx, a.hostPath(hostSMIPath)); err == nil {
+			p.SMI = v
+		} else {
+			x.warn("host tt-smi: %v", err)
+		}
+	}
+	if x.res.Holders, err = findHolders(a.Root); err != nil {
+		return err
+	}
+	if x.res.Before != "" {
+		devs, err := readSysfsFirmware(a.Root)
+		if err != nil {
+			x.warn("device firmware: %v", err)
+		}
+		x.res.Devices = devicesFrom(devs, nil, "")
+	}
+	return x.step("measure", func() (string, error) {
+		return fmt.Sprintf("kernel %s, kmd %q (refcnt %d), %d holder(s), %d device(s)", kver, x.res.Before, p.Refcnt,
+			len(x.res.Holders), len(x.res.Devices)), nil
+	})
+}

@@ -1,0 +1,102 @@
+package tt
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rollbook/rollbook/pkg/nodeagent"
+)
+
+func TestFirmwareFinishedIsMeasured(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	rec := func(readback, run string, at time.Time) string {
+		b, _ := json.Marshal(firmwareRecord{Readback: readback, Run: run, At: at})
+		return string(b)
+	}
+	label := map[string]string{LabelFirmware: "19.9.0.0"}
+	cfg := &FirmwareConfig{Version: "19.9.0", Readback: "19.9.0.0", RunID: "r1"}
+	forced := &FirmwareConfig{Version: "19.9.0", Readback: "19.9.0.0", RunID: "r1", ForceWrite: true, ForceSince: t0}
+	for _, tc := range []struct {
+		name string
+		cfg  *FirmwareConfig
+		node *corev1.Node
+		want bool
+	}{
+		{"label only", cfg, nodeWith(label, nil), false},
+		{"this run's flash", cfg, nodeWith(label, map[string]string{AnnFirmwareResult: rec("19.9.0.0", "r1", t0)}), true},
+		{"an older run's flash", cfg, nodeWith(label, map[string]string{AnnFirmwareResult: rec("19.9.0.0", "r0", t0)}), false},
+		{"this run's probe read every device at the target", cfg, nodeWith(label, map[string]string{
+			AnnProbe: probeJSON(t, ProbeRecord{Run: "r1", Firmware: []string{"19.9.0.0", "19.9.0.0"}})}), true},
+		{"this run's probe found a chip behind", cfg, nodeWith(label, map[string]string{
+			AnnProbe: probeJSON(t, ProbeRecord{Run: "r1", Firmware: []string{"19.9.0.0", "18.2.0.0"}})}), false},
+		{"forced: flashed before the campaign", forced, nodeWith(label, map[string]string{
+			AnnFirmwareResult: rec("19.9.0.0", "r0", t0.Add(-time.Minute))}), false},
+		{"forced: flashed during the campaign", forced, nodeWith(label, map[string]string{
+			AnnFirmwareResult: rec("19.9.0.0", "r0", t0.Add(time.Minute))}), true},
+	} {
+		if got := tc.cfg.fwFinished(tc.node); got != tc.want {
+			t.Errorf("%s: finished = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestFirmwareCordonGuards(t *testing.T) {
+	cfg := &FirmwareConfig{Version: "19.9.0", Readback: "19.9.0.0", RunID: "r1", MaxParallel: 2,
+		Helper: HelperConfig{Image: "img", Namespace: "kube-system"}}
+	cordon := stepsByID(FirmwareRunbook(nil, nil, cfg))["tt.fw.cordon"]
+	loaded := &ProbeRecord{Run: "r1", KMD: "2.8.0"}
+	for _, tc := range []struct {
+		name string
+		f    Facts
+		why  string // "" = allowed
+	}{
+		{"clean", Facts{Measured: loaded}, ""},
+		{"no module", Facts{Measured: &ProbeRecord{Run: "r1"}}, "tt-kmd is not loaded"},
+		{"host holder", Facts{Measured: &ProbeRecord{Run: "r1", KMD: "2.8.0", Holders: []nodeagent.Holder{{PID: 9, Comm: "x"}}}},
+			"pid 9 (x)"},
+		{"budget spent by nodes left cordoned", Facts{Measured: loaded, OthersOut: 2}, "already out of service"},
+		{"budget left", Facts{Measured: loaded, OthersOut: 1}, ""},
+	} {
+		tc.f.Owner, tc.f.Node = FirmwareRunbookName, nodeWith(nil, nil)
+		why := ""
+		for _, g := range cordon.Guards {
+			if ok, reason := g.Check(tc.f); !ok {
+				why = reason
+				break
+			}
+		}
+		if (tc.why == "") != (why == "") || !strings.Contains(why, tc.why) {
+			t.Errorf("%s: guard says %q, want %q", tc.name, why, tc.why)
+		}
+	}
+}
+
+func TestSMISteps(t *testing.T) {
+	cfg := &SMIConfig{Version: "5.2.0", Helper: HelperConfig{Image: "img", Namespace: "kube-system"}, RunID: "r1"}
+	steps := stepsByID(SMIRunbook(nil, nil, cfg))
+	ok, _ := nodeagent.EncodeResult(nodeagent.Result{Op: nodeagent.OpSMI, Success: true, After: "5.2.0"})
+	done := helperOf(func() *corev1.Pod { p := helperPod("smi", corev1.PodSucceeded, string(ok)); return &p }())
+	for _, tc := range []struct {
+		name, step string
+		f          Facts
+		want       bool
+	}{
+		{"not installed", "tt.smi.install", Facts{Node: nodeWith(nil, nil)}, false},
+		{"helper measured it", "tt.smi.install", Facts{Node: nodeWith(nil, nil), Helper: done}, true},
+		{"label missing", "tt.smi.label", Facts{Node: nodeWith(nil, nil), Helper: done}, false},
+		{"labelled", "tt.smi.label", Facts{Node: nodeWith(nil, nil), Finished: true}, true},
+		{"helper left", "tt.smi.cleanup", Facts{Node: nodeWith(nil, nil), Finished: true, Helper: done}, false},
+		{"clean", "tt.smi.cleanup", Facts{Node: nodeWith(nil, nil), Finished: true}, true},
+	} {
+		if got, ev := steps[tc.step].Done(tc.f); got != tc.want {
+			t.Errorf("%s: %s done = %v (%s), want %v", tc.name, tc.step, got, ev, tc.want)
+		}
+	}
+	if ok, _ := steps["tt.smi.label"].Guards[0].Check(Facts{Node: nodeWith(nil, nil)}); ok {
+		t.Error("labelled without a measurement")
+	}
+}

@@ -1,0 +1,116 @@
+package tt
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// DeviceResourcePrefix is the extended-resource namespace of Tenstorrent
+// device plugins: a container given such a resource opens the device with
+// no hostPath at all.
+const DeviceResourcePrefix = "tenstorrent.com/"
+
+// holdReason says how p holds the Tenstorrent device, or "" when it does
+// not. A pod holds it when it mounts /dev/tenstorrent (or a device under
+// it), requests a tenstorrent.com/* resource, or when the node agent found
+// its processes with the device open (how a privileged pod with host /dev
+// is told apart from, say, a CSI node plugin that mounts /dev for disks).
+func holdReason(p *corev1.Pod, measured map[string]bool) string {
+	for _, v := range p.Spec.Volumes {
+		if hp := v.HostPath; hp != nil {
+			c := path.Clean(hp.Path)
+			if c == DevicePathPrefix || strings.HasPrefix(c, DevicePathPrefix+"/") {
+				return "mounts " + c
+			}
+		}
+	}
+	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+		for _, rl := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+			for name := range rl {
+				if strings.HasPrefix(string(name), DeviceResourcePrefix) {
+					return "requests " + string(name)
+				}
+			}
+		}
+	}
+	if measured[string(p.UID)] {
+		return "has /dev/tenstorrent open (measured on the node)"
+	}
+	return ""
+}
+
+// measuredHolders are the pod UIDs the node agent last saw holding the
+// device: the probe of this node, or the task helper's own report.
+func (f *Facts) measuredHolders() map[string]bool {
+	out := map[string]bool{}
+	if f.Measured != nil {
+		for _, h := range f.Measured.Holders {
+			if h.PodUID != "" {
+				out[h.PodUID] = true
+			}
+		}
+	}
+	if f.Helper.Result != nil {
+		for _, h := range f.Helper.Result.Holders {
+			if h.PodUID != "" && !h.Killed {
+				out[h.PodUID] = true
+			}
+		}
+	}
+	return out
+}
+
+// holder is a pod that holds the device, and how.
+type holder struct {
+	Pod corev1.Pod
+	Why string
+}
+
+// deviceHolders lists the running pods (not our helpers) holding the
+// device.
+func (f *Facts) deviceHolders() []holder {
+	measured := f.measuredHolders()
+	var out []holder
+	for _, p := range f.Pods {
+		if !active(&p) || isHelper(&p) {
+			continue
+		}
+		if why := holdReason(&p, measured); why != "" {
+			out = append(out, holder{Pod: p, Why: why})
+		}
+	}
+	return out
+}
+
+// describeHolderPods names holders; DaemonSet pods, which neither a drain
+// nor an eviction moves, get the fix spelled out.
+func describeHolderPods(hs []holder) string {
+	var lines []string
+	for _, h := range hs {
+		s := fmt.Sprintf("%s/%s (%s)", h.Pod.Namespace, h.Pod.Name, h.Why)
+		if ds := daemonSetOf(&h.Pod); ds != "" {
+			s += fmt.Sprintf("; DaemonSet %s/%s does not leave when the node is cordoned: give it a deploy gate "+
+				"(nodeAffinity %s NotIn [\"false\"], then --deploy-gate %s) or re-run with --force-unload", h.Pod.Namespace, ds,
+				DefaultDeployGate, DefaultDeployGate)
+		}
+		lines = append(lines, s)
+	}
+	sort.Strings(lines)
+	if len(lines) > 5 {
+		lines = append(lines[:5], fmt.Sprintf("and %d more", len(lines)-5))
+	}
+	return strings.Join(lines, "; ")
+}
+
+func daemonSetOf(p *corev1.Pod) string {
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" {
+			return o.Name
+		}
+	}
+	return ""
+}

@@ -1,0 +1,284 @@
+package tt
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/runbook"
+	"github.com/rollbook/rollbook/pkg/version"
+)
+
+// AnnProbe is the last probe of the node (JSON ProbeRecord).
+const AnnProbe = "rollbook.dev/tt-probe"
+
+// ProbeRecord is what a probe helper measured, kept on the node.
+type ProbeRecord struct {
+	Run          string             `json:"run"`
+	At           time.Time          `json:"at"`
+	Kernel       string             `json:"kernel"`
+	KMD          string             `json:"kmd,omitempty"`
+	DKMS         []string           `json:"dkms,omitempty"`
+	Headers      bool               `json:"headers"`
+	Toolchain    bool               `json:"toolchain"`
+	Cached       bool               `json:"cached,omitempty"`
+	SMI          string             `json:"smi,omitempty"`
+	AgentVersion string             `json:"agentVersion,omitempty"`
+	Firmware     []string           `json:"firmware,omitempty"`
+	Holders      []nodeagent.Holder `json:"holders,omitempty"`
+}
+
+func probeRecordOf(n *corev1.Node) *ProbeRecord {
+	raw, ok := n.Annotations[AnnProbe]
+	if !ok {
+		return nil
+	}
+	var r ProbeRecord
+	if json.Unmarshal([]byte(raw), &r) != nil {
+		return nil
+	}
+	return &r
+}
+
+func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
+	rec := ProbeRecord{Run: run, At: at.UTC().Truncate(time.Second), Kernel: r.Kernel, KMD: r.Before, Holders: r.Holders}
+	if p := r.Probe; p != nil {
+		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI,
+			p.AgentVersion
+	}
+	for _, d := range r.Devices {
+		rec.Firmware = append(rec.Firmware, d.Before)
+	}
+	return rec
+}
+
+// hostHolders are the measured holders that are not in any pod: no drain
+// moves them.
+func (r *ProbeRecord) hostHolders() []nodeagent.Holder {
+	var out []nodeagent.Holder
+	for _, h := range r.Holders {
+		if h.PodUID == "" {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// commonBlockers stop any disruptive tt work on a node before its cordon.
+func (r *ProbeRecord) commonBlockers(forceUnload bool) []string {
+	var out []string
+	if v := version.Get().Version; r.AgentVersion != "" && v != "devel" && r.AgentVersion != "devel" && r.AgentVersion != v {
+		out = append(out, fmt.Sprintf("the helper image runs node-agent %s, this kubectl-tt is %s; use --helper-image of the same release",
+			r.AgentVersion, v))
+	}
+	if hh := r.hostHolders(); len(hh) > 0 && !forceUnload {
+		var s []string
+		for _, h := range hh {
+			s = append(s, fmt.Sprintf("pid %d (%s)", h.PID, h.Comm))
+		}
+		out = append(out, "host processes outside Kubernetes hold /dev/tenstorrent: "+strings.Join(s, ", ")+
+			"; stop them, or re-run with --force-unload to kill them (their work is lost)")
+	}
+	return out
+}
+
+// measuredFresh reports a probe taken by this run.
+func (f *Facts) measuredFresh(run string) bool { return f.Measured != nil && f.Measured.Run == run }
+
+// probeStep runs `node-agent probe` on the node before anything disruptive
+// and records what it measured; blockers decides what stops the node.
+func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string) runbook.Step[Facts] {
+	name := func(node string) string { return probeHelperName(node, b.run) }
+	return runbook.Step[Facts]{
+		ID: id, Title: "Probe the node",
+		Doc: "Before the first cordon, run a short helper pod (node-agent probe) with the same image, privileges and namespace " +
+			"as the real task. It proves the image pulls and runs, and measures the kernel, DKMS state, headers and toolchain, " +
+			"the loaded module, firmware, tt-smi and every process holding the device. Anything that would fail the task " +
+			"stops the node here, before it is taken out of service.",
+		Timeout: 5 * time.Minute,
+		Guards: []runbook.Guard[Facts]{{
+			Name: "the node is not excluded",
+			Check: func(f Facts) (bool, string) {
+				return f.Skip == "", fmt.Sprintf("node %s became excluded after the run started (%s); it is left alone", f.Node.Name,
+					f.Skip)
+			},
+		}},
+		Done: func(f Facts) (bool, string) {
+			switch {
+			case f.Finished:
+				return true, "already measured at the target"
+			case f.ourCordon():
+				return true, "node already in progress"
+			case f.measuredFresh(b.run) && f.Probe.Pod == nil:
+				if bl := blockers(&f); len(bl) > 0 {
+					return true, "probe found: " + strings.Join(bl, "; ")
+				}
+				return true, describeProbe(f.Measured)
+			}
+			return false, "not probed by this run"
+		},
+		Plan: func(f Facts) []runbook.Change {
+			return []runbook.Change{{Object: "pod/" + b.helperNS + "/" + name(f.Node.Name), Action: "create",
+				Detail: strings.Join(cmd[1:], " ")}}
+		},
+		Act: func(ctx context.Context, f Facts) error {
+			if f.Probe.finished() {
+				if f.Probe.ok() {
+					return b.recordProbe(ctx, f.Node, f.Probe)
+				}
+				if err := deleteHelper(ctx, b.cs, b.rec, f.Probe.Pod); err != nil {
+					return err
+				}
+			}
+			spec := helperSpec(b.helper, "probe", f.Node.Name, b.run, cmd, false, b.run)
+			spec.Deadline = 5 * time.Minute
+			if _, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec); err != nil {
+				if ctx.Err() != nil {
+					return err
+				}
+				return runbook.Blocked(fmt.Errorf("cannot start the probe helper on %s (is namespace %q there, and may it run "+
+					"privileged pods?): %w; the node was not cordoned", f.Node.Name, b.helperNS, err))
+			}
+			return nil
+		},
+		Wait: func(ctx context.Context, f Facts) error {
+			h, err := waitHelper(ctx, b.cs, b.helperNS, name(f.Node.Name))
+			if err != nil {
+				if h.Pod != nil { // never started: nothing to keep
+					b.dropHelper(ctx, h.Pod)
+				}
+				return runbook.Blocked(fmt.Errorf("probe on %s: %w; the node was not cordoned", f.Node.Name, err))
+			}
+			if !h.ok() {
+				return runbook.Blocked(fmt.Errorf("probe on %s failed: %s; the node was not cordoned", f.Node.Name, helperError(h)))
+			}
+			return b.recordProbe(ctx, f.Node, h)
+		},
+	}
+}
+
+func (b *builder) recordProbe(ctx context.Context, n *corev1.Node, h helperFacts) error {
+	rec := probeRecord(h.Result, b.run, time.Now())
+	raw, _ := json.Marshal(rec)
+	s := string(raw)
+	change := kube.NodeChange{Annotations: map[string]*string{AnnProbe: &s}}
+	if len(rec.DKMS) > 0 && n.Labels[LabelInstallMode] != InstallModeHost {
+		// The operator's contract: DKMS nodes say so, and driver work skips them.
+		change.Labels = map[string]*string{LabelInstallMode: ptr.To(InstallModeHost)}
+		b.rec.Record(ctx, kube.NodeRef(n), true, "HostManagedKMD", "probe found a DKMS install; labelled "+LabelInstallMode+"=host")
+	}
+	if _, err := kube.SetNodeKeys(ctx, b.cs, n.Name, change); err != nil {
+		return err
+	}
+	return deleteHelper(ctx, b.cs, b.rec, h.Pod)
+}
+
+func probeHelperName(node, run string) string { return kube.HelperName("probe", node, run) }
+
+func describeProbe(r *ProbeRecord) string {
+	return fmt.Sprintf("kernel %s, kmd %s, %d holder(s)", r.Kernel, orUnknown(r.KMD), len(r.Holders))
+}
+
+// waitHelper watches a helper until it ends, and notices within seconds a
+// helper that cannot start (image pull, bad config) instead of waiting for
+// its deadline.
+func waitHelper(ctx context.Context, cs kubernetes.Interface, ns, name string) (helperFacts, error) {
+	p, err := kube.WaitForPod(ctx, cs, ns, name, func(p *corev1.Pod) bool { return kube.PodTerminal(p) || startFailure(p) != "" })
+	if err != nil {
+		return helperFacts{}, err
+	}
+	if why := startFailure(p); why != "" && !kube.PodTerminal(p) {
+		return helperFacts{Pod: p}, fmt.Errorf("helper pod %s/%s cannot start: %s (check --helper-image)", ns, name, why)
+	}
+	return helperOf(p), nil
+}
+
+// startFailure names a waiting reason a kubelet does not recover from by
+// itself.
+func startFailure(p *corev1.Pod) string {
+	for _, c := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		if w := c.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError":
+				return w.Reason + ": " + w.Message
+			}
+		}
+	}
+	return ""
+}
+
+// ProbeRunbookName names the on-demand probe (`kubectl tt status --probe`).
+const ProbeRunbookName = "tt-probe"
+
+// ProbeRunbook measures every node again without changing it (no cordon):
+// what `kubectl tt status --probe` runs before it shows label vs measured.
+func ProbeRunbook(cs kubernetes.Interface, rec kube.Recorder, h HelperConfig, run string) *runbook.Runbook[Facts] {
+	name := func(node string) string { return probeHelperName(node, run) }
+	obs := observer{cs: cs, owner: ProbeRunbookName, helperNS: h.Namespace, probe: name,
+		finished: func(*corev1.Node) bool { return false }}
+	b := newBuilder(cs, rec, run, h)
+	return &runbook.Runbook[Facts]{
+		Name:  ProbeRunbookName,
+		Title: "Measure Tenstorrent nodes",
+		Doc: `Per node: run the probe helper and record what it measured (kernel, module, DKMS, headers,
+firmware, tt-smi, device holders). Nothing on the node changes and nothing is cordoned.`,
+		Observe:    func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
+		Annotation: annotationOf,
+		Steps: []runbook.Step[Facts]{
+			b.probe("tt.probe.measure", []string{"kubectl-tt", "node-agent", "probe"}, func(*Facts) []string { return nil }),
+		},
+	}
+}
+
+// ProbeTargets are the selected nodes, skip labels or not: measuring
+// changes nothing.
+func ProbeTargets(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]runbook.Target, error) {
+	nodes, err := ListNodes(ctx, cs, sel)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]runbook.Target, 0, len(nodes))
+	for i := range nodes {
+		out = append(out, runbook.NodeTarget{Client: cs, Node: nodes[i].Name})
+	}
+	return out, nil
+}
+
+// measuredDisagrees says where the node's labels and its last probe differ,
+// when the probe is newer than the recorded results; "" when they agree.
+func measuredDisagrees(n *corev1.Node) string {
+	p := probeRecordOf(n)
+	if p == nil {
+		return ""
+	}
+	var out []string
+	if label := n.Labels[LabelKMDVersion]; label != "" && label != p.KMD && !kmdRecordNewer(n, p.At) {
+		out = append(out, fmt.Sprintf("kmd label %s, measured %s", label, orUnknown(p.KMD)))
+	}
+	if label := n.Labels[LabelFirmware]; label != "" && len(p.Firmware) > 0 && !allAt(p.Firmware, label) {
+		if r, ok := firmwareRecordOf(n); !ok || !r.At.After(p.At) {
+			out = append(out, fmt.Sprintf("firmware label %s, measured %s", label, strings.Join(p.Firmware, ",")))
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "label and measurement disagree (probe " + p.At.Format(time.RFC3339) + "): " + strings.Join(out, "; ")
+}
+
+func kmdRecordNewer(n *corev1.Node, than time.Time) bool {
+	var r kmdRecord
+	if json.Unmarshal([]byte(n.Annotations[AnnKMDResult]), &r) != nil {
+		return false
+	}
+	at, err := time.Parse(time.RFC3339, r.At)
+	return err == nil && at.After(than)
+}

@@ -1,0 +1,190 @@
+package tt
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+func hostPathPod(uid, p string) corev1.Pod {
+	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: uid, Namespace: "ns", UID: types.UID("uid-" + uid)},
+		Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: p}}}}}}
+}
+
+func TestHoldReason(t *testing.T) {
+	plugin := corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-plugin"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"tenstorrent.com/n300": resource.MustParse("1")}}}}}}
+	gpu := corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}}}
+	for _, tc := range []struct {
+		name     string
+		pod      corev1.Pod
+		measured map[string]bool
+		want     string
+	}{
+		{"device dir", hostPathPod("a", "/dev/tenstorrent"), nil, "mounts /dev/tenstorrent"},
+		{"one device", hostPathPod("b", "/dev/tenstorrent/0/"), nil, "mounts /dev/tenstorrent/0"},
+		{"csi plugin mounting /dev", hostPathPod("c", "/dev"), nil, ""},
+		{"privileged /dev pod seen holding it", hostPathPod("d", "/dev"), map[string]bool{"uid-d": true}, "measured on the node"},
+		{"lookalike path", hostPathPod("e", "/dev/tenstorrent-backup"), nil, ""},
+		{"device plugin resource", plugin, nil, "requests tenstorrent.com/n300"},
+		{"other extended resource", gpu, nil, ""},
+	} {
+		got := holdReason(&tc.pod, tc.measured)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: holdReason = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func nodeWith(labels, ann map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: labels, Annotations: ann}}
+}
+
+func probeJSON(t *testing.T, r ProbeRecord) string {
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestKMDFinishedIsMeasured(t *testing.T) {
+	rec := func(after, run string) string {
+		b, _ := json.Marshal(kmdRecord{After: after, Run: run})
+		return string(b)
+	}
+	label := map[string]string{LabelKMDVersion: "2.8.0"}
+	for _, tc := range []struct {
+		name string
+		node *corev1.Node
+		want bool
+	}{
+		{"label only (set by hand)", nodeWith(label, nil), false},
+		{"label and this run's helper", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0", "r1")}), true},
+		{"label and an older run's helper (maybe another kernel since)", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0",
+			"r0")}), false},
+		{"measured but not labelled", nodeWith(nil, map[string]string{AnnKMDResult: rec("2.8.0", "r1")}), false},
+		{"this run's probe measured the target", nodeWith(label, map[string]string{AnnProbe: probeJSON(t, ProbeRecord{Run: "r1",
+			KMD: "2.8.0"})}), true},
+		{"this run's probe found no module (reboot)", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0", "r0"),
+			AnnProbe: probeJSON(t, ProbeRecord{Run: "r1"})}), false},
+		{"this run's helper wins over its probe", nodeWith(label, map[string]string{AnnKMDResult: rec("2.8.0", "r1"),
+			AnnProbe: probeJSON(t, ProbeRecord{Run: "r1", KMD: "2.7.0"})}), true},
+	} {
+		if got := kmdFinished(tc.node, "2.8.0", "r1"); got != tc.want {
+			t.Errorf("%s: finished = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestKMDBlockers(t *testing.T) {
+	clean := ProbeRecord{Run: "r1", Kernel: "6.8.0-45-generic", KMD: "2.7.0", Headers: true, Toolchain: true}
+	for _, tc := range []struct {
+		name  string
+		rec   ProbeRecord
+		force bool
+		want  string // "" = no blocker
+	}{
+		{"clean", clean, false, ""},
+		{"DKMS", func() ProbeRecord { r := clean; r.DKMS = []string{"/var/lib/dkms/tenstorrent"}; return r }(), false, "host-managed"},
+		{"cache miss without headers", func() ProbeRecord { r := clean; r.Headers = false; return r }(), false,
+			"linux-headers-6.8.0-45-generic"},
+		{"cache hit without headers", func() ProbeRecord { r := clean; r.Headers, r.Cached = false, true; return r }(), false, ""},
+		{"host process holds the device", func() ProbeRecord {
+			r := clean
+			r.Holders = []nodeagent.Holder{{PID: 7777, Comm: "bench"}, {PID: 8, PodUID: "p"}}
+			return r
+		}(), false, "pid 7777 (bench)"},
+		{"host process, --force-unload", func() ProbeRecord { r := clean; r.Holders = []nodeagent.Holder{{PID: 7777}}; return r }(), true,
+			""},
+	} {
+		f := &Facts{Measured: &tc.rec}
+		got := strings.Join(kmdBlockers(&KMDConfig{Version: "2.8.0", ForceUnload: tc.force})(f), "; ")
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: blockers %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// stepsByID indexes a runbook's steps.
+func stepsByID(rb *runbook.Runbook[Facts]) map[string]runbook.Step[Facts] {
+	out := map[string]runbook.Step[Facts]{}
+	for _, s := range rb.Steps {
+		out[s.ID] = s
+	}
+	return out
+}
+
+func TestKMDStepsDoneAndGuards(t *testing.T) {
+	cfg := &KMDConfig{Version: "2.8.0", Drain: true, FullNode: true, DeployGates: []string{DefaultDeployGate},
+		Helper: HelperConfig{Image: "img", Namespace: "kube-system"}, RunID: "r1"}
+	steps := stepsByID(KMDRunbook(nil, nil, cfg))
+	ours := func(n *corev1.Node) *corev1.Node {
+		n.Spec.Unschedulable = true
+		n.Annotations = map[string]string{kube.AnnCordonedBy: KMDRunbookName}
+		return n
+	}
+	fresh := &ProbeRecord{Run: "r1", KMD: "2.7.0", Headers: true, Toolchain: true}
+	telemetry := hostPathPod("telemetry", "/dev/tenstorrent")
+	csi := hostPathPod("csi", "/dev")
+	for _, tc := range []struct {
+		name string
+		f    Facts
+		step string
+		done bool
+	}{
+		{"finished skips the probe", Facts{Finished: true, Node: nodeWith(nil, nil)}, "tt.kmd.probe", true},
+		{"unprobed node is probed", Facts{Node: nodeWith(nil, nil)}, "tt.kmd.probe", false},
+		{"probed by this run", Facts{Node: nodeWith(nil, nil), Measured: fresh}, "tt.kmd.probe", true},
+		{"probed by an older run", Facts{Node: nodeWith(nil, nil), Measured: &ProbeRecord{Run: "r0"}}, "tt.kmd.probe", false},
+		{"not cordoned yet", Facts{Node: nodeWith(nil, nil), Measured: fresh}, "tt.kmd.cordon", false},
+		{"cordoned by us", Facts{Node: ours(nodeWith(nil, nil))}, "tt.kmd.cordon", true},
+		{"a device pod is left", Facts{Node: ours(nodeWith(nil, nil)), Pods: []corev1.Pod{telemetry}}, "tt.kmd.evict-device-pods", false},
+		{"only a CSI pod mounting /dev", Facts{Node: ours(nodeWith(nil, nil)), Pods: []corev1.Pod{csi}}, "tt.kmd.evict-device-pods", true},
+		{"gates open", Facts{Node: ours(nodeWith(map[string]string{DefaultDeployGate: "true"}, nil))}, "tt.kmd.close-gates", false},
+	} {
+		tc.f.Owner = KMDRunbookName
+		if done, ev := steps[tc.step].Done(tc.f); done != tc.done {
+			t.Errorf("%s: %s done = %v (%s), want %v", tc.name, tc.step, done, ev, tc.done)
+		}
+	}
+	// A skip label written after the run started is honoured before the probe.
+	probe := steps["tt.kmd.probe"]
+	if ok, why := probe.Guards[0].Check(Facts{Node: nodeWith(nil, nil), Skip: LabelDriverSkip + "=true"}); ok ||
+		!strings.Contains(why, "excluded") {
+		t.Errorf("a node labelled skip mid-run was not left alone: %v %q", ok, why)
+	}
+	// The cordon waits for this run's probe and refuses what it found.
+	cordon := steps["tt.kmd.cordon"]
+	guard := func(f Facts) (bool, string) {
+		f.Owner = KMDRunbookName
+		for _, g := range cordon.Guards {
+			if ok, why := g.Check(f); !ok {
+				return false, why
+			}
+		}
+		return true, ""
+	}
+	if ok, _ := guard(Facts{Node: nodeWith(nil, nil)}); ok {
+		t.Error("cordon allowed without a probe")
+	}
+	if ok, why := guard(Facts{Node: nodeWith(nil, nil), Measured: fresh}); !ok {
+		t.Errorf("cordon refused after a clean probe: %s", why)
+	}
+	other := nodeWith(nil, map[string]string{kube.AnnCordonedBy: FirmwareRunbookName})
+	other.Spec.Unschedulable = true
+	if ok, why := guard(Facts{Node: other, Measured: fresh}); ok || !strings.Contains(why, "rollbook tt-firmware") {
+		t.Errorf("a node cordoned by tt-firmware must be foreign to tt-kmd: %v %q", ok, why)
+	}
+}

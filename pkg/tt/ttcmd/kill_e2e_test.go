@@ -1,0 +1,106 @@
+package ttcmd
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/journal"
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/tt"
+)
+
+// A run killed with SIGKILL while its helper runs (what a closed laptop or a
+// dropped SSH session does) is resumed by running the same command again,
+// with no extra flag: the dead holder's lease is taken over at once, the
+// module is swapped exactly once, and the history has each mutation once.
+func TestKMDKilledMidRunResumesWithNoFlag(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	bin, err := simtest.AgentBinary() // the kubectl-tt built from this tree
+	if err != nil {
+		t.Fatal(err)
+	}
+	const target = "kwok-node-0"
+	version := "2.9.1"
+	if node(t, target).Labels[tt.LabelKMDVersion] == version {
+		version = "2.8.1"
+	}
+	args := []string{"upgrade", "kmd", "--version", version, "--nodes", target}
+
+	w, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper + "=kmd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	cmd := exec.Command(bin, append(args, "--kubeconfig", c.Kubeconfig)...)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	for !killed {
+		select {
+		case e := <-w.ResultChan():
+			if e.Type == watch.Added {
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				killed = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("no helper pod appeared:\n%s", out.String())
+		}
+	}
+	_ = cmd.Wait()
+	t.Logf("killed run:\n%s", out.String())
+	if n := node(t, target); !n.Spec.Unschedulable {
+		t.Fatal("the killed run should have left its node cordoned mid-roll")
+	}
+
+	start := time.Now()
+	res, code := run(t, ctx, args...)
+	if code != 0 {
+		t.Fatalf("the same command after kill -9: exit %d", code)
+	}
+	if !strings.Contains(res, "took over from") || strings.Contains(res, "--steal-lock:") {
+		t.Fatalf("the resumed run must take the dead run's lock over by itself and say so:\n%s", res)
+	}
+	t.Logf("resumed in %s", time.Since(start).Round(time.Millisecond))
+	n := node(t, target)
+	if n.Labels[tt.LabelKMDVersion] != version || n.Spec.Unschedulable || n.Annotations[kube.AnnLeftCordoned] != "" {
+		t.Fatalf("after resume: kmd %q unschedulable %v annotations %v", n.Labels[tt.LabelKMDVersion], n.Spec.Unschedulable, n.Annotations)
+	}
+	// Each mutation of the two runs is in the history exactly once.
+	entries, _, err := journal.Read(context.Background(), c.Client, "kube-system", journal.Name("tt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, e := range entries {
+		if e.Object == "node/"+target && e.Time.After(start.Add(-5*time.Minute)) && e.Reason == "Cordoned" &&
+			strings.Contains(e.Command, version) {
+			seen[e.Reason]++
+		}
+	}
+	if seen["Cordoned"] != 1 {
+		t.Fatalf("the node was cordoned %d times across the killed and the resumed run (history %v)", seen["Cordoned"], seen)
+	}
+	evs, _ := c.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=HelperStarted"})
+	started := 0
+	for _, e := range evs.Items {
+		if strings.Contains(e.Message, target) && strings.Contains(e.Message, "("+version+")") {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Fatalf("the kmd helper for %s on %s was started %d times; want exactly once", version, target, started)
+	}
+}

@@ -1,0 +1,294 @@
+package kubewatch
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/rollbook/rollbook/sim/monitor"
+	"github.com/rollbook/rollbook/sim/substrate"
+)
+
+// Config of the watchers.
+type Config struct {
+	RESTConfig *rest.Config
+	Client     kubernetes.Interface
+	Monitor    *monitor.Monitor
+	Logf       func(format string, a ...any)
+	// CordonGrace is how long a rollbook cordon may outlive every run
+	// (default 5s); SkewGrace how long a worker may stay next to an atelet
+	// of another version (default 15s); Tick how often the state rules are
+	// re-evaluated (default 500ms).
+	CordonGrace, SkewGrace, Tick time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	if c.CordonGrace == 0 {
+		c.CordonGrace = 5 * time.Second
+	}
+	if c.SkewGrace == 0 {
+		c.SkewGrace = 15 * time.Second
+	}
+	if c.Tick == 0 {
+		c.Tick = 500 * time.Millisecond
+	}
+}
+
+type watcher struct {
+	cfg     Config
+	nodes   cache.SharedIndexInformer
+	leases  []cache.SharedIndexInformer
+	workers cache.SharedIndexInformer
+	atelets cache.SharedIndexInformer
+	rss     cache.SharedIndexInformer
+
+	mu      sync.Mutex // guards the episodes and serialises reports
+	outNow  bool       // a too-many-out episode is open
+	cordons *episodes
+	skewEps *episodes
+}
+
+// Start runs the watchers until ctx ends and returns once their caches are
+// synced, so everything after it is observed.
+func Start(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	w := &watcher{cfg: cfg, cordons: newEpisodes(), skewEps: newEpisodes()}
+	cs := cfg.Client
+	all := informers.NewSharedInformerFactory(cs, 0)
+	w.nodes = all.Core().V1().Nodes().Informer()
+	var factories []informers.SharedInformerFactory
+	factories = append(factories, all)
+	for _, name := range LeaseNames {
+		f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = "metadata.name=" + name
+		}))
+		w.leases = append(w.leases, f.Coordination().V1().Leases().Informer())
+		factories = append(factories, f)
+	}
+	byPool := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = substrate.PoolLabel
+	}))
+	w.workers = byPool.Core().V1().Pods().Informer()
+	w.rss = byPool.Apps().V1().ReplicaSets().Informer()
+	atelet := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = substrate.AppLabel + "=" + substrate.AteletApp
+	}))
+	w.atelets = atelet.Core().V1().Pods().Informer()
+	factories = append(factories, byPool, atelet)
+
+	state := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.checkState(time.Now()) },
+		UpdateFunc: func(any, any) { w.checkState(time.Now()) },
+		DeleteFunc: func(any) { w.checkState(time.Now()) },
+	}
+	_, _ = w.nodes.AddEventHandler(state)
+	for _, l := range w.leases {
+		_, _ = l.AddEventHandler(state)
+	}
+	_, _ = w.workers.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(o, n any) {
+			op, np := o.(*corev1.Pod), n.(*corev1.Pod)
+			if op.DeletionTimestamp == nil && np.DeletionTimestamp != nil {
+				w.podDeleted(np)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok && p.DeletionTimestamp == nil {
+				w.podDeleted(p) // deleted at once: no Terminating update was seen
+			}
+		},
+	})
+	synced := []cache.InformerSynced{w.nodes.HasSynced, w.workers.HasSynced, w.atelets.HasSynced, w.rss.HasSynced}
+	for _, l := range w.leases {
+		synced = append(synced, l.HasSynced)
+	}
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("invariant monitor: caches did not sync: %w", ctx.Err())
+	}
+	go w.startPoolsWhenDefined(ctx)
+	go func() {
+		t := time.NewTicker(cfg.Tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				w.checkState(now)
+			}
+		}
+	}()
+	return nil
+}
+
+// startPoolsWhenDefined watches WorkerPools once their CRD is served;
+// scenarios without the substrate never define it.
+func (w *watcher) startPoolsWhenDefined(ctx context.Context) {
+	gv := substrate.GVRWorkerPool.GroupVersion().String()
+	for {
+		if _, err := w.cfg.Client.Discovery().ServerResourcesForGroupVersion(gv); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+	dyn, err := dynamic.NewForConfig(w.cfg.RESTConfig)
+	if err != nil {
+		w.cfg.Logf("invariant monitor: cannot watch WorkerPools: %v", err)
+		return
+	}
+	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	inf := f.ForResource(substrate.GVRWorkerPool).Informer()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(o, n any) { w.poolChanged(poolOf(o), poolOf(n)) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			w.poolChanged(poolOf(obj), nil)
+		},
+	})
+	f.Start(ctx.Done())
+}
+
+func poolOf(obj any) *pool {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	p, err := substrate.PoolFromUnstructured(u)
+	if err != nil {
+		return nil
+	}
+	return &pool{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, Replicas: int64(p.Spec.Replicas),
+		Deleting: p.DeletionTimestamp != nil}
+}
+
+func (w *watcher) report(rule, object, detail string) {
+	w.cfg.Logf("invariant monitor: %s %s: %s", rule, object, detail)
+	w.cfg.Monitor.ReportEach(rule, object, detail)
+}
+
+func listOf[T any](inf cache.SharedIndexInformer) []T {
+	var out []T
+	for _, o := range inf.GetStore().List() {
+		if t, ok := o.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (w *watcher) node(name string) *corev1.Node {
+	o, ok, _ := w.nodes.GetStore().GetByKey(name)
+	if !ok {
+		return nil
+	}
+	return o.(*corev1.Node)
+}
+
+// checkState evaluates the rules on the current state: out of service,
+// cordons left behind, version skew.
+func (w *watcher) checkState(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	nodes := listOf[*corev1.Node](w.nodes)
+	var leases []*coordv1.Lease
+	for _, l := range w.leases {
+		leases = append(leases, listOf[*coordv1.Lease](l)...)
+	}
+	_, detail := tooManyOut(nodes, leases, now)
+	if detail != "" && !w.outNow {
+		w.report(monitor.RuleTooManyOut, "nodes", detail)
+	}
+	w.outNow = detail != ""
+
+	left := cordonsLeft(nodes, leases, now)
+	for _, n := range w.cordons.observe(now, left, w.cfg.CordonGrace) {
+		w.report(monitor.RuleCordonLeft, "node/"+n, fmt.Sprintf("%s for %s", left[n], w.cfg.CordonGrace))
+	}
+	sk := skews(listOf[*corev1.Pod](w.workers), listOf[*corev1.Pod](w.atelets))
+	for _, k := range w.skewEps.observe(now, sk, w.cfg.SkewGrace) {
+		workerPod, _, _ := strings.Cut(k, " ")
+		w.report(monitor.RuleVersionSkew, "pod/"+workerPod, fmt.Sprintf("%s for %s", sk[k], w.cfg.SkewGrace))
+	}
+}
+
+// podDeleted checks a worker pod's deletion against the node's version.
+func (w *watcher) podDeleted(p *corev1.Pod) {
+	var rs *appsv1.ReplicaSet
+	live := 0
+	if name := owningReplicaSet(p); name != "" {
+		if o, ok, _ := w.rss.GetStore().GetByKey(p.Namespace + "/" + name); ok {
+			rs = o.(*appsv1.ReplicaSet)
+		}
+		for _, q := range listOf[*corev1.Pod](w.workers) {
+			if owningReplicaSet(q) == name && q.Namespace == p.Namespace && (q.DeletionTimestamp == nil || q.UID == p.UID) {
+				live++
+			}
+		}
+		if !containsUID(w.workers, p) {
+			live++ // gone from the cache already
+		}
+	}
+	if d := oldPodDeleted(p, w.node(p.Spec.NodeName), rs, live); d != "" {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.report(monitor.RuleOldPodBeforeFlip, "pod/"+p.Namespace+"/"+p.Name, d)
+	}
+}
+
+func containsUID(inf cache.SharedIndexInformer, p *corev1.Pod) bool {
+	o, ok, _ := inf.GetStore().GetByKey(p.Namespace + "/" + p.Name)
+	return ok && o.(*corev1.Pod).UID == p.UID
+}
+
+// poolChanged checks an update (cur nil: deletion) of a WorkerPool.
+func (w *watcher) poolChanged(old, cur *pool) {
+	if old == nil {
+		return
+	}
+	sel := labels.SelectorFromSet(labels.Set{substrate.PoolLabel: old.Name})
+	var pods []*corev1.Pod
+	for _, p := range listOf[*corev1.Pod](w.workers) {
+		if p.Namespace == old.Namespace && sel.Matches(labels.Set(p.Labels)) {
+			pods = append(pods, p)
+		}
+	}
+	nodes := map[string]*corev1.Node{}
+	for _, n := range listOf[*corev1.Node](w.nodes) {
+		nodes[n.Name] = n
+	}
+	if d := poolChange(old, cur, serving(pods, nodes)); d != "" {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.report(monitor.RuleServingPoolEdit, "workerpool/"+old.Namespace+"/"+old.Name, d)
+	}
+}

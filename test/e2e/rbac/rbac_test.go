@@ -1,0 +1,309 @@
+// Package rbac proves that deploy/rbac/ is enough: on a sim that authorizes
+// with RBAC it applies the roles, then runs a full kmd upgrade and a full
+// Agent Substrate roll as an impersonated user bound only to the operator
+// roles, and status as one bound only to rollbook-viewer, who must be
+// refused every mutation.
+package rbac
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/atecmd"
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/tt"
+	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
+)
+
+const (
+	operator = "alice@example.com"
+	viewer   = "bob@example.com"
+	stranger = "mallory@example.com"
+)
+
+// Each test starts its own sim: the two runbooks need different scenarios.
+func start(t *testing.T, o simtest.Options) *simtest.Cluster {
+	t.Helper()
+	c, err := simtest.Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	c.ExpectNoViolations(t)
+	return c
+}
+
+// apply creates every object of deploy/rbac/FILE, and the namespaces its
+// Roles live in when the scenario has none.
+func apply(t *testing.T, ctx context.Context, c *simtest.Cluster, file string) {
+	t.Helper()
+	root, err := simtest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(root, "deploy", "rbac", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := utilyaml.NewYAMLReader(bufio.NewReader(f))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &tm); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		switch tm.Kind {
+		case "ClusterRole":
+			var cr rbacv1.ClusterRole
+			if err := yaml.UnmarshalStrict(doc, &cr); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			_, err = c.Client.RbacV1().ClusterRoles().Create(ctx, &cr, metav1.CreateOptions{})
+		case "Role":
+			var role rbacv1.Role
+			if err := yaml.UnmarshalStrict(doc, &role); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: role.Namespace}}
+			if _, err := c.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+			_, err = c.Client.RbacV1().Roles(role.Namespace).Create(ctx, &role, metav1.CreateOptions{})
+		case "":
+			continue
+		default:
+			t.Fatalf("%s: unexpected kind %q", file, tm.Kind)
+		}
+		if err != nil {
+			t.Fatalf("apply %s %s: %v", file, tm.Kind, err)
+		}
+	}
+}
+
+// bind grants user every role of deploy/rbac/FILE: a ClusterRoleBinding to
+// its ClusterRole and a RoleBinding to each of its Roles.
+func bind(t *testing.T, ctx context.Context, c *simtest.Cluster, user, role string) {
+	t.Helper()
+	subj := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+	name := role + ":" + strings.Split(user, "@")[0]
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subj,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}}
+	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	roles, err := c.Client.RbacV1().Roles(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + role})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range roles.Items {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Namespace}, Subjects: subj,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role}}
+		if _, err := c.Client.RbacV1().RoleBindings(r.Namespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// run executes a plugin command in-process as user (kubectl's --as).
+func run(t *testing.T, ctx context.Context, c *simtest.Cluster, root func(genericiooptions.IOStreams) *cobra.Command,
+	user string, args ...string) (string, int) {
+	t.Helper()
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	code := cli.ExecuteContext(ctx, root(streams), append(args, "--kubeconfig", c.Kubeconfig, "--as", user), errOut)
+	all := out.String() + errOut.String()
+	t.Logf("%s as %s → exit %d\n%s", strings.Join(args, " "), user, code, all)
+	return all, code
+}
+
+func forbidden(out string) bool {
+	return strings.Contains(strings.ToLower(out), "forbidden")
+}
+
+func TestTTOperatorUpgradesKMDAndViewerOnlyReads(t *testing.T) {
+	c := start(t, simtest.Options{Nodes: 3, Scenario: "tt-fleet"})
+	ctx := simtest.Context(t, 8*time.Minute)
+	tcmd := ttcmd.NewRootCommand
+	apply(t, ctx, c, "tt-operator.yaml")
+	apply(t, ctx, c, "rollbook-viewer.yaml")
+
+	// Impersonation is real: with no binding even status is refused.
+	if out, code := run(t, ctx, c, tcmd, stranger, "status"); code == 0 || !forbidden(out) {
+		t.Fatalf("an unbound user read the fleet: exit %d", code)
+	}
+	bind(t, ctx, c, operator, "tt-operator")
+	bind(t, ctx, c, viewer, "rollbook-viewer")
+
+	if _, code := run(t, ctx, c, tcmd, viewer, "status", "-o", "json"); code != 0 {
+		t.Fatalf("viewer status: exit %d", code)
+	}
+	out, code := run(t, ctx, c, tcmd, viewer, "upgrade", "kmd", "--version", "2.8.0", "--nodes", "kwok-node-0")
+	if code == 0 || !forbidden(out) {
+		t.Fatalf("viewer upgrade must be Forbidden: exit %d", code)
+	}
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, "kwok-node-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != "2.7.0" {
+		t.Fatalf("the viewer's refused run changed kwok-node-0: unschedulable %v kmd %q", n.Spec.Unschedulable, n.Labels[tt.LabelKMDVersion])
+	}
+
+	if _, code := run(t, ctx, c, tcmd, operator, "upgrade", "kmd", "--version", "2.8.0"); code != 0 {
+		t.Fatalf("operator kmd upgrade: exit %d", code)
+	}
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Labels[tt.LabelKMDVersion] != "2.8.0" || n.Spec.Unschedulable {
+			t.Errorf("%s after the operator's upgrade: kmd %q, unschedulable %v", n.Name, n.Labels[tt.LabelKMDVersion], n.Spec.Unschedulable)
+		}
+	}
+	if out, code := run(t, ctx, c, tcmd, viewer, "status"); code != 0 || !strings.Contains(out, "2.8.0") {
+		t.Fatalf("viewer status after the upgrade: exit %d", code)
+	}
+}
+
+func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
+	t.Setenv("ROLLBOOK_SIM_ATE_EVICTION_WINDOW", "3s")
+	c := start(t, simtest.Options{Nodes: 3, Scenario: "ate-fleet"})
+	ctx := simtest.Context(t, 8*time.Minute)
+	acmd := atecmd.NewRootCommand
+	const (
+		newV  = "v0.3.0"
+		image = "registry.example/ateom-gvisor:v0.3.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	)
+	apply(t, ctx, c, "ate-operator.yaml")
+	apply(t, ctx, c, "rollbook-viewer.yaml")
+	if out, code := run(t, ctx, c, acmd, stranger, "status"); code == 0 || !forbidden(out) {
+		t.Fatalf("an unbound user read the roll: exit %d", code)
+	}
+	bind(t, ctx, c, operator, "ate-operator")
+	bind(t, ctx, c, viewer, "rollbook-viewer")
+
+	status := func(user string) ate.Status {
+		t.Helper()
+		streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+		code := cli.ExecuteContext(ctx, atecmd.NewRootCommand(streams),
+			[]string{"status", "-o", "json", "--kubeconfig", c.Kubeconfig, "--as", user}, errOut)
+		var s ate.Status
+		if err := json.Unmarshal(out.Bytes(), &s); err != nil || code != 0 {
+			t.Fatalf("status as %s: exit %d, %v\n%s%s", user, code, err, out, errOut)
+		}
+		return s
+	}
+	if s := status(viewer); s.Phase != ate.PhaseNotStarted || s.APIError != "" {
+		t.Fatalf("viewer status: phase %s, API error %q", s.Phase, s.APIError)
+	}
+	if _, code := run(t, ctx, c, acmd, viewer, "preflight"); code != 0 {
+		t.Fatalf("viewer preflight: exit %d", code)
+	}
+	// The viewer reads the control API but cannot make a mutating call.
+	if _, code := run(t, ctx, c, acmd, viewer, "api", "call", "ListWorkers"); code != 0 {
+		t.Fatalf("viewer api call ListWorkers: exit %d", code)
+	}
+	out, code := run(t, ctx, c, acmd, viewer, "api", "call", "ResumeActor", "-d", `{"actor":{"atespace":"x","name":"y"}}`, "--yes")
+	if code == 0 || !forbidden(out) {
+		t.Fatalf("viewer api call ResumeActor must be Forbidden: exit %d", code)
+	}
+
+	// Step 3, outside rollbook: the new atelet DaemonSet (cluster admin).
+	sim, err := simtest.SimBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(sim, "ate-setup", "deploy-atelet", "--dir", c.Dir, "--version", newV).CombinedOutput(); err != nil {
+		t.Fatalf("deploy atelet: %v\n%s", err, out)
+	}
+	out, code = run(t, ctx, c, acmd, viewer, "roll", "clone-pools", "--image", image)
+	if code == 0 || !forbidden(out) {
+		t.Fatalf("viewer clone-pools must be Forbidden: exit %d", code)
+	}
+	if s := status(viewer); s.Phase != ate.PhasePrepared {
+		t.Fatalf("the viewer's refused clone-pools moved the roll to %s", s.Phase)
+	}
+
+	if _, code := run(t, ctx, c, acmd, operator, "roll", "clone-pools", "--image", image); code != 0 {
+		t.Fatalf("operator clone-pools: exit %d", code)
+	}
+	if _, code := run(t, ctx, c, acmd, operator, "roll", "next-node", "--all", "--wait"); code != 0 {
+		t.Fatalf("operator roll --all: exit %d", code)
+	}
+	s := status(viewer)
+	if s.Counts[newV] != 3 || s.OldPoolPodsRunning != 0 || s.ActorsOnOldPools != 0 {
+		t.Fatalf("after the operator's roll: %+v", s)
+	}
+	// Undo it all as the operator, then roll forward again.
+	if out, code := run(t, ctx, c, acmd, viewer, "rollback", "--wait"); code == 0 || !forbidden(out) {
+		t.Fatalf("viewer rollback must be Forbidden: exit %d", code)
+	}
+	if _, code := run(t, ctx, c, acmd, operator, "rollback", "--wait"); code != 0 {
+		t.Fatalf("operator rollback: exit %d", code)
+	}
+	if s := status(viewer); s.Phase != ate.PhaseNotStarted || s.Counts[newV] != 0 {
+		t.Fatalf("after the operator's rollback: phase %s counts %v", s.Phase, s.Counts)
+	}
+	if out, err := exec.Command(sim, "ate-setup", "deploy-atelet", "--dir", c.Dir, "--version", newV).CombinedOutput(); err != nil {
+		t.Fatalf("deploy atelet again: %v\n%s", err, out)
+	}
+	if _, code := run(t, ctx, c, acmd, operator, "roll", "clone-pools", "--image", image); code != 0 {
+		t.Fatalf("operator clone-pools again: exit %d", code)
+	}
+	if _, code := run(t, ctx, c, acmd, operator, "roll", "next-node", "--all", "--wait"); code != 0 {
+		t.Fatalf("operator roll --all again: exit %d", code)
+	}
+	if out, code := run(t, ctx, c, acmd, viewer, "retire", "--backup-dir", t.TempDir()); code == 0 || !forbidden(out) {
+		t.Fatalf("viewer retire must be Forbidden: exit %d", code)
+	}
+	dir := t.TempDir()
+	if _, code := run(t, ctx, c, acmd, operator, "retire", "--backup-dir", dir, "--backup-configmap"); code != 0 {
+		t.Fatalf("operator retire: exit %d", code)
+	}
+	cms, err := c.Client.CoreV1().ConfigMaps("ate-workers").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := os.ReadDir(dir)
+	if len(files) == 0 || len(cms.Items) == 0 {
+		t.Fatalf("retire kept no backup: %d file(s), %d ConfigMap(s) in ate-workers", len(files), len(cms.Items))
+	}
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"python-small", "python-large"} {
+		_, err := dyn.Resource(ate.WorkerPoolGVR).Namespace("ate-workers").Get(ctx, name, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("old pool ate-workers/%s after the operator's retire: %v", name, err)
+		}
+	}
+}
