@@ -49,12 +49,13 @@ import (
 //     batch/job-1; PAUSED demo/notebook-1 and team-a/etl-2 whose local
 //     snapshot lives on the node of a running actor's worker (a flip of
 //     that node while they are still PAUSED loses them); SUSPENDED
-//     demo/chat-3, demo/chat-4, team-a/etl-3 and batch/job-2;
+//     demo/chat-3, team-a/etl-3 and batch/job-2 (each pool lineage keeps
+//     more workers than actors, as a fleet with headroom does);
 //   - SUSPENDING and RESUMING last 1s, List RPCs page at 2 items and miss
 //     items that change while they run, workers register 2s after their
 //     pod is Ready;
-//   - traffic: every 3 s a suspended/paused actor wakes with chance 0.2 onto
-//     a free worker, and a running one suspends itself with chance 0.05.
+//   - traffic: every 3 s a suspended/paused actor wakes with chance 0.15
+//     onto a free worker, and a running one suspends itself with chance 0.1.
 //
 // Every actor the substrate loses (CRASHED, or paused on a node that
 // flipped) is recorded as an actor-lost violation. One node is allowed: the
@@ -87,7 +88,7 @@ func setupAteFleet(ctx context.Context, env *Env, era fakesubstrate.Era) error {
 		return fmt.Errorf("ate-fleet needs at least 1 node")
 	}
 	opts, err := substrate.Options{Era: era, Traffic: &substrate.TrafficOptions{
-		Interval: 3 * time.Second, Resume: 0.2, Idle: 0.05,
+		Interval: 3 * time.Second, Resume: 0.15, Idle: 0.1,
 	}, TransitionTime: time.Second, RegisterDelay: 2 * time.Second, SoftLists: true}.FromEnv()
 	if err != nil {
 		return err
@@ -225,7 +226,6 @@ func seedActors(sub *substrate.Substrate) error {
 			SnapshotNodes:  []string{large[0].Node},
 			WorkerSelector: sel("large"), ExternalSnapshotURI: snap("team-a/etl-2")},
 		{Atespace: "demo", Name: "chat-3", WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-3")},
-		{Atespace: "demo", Name: "chat-4", WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-4")},
 		{Atespace: "team-a", Name: "etl-3", WorkerSelector: sel("large"), ExternalSnapshotURI: snap("team-a/etl-3")},
 	}
 	for _, a := range actors {

@@ -164,7 +164,7 @@ func TestPreflightCatchesUnpinnedAndUnreadyPools(t *testing.T) {
 	simtest.Get(t).ExpectNoViolations(t)
 	ctx := simtest.Context(t, 2*time.Minute)
 	pools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers")
-	unpinned := pool("scratch", nil, 1)
+	unpinned := pool("scratch", nil, 0) // no pod: an edit of a pool that serves would be a violation
 	stuck := pool("stuck", map[string]any{ate.VersionLabel: oldV, "no-such-label": "x"}, 2)
 	for _, p := range []*unstructured.Unstructured{unpinned, stuck} {
 		if _, err := pools.Create(ctx, p, metav1.CreateOptions{}); err != nil {
