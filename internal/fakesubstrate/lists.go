@@ -27,7 +27,7 @@ func (s *Server) page(req protoreflect.Message, n int) (from, to int, next strin
 		size = 1000
 	}
 	if s.opts.SoftLists {
-		size = min(size, int64(s.opts.PageSize))
+		size = min(size, int64(s.opts.SoftPageSize))
 	}
 	kind, from, start, err := parseToken(getString(req, "page_token"))
 	if err != nil {

@@ -49,11 +49,12 @@ type Options struct {
 	// asynchronous: the actor is SUSPENDING or RESUMING for this long.
 	TransitionTime time.Duration
 	// SoftLists makes List RPCs behave as the real ones may: pages of at
-	// most PageSize items whatever the client asks, and an item that
-	// changed after the list began (or within SoftWindow before a page)
-	// is left out of it.
-	SoftLists  bool
-	SoftWindow time.Duration
+	// most SoftPageSize items (default 5) whatever the client asks, and an
+	// item that changed after the list began (or within SoftWindow before
+	// a page, when set) is left out of it.
+	SoftLists    bool
+	SoftPageSize int
+	SoftWindow   time.Duration
 	// OnLost is told of every actor that loses its state (CRASHED). It is
 	// called with the server's lock held and must not call back into it.
 	OnLost func(actor ActorRef, why string)
@@ -93,6 +94,9 @@ func Start(opts Options) (*Server, error) {
 	}
 	if opts.PageSize <= 0 {
 		opts.PageSize = 2
+	}
+	if opts.SoftPageSize <= 0 {
+		opts.SoftPageSize = 5
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -73,7 +73,7 @@ func TestFlipLosesPausedActors(t *testing.T) {
 }
 
 func TestSoftListsMissChangingItems(t *testing.T) {
-	s, _ := start(t, Options{SoftLists: true, PageSize: 1})
+	s, _ := start(t, Options{SoftLists: true, SoftPageSize: 1})
 	for _, n := range []string{"a", "b", "c"} {
 		if err := s.AddActor(Actor{Atespace: "x", Name: n}); err != nil {
 			t.Fatal(err)

@@ -51,7 +51,7 @@ import (
 //     that node while they are still PAUSED loses them); SUSPENDED
 //     demo/chat-3, team-a/etl-3 and batch/job-2 (each pool lineage keeps
 //     more workers than actors, as a fleet with headroom does);
-//   - SUSPENDING and RESUMING last 1s, List RPCs page at 2 items and miss
+//   - SUSPENDING and RESUMING last 1s, List RPCs page at 5 items and miss
 //     items that change while they run, workers register 2s after their
 //     pod is Ready;
 //   - traffic: every 3 s a suspended/paused actor wakes with chance 0.15

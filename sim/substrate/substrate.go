@@ -55,7 +55,7 @@ func Start(ctx context.Context, cfg Config) (*Substrate, error) {
 		// Random placement, as the real scheduler: resumes land on old
 		// and new pools alike.
 		Rand:           rand.New(rand.NewSource(time.Now().UnixNano())),
-		TransitionTime: cfg.TransitionTime, SoftLists: cfg.SoftLists, SoftWindow: cfg.TransitionTime / 2,
+		TransitionTime: cfg.TransitionTime, SoftLists: cfg.SoftLists,
 		OnChange: changed.fire,
 		// Every lost actor is a safety violation, whoever caused it.
 		OnLost: func(a fakesubstrate.ActorRef, why string) {
