@@ -42,7 +42,7 @@ type Options struct {
 	// RegisterDelay is how long after its pod is Ready a worker registers
 	// (the syncer's lag on a real install).
 	RegisterDelay time.Duration
-	// SoftLists makes List RPCs page at PageSize whatever the client asks
+	// SoftLists makes List RPCs page at 5 items whatever the client asks
 	// and leave out items that changed while the list ran.
 	SoftLists bool
 }
