@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rollbook/rollbook/internal/simtest"
@@ -84,6 +85,16 @@ func TestCapacityGuard(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The sim records the deletions once the pods are gone: wait for that
+	// here, so the next test starts from a quiet violations file.
+	for _, w := range drained {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if _, err := c.Client.CoreV1().Pods(w.Namespace).Get(ctx, w.Pod, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				break
+			}
+		}
+	}
+	time.Sleep(2 * time.Second)
 }
 
 func TestRollAndRollbackAfterTheRecovery(t *testing.T) {
