@@ -112,6 +112,11 @@ func Start(o Options) (*Cluster, error) {
 			return nil, err
 		}
 		o.ExtraArgs = append(o.ExtraArgs, "--tt-agent", agent)
+		// A development build has no helper image of its own; the sim's
+		// registry holds this one.
+		if os.Getenv("ROLLBOOK_HELPER_IMAGE") == "" {
+			_ = os.Setenv("ROLLBOOK_HELPER_IMAGE", "ghcr.io/rollbook/node-agent:latest")
+		}
 	}
 	base, err := os.MkdirTemp("", "rollbook-sim-")
 	if err != nil {

@@ -82,6 +82,7 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "http://insecure/x"}, cli.ExitUsage, "--bundle-url"},
 		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--max-parallel", "0"}, cli.ExitUsage, "--max-parallel"},
 		{[]string{"status", "-o", "xml"}, cli.ExitUsage, "--output"},
+		{[]string{"upgrade", "kmd", "--version", "2.8.0", "--helper-image", ""}, cli.ExitUsage, "development build"},
 	} {
 		out, code := run(t, ctx, tc.args...)
 		if code != tc.code || !strings.Contains(out, tc.msg) {
