@@ -21,6 +21,7 @@ type firmwareOptions struct {
 	gates       []string
 	maxParallel int
 	halt        bool
+	soak        cli.SoakFlags
 	selection   tt.Selection
 }
 
@@ -70,6 +71,7 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	o.helper.add(fs, 15*time.Minute)
 	_ = fs.MarkHidden("helper-timeout") // the flash timeout is the helper's deadline
 	o.run.AddFlags(fs, "kube-system")
+	o.soak.AddFlags(fs)
 	return cmd
 }
 
@@ -85,6 +87,9 @@ func (o *firmwareOptions) Complete(args []string) {
 // Validate rejects bad input before any API call.
 func (o *firmwareOptions) Validate() error {
 	if err := o.run.Validate(); err != nil {
+		return err
+	}
+	if err := o.soak.Validate(); err != nil {
 		return err
 	}
 	if o.maxParallel < 1 {
@@ -131,8 +136,9 @@ func (o *firmwareOptions) Run(ctx context.Context) error {
 				cfg.ForceSince.Format(time.RFC3339))
 		}
 	}
-	res := cli.Run(ctx, s, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets,
-		runbook.Options{Parallel: o.maxParallel, KeepGoing: !o.halt})
+	opts := runbook.Options{Parallel: o.maxParallel, KeepGoing: !o.halt}
+	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelFirmware, cfg.Readback))
+	res := cli.Run(ctx, s, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets, opts)
 	if cfg.ForceWrite {
 		if err := tt.EndForceCampaign(ctx, lease, res); err != nil {
 			s.Progress.Printf("could not end the forced campaign on the lease: %v", err)

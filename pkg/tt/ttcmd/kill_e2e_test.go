@@ -109,3 +109,57 @@ func TestKMDKilledMidRunResumesWithNoFlag(t *testing.T) {
 	}
 
 }
+
+// `kubectl tt pause` stops a roll between nodes: the node in flight
+// finishes, no other starts, the run exits 0 "paused", status says who
+// paused it; after `resume` the same command finishes the roll.
+func TestPauseBetweenNodesThenResume(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	nodes := []string{"kwok-node-1", "kwok-node-2"}
+	version := "2.8.1"
+	for _, n := range nodes {
+		if node(t, n).Labels[tt.LabelKMDVersion] == version {
+			version = "2.9.0"
+		}
+	}
+	// Pause as soon as the first node's kmd helper appears.
+	w, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper + "=kmd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer w.Stop()
+		for e := range w.ResultChan() {
+			if e.Type == watch.Added {
+				run(t, ctx, "pause", "--reason", "look at the first node")
+				return
+			}
+		}
+	}()
+	args := []string{"upgrade", "kmd", "--version", version, "--nodes", strings.Join(nodes, ",")}
+	out, code := run(t, ctx, args...)
+	if code != 0 || !strings.Contains(out, "paused") {
+		t.Fatalf("a paused roll exits 0 with \"paused\": exit %d", code)
+	}
+	first, second := node(t, nodes[0]), node(t, nodes[1])
+	if first.Labels[tt.LabelKMDVersion] != version || first.Spec.Unschedulable {
+		t.Fatalf("the node in flight must finish: %v unschedulable %v", first.Labels[tt.LabelKMDVersion], first.Spec.Unschedulable)
+	}
+	if second.Labels[tt.LabelKMDVersion] == version || second.Spec.Unschedulable {
+		t.Fatal("a paused roll started another node")
+	}
+	if st, _ := run(t, ctx, "status"); !strings.Contains(st, "PAUSED") || !strings.Contains(st, "look at the first node") {
+		t.Fatal("status does not show the pause")
+	}
+	if out, code := run(t, ctx, args...); code != 0 || node(t, nodes[1]).Labels[tt.LabelKMDVersion] == version {
+		t.Fatalf("a new run must honour the pause: exit %d\n%s", code, out)
+	}
+	if _, code := run(t, ctx, "resume"); code != 0 {
+		t.Fatal("resume failed")
+	}
+	if _, code := run(t, ctx, args...); code != 0 || node(t, nodes[1]).Labels[tt.LabelKMDVersion] != version {
+		t.Fatalf("after resume the same command finishes the roll: exit %d", code)
+	}
+}

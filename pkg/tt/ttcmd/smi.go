@@ -18,6 +18,7 @@ type smiOptions struct {
 	helper    helperFlags
 	version   string
 	cfg       *tt.SMIConfig
+	soak      cli.SoakFlags
 	selection tt.Selection
 }
 
@@ -41,6 +42,7 @@ func newUpgradeSMICommand(g *cli.Globals) *cobra.Command {
 	o.sel.add(cmd, g)
 	o.helper.add(fs, 5*time.Minute)
 	o.run.AddFlags(fs, "kube-system")
+	o.soak.AddFlags(fs)
 	return cmd
 }
 
@@ -53,6 +55,9 @@ func (o *smiOptions) Complete(args []string) {
 // Validate rejects bad input before any API call.
 func (o *smiOptions) Validate() error {
 	if err := o.run.Validate(); err != nil {
+		return err
+	}
+	if err := o.soak.Validate(); err != nil {
 		return err
 	}
 	if err := o.cfg.Validate(); err != nil {
@@ -78,6 +83,8 @@ func (o *smiOptions) Run(ctx context.Context) error {
 	for _, sk := range skipped {
 		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
 	}
-	res := cli.Run(ctx, s, tt.SMIRunbook(s.Client, s.Recorder, o.cfg), targets, runbook.Options{})
+	opts := runbook.Options{}
+	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelSMIVersion, o.cfg.Version))
+	res := cli.Run(ctx, s, tt.SMIRunbook(s.Client, s.Recorder, o.cfg), targets, opts)
 	return s.Finish(res, "kubectl tt status")
 }

@@ -36,6 +36,7 @@ type kmdOptions struct {
 	drainTO     time.Duration
 	forceUnload bool
 	force       bool
+	soak        cli.SoakFlags
 
 	cfg       *tt.KMDConfig
 	selection tt.Selection
@@ -87,6 +88,7 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 	o.sel.add(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
 	o.run.AddFlags(fs, "kube-system")
+	o.soak.AddFlags(fs)
 	return cmd
 }
 
@@ -109,6 +111,9 @@ func (o *kmdOptions) Complete(args []string) error {
 // Validate rejects bad input before any API call.
 func (o *kmdOptions) Validate() error {
 	if err := o.run.Validate(); err != nil {
+		return err
+	}
+	if err := o.soak.Validate(); err != nil {
 		return err
 	}
 	if err := o.cfg.Validate(); err != nil {
@@ -139,7 +144,9 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 	if err := s.SetMaxOutOfService(ctx, 1); err != nil {
 		return s.Fail(err)
 	}
-	res := cli.Run(ctx, s, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets, runbook.Options{})
+	opts := runbook.Options{}
+	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelKMDVersion, cfg.Version))
+	res := cli.Run(ctx, s, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets, opts)
 	next := "kubectl tt status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl tt upgrade kmd --version %s", cfg.Version)
@@ -147,6 +154,15 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 		next = fmt.Sprintf("kubectl tt upgrade kmd --version %s", cfg.Version)
 	}
 	return s.Finish(res, next)
+}
+
+// nodeNames are the nodes of node targets.
+func nodeNames(targets []runbook.Target) []string {
+	names := make([]string, 0, len(targets))
+	for _, t := range targets {
+		names = append(names, strings.TrimPrefix(t.Name(), "node/"))
+	}
+	return names
 }
 
 // gateList drops empty entries (--deploy-gate "" disables the gates).
