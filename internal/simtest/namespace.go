@@ -11,8 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 // NewNamespace creates a namespace for one test, waits until pods can be
@@ -35,16 +36,9 @@ func (c *Cluster) NewNamespace(t testing.TB) string {
 	t.Cleanup(func() {
 		_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
-	lw := &cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", "default").String()
-			return c.Client.CoreV1().ServiceAccounts(ns.Name).List(ctx, o)
-		},
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", "default").String()
-			return c.Client.CoreV1().ServiceAccounts(ns.Name).Watch(ctx, o)
-		},
-	}
+	sas := c.Client.CoreV1().ServiceAccounts(ns.Name)
+	lw := kube.FieldSelectedLW(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return sas.List(ctx, o) },
+		sas.Watch, fields.OneTermEqualSelector("metadata.name", "default").String())
 	_, err = watchtools.UntilWithSync(ctx, lw, &corev1.ServiceAccount{}, nil, func(e watch.Event) (bool, error) {
 		return e.Type == watch.Added || e.Type == watch.Modified, nil
 	})

@@ -124,7 +124,8 @@ func Start(o Options) (*Cluster, error) {
 	}
 	// sim only takes an empty directory or one it made; its output goes beside it.
 	dir := filepath.Join(base, "sim")
-	args := append([]string{"up", "--dir", dir, "--nodes", fmt.Sprint(o.Nodes), "--scenario", o.Scenario, "--exit-with-parent"}, o.ExtraArgs...)
+	args := append([]string{"up", "--dir", dir, "--nodes", fmt.Sprint(o.Nodes), "--scenario", o.Scenario, "--exit-with-parent"},
+		o.ExtraArgs...)
 	cmd := exec.Command(bin, args...)
 	out, err := os.Create(filepath.Join(base, "sim.out"))
 	if err != nil {

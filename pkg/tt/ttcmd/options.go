@@ -39,8 +39,8 @@ type helperFlags struct {
 	timeout   time.Duration
 }
 
-// HelperImageEnv, when set, is the default --helper-image (a mirror, or a
-// development image).
+// HelperImageEnv names the variable that, when set, is the default
+// --helper-image (a mirror, or a development image).
 const HelperImageEnv = "ROLLBOOK_HELPER_IMAGE"
 
 // defaultHelperImage is the node-agent image of this very release. A
