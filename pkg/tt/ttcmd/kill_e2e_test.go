@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/journal"
@@ -161,5 +162,83 @@ func TestPauseBetweenNodesThenResume(t *testing.T) {
 	}
 	if _, code := run(t, ctx, args...); code != 0 || node(t, nodes[1]).Labels[tt.LabelKMDVersion] != version {
 		t.Fatalf("after resume the same command finishes the roll: exit %d", code)
+	}
+}
+
+// After a run that will not be resumed (killed, abandoned), `release` lifts
+// only what rollbook set — its cordon and closed deploy gates, restored to
+// their prior values — and never a cordon someone else set.
+func TestReleaseAfterAnAbandonedRun(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	bin, err := simtest.AgentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const abandoned, foreign = "kwok-node-2", "kwok-node-1"
+	priorGate, hadGate := node(t, abandoned).Labels[tt.DefaultDeployGate]
+	// Someone else cordons another node: release must leave it cordoned.
+	if _, err := kube.SetNodeKeys(ctx, c.Client, foreign, kube.NodeChange{Unschedulable: ptr.To(true)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = kube.SetNodeKeys(context.Background(), c.Client, foreign, kube.NodeChange{Unschedulable: ptr.To(false)})
+	})
+	version := "2.8.1"
+	if node(t, abandoned).Labels[tt.LabelKMDVersion] == version {
+		version = "2.9.0"
+	}
+	w, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper + "=kmd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "upgrade", "kmd", "--version", version, "--nodes", abandoned, "--kubeconfig", c.Kubeconfig)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var helper *corev1.Pod
+	for helper == nil {
+		select {
+		case e := <-w.ResultChan():
+			if p, ok := e.Object.(*corev1.Pod); ok && e.Type == watch.Added {
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				helper = p
+			}
+		case <-ctx.Done():
+			t.Fatal("no helper pod appeared")
+		}
+	}
+	w.Stop()
+	_ = cmd.Wait()
+	n := node(t, abandoned)
+	if kube.CordonStateOf(n).Owner != tt.KMDRunbookName || n.Labels[tt.DefaultDeployGate] != "false" {
+		t.Fatalf("the abandoned run should have left its cordon and closed gate: %v, gate %q", kube.CordonStateOf(n),
+			n.Labels[tt.DefaultDeployGate])
+	}
+	// Its helper finishes on its own; release waits for that (a guard).
+	if _, err := kube.WaitForPod(ctx, c.Client, helper.Namespace, helper.Name, kube.PodTerminal); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, ctx, "release", "--dry-run"); code != 0 || !strings.Contains(out, abandoned) ||
+		!node(t, abandoned).Spec.Unschedulable {
+		t.Fatalf("release --dry-run: exit %d, or it changed the node", code)
+	}
+	if _, code := run(t, ctx, "release"); code != 0 {
+		t.Fatalf("release: exit %d", code)
+	}
+	n = node(t, abandoned)
+	gate, hasGate := n.Labels[tt.DefaultDeployGate]
+	if n.Spec.Unschedulable || gate != priorGate || hasGate != hadGate || n.Annotations[tt.AnnGatesPrior] != "" ||
+		n.Annotations[kube.AnnCordonedBy] != "" {
+		t.Fatalf("after release: unschedulable %v, gate %q (prior %q), annotations %v", n.Spec.Unschedulable, gate, priorGate,
+			n.Annotations)
+	}
+	if !node(t, foreign).Spec.Unschedulable {
+		t.Fatal("release lifted a cordon rollbook did not set")
+	}
+	// The node's helper pod is gone or finished; the next upgrade redoes the node.
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", version, "--nodes", abandoned); code != 0 {
+		t.Fatalf("the upgrade after a release: exit %d", code)
 	}
 }
