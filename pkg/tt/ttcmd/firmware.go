@@ -106,16 +106,16 @@ func (o *firmwareOptions) Validate() error {
 
 // Run flashes the selected nodes through one session.
 func (o *firmwareOptions) Run(ctx context.Context) error {
+	targets, skipped, err := resolve(ctx, o.g, o.selection, tt.FirmwareTargets)
+	if err != nil {
+		return err
+	}
 	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
 	if err != nil {
 		return err
 	}
 	cfg := &o.cfg
 	cfg.RunID = s.RunID
-	targets, skipped, err := tt.FirmwareTargets(ctx, s.Client, o.selection)
-	if err != nil {
-		return s.Fail(err)
-	}
 	if err := s.SetMaxOutOfService(ctx, o.maxParallel); err != nil {
 		return s.Fail(err)
 	}

@@ -46,19 +46,22 @@ To retry one node instead, re-run the upgrade with --nodes NODE.`,
 
 // Run releases the nodes through one session.
 func (o *releaseOptions) Run(ctx context.Context) error {
-	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
+	cs, err := o.g.Factory.KubernetesClientSet()
 	if err != nil {
 		return err
 	}
 	var targets []runbook.Target
-	if len(o.nodes) > 0 {
-		for _, n := range o.nodes {
-			if _, err := s.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{}); err != nil {
-				return s.Fail(cli.UsageErrorf("node %q: %v", n, err))
-			}
-			targets = append(targets, runbook.NodeTarget{Client: s.Client, Node: n})
+	for _, n := range o.nodes { // bad names are bad input: found before the session changes anything
+		if _, err := cs.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{}); err != nil {
+			return cli.UsageErrorf("node %q: %v", n, err)
 		}
-	} else {
+		targets = append(targets, runbook.NodeTarget{Client: cs, Node: n})
+	}
+	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
+	if err != nil {
+		return err
+	}
+	if len(o.nodes) == 0 {
 		l, err := s.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return s.Fail(err)

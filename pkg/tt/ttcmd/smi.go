@@ -71,15 +71,15 @@ func (o *smiOptions) Validate() error {
 
 // Run installs tt-smi on the selected nodes through one session.
 func (o *smiOptions) Run(ctx context.Context) error {
+	targets, skipped, err := resolve(ctx, o.g, o.selection, tt.DriverTargets)
+	if err != nil {
+		return err
+	}
 	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
 	if err != nil {
 		return err
 	}
 	o.cfg.RunID = s.RunID
-	targets, skipped, err := tt.DriverTargets(ctx, s.Client, o.selection)
-	if err != nil {
-		return s.Fail(err)
-	}
 	for _, sk := range skipped {
 		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
 	}

@@ -2,12 +2,14 @@ package ttcmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
@@ -127,16 +129,16 @@ func (o *kmdOptions) Validate() error {
 
 // Run upgrades the selected nodes through one session.
 func (o *kmdOptions) Run(ctx context.Context) error {
+	targets, skipped, err := resolve(ctx, o.g, o.selection, tt.DriverTargets)
+	if err != nil {
+		return err
+	}
 	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
 	if err != nil {
 		return err
 	}
 	cfg := o.cfg
 	cfg.RunID = s.RunID
-	targets, skipped, err := tt.DriverTargets(ctx, s.Client, o.selection)
-	if err != nil {
-		return s.Fail(err)
-	}
 	for _, sk := range skipped {
 		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
 	}
@@ -154,6 +156,23 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 		next = fmt.Sprintf("kubectl tt upgrade kmd --version %s", cfg.Version)
 	}
 	return s.Finish(res, next)
+}
+
+// resolve finds the target nodes before any session starts, so a typo in a
+// node name is bad input (exit 2) that changes nothing, not even the lock.
+func resolve(ctx context.Context, g *cli.Globals, sel tt.Selection,
+	targetsOf func(context.Context, kubernetes.Interface, tt.Selection) ([]runbook.Target, []tt.Skipped, error),
+) ([]runbook.Target, []tt.Skipped, error) {
+	cs, err := g.Factory.KubernetesClientSet()
+	if err != nil {
+		return nil, nil, err
+	}
+	targets, skipped, err := targetsOf(ctx, cs, sel)
+	var bad *tt.SelectionError
+	if errors.As(err, &bad) {
+		return nil, nil, cli.UsageErrorf("%v", err)
+	}
+	return targets, skipped, err
 }
 
 // nodeNames are the nodes of node targets.
