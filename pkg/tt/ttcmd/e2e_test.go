@@ -104,7 +104,9 @@ func clusterSnapshot(t *testing.T) string {
 func TestInvalidInputChangesNothing(t *testing.T) {
 	simtest.Get(t).ExpectNoViolations(t)
 	ctx := simtest.Context(t, 2*time.Minute)
-	kmd := func(extra ...string) []string { return append([]string{"upgrade", "kmd", "--version", "2.8.0"}, extra...) }
+	kmd := func(extra ...string) []string {
+		return append([]string{"upgrade", "kmd", "--version", "2.8.0"}, extra...)
+	}
 	fw := func(extra ...string) []string {
 		return append([]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle(t, "19.0.0")}, extra...)
 	}
