@@ -11,9 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
-
-	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 // NewNamespace creates a namespace for one test, waits until pods can be
@@ -36,9 +35,19 @@ func (c *Cluster) NewNamespace(t testing.TB) string {
 	t.Cleanup(func() {
 		_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
+	// pkg/kube's FieldSelectedLW would do, but pkg/kube's own tests use this package.
 	sas := c.Client.CoreV1().ServiceAccounts(ns.Name)
-	lw := kube.FieldSelectedLW(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return sas.List(ctx, o) },
-		sas.Watch, fields.OneTermEqualSelector("metadata.name", "default").String())
+	sel := fields.OneTermEqualSelector("metadata.name", "default").String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return sas.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return sas.Watch(ctx, o)
+		},
+	}
 	_, err = watchtools.UntilWithSync(ctx, lw, &corev1.ServiceAccount{}, nil, func(e watch.Event) (bool, error) {
 		return e.Type == watch.Added || e.Type == watch.Modified, nil
 	})
