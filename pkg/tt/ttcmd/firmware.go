@@ -106,22 +106,12 @@ func (o *firmwareOptions) Validate() error {
 
 // Run flashes the selected nodes through one session.
 func (o *firmwareOptions) Run(ctx context.Context) error {
-	targets, skipped, err := resolve(ctx, o.g, o.selection, tt.FirmwareTargets)
-	if err != nil {
-		return err
-	}
-	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, tt.FirmwareTargets)
 	if err != nil {
 		return err
 	}
 	cfg := &o.cfg
 	cfg.RunID = s.RunID
-	if err := s.SetMaxOutOfService(ctx, o.maxParallel); err != nil {
-		return s.Fail(err)
-	}
-	for _, sk := range skipped {
-		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
-	}
 	var lease tt.Annotated
 	if l := s.Lock(); l != nil {
 		lease = l

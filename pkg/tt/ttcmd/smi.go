@@ -71,18 +71,11 @@ func (o *smiOptions) Validate() error {
 
 // Run installs tt-smi on the selected nodes through one session.
 func (o *smiOptions) Run(ctx context.Context) error {
-	targets, skipped, err := resolve(ctx, o.g, o.selection, tt.DriverTargets)
-	if err != nil {
-		return err
-	}
-	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, tt.DriverTargets)
 	if err != nil {
 		return err
 	}
 	o.cfg.RunID = s.RunID
-	for _, sk := range skipped {
-		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
-	}
 	opts := runbook.Options{}
 	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelSMIVersion, o.cfg.Version))
 	res := cli.Run(ctx, s, tt.SMIRunbook(s.Client, s.Recorder, o.cfg), targets, opts)

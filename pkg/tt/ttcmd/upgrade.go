@@ -129,24 +129,13 @@ func (o *kmdOptions) Validate() error {
 
 // Run upgrades the selected nodes through one session.
 func (o *kmdOptions) Run(ctx context.Context) error {
-	targets, skipped, err := resolve(ctx, o.g, o.selection, tt.DriverTargets)
-	if err != nil {
-		return err
-	}
-	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, tt.DriverTargets)
 	if err != nil {
 		return err
 	}
 	cfg := o.cfg
 	cfg.RunID = s.RunID
-	for _, sk := range skipped {
-		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
-	}
-	// kmd work is one node at a time, like the operator's DaemonSet rollout.
-	if err := s.SetMaxOutOfService(ctx, 1); err != nil {
-		return s.Fail(err)
-	}
-	opts := runbook.Options{}
+	opts := runbook.Options{} // one node at a time, like the operator's DaemonSet rollout
 	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelKMDVersion, cfg.Version))
 	res := cli.Run(ctx, s, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets, opts)
 	next := "kubectl tt status"
@@ -158,21 +147,32 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 	return s.Finish(res, next)
 }
 
-// resolve finds the target nodes before any session starts, so a typo in a
-// node name is bad input (exit 2) that changes nothing, not even the lock.
-func resolve(ctx context.Context, g *cli.Globals, sel tt.Selection,
+// start finds the target nodes, then starts the session and says which
+// nodes it skips. Targets come first, so a typo in a node name is bad input
+// (exit 2) that changes nothing, not even the lock.
+func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selection,
 	targetsOf func(context.Context, kubernetes.Interface, tt.Selection) ([]runbook.Target, []tt.Skipped, error),
-) ([]runbook.Target, []tt.Skipped, error) {
+) (*cli.Session, context.Context, []runbook.Target, error) {
 	cs, err := g.Factory.KubernetesClientSet()
 	if err != nil {
-		return nil, nil, err
+		return nil, ctx, nil, err
 	}
 	targets, skipped, err := targetsOf(ctx, cs, sel)
 	var bad *tt.SelectionError
 	if errors.As(err, &bad) {
-		return nil, nil, cli.UsageErrorf("%v", err)
+		return nil, ctx, nil, cli.UsageErrorf("%v", err)
 	}
-	return targets, skipped, err
+	if err != nil {
+		return nil, ctx, nil, err
+	}
+	s, ctx, err := cli.StartSession(ctx, g, run, "tt", tt.LockName)
+	if err != nil {
+		return nil, ctx, nil, err
+	}
+	for _, sk := range skipped {
+		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
+	}
+	return s, ctx, targets, nil
 }
 
 // nodeNames are the nodes of node targets.
