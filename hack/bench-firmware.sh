@@ -18,6 +18,8 @@ trap cleanup EXIT
 ROLLBOOK_SIM_TT_FLASH_DELAY=$FLASH "$SIM" up --dir "$dir" --nodes "$NODES" --scenario tt-fleet --tt-agent "$TT" >"$base/sim.out" 2>&1 &
 for _ in $(seq 900); do [ -f "$dir/ready" ] && break; sleep 0.1; done
 export KUBECONFIG=$dir/kubeconfig
+# A development build has no node-agent image of its own: use the one the sim's registry holds.
+export ROLLBOOK_HELPER_IMAGE=ghcr.io/rollbook/node-agent:latest
 start=$(date +%s.%N)
 "$TT" upgrade firmware --version 19.0.0 --bundle-url "file://$dir/bundles/fw_pack-19.0.0.fwbundle" --max-parallel "$K" >"$base/run.out" 2>&1 || { cat "$base/run.out"; exit 1; }
 end=$(date +%s.%N)

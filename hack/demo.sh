@@ -51,6 +51,8 @@ run kubectl tt version
 say "a simulated Tenstorrent fleet: 3 nodes at tt-kmd 2.7.0, telemetry and an inference workload holding /dev/tenstorrent"
 start_sim tt --nodes 3 --scenario tt-fleet --tt-agent "$root/bin/kubectl-tt"
 export KUBECONFIG=$base/tt/kubeconfig
+# A development build has no node-agent image of its own: use the one the sim's registry holds.
+export ROLLBOOK_HELPER_IMAGE=ghcr.io/rollbook/node-agent:latest
 run kubectl get pods -A -l 'tenstorrent.com/uses-device=true' -o wide
 run kubectl tt status
 say "what an upgrade to 2.8.0 would do (nothing is changed)"

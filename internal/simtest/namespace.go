@@ -35,14 +35,17 @@ func (c *Cluster) NewNamespace(t testing.TB) string {
 	t.Cleanup(func() {
 		_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
+	// pkg/kube's FieldSelectedLW would do, but pkg/kube's own tests use this package.
+	sas := c.Client.CoreV1().ServiceAccounts(ns.Name)
+	sel := fields.OneTermEqualSelector("metadata.name", "default").String()
 	lw := &cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", "default").String()
-			return c.Client.CoreV1().ServiceAccounts(ns.Name).List(ctx, o)
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return sas.List(ctx, o)
 		},
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", "default").String()
-			return c.Client.CoreV1().ServiceAccounts(ns.Name).Watch(ctx, o)
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return sas.Watch(ctx, o)
 		},
 	}
 	_, err = watchtools.UntilWithSync(ctx, lw, &corev1.ServiceAccount{}, nil, func(e watch.Event) (bool, error) {

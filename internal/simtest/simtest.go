@@ -112,6 +112,11 @@ func Start(o Options) (*Cluster, error) {
 			return nil, err
 		}
 		o.ExtraArgs = append(o.ExtraArgs, "--tt-agent", agent)
+		// A development build has no helper image of its own; the sim's
+		// registry holds this one.
+		if os.Getenv("ROLLBOOK_HELPER_IMAGE") == "" {
+			_ = os.Setenv("ROLLBOOK_HELPER_IMAGE", "ghcr.io/rollbook/node-agent:latest")
+		}
 	}
 	base, err := os.MkdirTemp("", "rollbook-sim-")
 	if err != nil {
@@ -119,7 +124,8 @@ func Start(o Options) (*Cluster, error) {
 	}
 	// sim only takes an empty directory or one it made; its output goes beside it.
 	dir := filepath.Join(base, "sim")
-	args := append([]string{"up", "--dir", dir, "--nodes", fmt.Sprint(o.Nodes), "--scenario", o.Scenario, "--exit-with-parent"}, o.ExtraArgs...)
+	args := append([]string{"up", "--dir", dir, "--nodes", fmt.Sprint(o.Nodes), "--scenario", o.Scenario, "--exit-with-parent"},
+		o.ExtraArgs...)
 	cmd := exec.Command(bin, args...)
 	out, err := os.Create(filepath.Join(base, "sim.out"))
 	if err != nil {

@@ -82,6 +82,7 @@ func ExecuteContext(ctx context.Context, root *cobra.Command, args []string, err
 	klog.SetOutput(io.Discard)
 	klog.LogToStderr(false)
 	root.SetArgs(args)
+	requireSubcommands(root)
 	root.PersistentPreRunE = chainPreRun(root.PersistentPreRunE, func(c *cobra.Command) error {
 		if f := c.Flags().Lookup("v"); f != nil && f.Changed {
 			return enableRequestLog(f.Value.String())
@@ -103,6 +104,22 @@ func ExecuteContext(ctx context.Context, root *cobra.Command, args []string, err
 	}
 	fmt.Fprintf(errOut, "error: %v\n", err)
 	return code
+}
+
+// requireSubcommands makes every command that only groups others refuse an
+// unknown subcommand (cobra would print help and exit 0).
+func requireSubcommands(c *cobra.Command) {
+	if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return UsageErrorf("unknown command %q for %q\nSee '%s --help' for usage.", args[0], cmd.CommandPath(), cmd.CommandPath())
+			}
+			return cmd.Help()
+		}
+	}
+	for _, sub := range c.Commands() {
+		requireSubcommands(sub)
+	}
 }
 
 func chainPreRun(prev func(*cobra.Command, []string) error, next func(*cobra.Command) error) func(*cobra.Command, []string) error {

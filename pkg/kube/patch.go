@@ -106,9 +106,9 @@ func UpdateNodeFrom(ctx context.Context, cs kubernetes.Interface, n *corev1.Node
 	}
 }
 
-// SetNodeKeys writes labels and annotations rollbook owns (nil deletes)
-// with a merge patch of just those keys and no resourceVersion: nothing a
-// concurrent writer did can be lost, so it never needs a fresh read.
+// SetNodeKeys writes labels and annotations rollbook owns (nil deletes), and
+// spec.unschedulable when set, with a merge patch of just those keys and no
+// resourceVersion: nothing a concurrent writer did can be lost.
 func SetNodeKeys(ctx context.Context, cs kubernetes.Interface, node string, change NodeChange) (*corev1.Node, error) {
 	meta := map[string]any{}
 	if len(change.Labels) > 0 {
@@ -117,7 +117,11 @@ func SetNodeKeys(ctx context.Context, cs kubernetes.Interface, node string, chan
 	if len(change.Annotations) > 0 {
 		meta["annotations"] = change.Annotations
 	}
-	b, err := json.Marshal(map[string]any{"metadata": meta})
+	patch := map[string]any{"metadata": meta}
+	if change.Unschedulable != nil {
+		patch["spec"] = map[string]any{"unschedulable": *change.Unschedulable}
+	}
+	b, err := json.Marshal(patch)
 	if err != nil {
 		return nil, err
 	}

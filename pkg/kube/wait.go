@@ -197,3 +197,13 @@ func PodsOnNodeLW(cs kubernetes.Interface, ns, node string) cache.ListerWatcher 
 	return FieldSelectedLW(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) },
 		pods.Watch, fields.OneTermEqualSelector("spec.nodeName", node).String())
 }
+
+// NodeReady reports the node's Ready condition.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

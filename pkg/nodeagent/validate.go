@@ -57,8 +57,14 @@ func ValidateSourceURL(raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("URL %q: %w", raw, err)
+		return fmt.Errorf("the URL does not parse (not shown: it may hold credentials)")
 	}
+	if u.User != nil {
+		// Credentials in a URL end up in pod specs, events and the history.
+		return fmt.Errorf("URL %q carries credentials: serve the bundle from a mirror the nodes reach without them "+
+			"(or a file:// path)", u.Redacted())
+	}
+	raw = u.Redacted()
 	switch u.Scheme {
 	case "https":
 		if u.Host == "" {

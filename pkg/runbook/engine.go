@@ -185,11 +185,19 @@ func soak(ctx context.Context, d time.Duration, health func(context.Context) err
 	defer t.Stop()
 	end := time.NewTimer(d)
 	defer end.Stop()
+	failing := false
 	for {
+		// One failed check may be a node settling (pods coming back); two in
+		// a row, or one at the end, stop the roll.
 		if err := health(ctx); err != nil {
-			why := fmt.Sprintf("health check failed during the soak: %v", err)
-			rep.Step(scope, StepResult{ID: "soak", Title: "Soak", Status: StepBlocked, Error: why})
-			return why
+			if failing {
+				why := fmt.Sprintf("health check failed during the soak: %v", err)
+				rep.Step(scope, StepResult{ID: "soak", Title: "Soak", Status: StepBlocked, Error: why})
+				return why
+			}
+			failing = true
+		} else {
+			failing = false
 		}
 		select {
 		case <-ctx.Done():

@@ -17,5 +17,6 @@ func Docs() map[string]string {
 		"tt-firmware.md": FirmwareRunbook(nil, nil, fw).Markdown(),
 		"tt-kmd.md":      kmd.Markdown(),
 		"tt-smi.md":      smi.Markdown(),
+		"tt-release.md":  ReleaseRunbook(nil, nil).Markdown(),
 	}
 }

@@ -50,6 +50,12 @@ func (s Selection) Validate() error {
 	return err
 }
 
+// SelectionError says the nodes asked for do not exist or do not match:
+// bad input, found before anything changed.
+type SelectionError struct{ msg string }
+
+func (e *SelectionError) Error() string { return e.msg }
+
 // ListNodes returns the selected nodes sorted by name. Explicitly named
 // nodes that do not exist or do not match are an error, so a typo never
 // silently upgrades nothing.
@@ -63,14 +69,14 @@ func ListNodes(ctx context.Context, cs kubernetes.Interface, s Selection) ([]cor
 		for _, name := range s.Nodes {
 			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("node %q does not exist", name)
+				return nil, &SelectionError{fmt.Sprintf("node %q does not exist (kubectl get nodes lists them)", name)}
 			}
 			if err != nil {
 				return nil, err
 			}
 			if !sel.Matches(labels.Set(n.Labels)) {
-				return nil, fmt.Errorf("node %q does not match %s; is it a Tenstorrent node? (--any-node drops the %s requirement)", name,
-					sel, LabelPCIPresent)
+				return nil, &SelectionError{fmt.Sprintf("node %q does not match %s; is it a Tenstorrent node? "+
+					"(--any-node drops the %s requirement)", name, sel, LabelPCIPresent)}
 			}
 			nodes = append(nodes, *n)
 		}
@@ -81,7 +87,7 @@ func ListNodes(ctx context.Context, cs kubernetes.Interface, s Selection) ([]cor
 		}
 		nodes = l.Items
 		if len(nodes) == 0 {
-			return nil, fmt.Errorf("no node matches %s", sel)
+			return nil, &SelectionError{fmt.Sprintf("no node matches %s", sel)}
 		}
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })

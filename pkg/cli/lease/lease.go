@@ -399,15 +399,24 @@ func (l *Lock) Release(ctx context.Context) error {
 	default:
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	leases := l.cs.CoordinationV1().Leases(l.ns)
 	cur := l.lease.DeepCopy()
-	l.mu.Unlock()
-	cur.Spec.HolderIdentity = nil
-	cur.Spec.RenewTime = nil
-	_, err := l.cs.CoordinationV1().Leases(l.ns).Update(ctx, cur, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) {
-		return nil // someone else has it now
+	for attempt := 0; ; attempt++ {
+		if heldBy(cur) != l.holder.Identity() {
+			return nil // someone else has it now
+		}
+		cur.Spec.HolderIdentity = nil
+		cur.Spec.RenewTime = nil
+		_, err := leases.Update(ctx, cur, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) || attempt > 2 {
+			return err
+		}
+		// Written meanwhile (a pause, say): release the fresh copy if still ours.
+		if cur, err = leases.Get(ctx, l.name, metav1.GetOptions{}); err != nil {
+			return err
+		}
 	}
-	return err
 }
 
 // WithLock returns a context cancelled (with the reason) when the lock is lost.
@@ -444,19 +453,30 @@ func (l *Lock) Annotation(key string) (string, bool) {
 func (l *Lock) SetAnnotation(ctx context.Context, key string, value *string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	leases := l.cs.CoordinationV1().Leases(l.ns)
 	cur := l.lease.DeepCopy()
-	if cur.Annotations == nil {
-		cur.Annotations = map[string]string{}
+	for attempt := 0; ; attempt++ {
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		if value == nil {
+			delete(cur.Annotations, key)
+		} else {
+			cur.Annotations[key] = *value
+		}
+		updated, err := leases.Update(ctx, cur, metav1.UpdateOptions{})
+		if err == nil {
+			l.lease = updated
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt > 2 {
+			return fmt.Errorf("annotate lease %s/%s: %w", l.ns, l.name, err)
+		}
+		if cur, err = leases.Get(ctx, l.name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		if heldBy(cur) != l.holder.Identity() {
+			return fmt.Errorf("annotate lease %s/%s: it is held by %s now", l.ns, l.name, heldBy(cur))
+		}
 	}
-	if value == nil {
-		delete(cur.Annotations, key)
-	} else {
-		cur.Annotations[key] = *value
-	}
-	updated, err := l.cs.CoordinationV1().Leases(l.ns).Update(ctx, cur, metav1.UpdateOptions{})
-	if err != nil {
-		return fmt.Errorf("annotate lease %s/%s: %w", l.ns, l.name, err)
-	}
-	l.lease = updated
-	return nil
 }

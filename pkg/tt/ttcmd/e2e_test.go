@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
 
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/cli"
@@ -65,35 +66,109 @@ func bundle(t *testing.T, version string) string {
 	return "file://" + filepath.Join(simtest.Get(t).Dir, "bundles", "fw_pack-"+version+".fwbundle")
 }
 
+// clusterSnapshot is what bad input must never change: nodes (labels,
+// annotations, cordon), pods, leases and configmaps.
+func clusterSnapshot(t *testing.T) string {
+	t.Helper()
+	c := simtest.Get(t)
+	ctx := context.Background()
+	var b strings.Builder
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		fmt.Fprintf(&b, "node %s %v %v %v\n", n.Name, n.Labels, n.Annotations, n.Spec.Unschedulable)
+	}
+	pods, _ := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			fmt.Fprintf(&b, "pod %s/%s %s\n", p.Namespace, p.Name, p.UID)
+		}
+	}
+	leases, _ := c.Client.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	for _, l := range leases.Items {
+		if strings.HasPrefix(l.Name, "rollbook-") {
+			fmt.Fprintf(&b, "lease %s/%s %v %q\n", l.Namespace, l.Name, l.Annotations, ptr.Deref(l.Spec.HolderIdentity, ""))
+		}
+	}
+	cms, _ := c.Client.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	for _, cm := range cms.Items {
+		fmt.Fprintf(&b, "configmap %s/%s %s\n", cm.Namespace, cm.Name, cm.ResourceVersion)
+	}
+	return b.String()
+}
+
+// Bad input: exit 2, a message that names the input and the fix, and no
+// change to the cluster at all (not even the lock or the history).
 func TestInvalidInputChangesNothing(t *testing.T) {
 	simtest.Get(t).ExpectNoViolations(t)
-	ctx := simtest.Context(t, time.Minute)
-	before := node(t, "kwok-node-0")
-	for _, tc := range []struct {
+	ctx := simtest.Context(t, 2*time.Minute)
+	kmd := func(extra ...string) []string {
+		return append([]string{"upgrade", "kmd", "--version", "2.8.0"}, extra...)
+	}
+	fw := func(extra ...string) []string {
+		return append([]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle(t, "19.0.0")}, extra...)
+	}
+	rows := []struct {
 		args []string
 		code int
 		msg  string
 	}{
 		{[]string{"upgrade", "kmd", "--version", "2.8"}, cli.ExitUsage, "must look like"},
-		{[]string{"upgrade", "kmd", "--version", "2.8.0;reboot"}, cli.ExitUsage, "must look like"},
+		{[]string{"upgrade", "kmd", "--version", "2.8.0;reboot"}, cli.ExitUsage, "2.8.0;reboot"},
+		{[]string{"upgrade", "kmd", "--version", "$(reboot)"}, cli.ExitUsage, "$(reboot)"},
+		{[]string{"upgrade", "kmd", "--version", "2.8.0 && rm -rf /"}, cli.ExitUsage, "rm -rf"},
+		{[]string{"upgrade", "kmd", "--version", "../../etc/passwd"}, cli.ExitUsage, "../../etc/passwd"},
+		{[]string{"upgrade", "kmd", "--version", "2.8.0\nrmmod"}, cli.ExitUsage, "--version"},
 		{[]string{"upgrade", "kmd"}, cli.ExitUsage, `"version" not set`},
-		{[]string{"upgrade", "kmd", "--version", "2.8.0", "--nodes", "no-such-node"}, cli.ExitFailed, `node "no-such-node" does not exist`},
-		{[]string{"upgrade", "kmd", "--version", "2.8.0", "-l", "a=(b"}, cli.ExitUsage, "--selector"},
+		{kmd("--nodes", "no-such-node"), cli.ExitUsage, `node "no-such-node" does not exist`},
+		{kmd("--nodes", "kwok-node-0,kwok-nod-1"), cli.ExitUsage, `"kwok-nod-1" does not exist`},
+		{kmd("-l", "a=(b"), cli.ExitUsage, "--selector"},
+		{kmd("-l", "rollbook-test/nothing=matches"), cli.ExitUsage, "no node matches"},
+		{kmd("--helper-image", ""), cli.ExitUsage, "development build"},
+		{kmd("--helper-image", "bad image"), cli.ExitUsage, "bad image"},
+		{kmd("--helper-namespace", ""), cli.ExitUsage, "--helper-namespace"},
+		{kmd("--deploy-gate", "not a label!"), cli.ExitUsage, "not a label!"},
+		{kmd("--dry-run=server"), cli.ExitUsage, "--dry-run=server"},
+		{kmd("--canary", "1"), cli.ExitUsage, "--soak"},
+		{kmd("--soak", "-1s"), cli.ExitUsage, "--soak"},
+		{kmd("--canary", "-1", "--soak", "1m"), cli.ExitUsage, "--canary"},
+		{kmd("-o", "xml"), cli.ExitUsage, "xml"},
+		{kmd("--frobnicate"), cli.ExitUsage, "frobnicate"},
+		{[]string{"upgrade", "smi", "--version", "5"}, cli.ExitUsage, "--version"},
+		{[]string{"upgrade", "smi", "--version", "5.2.0`id`"}, cli.ExitUsage, "5.2.0`id`"},
+		{fw("--max-parallel", "0"), cli.ExitUsage, "--max-parallel"},
+		{fw("--max-parallel", "-2"), cli.ExitUsage, "--max-parallel"},
+		{fw("--flash-timeout", "5s"), cli.ExitUsage, "--flash-timeout"},
 		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "http://insecure/x"}, cli.ExitUsage, "--bundle-url"},
-		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--max-parallel", "0"}, cli.ExitUsage, "--max-parallel"},
+		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "ftp://host/fw.bundle"}, cli.ExitUsage, "--bundle-url"},
+		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "https://user:secret@host/fw"}, cli.ExitUsage,
+			"--bundle-url"},
+		{[]string{"upgrade", "firmware", "--version", "19.0;x", "--bundle-url", bundle(t, "19.0.0")}, cli.ExitUsage, "19.0;x"},
+		{[]string{"upgrade", "frob"}, cli.ExitUsage, "frob"},
 		{[]string{"status", "-o", "xml"}, cli.ExitUsage, "--output"},
-	} {
+		{[]string{"status", "--probe", "--watch"}, cli.ExitUsage, "--probe"},
+		{[]string{"history", "-o", "xml"}, cli.ExitUsage, "xml"},
+		{[]string{"logs"}, cli.ExitUsage, "arg"},
+		{[]string{"logs", "no-such-node"}, cli.ExitUsage, "no-such-node"},
+		{[]string{"release", "no-such-node"}, cli.ExitUsage, "no-such-node"},
+		{[]string{"pause", "extra-arg"}, cli.ExitUsage, "extra-arg"},
+	}
+	before := clusterSnapshot(t)
+	for _, tc := range rows {
 		out, code := run(t, ctx, tc.args...)
 		if code != tc.code || !strings.Contains(out, tc.msg) {
-			t.Errorf("%v: exit %d (want %d), output lacks %q:\n%s", tc.args, code, tc.code, tc.msg, out)
+			t.Errorf("%q: exit %d (want %d), output lacks %q:\n%s", tc.args, code, tc.code, tc.msg, out)
+		}
+		if strings.Contains(out, "secret") {
+			t.Errorf("%q: the output repeats a credential:\n%s", tc.args, out)
 		}
 	}
-	after := node(t, "kwok-node-0")
-	if after.Spec.Unschedulable || fmt.Sprint(after.Labels) != fmt.Sprint(before.Labels) ||
-		fmt.Sprint(after.Annotations) != fmt.Sprint(before.Annotations) {
-		t.Fatalf("bad input changed the node:\nbefore %v %v\nafter  %v %v", before.Labels, before.Annotations, after.Labels,
-			after.Annotations)
+	if after := clusterSnapshot(t); after != before {
+		t.Fatalf("bad input changed the cluster:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
+	t.Logf("%d bad inputs tried; exit codes, messages and the cluster checked", len(rows))
 }
 
 func TestOperatorInstalledIsRefused(t *testing.T) {

@@ -21,6 +21,7 @@ type firmwareOptions struct {
 	gates       []string
 	maxParallel int
 	halt        bool
+	soak        cli.SoakFlags
 	selection   tt.Selection
 }
 
@@ -70,6 +71,7 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	o.helper.add(fs, 15*time.Minute)
 	_ = fs.MarkHidden("helper-timeout") // the flash timeout is the helper's deadline
 	o.run.AddFlags(fs, "kube-system")
+	o.soak.AddFlags(fs)
 	return cmd
 }
 
@@ -87,6 +89,9 @@ func (o *firmwareOptions) Validate() error {
 	if err := o.run.Validate(); err != nil {
 		return err
 	}
+	if err := o.soak.Validate(); err != nil {
+		return err
+	}
 	if o.maxParallel < 1 {
 		return cli.UsageErrorf("--max-parallel must be at least 1, not %d", o.maxParallel)
 	}
@@ -101,22 +106,12 @@ func (o *firmwareOptions) Validate() error {
 
 // Run flashes the selected nodes through one session.
 func (o *firmwareOptions) Run(ctx context.Context) error {
-	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, tt.FirmwareTargets)
 	if err != nil {
 		return err
 	}
 	cfg := &o.cfg
 	cfg.RunID = s.RunID
-	targets, skipped, err := tt.FirmwareTargets(ctx, s.Client, o.selection)
-	if err != nil {
-		return s.Fail(err)
-	}
-	if err := s.SetMaxOutOfService(ctx, o.maxParallel); err != nil {
-		return s.Fail(err)
-	}
-	for _, sk := range skipped {
-		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
-	}
 	var lease tt.Annotated
 	if l := s.Lock(); l != nil {
 		lease = l
@@ -131,8 +126,9 @@ func (o *firmwareOptions) Run(ctx context.Context) error {
 				cfg.ForceSince.Format(time.RFC3339))
 		}
 	}
-	res := cli.Run(ctx, s, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets,
-		runbook.Options{Parallel: o.maxParallel, KeepGoing: !o.halt})
+	opts := runbook.Options{Parallel: o.maxParallel, KeepGoing: !o.halt}
+	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelFirmware, cfg.Readback))
+	res := cli.Run(ctx, s, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets, opts)
 	if cfg.ForceWrite {
 		if err := tt.EndForceCampaign(ctx, lease, res); err != nil {
 			s.Progress.Printf("could not end the forced campaign on the lease: %v", err)

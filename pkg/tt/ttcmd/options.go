@@ -1,6 +1,7 @@
 package ttcmd
 
 import (
+	"os"
 	"strings"
 	"time"
 
@@ -38,17 +39,27 @@ type helperFlags struct {
 	timeout   time.Duration
 }
 
-// defaultHelperImage is the node-agent image of this very release.
+// HelperImageEnv names the variable that, when set, is the default
+// --helper-image (a mirror, or a development image).
+const HelperImageEnv = "ROLLBOOK_HELPER_IMAGE"
+
+// defaultHelperImage is the node-agent image of this very release. A
+// development build has no image of its own: it has no default, so it
+// refuses to start a helper until told which image to run.
 func defaultHelperImage() string {
+	if img := os.Getenv(HelperImageEnv); img != "" {
+		return img
+	}
 	v := version.Get().Version
-	if v == "devel" || v == "" {
-		v = "latest"
+	if v == "devel" || v == "" || strings.Contains(v, "snapshot") {
+		return ""
 	}
 	return "ghcr.io/rollbook/node-agent:" + strings.TrimPrefix(v, "v")
 }
 
 func (h *helperFlags) add(fs *pflag.FlagSet, defaultTimeout time.Duration) {
-	fs.StringVar(&h.image, "helper-image", defaultHelperImage(), "image of the helper pods (it runs `kubectl-tt node-agent`)")
+	fs.StringVar(&h.image, "helper-image", defaultHelperImage(), "image of the helper pods (it runs `kubectl-tt node-agent`); "+
+		"default: this release's node-agent image, or $"+HelperImageEnv)
 	fs.StringVar(&h.namespace, "helper-namespace", "kube-system", "namespace of the helper pods")
 	fs.DurationVar(&h.timeout, "helper-timeout", defaultTimeout, "deadline of one helper pod on a node")
 }

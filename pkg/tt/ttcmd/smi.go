@@ -18,6 +18,7 @@ type smiOptions struct {
 	helper    helperFlags
 	version   string
 	cfg       *tt.SMIConfig
+	soak      cli.SoakFlags
 	selection tt.Selection
 }
 
@@ -41,6 +42,7 @@ func newUpgradeSMICommand(g *cli.Globals) *cobra.Command {
 	o.sel.add(cmd, g)
 	o.helper.add(fs, 5*time.Minute)
 	o.run.AddFlags(fs, "kube-system")
+	o.soak.AddFlags(fs)
 	return cmd
 }
 
@@ -55,6 +57,9 @@ func (o *smiOptions) Validate() error {
 	if err := o.run.Validate(); err != nil {
 		return err
 	}
+	if err := o.soak.Validate(); err != nil {
+		return err
+	}
 	if err := o.cfg.Validate(); err != nil {
 		return cli.UsageErrorf("%v", err)
 	}
@@ -66,18 +71,13 @@ func (o *smiOptions) Validate() error {
 
 // Run installs tt-smi on the selected nodes through one session.
 func (o *smiOptions) Run(ctx context.Context) error {
-	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, tt.DriverTargets)
 	if err != nil {
 		return err
 	}
 	o.cfg.RunID = s.RunID
-	targets, skipped, err := tt.DriverTargets(ctx, s.Client, o.selection)
-	if err != nil {
-		return s.Fail(err)
-	}
-	for _, sk := range skipped {
-		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
-	}
-	res := cli.Run(ctx, s, tt.SMIRunbook(s.Client, s.Recorder, o.cfg), targets, runbook.Options{})
+	opts := runbook.Options{}
+	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelSMIVersion, o.cfg.Version))
+	res := cli.Run(ctx, s, tt.SMIRunbook(s.Client, s.Recorder, o.cfg), targets, opts)
 	return s.Finish(res, "kubectl tt status")
 }

@@ -100,6 +100,11 @@ func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 		if err := o.table(o.g.IOStreams.Out, rows); err != nil {
 			return err
 		}
+		if o.output == "" || o.output == "wide" {
+			if note := cli.PauseNote(ctx, cs, "tt", "kube-system", tt.LockName); note != "" {
+				fmt.Fprintln(o.g.IOStreams.Out, note)
+			}
+		}
 		if !o.watch {
 			return nil
 		}

@@ -2,12 +2,14 @@ package ttcmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
@@ -36,6 +38,7 @@ type kmdOptions struct {
 	drainTO     time.Duration
 	forceUnload bool
 	force       bool
+	soak        cli.SoakFlags
 
 	cfg       *tt.KMDConfig
 	selection tt.Selection
@@ -87,6 +90,7 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 	o.sel.add(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
 	o.run.AddFlags(fs, "kube-system")
+	o.soak.AddFlags(fs)
 	return cmd
 }
 
@@ -111,6 +115,9 @@ func (o *kmdOptions) Validate() error {
 	if err := o.run.Validate(); err != nil {
 		return err
 	}
+	if err := o.soak.Validate(); err != nil {
+		return err
+	}
 	if err := o.cfg.Validate(); err != nil {
 		return cli.UsageErrorf("%v", err)
 	}
@@ -122,24 +129,15 @@ func (o *kmdOptions) Validate() error {
 
 // Run upgrades the selected nodes through one session.
 func (o *kmdOptions) Run(ctx context.Context) error {
-	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "tt", tt.LockName)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, tt.DriverTargets)
 	if err != nil {
 		return err
 	}
 	cfg := o.cfg
 	cfg.RunID = s.RunID
-	targets, skipped, err := tt.DriverTargets(ctx, s.Client, o.selection)
-	if err != nil {
-		return s.Fail(err)
-	}
-	for _, sk := range skipped {
-		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
-	}
-	// kmd work is one node at a time, like the operator's DaemonSet rollout.
-	if err := s.SetMaxOutOfService(ctx, 1); err != nil {
-		return s.Fail(err)
-	}
-	res := cli.Run(ctx, s, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets, runbook.Options{})
+	opts := runbook.Options{} // one node at a time, like the operator's DaemonSet rollout
+	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelKMDVersion, cfg.Version))
+	res := cli.Run(ctx, s, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets, opts)
 	next := "kubectl tt status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl tt upgrade kmd --version %s", cfg.Version)
@@ -147,6 +145,43 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 		next = fmt.Sprintf("kubectl tt upgrade kmd --version %s", cfg.Version)
 	}
 	return s.Finish(res, next)
+}
+
+// start finds the target nodes, then starts the session and says which
+// nodes it skips. Targets come first, so a typo in a node name is bad input
+// (exit 2) that changes nothing, not even the lock.
+func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selection,
+	targetsOf func(context.Context, kubernetes.Interface, tt.Selection) ([]runbook.Target, []tt.Skipped, error),
+) (*cli.Session, context.Context, []runbook.Target, error) {
+	cs, err := g.Factory.KubernetesClientSet()
+	if err != nil {
+		return nil, ctx, nil, err
+	}
+	targets, skipped, err := targetsOf(ctx, cs, sel)
+	var bad *tt.SelectionError
+	if errors.As(err, &bad) {
+		return nil, ctx, nil, cli.UsageErrorf("%v", err)
+	}
+	if err != nil {
+		return nil, ctx, nil, err
+	}
+	s, ctx, err := cli.StartSession(ctx, g, run, "tt", tt.LockName)
+	if err != nil {
+		return nil, ctx, nil, err
+	}
+	for _, sk := range skipped {
+		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
+	}
+	return s, ctx, targets, nil
+}
+
+// nodeNames are the nodes of node targets.
+func nodeNames(targets []runbook.Target) []string {
+	names := make([]string, 0, len(targets))
+	for _, t := range targets {
+		names = append(names, strings.TrimPrefix(t.Name(), "node/"))
+	}
+	return names
 }
 
 // gateList drops empty entries (--deploy-gate "" disables the gates).
