@@ -300,11 +300,6 @@ func (s *Session) markLeftCordoned(r runbook.Result) {
 	}
 }
 
-// Abort ends a session that failed before it ran anything.
-//
-// Deprecated: use Fail, which also returns the error to report.
-func (s *Session) Abort() error { s.end(); return nil }
-
 // stopReason is what stopped a target: its error, or its stopping step's.
 func stopReason(t runbook.TargetResult) string {
 	if t.Error != "" {

@@ -54,7 +54,7 @@ Deployments and pods go with them) and the OLD atelet DaemonSet are deleted.`,
 			if err != nil {
 				return err
 			}
-			defer func() { _ = s.Abort() }() // releases the lock
+			defer func() { _ = s.Fail(nil) }() // releases the lock
 			dyn, err := dynamicClient(g)
 			if err != nil {
 				return err

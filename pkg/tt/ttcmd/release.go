@@ -2,7 +2,6 @@ package ttcmd
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,5 +76,5 @@ func (o *releaseOptions) Run(ctx context.Context) error {
 	}
 	opts := runbook.Options{KeepGoing: true}
 	res := cli.Run(ctx, s, tt.ReleaseRunbook(s.Client, s.Recorder), targets, opts)
-	return s.Finish(res, fmt.Sprintf("kubectl tt status (a retry of one node: kubectl tt upgrade … --nodes NODE)"))
+	return s.Finish(res, "kubectl tt status (a retry of one node: kubectl tt upgrade … --nodes NODE)")
 }
