@@ -94,3 +94,21 @@ func TestDryRunFlagAcceptsKubectlSpellings(t *testing.T) {
 		}
 	}
 }
+
+func TestMissingPermissionsNamesEveryOneAndTheRole(t *testing.T) {
+	err := &MissingPermissionsError{Plugin: "tt", Missing: []Permission{
+		{Verb: "patch", Resource: "nodes"},
+		{Verb: "create", Resource: "pods", Subresource: "eviction"},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"},
+	}}
+	msg := err.Error()
+	for _, want := range []string{"3 permission(s)", "patch nodes cluster-wide", "create pods/eviction cluster-wide",
+		"update leases.coordination.k8s.io in kube-system", "deploy/rbac/tt-operator.yaml", "nothing was changed"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q:\n%s", want, msg)
+		}
+	}
+	if ExitCode(err) != ExitFailed {
+		t.Errorf("exit %d", ExitCode(err))
+	}
+}

@@ -98,6 +98,7 @@ func ExecuteContext(ctx context.Context, root *cobra.Command, args []string, err
 	if err == nil {
 		return ExitOK
 	}
+	err = explainForbidden(err, root.Name())
 	code := ExitCode(err)
 	if code == ExitFailed && isCobraUsageError(err) {
 		code = ExitUsage

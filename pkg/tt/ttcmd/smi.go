@@ -71,7 +71,7 @@ func (o *smiOptions) Validate() error {
 
 // Run installs tt-smi on the selected nodes through one session.
 func (o *smiOptions) Run(ctx context.Context) error {
-	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, tt.DriverTargets)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, o.helper.namespace, tt.DriverTargets)
 	if err != nil {
 		return err
 	}

@@ -129,7 +129,7 @@ func (o *kmdOptions) Validate() error {
 
 // Run upgrades the selected nodes through one session.
 func (o *kmdOptions) Run(ctx context.Context) error {
-	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, tt.DriverTargets)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, o.helper.namespace, tt.DriverTargets)
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 // start finds the target nodes, then starts the session and says which
 // nodes it skips. Targets come first, so a typo in a node name is bad input
 // (exit 2) that changes nothing, not even the lock.
-func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selection,
+func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selection, helperNS string,
 	targetsOf func(context.Context, kubernetes.Interface, tt.Selection) ([]runbook.Target, []tt.Skipped, error),
 ) (*cli.Session, context.Context, []runbook.Target, error) {
 	cs, err := g.Factory.KubernetesClientSet()
@@ -165,6 +165,11 @@ func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selecti
 	if err != nil {
 		return nil, ctx, nil, err
 	}
+	if !run.DryRun {
+		if err := cli.CheckPermissions(ctx, cs, "tt", ttPermissions(run.LockNamespace, helperNS)); err != nil {
+			return nil, ctx, nil, err
+		}
+	}
 	s, ctx, err := cli.StartSession(ctx, g, run, "tt", tt.LockName)
 	if err != nil {
 		return nil, ctx, nil, err
@@ -173,6 +178,25 @@ func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selecti
 		s.Progress.Printf("skip %s: %s", sk.Node, sk.Why)
 	}
 	return s, ctx, targets, nil
+}
+
+// ttPermissions is what an upgrade needs, checked all at once before it
+// changes anything (deploy/rbac/tt-operator.yaml grants exactly these).
+func ttPermissions(lockNS, helperNS string) []cli.Permission {
+	return []cli.Permission{
+		{Verb: "get", Resource: "nodes"}, {Verb: "list", Resource: "nodes"}, {Verb: "watch", Resource: "nodes"},
+		{Verb: "patch", Resource: "nodes"},
+		{Verb: "list", Resource: "pods"}, {Verb: "watch", Resource: "pods"}, {Verb: "delete", Resource: "pods"},
+		{Verb: "create", Resource: "pods", Subresource: "eviction"},
+		{Verb: "list", Group: "policy", Resource: "poddisruptionbudgets"},
+		{Verb: "create", Resource: "events"},
+		{Verb: "create", Resource: "pods", Namespace: helperNS}, {Verb: "get", Resource: "pods", Namespace: helperNS},
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},
+		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},
+		{Verb: "get", Resource: "configmaps", Namespace: lockNS}, {Verb: "create", Resource: "configmaps", Namespace: lockNS},
+		{Verb: "update", Resource: "configmaps", Namespace: lockNS},
+	}
 }
 
 // nodeNames are the nodes of node targets.
