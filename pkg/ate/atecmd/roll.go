@@ -133,6 +133,9 @@ func (n *nodeOptions) Validate() error {
 
 // Run moves nodes in one session; again is the command that resumes.
 func (n *nodeOptions) Run(ctx context.Context, g *cli.Globals, again string) error {
+	if err := checkMovePermissions(ctx, g, n.run); err != nil {
+		return err
+	}
 	s, ctx, err := cli.StartSession(ctx, g, n.run, "ate", ate.LockName)
 	if err != nil {
 		return err

@@ -57,6 +57,9 @@ The old pools and the old atelet DaemonSet are never touched. Re-run to resume a
 }
 
 func (o *rollbackOptions) Run(ctx context.Context, g *cli.Globals) error {
+	if err := checkMovePermissions(ctx, g, o.run); err != nil {
+		return err
+	}
 	s, ctx, err := cli.StartSession(ctx, g, o.run, "ate", ate.LockName)
 	if err != nil {
 		return err
