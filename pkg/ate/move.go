@@ -2,13 +2,16 @@ package ate
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
@@ -32,6 +35,10 @@ type MoveOptions struct {
 	WaitTimeout   time.Duration
 	AllowFullStop bool
 	Config        NodeConfig
+	// Soak watches the roll's health this long after the first Canary
+	// nodes, or (Canary 0) after every node, before the next one.
+	Soak   time.Duration
+	Canary int
 }
 
 // Mover is what moving nodes works with: one session's clients, recorder
@@ -45,8 +52,10 @@ type Mover struct {
 	Reporter runbook.Reporter
 	// Paused is asked before each node starts (kubectl ate pause).
 	Paused func(ctx context.Context) (bool, string)
-	RunID  string
-	DryRun bool
+	// OnHealthFailure records a failed soak (it pauses the roll).
+	OnHealthFailure func(ctx context.Context, why string)
+	RunID           string
+	DryRun          bool
 }
 
 // MoveNodes moves one node (the given one, or the next) or, with All, every
@@ -58,6 +67,7 @@ func MoveNodes(ctx context.Context, m Mover, o MoveOptions) (runbook.Result, err
 	if m.DryRun {
 		total.Outcome = runbook.OutcomePlanned
 	}
+	moved := 0
 	for {
 		c, err := ObserveCluster(ctx, m.Client, m.Dynamic)
 		if err != nil {
@@ -103,6 +113,16 @@ func MoveNodes(ctx context.Context, m Mover, o MoveOptions) (runbook.Result, err
 		if !o.All || m.DryRun || res.Outcome != runbook.OutcomeDone || o.Node != "" {
 			return total, nil
 		}
+		moved++
+		if o.Soak > 0 && (o.Canary == 0 || moved == o.Canary) {
+			if why := runbook.Soak(ctx, o.Soak, rollHealth(m.API, sides), m.Reporter); why != "" {
+				if m.OnHealthFailure != nil {
+					m.OnHealthFailure(ctx, why)
+				}
+				total.Outcome = runbook.Worst(total.Outcome, runbook.OutcomePaused)
+				return total, nil
+			}
+		}
 	}
 }
 
@@ -147,4 +167,34 @@ func WaitForCapacity(ctx context.Context, cs kubernetes.Interface, api API, cfg 
 		return runbook.Blocked(fmt.Errorf("not enough free workers for the actors on %s within %s (%s)", node, limit, last))
 	}
 	return err
+}
+
+// rollHealth is the soak's check: no actor CRASHED, and every worker of the
+// pools the roll moves to ACTIVE.
+func rollHealth(api API, sides Sides) func(ctx context.Context) error {
+	to := map[string]bool{}
+	for _, p := range sides.ToPools {
+		to[p.Key()] = true
+	}
+	return func(ctx context.Context) error {
+		inv, err := api.Inventory(ctx)
+		if err != nil {
+			return err
+		}
+		var problems []string
+		for _, a := range inv.Actors {
+			if a.State == ateapi.ActorCrashed {
+				problems = append(problems, fmt.Sprintf("actor %s/%s is CRASHED", a.Atespace, a.Name))
+			}
+		}
+		for _, w := range inv.Workers {
+			if to[w.PoolKey()] && w.State != ateapi.WorkerActive {
+				problems = append(problems, fmt.Sprintf("worker %s of %s is %s", w.Name, w.PoolKey(), w.State))
+			}
+		}
+		if len(problems) > 0 {
+			return errors.New(strings.Join(problems, "; "))
+		}
+		return nil
+	}
 }

@@ -42,15 +42,19 @@ func (f *SoakFlags) Validate() error {
 // carry on: a person looks, then `resume`s.
 func (s *Session) ApplySoak(o *runbook.Options, f SoakFlags, health func(ctx context.Context) error) {
 	o.Canary, o.Soak, o.Health = f.Canary, f.Soak, health
-	o.OnHealthFailure = func(ctx context.Context, why string) {
-		p := &lease.Pause{By: "rollbook run " + s.RunID, At: time.Now().UTC(), Reason: why}
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if err := lease.SetPause(pctx, s.Client, s.Flags.LockNamespace, s.lockName, p); err != nil {
-			s.Progress.Printf("warning: could not record the pause: %v", err)
-			return
-		}
-		s.Progress.Printf("paused the roll: %s\n  look at the nodes, then `kubectl %s resume` and re-run", why, s.plugin)
-		s.note(ctx, "Paused", fmt.Sprintf("health check failed: %s", why))
+	o.OnHealthFailure = s.PauseOnHealthFailure
+}
+
+// PauseOnHealthFailure pauses the roll on its Lease because a soak's health
+// check failed, and says so.
+func (s *Session) PauseOnHealthFailure(ctx context.Context, why string) {
+	p := &lease.Pause{By: "rollbook run " + s.RunID, At: time.Now().UTC(), Reason: why}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := lease.SetPause(pctx, s.Client, s.Flags.LockNamespace, s.lockName, p); err != nil {
+		s.Progress.Printf("warning: could not record the pause: %v", err)
+		return
 	}
+	s.Progress.Printf("paused the roll: %s\n  look at the nodes, then `kubectl %s resume` and re-run", why, s.plugin)
+	s.note(ctx, "Paused", fmt.Sprintf("health check failed: %s", why))
 }

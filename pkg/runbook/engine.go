@@ -166,7 +166,7 @@ func soakIfDue(ctx context.Context, o *Options, wg *sync.WaitGroup, mu *sync.Mut
 	if o.Health == nil {
 		o.Health = func(context.Context) error { return nil }
 	}
-	if why := soak(ctx, o.Soak, o.Health, o.Reporter); why != "" {
+	if why := Soak(ctx, o.Soak, o.Health, o.Reporter); why != "" {
 		if o.OnHealthFailure != nil {
 			o.OnHealthFailure(ctx, why)
 		}
@@ -175,8 +175,10 @@ func soakIfDue(ctx context.Context, o *Options, wg *sync.WaitGroup, mu *sync.Mut
 	return ""
 }
 
-// soak waits d, checking health along the way; it returns why health failed.
-func soak(ctx context.Context, d time.Duration, health func(context.Context) error, rep Reporter) string {
+// Soak waits d, checking health along the way, and returns why health
+// failed ("" when healthy throughout). Runs that roll one target per Run
+// call soak between calls with it.
+func Soak(ctx context.Context, d time.Duration, health func(context.Context) error, rep Reporter) string {
 	const scope = "soak"
 	start := time.Now()
 	rep.Step(scope, StepResult{ID: "soak", Title: "Soak: watch the rolled nodes' health", Status: StepWaiting, Started: &start, Budget: d})

@@ -90,6 +90,7 @@ type nodeOptions struct {
 	run  cli.RunFlags
 	api  apiFlags
 	move ate.MoveOptions
+	soak cli.SoakFlags
 }
 
 func (n *nodeOptions) add(cmd *cobra.Command) {
@@ -110,6 +111,7 @@ func (n *nodeOptions) add(cmd *cobra.Command) {
 		"how long a worker pod on the node may take to register before the flip; then the run stops blocked")
 	n.api.add(fs)
 	n.run.AddFlags(fs, ate.Namespace)
+	n.soak.AddFlags(fs)
 }
 
 func (n *nodeOptions) Complete(args []string) {
@@ -120,6 +122,9 @@ func (n *nodeOptions) Complete(args []string) {
 
 func (n *nodeOptions) Validate() error {
 	if err := n.run.Validate(); err != nil {
+		return err
+	}
+	if err := n.soak.Validate(); err != nil {
 		return err
 	}
 	if n.move.Config.MaxConcurrentSuspends < 1 {
@@ -145,6 +150,8 @@ func (n *nodeOptions) Run(ctx context.Context, g *cli.Globals, again string) err
 		return s.Fail(err)
 	}
 	defer closeAPI()
+	m.OnHealthFailure = s.PauseOnHealthFailure
+	n.move.Soak, n.move.Canary = n.soak.Soak, n.soak.Canary
 	res, err := ate.MoveNodes(ctx, m, n.move)
 	if err != nil {
 		return s.Fail(blockedExit(err))
