@@ -22,7 +22,7 @@ import (
 // The ate-fleet scenario's pools and actors (sim/scenario/atefleet.go).
 var (
 	wantPools  = map[string]int{"python-small": 4, "python-large": 2}
-	wantActors = []string{"demo/chat-1", "demo/chat-2", "demo/chat-3", "demo/chat-4", "demo/notebook-1",
+	wantActors = []string{"batch/job-1", "batch/job-2", "demo/chat-1", "demo/chat-2", "demo/chat-3", "demo/notebook-1",
 		"team-a/etl-1", "team-a/etl-2", "team-a/etl-3"}
 )
 
