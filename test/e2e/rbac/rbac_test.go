@@ -203,8 +203,10 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	ctx := simtest.Context(t, 8*time.Minute)
 	acmd := atecmd.NewRootCommand
 	const (
-		newV  = "v0.3.0"
-		image = "registry.example/ateom-gvisor:v0.3.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+		newV = "v0.3.0"
+		// One image per sandbox class: the ate-fleet serves gvisor and microvm pools.
+		gvisor  = "gvisor=registry.example/ateom-gvisor:v0.3.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+		microvm = "microvm=registry.example/ateom-microvm:v0.3.0@sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 	)
 	apply(t, ctx, c, "ate-operator.yaml")
 	apply(t, ctx, c, "rollbook-viewer.yaml")
@@ -248,7 +250,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	if out, err := exec.Command(sim, "ate-setup", "deploy-atelet", "--dir", c.Dir, "--version", newV).CombinedOutput(); err != nil {
 		t.Fatalf("deploy atelet: %v\n%s", err, out)
 	}
-	out, code = run(t, ctx, c, acmd, viewer, "roll", "clone-pools", "--image", image)
+	out, code = run(t, ctx, c, acmd, viewer, "roll", "clone-pools", "--image", gvisor, "--image", microvm)
 	if code == 0 || !forbidden(out) {
 		t.Fatalf("viewer clone-pools must be Forbidden: exit %d", code)
 	}
@@ -256,7 +258,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 		t.Fatalf("the viewer's refused clone-pools moved the roll to %s", s.Phase)
 	}
 
-	if _, code := run(t, ctx, c, acmd, operator, "roll", "clone-pools", "--image", image); code != 0 {
+	if _, code := run(t, ctx, c, acmd, operator, "roll", "clone-pools", "--image", gvisor, "--image", microvm); code != 0 {
 		t.Fatalf("operator clone-pools: exit %d", code)
 	}
 	if _, code := run(t, ctx, c, acmd, operator, "roll", "next-node", "--all", "--wait"); code != 0 {
@@ -279,7 +281,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	if out, err := exec.Command(sim, "ate-setup", "deploy-atelet", "--dir", c.Dir, "--version", newV).CombinedOutput(); err != nil {
 		t.Fatalf("deploy atelet again: %v\n%s", err, out)
 	}
-	if _, code := run(t, ctx, c, acmd, operator, "roll", "clone-pools", "--image", image); code != 0 {
+	if _, code := run(t, ctx, c, acmd, operator, "roll", "clone-pools", "--image", gvisor, "--image", microvm); code != 0 {
 		t.Fatalf("operator clone-pools again: exit %d", code)
 	}
 	if _, code := run(t, ctx, c, acmd, operator, "roll", "next-node", "--all", "--wait"); code != 0 {
