@@ -19,6 +19,7 @@ type Permission struct {
 	Resource    string
 	Subresource string
 	Namespace   string // "" = cluster-wide (or every namespace)
+	Name        string // one object, where a role grants it by name
 }
 
 func (p Permission) String() string {
@@ -28,6 +29,9 @@ func (p Permission) String() string {
 	}
 	if p.Group != "" {
 		r += "." + p.Group
+	}
+	if p.Name != "" {
+		r += " " + p.Name
 	}
 	where := "cluster-wide"
 	if p.Namespace != "" {
@@ -65,7 +69,7 @@ func CheckPermissions(ctx context.Context, cs kubernetes.Interface, plugin strin
 	for _, p := range perms {
 		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{
 			Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
-				Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource, Namespace: p.Namespace,
+				Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource, Namespace: p.Namespace, Name: p.Name,
 			}},
 		}, metav1.CreateOptions{})
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -15,7 +16,7 @@ func movePermissions(lockNS string) []cli.Permission {
 		{Verb: "list", Resource: "pods"}, {Verb: "delete", Resource: "pods"},
 		{Verb: "list", Group: "ate.dev", Resource: "workerpools"}, {Verb: "list", Group: "apps", Resource: "daemonsets"},
 		{Verb: "create", Resource: "events"},
-		{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: ate.Namespace},
+		{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: ate.Namespace, Name: ateapi.DefaultServiceAccount},
 		{Verb: "create", Resource: "pods", Subresource: "portforward", Namespace: ate.Namespace},
 		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},

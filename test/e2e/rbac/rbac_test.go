@@ -272,7 +272,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	if out, code := run(t, ctx, c, acmd, viewer, "rollback", "--wait"); code == 0 || !forbidden(out) {
 		t.Fatalf("viewer rollback must be Forbidden: exit %d", code)
 	}
-	if _, code := run(t, ctx, c, acmd, operator, "rollback", "--wait"); code != 0 {
+	if _, code := run(t, ctx, c, acmd, operator, "rollback", "--wait", "--control-plane-reverted"); code != 0 {
 		t.Fatalf("operator rollback: exit %d", code)
 	}
 	if s := status(viewer); s.Phase != ate.PhaseNotStarted || s.Counts[newV] != 0 {
