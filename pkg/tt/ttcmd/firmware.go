@@ -86,22 +86,10 @@ func (o *firmwareOptions) Complete(args []string) {
 
 // Validate rejects bad input before any API call.
 func (o *firmwareOptions) Validate() error {
-	if err := o.run.Validate(); err != nil {
-		return err
-	}
-	if err := o.soak.Validate(); err != nil {
-		return err
-	}
 	if o.maxParallel < 1 {
 		return cli.UsageErrorf("--max-parallel must be at least 1, not %d", o.maxParallel)
 	}
-	if err := o.cfg.Validate(); err != nil {
-		return cli.UsageErrorf("%v", err)
-	}
-	if err := o.selection.Validate(); err != nil {
-		return cli.UsageErrorf("%v", err)
-	}
-	return nil
+	return validateUpgrade(o.run, o.soak, &o.cfg, o.selection)
 }
 
 // Run flashes the selected nodes through one session.

@@ -54,19 +54,7 @@ func (o *smiOptions) Complete(args []string) {
 
 // Validate rejects bad input before any API call.
 func (o *smiOptions) Validate() error {
-	if err := o.run.Validate(); err != nil {
-		return err
-	}
-	if err := o.soak.Validate(); err != nil {
-		return err
-	}
-	if err := o.cfg.Validate(); err != nil {
-		return cli.UsageErrorf("%v", err)
-	}
-	if err := o.selection.Validate(); err != nil {
-		return cli.UsageErrorf("%v", err)
-	}
-	return nil
+	return validateUpgrade(o.run, o.soak, o.cfg, o.selection)
 }
 
 // Run installs tt-smi on the selected nodes through one session.

@@ -112,19 +112,7 @@ func (o *kmdOptions) Complete(args []string) error {
 
 // Validate rejects bad input before any API call.
 func (o *kmdOptions) Validate() error {
-	if err := o.run.Validate(); err != nil {
-		return err
-	}
-	if err := o.soak.Validate(); err != nil {
-		return err
-	}
-	if err := o.cfg.Validate(); err != nil {
-		return cli.UsageErrorf("%v", err)
-	}
-	if err := o.selection.Validate(); err != nil {
-		return cli.UsageErrorf("%v", err)
-	}
-	return nil
+	return validateUpgrade(o.run, o.soak, o.cfg, o.selection)
 }
 
 // Run upgrades the selected nodes through one session.
@@ -197,6 +185,24 @@ func ttPermissions(lockNS, helperNS string) []cli.Permission {
 		{Verb: "get", Resource: "configmaps", Namespace: lockNS}, {Verb: "create", Resource: "configmaps", Namespace: lockNS},
 		{Verb: "update", Resource: "configmaps", Namespace: lockNS},
 	}
+}
+
+// validateUpgrade is what every upgrade command checks before any API call:
+// its run and soak flags, the runbook's configuration and the node selection.
+func validateUpgrade(run cli.RunFlags, soak cli.SoakFlags, cfg interface{ Validate() error }, sel tt.Selection) error {
+	if err := run.Validate(); err != nil {
+		return err
+	}
+	if err := soak.Validate(); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	if err := sel.Validate(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	return nil
 }
 
 // nodeNames are the nodes of node targets.
