@@ -28,8 +28,9 @@ type Secrets struct {
 }
 
 // KubeconfigSecrets returns the credentials of the kubeconfig at path: the
-// client key (as PEM lines and as the base64 a kubeconfig stores), the
-// client certificate's body, a bearer token or a password.
+// client key (as PEM lines and as the base64 a kubeconfig stores), a
+// bearer token or a password. The client certificate is public (its lines
+// also match the CA's, which every namespace's kube-root-ca.crt holds).
 func KubeconfigSecrets(path string) (Secrets, error) {
 	kc, err := clientcmd.LoadFromFile(path)
 	if err != nil {
@@ -42,11 +43,6 @@ func KubeconfigSecrets(path string) (Secrets, error) {
 				s.Literals[l] = "client key of " + name
 			}
 			s.Literals[base64.StdEncoding.EncodeToString(a.ClientKeyData)[40:100]] = "client key of " + name + " (base64)"
-		}
-		if len(a.ClientCertificateData) > 0 {
-			for _, l := range pemBody(a.ClientCertificateData) {
-				s.Literals[l] = "client certificate of " + name
-			}
 		}
 		if a.Token != "" {
 			s.Literals[a.Token] = "token of " + name
