@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -283,4 +284,49 @@ func Converge(t *testing.T, ctx context.Context, p *Plugin, k *Killer, budget in
 			t.Fatalf("`%s` exited %d without being killed (after %d kills):\n%s", strings.Join(args, " "), r.Code, f.Kills, r.Out)
 		}
 	}
+}
+
+// blocker matches the line a failed or blocked run ends with: what stopped it.
+var blocker = regexp.MustCompile(`(?i)(error|blocked|failed|cannot|refused)`)
+
+// Blocker returns the first line of out that names why the run stopped,
+// or "" when none does.
+func Blocker(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if blocker.MatchString(l) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
+
+// UntilDone re-runs args (never killed) until one exits 0, at most maxRuns
+// times. A run that stops must exit 1 or 3 and name its blocker; after it,
+// check (if set) asserts what must hold between runs. It returns the runs
+// that stopped and why.
+func UntilDone(t *testing.T, ctx context.Context, p *Plugin, maxRuns int, check func(), args ...string) []string {
+	t.Helper()
+	var stops []string
+	for i := 0; i < maxRuns; i++ {
+		r := p.Run(ctx, KillPoint{}, args...)
+		switch r.Code {
+		case 0:
+			t.Logf("`%s` done after %d stop(s)", strings.Join(args, " "), len(stops))
+			return stops
+		case 1, 3:
+			why := Blocker(r.Out)
+			if why == "" {
+				t.Fatalf("`%s` exited %d without naming why:\n%s", strings.Join(args, " "), r.Code, r.Out)
+			}
+			stops = append(stops, fmt.Sprintf("exit %d: %s", r.Code, why))
+			t.Logf("`%s` stopped (exit %d): %s", strings.Join(args, " "), r.Code, why)
+			if check != nil {
+				check()
+			}
+		default:
+			t.Fatalf("`%s` exited %d (want 0, or 1/3 naming the blocker):\n%s", strings.Join(args, " "), r.Code, r.Out)
+		}
+	}
+	t.Fatalf("`%s` did not finish in %d runs: %v", strings.Join(args, " "), maxRuns, stops)
+	return nil
 }
