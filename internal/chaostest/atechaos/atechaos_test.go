@@ -102,9 +102,9 @@ func expectOneFlipEach(t *testing.T, skip int, from, to string) {
 func TestRollKilledAnywhere(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
-	ctx := simtest.Context(t, 20*time.Minute)
 	seed := chaostest.Seed(t) + 2
 	budget := chaostest.Kills(t, 18)
+	ctx := simtest.Context(t, 8*time.Minute+time.Duration(budget)*30*time.Second)
 	k := chaostest.NewKiller(seed, 20, 5*time.Second)
 	p := plugin(t)
 	start := time.Now()
