@@ -248,14 +248,20 @@ func (k *Killer) Next() KillPoint {
 // Figures are a scenario's counts.
 type Figures struct {
 	Kills, Runs int
+	Stops       []string // unkilled runs that stopped (exit 1/3), and why
 	Took        time.Duration
 }
 
+// MaxStops is how many unkilled runs of one command may stop (exit 1 or 3,
+// naming the blocker) before Converge gives up: a stop is re-run like a
+// kill, and reported.
+const MaxStops = 2
+
 // Converge runs args, killing runs at the Killer's points until budget
-// kills were made (or a run finished), then runs the same command
-// unkilled until it exits 0. A run that exits non-zero without being
-// killed fails the test: re-running the same command after a kill must
-// resume, not stumble.
+// kills were made (or a run finished), re-running the same command after
+// each kill until it exits 0. An unkilled run that stops with exit 1 or 3
+// and names its blocker is re-run too (at most MaxStops times, each one
+// logged as a STOP); any other exit fails the test.
 func Converge(t *testing.T, ctx context.Context, p *Plugin, k *Killer, budget int, args ...string) Figures {
 	t.Helper()
 	var f Figures
@@ -278,10 +284,16 @@ func Converge(t *testing.T, ctx context.Context, p *Plugin, k *Killer, budget in
 			continue
 		case r.Code == 0:
 			f.Took = time.Since(start)
-			t.Logf("`%s` converged: %d kills, %d runs, %s", strings.Join(args, " "), f.Kills, f.Runs, f.Took.Round(time.Second))
+			t.Logf("`%s` converged: %d kills, %d runs, %d stops %v, %s", strings.Join(args, " "), f.Kills, f.Runs, len(f.Stops), f.Stops,
+				f.Took.Round(time.Second))
 			return f
+		case (r.Code == 1 || r.Code == 3) && Blocker(r.Out) != "" && len(f.Stops) < MaxStops:
+			f.Stops = append(f.Stops, fmt.Sprintf("exit %d after kill %d: %s", r.Code, f.Kills, Blocker(r.Out)))
+			t.Logf("STOP: `%s` exited %d without being killed (after %d kills); re-running:\n%s", strings.Join(args, " "), r.Code,
+				f.Kills, r.Out)
 		default:
-			t.Fatalf("`%s` exited %d without being killed (after %d kills):\n%s", strings.Join(args, " "), r.Code, f.Kills, r.Out)
+			t.Fatalf("`%s` exited %d without being killed (after %d kills, %d stops):\n%s", strings.Join(args, " "), r.Code, f.Kills,
+				len(f.Stops), r.Out)
 		}
 	}
 }

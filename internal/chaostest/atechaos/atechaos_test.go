@@ -35,6 +35,7 @@ var (
 	nodes   = []string{"kwok-node-0", "kwok-node-1", "kwok-node-2", "kwok-node-3"}
 	printed chaostest.Transcript
 	kills   int
+	stops   []string
 
 	binOnce sync.Once
 	bin     string
@@ -116,7 +117,7 @@ func TestRollKilledAnywhere(t *testing.T) {
 			mustRun(t, ctx, p, atetest.CloneArgs...)
 			mustRun(t, ctx, p, "preflight")
 			f := chaostest.Converge(t, ctx, p, k, budget-kills, "roll", "next-node", "--all", "--wait")
-			kills += f.Kills
+			kills, stops = kills+f.Kills, append(stops, f.Stops...)
 			expectOneFlipEach(t, skip, atetest.OldV, atetest.NewV)
 			s := atetest.Status(t, ctx)
 			if s.Counts[atetest.NewV] != len(nodes) || s.OldPoolPodsRunning != 0 || s.ActorsOnOldPools != 0 {
@@ -125,7 +126,7 @@ func TestRollKilledAnywhere(t *testing.T) {
 			}
 		} else {
 			f := chaostest.Converge(t, ctx, p, k, budget-kills, "rollback", "--control-plane-reverted", "--wait")
-			kills += f.Kills
+			kills, stops = kills+f.Kills, append(stops, f.Stops...)
 			expectOneFlipEach(t, skip, atetest.NewV, atetest.OldV)
 		}
 		atetest.NoActorLost(t, ctx)
@@ -134,7 +135,8 @@ func TestRollKilledAnywhere(t *testing.T) {
 			t.FailNow()
 		}
 	}
-	t.Logf("FIGURES ate: %d kills survived, seed %d, %s", kills, seed, time.Since(start).Round(time.Second))
+	t.Logf("FIGURES ate: %d kills survived, %d unkilled stops re-run %v, seed %d, %s", kills, len(stops), stops, seed,
+		time.Since(start).Round(time.Second))
 }
 
 // TestRollAndRollbackTogether: a roll and a rollback started at once: one

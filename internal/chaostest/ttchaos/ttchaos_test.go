@@ -36,7 +36,7 @@ var (
 	printed chaostest.Transcript
 	totals  struct {
 		sync.Mutex
-		kills, runs int
+		kills, runs, stops int
 	}
 )
 
@@ -54,6 +54,7 @@ func count(f chaostest.Figures) {
 	defer totals.Unlock()
 	totals.kills += f.Kills
 	totals.runs += f.Runs
+	totals.stops += len(f.Stops)
 }
 
 // opsSince returns, per node, the host operations recorded after the
@@ -359,6 +360,7 @@ func TestZSecretsNeverPrintedOrWritten(t *testing.T) {
 		t.Errorf("secret found: %s", h)
 	}
 	totals.Lock()
-	t.Logf("FIGURES tt: %d kills survived in %d runs; secrets scan: %s", totals.kills, totals.runs, &s)
+	t.Logf("FIGURES tt: %d kills survived in %d runs (%d unkilled stops re-run); secrets scan: %s", totals.kills, totals.runs,
+		totals.stops, &s)
 	totals.Unlock()
 }
