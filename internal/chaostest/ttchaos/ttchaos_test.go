@@ -93,7 +93,7 @@ func TestKMDKilledAnywhere(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	seed := chaostest.Seed(t)
-	budget := chaostest.Kills(t, 18)
+	budget := chaostest.Kills(t, 24)
 	ctx := simtest.Context(t, 5*time.Minute+time.Duration(budget)*15*time.Second)
 	k := chaostest.NewKiller(seed, 14, 6*time.Second)
 	p := plugin(t)
@@ -142,7 +142,7 @@ func TestFirmwareKilledAnywhere(t *testing.T) {
 	ctx := simtest.Context(t, 5*time.Minute+time.Duration(budget)*15*time.Second)
 	// Chips only move up without --force-write, so there are two rounds
 	// (19.0.0, then 19.9.0); a bigger budget kills more densely.
-	k := chaostest.NewKiller(seed, 14, max(time.Second, 6*time.Second*16/time.Duration(max(budget, 1))))
+	k := chaostest.NewKiller(seed, 10, max(700*time.Millisecond, 3*time.Second*16/time.Duration(max(budget, 1))))
 	p := plugin(t)
 	start := time.Now()
 	kills := 0
