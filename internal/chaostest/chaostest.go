@@ -174,11 +174,12 @@ func (p *Plugin) run(ctx context.Context, k KillPoint, started chan<- int, args 
 		out    strings.Builder
 		last   string
 		killed bool
+		exited bool
 	)
 	kill := func() {
 		mu.Lock()
 		defer mu.Unlock()
-		if cmd.ProcessState == nil && !killed {
+		if !exited && !killed {
 			killed = cmd.Process.Signal(syscall.SIGKILL) == nil
 		}
 	}
@@ -206,6 +207,9 @@ func (p *Plugin) run(ctx context.Context, k KillPoint, started chan<- int, args 
 		time.AfterFunc(k.Delay, kill)
 	}
 	err := cmd.Wait()
+	mu.Lock()
+	exited = true
+	mu.Unlock()
 	_ = pw.Close()
 	<-read
 	mu.Lock()
