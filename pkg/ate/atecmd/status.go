@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ateapi"
@@ -90,17 +91,31 @@ func observeStatus(ctx context.Context, g *cli.Globals, client *ateapi.Client, d
 	if err != nil {
 		return nil, err
 	}
-	c, err := ate.ObserveCluster(ctx, cs, dyn)
+	md, err := g.MetadataClient()
 	if err != nil {
 		return nil, err
 	}
+	// The Kubernetes facts and the substrate's inventory are independent:
+	// read them together.
+	var c *ate.Cluster
 	var inv *ateapi.Inventory
 	var caps *ateapi.Capabilities
 	apiErr := dialErr
+	var grp errgroup.Group
+	grp.Go(func() (err error) {
+		c, err = ate.ObserveClusterMeta(ctx, cs, dyn, md)
+		return err
+	})
 	if client != nil {
 		cp := client.Capabilities()
 		caps = &cp
-		inv, apiErr = client.Inventory(ctx)
+		grp.Go(func() error {
+			inv, apiErr = client.Inventory(ctx)
+			return nil
+		})
+	}
+	if err := grp.Wait(); err != nil {
+		return nil, err
 	}
 	s, err := ate.ObserveStatus(ctx, cs, c, inv)
 	if err != nil {
