@@ -197,12 +197,20 @@ func trace(nodes []node, at int32) []string {
 	return out
 }
 
-// unfinishable returns the shallowest state (lowest index, BFS order) from
-// which no Done state is reachable, and how many there are; -1 if none.
+// unfinishable returns a state from which no Done state is reachable, and
+// how many there are; -1 if none. It prefers the shallowest dead end (a
+// state with no move to another state): the clearest story of being stuck.
 func unfinishable[S any](states []S, edges [][2]int32, done func(S) bool) (int32, int) {
 	back := make([][]int32, len(states))
+	leaves := make([]bool, len(states))
+	for i := range leaves {
+		leaves[i] = true
+	}
 	for _, e := range edges {
 		back[e[1]] = append(back[e[1]], e[0])
+		if e[0] != e[1] {
+			leaves[e[0]] = false
+		}
 	}
 	ok := make([]bool, len(states))
 	var queue []int32
@@ -222,14 +230,20 @@ func unfinishable[S any](states []S, edges [][2]int32, done func(S) bool) (int32
 			}
 		}
 	}
-	first, n := int32(-1), 0
+	first, dead, n := int32(-1), int32(-1), 0
 	for i := range ok {
 		if !ok[i] {
 			if first < 0 {
 				first = int32(i)
 			}
+			if dead < 0 && leaves[i] {
+				dead = int32(i)
+			}
 			n++
 		}
+	}
+	if dead >= 0 {
+		return dead, n
 	}
 	return first, n
 }
