@@ -835,9 +835,11 @@ func TestModelATEFindings(t *testing.T) {
 		c          aConfig
 	}{
 		// A PAUSED actor lives on the node only through the actor list (no
-		// worker names it): one ListActors that misses it, after a kill
-		// lost emptyNode's confirmations, lets the flip go and the atelet
-		// takes its snapshot with it.
+		// worker names it): one ListActors that misses it in the observation
+		// that finds the suspend step done lets the flip go, and the old
+		// atelet takes its snapshot with it. emptyNode's GetActor
+		// confirmations cover only the actors it suspended itself, in the
+		// same run.
 		{"a missed paused actor is lost at the flip", "no actor CRASHED or lost",
 			aConfig{nodes: 2, misses: 1, kills: 1, missActors: true, person: true, atomic: closed}},
 		// Between the flip's observation and its patch, a replacement
