@@ -255,7 +255,7 @@ func actorIndex(name string) int {
 	return i - 1
 }
 
-// cliMoves is one observation of the CLI in state s: `roll next-node`
+// cliMove is one observation of the CLI in state s: `roll next-node`
 // (node "") or `roll next-node NODE`.
 func (m *aModel) cliMove(s aState, node string) (modelcheck.Move[aState], bool) {
 	cmd := "roll next-node"

@@ -234,7 +234,8 @@ func (m *tModel) facts(s *tState, i int) Facts {
 	n := m.node(s, i)
 	f := Facts{Owner: m.rb.Name, Node: n, Measured: probeRecordOf(n), Finished: m.finished(n)}
 	if nd.Helper != podNone {
-		r := &nodeagent.Result{Op: nodeagent.OpKMD, Success: nd.Helper == podSucceeded, Changed: true, Target: m.target, Before: m.old, After: m.target}
+		r := &nodeagent.Result{Op: nodeagent.OpKMD, Success: nd.Helper == podSucceeded, Changed: true, Target: m.target, Before: m.old,
+			After: m.target}
 		if nd.Helper == podFailed {
 			r.After = m.old
 			r.Error = &nodeagent.Failure{Reason: "Failed", Message: "the helper failed"}
@@ -685,7 +686,12 @@ func (m *tModel) describe(s tState) string {
 			tNodeName(i), []string{"none", "rollbook", "someone else"}[nd.Cordon], nd.GateClosed, m.value(nd.Loaded), nd.Label, nd.Helper,
 			nd.DS, nd.Host)
 	}
-	fmt.Fprintf(&b, "  inference pod on node %d (−1 Pending); run active %v, targets %v", s.Work+1, s.Active, s.Prog)
+	work := "Pending"
+	if s.Work >= 0 {
+		work = "on " + tNodeName(int(s.Work))
+	}
+	fmt.Fprintf(&b, "  inference pod %s; run active %v, targets (0 not started, 1 in progress, 2 done, 3 stopped, 4 skipped) %v", work,
+		s.Active, s.Prog[:m.nodes])
 	return b.String()
 }
 
