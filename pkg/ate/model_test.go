@@ -709,6 +709,7 @@ type aConfig struct {
 	atomic                  []string // step IDs whose calls follow their observation at once
 	drop                    string   // "step-id/guard name prefix" removed from the runbook
 	skip                    string   // a step whose Done always says done (a broken step)
+	blindPlan               string   // a step whose Plan lists nothing (a dry run that hides its calls)
 }
 
 func newATEModel(t *testing.T, c aConfig) modelcheck.Model[aState] {
@@ -737,6 +738,9 @@ func newATEModel(t *testing.T, c aConfig) modelcheck.Model[aState] {
 	for i := range rb.Steps {
 		if rb.Steps[i].ID == c.skip {
 			rb.Steps[i].Done = func(nodeFacts) (bool, string) { return true, "skipped (seeded bug)" }
+		}
+		if rb.Steps[i].ID == c.blindPlan {
+			rb.Steps[i].Plan = func(nodeFacts) []runbook.Change { return nil }
 		}
 	}
 	m := &aModel{nodes: c.nodes, rb: rb, byNode: c.byNode, atomic: map[string]bool{}, missWorkers: c.missWorkers,
@@ -823,6 +827,13 @@ func TestModelATESeededBug(t *testing.T) {
 		t.Fatalf("want an actor lost, got:\n%s", res.Violation)
 	}
 	t.Logf("seeded bug caught:\n%s", res.Violation)
+
+	// --dry-run must show what the run would do: a plan that hides the
+	// drain's calls is caught by the cross-check of calls and plan.
+	res = exploreATE(t, aConfig{nodes: 2, person: true, atomic: closed, blindPlan: "ate.node.drain"})
+	if res.Violation == nil || !strings.Contains(res.Violation.Detail, "not in the plan") {
+		t.Fatalf("a blind plan went unnoticed: %v", res.Violation)
+	}
 }
 
 // TestModelATEFindings are what the explorer found in the runbook as it is.

@@ -306,7 +306,11 @@ func (m *tModel) observe(s *tState, i int) (step string, ops []tOp, end uint8, w
 				return st.ID, nil, tgStopped, "blocked: " + g.Name
 			}
 		}
-		return st.ID, m.effect(s, i, st.ID, f), 0, ""
+		ops := m.effect(s, i, st.ID, f)
+		if len(ops) > 0 && (st.Plan == nil || len(st.Plan(f)) == 0) {
+			return st.ID, ops, 0, "calls with no plan" // --dry-run would hide them
+		}
+		return st.ID, ops, 0, ""
 	}
 	return "", nil, tgDone, "done"
 }
@@ -606,6 +610,9 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 		case len(ops) > 0:
 			n := s.clone()
 			n.Ops[i] = ops
+			if why != "" && n.Bad == "" {
+				n.Bad = fmt.Sprintf("%s on %s: %s", step, name, why)
+			}
 			add(fmt.Sprintf("cli: %s: %s (%d call(s))", name, step, len(ops)), n)
 		}
 	}
@@ -620,9 +627,11 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 	}
 }
 
+const ruleActs = "never rmmod or flash under a holder; never lift a cordon someone else set; every call planned"
+
 func (m *tModel) invariants() []modelcheck.Invariant[tState] {
 	return []modelcheck.Invariant[tState]{
-		{Name: "never rmmod or flash under a holder; never lift a cordon someone else set", Check: func(s tState) string { return s.Bad }},
+		{Name: ruleActs, Check: func(s tState) string { return s.Bad }},
 		{Name: fmt.Sprintf("at most %d node(s) out of service", m.limit), Check: func(s tState) string {
 			var out []string
 			for i := 0; i < m.nodes; i++ {
@@ -843,7 +852,7 @@ func TestModelTTSeededBugs(t *testing.T) {
 		{"firmware cordon without the --max-parallel budget", "at most 1 node(s) out of service",
 			tConfig{kind: "firmware", nodes: 2, parallel: 1, keep: true, runs: -1, fails: true, host: -1,
 				drop: "tt.fw.cordon/no more than --max-parallel"}},
-		{"kmd cordon without the probe's verdict", "never rmmod or flash under a holder; never lift a cordon someone else set",
+		{"kmd cordon without the probe's verdict", ruleActs,
 			tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, host: 1, noDone: true,
 				drop: "tt.kmd.cordon/the probe found nothing in the way"}},
 	} {
