@@ -201,6 +201,9 @@ func deleteAteletStep(id string, r removal, cs kubernetes.Interface, rec kube.Re
 				return len(f.pools) == 0, fmt.Sprintf("%d pool(s) still pinned to %s", len(f.pools), f.version)
 			}}},
 		Plan: func(f removalFacts) []runbook.Change {
+			if f.atelet == nil {
+				return nil
+			}
 			return []runbook.Change{{Object: "daemonset/" + Namespace + "/" + f.atelet.Name, Action: "delete",
 				Detail: VersionLabel + "=" + f.version}}
 		},
