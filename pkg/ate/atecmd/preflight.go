@@ -65,21 +65,12 @@ func (o *preflightOptions) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	cs, err := o.g.Factory.KubernetesClientSet()
+	r, err := connectReaders(ctx, o.g, &o.api, false)
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamicClient(o.g)
-	if err != nil {
-		return err
-	}
-	var api ate.APIReader
-	client, dialErr := o.api.dial(ctx, o.g)
-	if dialErr == nil {
-		defer client.Close()
-		api = client
-	}
-	checks, err := ate.ReadPreflight(ctx, cs, dyn, ate.ReadAPI(ctx, api, dialErr), o.opts)
+	defer r.close()
+	checks, err := ate.ReadPreflight(ctx, r.cs, r.dyn, r.view(ctx), o.opts)
 	if err != nil {
 		return err
 	}
@@ -100,21 +91,13 @@ func (o *preflightOptions) Run(ctx context.Context) error {
 // pinPools runs the pin-pools runbook in its own session; the checks that
 // follow read the cluster it leaves.
 func (o *preflightOptions) pinPools(ctx context.Context) error {
-	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "ate", ate.LockName)
+	s, ctx, err := startAPISession(ctx, o.g, o.run, &o.api)
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamicClient(o.g)
-	if err != nil {
-		return s.Fail(err)
-	}
-	client, err := o.api.dial(ctx, o.g)
-	if err != nil {
-		return s.Fail(fmt.Errorf("--pin-pools needs the control API to prove no actor is on a pool's workers: %w", err))
-	}
-	defer client.Close()
-	res := cli.Run(ctx, s, ate.PinPoolsRunbook(s.Client, dyn, client, s.Recorder), []runbook.Target{runbook.ScopeTarget{Scope: "pools"}},
-		runbook.Options{})
+	defer s.client.Close()
+	res := cli.Run(ctx, s.Session, ate.PinPoolsRunbook(s.Client, s.dyn, s.client, s.Recorder),
+		[]runbook.Target{runbook.ScopeTarget{Scope: "pools"}}, runbook.Options{})
 	return s.Finish(res, "the checks follow")
 }
 

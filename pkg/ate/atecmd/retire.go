@@ -62,20 +62,12 @@ func (o *retireOptions) Validate() error {
 
 // Run retires the old version in one session.
 func (o *retireOptions) Run(ctx context.Context) error {
-	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "ate", ate.LockName)
+	s, ctx, err := startAPISession(ctx, o.g, o.run, &o.api)
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamicClient(o.g)
-	if err != nil {
-		return s.Fail(err)
-	}
-	client, err := o.api.dial(ctx, o.g)
-	if err != nil {
-		return s.Fail(err)
-	}
-	defer client.Close()
-	res := cli.Run(ctx, s, ate.RetireRunbook(s.Client, dyn, client, s.Recorder, o.backup), rollScope(), runbook.Options{})
+	defer s.client.Close()
+	res := cli.Run(ctx, s.Session, ate.RetireRunbook(s.Client, s.dyn, s.client, s.Recorder, o.backup), rollScope(), runbook.Options{})
 	next := "kubectl ate status   (to recreate a retired pool: kubectl apply -f " +
 		ate.BackupFile(o.backup.Dir, ate.Pool{Namespace: "NAMESPACE", Name: "NAME"}) + ")"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {

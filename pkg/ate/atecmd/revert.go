@@ -105,14 +105,11 @@ func (o *revertOptions) Validate() error {
 // Run lists the actors, asks for confirmation, and reverts them in one
 // session.
 func (o *revertOptions) Run(ctx context.Context) error {
-	s, ctx, err := cli.StartSession(ctx, o.g, o.run, "ate", ate.LockName)
+	s, ctx, err := startAPISession(ctx, o.g, o.run, &o.api)
 	if err != nil {
 		return err
 	}
-	client, err := o.api.dial(ctx, o.g)
-	if err != nil {
-		return s.Fail(err)
-	}
+	client := s.client
 	defer client.Close()
 	var actors []ateapi.Actor
 	if o.allCrashed {
@@ -136,7 +133,7 @@ func (o *revertOptions) Run(ctx context.Context) error {
 	for _, a := range actors {
 		targets = append(targets, ate.ActorTarget{Actor: a.Ref()})
 	}
-	res := cli.Run(ctx, s, ate.RevertRunbook(client, s.Recorder, o.timeout), targets, runbook.Options{KeepGoing: true})
+	res := cli.Run(ctx, s.Session, ate.RevertRunbook(client, s.Recorder, o.timeout), targets, runbook.Options{KeepGoing: true})
 	next := "kubectl ate status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = "fix what is shown above, then re-run the same command"

@@ -60,26 +60,14 @@ func (o *statusOptions) Validate() error {
 // connection (one port-forward, one token) serves the whole --watch: a
 // redraw only lists workers and actors again.
 func (o *statusOptions) Run(ctx context.Context) error {
-	cs, err := o.g.Factory.KubernetesClientSet()
+	r, err := connectReaders(ctx, o.g, &o.api, o.noAPI)
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamicClient(o.g)
-	if err != nil {
-		return err
-	}
-	var api ate.APIReader
-	var dialErr error
-	if !o.noAPI {
-		client, err := o.api.dial(ctx, o.g)
-		if dialErr = err; err == nil {
-			defer client.Close()
-			api = client
-		}
-	}
+	defer r.close()
 	out := o.g.IOStreams.Out
 	for {
-		s, err := ate.ReadStatus(ctx, cs, dyn, ate.ReadAPI(ctx, api, dialErr))
+		s, err := ate.ReadStatus(ctx, r.cs, r.dyn, r.view(ctx))
 		if err != nil {
 			return err
 		}
