@@ -239,7 +239,20 @@ func TestRetireAfterRollingForwardAgain(t *testing.T) {
 		t.Fatalf("clone-pools: exit %d", code)
 	}
 	dir := t.TempDir()
-	noFiles := func() bool { files, _ := os.ReadDir(dir); return len(files) == 0 }
+	// noFiles: no backup written, neither in dir nor as a ConfigMap.
+	noFiles := func() bool {
+		files, _ := os.ReadDir(dir)
+		cms, err := c.Client.CoreV1().ConfigMaps("ate-workers").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cm := range cms.Items {
+			if strings.HasPrefix(cm.Name, "workerpool-backup-") {
+				return false
+			}
+		}
+		return len(files) == 0
+	}
 	pools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers")
 	oldPoolsLeft := func() int {
 		n := 0
@@ -256,7 +269,7 @@ func TestRetireAfterRollingForwardAgain(t *testing.T) {
 		t.Fatalf("retire before the roll must refuse: exit %d", code)
 	}
 	if !noFiles() {
-		t.Fatal("a refused retire wrote a file")
+		t.Fatal("a refused retire wrote a backup")
 	}
 	if _, code := run(t, ctx, "roll", "next-node", "--all", "--wait"); code != 0 {
 		t.Fatalf("roll --all: exit %d", code)
@@ -291,7 +304,7 @@ func TestRetireAfterRollingForwardAgain(t *testing.T) {
 		t.Errorf("the dry run does not plan deleting the %s atelet: %v", oldV, planned)
 	}
 	if !noFiles() || oldPoolsLeft() != len(oldPoolsAtStart) {
-		t.Fatal("a dry run wrote a file or deleted a pool")
+		t.Fatal("a dry run wrote a backup or deleted a pool")
 	}
 	expectLocked(t, ctx, func() bool { return noFiles() && oldPoolsLeft() == len(oldPoolsAtStart) },
 		"retire", "--backup-dir", dir)
