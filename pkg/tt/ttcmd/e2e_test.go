@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -439,39 +438,15 @@ func TestStatusOutputs(t *testing.T) {
 func TestKMDRequestsPerNode(t *testing.T) {
 	simtest.Get(t).ExpectNoViolations(t)
 	ctx := simtest.Context(t, 2*time.Minute)
-	var n, preflight atomic.Int64
-	var mu sync.Mutex
-	byVerb := map[string]int{}
-	var paths []string
-	cli.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews") {
-				preflight.Add(1) // once per run, whatever the fleet size
-				return rt.RoundTrip(r)
-			}
-			n.Add(1)
-			mu.Lock()
-			byVerb[r.Method]++
-			paths = append(paths, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
-			mu.Unlock()
-			return rt.RoundTrip(r)
-		})
-	}
-	defer func() { cli.WrapTransport = nil }()
+	rc, stop := countRequests()
+	defer stop()
 	start := time.Now()
 	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.1", "--nodes", "kwok-node-0"); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	t.Logf("one-node kmd roll: %d API requests %v in %s (about 10 of them per run: identity, lease and its limit, pause, "+
-		"operator check, node list, release), plus %d permission checks per run",
-		n.Load(), byVerb, time.Since(start).Round(time.Millisecond), preflight.Load())
-	// Measured 82 after the other tests, 98 when run alone (more pods on the
-	// node to evict and wait for): about 59 for the roll, 11 for the probe
-	// helper (create, watch, record, delete) and 12 for the session's history
-	// journal (a ConfigMap write per mutation). The goal is 40 per node
-	// (cutting these is the performance issue's work); this guards regressions.
-	if got := n.Load(); got > 110 {
-		t.Errorf("a one-node roll made %d API requests:\n%s", got, strings.Join(paths, "\n"))
+	t.Logf("one-node kmd roll in %s: %s", time.Since(start).Round(time.Millisecond), rc.Breakdown())
+	if got := rc.Total(); got > 110 {
+		t.Errorf("a one-node roll made %d API requests: %s\n%s", got, rc.Breakdown(), rc.Paths())
 	}
 }
 
