@@ -57,9 +57,16 @@ type Writer struct {
 	// Base fills Run, User, Host and Command of every entry.
 	Base     Entry
 	MaxBytes int
+	// Batch, when set, keeps recorded mutations for up to this long and
+	// writes them together (one ConfigMap update for every mutation of a
+	// step, or of several nodes' steps at once). Append and Flush write at
+	// once, with whatever is pending. Zero writes each record through.
+	Batch time.Duration
 
-	mu sync.Mutex
-	cm *corev1.ConfigMap // last version written, to update without a read
+	mu      sync.Mutex
+	cm      *corev1.ConfigMap // last version written, to update without a read
+	pending []byte            // lines recorded but not yet written
+	timer   *time.Timer
 }
 
 // Record implements kube.Recorder.
@@ -68,13 +75,39 @@ func (w *Writer) Record(ctx context.Context, obj corev1.ObjectReference, warning
 	e.Object = objectName(obj)
 	e.Step = runbook.StepOf(ctx)
 	e.Reason, e.Message, e.Warning = reason, message, warning
+	if w.Batch > 0 {
+		e.Time = time.Now().UTC()
+		if line, err := json.Marshal(e); err == nil {
+			w.mu.Lock()
+			w.pending = append(append(w.pending, line...), '\n')
+			if w.timer == nil {
+				w.timer = time.AfterFunc(w.Batch, w.flushLater)
+			}
+			w.mu.Unlock()
+		}
+		return
+	}
 	// Like Events, the record outlives a cancelled run: the mutation happened.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = w.Append(wctx, e)
 }
 
-// Append adds e (stamped now when its time is zero).
+func (w *Writer) flushLater() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = w.Flush(ctx)
+}
+
+// Flush writes the records still pending, if any.
+func (w *Writer) Flush(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.write(ctx, nil)
+}
+
+// Append adds e (stamped now when its time is zero), with any records
+// still pending before it.
 func (w *Writer) Append(ctx context.Context, e Entry) error {
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
@@ -83,12 +116,35 @@ func (w *Writer) Append(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.write(ctx, append(line, '\n'))
+}
+
+// write appends the pending lines and then lines to the ConfigMap; w.mu
+// is held. Pending lines are kept when the write fails.
+func (w *Writer) write(ctx context.Context, lines []byte) error {
+	if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
+	add := string(w.pending) + string(lines)
+	if add == "" {
+		return nil
+	}
+	if err := w.update(ctx, add); err != nil {
+		return err
+	}
+	w.pending = nil
+	return nil
+}
+
+// update appends add (whole lines) to the ConfigMap, creating it if needed.
+func (w *Writer) update(ctx context.Context, add string) error {
 	max := w.MaxBytes
 	if max <= 0 {
 		max = DefaultMaxBytes
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	cms := w.Client.CoreV1().ConfigMaps(w.Namespace)
 	for attempt := 0; attempt < 5; attempt++ {
 		cur := w.cm
@@ -99,7 +155,7 @@ func (w *Writer) Append(ctx context.Context, e Entry) error {
 				created, err := cms.Create(ctx, &corev1.ConfigMap{
 					ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace,
 						Labels: map[string]string{"app.kubernetes.io/managed-by": "rollbook"}},
-					Data: map[string]string{dataKey: string(line) + "\n"},
+					Data: map[string]string{dataKey: add},
 				}, metav1.CreateOptions{})
 				if apierrors.IsAlreadyExists(err) {
 					continue
@@ -117,7 +173,7 @@ func (w *Writer) Append(ctx context.Context, e Entry) error {
 		if next.Data == nil {
 			next.Data = map[string]string{}
 		}
-		body, dropped := rotate(next.Data[dataKey]+string(line)+"\n", max)
+		body, dropped := rotate(next.Data[dataKey]+add, max)
 		next.Data[dataKey] = body
 		if dropped > 0 {
 			if next.Annotations == nil {

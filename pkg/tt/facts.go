@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/kube"
@@ -89,15 +89,14 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 	if o.skip != nil {
 		f.Skip = o.skip(n)
 	}
-	if o.helper != nil {
-		if f.Helper, err = observeHelper(ctx, o.cs, o.helperNS, o.helper(n.Name)); err != nil {
+	if o.helper != nil || o.probe != nil {
+		// One list of the node's helpers finds the task's and the probe's.
+		l, err := o.cs.CoreV1().Pods(o.helperNS).List(ctx, metav1.ListOptions{
+			LabelSelector: kube.LabelNode + "=" + kube.HelperNodeLabel(n.Name)})
+		if err != nil {
 			return f, err
 		}
-	}
-	if o.probe != nil {
-		if f.Probe, err = observeHelper(ctx, o.cs, o.helperNS, o.probe(n.Name)); err != nil {
-			return f, err
-		}
+		f.Helper, f.Probe = helperNamed(l.Items, o.helper, n.Name), helperNamed(l.Items, o.probe, n.Name)
 	}
 	if o.countOut && !f.ourCordon() && !f.Finished {
 		if f.OthersOut, err = countOutOfService(ctx, o.cs, n.Name); err != nil {
@@ -114,7 +113,9 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 // has out of service: a failed node that stays cordoned still uses its
 // slot, whichever tt runbook left it.
 func countOutOfService(ctx context.Context, cs kubernetes.Interface, node string) (int, error) {
-	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	// Only cordoned nodes: the cost follows what is out, not the fleet.
+	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0",
+		FieldSelector: fields.OneTermEqualSelector("spec.unschedulable", "true").String()})
 	if err != nil {
 		return 0, err
 	}
@@ -127,15 +128,18 @@ func countOutOfService(ctx context.Context, cs kubernetes.Interface, node string
 	return n, nil
 }
 
-func observeHelper(ctx context.Context, cs kubernetes.Interface, ns, name string) (helperFacts, error) {
-	p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return helperFacts{}, nil
+// helperNamed is the pod of pods that name gives for node, if any.
+func helperNamed(pods []corev1.Pod, name func(node string) string, node string) helperFacts {
+	if name == nil {
+		return helperFacts{}
 	}
-	if err != nil {
-		return helperFacts{}, err
+	want := name(node)
+	for i := range pods {
+		if pods[i].Name == want {
+			return helperOf(&pods[i])
+		}
 	}
-	return helperOf(p), nil
+	return helperFacts{}
 }
 
 // helperOf reads a helper pod's result from its status.

@@ -250,7 +250,7 @@ func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) ru
 		Act: func(ctx context.Context, f Facts) error {
 			return blockedIfDrain(kube.Drain(ctx, cs, rec, f.Node.Name, kube.DrainOptions{
 				PodFilter: cfg.drainSelects, Why: "tt-kmd " + cfg.Version + " upgrade (full-node drain)",
-				Timeout: remaining(ctx, cfg.DrainTimeout), Force: cfg.Force,
+				Timeout: remaining(ctx, cfg.DrainTimeout), Force: cfg.Force, Pods: f.Pods,
 			}))
 		},
 	}

@@ -142,6 +142,7 @@ func (b *builder) evictDevicePods(id string, enabled, force bool, timeout time.D
 			}
 			err := kube.Drain(ctx, b.cs, b.rec, f.Node.Name, kube.DrainOptions{
 				PodFilter: holds, Why: why + ": the pod holds /dev/tenstorrent", Timeout: remaining(ctx, timeout), Force: force,
+				Pods: f.Pods, NoWait: true, // Wait watches them go, DaemonSet pods leaving through the gates too
 			})
 			return blockedIfDrain(err)
 		},

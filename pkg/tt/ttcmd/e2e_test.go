@@ -445,6 +445,9 @@ func TestKMDRequestsPerNode(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	t.Logf("one-node kmd roll in %s: %s", time.Since(start).Round(time.Millisecond), rc.Breakdown())
+	if testing.Verbose() {
+		t.Logf("in order:\n%s", rc.Paths())
+	}
 	if got := rc.Total(); got > 110 {
 		t.Errorf("a one-node roll made %d API requests: %s\n%s", got, rc.Breakdown(), rc.Paths())
 	}
