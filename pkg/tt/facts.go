@@ -89,24 +89,32 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 	if o.skip != nil {
 		f.Skip = o.skip(n)
 	}
-	if o.helper != nil || o.probe != nil {
-		// One list of the node's helpers finds the task's and the probe's.
-		l, err := o.cs.CoreV1().Pods(o.helperNS).List(ctx, metav1.ListOptions{
-			LabelSelector: kube.LabelNode + "=" + kube.HelperNodeLabel(n.Name)})
-		if err != nil {
-			return f, err
-		}
-		f.Helper, f.Probe = helperNamed(l.Items, o.helper, n.Name), helperNamed(l.Items, o.probe, n.Name)
-	}
 	if o.countOut && !f.ourCordon() && !f.Finished {
 		if f.OthersOut, err = countOutOfService(ctx, o.cs, n.Name); err != nil {
 			return f, err
 		}
 	}
-	if f.ourCordon() && !f.Finished {
-		f.Pods, err = kube.PodsOnNode(ctx, o.cs, n.Name)
+	if o.helper == nil && o.probe == nil && !(f.ourCordon() && !f.Finished) {
+		return f, nil
 	}
-	return f, err
+	// One list of the node's pods (cost follows the node, not the fleet)
+	// finds the task's and the probe's helpers (pinned to it) and, while the
+	// node is ours, what is still on it.
+	pods, err := kube.PodsOnNode(ctx, o.cs, n.Name)
+	if err != nil {
+		return f, err
+	}
+	var helpers []corev1.Pod
+	for _, p := range pods {
+		if p.Namespace == o.helperNS {
+			helpers = append(helpers, p)
+		}
+	}
+	f.Helper, f.Probe = helperNamed(helpers, o.helper, n.Name), helperNamed(helpers, o.probe, n.Name)
+	if f.ourCordon() && !f.Finished {
+		f.Pods = pods
+	}
+	return f, nil
 }
 
 // countOutOfService counts the nodes other than node that a rollbook run
