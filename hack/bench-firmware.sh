@@ -21,15 +21,24 @@ export KUBECONFIG=$dir/kubeconfig
 # A development build has no node-agent image of its own: use the one the sim's registry holds.
 export ROLLBOOK_HELPER_IMAGE=ghcr.io/rollbook/node-agent:latest
 start=$(date +%s.%N)
-"$TT" upgrade firmware --version 19.0.0 --bundle-url "file://$dir/bundles/fw_pack-19.0.0.fwbundle" --max-parallel "$K" >"$base/run.out" 2>&1 || { cat "$base/run.out"; exit 1; }
+"$TT" upgrade firmware --version 19.0.0 --bundle-url "file://$dir/bundles/fw_pack-19.0.0.fwbundle" --max-parallel "$K" -o json \
+  >"$base/run.json" 2>"$base/run.out" || { cat "$base/run.out"; exit 1; }
 end=$(date +%s.%N)
 flash=$(echo "$FLASH" | sed 's/s$//')
-batches=$(( (NODES + K - 1) / K ))
-python3 - "$start" "$end" "$flash" "$batches" "$NODES" "$K" <<'PY'
-import sys
-start, end, flash, batches, nodes, k = map(float, sys.argv[1:])
+python3 - "$start" "$end" "$flash" "$NODES" "$K" "$base/run.json" <<'PY'
+import json, math, statistics, sys
+start, end, flash = map(float, sys.argv[1:4])
+nodes, k = int(sys.argv[4]), int(sys.argv[5])
+run = json.load(open(sys.argv[6]))
+drains = []
+for t in run["targets"]:
+    drains.append(sum(s.get("durationNs", 0) for s in t["steps"] if "evict" in s["id"] or "drain" in s["id"]) / 1e9)
+drain = statistics.median(drains) if drains else 0.0
+batches = math.ceil(nodes / k)
 total = end - start
-ideal = batches * flash
-print(f"{int(nodes)} nodes, --max-parallel {int(k)}, each flash {flash:.1f}s")
-print(f"total {total:.2f}s, ideal ceil(N/K)×flash = {ideal:.2f}s, overhead {total-ideal:.2f}s ({(total-ideal)/batches:.2f}s per batch)")
+ideal = batches * (drain + flash)
+print(f"{nodes} nodes, --max-parallel {k}, each flash {flash:.1f}s, median drain {drain:.2f}s")
+print(f"total {total:.2f}s, ideal ceil(N/K)×(drain+flash) = {ideal:.2f}s, overhead {total-ideal:.2f}s "
+      f"({(total-ideal)/batches:.2f}s per batch); {total/ideal:.2f}× the ideal (target ≤ 1.10×: "
+      f"{'met' if total <= 1.10*ideal else 'NOT met'})")
 PY

@@ -210,6 +210,15 @@ func evictPod(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, o Dra
 			// Accepted, or the pod is already gone (or replaced).
 			fmt.Fprintf(o.Log, "evicted pod %s/%s\n", p.Namespace, p.Name)
 			return nil
+		case apierrors.IsForbidden(err) && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+			// Its namespace is being deleted and takes the pod with it: no
+			// eviction can be created there, so wait for that deletion.
+			fmt.Fprintf(o.Log, "pod %s/%s: its namespace is terminating; waiting for it to be deleted\n", p.Namespace, p.Name)
+			_, werr := WaitForPod(ctx, cs, p.Namespace, p.Name, func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+			if werr == nil || errors.Is(werr, ErrGone) {
+				return nil
+			}
+			return werr
 		case apierrors.IsTooManyRequests(err):
 			msg := fmt.Sprintf("error when evicting pods/%q -n %q (will retry when its PDB allows): %v", p.Name, p.Namespace, err)
 			fmt.Fprintln(o.Log, msg)

@@ -79,10 +79,18 @@ type observer struct {
 
 func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 	f := Facts{Owner: o.owner}
-	n, err := o.cs.CoreV1().Nodes().Get(ctx, strings.TrimPrefix(node, "node/"), metav1.GetOptions{})
-	if err != nil {
-		return f, err
+	name := strings.TrimPrefix(node, "node/")
+	var n *corev1.Node
+	if r, ok := o.cs.(rememberingClient); ok {
+		n = r.written(name) // the step just wrote it: its response is the observation
 	}
+	if n == nil {
+		var err error
+		if n, err = o.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return f, err
+		}
+	}
+	var err error
 	f.Node = n
 	f.Measured = probeRecordOf(n)
 	f.Finished = o.finished(n)

@@ -340,7 +340,9 @@ func deleteHelper(ctx context.Context, cs kubernetes.Interface, rec kube.Recorde
 	if err != nil {
 		return fmt.Errorf("delete helper %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	if !deleted {
+	if !deleted || (kube.PodTerminal(p) && len(p.Finalizers) == 0) {
+		// The API server removes a finished pod without finalizers at once
+		// (no grace period): nothing to wait for.
 		return nil
 	}
 	return kube.WaitForPodGone(ctx, cs, p.Namespace, p.Name)
