@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -344,24 +343,4 @@ func PodsOnNode(ctx context.Context, cs kubernetes.Interface, node string) ([]co
 		return nil, fmt.Errorf("list pods on %s: %w", node, err)
 	}
 	return l.Items, nil
-}
-
-// lineSink splits writes into lines for onLine and passes them on to w.
-type lineSink struct {
-	w      io.Writer
-	onLine func(string)
-	buf    bytes.Buffer
-}
-
-func (s *lineSink) Write(p []byte) (int, error) {
-	s.buf.Write(p)
-	for {
-		line, err := s.buf.ReadString('\n')
-		if errors.Is(err, io.EOF) {
-			s.buf.WriteString(line)
-			break
-		}
-		s.onLine(line)
-	}
-	return s.w.Write(p)
 }

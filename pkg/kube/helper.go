@@ -122,10 +122,6 @@ func (s HelperSpec) Pod() *corev1.Pod {
 }
 
 // labelSafe shortens a value to the 63 characters a label value may hold.
-// HelperNodeLabel is the LabelNode value of node's helper pods, for
-// listing them with one selector.
-func HelperNodeLabel(node string) string { return labelSafe(node) }
-
 func labelSafe(v string) string {
 	if len(v) > 63 {
 		return strings.TrimRight(v[:63], "-_.")

@@ -102,7 +102,7 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 			return f, err
 		}
 	}
-	if o.helper == nil && o.probe == nil && !(f.ourCordon() && !f.Finished) {
+	if o.helper == nil && o.probe == nil && (!f.ourCordon() || f.Finished) {
 		return f, nil
 	}
 	// One list of the node's pods (cost follows the node, not the fleet)
