@@ -73,8 +73,10 @@ type observer struct {
 	finished func(n *corev1.Node) bool
 	// skip, when set, says why the node is excluded now.
 	skip func(n *corev1.Node) string
-	// countOut, when set, has OthersOut read before the node's cordon.
+	// countOut, when set, has OthersOut read before the node's cordon:
+	// once this run's probe is recorded (run), when the cordon is next.
 	countOut bool
+	run      string
 }
 
 func (o observer) observe(ctx context.Context, node string) (Facts, error) {
@@ -97,7 +99,7 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 	if o.skip != nil {
 		f.Skip = o.skip(n)
 	}
-	if o.countOut && !f.ourCordon() && !f.Finished {
+	if o.countOut && !f.ourCordon() && !f.Finished && (o.run == "" || f.measuredFresh(o.run)) {
 		if f.OthersOut, err = countOutOfService(ctx, o.cs, n.Name); err != nil {
 			return f, err
 		}

@@ -129,7 +129,7 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 	helperName := func(node string) string { return kube.HelperName("kmd", node, v) }
 	obs := observer{cs: cs, owner: KMDRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
-		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason, countOut: true}
+		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason, countOut: true, run: cfg.RunID}
 	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
 	blockers := kmdBlockers(cfg)
 	return &runbook.Runbook[Facts]{

@@ -1,4 +1,7 @@
-package ttcmd
+// Package apicount counts the API requests of the in-process CLI by verb
+// and resource, for tests and benchmarks that hold rollbook to a request
+// budget and must say where the requests went when it is exceeded.
+package apicount
 
 import (
 	"fmt"
@@ -10,11 +13,10 @@ import (
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
-// requestCounter counts the API requests of the in-process CLI by verb and
-// resource, so a request budget's failure says where the requests went.
-// Permission checks (SelfSubjectAccessReviews) are counted apart: once per
-// run whatever the fleet size.
-type requestCounter struct {
+// Counter counts requests by "VERB resource". Permission checks
+// (SelfSubjectAccessReviews) are counted apart: once per run whatever the
+// fleet size.
+type Counter struct {
 	mu        sync.Mutex
 	total     int
 	preflight int
@@ -22,9 +24,10 @@ type requestCounter struct {
 	paths     []string
 }
 
-// countRequests wraps the CLI's transport until the returned stop is called.
-func countRequests() (*requestCounter, func()) {
-	rc := &requestCounter{by: map[string]int{}}
+// Start wraps the CLI's transport (cli.WrapTransport) until the returned
+// stop is called. Not for parallel tests: the hook is global.
+func Start() (*Counter, func()) {
+	rc := &Counter{by: map[string]int{}}
 	cli.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			rc.add(r)
@@ -34,7 +37,7 @@ func countRequests() (*requestCounter, func()) {
 	return rc, func() { cli.WrapTransport = nil }
 }
 
-func (rc *requestCounter) add(r *http.Request) {
+func (rc *Counter) add(r *http.Request) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews") {
@@ -80,14 +83,14 @@ func requestKey(r *http.Request) string {
 	return verb + " " + resource
 }
 
-func (rc *requestCounter) Total() int {
+func (rc *Counter) Total() int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return rc.total
 }
 
 // Breakdown prints the counts, biggest first.
-func (rc *requestCounter) Breakdown() string {
+func (rc *Counter) Breakdown() string {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	keys := make([]string, 0, len(rc.by))
@@ -109,8 +112,12 @@ func (rc *requestCounter) Breakdown() string {
 }
 
 // Paths lists every request in order.
-func (rc *requestCounter) Paths() string {
+func (rc *Counter) Paths() string {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return strings.Join(rc.paths, "\n")
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
