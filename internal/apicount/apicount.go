@@ -83,6 +83,7 @@ func requestKey(r *http.Request) string {
 	return verb + " " + resource
 }
 
+// Total is the number of requests counted, permission checks aside.
 func (rc *Counter) Total() int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
