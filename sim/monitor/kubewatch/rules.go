@@ -20,7 +20,22 @@ const (
 	AnnCordonedBy      = "rollbook.dev/cordoned-by"
 	AnnCordonRun       = "rollbook.dev/cordon-run"
 	AnnLeftCordoned    = "rollbook.dev/left-cordoned"
+	// AnnRecoveringNode on a held Lease names a node whose drained worker
+	// pods the run replaces in place (the runbook's recovery from draining
+	// the wrong node): the node keeps its version, so the pool putting the
+	// pods right back is the point, not the mistake.
+	AnnRecoveringNode = "rollbook.dev/recovering-node"
 )
+
+// recovering says whether a held Lease declares node under recovery.
+func recovering(leases []*coordv1.Lease, node string, now time.Time) bool {
+	for _, l := range leases {
+		if node != "" && leaseHeld(l, now) && strings.TrimSpace(l.Annotations[AnnRecoveringNode]) == node {
+			return true
+		}
+	}
+	return false
+}
 
 // LeaseNames are the Leases rollbook's runs hold.
 var LeaseNames = []string{"rollbook-tt", "rollbook-ate"}
