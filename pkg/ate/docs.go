@@ -10,5 +10,7 @@ func Docs() map[string]string {
 		"ate-clone-pools.md": CloneRunbook(nil, nil, nil, Images{}).Markdown(),
 		"ate-node.md":        NodeRunbook(nil, nil, nil, node).Markdown(),
 		"ate-rollback.md":    RollbackRunbook(nil, nil, nil, nil).Markdown(),
+		"ate-recover-node.md": RecoverRunbook(nil, nil, nil,
+			&RecoverConfig{MaxConcurrentSuspends: 4, SuspendTimeout: 30 * time.Minute, ReplaceTimeout: 5 * time.Minute}).Markdown(),
 	}
 }

@@ -23,9 +23,10 @@
 //     that ends with a node still cordoned says so on purpose: a plugin
 //     writes it when it stops with a node cordoned and removes it when it
 //     uncordons the node.
-//   - rollbook.dev/recovering-node on a held Lease names one node whose
-//     drained worker pods the run deletes so that their pools replace them
-//     in place (kubectl ate recover-node); see old-pool-pod-deleted-before-flip.
+//   - rollbook.dev/recovering-node on a held Lease, "RUN/NODE" with RUN the
+//     holder's rollbook.dev/holder-run, names one node whose drained worker
+//     pods the run deletes so that their pools replace them in place
+//     (kubectl ate recover-node); see old-pool-pod-deleted-before-flip.
 //
 // # Rules
 //

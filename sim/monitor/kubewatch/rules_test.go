@@ -313,8 +313,8 @@ func TestEpisodes(t *testing.T) {
 }
 
 func TestRecoveringNodeDeclaredOnAHeldLease(t *testing.T) {
-	declare := func(l *coordv1.Lease, node string) *coordv1.Lease {
-		l.Annotations = map[string]string{AnnRecoveringNode: node}
+	declare := func(l *coordv1.Lease, decl string) *coordv1.Lease {
+		l.Annotations = map[string]string{AnnRecoveringNode: decl, AnnHolderRun: "r1"}
 		return l
 	}
 	for _, tc := range []struct {
@@ -322,10 +322,12 @@ func TestRecoveringNodeDeclaredOnAHeldLease(t *testing.T) {
 		leases []*coordv1.Lease
 		want   bool
 	}{
-		{"held, this node", []*coordv1.Lease{declare(lease("run", 0, ""), "n1")}, true},
-		{"held, another node", []*coordv1.Lease{declare(lease("run", 0, ""), "n2")}, false},
-		{"expired", []*coordv1.Lease{declare(lease("run", time.Hour, ""), "n1")}, false},
-		{"released", []*coordv1.Lease{declare(lease("", 0, ""), "n1")}, false},
+		{"held, this node", []*coordv1.Lease{declare(lease("run", 0, ""), "r1/n1")}, true},
+		{"held, another node", []*coordv1.Lease{declare(lease("run", 0, ""), "r1/n2")}, false},
+		{"left by an earlier run", []*coordv1.Lease{declare(lease("run", 0, ""), "r0/n1")}, false},
+		{"no run", []*coordv1.Lease{declare(lease("run", 0, ""), "n1")}, false},
+		{"expired", []*coordv1.Lease{declare(lease("run", time.Hour, ""), "r1/n1")}, false},
+		{"released", []*coordv1.Lease{declare(lease("", 0, ""), "r1/n1")}, false},
 		{"no declaration", []*coordv1.Lease{lease("run", 0, "1")}, false},
 	} {
 		if got := recovering(tc.leases, "n1", t0); got != tc.want {

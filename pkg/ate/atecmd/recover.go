@@ -1,0 +1,119 @@
+package atecmd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+// recoverOptions are the flags of recover-node.
+type recoverOptions struct {
+	run  cli.RunFlags
+	api  apiFlags
+	cfg  ate.RecoverConfig
+	node string
+}
+
+func (o *recoverOptions) Complete(args []string) { o.node = args[0] }
+
+func (o *recoverOptions) Validate() error {
+	if err := o.run.Validate(); err != nil {
+		return err
+	}
+	if errs := validation.IsDNS1123Subdomain(o.node); len(errs) > 0 {
+		return cli.UsageErrorf("node name %q is not valid (%s); give a node from `kubectl get nodes`", o.node, errs[0])
+	}
+	if o.cfg.MaxConcurrentSuspends < 1 {
+		return cli.UsageErrorf("--max-concurrent-suspends must be at least 1")
+	}
+	return nil
+}
+
+func (o *recoverOptions) Run(ctx context.Context, g *cli.Globals) error {
+	if err := checkMovePermissions(ctx, g, o.run); err != nil {
+		return err
+	}
+	cs, err := g.Factory.KubernetesClientSet()
+	if err != nil {
+		return err
+	}
+	// An unknown node is bad input: refused before the lock, nothing changed.
+	if _, err := cs.CoreV1().Nodes().Get(ctx, o.node, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return cli.UsageErrorf("node %q not found; give a node from `kubectl get nodes`", o.node)
+	} else if err != nil {
+		return err
+	}
+	s, ctx, err := cli.StartSession(ctx, g, o.run, "ate", ate.LockName)
+	if err != nil {
+		return err
+	}
+	api, err := o.api.dial(ctx, g)
+	if err != nil {
+		return s.Fail(err)
+	}
+	defer func() { _ = api.Close() }()
+	if lock := s.Lock(); lock != nil {
+		// Say on the Lease that this run replaces the node's pods in place.
+		decl := s.RunID + "/" + o.node
+		if err := lock.SetAnnotation(ctx, ate.AnnRecoveringNode, &decl); err != nil {
+			return s.Fail(err)
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_ = lock.SetAnnotation(cctx, ate.AnnRecoveringNode, nil)
+		}()
+	}
+	res := cli.Run(ctx, s, ate.RecoverRunbook(s.Client, api, s.Recorder, &o.cfg),
+		[]runbook.Target{runbook.NodeTarget{Client: s.Client, Node: o.node}}, runbook.Options{})
+	next := "kubectl ate status"
+	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
+		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl ate recover-node %s", o.node)
+	}
+	return s.Finish(res, next)
+}
+
+func newRecoverNodeCommand(g *cli.Globals) *cobra.Command {
+	o := &recoverOptions{}
+	cmd := &cobra.Command{
+		Use:   "recover-node NODE",
+		Short: "Give a node whose workers were drained by mistake fresh workers (there is no undrain)",
+		Long: `Recover a node drained by mistake. A DRAINING worker never takes an actor again, so the only way
+back is new workers: suspend the actors still on the node's drained workers (as the roll's
+suspend step does; a CRASHED one stops the run unless --revert-crashed), delete those workers'
+pods, and wait until their Deployments' replacements are Ready and registered as fresh ACTIVE
+workers. The node's version label is never touched; workers that are not draining and actors
+merely paused on the node are left alone. Re-run the same command to resume.`,
+		Example: `  kubectl ate recover-node kwok-node-1 --dry-run
+  kubectl ate recover-node kwok-node-1`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: cli.NodeCompletion(g),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Complete(args)
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context(), g)
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&o.cfg.MaxConcurrentSuspends, "max-concurrent-suspends", 4, "actors suspended at once")
+	fs.DurationVar(&o.cfg.SuspendInterval, "suspend-interval", 0, "pause between starting two suspends (pace the snapshot uploads)")
+	fs.BoolVar(&o.cfg.RevertCrashed, "revert-crashed", false,
+		"revert CRASHED actors to their last external snapshot instead of stopping (loses their work since then)")
+	fs.DurationVar(&o.cfg.SuspendTimeout, "suspend-timeout", 30*time.Minute, "how long emptying the drained workers may take, "+
+		"kept across re-runs")
+	fs.DurationVar(&o.cfg.ReplaceTimeout, "replace-timeout", 5*time.Minute, "how long the replacements may take to register")
+	o.api.add(fs)
+	o.run.AddFlags(fs, ate.Namespace)
+	return cmd
+}
