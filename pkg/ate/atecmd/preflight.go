@@ -82,6 +82,7 @@ and GKE hazards. --pin-pools pins an unpinned pool, but only while no actor is o
 				}
 			} else {
 				printChecks(g.IOStreams.Out, checks)
+				printGKEBefore(ctx, g, g.IOStreams.Out, c)
 			}
 			if n := ate.Failed(checks); n > 0 {
 				return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("%d check(s) failed; fix them before rolling", n))

@@ -59,6 +59,7 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 					}
 				} else {
 					printStatus(g.IOStreams.Out, s)
+					printGKEAfter(ctx, g, g.IOStreams.Out, s)
 				}
 				if !watch {
 					if s.Phase == ate.PhaseBlocked {
