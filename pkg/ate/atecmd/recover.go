@@ -61,20 +61,24 @@ func (o *recoverOptions) Run(ctx context.Context, g *cli.Globals) error {
 		return s.Fail(err)
 	}
 	defer func() { _ = api.Close() }()
-	if lock := s.Lock(); lock != nil {
-		// Say on the Lease that this run replaces the node's pods in place.
+	lock := s.Lock()
+	if lock != nil {
+		// Say on the Lease that this run replaces the node's pods in place
+		// (taken back before the lock is released).
 		decl := s.RunID + "/" + o.node
 		if err := lock.SetAnnotation(ctx, ate.AnnRecoveringNode, &decl); err != nil {
 			return s.Fail(err)
 		}
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			_ = lock.SetAnnotation(cctx, ate.AnnRecoveringNode, nil)
-		}()
 	}
 	res := cli.Run(ctx, s, ate.RecoverRunbook(s.Client, api, s.Recorder, &o.cfg),
 		[]runbook.Target{runbook.NodeTarget{Client: s.Client, Node: o.node}}, runbook.Options{})
+	if lock != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if err := lock.SetAnnotation(cctx, ate.AnnRecoveringNode, nil); err != nil {
+			s.Progress.Printf("warning: could not take back the recovery declaration on the lease: %v", err)
+		}
+		cancel()
+	}
 	next := "kubectl ate status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl ate recover-node %s", o.node)
