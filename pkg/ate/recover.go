@@ -171,7 +171,9 @@ func (f recoverFacts) fresh() int {
 // pods, and wait until their Deployments' replacements are fresh ACTIVE
 // workers. The node keeps its version label throughout.
 func RecoverRunbook(cs kubernetes.Interface, api API, rec kube.Recorder, cfg *RecoverConfig) *runbook.Runbook[recoverFacts] {
-	observe := func(ctx context.Context, name string) (recoverFacts, error) { return observeRecover(ctx, cs, api, cfg, name) }
+	observe := func(ctx context.Context, name string) (recoverFacts, error) {
+		return observeRecover(ctx, cs, api, cfg, name)
+	}
 	return &runbook.Runbook[recoverFacts]{
 		Name:  RecoverRunbookName,
 		Title: "Recover a node whose workers were drained by mistake",

@@ -29,8 +29,8 @@ func (o *recoverOptions) Validate() error {
 	if err := o.run.Validate(); err != nil {
 		return err
 	}
-	if errs := validation.IsDNS1123Subdomain(o.node); len(errs) > 0 {
-		return cli.UsageErrorf("node name %q is not valid (%s); give a node from `kubectl get nodes`", o.node, errs[0])
+	if err := validNodeName(o.node); err != nil {
+		return err
 	}
 	if o.cfg.MaxConcurrentSuspends < 1 {
 		return cli.UsageErrorf("--max-concurrent-suspends must be at least 1")
@@ -39,17 +39,10 @@ func (o *recoverOptions) Validate() error {
 }
 
 func (o *recoverOptions) Run(ctx context.Context, g *cli.Globals) error {
+	if err := requireNode(ctx, g, o.node); err != nil {
+		return err
+	}
 	if err := checkMovePermissions(ctx, g, o.run); err != nil {
-		return err
-	}
-	cs, err := g.Factory.KubernetesClientSet()
-	if err != nil {
-		return err
-	}
-	// An unknown node is bad input: refused before the lock, nothing changed.
-	if _, err := cs.CoreV1().Nodes().Get(ctx, o.node, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		return cli.UsageErrorf("node %q not found; give a node from `kubectl get nodes`", o.node)
-	} else if err != nil {
 		return err
 	}
 	s, ctx, err := cli.StartSession(ctx, g, o.run, "ate", ate.LockName)
@@ -84,6 +77,33 @@ func (o *recoverOptions) Run(ctx context.Context, g *cli.Globals) error {
 		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl ate recover-node %s", o.node)
 	}
 	return s.Finish(res, next)
+}
+
+// validNodeName refuses what cannot be a node name (shell metacharacters
+// included) before anything is read.
+func validNodeName(name string) error {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return cli.UsageErrorf("node name %q is not valid (%s); give a node from `kubectl get nodes`", name, errs[0])
+	}
+	return nil
+}
+
+// requireNode refuses an unknown node as bad input, before the lock is
+// taken: nothing is changed. "" (no node given) passes.
+func requireNode(ctx context.Context, g *cli.Globals, name string) error {
+	if name == "" {
+		return nil
+	}
+	cs, err := g.Factory.KubernetesClientSet()
+	if err != nil {
+		return err
+	}
+	if _, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return cli.UsageErrorf("node %q not found; give a node from `kubectl get nodes`", name)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 func newRecoverNodeCommand(g *cli.Globals) *cobra.Command {
