@@ -346,7 +346,7 @@ func waitPodsSettled(ctx context.Context, cs kubernetes.Interface, f recoverFact
 			if !f.relevant(p) || p.DeletionTimestamp != nil || kube.PodTerminal(p) {
 				continue
 			}
-			if !kube.PodReady(p) && !(p.Spec.NodeName == "" && unschedulable(p)) {
+			if waiting := p.Spec.NodeName != "" || !unschedulable(p); waiting && !kube.PodReady(p) {
 				return false
 			}
 		}
