@@ -28,7 +28,13 @@ func (c *Cluster) Snapshot(t testing.TB, extra ...schema.GroupVersionResource) s
 		t.Fatal(err)
 	}
 	for _, n := range nodes.Items {
-		add("node %s %v %v %v", n.Name, n.Labels, n.Annotations, n.Spec.Unschedulable)
+		ann := map[string]string{}
+		for k, v := range n.Annotations {
+			if k != "node.alpha.kubernetes.io/ttl" { // the ttl controller's, set on a new node at any time
+				ann[k] = v
+			}
+		}
+		add("node %s %v %v %v", n.Name, n.Labels, ann, n.Spec.Unschedulable)
 	}
 	pods, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
