@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
 	"github.com/rollbook/rollbook/pkg/ateapi"
@@ -93,10 +96,18 @@ func TestCanarySoakPausesOnHealthFailure(t *testing.T) {
 	}
 	atetest.MustRun(t, ctx, "resume")
 	atetest.MustRun(t, ctx, "recover-node", canary)
+	// Its pod is gone (the worker itself leaves the list once the eviction
+	// window ends), and every other worker on the canary is ACTIVE.
+	p, err := c.Client.CoreV1().Pods(victim.Namespace).Get(ctx, victim.Pod, metav1.GetOptions{})
+	if err == nil && string(p.UID) == victim.Name && p.DeletionTimestamp == nil {
+		t.Errorf("the drained canary worker's pod %s/%s survived recover-node", victim.Namespace, victim.Pod)
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	inv = settled(t, ctx, cl)
 	for _, w := range inv.WorkersOnNode(canary) {
-		if w.Name == victim.Name {
-			t.Errorf("the drained canary worker %s is still listed (%s)", w.Name, w.State)
+		if w.Name != victim.Name && w.State != ateapi.WorkerActive {
+			t.Errorf("worker %s (%s) on the canary is %s after recover-node", w.Name, w.PoolKey(), w.State)
 		}
 	}
 	atetest.NoActorLost(t, ctx)
