@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
 	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // activeByPool counts the ACTIVE workers of each pool.
@@ -65,6 +67,12 @@ func TestRecoverWronglyDrainedNode(t *testing.T) {
 	out, code := atetest.Run(t, ctx, "recover-node", node, "--dry-run")
 	if code != 0 || !strings.Contains(out, "delete pod/") {
 		t.Fatalf("recover-node --dry-run: exit %d", code)
+	}
+	out, code = atetest.Run(t, ctx, "recover-node", node, "--dry-run", "-o", "json")
+	var res runbook.Result
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&res); code != 0 || err != nil || res.Runbook != ate.RecoverRunbookName ||
+		res.Outcome != runbook.OutcomePlanned || len(res.Targets) != 1 {
+		t.Fatalf("recover-node --dry-run -o json: exit %d, %v, %s %s", code, err, res.Runbook, res.Outcome)
 	}
 	pods := livePods()
 	for uid, name := range drained {
