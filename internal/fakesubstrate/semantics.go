@@ -71,7 +71,7 @@ func (s *Server) suspendLocked(a *Actor) error {
 
 func (s *Server) finishSuspendLocked(a *Actor) {
 	a.State = ActorSuspended
-	a.Worker = ""
+	s.setWorker(a, "")
 	a.AssignedNode = ""
 	a.SnapshotNodes = nil
 	s.touch(a)
@@ -101,7 +101,7 @@ func (s *Server) crashActorLocked(a *Actor, msg string) {
 	}
 	a.State = ActorCrashed
 	a.CrashMessage = msg
-	a.Worker = ""
+	s.setWorker(a, "")
 	s.touch(a)
 	s.lost(a)
 }
@@ -114,7 +114,7 @@ func (s *Server) revertLocked(a *Actor) error {
 			"actor %s is not in a revertable state (got: %s)", a.key(), s.stateName(a.State))
 	}
 	a.State = ActorSuspended
-	a.Worker = ""
+	s.setWorker(a, "")
 	a.AssignedNode = ""
 	a.SnapshotNodes = nil
 	a.CrashMessage = ""
@@ -147,7 +147,7 @@ func (s *Server) resumeLocked(a *Actor) (bool, error) {
 		w = fits[s.rand.Intn(len(fits))]
 	}
 	a.State = ActorRunning
-	a.Worker = w.Name
+	s.setWorker(a, w.Name)
 	a.AssignedNode = w.Node
 	a.SnapshotNodes = nil
 	if d := s.opts.TransitionTime; d > 0 {

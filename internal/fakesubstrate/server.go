@@ -73,12 +73,16 @@ type Server struct {
 	rand   *rand.Rand
 	done   chan struct{}
 
-	mu         sync.Mutex
-	workers    map[string]*Worker
-	actors     map[string]*Actor
-	ateletDown map[string]bool
-	calls      map[string]int
-	seq        uint64 // bumped on every change of a worker or actor
+	mu      sync.Mutex
+	workers map[string]*Worker
+	actors  map[string]*Actor
+	bound   map[string][]*Actor // worker → bound actors; nil when stale (see actorsOn)
+	// the names in order, nil when the set changed (see sortedWorkers)
+	workerOrder []*Worker
+	actorOrder  []*Actor
+	ateletDown  map[string]bool
+	calls       map[string]int
+	seq         uint64 // bumped on every change of a worker or actor
 }
 
 // Start listens on a loopback address and serves the chosen era until Stop.

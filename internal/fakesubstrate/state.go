@@ -76,33 +76,53 @@ func cloneActor(a *Actor) Actor {
 	return c
 }
 
-// sortedWorkers and sortedActors give List RPCs a stable order; callers hold s.mu.
+// sortedWorkers and sortedActors keep their order until the set of names
+// changes (names never change), so paging through a big inventory does not
+// sort it again for every page. Callers hold s.mu.
 func (s *Server) sortedWorkers() []*Worker {
-	out := slices.Collect(maps.Values(s.workers))
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	if s.workerOrder == nil {
+		s.workerOrder = slices.Collect(maps.Values(s.workers))
+		sort.Slice(s.workerOrder, func(i, j int) bool { return s.workerOrder[i].Name < s.workerOrder[j].Name })
+	}
+	return s.workerOrder
 }
 
 func (s *Server) sortedActors(atespace string) []*Actor {
+	if s.actorOrder == nil {
+		s.actorOrder = slices.Collect(maps.Values(s.actors))
+		sort.Slice(s.actorOrder, func(i, j int) bool { return s.actorOrder[i].key() < s.actorOrder[j].key() })
+	}
+	if atespace == "" {
+		return s.actorOrder
+	}
 	var out []*Actor
-	for _, a := range s.actors {
-		if atespace == "" || a.Atespace == atespace {
+	for _, a := range s.actorOrder {
+		if a.Atespace == atespace {
 			out = append(out, a)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].key() < out[j].key() })
 	return out
 }
 
-// actorsOn returns the actors bound to a worker; callers hold s.mu.
+// actorsOn returns the actors bound to a worker, by key; callers hold s.mu.
+// It reads an index built once per change of a binding (setWorker, AddActor),
+// so encoding thousands of workers does not scan every actor per worker.
 func (s *Server) actorsOn(worker string) []*Actor {
-	var out []*Actor
-	for _, a := range s.sortedActors("") {
-		if a.Worker == worker {
-			out = append(out, a)
+	if s.bound == nil {
+		s.bound = map[string][]*Actor{}
+		for _, a := range s.sortedActors("") {
+			if a.Worker != "" {
+				s.bound[a.Worker] = append(s.bound[a.Worker], a)
+			}
 		}
 	}
-	return out
+	return s.bound[worker]
+}
+
+// setWorker binds a to worker ("" unbinds); callers hold s.mu.
+func (s *Server) setWorker(a *Actor, worker string) {
+	a.Worker = worker
+	s.bound = nil
 }
 
 // AddWorker registers a worker (the syncer's CreateWorker).
@@ -128,6 +148,7 @@ func (s *Server) AddWorker(w Worker) error {
 	s.seq++
 	c.seq, c.changed = s.seq, s.now()
 	s.workers[c.Name] = &c
+	s.workerOrder = nil
 	return nil
 }
 
@@ -168,12 +189,12 @@ func (s *Server) crashOnLocked(name string) []ActorRef {
 	}
 	for _, a := range s.actorsOn(name) {
 		if a.State == ActorSuspended {
-			a.Worker = ""
+			s.setWorker(a, "")
 			continue
 		}
 		a.CrashMessage = fmt.Sprintf("worker %s was deleted while the actor was %s", name, a.State)
 		a.State = ActorCrashed
-		a.Worker = ""
+		s.setWorker(a, "")
 		if node != "" {
 			a.AssignedNode = node
 		}
@@ -196,6 +217,7 @@ func (s *Server) RemoveWorker(name string) ([]ActorRef, error) {
 	s.drainLocked(w)
 	crashed := s.crashOnLocked(name)
 	delete(s.workers, name)
+	s.workerOrder = nil
 	return crashed, nil
 }
 
@@ -231,6 +253,7 @@ func (s *Server) AddActor(a Actor) error {
 	s.seq++
 	c.seq, c.changed = s.seq, s.now()
 	s.actors[c.key()] = &c
+	s.bound, s.actorOrder = nil, nil
 	return nil
 }
 

@@ -8,15 +8,17 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/pager"
+	"k8s.io/client-go/metadata"
+
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 // Atelet is one atelet DaemonSet.
@@ -70,34 +72,49 @@ type Cluster struct {
 var versionedName = regexp.MustCompile(`^atelet-[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // ObserveCluster reads the atelet DaemonSets, the node version labels and
-// the WorkerPools: three lists whatever the roll's state (nodes paged).
+// the WorkerPools: three lists, together, whatever the roll's state.
 func ObserveCluster(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface) (*Cluster, error) {
+	return ObserveClusterMeta(ctx, cs, dyn, nil)
+}
+
+// ObserveClusterMeta is ObserveCluster reading the nodes as metadata (md; a
+// status of thousands of nodes needs only their labels and cordons).
+func ObserveClusterMeta(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, md metadata.Interface) (*Cluster, error) {
 	c := &Cluster{}
-	dss, err := cs.AppsV1().DaemonSets(Namespace).List(ctx, metav1.ListOptions{LabelSelector: AppLabel + "=" + AteletApp})
-	if err != nil {
-		return nil, fmt.Errorf("list atelet DaemonSets in %s: %w", Namespace, err)
+	var dss *appsv1.DaemonSetList
+	var nodes []corev1.Node
+	var pools *unstructured.UnstructuredList
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		dss, err = cs.AppsV1().DaemonSets(Namespace).List(gctx, metav1.ListOptions{LabelSelector: AppLabel + "=" + AteletApp})
+		if err != nil {
+			return fmt.Errorf("list atelet DaemonSets in %s: %w", Namespace, err)
+		}
+		return nil
+	})
+	g.Go(func() (err error) {
+		nodes, err = kube.ListNodesLight(gctx, md, cs, "")
+		return err
+	})
+	g.Go(func() (err error) {
+		pools, err = dyn.Resource(WorkerPoolGVR).Namespace(metav1.NamespaceAll).List(gctx, metav1.ListOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("list WorkerPools: %w", err)
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	for _, ds := range dss.Items {
 		c.Atelets = append(c.Atelets, ateletOf(&ds))
 	}
 	sort.Slice(c.Atelets, func(i, j int) bool { return c.Atelets[i].Created.Before(c.Atelets[j].Created) })
-
-	np := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return cs.CoreV1().Nodes().List(ctx, o)
-	})
-	if err := np.EachListItem(ctx, metav1.ListOptions{Limit: 500}, func(o runtime.Object) error {
-		n := o.(*corev1.Node)
+	for i := range nodes {
+		n := &nodes[i]
 		c.Nodes = append(c.Nodes, NodeInfo{Name: n.Name, Version: n.Labels[VersionLabel], Cordoned: n.Spec.Unschedulable})
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	sort.Slice(c.Nodes, func(i, j int) bool { return c.Nodes[i].Name < c.Nodes[j].Name })
-
-	pools, err := dyn.Resource(WorkerPoolGVR).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("list WorkerPools: %w", err)
-	}
 	if pools != nil {
 		for i := range pools.Items {
 			c.Pools = append(c.Pools, poolOf(&pools.Items[i]))

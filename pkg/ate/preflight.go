@@ -6,14 +6,10 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/ateapi"
-	"github.com/rollbook/rollbook/pkg/kube"
-	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // Check is one item of the runbook's "confirm before you begin" list.
@@ -172,22 +168,4 @@ func orNone(s string) string {
 		return "<none>"
 	}
 	return s
-}
-
-// PinPool pins an unpinned pool to version, only while no actor is bound to
-// its workers: the edit re-renders the pool's Deployment, which would roll
-// its workers through live actors.
-func PinPool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p Pool, version string, inv *ateapi.Inventory) error {
-	if n := len(actorsBoundTo(inv, []Pool{p})); n > 0 {
-		return runbook.Blocked(fmt.Errorf("pool %s has %d actor(s) on its workers; pinning now would roll its Deployment through them. "+
-			"Suspend them first, then re-run --pin-pools", p.Key(), n))
-	}
-	patch := fmt.Sprintf(`{"spec":{"template":{"nodeSelector":{%q:%q}}}}`, VersionLabel, version)
-	pools := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace)
-	if _, err := pools.Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("pin pool %s: %w", p.Key(), err)
-	}
-	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolPinned", fmt.Sprintf("pinned to %s=%s (no actor was on its "+
-		"workers)", VersionLabel, version))
-	return nil
 }

@@ -1,13 +1,14 @@
 package ate
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,106 +17,120 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
-// RetireFacts is what retiring the old pools decides on.
-type RetireFacts struct {
-	Cluster *Cluster `json:"-"`
-	// OldPools are the pools pinned to OLD; empty when there is no NEW.
-	OldPools []Pool `json:"-"`
-	// OldAtelet is OLD's atelet DaemonSet, when a NEW one exists too.
-	OldAtelet      string            `json:"oldAtelet,omitempty"`
-	RunningOldPods []string          `json:"runningOldPods,omitempty"`
-	Bound          []ateapi.Actor    `json:"boundActors,omitempty"`
-	Inventory      *ateapi.Inventory `json:"-"`
+// RetireRunbookName names the runbook that retires the old version.
+const RetireRunbookName = "ate-retire"
+
+// BackupOptions say where retire saves each old pool before deleting it.
+type BackupOptions struct {
+	// Dir is the local directory of the YAML files.
+	Dir string
+	// ConfigMap also saves each pool as a ConfigMap in its namespace.
+	ConfigMap bool
 }
 
-// ObserveRetire reads the cluster, the old pools' pods and the actors.
-func ObserveRetire(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, api Inventorier) (*RetireFacts, error) {
-	c, err := ObserveCluster(ctx, cs, dyn)
-	if err != nil {
-		return nil, err
+// RetireRunbook reclaims the rollback reserve once every node is at NEW:
+// save each old pool, delete the old pools, delete the OLD atelet
+// DaemonSet. The two deleting steps are the rollback's, run on OLD. Run it
+// on runbook.ScopeTarget{Scope: "roll"}.
+func RetireRunbook(cs kubernetes.Interface, dyn dynamic.Interface, api Inventorier, rec kube.Recorder,
+	b BackupOptions) *runbook.Runbook[removalFacts] {
+	guards := []runbook.Guard[removalFacts]{
+		{Name: "no old-pool pod is Running (Pending is expected)", Check: func(f removalFacts) (bool, string) {
+			return len(f.running) == 0, fmt.Sprintf("%d Running: %s; finish the roll: every node's old-pool pods go in its step e "+
+				"(kubectl ate roll next-node)", len(f.running), short(f.running))
+		}},
+		{Name: "every old pool has a clone serving on NEW", Check: func(f removalFacts) (bool, string) {
+			var unpaired []string
+			for _, p := range f.pools {
+				if p.CloneName == "" {
+					unpaired = append(unpaired, p.Key())
+				}
+			}
+			return len(unpaired) == 0, fmt.Sprintf("without a clone: %s; clone it first (kubectl ate roll clone-pools): retiring "+
+				"it would leave its actors no worker", short(unpaired))
+		}},
 	}
-	f := &RetireFacts{Cluster: c}
-	if c.New == "" || len(c.Problems) > 0 {
-		return f, nil
+	// The backup step refuses on every guard the delete refuses on: a
+	// refused retire writes nothing.
+	backupGuards := append([]runbook.Guard[removalFacts]{shapeKnown(), noNodeAt(retireOld), noActorBound(retireOld)}, guards...)
+	return &runbook.Runbook[removalFacts]{
+		Name:  RetireRunbookName,
+		Title: "Retire the old version's pools and atelet after the roll",
+		Doc: `Reclaims the rollback reserve once the new version has soaked, and ends the rollback
+option. Refused unless no node is at OLD, no old-pool pod is Running (Pending is expected),
+no actor is bound to an old-pool worker and every old pool has a clone serving on NEW. Each
+old WorkerPool is saved first, stripped of server-set fields so that kubectl apply -f
+recreates it; then the old pools (their Deployments and pods go with them) and the OLD atelet
+DaemonSet are deleted, with the same steps a rollback runs on NEW.`,
+		Observe: func(ctx context.Context, _ runbook.Target) (removalFacts, error) {
+			f, err := observeRemoval(ctx, cs, dyn, api, retireOld)
+			if err != nil {
+				return f, err
+			}
+			f.backup = b
+			f.saved, err = savedBackups(ctx, cs, f.pools, b)
+			return f, err
+		},
+		Steps: []runbook.Step[removalFacts]{
+			{
+				ID: "ate.retire.backup", Title: "Save each old pool's YAML",
+				Doc: "Save each WorkerPool pinned to OLD as YAML in --backup-dir (and with --backup-configmap as a ConfigMap in its " +
+					"namespace), without server-set fields. Nothing is deleted until every backup is saved; a backup is done when " +
+					"its content equals the pool's.",
+				Done: func(f removalFacts) (bool, string) {
+					if len(f.c.Problems) > 0 {
+						return false, "the roll's shape is unknown"
+					}
+					missing := 0
+					for _, p := range f.pools {
+						if !f.saved[p.Key()] {
+							missing++
+						}
+					}
+					if f.version == "" {
+						return true, "one atelet DaemonSet (" + f.c.Old + "): nothing to retire"
+					}
+					return missing == 0, fmt.Sprintf("%d of %d old pool(s) saved in %s", len(f.pools)-missing, len(f.pools), f.backup.Dir)
+				},
+				Guards: backupGuards,
+				Plan: func(f removalFacts) []runbook.Change {
+					var out []runbook.Change
+					for _, p := range f.pools {
+						out = append(out, runbook.Change{Object: "workerpool/" + p.Key(), Action: "save", Detail: "to " +
+							BackupFile(f.backup.Dir, p)})
+						if f.backup.ConfigMap {
+							out = append(out, runbook.Change{Object: "configmap/" + p.Namespace + "/" + BackupConfigMapName(p),
+								Action: "create or update", Detail: "backup of workerpool/" + p.Key()})
+						}
+					}
+					return out
+				},
+				Act: func(ctx context.Context, f removalFacts) error {
+					for _, p := range f.pools {
+						if err := writeBackup(ctx, cs, rec, p, f.backup); err != nil {
+							return err
+						}
+					}
+					return nil
+				},
+			},
+			deletePoolsStep("ate.retire.delete-old-pools", retireOld, dyn, rec,
+				"Delete each WorkerPool pinned to OLD (its Deployment and pods go with it), once its backup is saved. The pools "+
+					"pinned to NEW serve on.", guards...),
+			deleteAteletStep("ate.retire.delete-old-atelet", retireOld, cs, rec,
+				"Delete the atelet DaemonSet of OLD once no node carries OLD (it runs no pod then) and no pool is pinned to OLD. "+
+					"The NEW atelet DaemonSet becomes the only one."),
+		},
 	}
-	f.OldPools = c.OldPools()
-	for _, a := range c.Atelets {
-		if a.Version == c.Old {
-			f.OldAtelet = a.Name
-		}
-	}
-	pods, err := PoolPods(ctx, cs, f.OldPools)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range pods {
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-			f.RunningOldPods = append(f.RunningOldPods, p.Namespace+"/"+p.Name+" on "+p.Spec.NodeName)
-		}
-	}
-	if f.Inventory, err = api.Inventory(ctx); err != nil {
-		return nil, err
-	}
-	f.Bound = actorsBoundTo(f.Inventory, f.OldPools)
-	return f, nil
-}
-
-// Nothing reports that there is nothing to retire: one atelet DaemonSet.
-func (f *RetireFacts) Nothing() bool { return f.Cluster.New == "" && len(f.Cluster.Problems) == 0 }
-
-// Checks are the runbook's retire guards, each with its evidence and fix.
-func (f *RetireFacts) Checks() []Check {
-	c := f.Cluster
-	var out []Check
-	add := func(name string, ok bool, detail, fix string) {
-		if ok && (strings.HasPrefix(detail, "0 ") || strings.HasSuffix(detail, ": ")) {
-			detail = "" // nothing to list
-		}
-		out = append(out, Check{Group: "retire the old pools", Name: name, OK: ok, Detail: detail, Fix: fix})
-	}
-	add("the roll's shape is known (two atelet DaemonSets, labelled nodes)", len(c.Problems) == 0, strings.Join(c.Problems, "; "),
-		"fix the problems shown by kubectl ate status")
-	if len(c.Problems) > 0 {
-		return out
-	}
-	if c.New == "" { // nothing to retire: the caller says so
-		return out
-	}
-	add("a NEW version is installed next to OLD", true, ateletNames(c), "")
-	atOld := c.NodesAt(c.Old)
-	add("no node is at OLD ("+c.Old+")", len(atOld) == 0, fmt.Sprintf("%d node(s) at %s: %s", len(atOld), c.Old, short(atOld)),
-		"finish the roll first: kubectl ate roll next-node --all --wait")
-	add("no old-pool pod is Running (Pending is expected)", len(f.RunningOldPods) == 0,
-		fmt.Sprintf("%d Running: %s", len(f.RunningOldPods), short(f.RunningOldPods)),
-		"finish the roll: every node's old-pool pods go in its step e (kubectl ate roll next-node)")
-	add("no actor is bound to an old-pool worker", len(f.Bound) == 0, fmt.Sprintf("%d bound: %s", len(f.Bound), actorNames(f.Bound)),
-		"suspend them (kubectl ate suspend actor NAME -a ATESPACE); they resume on a new-pool worker")
-	var unpaired []string
-	for _, p := range f.OldPools {
-		if p.CloneName == "" {
-			unpaired = append(unpaired, p.Key())
-		}
-	}
-	add("every old pool has a clone serving on NEW", len(unpaired) == 0, "without a clone: "+short(unpaired),
-		"clone it first (kubectl ate roll clone-pools): retiring it would leave its actors no worker")
-	return out
-}
-
-func ateletNames(c *Cluster) string {
-	var names []string
-	for _, a := range c.Atelets {
-		names = append(names, a.Name+" ("+a.Version+")")
-	}
-	return strings.Join(names, ", ")
 }
 
 // PoolBackup is a WorkerPool as `kubectl apply -f` recreates it: no uid,
 // resourceVersion, managedFields, status or other server-set field.
-func PoolBackup(u *unstructured.Unstructured) (*unstructured.Unstructured, []byte, error) {
+func PoolBackup(u *unstructured.Unstructured) ([]byte, error) {
 	b := u.DeepCopy()
 	for _, f := range []string{"uid", "resourceVersion", "managedFields", "creationTimestamp", "generation", "selfLink",
 		"deletionTimestamp", "deletionGracePeriodSeconds"} {
@@ -124,9 +139,9 @@ func PoolBackup(u *unstructured.Unstructured) (*unstructured.Unstructured, []byt
 	unstructured.RemoveNestedField(b.Object, "status")
 	data, err := yaml.Marshal(b.Object)
 	if err != nil {
-		return nil, nil, fmt.Errorf("backup of WorkerPool %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+		return nil, fmt.Errorf("backup of WorkerPool %s/%s: %w", u.GetNamespace(), u.GetName(), err)
 	}
-	return b, data, nil
+	return data, nil
 }
 
 // BackupFile is where the backup of p goes in dir.
@@ -146,21 +161,50 @@ func BackupConfigMapName(p Pool) string {
 // BackupKey is the ConfigMap data key holding the pool's YAML.
 const BackupKey = "workerpool.yaml"
 
-// WriteBackup saves the pool's YAML in dir (atomically) and, when cm, as a
-// ConfigMap in the pool's namespace. It returns where it went.
-func WriteBackup(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, p Pool, dir string, cm bool) ([]string, error) {
-	_, data, err := PoolBackup(p.Object)
-	if err != nil {
-		return nil, err
+// savedBackups returns the pools whose backup is in place and current: the
+// file in b.Dir and, with b.ConfigMap, the ConfigMap hold the pool as it is.
+func savedBackups(ctx context.Context, cs kubernetes.Interface, pools []Pool, b BackupOptions) (map[string]bool, error) {
+	saved := map[string]bool{}
+	for _, p := range pools {
+		want, err := PoolBackup(p.Object)
+		if err != nil {
+			return nil, err
+		}
+		got, err := os.ReadFile(BackupFile(b.Dir, p))
+		if errors.Is(err, fs.ErrNotExist) || err == nil && !bytes.Equal(got, want) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the backup of %s: %w", p.Key(), err)
+		}
+		if b.ConfigMap {
+			cm, err := cs.CoreV1().ConfigMaps(p.Namespace).Get(ctx, BackupConfigMapName(p), metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || err == nil && cm.Data[BackupKey] != string(want) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		saved[p.Key()] = true
 	}
-	path := BackupFile(dir, p)
-	tmp, err := os.CreateTemp(dir, ".workerpool-backup-*")
+	return saved, nil
+}
+
+// writeBackup saves the pool's YAML in b.Dir (atomically) and, with
+// b.ConfigMap, as a ConfigMap in the pool's namespace.
+func writeBackup(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, p Pool, b BackupOptions) error {
+	data, err := PoolBackup(p.Object)
 	if err != nil {
-		return nil, fmt.Errorf("backup of %s: %w", p.Key(), err)
+		return err
+	}
+	path := BackupFile(b.Dir, p)
+	tmp, err := os.CreateTemp(b.Dir, ".workerpool-backup-*")
+	if err != nil {
+		return fmt.Errorf("backup of %s: %w", p.Key(), err)
 	}
 	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if werr == nil {
+	if cerr := tmp.Close(); werr == nil {
 		werr = cerr
 	}
 	if werr == nil {
@@ -168,64 +212,33 @@ func WriteBackup(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder
 	}
 	if werr != nil {
 		_ = os.Remove(tmp.Name())
-		return nil, fmt.Errorf("backup of %s to %s: %w", p.Key(), path, werr)
+		return fmt.Errorf("backup of %s to %s: %w", p.Key(), path, werr)
 	}
-	where := []string{path}
 	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolBackedUp", fmt.Sprintf("saved %s to %s (kubectl apply -f "+
 		"recreates it)", p.Key(), path))
-	if cm {
-		name := BackupConfigMapName(p)
-		obj := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.Namespace,
-				Labels:      map[string]string{"app.kubernetes.io/managed-by": "rollbook"},
-				Annotations: map[string]string{"rollbook.dev/backup-of": p.Key()}},
-			Data: map[string]string{BackupKey: string(data)},
-		}
-		cms := cs.CoreV1().ConfigMaps(p.Namespace)
-		_, err := cms.Create(ctx, obj, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			var cur *corev1.ConfigMap
-			if cur, err = cms.Get(ctx, name, metav1.GetOptions{}); err == nil {
-				cur.Data, cur.Annotations = obj.Data, obj.Annotations
-				_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
-			}
-		}
-		if err != nil {
-			return where, fmt.Errorf("backup of %s to ConfigMap %s/%s: %w", p.Key(), p.Namespace, name, err)
-		}
-		where = append(where, "configmap/"+p.Namespace+"/"+name)
-		rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolBackedUp", fmt.Sprintf("saved %s to ConfigMap %s/%s, "+
-			"key %s", p.Key(), p.Namespace, name, BackupKey))
+	if !b.ConfigMap {
+		return nil
 	}
-	return where, nil
-}
-
-// DeletePool deletes a pool (its Deployment and pods go with it), only the
-// one observed (same UID), and waits until it is gone. Retire and rollback
-// share it; why is the Event's message.
-func DeletePool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p Pool, why string) error {
-	res := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace)
-	ref := poolRef(p.Namespace, p.Name)
-	del := func(ctx context.Context, name string, o metav1.DeleteOptions) error { return res.Delete(ctx, name, o) }
-	if _, err := kube.DeleteIfUnchanged(ctx, rec, del, ref, p.Object.GetUID(), why); err != nil {
-		return fmt.Errorf("delete WorkerPool %s: %w", p.Key(), err)
+	name := BackupConfigMapName(p)
+	obj := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.Namespace,
+			Labels:      map[string]string{"app.kubernetes.io/managed-by": "rollbook"},
+			Annotations: map[string]string{"rollbook.dev/backup-of": p.Key()}},
+		Data: map[string]string{BackupKey: string(data)},
 	}
-	return waitGone(ctx, func(ctx context.Context) error {
-		_, err := res.Get(ctx, p.Name, metav1.GetOptions{})
-		return err
-	})
-}
-
-// DeleteAtelet deletes an atelet DaemonSet, only the one observed (same
-// UID), and waits until it is gone. Retire (OLD's) and rollback (NEW's)
-// share it; why is the Event's message.
-func DeleteAtelet(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, ds *appsv1.DaemonSet, why string) error {
-	dss := cs.AppsV1().DaemonSets(Namespace)
-	if _, err := kube.DeleteIfUnchanged(ctx, rec, dss.Delete, dsRef(ds), ds.UID, why); err != nil {
-		return fmt.Errorf("delete DaemonSet %s/%s: %w", Namespace, ds.Name, err)
+	cms := cs.CoreV1().ConfigMaps(p.Namespace)
+	_, err = cms.Create(ctx, obj, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var cur *corev1.ConfigMap
+		if cur, err = cms.Get(ctx, name, metav1.GetOptions{}); err == nil {
+			cur.Data, cur.Annotations = obj.Data, obj.Annotations
+			_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
+		}
 	}
-	return waitGone(ctx, func(ctx context.Context) error {
-		_, err := dss.Get(ctx, ds.Name, metav1.GetOptions{})
-		return err
-	})
+	if err != nil {
+		return fmt.Errorf("backup of %s to ConfigMap %s/%s: %w", p.Key(), p.Namespace, name, err)
+	}
+	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolBackedUp", fmt.Sprintf("saved %s to ConfigMap %s/%s, key %s",
+		p.Key(), p.Namespace, name, BackupKey))
+	return nil
 }

@@ -5,12 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -27,23 +22,6 @@ type Inventorier interface {
 	Inventory(ctx context.Context) (*ateapi.Inventory, error)
 }
 
-// rollbackFacts is the cluster as the rollback's cluster steps see it.
-type rollbackFacts struct {
-	c *Cluster
-	// clones are the pools pinned to NEW; newDS is NEW's atelet DaemonSet.
-	clones []Pool
-	newDS  *appsv1.DaemonSet
-	// bound are the actors bound to a worker of a clone.
-	bound []ateapi.Actor
-}
-
-func (f rollbackFacts) nodesAtNew() []string {
-	if f.c.New == "" {
-		return nil
-	}
-	return f.c.NodesAt(f.c.New)
-}
-
 func actorNames(actors []ateapi.Actor) string {
 	var names []string
 	for _, a := range actors {
@@ -57,161 +35,37 @@ func actorNames(actors []ateapi.Actor) string {
 // delete each clone (pools pinned to NEW) once no actor is bound to one of
 // their workers, then the NEW atelet DaemonSet once no node carries NEW.
 // Run it on runbook.ScopeTarget{Scope: "roll"}.
-func RollbackRunbook(cs kubernetes.Interface, dyn dynamic.Interface, api Inventorier, rec kube.Recorder) *runbook.Runbook[rollbackFacts] {
-	return &runbook.Runbook[rollbackFacts]{
+func RollbackRunbook(cs kubernetes.Interface, dyn dynamic.Interface, api Inventorier, rec kube.Recorder) *runbook.Runbook[removalFacts] {
+	return &runbook.Runbook[removalFacts]{
 		Name:  RollbackRunbookName,
 		Title: "Remove the new version's pools and atelet once every node is back",
 		Doc: `The cluster part of a rollback, after every node is back at OLD: delete each clone (a
 WorkerPool pinned to NEW) once no actor is bound to one of its workers, then delete the NEW
 atelet DaemonSet once no node carries NEW. The old pools and the old atelet are never
-touched: rolling back leaves exactly what was there before the roll.`,
-		Observe: func(ctx context.Context, _ runbook.Target) (rollbackFacts, error) {
-			c, err := ObserveCluster(ctx, cs, dyn)
-			if err != nil {
-				return rollbackFacts{}, err
-			}
-			f := rollbackFacts{c: c}
-			if c.New == "" {
-				return f, nil
-			}
-			f.clones = c.PoolsPinnedTo(c.New)
-			for _, a := range c.Atelets {
-				if a.Version == c.New {
-					if f.newDS, err = cs.AppsV1().DaemonSets(Namespace).Get(ctx, a.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-						f.newDS, err = nil, nil
-					}
-					if err != nil {
-						return f, err
-					}
-				}
-			}
-			if len(f.clones) > 0 {
-				inv, err := api.Inventory(ctx)
-				if err != nil {
-					return f, err
-				}
-				f.bound = actorsBoundTo(inv, f.clones)
-			}
-			return f, nil
+touched: rolling back leaves exactly what was there before the roll. Retire runs the same
+two steps on OLD.`,
+		Observe: func(ctx context.Context, _ runbook.Target) (removalFacts, error) {
+			return observeRemoval(ctx, cs, dyn, api, rollbackNew)
 		},
-		Notes: func(f rollbackFacts) []string {
+		Notes: func(f removalFacts) []string {
 			var notes []string
-			if n := f.nodesAtNew(); len(n) > 0 {
+			if n := f.nodesAt(); len(n) > 0 {
 				notes = append(notes, fmt.Sprintf("%d node(s) still at %s (%s): kubectl ate rollback next-node "+
-					"--all", len(n), f.c.New, short(n)))
+					"--all", len(n), f.version, short(n)))
 			}
 			if len(f.bound) > 0 {
-				notes = append(notes, fmt.Sprintf("%d actor(s) bound to a %s worker: %s", len(f.bound), f.c.New, actorNames(f.bound)))
+				notes = append(notes, fmt.Sprintf("%d actor(s) bound to a %s worker: %s", len(f.bound), f.version, actorNames(f.bound)))
 			}
 			return notes
 		},
-		Steps: []runbook.Step[rollbackFacts]{
-			{
-				ID: "ate.rollback.delete-clones", Title: "Delete the clones (pools pinned to NEW)",
-				Doc: "Delete each WorkerPool pinned to NEW (its Deployment and pods go with it) once every node is back at OLD and no " +
-					"actor is bound to one of its workers. The old pools are never touched.",
-				Done: func(f rollbackFacts) (bool, string) {
-					if len(f.c.Problems) > 0 {
-						return false, "the roll's shape is unknown"
-					}
-					if f.c.New == "" {
-						return true, "no NEW atelet DaemonSet: nothing pinned to a NEW version"
-					}
-					return len(f.clones) == 0, fmt.Sprintf("%d pool(s) pinned to %s", len(f.clones), f.c.New)
-				},
-				Guards: []runbook.Guard[rollbackFacts]{
-					{Name: "the roll's shape is known (two atelet DaemonSets, labelled nodes)", Check: func(f rollbackFacts) (bool,
-						string) {
-						return len(f.c.Problems) == 0, strings.Join(f.c.Problems, "; ")
-					}},
-					{Name: "no node carries NEW", Check: func(f rollbackFacts) (bool, string) {
-						n := f.nodesAtNew()
-						return len(n) == 0, fmt.Sprintf("%d node(s) at %s (%s) still run on the clones; roll them back first: kubectl "+
-							"ate rollback next-node --all", len(n), f.c.New, short(n))
-					}},
-					{Name: "no actor is bound to a worker of a clone", Check: func(f rollbackFacts) (bool, string) {
-						return len(f.bound) == 0, fmt.Sprintf("%d actor(s) bound to a %s worker (%s); deleting the pool would crash "+
-							"them. Suspend them (kubectl ate suspend actor NAME -a ATESPACE) and re-run", len(f.bound), f.c.New,
-							actorNames(f.bound))
-					}},
-				},
-				Plan: func(f rollbackFacts) []runbook.Change {
-					var out []runbook.Change
-					for _, p := range f.clones {
-						detail := "pinned to " + p.Pin
-						if p.ClonedFrom != "" {
-							detail += ", clone of " + p.ClonedFrom
-						}
-						out = append(out, runbook.Change{Object: "workerpool/" + p.Key(), Action: "delete", Detail: detail})
-					}
-					return out
-				},
-				Act: func(ctx context.Context, f rollbackFacts) error {
-					for _, p := range f.clones {
-						why := fmt.Sprintf("rollback: deleted %s, pinned to %s; no actor was bound to its workers", p.Key(), p.Pin)
-						if err := DeletePool(ctx, dyn, rec, p, why); err != nil {
-							return err
-						}
-					}
-					return nil
-				},
-			},
-			{
-				ID: "ate.rollback.delete-new-atelet", Title: "Delete the NEW atelet DaemonSet",
-				Doc: "Delete the atelet DaemonSet of NEW once no node carries NEW (it runs no pod then) and no pool is pinned to NEW. " +
-					"The old atelet DaemonSet stays.",
-				Done: func(f rollbackFacts) (bool, string) {
-					if f.newDS == nil {
-						return true, "one atelet DaemonSet (" + f.c.Old + ")"
-					}
-					return false, "atelet DaemonSet " + f.newDS.Name + " (" + f.c.New + ") present"
-				},
-				Guards: []runbook.Guard[rollbackFacts]{
-					{Name: "no node carries NEW", Check: func(f rollbackFacts) (bool, string) {
-						n := f.nodesAtNew()
-						return len(n) == 0, fmt.Sprintf("%d node(s) at %s (%s): their atelet is this DaemonSet's; roll them back "+
-							"first", len(n), f.c.New, short(n))
-					}},
-					{Name: "no pool is pinned to NEW", Check: func(f rollbackFacts) (bool, string) {
-						return len(f.clones) == 0, fmt.Sprintf("%d pool(s) still pinned to %s", len(f.clones), f.c.New)
-					}},
-				},
-				Plan: func(f rollbackFacts) []runbook.Change {
-					return []runbook.Change{{Object: "daemonset/" + Namespace + "/" + f.newDS.Name, Action: "delete",
-						Detail: VersionLabel + "=" + f.c.New}}
-				},
-				Act: func(ctx context.Context, f rollbackFacts) error {
-					return DeleteAtelet(ctx, cs, rec, f.newDS,
-						fmt.Sprintf("rollback: deleted the %s atelet DaemonSet; no node carries %s", f.c.New, f.c.New))
-				},
-			},
+		Steps: []runbook.Step[removalFacts]{
+			deletePoolsStep("ate.rollback.delete-clones", rollbackNew, dyn, rec,
+				"Delete each WorkerPool pinned to NEW (its Deployment and pods go with it) once every node is back at OLD and no "+
+					"actor is bound to one of its workers. The old pools are never touched."),
+			deleteAteletStep("ate.rollback.delete-new-atelet", rollbackNew, cs, rec,
+				"Delete the atelet DaemonSet of NEW once no node carries NEW (it runs no pod then) and no pool is pinned to NEW. "+
+					"The old atelet DaemonSet stays."),
 		},
-	}
-}
-
-func dsRef(ds *appsv1.DaemonSet) corev1.ObjectReference {
-	return corev1.ObjectReference{Kind: "DaemonSet", APIVersion: "apps/v1", Namespace: ds.Namespace, Name: ds.Name, UID: ds.UID}
-}
-
-// waitGone polls get until it answers NotFound, for at most two minutes
-// (finalizers and garbage collection take seconds when the controllers run).
-func waitGone(ctx context.Context, get func(context.Context) error) error {
-	ctx, cancel := context.WithTimeoutCause(ctx, 2*time.Minute, fmt.Errorf("still present after 2m: is a finalizer stuck, or "+
-		"ate-controller down?"))
-	defer cancel()
-	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
-		err := get(ctx)
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil && ctx.Err() == nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(delay):
-		}
 	}
 }
 

@@ -9,49 +9,75 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// listAll follows next_page_token until it is empty. Pages may be empty
-// while a token remains; MaxPages stops a server that never ends.
+// listAll follows next_page_token until it is empty, handing each item to
+// each as its page arrives: the next page is fetched while this one is
+// decoded, and a page's messages are dropped once decoded (50,000 actors
+// never sit in memory as dynamic messages). Pages may be empty while a
+// token remains; MaxPages stops a server that never ends.
 func (c *Client) listAll(ctx context.Context, method, target, field string,
-	fill func(protoreflect.Message)) ([]protoreflect.Message, error) {
-	var items []protoreflect.Message
-	token := ""
-	for page := 1; ; page++ {
-		if page > c.opts.MaxPages {
-			return nil, fmt.Errorf("ateapi: %s: no last page after %d pages: %w", method, c.opts.MaxPages, ErrTooManyPages)
+	fill func(protoreflect.Message), each func(protoreflect.Message)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pages := make(chan []protoreflect.Message, 1)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(pages)
+		token := ""
+		for page := 1; ; page++ {
+			if page > c.opts.MaxPages {
+				errc <- fmt.Errorf("ateapi: %s: no last page after %d pages: %w", method, c.opts.MaxPages, ErrTooManyPages)
+				return
+			}
+			resp, err := c.call(ctx, method, target, func(req protoreflect.Message) {
+				fill(req)
+				pageRequest(c.opts.PageSize, token, "")(req)
+			})
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case pages <- getList(resp, field):
+			case <-ctx.Done():
+				return
+			}
+			if token = getStr(resp, "next_page_token"); token == "" {
+				return
+			}
 		}
-		resp, err := c.call(ctx, method, target, func(req protoreflect.Message) {
-			fill(req)
-			pageRequest(c.opts.PageSize, token, "")(req)
-		})
-		if err != nil {
-			return nil, err
+	}()
+	for items := range pages {
+		for _, m := range items {
+			each(m)
 		}
-		items = append(items, getList(resp, field)...)
-		if token = getStr(resp, "next_page_token"); token == "" {
-			return items, nil
-		}
+	}
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
 	}
 }
 
 // ListWorkers lists every worker. In era D each worker's actors come from
 // ListWorkerActorAssignments (one extra call per worker).
 func (c *Client) ListWorkers(ctx context.Context) ([]Worker, error) {
-	msgs, err := c.listAll(ctx, "ListWorkers", "", "workers", func(protoreflect.Message) {})
+	seen := map[string]bool{}
+	var out []Worker
+	err := c.listAll(ctx, "ListWorkers", "", "workers", func(protoreflect.Message) {}, func(m protoreflect.Message) {
+		w := decodeWorker(m)
+		if !seen[w.Name] { // lists are "soft": an item may repeat
+			seen[w.Name] = true
+			out = append(out, w)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{}
-	var out []Worker
-	for _, m := range msgs {
-		w := decodeWorker(m)
-		if seen[w.Name] { // lists are "soft": an item may repeat
-			continue
-		}
-		seen[w.Name] = true
-		if err := c.fillAssignments(ctx, &w); err != nil {
+	for i := range out {
+		if err := c.fillAssignments(ctx, &out[i]); err != nil {
 			return nil, err
 		}
-		out = append(out, w)
 	}
 	return out, nil
 }
@@ -60,39 +86,38 @@ func (c *Client) fillAssignments(ctx context.Context, w *Worker) error {
 	if !c.caps.Has("ListWorkerActorAssignments") {
 		return nil
 	}
-	msgs, err := c.listAll(ctx, "ListWorkerActorAssignments", w.Name, "actor_assignments", workerRef(w.Name))
+	var refs []ActorRef
+	err := c.listAll(ctx, "ListWorkerActorAssignments", w.Name, "actor_assignments", workerRef(w.Name), func(m protoreflect.Message) {
+		refs = append(refs, ActorRef{Atespace: getStr(m, "actor.atespace"), Name: getStr(m, "actor.name")})
+	})
 	if errors.Is(err, ErrNotFound) {
 		return nil // the worker went away after the list
 	}
 	if err != nil {
 		return err
 	}
-	for _, m := range msgs {
-		w.Actors = append(w.Actors, ActorRef{Atespace: getStr(m, "actor.atespace"), Name: getStr(m, "actor.name")})
-	}
+	w.Actors = append(w.Actors, refs...)
 	return nil
 }
 
 // ListActors lists actors in atespace, or in all atespaces when empty,
 // de-duplicated by UID (or atespace/name).
 func (c *Client) ListActors(ctx context.Context, atespace string) ([]Actor, error) {
-	msgs, err := c.listAll(ctx, "ListActors", atespace, "actors", pageRequest(0, "", atespace))
-	if err != nil {
-		return nil, err
-	}
 	seen := map[string]bool{}
 	var out []Actor
-	for _, m := range msgs {
+	err := c.listAll(ctx, "ListActors", atespace, "actors", pageRequest(0, "", atespace), func(m protoreflect.Message) {
 		a := decodeActor(m)
 		key := a.UID
 		if key == "" {
 			key = a.Ref().String()
 		}
-		if seen[key] {
-			continue
+		if !seen[key] {
+			seen[key] = true
+			out = append(out, a)
 		}
-		seen[key] = true
-		out = append(out, a)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

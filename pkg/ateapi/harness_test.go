@@ -21,7 +21,7 @@ type harness struct {
 	caFile string
 }
 
-func startFake(t *testing.T, opts fakesubstrate.Options) *harness {
+func startFake(t testing.TB, opts fakesubstrate.Options) *harness {
 	t.Helper()
 	pki, err := fakesubstrate.NewPKI()
 	if err != nil {

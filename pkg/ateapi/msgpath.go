@@ -13,21 +13,21 @@ import (
 // lookup returns the message holding the path's last field and that field,
 // or nils when the schema lacks the path or an intermediate message is unset.
 func lookup(m protoreflect.Message, path string) (protoreflect.Message, protoreflect.FieldDescriptor) {
-	parts := strings.Split(path, ".")
-	for i, p := range parts {
+	// strings.Cut, not Split: decoding 50,000 actors calls this a million times.
+	for {
+		p, rest, more := strings.Cut(path, ".")
 		fd := m.Descriptor().Fields().ByName(protoreflect.Name(p))
 		if fd == nil {
 			return nil, nil
 		}
-		if i == len(parts)-1 {
+		if !more {
 			return m, fd
 		}
 		if fd.Kind() != protoreflect.MessageKind || fd.IsList() || fd.IsMap() || !m.Has(fd) {
 			return nil, nil
 		}
-		m = m.Get(fd).Message()
+		m, path = m.Get(fd).Message(), rest
 	}
-	return nil, nil
 }
 
 // schemaHas reports whether a descriptor has the path.

@@ -3,6 +3,8 @@ package ateapi
 import (
 	"context"
 	"slices"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Inventory is one consistent-enough view of workers and actors, cross-
@@ -14,12 +16,13 @@ type Inventory struct {
 
 // Inventory lists all workers and actors and links them.
 func (c *Client) Inventory(ctx context.Context) (*Inventory, error) {
-	ws, err := c.ListWorkers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	as, err := c.ListActors(ctx, "")
-	if err != nil {
+	// The two lists are independent: fetch them together.
+	var ws []Worker
+	var as []Actor
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) { ws, err = c.ListWorkers(gctx); return err })
+	g.Go(func() (err error) { as, err = c.ListActors(gctx, ""); return err })
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	Resolve(ws, as)

@@ -8,10 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/pager"
 
 	"github.com/rollbook/rollbook/pkg/kube"
@@ -38,43 +40,49 @@ type NodeStatus struct {
 	Run   string `json:"run,omitempty"`
 }
 
-// Status reads every Tenstorrent node with paged lists: one pass over the
-// nodes and one over rollbook's helper pods, whatever the fleet size.
-func Status(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]NodeStatus, error) {
+// Status reads every Tenstorrent node and rollbook's helper pods, together:
+// a metadata-only list of the nodes (md; nil lists full Nodes), a list of
+// the cordoned ones and one of the helper pods, whatever the fleet size.
+func Status(ctx context.Context, cs kubernetes.Interface, md metadata.Interface, sel Selection) ([]NodeStatus, error) {
 	s, err := sel.selector()
 	if err != nil {
 		return nil, err
 	}
 	helpers := map[string][]corev1.Pod{} // node → helper pods
-	hp := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		o.LabelSelector = kube.LabelHelper
-		return cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
-	})
-	if err := hp.EachListItem(ctx, metav1.ListOptions{Limit: 500}, func(o runtime.Object) error {
-		p := o.(*corev1.Pod)
-		helpers[p.Spec.NodeName] = append(helpers[p.Spec.NodeName], *p)
+	var nodes []corev1.Node
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		hp := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = kube.LabelHelper
+			return cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+		})
+		err := hp.EachListItem(gctx, metav1.ListOptions{Limit: 500}, func(o runtime.Object) error {
+			p := o.(*corev1.Pod)
+			helpers[p.Spec.NodeName] = append(helpers[p.Spec.NodeName], *p)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("list helper pods: %w", err)
+		}
 		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("list helper pods: %w", err)
-	}
-	var rows []NodeStatus
-	np := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		o.LabelSelector = s.String()
-		return cs.CoreV1().Nodes().List(ctx, o)
 	})
+	g.Go(func() error {
+		var err error
+		nodes, err = kube.ListNodesLight(gctx, md, cs, s.String())
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
 	want := map[string]bool{}
 	for _, n := range sel.Nodes {
 		want[n] = true
 	}
-	err = np.EachListItem(ctx, metav1.ListOptions{Limit: 500}, func(o runtime.Object) error {
-		n := o.(*corev1.Node)
-		if len(want) == 0 || want[n.Name] {
-			rows = append(rows, nodeStatus(n, helpers[n.Name]))
+	rows := make([]NodeStatus, 0, len(nodes))
+	for i := range nodes {
+		if len(want) == 0 || want[nodes[i].Name] {
+			rows = append(rows, nodeStatus(&nodes[i], helpers[nodes[i].Name]))
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Node < rows[j].Node })
 	// Only nodes stuck in a drain cost more reads: their pods and PDBs.

@@ -24,6 +24,7 @@ import (
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // ate-fleet on 3 nodes at v0.2.0: pools ate-workers/python-small and
@@ -164,9 +165,10 @@ func TestPreflightCatchesUnpinnedAndUnreadyPools(t *testing.T) {
 	simtest.Get(t).ExpectNoViolations(t)
 	ctx := simtest.Context(t, 2*time.Minute)
 	pools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers")
-	unpinned := pool("scratch", nil, 0) // no pod: an edit of a pool that serves would be a violation
+	// No pod: an edit of a pool that serves would be a violation.
+	unpinned, unpinned2 := pool("scratch", nil, 0), pool("scratch-2", nil, 0)
 	stuck := pool("stuck", map[string]any{ate.VersionLabel: oldV, "no-such-label": "x"}, 2)
-	for _, p := range []*unstructured.Unstructured{unpinned, stuck} {
+	for _, p := range []*unstructured.Unstructured{unpinned, unpinned2, stuck} {
 		if _, err := pools.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -177,17 +179,35 @@ func TestPreflightCatchesUnpinnedAndUnreadyPools(t *testing.T) {
 		"to OLD") || !strings.Contains(out, "✗ pool ate-workers/stuck is READY==DESIRED") {
 		t.Fatalf("preflight must fail on both pools: exit %d", code)
 	}
-	// --pin-pools pins the unpinned pool: no actor is on its workers.
-	if out, _ := run(t, ctx, "preflight", "--pin-pools"); !strings.Contains(out, "PoolPinned") || strings.Contains(out,
-		"✗ pool ate-workers/scratch is pinned") {
-		t.Fatalf("--pin-pools did not pin scratch")
+	pinOf := func(name string) string {
+		got, err := pools.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pin, _, _ := unstructured.NestedString(got.Object, "spec", "template", "nodeSelector", ate.VersionLabel)
+		return pin
 	}
-	got, err := pools.Get(ctx, "scratch", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	unpinnedBoth := func() bool { return pinOf("scratch") == "" && pinOf("scratch-2") == "" }
+	// --dry-run plans the pins and changes nothing.
+	out, _ = run(t, ctx, "preflight", "--pin-pools", "--dry-run")
+	if !strings.Contains(out, "would patch workerpool/ate-workers/scratch") || !unpinnedBoth() {
+		t.Fatalf("preflight --pin-pools --dry-run: no plan, or it pinned")
 	}
-	if pin, _, _ := unstructured.NestedString(got.Object, "spec", "template", "nodeSelector", ate.VersionLabel); pin != oldV {
-		t.Fatalf("scratch pin = %q", pin)
+	expectLocked(t, ctx, unpinnedBoth, "preflight", "--pin-pools")
+	// --pin-pools pins the unpinned pools (no actor is on their workers):
+	// interrupted right after the first pin, then resumed.
+	interruptAt(t, ctx, []string{"preflight", "--pin-pools"}, "PoolPinned")
+	out, _ = run(t, ctx, "preflight", "--pin-pools", "-o", "json")
+	if r := result(t, out); r.Runbook != ate.PinPoolsRunbookName || r.Outcome != runbook.OutcomeDone {
+		t.Fatalf("preflight --pin-pools -o json: %s %s", r.Runbook, r.Outcome)
+	}
+	for _, name := range []string{"scratch", "scratch-2"} {
+		if pin := pinOf(name); pin != oldV {
+			t.Fatalf("%s pin = %q", name, pin)
+		}
+		if n := eventsFor(t, ctx, "ate-workers", "PoolPinned", name, ""); n != 1 {
+			t.Errorf("%s was pinned %d times across the runs; want once", name, n)
+		}
 	}
 }
 

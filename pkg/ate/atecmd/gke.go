@@ -37,12 +37,22 @@ func contextName(g *cli.Globals) string {
 	return raw.CurrentContext
 }
 
-// printGKEBefore prints the runbook's "On GKE" commands, filled in, when
-// the nodes are GKE's.
-func printGKEBefore(ctx context.Context, g *cli.Globals, w io.Writer, c *ate.Cluster) {
-	if k := gkeOf(ctx, g); k != nil {
-		fmt.Fprintln(w, k.BeforeRoll(c.Old))
+// printGKEBefore prints the runbook's "On GKE" commands, filled in with
+// OLD (the oldest atelet DaemonSet's version), when the nodes are GKE's.
+func printGKEBefore(ctx context.Context, g *cli.Globals, w io.Writer) {
+	k := gkeOf(ctx, g)
+	if k == nil {
+		return
 	}
+	old := ""
+	if cs, err := g.Factory.KubernetesClientSet(); err == nil {
+		if dyn, err := dynamicClient(g); err == nil {
+			if c, err := ate.ObserveCluster(ctx, cs, dyn); err == nil {
+				old = c.Old
+			}
+		}
+	}
+	fmt.Fprintln(w, k.BeforeRoll(old))
 }
 
 // printGKEAfter prints the "After the roll, on GKE" commands once every

@@ -1,101 +1,105 @@
 package atecmd
 
 import (
+	"context"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 
 	"github.com/rollbook/rollbook/pkg/ate"
-	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
-	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/ui"
 )
 
+// preflightOptions are the flags of preflight.
+type preflightOptions struct {
+	g    *cli.Globals
+	run  cli.RunFlags
+	api  apiFlags
+	opts ate.PreflightOptions
+	pin  bool
+}
+
 func newPreflightCommand(g *cli.Globals) *cobra.Command {
-	var (
-		api    apiFlags
-		opts   ate.PreflightOptions
-		pin    bool
-		output string
-	)
+	o := &preflightOptions{g: g}
 	cmd := &cobra.Command{
 		Use:   "preflight",
 		Short: "Check everything the runbook asks you to confirm before the first node",
 		Long: `Check every item of the runbook's "confirm before you begin" list, each with a pass/fail
 mark and the fix: uniform node labels, a versioned atelet DaemonSet, every serving pool
 pinned to OLD and READY==DESIRED, DrainWorker served and implemented, at least two nodes,
-and GKE hazards. --pin-pools pins an unpinned pool, but only while no actor is on its workers.`,
+and GKE hazards. Exit 3 when a check fails.
+
+--pin-pools first runs the pin-pools runbook (runbooks/ate-pin-pools.md) in a session that
+holds the roll's lock: it pins each unpinned serving pool to OLD, but only while no actor is
+on its workers (--dry-run shows the plan). With -o, its result is printed before the checks:
+two documents.`,
+		Example: `  kubectl ate preflight
+  kubectl ate preflight --pin-pools --dry-run
+  kubectl ate preflight --pin-pools -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := ui.ValidateOutput(output, "json", "yaml"); err != nil {
-				return cli.UsageErrorf("%v", err)
-			}
-			ctx := cmd.Context()
-			cs, err := g.Factory.KubernetesClientSet()
-			if err != nil {
+			if err := o.Validate(); err != nil {
 				return err
 			}
-			dyn, err := dynamicClient(g)
-			if err != nil {
-				return err
-			}
-			c, err := ate.ObserveCluster(ctx, cs, dyn)
-			if err != nil {
-				return err
-			}
-			if opts.Deployments, err = ate.Deployments(ctx, cs); err != nil {
-				return err
-			}
-			var caps *ateapi.Capabilities
-			var inv *ateapi.Inventory
-			client, apiErr := api.dial(ctx, g)
-			if apiErr == nil {
-				defer client.Close()
-				cp := client.Capabilities()
-				caps = &cp
-				inv, apiErr = client.Inventory(ctx)
-			}
-			if pin {
-				if apiErr != nil {
-					return fmt.Errorf("--pin-pools needs the control API to prove no actor is on a pool's workers: %w", apiErr)
-				}
-				rec := kube.Recorders{ui.NewProgress(g.IOStreams.ErrOut),
-					&kube.EventWriter{Client: cs, Component: "kubectl-ate", Instance: cli.NewRunID()}}
-				for _, p := range c.ServingPools() {
-					if p.Pin == "" {
-						if err := ate.PinPool(ctx, dyn, rec, p, c.Old, inv); err != nil {
-							return cli.WithExitCode(cli.ExitBlocked, err)
-						}
-					}
-				}
-				if c, err = ate.ObserveCluster(ctx, cs, dyn); err != nil {
-					return err
-				}
-			}
-			checks := ate.Preflight(ctx, cs, c, caps, apiErr, opts)
-			if output != "" {
-				if err := ui.PrintObject(g.IOStreams.Out, output, map[string]any{"checks": checks,
-					"failed": ate.Failed(checks)}); err != nil {
-					return err
-				}
-			} else {
-				printChecks(g.IOStreams.Out, checks)
-				printGKEBefore(ctx, g, g.IOStreams.Out, c)
-			}
-			if n := ate.Failed(checks); n > 0 {
-				return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("%d check(s) failed; fix them before rolling", n))
-			}
-			return nil
+			return o.Run(cmd.Context())
 		},
 	}
-	api.add(cmd.Flags())
-	cmd.Flags().BoolVar(&opts.AllowFullStop, "allow-full-stop", false, "accept a single-node cluster, where moving the node stops "+
+	o.api.add(cmd.Flags())
+	o.run.AddFlags(cmd.Flags(), ate.Namespace)
+	cmd.Flags().BoolVar(&o.opts.AllowFullStop, "allow-full-stop", false, "accept a single-node cluster, where moving the node stops "+
 		"everything")
-	cmd.Flags().BoolVar(&pin, "pin-pools", false, "pin unpinned pools to OLD (only those with no actor on their workers)")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json|yaml")
+	cmd.Flags().BoolVar(&o.pin, "pin-pools", false, "pin unpinned pools to OLD (only those with no actor on their workers)")
 	return cmd
+}
+
+// Validate rejects bad flags before any API call.
+func (o *preflightOptions) Validate() error { return o.run.Validate() }
+
+// Run pins the pools when asked, then checks.
+func (o *preflightOptions) Run(ctx context.Context) error {
+	if o.pin {
+		if err := o.pinPools(ctx); err != nil {
+			return err
+		}
+	}
+	r, err := connectReaders(ctx, o.g, &o.api, false)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	checks, err := ate.ReadPreflight(ctx, r.cs, r.dyn, r.view(ctx), o.opts)
+	if err != nil {
+		return err
+	}
+	failed := ate.Failed(checks)
+	if o.run.Output != "" {
+		if err := ui.PrintObject(o.g.IOStreams.Out, o.run.Output, map[string]any{"checks": checks, "failed": failed}); err != nil {
+			return err
+		}
+	} else {
+		printChecks(o.g.IOStreams.Out, checks)
+		printGKEBefore(ctx, o.g, o.g.IOStreams.Out)
+	}
+	if failed > 0 {
+		return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("%d check(s) failed; fix them before rolling", failed))
+	}
+	return nil
+}
+
+// pinPools runs the pin-pools runbook in its own session; the checks that
+// follow read the cluster it leaves.
+func (o *preflightOptions) pinPools(ctx context.Context) error {
+	s, ctx, err := startAPISession(ctx, o.g, o.run, &o.api)
+	if err != nil {
+		return err
+	}
+	defer s.client.Close()
+	res := cli.Run(ctx, s.Session, ate.PinPoolsRunbook(s.Client, s.dyn, s.client, s.Recorder),
+		[]runbook.Target{runbook.ScopeTarget{Scope: "pools"}}, runbook.Options{})
+	return s.Finish(res, "the checks follow")
 }
 
 func printChecks(w io.Writer, checks []ate.Check) {

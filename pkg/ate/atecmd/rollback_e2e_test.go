@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
@@ -240,38 +239,97 @@ func TestRetireAfterRollingForwardAgain(t *testing.T) {
 		t.Fatalf("clone-pools: exit %d", code)
 	}
 	dir := t.TempDir()
+	// noFiles: no backup written, neither in dir nor as a ConfigMap.
+	noFiles := func() bool {
+		files, _ := os.ReadDir(dir)
+		cms, err := c.Client.CoreV1().ConfigMaps("ate-workers").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cm := range cms.Items {
+			if strings.HasPrefix(cm.Name, "workerpool-backup-") {
+				return false
+			}
+		}
+		return len(files) == 0
+	}
+	pools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers")
+	oldPoolsLeft := func() int {
+		n := 0
+		for name := range oldPoolsAtStart {
+			if _, err := pools.Get(ctx, name, metav1.GetOptions{}); err == nil {
+				n++
+			}
+		}
+		return n
+	}
 	// Every node is still at OLD: retire must refuse and keep everything.
 	out, code := run(t, ctx, "retire", "--backup-dir", dir)
-	if code != cli.ExitBlocked || !strings.Contains(out, "✗ no node is at OLD") {
+	if code != cli.ExitBlocked || !strings.Contains(out, "blocked: no node is at OLD") {
 		t.Fatalf("retire before the roll must refuse: exit %d", code)
 	}
-	if files, _ := os.ReadDir(dir); len(files) > 0 {
-		t.Fatalf("a refused retire wrote %d file(s)", len(files))
+	if !noFiles() {
+		t.Fatal("a refused retire wrote a backup")
 	}
 	if _, code := run(t, ctx, "roll", "next-node", "--all", "--wait"); code != 0 {
 		t.Fatalf("roll --all: exit %d", code)
 	}
-	if _, code := run(t, ctx, "retire", "--dry-run", "--backup-dir", dir); code != 0 {
-		t.Fatalf("retire --dry-run: exit %d", code)
+	// A dry run plans every step in one document and changes nothing.
+	out, code = run(t, ctx, "retire", "--dry-run", "--backup-dir", dir, "--backup-configmap", "-o", "json")
+	r := result(t, out)
+	if code != 0 || r.Runbook != ate.RetireRunbookName || r.Outcome != runbook.OutcomePlanned || len(r.Targets) != 1 ||
+		len(r.Targets[0].Steps) != 3 {
+		t.Fatalf("retire --dry-run -o json: exit %d, %+v", code, r)
 	}
-	if files, _ := os.ReadDir(dir); len(files) > 0 {
-		t.Fatalf("a dry run wrote %d file(s)", len(files))
+	planned := map[string]bool{}
+	for _, st := range r.Targets[0].Steps {
+		for _, ch := range st.Changes {
+			planned[st.ID+" "+ch.Action+" "+ch.Object] = true
+		}
 	}
-	out, code = run(t, ctx, "retire", "--backup-dir", dir, "--backup-configmap")
-	if code != 0 || !strings.Contains(out, "✓ no node is at OLD") || !strings.Contains(out, "✓ no actor is bound to an old-pool worker") {
-		t.Fatalf("retire after the roll: exit %d", code)
+	for name := range oldPoolsAtStart {
+		for _, want := range []string{"ate.retire.backup save workerpool/ate-workers/" + name,
+			"ate.retire.backup create or update configmap/ate-workers/workerpool-backup-" + name,
+			"ate.retire.delete-old-pools delete workerpool/ate-workers/" + name} {
+			if !planned[want] {
+				t.Errorf("the dry run does not plan %q: %v", want, planned)
+			}
+		}
+	}
+	atelet := false
+	for k := range planned {
+		atelet = atelet || strings.HasPrefix(k, "ate.retire.delete-old-atelet delete daemonset/"+ate.Namespace+"/")
+	}
+	if !atelet {
+		t.Errorf("the dry run does not plan deleting the %s atelet: %v", oldV, planned)
+	}
+	if !noFiles() || oldPoolsLeft() != len(oldPoolsAtStart) {
+		t.Fatal("a dry run wrote a backup or deleted a pool")
+	}
+	expectLocked(t, ctx, func() bool { return noFiles() && oldPoolsLeft() == len(oldPoolsAtStart) },
+		"retire", "--backup-dir", dir)
+	// Interrupted right after the first backup, then right after the first
+	// delete; each run resumes where the last stopped.
+	args := []string{"retire", "--backup-dir", dir, "--backup-configmap"}
+	interruptAt(t, ctx, args, "PoolBackedUp", "Deleted")
+	out, code = run(t, ctx, append(args, "-o", "json")...)
+	r = result(t, out)
+	if code != 0 || r.Outcome != runbook.OutcomeDone || r.Targets[0].Steps[0].Status != runbook.StepDone {
+		t.Fatalf("retire resumed: exit %d, %+v", code, r)
 	}
 	s := statusOf(t, ctx)
 	if s.Phase != ate.PhaseComplete || s.Cluster.Old != newV || len(s.Cluster.Atelets) != 1 {
 		t.Fatalf("after retire: phase %s (%s), atelets %+v", s.Phase, s.Summary, s.Cluster.Atelets)
 	}
-	pools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers")
+	if n := oldPoolsLeft(); n > 0 {
+		t.Errorf("%d old pool(s) not retired", n)
+	}
 	for name := range oldPoolsAtStart {
-		if _, err := pools.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("old pool %s not retired: %v", name, err)
+		if n := eventsFor(t, ctx, "ate-workers", "Deleted", name, "retire:"); n != 1 {
+			t.Errorf("old pool %s deleted %d times across the runs; want once", name, n)
 		}
 	}
-	if out, code := run(t, ctx, "retire"); code != 0 || !strings.Contains(out, "Nothing to retire") {
+	if out, code := run(t, ctx, "retire"); code != 0 || !strings.Contains(out, "nothing to retire") {
 		t.Fatalf("retire again: exit %d", code)
 	}
 
@@ -364,6 +422,12 @@ func TestRevertCrashedActor(t *testing.T) {
 	if _, code := run(t, ctx, "revert", victim.Name); code != cli.ExitUsage {
 		t.Fatalf("revert without -a: exit %d", code)
 	}
+	crashed := func() bool { return stateOf() == ateapi.ActorCrashed }
+	out, code = run(t, ctx, "revert", victim.Name, "-a", victim.Atespace, "--dry-run")
+	if code != 0 || !strings.Contains(out, "would revert actor/"+victim.Atespace+"/"+victim.Name) || !crashed() {
+		t.Fatalf("revert --dry-run: exit %d, state %s", code, stateOf())
+	}
+	expectLocked(t, ctx, crashed, "revert", victim.Name, "-a", victim.Atespace, "--yes")
 	// At a terminal, the prompt says what is lost; "n" keeps the actor as is.
 	saved := inputIsTerminal
 	inputIsTerminal = func(io.Reader) bool { return true }
@@ -372,9 +436,24 @@ func TestRevertCrashedActor(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "LOST") || !strings.Contains(out, "[y/N]") || stateOf() != ateapi.ActorCrashed {
 		t.Fatalf("declined revert: exit %d, state %s", code, stateOf())
 	}
-	_, code = runIn(t, ctx, "y\n", "revert", victim.Name, "-a", victim.Atespace)
-	if code != 0 || stateOf() != ateapi.ActorSuspended {
-		t.Fatalf("confirmed revert: exit %d, state %s", code, stateOf())
+	// Confirmed, and interrupted right after the RevertActor call: the
+	// re-run waits for the same revert instead of asking again.
+	runCtx, cancel := cancelOnEvent(t, ctx, "ActorReverted")
+	_, code = runIn(t, runCtx, "y\n", "revert", victim.Name, "-a", victim.Atespace)
+	cancel()
+	if code != 0 && code != cli.ExitFailed {
+		t.Fatalf("confirmed revert, interrupted: exit %d", code)
+	}
+	out, code = run(t, ctx, "revert", victim.Name, "-a", victim.Atespace, "--yes", "-o", "json")
+	if r := result(t, out); code != 0 || r.Runbook != ate.RevertRunbookName || r.Outcome != runbook.OutcomeDone {
+		t.Fatalf("revert resumed: exit %d, %s %s", code, r.Runbook, r.Outcome)
+	}
+	// Traffic may wake it right away: it only must have left the crash.
+	if st := stateOf(); st == ateapi.ActorCrashed || st == ateapi.ActorReverting {
+		t.Fatalf("after the revert: state %s", st)
+	}
+	if n := eventsFor(t, ctx, ate.Namespace, "ActorReverted", ateapi.DefaultService, victim.Atespace+"/"+victim.Name+":"); n != 1 {
+		t.Errorf("%s/%s reverted %d times across the runs; want once", victim.Atespace, victim.Name, n)
 	}
 	// The actor resumes from its snapshot.
 	if _, _, err := cl.ResumeActor(ctx, victim.Atespace, victim.Name); err != nil {

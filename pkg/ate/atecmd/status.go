@@ -12,18 +12,21 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rollbook/rollbook/pkg/ate"
-	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/ui"
 )
 
+// statusOptions are the flags of status.
+type statusOptions struct {
+	g      *cli.Globals
+	api    apiFlags
+	output string
+	watch  bool
+	noAPI  bool
+}
+
 func newStatusCommand(g *cli.Globals) *cobra.Command {
-	var (
-		api    apiFlags
-		output string
-		watch  bool
-		noAPI  bool
-	)
+	o := &statusOptions{g: g}
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show where the Agent Substrate roll stands and the exact next command",
@@ -32,86 +35,65 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
   kubectl ate status --watch`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := ui.ValidateOutput(output, "json", "yaml"); err != nil {
-				return cli.UsageErrorf("%v", err)
+			if err := o.Validate(); err != nil {
+				return err
 			}
-			ctx := cmd.Context()
-			// One connection (one port-forward, one token) for the whole
-			// --watch: a redraw only lists workers and actors again.
-			var client *ateapi.Client
-			var dialErr error
-			if !noAPI {
-				if client, dialErr = api.dial(ctx, g); dialErr == nil {
-					defer client.Close()
-				}
-			}
-			for {
-				s, err := observeStatus(ctx, g, client, dialErr)
-				if err != nil {
-					return err
-				}
-				if watch && output == "" && ui.IsTerminal(g.IOStreams.Out) {
-					fmt.Fprint(g.IOStreams.Out, "\033[H\033[2J")
-				}
-				if output != "" {
-					if err := ui.PrintObject(g.IOStreams.Out, output, s); err != nil {
-						return err
-					}
-				} else {
-					printStatus(g.IOStreams.Out, s)
-					printGKEAfter(ctx, g, g.IOStreams.Out, s)
-				}
-				if !watch {
-					if s.Phase == ate.PhaseBlocked {
-						return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the roll cannot proceed: %s", s.Summary))
-					}
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(2 * time.Second):
-				}
-			}
+			return o.Run(cmd.Context())
 		},
 	}
-	api.add(cmd.Flags())
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json|yaml")
-	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every 2 seconds")
-	cmd.Flags().BoolVar(&noAPI, "no-api", false, "do not contact the control API (Kubernetes facts only)")
+	o.api.add(cmd.Flags())
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json|yaml")
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "redraw every 2 seconds")
+	cmd.Flags().BoolVar(&o.noAPI, "no-api", false, "do not contact the control API (Kubernetes facts only)")
 	return cmd
 }
 
-func observeStatus(ctx context.Context, g *cli.Globals, client *ateapi.Client, dialErr error) (*ate.Status, error) {
-	cs, err := g.Factory.KubernetesClientSet()
+// Validate rejects bad flags before any API call.
+func (o *statusOptions) Validate() error {
+	if err := ui.ValidateOutput(o.output, "json", "yaml"); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	return nil
+}
+
+// Run prints the status once, or with --watch every 2 seconds. One
+// connection (one port-forward, one token) serves the whole --watch: a
+// redraw only lists workers and actors again.
+func (o *statusOptions) Run(ctx context.Context) error {
+	r, err := connectReaders(ctx, o.g, &o.api, o.noAPI)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	dyn, err := dynamicClient(g)
-	if err != nil {
-		return nil, err
+	defer r.close()
+	out := o.g.IOStreams.Out
+	for {
+		s, err := ate.ReadStatus(ctx, r.cs, r.dyn, r.md, r.view)
+		if err != nil {
+			return err
+		}
+		if o.watch && o.output == "" && ui.IsTerminal(out) {
+			fmt.Fprint(out, "\033[H\033[2J")
+		}
+		if o.output != "" {
+			if err := ui.PrintObject(out, o.output, s); err != nil {
+				return err
+			}
+		} else {
+			printStatus(out, s)
+			printGKEAfter(ctx, o.g, out, s)
+		}
+		if !o.watch {
+			if s.Phase == ate.PhaseBlocked {
+				return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the roll cannot proceed: %s", s.Summary))
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
+		}
 	}
-	c, err := ate.ObserveCluster(ctx, cs, dyn)
-	if err != nil {
-		return nil, err
-	}
-	var inv *ateapi.Inventory
-	var caps *ateapi.Capabilities
-	apiErr := dialErr
-	if client != nil {
-		cp := client.Capabilities()
-		caps = &cp
-		inv, apiErr = client.Inventory(ctx)
-	}
-	s, err := ate.ObserveStatus(ctx, cs, c, inv)
-	if err != nil {
-		return nil, err
-	}
-	s.Capabilities = caps
-	if apiErr != nil {
-		s.APIError = apiErr.Error()
-	}
-	return s, nil
 }
 
 func printStatus(w io.Writer, s *ate.Status) {

@@ -89,8 +89,12 @@ func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 	if err != nil {
 		return err
 	}
+	md, err := o.g.MetadataClient()
+	if err != nil {
+		return err
+	}
 	for {
-		rows, err := tt.Status(ctx, cs, sel)
+		rows, err := tt.Status(ctx, cs, md, sel)
 		if err != nil {
 			return err
 		}

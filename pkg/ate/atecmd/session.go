@@ -1,0 +1,76 @@
+package atecmd
+
+import (
+	"context"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+
+	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/cli"
+)
+
+// apiSession is a session with what the ate runbooks act through: the
+// dynamic client and a connection to the control API (close it).
+type apiSession struct {
+	*cli.Session
+	dyn    dynamic.Interface
+	client *ateapi.Client
+}
+
+// startAPISession starts a session holding the roll's lock and connects.
+func startAPISession(ctx context.Context, g *cli.Globals, run cli.RunFlags, api *apiFlags) (*apiSession, context.Context, error) {
+	s, ctx, err := cli.StartSession(ctx, g, run, "ate", ate.LockName)
+	if err != nil {
+		return nil, ctx, err
+	}
+	dyn, err := dynamicClient(g)
+	if err != nil {
+		return nil, ctx, s.Fail(err)
+	}
+	client, err := api.dial(ctx, g)
+	if err != nil {
+		return nil, ctx, s.Fail(err)
+	}
+	return &apiSession{Session: s, dyn: dyn, client: client}, ctx, nil
+}
+
+// readers are what status and preflight read through; api is nil when the
+// control API was not asked (--no-api) or could not be dialed (dialErr).
+type readers struct {
+	cs      kubernetes.Interface
+	dyn     dynamic.Interface
+	md      metadata.Interface
+	api     ate.APIReader
+	dialErr error
+	close   func()
+}
+
+func connectReaders(ctx context.Context, g *cli.Globals, a *apiFlags, noAPI bool) (*readers, error) {
+	cs, err := g.Factory.KubernetesClientSet()
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamicClient(g)
+	if err != nil {
+		return nil, err
+	}
+	md, err := g.MetadataClient()
+	if err != nil {
+		return nil, err
+	}
+	r := &readers{cs: cs, dyn: dyn, md: md, close: func() {}}
+	if noAPI {
+		return r, nil
+	}
+	client, err := a.dial(ctx, g)
+	if r.dialErr = err; err == nil {
+		r.api, r.close = client, func() { _ = client.Close() }
+	}
+	return r, nil
+}
+
+// view asks the control API again (a redraw lists workers and actors anew).
+func (r *readers) view(ctx context.Context) ate.APIView { return ate.ReadAPI(ctx, r.api, r.dialErr) }

@@ -1,0 +1,116 @@
+package ate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+// PinPoolsRunbookName names the runbook behind preflight --pin-pools.
+const PinPoolsRunbookName = "ate-pin-pools"
+
+// pinFacts is the cluster as the pin step sees it.
+type pinFacts struct {
+	c *Cluster
+	// unpinned are the serving pools without a version pin; bound are the
+	// actors bound to one of their workers.
+	unpinned []Pool
+	bound    []ateapi.Actor
+}
+
+// PinPoolsRunbook pins every unpinned serving pool to OLD, only while no
+// actor is bound to its workers. Run it on runbook.ScopeTarget{Scope: "pools"}.
+func PinPoolsRunbook(cs kubernetes.Interface, dyn dynamic.Interface, api Inventorier, rec kube.Recorder) *runbook.Runbook[pinFacts] {
+	return &runbook.Runbook[pinFacts]{
+		Name:  PinPoolsRunbookName,
+		Title: "Pin every serving WorkerPool to OLD",
+		Doc: `The runbook's precondition that every serving pool is pinned to OLD, made true: a pool
+without a version pin gets ` + "`spec.template.nodeSelector`" + ` set to OLD, so its workers stay
+on nodes at OLD while the roll moves the others. The edit re-renders the pool's Deployment,
+which would roll its workers through live actors, so a pool is pinned only while no actor is
+bound to one of its workers.`,
+		Observe: func(ctx context.Context, _ runbook.Target) (pinFacts, error) {
+			c, err := ObserveCluster(ctx, cs, dyn)
+			if err != nil {
+				return pinFacts{}, err
+			}
+			f := pinFacts{c: c}
+			for _, p := range c.ServingPools() {
+				if p.Pin == "" {
+					f.unpinned = append(f.unpinned, p)
+				}
+			}
+			if len(f.unpinned) == 0 {
+				return f, nil
+			}
+			inv, err := api.Inventory(ctx)
+			if err != nil {
+				return f, fmt.Errorf("the control API must show that no actor is on a pool's workers before it is pinned: %w", err)
+			}
+			f.bound = actorsBoundTo(inv, f.unpinned)
+			return f, nil
+		},
+		Steps: []runbook.Step[pinFacts]{{
+			ID: "ate.pools.pin", Title: "Pin the unpinned serving pools to OLD",
+			Doc: "Set " + VersionLabel + "=OLD in the nodeSelector of each serving pool that has no version pin, only while no " +
+				"actor is bound to one of its workers. A pool pinned to another version is never edited.",
+			Done: func(f pinFacts) (bool, string) {
+				return len(f.unpinned) == 0, fmt.Sprintf("%d serving pool(s) without a version pin", len(f.unpinned))
+			},
+			Guards: []runbook.Guard[pinFacts]{
+				{Name: "OLD is known (one or two versioned atelet DaemonSets)", Check: func(f pinFacts) (bool, string) {
+					return f.c.Old != "", "no versioned atelet DaemonSet says which version is OLD (kubectl ate status)"
+				}},
+				{Name: "no actor is bound to a worker of an unpinned pool", Check: func(f pinFacts) (bool, string) {
+					return len(f.bound) == 0, fmt.Sprintf("%d actor(s) on their workers (%s); pinning now would roll the pool's "+
+						"Deployment through them. Suspend them first (kubectl ate suspend actor NAME -a ATESPACE), then re-run",
+						len(f.bound), actorNames(f.bound))
+				}},
+			},
+			Plan: func(f pinFacts) []runbook.Change {
+				var out []runbook.Change
+				for _, p := range f.unpinned {
+					out = append(out, runbook.Change{Object: "workerpool/" + p.Key(), Action: "patch",
+						Detail: "spec.template.nodeSelector " + VersionLabel + "=" + f.c.Old})
+				}
+				return out
+			},
+			Act: func(ctx context.Context, f pinFacts) error {
+				for _, p := range f.unpinned {
+					if err := pinPool(ctx, dyn, rec, p, f.c.Old); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		}},
+	}
+}
+
+// pinPool pins p to version, only if p is still the object observed (the
+// patch carries its resourceVersion): an edit since then is re-observed.
+func pinPool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p Pool, version string) error {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": p.Object.GetResourceVersion()},
+		"spec":     map[string]any{"template": map[string]any{"nodeSelector": map[string]string{VersionLabel: version}}},
+	})
+	if err != nil {
+		return err
+	}
+	pools := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace)
+	if _, err := pools.Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("pin pool %s: %w", p.Key(), err)
+	}
+	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolPinned", fmt.Sprintf("pinned to %s=%s (no actor was on its "+
+		"workers)", VersionLabel, version))
+	return nil
+}

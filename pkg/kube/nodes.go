@@ -1,0 +1,82 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/pager"
+)
+
+// nodeListPage is large enough that a 5,000-node fleet is one request, and
+// small enough that a bigger one never makes the API server build a single
+// enormous response.
+const nodeListPage = 5000
+
+var nodesGVR = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+
+// ListNodesLight returns the nodes matching selector with what a fleet
+// status needs and nothing else: metadata (labels, annotations) for every
+// node, from a metadata-only list that costs a fraction of full Nodes to
+// send and decode, plus spec.unschedulable, learned from a second list of
+// only the cordoned nodes (a field selector, so its cost grows with what
+// the roll changed, not with the fleet). Cordoned nodes come back whole;
+// the others carry no spec but Unschedulable=false and no status. With a
+// nil md, it falls back to listing full Nodes.
+func ListNodesLight(ctx context.Context, md metadata.Interface, cs kubernetes.Interface, selector string) ([]corev1.Node, error) {
+	if md == nil {
+		return listNodes(ctx, cs, metav1.ListOptions{LabelSelector: selector})
+	}
+	var metas []metav1.PartialObjectMetadata
+	var cordoned []corev1.Node
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		p := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return md.Resource(nodesGVR).List(ctx, o)
+		})
+		return p.EachListItem(gctx, metav1.ListOptions{LabelSelector: selector, Limit: nodeListPage}, func(o runtime.Object) error {
+			metas = append(metas, *o.(*metav1.PartialObjectMetadata))
+			return nil
+		})
+	})
+	g.Go(func() error {
+		var err error
+		cordoned, err = listNodes(gctx, cs, metav1.ListOptions{LabelSelector: selector, FieldSelector: "spec.unschedulable=true"})
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	full := make(map[string]*corev1.Node, len(cordoned))
+	for i := range cordoned {
+		full[cordoned[i].Name] = &cordoned[i]
+	}
+	out := make([]corev1.Node, 0, len(metas))
+	for i := range metas {
+		if n, ok := full[metas[i].Name]; ok {
+			out = append(out, *n)
+			continue
+		}
+		out = append(out, corev1.Node{ObjectMeta: metas[i].ObjectMeta})
+	}
+	return out, nil
+}
+
+func listNodes(ctx context.Context, cs kubernetes.Interface, opts metav1.ListOptions) ([]corev1.Node, error) {
+	var out []corev1.Node
+	p := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return cs.CoreV1().Nodes().List(ctx, o)
+	})
+	opts.Limit = nodeListPage
+	err := p.EachListItem(ctx, opts, func(o runtime.Object) error {
+		out = append(out, *o.(*corev1.Node))
+		return nil
+	})
+	return out, err
+}
