@@ -81,6 +81,12 @@ type tOp struct {
 }
 
 const (
+	xNone    uint8 = iota
+	xWaiting       // counted as waiting, until another target ends
+	xWoken         // another target ended; still counted until it runs
+)
+
+const (
 	tgNotStarted uint8 = iota
 	tgInProgress
 	tgDone
@@ -98,6 +104,11 @@ type tState struct {
 	Ops     [3][]tOp
 	Halted  bool
 	Ended   uint8 // the last run: 0 none, 1 done, 2 stopped, 3 killed
+	// The run's exclusion (runbook.Step.Exclusive): 1+ the target whose
+	// Exclusive step is deciding or acting (0 none), and that step's index.
+	Excl, ExclStep uint8
+	XWait          [3]uint8 // xWaiting / xWoken: a failing Exclusive guard waits for another target to end
+	Held           uint8    // bit per target that stopped out of service: it keeps its parallel slot
 	// Budgets.
 	Runs, Kills, Foreign int8
 	Bad                  string
@@ -293,26 +304,27 @@ func (m *tModel) pods(s *tState, i int) []corev1.Pod {
 	return out
 }
 
-// observe is one observation of target i in the run: the next calls, or
-// how the target ends ("" with no calls: waiting).
-func (m *tModel) observe(s *tState, i int) (step string, ops []tOp, end uint8, why string) {
+// observe is one observation of target i in the run: the first step not
+// done (-1: none), then the calls its Act makes, or how the target ends
+// ("" with no calls: waiting); a failing guard ends it blocked.
+func (m *tModel) observe(s *tState, i int) (idx int, ops []tOp, end uint8, why string) {
 	f := m.facts(s, i)
-	for _, st := range m.rb.Steps {
+	for idx, st := range m.rb.Steps {
 		if done, _ := st.Done(f); done {
 			continue
 		}
 		for _, g := range st.Guards {
 			if ok, _ := g.Check(f); !ok {
-				return st.ID, nil, tgStopped, "blocked: " + g.Name
+				return idx, nil, tgStopped, "blocked: " + g.Name
 			}
 		}
 		ops := m.effect(s, i, st.ID, f)
 		if len(ops) > 0 && (st.Plan == nil || len(st.Plan(f)) == 0) {
-			return st.ID, ops, 0, "calls with no plan" // --dry-run would hide them
+			return idx, ops, 0, "calls with no plan" // --dry-run would hide them
 		}
-		return st.ID, ops, 0, ""
+		return idx, ops, 0, ""
 	}
-	return "", nil, tgDone, "done"
+	return -1, nil, tgDone, "done"
 }
 
 // effect is the model's reading of a step's Act as the calls it makes.
@@ -448,8 +460,8 @@ func (m *tModel) endRun(s *tState) {
 		if s.Targets&(1<<i) != 0 && s.Prog[i] != tgDone {
 			s.Ended = 2
 		}
-		s.Ops[i] = nil
 	}
+	m.resetRun(s)
 }
 
 func (m *tModel) moves(s tState) []modelcheck.Move[tState] {
@@ -546,13 +558,22 @@ func (m *tModel) moves(s tState) []modelcheck.Move[tState] {
 }
 
 // engine is runbook.Run's scheduling: targets start in order while fewer
-// than Parallel are in progress; a stopped target halts the run unless
-// KeepGoing; the run ends when none is in progress.
+// than Parallel slots are in use (a target in progress, or one that stopped
+// out of service: Runbook.OutOfService keeps its slot); once stopped
+// targets hold every slot, or a stopped target halts the run (unless
+// KeepGoing), the rest are skipped; the run ends when none is in progress.
+// Exclusive steps (runbook.Step.Exclusive) take the run's exclusion: their
+// observation, guards and calls run one target at a time, and a failing
+// guard waits for another target to end while one in progress is not
+// waiting itself, and blocks otherwise (exclusion.waitForAnEnd).
 func (m *tModel) engine(s tState, add func(string, tState)) {
-	inUse := 0
+	inProgress, held := 0, 0
 	for i := 0; i < m.nodes; i++ {
 		if s.Prog[i] == tgInProgress {
-			inUse++
+			inProgress++
+		}
+		if s.Held&(1<<i) != 0 {
+			held++
 		}
 	}
 	next := -1
@@ -562,22 +583,26 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 			break
 		}
 	}
-	if next >= 0 && s.Halted {
+	if next >= 0 && (s.Halted || held >= m.parallel) {
 		n := s.clone()
 		for i := next; i < m.nodes; i++ {
 			if n.Targets&(1<<i) != 0 && n.Prog[i] == tgNotStarted {
 				n.Prog[i] = tgSkipped
 			}
 		}
-		add("cli: the run halted; the other nodes are skipped", n)
+		why := "the run halted"
+		if !s.Halted {
+			why = "the nodes that stopped are still out of service: the parallel limit is reached"
+		}
+		add("cli: "+why+"; the other nodes are skipped", n)
 		return
 	}
-	if next >= 0 && inUse < m.parallel {
+	if next >= 0 && inProgress+held < m.parallel {
 		n := s.clone()
 		n.Prog[next] = tgInProgress
 		add("cli: start "+tNodeName(next), n)
 	}
-	if next < 0 && inUse == 0 {
+	if next < 0 && inProgress == 0 {
 		n := s.clone()
 		m.endRun(&n)
 		add(fmt.Sprintf("cli: the run ends %s", map[uint8]string{1: "done", 2: "not done (said so)"}[n.Ended]), n)
@@ -588,28 +613,64 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 			continue
 		}
 		name := tNodeName(i)
-		if len(s.Ops[i]) > 0 {
+		switch {
+		case len(s.Ops[i]) > 0:
 			n := s.clone()
-			add("cli: "+name+": "+m.call(&n, i), n)
+			msg := "cli: " + name + ": " + m.call(&n, i)
+			if len(n.Ops[i]) == 0 && n.Excl == uint8(i+1) {
+				// The Exclusive step's act re-observes and verifies inside the
+				// exclusion, then leaves it.
+				st := m.rb.Steps[n.ExclStep]
+				n.Excl, n.ExclStep = 0, 0
+				if done, ev := st.Done(m.facts(&n, i)); !done {
+					msg += fmt.Sprintf("; %s failed: acted, but the result is not visible (%s)", st.ID, ev)
+					m.stop(&n, i)
+				}
+			}
+			add(msg, n)
+			continue
+		case s.XWait[i] == xWaiting:
+			continue // until another target ends
+		case s.XWait[i] == xWoken:
+			n := s.clone()
+			n.XWait[i] = xNone
+			add("cli: "+name+": another target ended; it waits for the exclusion to observe again", n)
 			continue
 		}
-		step, ops, end, why := m.observe(&s, i)
+		idx, ops, end, why := m.observe(&s, i)
+		step := ""
+		exclusive := idx >= 0 && m.rb.Steps[idx].Exclusive
+		if idx >= 0 {
+			step = m.rb.Steps[idx].ID
+		}
+		if exclusive && s.Excl != 0 {
+			continue // another target's Exclusive step is deciding or acting
+		}
 		nd := s.Nodes[i]
 		if (step == "tt.kmd.install" || step == "tt.fw.flash") && nd.Helper == podFailed && nd.HelperRun {
 			// The step's Wait saw its own helper fail: the target fails.
 			end, why, ops = tgStopped, "failed: the helper failed", nil
 		}
 		switch {
-		case end != 0:
+		case exclusive && end == tgStopped && m.othersRunning(&s, i):
 			n := s.clone()
-			n.Prog[i] = end
-			if end == tgStopped && !m.keep {
-				n.Halted = true
-			}
+			n.XWait[i] = xWaiting
+			add(fmt.Sprintf("cli: %s: %s %s; waits for another target to end", name, step, why), n)
+		case end == tgStopped:
+			n := s.clone()
+			m.stop(&n, i)
 			add(fmt.Sprintf("cli: %s: %s %s", name, step, why), n)
+		case end == tgDone:
+			n := s.clone()
+			n.Prog[i] = tgDone
+			m.ended(&n)
+			add(fmt.Sprintf("cli: %s: %s", name, why), n)
 		case len(ops) > 0:
 			n := s.clone()
 			n.Ops[i] = ops
+			if exclusive {
+				n.Excl, n.ExclStep = uint8(i+1), uint8(idx)
+			}
 			if why != "" && n.Bad == "" {
 				n.Bad = fmt.Sprintf("%s on %s: %s", step, name, why)
 			}
@@ -620,11 +681,51 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 		n := s.clone()
 		n.Kills--
 		n.Active, n.Ended = false, 3
-		for i := range n.Ops {
-			n.Ops[i] = nil
-		}
+		m.resetRun(&n)
 		add("cli: killed", n)
 	}
+}
+
+// othersRunning reports whether a target of the run other than i is in
+// progress and not counted as waiting: one that may still end.
+func (m *tModel) othersRunning(s *tState, i int) bool {
+	for j := 0; j < m.nodes; j++ {
+		if j != i && s.Prog[j] == tgInProgress && s.XWait[j] == xNone {
+			return true
+		}
+	}
+	return false
+}
+
+// stop ends target i blocked or failed: it keeps its slot while out of
+// service, halts the run unless KeepGoing, and wakes the waiters.
+func (m *tModel) stop(n *tState, i int) {
+	n.Prog[i] = tgStopped
+	if m.rb.OutOfService != nil && m.rb.OutOfService(m.facts(n, i)) {
+		n.Held |= 1 << i
+	}
+	if !m.keep {
+		n.Halted = true
+	}
+	m.ended(n)
+}
+
+// ended wakes the targets waiting for another to end.
+func (m *tModel) ended(n *tState) {
+	for j := range n.XWait {
+		if n.XWait[j] == xWaiting {
+			n.XWait[j] = xWoken
+		}
+	}
+}
+
+// resetRun drops what lives only as long as a run: its pending calls,
+// exclusion and slots.
+func (m *tModel) resetRun(n *tState) {
+	for i := range n.Ops {
+		n.Ops[i] = nil
+	}
+	n.Excl, n.ExclStep, n.XWait, n.Held = 0, 0, [3]uint8{}, 0
 }
 
 const ruleActs = "never rmmod or flash under a holder; never lift a cordon someone else set; every call planned"
@@ -677,7 +778,8 @@ func tKey(s tState) string {
 		fmt.Fprintf(&b, "%d%v%v%v%d%d%d%d%d%d%d%d%v%v%v.", nd.Cordon, nd.GateClosed, nd.Prior, nd.PriorClosed, nd.Loaded, nd.Label,
 			nd.Rec, nd.Probe, nd.ProbeVal, nd.ProbePod, nd.ProbePodVal, nd.Helper, nd.HelperRun, nd.DS, nd.Host)
 	}
-	fmt.Fprintf(&b, "%d%v%d%v%v%d%d%d%d|%s", s.Work, s.Active, s.Targets, s.Prog, s.Halted, s.Ended, s.Runs, s.Kills, s.Foreign, s.Bad)
+	fmt.Fprintf(&b, "%d%v%d%v%v%d%d%d%d%d.%d%v%d|%s", s.Work, s.Active, s.Targets, s.Prog, s.Halted, s.Ended, s.Runs, s.Kills, s.Foreign,
+		s.Excl, s.ExclStep, s.XWait, s.Held, s.Bad)
 	for _, ops := range s.Ops {
 		b.WriteString("|")
 		for _, o := range ops {
@@ -701,6 +803,8 @@ func (m *tModel) describe(s tState) string {
 	}
 	fmt.Fprintf(&b, "  inference pod %s; run active %v, targets (0 not started, 1 in progress, 2 done, 3 stopped, 4 skipped) %v", work,
 		s.Active, s.Prog[:m.nodes])
+	fmt.Fprintf(&b, "; exclusion held by %s, waiting for an end (1 waiting, 2 woken) %v, stopped holding a slot %03b", map[bool]string{
+		true: "none", false: "n" + strconv.Itoa(int(s.Excl))}[s.Excl == 0], s.XWait[:m.nodes], s.Held)
 	return b.String()
 }
 
