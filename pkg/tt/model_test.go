@@ -813,8 +813,10 @@ type tConfig struct {
 	nodes, parallel      int
 	keep, subsets, fails bool
 	runs, kills, foreign int8
-	host                 int // node index with a host process holding the device, -1 none
-	drop                 string
+	host                 int    // node index with a host process holding the device, -1 none
+	left                 int    // 1+ node index an earlier run left cordoned (interrupted after its cordon), 0 none
+	drop                 string // "step/guard prefix": a seeded bug, the guard dropped
+	shared               string // a seeded bug: this step is not Exclusive
 	noDone               bool
 }
 
@@ -855,9 +857,23 @@ func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
 			t.Fatalf("no guard %q on step %s", guard, id)
 		}
 	}
+	if c.shared != "" {
+		found := false
+		for i := range m.rb.Steps {
+			if m.rb.Steps[i].ID == c.shared && m.rb.Steps[i].Exclusive {
+				m.rb.Steps[i].Exclusive, found = false, true
+			}
+		}
+		if !found {
+			t.Fatalf("no Exclusive step %s", c.shared)
+		}
+	}
 	init := tState{Work: 0, Runs: c.runs, Kills: c.kills, Foreign: c.foreign}
 	for i := 0; i < c.nodes; i++ {
 		init.Nodes[i] = tNode{Label: 1, DS: true, Host: i == c.host}
+	}
+	if c.left > 0 {
+		init.Nodes[c.left-1].Cordon = cordonOurs
 	}
 	mc := modelcheck.Model[tState]{
 		Init: []tState{init}, Key: tKey, Moves: m.moves, Invariants: m.invariants(), Describe: m.describe, MaxStates: 3_000_000,
@@ -868,19 +884,42 @@ func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
 	return mc
 }
 
-func exploreTT(t *testing.T, c tConfig) modelcheck.Result {
+// exploreTT explores c; each of want must name a move taken somewhere (so
+// the configuration reaches the engine paths it is there for).
+func exploreTT(t *testing.T, c tConfig, want ...string) modelcheck.Result {
 	t.Helper()
-	res, err := modelcheck.Explore(newTTModel(t, c))
+	mc := newTTModel(t, c)
+	seen := map[string]bool{}
+	if len(want) > 0 {
+		moves := mc.Moves
+		mc.Moves = func(s tState) []modelcheck.Move[tState] {
+			out := moves(s)
+			for _, mv := range out {
+				for _, w := range want {
+					if strings.Contains(mv.Name, w) {
+						seen[w] = true
+					}
+				}
+			}
+			return out
+		}
+	}
+	res, err := modelcheck.Explore(mc)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, w := range want {
+		if !seen[w] && res.Violation == nil {
+			t.Errorf("no move %q: the configuration misses what it is for", w)
+		}
 	}
 	host := "none"
 	if c.host >= 0 {
 		host = tNodeName(c.host)
 	}
 	t.Logf("tt %s, %d nodes, parallel %d, keep going %v, kills %d, foreign cordons %d, helper fails %v, runs per node %v, "+
-		"host holder %s, dropped guard %q: %s", c.kind, c.nodes, c.parallel, c.keep, c.kills, c.foreign, c.fails, c.subsets,
-		host, c.drop, res)
+		"host holder %s, left cordoned %d, dropped guard %q, not Exclusive %q: %s", c.kind, c.nodes, c.parallel, c.keep, c.kills,
+		c.foreign, c.fails, c.subsets, host, c.left, c.drop, c.shared, res)
 	if os.Getenv("ROLLBOOK_MODEL_VERBOSE") != "" && res.Violation != nil {
 		t.Log(res.Violation)
 	}
@@ -891,71 +930,60 @@ func exploreTT(t *testing.T, c tConfig) modelcheck.Result {
 // helpers, someone else's cordons, re-runs over all nodes or one node, and
 // finds no broken rule.
 func TestModelTT(t *testing.T) {
+	const (
+		waits = "waits for another target to end"
+		woken = "another target ended"
+		full  = "the parallel limit is reached"
+		raced = "the result is not visible"
+	)
 	for _, tc := range []struct {
 		name string
 		c    tConfig
+		want []string
 	}{
-		{"kmd, 2 nodes", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, foreign: 1, fails: true, host: -1}},
+		{"kmd, 2 nodes", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, foreign: 1, fails: true, host: -1},
+			[]string{raced}},
 		{"kmd, 2 nodes, runs per node", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, fails: true, subsets: true,
-			host: -1}},
+			host: -1}, nil},
 		{"kmd, a host process holds n2", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, fails: true, host: 1,
-			noDone: true}},
+			noDone: true}, nil},
 		{"firmware, 2 nodes, --max-parallel 1", tConfig{kind: "firmware", nodes: 2, parallel: 1, keep: true, runs: -1, kills: 1,
-			foreign: 1, fails: true, host: -1}},
+			foreign: 1, fails: true, host: -1}, []string{raced}},
 		{"firmware, 3 nodes, --max-parallel 1, kill", tConfig{kind: "firmware", nodes: 3, parallel: 1, keep: true, runs: -1, kills: 1,
-			fails: true, host: -1}},
-		// Two targets at once: see the findings for what a failure or an
-		// earlier run's cordon does to that.
-		{"firmware, 3 nodes, --max-parallel 2, helpers succeed", tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, host: -1}},
+			fails: true, host: -1}, nil},
+		{"firmware, 3 nodes, --max-parallel 2, helpers succeed", tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, host: -1}, nil},
+		// A failed node keeps its cordon and its slot (Runbook.OutOfService):
+		// the run never starts a third node past the limit.
+		{"firmware, 3 nodes, --max-parallel 2, keep going, failing helper", tConfig{kind: "firmware", nodes: 3, parallel: 2, keep: true,
+			runs: -1, fails: true, host: -1}, []string{full}},
+		// A node an earlier run left cordoned is in no slot of the new run;
+		// the Exclusive cordon has the two targets count it one at a time.
+		{"firmware, 3 nodes, --max-parallel 2, an earlier run left n3 cordoned", tConfig{kind: "firmware", nodes: 3, parallel: 2,
+			runs: -1, subsets: true, left: 3, host: -1}, []string{waits, woken}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if res := exploreTT(t, tc.c); res.Violation != nil {
+			if res := exploreTT(t, tc.c, tc.want...); res.Violation != nil {
 				t.Fatalf("%s", res.Violation)
 			}
 		})
 	}
 }
 
-// TestModelTTFindings are what the explorer found in the runbooks as they
-// are. Each asserts the finding is still there, with its trace; when a fix
-// lands, the subtest fails and its configuration belongs in TestModelTT.
-func TestModelTTFindings(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		c    tConfig
-	}{
-		// The tt runbooks set no Runbook.OutOfService, so a node that fails
-		// after its cordon frees its engine slot; the next target starts
-		// while another is still before its cordon, and both pass the
-		// budget guard on the same count.
-		{"--max-parallel 2, a failed node frees its slot", tConfig{kind: "firmware", nodes: 3, parallel: 2, keep: true, runs: -1,
-			fails: true, host: -1}},
-		// A node left cordoned by an earlier run is invisible to the
-		// engine's slots: two targets started together each see one node
-		// out and both cordon.
-		{"--max-parallel 2 after a run left a node cordoned", tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, kills: 1,
-			subsets: true, host: -1}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			res := exploreTT(t, tc.c)
-			if res.Violation == nil || res.Violation.Invariant != "at most 2 node(s) out of service" {
-				t.Fatalf("finding gone (fixed?): got %v", res.Violation)
-			}
-			t.Logf("%s", res.Violation)
-		})
-	}
-}
-
-// TestModelTTSeededBugs drops one guard at a time from the real runbooks:
-// the explorer must find the rule it protects broken, and print how.
+// TestModelTTSeededBugs drops one guard (or a step's exclusion) at a time
+// from the real runbooks: the explorer must find the rule it protects
+// broken, and print how.
 func TestModelTTSeededBugs(t *testing.T) {
 	for _, tc := range []struct {
 		name, rule string
 		c          tConfig
 	}{
+		// Within a run the failed node's held slot stops the next one; a
+		// run over the other node has only the guard.
 		{"firmware cordon without the --max-parallel budget", "at most 1 node(s) out of service",
-			tConfig{kind: "firmware", nodes: 2, parallel: 1, keep: true, runs: -1, fails: true, host: -1,
+			tConfig{kind: "firmware", nodes: 2, parallel: 1, keep: true, runs: -1, fails: true, subsets: true, host: -1,
 				drop: "tt.fw.cordon/no more than --max-parallel"}},
+		{"firmware cordon not Exclusive", "at most 2 node(s) out of service",
+			tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, left: 3, host: -1, shared: "tt.fw.cordon"}},
 		{"kmd cordon without the probe's verdict", ruleActs,
 			tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, host: 1, noDone: true,
 				drop: "tt.kmd.cordon/the probe found nothing in the way"}},
