@@ -803,8 +803,12 @@ func (m *tModel) describe(s tState) string {
 	}
 	fmt.Fprintf(&b, "  inference pod %s; run active %v, targets (0 not started, 1 in progress, 2 done, 3 stopped, 4 skipped) %v", work,
 		s.Active, s.Prog[:m.nodes])
-	fmt.Fprintf(&b, "; exclusion held by %s, waiting for an end (1 waiting, 2 woken) %v, stopped holding a slot %03b", map[bool]string{
-		true: "none", false: "n" + strconv.Itoa(int(s.Excl))}[s.Excl == 0], s.XWait[:m.nodes], s.Held)
+	held := make([]bool, m.nodes)
+	for i := range held {
+		held[i] = s.Held&(1<<i) != 0
+	}
+	fmt.Fprintf(&b, "; exclusion held by %s, waiting for an end (1 waiting, 2 woken) %v, stopped holding a slot %v", map[bool]string{
+		true: "none", false: "n" + strconv.Itoa(int(s.Excl))}[s.Excl == 0], s.XWait[:m.nodes], held)
 	return b.String()
 }
 
@@ -960,6 +964,10 @@ func TestModelTT(t *testing.T) {
 		// the Exclusive cordon has the two targets count it one at a time.
 		{"firmware, 3 nodes, --max-parallel 2, an earlier run left n3 cordoned", tConfig{kind: "firmware", nodes: 3, parallel: 2,
 			runs: -1, subsets: true, left: 3, host: -1}, []string{waits, woken}},
+		// Both at once: held slots, the exclusion's waits, and the skip once
+		// stopped nodes hold every slot.
+		{"firmware, 3 nodes, --max-parallel 2, keep going, failing helper, n3 left cordoned", tConfig{kind: "firmware", nodes: 3,
+			parallel: 2, keep: true, runs: -1, fails: true, left: 3, host: -1}, []string{waits, woken, full}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if res := exploreTT(t, tc.c, tc.want...); res.Violation != nil {
