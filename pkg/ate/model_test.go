@@ -68,6 +68,7 @@ type mNode struct {
 	Ready  bool  // that atelet is Ready
 	Cordon bool  // cordoned by rollbook: no pod schedules there
 	Moving bool  // marked AnnMovingTo=v2
+	Seen   uint8 // AnnResidents: a bit per actor
 }
 
 const (
@@ -236,6 +237,15 @@ func (m *aModel) facts(s *aState, cfg *NodeConfig, i int, inv *ateapi.Inventory)
 	if n.Moving {
 		f.node.Annotations[AnnMovingTo] = newPin
 	}
+	if n.Seen != 0 {
+		var seen []string
+		for a := range s.Actors {
+			if n.Seen&(1<<a) != 0 {
+				seen = append(seen, "a/"+actorName(a))
+			}
+		}
+		f.node.Annotations[AnnResidents] = strings.Join(seen, ",")
+	}
 	if n.Cordon {
 		f.node.Spec.Unschedulable = true
 		f.node.Annotations[kube.AnnCordonedBy] = CordonOwner
@@ -367,14 +377,9 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 	}
 	switch st.ID {
 	case "ate.node.drain":
-		// markMoving comes first: the node is known to be in progress
-		// before anything on it changes.
-		if f.node.Annotations[AnnMovingTo] != newPin {
-			if !planned["node/"+f.node.Name+" annotate"] {
-				bad = "mark of " + f.node.Name + " is not in the plan"
-			}
-			ops = append(ops, mOp{Kind: opMark, Arg: int8(ni), Node: int8(ni)})
-		}
+		// record comes first: the node is known to be in progress before
+		// anything on it changes.
+		ops, bad = m.record(f, ni, planned, ops, bad)
 		for _, w := range f.undrained() {
 			if !planned["worker/"+w.Name+" DrainWorker"] {
 				bad = "drain of worker " + w.Name + " is not in the plan"
@@ -382,8 +387,10 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 			drain(w)
 		}
 	case "ate.node.suspend":
-		// emptyNode: drain what registered since, stop at a crashed actor,
-		// suspend the live ones that are not mid-transition, confirm each.
+		// emptyNode: record the residents, drain what registered since,
+		// stop at a crashed actor, suspend the live ones that are not
+		// mid-transition, confirm each.
+		ops, bad = m.record(f, ni, planned, ops, bad)
 		for _, w := range f.undrained() {
 			drain(w)
 		}
@@ -444,6 +451,25 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 	return ops, bad
 }
 
+// record is the model's reading of record(): one node patch that marks the
+// node and adds the residents f shows to AnnResidents.
+func (m *aModel) record(f nodeFacts, ni int, planned map[string]bool, ops []mOp, bad string) ([]mOp, string) {
+	v, grow := f.toRecord()
+	if !grow {
+		return ops, bad
+	}
+	if !planned["node/"+f.node.Name+" annotate"] {
+		bad = "record on " + f.node.Name + " is not in the plan"
+	}
+	var mask uint8
+	for _, r := range strings.Split(v, ",") {
+		if _, name, ok := strings.Cut(r, "/"); ok {
+			mask |= 1 << actorIndex(name)
+		}
+	}
+	return append(ops, mOp{Kind: opMark, Arg: int8(ni), Gen: mask, Node: int8(ni)}), bad
+}
+
 func onNode(s *aState, a mActor, node int) bool {
 	return (a.Worker >= 0 && int(s.Pods[a.Worker].Node) == node) || int(a.Pin) == node
 }
@@ -486,8 +512,9 @@ func (m *aModel) call(s aState) (modelcheck.Move[aState], bool) {
 		name = "label " + nodeName(int(op.Arg)) + " " + VersionLabel + "=v2"
 		n.Nodes[op.Arg].Label = 1
 	case opMark:
-		name = "annotate " + nodeName(int(op.Arg)) + " " + AnnMovingTo + "=v2"
+		name = fmt.Sprintf("annotate %s %s=v2, residents %03b", nodeName(int(op.Arg)), AnnMovingTo, op.Gen)
 		n.Nodes[op.Arg].Moving = true
+		n.Nodes[op.Arg].Seen |= op.Gen
 	case opCordon:
 		name = "cordon " + nodeName(int(op.Arg))
 		n.Nodes[op.Arg].Cordon = true
@@ -496,7 +523,7 @@ func (m *aModel) call(s aState) (modelcheck.Move[aState], bool) {
 		n.Nodes[op.Arg].Cordon = false
 	case opUnmark:
 		name = "remove " + AnnMovingTo + " from " + nodeName(int(op.Arg))
-		n.Nodes[op.Arg].Moving = false
+		n.Nodes[op.Arg].Moving, n.Nodes[op.Arg].Seen = false, 0
 	case opRecheck:
 		// flipNode's refresh: a fresh observation (its lists may miss an
 		// item too), the flip's guards on it.
@@ -517,6 +544,12 @@ func (m *aModel) call(s aState) (modelcheck.Move[aState], bool) {
 				if ok, why := g.Check(f); !ok {
 					b = append(b, why)
 				}
+			}
+		}
+		// confirmGone: GetActor for each recorded resident.
+		for i, a := range n.Actors {
+			if n.Nodes[op.Arg].Seen&(1<<i) != 0 && a.St != mSuspended && onNode(&n, a, int(op.Arg)) {
+				b = append(b, actorName(i)+" read directly on the node")
 			}
 		}
 		if len(b) > 0 || f.flipped() {
@@ -711,7 +744,7 @@ func (m *aModel) invariants() []modelcheck.Invariant[aState] {
 		}},
 		{Name: "a finished roll leaves no node cordoned or marked", Check: func(s aState) string {
 			for i := 0; i < m.nodes && s.CLI == cliFinished; i++ {
-				if nd := s.Nodes[i]; nd.Cordon || nd.Moving {
+				if nd := s.Nodes[i]; nd.Cordon || nd.Moving || nd.Seen != 0 {
 					return fmt.Sprintf("%s: cordoned %v, marked %v", nodeName(i), nd.Cordon, nd.Moving)
 				}
 			}
@@ -743,7 +776,7 @@ func (m *aModel) invariants() []modelcheck.Invariant[aState] {
 func key(s aState) string {
 	b := make([]byte, 0, 48)
 	for _, n := range s.Nodes {
-		b = append(b, n.Label|n.Atelet<<1|boolBit(n.Ready)<<2|boolBit(n.Cordon)<<3|boolBit(n.Moving)<<4)
+		b = append(b, n.Label|n.Atelet<<1|boolBit(n.Ready)<<2|boolBit(n.Cordon)<<3|boolBit(n.Moving)<<4|n.Seen<<5)
 	}
 	for _, p := range s.Pods {
 		b = append(b, byte(p.Node+1)|p.Gen<<2|boolBit(p.Reg)<<3|boolBit(p.Drain)<<4)
@@ -771,8 +804,8 @@ func describe(s aState) string {
 		if nd == (mNode{}) && i > 1 {
 			continue
 		}
-		fmt.Fprintf(&b, "  node %s: label %s, atelet %s ready=%v cordoned=%v marked=%v\n", nodeName(i), versions[nd.Label],
-			versions[nd.Atelet], nd.Ready, nd.Cordon, nd.Moving)
+		fmt.Fprintf(&b, "  node %s: label %s, atelet %s ready=%v cordoned=%v marked=%v residents=%03b\n", nodeName(i),
+			versions[nd.Label], versions[nd.Atelet], nd.Ready, nd.Cordon, nd.Moving, nd.Seen)
 	}
 	for slot, p := range s.Pods {
 		where := "Pending"
@@ -879,7 +912,7 @@ func exploreATE(t *testing.T, c aConfig) modelcheck.Result {
 
 // TestModelATENodeRoll explores the roll with kills, traffic, missed items
 // in the worker and actor lists (in the observation or in the flip's second
-// look) and a person who suspends actors by hand when a run asks, and finds
+// look, the same actor in both) and a person who suspends actors by hand when a run asks, and finds
 // no broken rule. The last four are the configurations in which the
 // explorer found the runbook's earlier faults (docs/modelcheck.md).
 func TestModelATENodeRoll(t *testing.T) {
@@ -892,6 +925,7 @@ func TestModelATENodeRoll(t *testing.T) {
 		{"next-node --all and next-node NODE: kill, traffic, a missed worker", aConfig{nodes: 2, wakes: 1, misses: 1, kills: 1,
 			missWorkers: true, person: true, byNode: true}},
 		{"three nodes: kill, traffic", aConfig{nodes: 3, wakes: 1, kills: 1, person: true}},
+		{"a paused actor missed by two lists in a row", aConfig{nodes: 2, misses: 2, kills: 1, missActors: true, person: true}},
 		{"was: a missed paused actor is lost at the flip", aConfig{nodes: 2, misses: 1, kills: 1, missActors: true, person: true}},
 		{"was: the flip races a replacement pod", aConfig{nodes: 2, person: true}},
 		{"was: a missed draining worker lets a second node start", aConfig{nodes: 2, misses: 1, missWorkers: true, byNode: true}},

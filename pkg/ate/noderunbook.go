@@ -25,6 +25,11 @@ import (
 // (soft) worker list that may leave them out.
 const AnnMovingTo = "rollbook.dev/ate-moving-to"
 
+// AnnResidents lists ("atespace/name,…") every actor an observation of the
+// node's move saw living there. The flip reads each one with GetActor: an
+// actor that (soft) lists leave out in every later look is still read.
+const AnnResidents = "rollbook.dev/ate-residents"
+
 // CordonOwner owns the short cordon around the flip (kube.CordonNode).
 const CordonOwner = "ate-node"
 
@@ -186,7 +191,53 @@ func (f nodeFacts) fromHosted() []string {
 
 func (f nodeFacts) ourCordon() bool { return kube.CordonStateOf(f.node).Owner == CordonOwner }
 
-func (f nodeFacts) marked() bool { _, ok := f.node.Annotations[AnnMovingTo]; return ok }
+func (f nodeFacts) marked() bool {
+	_, moving := f.node.Annotations[AnnMovingTo]
+	_, seen := f.node.Annotations[AnnResidents]
+	return moving || seen
+}
+
+// toRecord is AnnResidents with the residents f shows added, and whether it
+// (or the moving mark) has to be written.
+func (f nodeFacts) toRecord() (string, bool) {
+	set := map[string]bool{}
+	for _, r := range strings.Split(f.node.Annotations[AnnResidents], ",") {
+		if r != "" {
+			set[r] = true
+		}
+	}
+	n := len(set)
+	live, crashed := f.residents()
+	for _, a := range append(live, crashed...) {
+		set[a.Ref().String()] = true
+	}
+	all := make([]string, 0, len(set))
+	for r := range set {
+		all = append(all, r)
+	}
+	sort.Strings(all)
+	return strings.Join(all, ","), len(set) > n || f.node.Annotations[AnnMovingTo] != f.cfg.To
+}
+
+// recorded are the actors AnnResidents names.
+func (f nodeFacts) recorded() []ateapi.ActorRef {
+	var out []ateapi.ActorRef
+	for _, r := range strings.Split(f.node.Annotations[AnnResidents], ",") {
+		if ns, name, ok := strings.Cut(r, "/"); ok {
+			out = append(out, ateapi.ActorRef{Atespace: ns, Name: name})
+		}
+	}
+	return out
+}
+
+func (f nodeFacts) recordChange() []runbook.Change {
+	v, grow := f.toRecord()
+	if !grow {
+		return nil
+	}
+	return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate",
+		Detail: AnnMovingTo + "=" + f.cfg.To + ", " + AnnResidents + "=" + v}}
+}
 
 // flipBlockers are the flip's guards that fail on f, each with its reason.
 func (f nodeFacts) flipBlockers() []string {
@@ -333,11 +384,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					},
 				}},
 				Plan: func(f nodeFacts) []runbook.Change {
-					var out []runbook.Change
-					if f.node.Annotations[AnnMovingTo] != f.cfg.To {
-						out = append(out, runbook.Change{Object: "node/" + f.node.Name, Action: "annotate",
-							Detail: AnnMovingTo + "=" + f.cfg.To})
-					}
+					out := f.recordChange()
 					for _, w := range f.undrained() {
 						out = append(out, runbook.Change{Object: "worker/" + w.Name, Action: "DrainWorker",
 							Detail: "pod " + w.Pod + ", pool " + w.Pool})
@@ -345,7 +392,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return out
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					if err := markMoving(ctx, cs, f); err != nil {
+					if err := record(ctx, cs, f); err != nil {
 						return err
 					}
 					return drainWorkers(ctx, api, rec, f.node, f.undrained())
@@ -374,7 +421,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				},
 				Plan: func(f nodeFacts) []runbook.Change {
 					live, crashed := f.residents()
-					var out []runbook.Change
+					out := f.recordChange()
 					for _, a := range live {
 						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "SuspendActor",
 							Detail: string(a.State)})
@@ -389,7 +436,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return emptyNode(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
 						return observeNode(ctx, cs, api,
 							cfg, f.node.Name)
-					})
+					}, func(ctx context.Context, f nodeFacts) error { return record(ctx, cs, f) })
 				},
 			},
 			{
@@ -406,7 +453,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 						{Object: n, Action: "uncordon"}}
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					return flipNode(ctx, cs, rec, f, func(ctx context.Context) (nodeFacts, error) {
+					return flipNode(ctx, cs, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
 						return observeNode(ctx, cs, api, cfg, f.node.Name)
 					})
 				},
@@ -428,7 +475,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 						out = append(out, runbook.Change{Object: "node/" + f.node.Name, Action: "uncordon"})
 					}
 					if f.marked() {
-						out = append(out, runbook.Change{Object: "node/" + f.node.Name, Action: "annotate", Detail: AnnMovingTo + "-"})
+						out = append(out, runbook.Change{Object: "node/" + f.node.Name, Action: "annotate",
+							Detail: AnnMovingTo + "-, " + AnnResidents + "-"})
 					}
 					return out
 				},
@@ -439,7 +487,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					if !f.marked() {
 						return nil
 					}
-					_, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{AnnMovingTo: nil}})
+					_, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{AnnMovingTo: nil,
+						AnnResidents: nil}})
 					return err
 				},
 			},
@@ -580,13 +629,37 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 	}
 }
 
-// markMoving writes AnnMovingTo before anything on the node changes.
-func markMoving(ctx context.Context, cs kubernetes.Interface, f nodeFacts) error {
-	if f.node.Annotations[AnnMovingTo] == f.cfg.To {
+// record writes AnnMovingTo before anything on the node changes, and adds
+// the residents f shows to AnnResidents.
+func record(ctx context.Context, cs kubernetes.Interface, f nodeFacts) error {
+	v, grow := f.toRecord()
+	if !grow {
 		return nil
 	}
-	_, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{AnnMovingTo: ptr.To(f.cfg.To)}})
+	_, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{AnnMovingTo: ptr.To(f.cfg.To),
+		AnnResidents: ptr.To(v)}})
 	return err
+}
+
+// confirmGone reads every recorded resident directly: the ones still awake
+// (or paused) on the node, which a list may have left out.
+func confirmGone(ctx context.Context, api API, f nodeFacts) ([]string, error) {
+	uids := map[string]bool{}
+	for _, p := range f.pods {
+		uids[string(p.UID)] = true
+	}
+	var out []string
+	for _, r := range f.recorded() {
+		a, err := api.GetActor(ctx, r.Atespace, r.Name)
+		switch {
+		case errors.Is(err, ateapi.ErrNotFound):
+		case err != nil:
+			return nil, err
+		case a.State != ateapi.ActorSuspended && (a.OnNode(f.node.Name) || uids[a.Worker]):
+			out = append(out, fmt.Sprintf("actor %s is %s on the node (read directly)", r, a.State))
+		}
+	}
+	return out, nil
 }
 
 // flipNode cordons the node, looks at it a second time, and flips its label
@@ -596,14 +669,18 @@ func markMoving(ctx context.Context, cs kubernetes.Interface, f nodeFacts) error
 // selectors keep them off). The second look is a fresh read of every list:
 // one (soft) list that missed a paused actor in the observation that found
 // the node empty cannot by itself let the flip go.
-func flipNode(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, f nodeFacts,
+func flipNode(ctx context.Context, cs kubernetes.Interface, api API, rec kube.Recorder, f nodeFacts,
 	refresh func(context.Context) (nodeFacts, error)) (err error) {
 	if _, err := kube.CordonNode(ctx, cs, rec, f.node, CordonOwner, f.cfg.RunID); err != nil {
 		return err
 	}
 	node := f.node
 	defer func() {
-		if _, uerr := kube.UncordonNode(ctx, cs, rec, node, CordonOwner); uerr != nil {
+		// Lifted even when the run is being stopped; the release step
+		// lifts it if this does not get through.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, uerr := kube.UncordonNode(uctx, cs, rec, node, CordonOwner); uerr != nil {
 			err = errors.Join(err, uerr)
 		}
 	}()
@@ -615,7 +692,12 @@ func flipNode(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, f
 	if g.flipped() {
 		return nil
 	}
-	if b := g.flipBlockers(); len(b) > 0 {
+	b := g.flipBlockers()
+	gone, err := confirmGone(ctx, api, g)
+	if err != nil {
+		return err
+	}
+	if b = append(b, gone...); len(b) > 0 {
 		return fmt.Errorf("node %s not flipped: a second look found %s; re-run", f.node.Name, strings.Join(b, "; "))
 	}
 	n, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(f.cfg.To)}})
@@ -674,7 +756,8 @@ func hostsByWorker(inv *ateapi.Inventory) map[string]string {
 // emptyNode suspends residents until none is left, then re-drains. Worker
 // pods that are not registered yet are waited for (RegisterTimeout), so
 // they are drained too; refresh re-reads the node.
-func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
+func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error),
+	record func(context.Context, nodeFacts) error) error {
 	var unregisteredSince time.Time
 	// Actors suspended here are confirmed one by one with GetActor: a list
 	// may miss an actor whose state just changed, and a paused actor still
@@ -682,6 +765,9 @@ func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ref
 	pending := map[ateapi.ActorRef]bool{}
 	for round := 1; ; round++ {
 		if err := confirmPending(ctx, api, f.node.Name, pending); err != nil {
+			return err
+		}
+		if err := record(ctx, f); err != nil {
 			return err
 		}
 		// Workers registered since the last pass must stop taking actors too.
