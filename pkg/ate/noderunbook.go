@@ -655,7 +655,8 @@ func confirmGone(ctx context.Context, api API, f nodeFacts) ([]string, error) {
 		case errors.Is(err, ateapi.ErrNotFound):
 		case err != nil:
 			return nil, err
-		case a.State != ateapi.ActorSuspended && (a.OnNode(f.node.Name) || uids[a.Worker]):
+		case a.State == ateapi.ActorSuspended:
+		case (a.Worker != "" && uids[a.Worker]) || (a.Worker == "" && a.OnNode(f.node.Name)): // bound or pinned, as residents()
 			out = append(out, fmt.Sprintf("actor %s is %s on the node (read directly)", r, a.State))
 		}
 	}
