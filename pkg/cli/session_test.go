@@ -246,3 +246,40 @@ func TestSessionTakesOverFromADeadRunOnThisHost(t *testing.T) {
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// A run on another machine that stopped renewing is taken over once this
+// machine has watched its Lease unchanged for the Lease's own duration plus
+// a margin — no flag — and the takeover is printed and journaled.
+func TestSessionTakesOverFromASilentRunOnAnotherHost(t *testing.T) {
+	c := simtest.Get(t)
+	ns := c.NewNamespace(t)
+	g, out := globals(t)
+	ctx := simtest.Context(t, time.Minute)
+	now := metav1.NewMicroTime(time.Now())
+	_, err := c.Client.CoordinationV1().Leases(ns).Create(ctx, &coordv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "rollbook-test", Namespace: ns, Annotations: map[string]string{
+			"rollbook.dev/holder-host": "laptop-that-closed", "rollbook.dev/holder-pid": "4242", "rollbook.dev/holder-user": "alice"}},
+		Spec: coordv1.LeaseSpec{HolderIdentity: ptr.To("alice@laptop-that-closed/4242/run-1"), LeaseDurationSeconds: ptr.To(int32(3)),
+			AcquireTime: &now, RenewTime: &now},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s, _, err := StartSession(ctx, g, RunFlags{LockNamespace: ns}, "test", "rollbook-test")
+	if err != nil {
+		t.Fatalf("resume from another host: %v\n%s", err, out)
+	}
+	waited := time.Since(start)
+	_ = s.Fail(nil)
+	if waited < 3*time.Second || waited > 15*time.Second {
+		t.Errorf("took over after %s; want just over the lease's 3 s duration", waited)
+	}
+	if !strings.Contains(out.String(), "took over from alice@laptop-that-closed") || !strings.Contains(out.String(), "not renewed for") {
+		t.Errorf("the takeover was not printed with its reason:\n%s", out)
+	}
+	l, err := c.Client.CoordinationV1().Leases(ns).Get(ctx, "rollbook-test", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity != nil && strings.Contains(*l.Spec.HolderIdentity, "alice@") {
+		t.Errorf("the lease still names the old holder: %v %v", err, l.Spec.HolderIdentity)
+	}
+}

@@ -116,8 +116,9 @@ type Lock struct {
 type LockOptions struct {
 	// Duration after the last renewal at which a holder counts as dead.
 	Duration time.Duration
-	// Margin is added to Duration before a lease this machine has seen
-	// unchanged counts as abandoned (default Duration/6).
+	// Margin is added to the lease's duration (its holder's, when the
+	// Lease says) before a lease this machine has seen unchanged counts as
+	// abandoned (default Duration/6, scaled to the holder's duration).
 	Margin time.Duration
 	// Steal takes over even from a holder that still renews the lease (a
 	// live but stuck run); that run fences itself at its next renewal.
@@ -179,7 +180,14 @@ func Acquire(ctx context.Context, cs kubernetes.Interface, ns, name string, hold
 			case o.Local.Alive(prev.Holder):
 				return nil, prev
 			default:
+				// The holder fences itself by its own lease duration, so that
+				// is the one to wait out (plus the margin), not ours.
 				wait := o.Duration + o.Margin
+				if d := cur.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
+					theirs := time.Duration(*d) * time.Second
+					margin := time.Duration(float64(o.Margin) * float64(theirs) / float64(o.Duration))
+					wait = theirs + max(margin, time.Second)
+				}
 				o.Notify(fmt.Sprintf("lease %s is held by %s; watching it for up to %s: a live run renews it, "+
 					"a dead one is taken over", prev.Lease, prev.who(), wait.Round(time.Second)))
 				renewed, err := watchForRenewal(ctx, cs, cur, wait)

@@ -162,9 +162,18 @@ func TestTakeoverFromAnotherHostAfterExpiryOnLocalClock(t *testing.T) {
 	victim := Holder{User: "bob", Host: "ci-runner", PID: 7, RunID: "dead", BootID: "x", Start: "1"}
 	// Renewed "in the future" by a skewed clock: judged locally, it still expires.
 	deadLease(t, c.Client, ns, victim, time.Now().Add(time.Hour))
+	// Its holder said it renews within 2 s: that, not ours, is what is waited out.
+	held, err := c.Client.CoordinationV1().Leases(ns).Get(ctx, "rollbook-test", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Spec.LeaseDurationSeconds = ptr.To(int32(2))
+	if _, err := c.Client.CoordinationV1().Leases(ns).Update(ctx, held, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	l, err := Acquire(ctx, c.Client, ns, "rollbook-test", Holder{User: "alice", Host: "laptop", PID: 1, RunID: "new"},
-		LockOptions{Duration: 2 * time.Second, Margin: 500 * time.Millisecond, Local: &Local{Host: "laptop", Start: processStart}})
+		LockOptions{Duration: 30 * time.Second, Margin: 7500 * time.Millisecond, Local: &Local{Host: "laptop", Start: processStart}})
 	if err != nil {
 		t.Fatalf("takeover after expiry: %v", err)
 	}

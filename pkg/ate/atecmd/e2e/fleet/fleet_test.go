@@ -1,16 +1,20 @@
-// Package fleet rolls and rolls back a six-node ate-fleet: two namespaces
+// Package fleet rolls and rolls back a six-node ate-fleet, then rolls it node by node measuring each node's cost: two namespaces
 // (the same pool name in each), two sandbox classes, traffic on, and
 // requires an empty violations file.
 package fleet
 
 import (
+	"net/http"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
+	"github.com/rollbook/rollbook/pkg/cli"
 )
 
 func TestMain(m *testing.M) {
@@ -52,6 +56,61 @@ func TestFullRollAndRollbackOnSixNodes(t *testing.T) {
 	atetest.MustRun(t, ctx, "rollback", "--control-plane-reverted", "--wait")
 	if s := atetest.Status(t, ctx); s.Phase != ate.PhaseNotStarted || s.Counts[atetest.OldV] != 6 || len(s.Nodes) != 0 {
 		t.Fatalf("after the rollback: %s (%s) %v", s.Phase, s.Summary, s.Nodes)
+	}
+	atetest.NoActorLost(t, ctx)
+}
+
+// The roll's own cost per node, measured node by node: the Kubernetes API
+// requests and the time of each `roll next-node --wait`. Nothing per node
+// may grow with the fleet, so the last node costs what the first did.
+// Runs after the full roll and rollback, on the fleet back at OLD.
+func TestPerNodeCost(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 12*time.Minute)
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+
+	var mu sync.Mutex
+	counts := map[string]int{}
+	total := 0
+	cli.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if !strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews") { // permission checks: once per run
+				mu.Lock()
+				counts[r.Method+" "+resourceOf(r.URL.Path)]++
+				total++
+				mu.Unlock()
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	defer func() { cli.WrapTransport = nil }()
+
+	var reqs []int
+	var took []time.Duration
+	for i := range 6 {
+		mu.Lock()
+		total, counts = 0, map[string]int{}
+		mu.Unlock()
+		start := time.Now()
+		atetest.MustRun(t, ctx, "roll", "next-node", "--wait")
+		took = append(took, time.Since(start))
+		mu.Lock()
+		reqs = append(reqs, total)
+		t.Logf("node %d: %d requests in %s: %s", i+1, total, took[i].Round(time.Millisecond), breakdown(counts))
+		mu.Unlock()
+	}
+	t.Logf("per-node requests %v; times %v", reqs, took)
+	// Nodes hold different numbers of workers and actors (two namespaces,
+	// two classes), so the bound is on the spread, not on equality: no node
+	// may cost more than 1.5× the cheapest, and never more than 150.
+	lo, hi := reqs[0], reqs[0]
+	for _, n := range reqs {
+		lo, hi = min(lo, n), max(hi, n)
+	}
+	if hi > lo*3/2 || hi > 150 {
+		t.Errorf("per-node requests %v: the spread (%d..%d) or the maximum is too high", reqs, lo, hi)
 	}
 	atetest.NoActorLost(t, ctx)
 }
