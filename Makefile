@@ -11,7 +11,7 @@ SIM_GOFLAGS := -trimpath
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI := $(CURDIR)/.cache/bin/golangci-lint-$(GOLANGCI_VERSION)
 
-.PHONY: all build sim demo test check lint bench docs clean
+.PHONY: all build sim demo test check lint bench docs clean chaos
 
 all: build
 
@@ -34,6 +34,17 @@ test: check sim ## every test, on the real simulated control plane
 	$(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
 	ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test $(GOTEST_FLAGS) ./...
 	$(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./...
+
+# make chaos SEED=n KILLS=n: the kill-anywhere tests with KILLS kills per
+# scenario (three scenarios; default 60 each), seeded (default: the clock).
+SEED  ?=
+KILLS ?= 60
+chaos: sim ## SIGKILL the plugins at random points, longer than make test (SEED=…, KILLS=… per scenario)
+	$(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
+	set -o pipefail; ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
+	  ROLLBOOK_CHAOS_SEED=$(SEED) ROLLBOOK_CHAOS_KILLS=$(KILLS) \
+	  $(GO) test -count=1 -timeout 120m -v -run 'KilledAnywhere|Secrets' ./internal/chaostest/ttchaos ./internal/chaostest/atechaos \
+	  | tee $(CURDIR)/.cache/chaos.log | grep -E '^(---|ok|FAIL)|FIGURES|chaos seed'
 
 lint: $(GOLANGCI) ## golangci-lint with .golangci.yml (main module; sim/ is vetted only)
 	$(GOLANGCI) run ./...

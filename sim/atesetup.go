@@ -31,7 +31,11 @@ func cmdAteSetup(args []string) int {
 		fmt.Fprintln(os.Stderr, "sim ate-setup deploy-atelet: --dir and --version are required")
 		return 2
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(*dir, "kubeconfig"))
+	kubeconfig := filepath.Join(*dir, "kubeconfig")
+	if _, err := os.Stat(filepath.Join(*dir, directKubeconfig)); err == nil {
+		kubeconfig = filepath.Join(*dir, directKubeconfig) // the sim's own tool does not go through --api-faults
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sim ate-setup:", err)
 		return 1

@@ -38,6 +38,9 @@ func cmdUp(args []string) int {
 	logStderr := fs.Bool("log-stderr", false, "leave component logs on stderr instead of DIR/sim.log")
 	exitWithParent := fs.Bool("exit-with-parent", false, "stop when the process that started sim exits (for test harnesses)")
 	ttAgent := fs.String("tt-agent", "", "kubectl-tt binary the tt scenarios' helper runner executes for helper pods (default: kubectl-tt next to sim, else on PATH)")
+	apiFaults := fs.Float64("api-faults", 0, "put a proxy in front of the apiserver that fails this fraction of requests "+
+		"(429 with Retry-After, 500, 503, dropped connection, slow response); DIR/kubeconfig points at it")
+	faultSeed := fs.Uint64("api-faults-seed", 1, "seed of the --api-faults draws")
 	var apiArg, kcmArg, schedArg multiFlag
 	fs.Var(&apiArg, "apiserver-arg", "extra kube-apiserver flag (repeatable)")
 	fs.Var(&kcmArg, "kcm-arg", "extra kube-controller-manager flag (repeatable)")
@@ -45,8 +48,8 @@ func cmdUp(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *dir == "" || *nodes < 0 {
-		fmt.Fprintln(os.Stderr, "sim up: --dir is required and --nodes must be >= 0")
+	if *dir == "" || *nodes < 0 || *apiFaults < 0 || *apiFaults > 1 {
+		fmt.Fprintln(os.Stderr, "sim up: --dir is required, --nodes must be >= 0 and --api-faults between 0 and 1")
 		return 2
 	}
 	scenario.TTAgent = *ttAgent
@@ -90,6 +93,12 @@ func cmdUp(args []string) int {
 		klog.Flush()
 	}()
 
+	if *apiFaults > 0 {
+		if err := startFaultProxy(ctx, c, abs, *apiFaults, *faultSeed, logf); err != nil {
+			fmt.Fprintln(os.Stdout, "sim up: --api-faults:", err)
+			return 1
+		}
+	}
 	mon, err := monitor.Open(abs)
 	if err != nil {
 		fmt.Fprintln(os.Stdout, "sim up:", err)

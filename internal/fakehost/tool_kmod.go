@@ -25,9 +25,11 @@ func rmmod(t *tool) int {
 		t.recordEvent(EventRmmodUnderHolder, "rmmod "+moduleName+" while the device is held ("+who+")")
 		return t.errorf(1, "ERROR: Module %s is in use", moduleName)
 	}
+	v := loadedVersion(t.root)
 	if err := unloadModule(t.root); err != nil {
 		return t.errorf(1, "ERROR: %v", err)
 	}
+	t.recordOp(Op{Op: OpRmmod, Version: v})
 	return 0
 }
 
@@ -66,6 +68,7 @@ func (t *tool) loadFile(path string) int {
 	if err := loadModule(t.root, version, 0, st); err != nil {
 		return t.errorf(1, "ERROR: %v", err)
 	}
+	t.recordOp(Op{Op: OpInsmod, Version: version})
 	return 0
 }
 

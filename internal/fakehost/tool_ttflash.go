@@ -75,6 +75,7 @@ func ttFlash(t *tool) int {
 			rc++
 		default:
 			fmt.Fprintf(out, "\t%d: Sub Stage: FLASH  Writing %s over %s\n", i, target, d.Firmware)
+			t.recordOp(Op{Op: OpFlash, Chip: i, From: d.Firmware, Version: target})
 			d.Firmware = target
 		}
 	}

@@ -138,6 +138,10 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 					return err
 				}
 			}
+			// A killed run's probe is named after that run: nobody else removes it.
+			if _, err := kube.CleanupHelpers(ctx, b.cs, b.rec, b.helperNS, "probe", f.Node.Name); err != nil {
+				return err
+			}
 			spec := helperSpec(b.helper, "probe", f.Node.Name, b.run, cmd, false, b.run)
 			spec.Deadline = 5 * time.Minute
 			if _, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec); err != nil {

@@ -2,7 +2,10 @@ package substrate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	kubeinformers "k8s.io/client-go/informers"
@@ -21,7 +24,13 @@ type nodeWatch struct {
 	srv     *fakesubstrate.Server
 	changed *changes
 	logf    func(string, ...any)
+	dir     string // where FlipsFile goes ("" = not recorded)
 }
+
+// FlipsFile (in the sim's directory) gets one JSON line {"node","from","to"}
+// per change of a node's version label the substrate saw, so a test counts
+// flips from the substrate's side rather than from what a client said.
+const FlipsFile = "ate-flips.log"
 
 func newNodeWatch(cs kubernetes.Interface, srv *fakesubstrate.Server, changed *changes, logf func(string, ...any)) *nodeWatch {
 	return &nodeWatch{factory: kubeinformers.NewSharedInformerFactory(cs, 0), srv: srv, changed: changed, logf: logf}
@@ -44,10 +53,25 @@ func (n *nodeWatch) start(ctx context.Context) error {
 }
 
 func (n *nodeWatch) flipped(node, from, to string) {
+	n.record(node, from, to)
 	lost := n.srv.LoseLocalSnapshots(node)
 	if len(lost) > 0 {
 		n.logf("substrate: node %s flipped %s → %s with %d paused actor(s) there: their local snapshots are "+
 			"gone", node, from, to, len(lost))
 		n.changed.fire()
 	}
+}
+
+func (n *nodeWatch) record(node, from, to string) {
+	if n.dir == "" {
+		return
+	}
+	b, _ := json.Marshal(map[string]string{"node": node, "from": from, "to": to})
+	f, err := os.OpenFile(filepath.Join(n.dir, FlipsFile), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		n.logf("substrate: cannot record the flip of %s: %v", node, err)
+		return
+	}
+	defer f.Close()
+	_, _ = f.Write(append(b, '\n'))
 }

@@ -106,6 +106,7 @@ func (s *Substrate) Run(ctx context.Context) error {
 	pc := newPoolController(s.dyn, w)
 	ws := newWorkerSyncer(s.Server, w, s.cfg.EvictionWindow, s.cfg.RegisterDelay, s.changed, s.cfg.Logf)
 	nw := newNodeWatch(s.cfg.Client, s.Server, s.changed, s.cfg.Logf)
+	nw.dir = s.cfg.Dir
 	if err := w.start(ctx); err != nil {
 		return err
 	}

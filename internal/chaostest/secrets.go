@@ -1,0 +1,131 @@
+package chaostest
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// jwt matches a signed JSON Web Token: every ServiceAccount token the
+// plugins mint (TokenRequest) is one, so no minted bearer token can hide
+// behind a value the test never saw.
+var jwt = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}`)
+
+// urlCreds matches credentials put in a URL (scheme://user:password@host).
+var urlCreds = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@"']+:[^/\s@"']+@`)
+
+// Secrets are what must never appear in output or in cluster objects.
+type Secrets struct {
+	// Literals are exact secret values (kubeconfig keys, tokens).
+	Literals map[string]string // value → what it is
+}
+
+// KubeconfigSecrets returns the credentials of the kubeconfig at path: the
+// client key (as PEM lines and as the base64 a kubeconfig stores), a
+// bearer token or a password. The client certificate is public (its lines
+// also match the CA's, which every namespace's kube-root-ca.crt holds).
+func KubeconfigSecrets(path string) (Secrets, error) {
+	kc, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return Secrets{}, err
+	}
+	s := Secrets{Literals: map[string]string{}}
+	for name, a := range kc.AuthInfos {
+		if len(a.ClientKeyData) > 0 {
+			for _, l := range pemBody(a.ClientKeyData) {
+				s.Literals[l] = "client key of " + name
+			}
+			s.Literals[base64.StdEncoding.EncodeToString(a.ClientKeyData)[40:100]] = "client key of " + name + " (base64)"
+		}
+		if a.Token != "" {
+			s.Literals[a.Token] = "token of " + name
+		}
+		if a.Password != "" {
+			s.Literals[a.Password] = "password of " + name
+		}
+	}
+	return s, nil
+}
+
+// pemBody returns the full 64-character lines of a PEM block: long enough
+// to be unique, and what a leak would show.
+func pemBody(b []byte) []string {
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if len(l) == 64 && !strings.HasPrefix(l, "-----") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Scan counts what it read and lists every secret it found, naming where.
+type Scan struct {
+	Texts, Bytes               int
+	Events, Leases, ConfigMaps int
+	Literals                   int // kubeconfig secrets looked for
+	Hits                       []string
+}
+
+// Text scans one text from where.
+func (s *Scan) Text(where, text string, sec Secrets) {
+	s.Texts++
+	s.Bytes += len(text)
+	s.Literals = len(sec.Literals)
+	if m := jwt.FindString(text); m != "" {
+		s.Hits = append(s.Hits, fmt.Sprintf("%s: a bearer token (%s…)", where, m[:12]))
+	}
+	if m := urlCreds.FindString(text); m != "" {
+		s.Hits = append(s.Hits, fmt.Sprintf("%s: credentials in a URL (%s…)", where, m[:strings.Index(m, "://")+3]))
+	}
+	for v, what := range sec.Literals {
+		if strings.Contains(text, v) {
+			s.Hits = append(s.Hits, fmt.Sprintf("%s: %s", where, what))
+		}
+	}
+}
+
+// Cluster scans every Event, Lease and ConfigMap in the cluster.
+func (s *Scan) Cluster(ctx context.Context, cs kubernetes.Interface, sec Secrets) error {
+	evs, err := cs.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, e := range evs.Items {
+		b, _ := json.Marshal(e)
+		s.Events++
+		s.Text("event "+e.Namespace+"/"+e.Name, string(b), sec)
+	}
+	leases, err := cs.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, l := range leases.Items {
+		b, _ := json.Marshal(l)
+		s.Leases++
+		s.Text("lease "+l.Namespace+"/"+l.Name, string(b), sec)
+	}
+	cms, err := cs.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, cm := range cms.Items {
+		b, _ := json.Marshal(cm)
+		s.ConfigMaps++
+		s.Text("configmap "+cm.Namespace+"/"+cm.Name, string(b), sec)
+	}
+	return nil
+}
+
+func (s *Scan) String() string {
+	return fmt.Sprintf("%d texts (%d bytes): %d events, %d leases, %d configmaps, the rest CLI output; "+
+		"checked for bearer tokens (JWT), credentials in URLs and %d kubeconfig secrets: %d hit(s)",
+		s.Texts, s.Bytes, s.Events, s.Leases, s.ConfigMaps, s.Literals, len(s.Hits))
+}

@@ -1,0 +1,63 @@
+package fakehost
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Operations the fake tools record every time they change the host, so a
+// test can count what really happened (a module loaded twice, a chip
+// flashed twice) from the host's side rather than from what a client said.
+const (
+	OpRmmod  = "rmmod"  // Version: the module unloaded
+	OpInsmod = "insmod" // Version: the module loaded
+	OpFlash  = "flash"  // Chip, From → Version: one chip's firmware written
+)
+
+// Op is one change a fake tool made to the host.
+type Op struct {
+	Op      string `json:"op"`
+	Version string `json:"version"`
+	From    string `json:"from,omitempty"`
+	Chip    int    `json:"chip,omitempty"`
+}
+
+func opsPath(root string) string { return filepath.Join(root, stateDir, "ops.log") }
+
+// recordOp appends op; a host that cannot record it says so on stderr.
+func (t *tool) recordOp(op Op) {
+	b, _ := json.Marshal(op)
+	f, err := os.OpenFile(opsPath(t.root), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		fmt.Fprintf(t.stderr, "fakehost: cannot record %s: %v\n", op.Op, err)
+		return
+	}
+	defer f.Close()
+	_, _ = f.Write(append(b, '\n'))
+}
+
+// Ops returns every change the fake tools made on root, oldest first.
+func Ops(root string) ([]Op, error) {
+	f, err := os.Open(opsPath(root))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Op
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var o Op
+		if err := json.Unmarshal(sc.Bytes(), &o); err != nil {
+			return out, err
+		}
+		out = append(out, o)
+	}
+	return out, sc.Err()
+}
