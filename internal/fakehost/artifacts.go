@@ -41,10 +41,19 @@ func parseKernelObject(b []byte) (version, kernel string, err error) {
 	return version, kernel, nil
 }
 
-// WriteTTSMIBinary writes a stand-in for the tt-smi PyInstaller binary: an
-// executable that answers `--version` like the real one (bare version).
+// WriteTTSMIBinary writes a stand-in for the tt-smi PyInstaller binary of
+// the ubuntu-22.04 flavour (needs glibc DefaultGlibc).
 func WriteTTSMIBinary(path, version string) error {
-	script := "#!/bin/sh\n# fake tt-smi " + version + " (rollbook fakehost)\n" +
+	return WriteTTSMIBinaryFor(path, version, DefaultGlibc)
+}
+
+// WriteTTSMIBinaryFor writes a stand-in for the tt-smi PyInstaller binary
+// built against glibc: an executable that answers `--version` like the real
+// one (bare version). Run directly it uses the caller's libc, as a binary
+// in a helper container uses the image's; run through the fake chroot it
+// needs the host's glibc to be at least glibc, as the real binary does.
+func WriteTTSMIBinaryFor(path, version, glibc string) error {
+	script := "#!/bin/sh\n# fake tt-smi " + version + " (rollbook fakehost)\n# needs GLIBC_" + glibc + "\n" +
 		"case \"$1\" in -v|--version) echo " + version + "; exit 0 ;; esac\n" +
 		"echo 'fake tt-smi: only --version is supported here' >&2\nexit 2\n"
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -53,18 +62,75 @@ func WriteTTSMIBinary(path, version string) error {
 	return os.WriteFile(path, []byte(script), 0o755)
 }
 
-var scriptVersion = regexp.MustCompile(`# fake tt-smi (\S+)`)
+var (
+	scriptVersion = regexp.MustCompile(`# fake tt-smi (\S+)`)
+	scriptGlibc   = regexp.MustCompile(`# needs GLIBC_(\S+)`)
+)
 
 // ttsmiBinaryVersion reads the version of a fake tt-smi without running it.
 func ttsmiBinaryVersion(path string) string {
+	v, _ := ttsmiBinary(path)
+	return v
+}
+
+// ttsmiBinary reads the version and the glibc a fake tt-smi needs; ""
+// when path is not one.
+func ttsmiBinary(path string) (version, glibc string) {
 	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", ""
+	}
+	m := scriptVersion.FindSubmatch(b)
+	if m == nil {
+		return "", ""
+	}
+	glibc = DefaultGlibc
+	if g := scriptGlibc.FindSubmatch(b); g != nil {
+		glibc = string(g[1])
+	}
+	return string(m[1]), glibc
+}
+
+// hostSMIPath is the host's tt-smi, relative to the root.
+const hostSMIPath = "usr/local/bin/tt-smi"
+
+// libcPath is the host's C library; its content names the glibc release.
+const libcPath = "lib/x86_64-linux-gnu/libc.so.6"
+
+func libcContent(release string) string {
+	return "GNU C Library (fake) stable release version " + release + ".\n"
+}
+
+var libcRelease = regexp.MustCompile(`release version ([0-9.]+)`)
+
+// hostGlibc is the glibc release of the host at root ("" if unknown).
+func hostGlibc(root string) string {
+	b, err := os.ReadFile(filepath.Join(root, libcPath))
 	if err != nil {
 		return ""
 	}
-	if m := scriptVersion.FindSubmatch(b); m != nil {
+	if m := libcRelease.FindSubmatch(b); m != nil {
 		return string(m[1])
 	}
 	return ""
+}
+
+// glibcAtLeast compares dotted glibc releases numerically.
+func glibcAtLeast(have, need string) bool {
+	h, n := strings.Split(have, "."), strings.Split(need, ".")
+	for i := 0; i < max(len(h), len(n)); i++ {
+		var a, b int
+		if i < len(h) {
+			a, _ = strconv.Atoi(h[i])
+		}
+		if i < len(n) {
+			b, _ = strconv.Atoi(n[i])
+		}
+		if a != b {
+			return a > b
+		}
+	}
+	return true
 }
 
 // WriteBundle writes a minimal .fwbundle: a tar whose ./manifest.json holds

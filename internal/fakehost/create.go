@@ -46,7 +46,11 @@ func Create(root string, spec Spec) error {
 		func() error { return createDKMS(root, s) },
 		func() error { return createCache(root, s) },
 		func() error { return createTTSMI(root, s) },
+		func() error { return writeFile(filepath.Join(root, libcPath), libcContent(s.HostGlibc)) },
 		func() error { return os.MkdirAll(filepath.Join(root, "etc/udev/rules.d"), 0o755) },
+	}
+	if s.RebootedInto != "" {
+		steps = append(steps, func() error { return Reboot(root, s.RebootedInto, s.KernelHeaders) })
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -218,7 +222,8 @@ func createCache(root string, s Spec) error {
 
 func createTTSMI(root string, s Spec) error {
 	if s.HostTTSMI != "" {
-		if err := WriteTTSMIBinary(filepath.Join(root, "usr/local/bin/tt-smi"), s.HostTTSMI); err != nil {
+		// The flavour the host's OS release needs: it ran here before.
+		if err := WriteTTSMIBinaryFor(filepath.Join(root, hostSMIPath), s.HostTTSMI, s.HostGlibc); err != nil {
 			return err
 		}
 	} else if err := os.MkdirAll(filepath.Join(root, "usr/local/bin"), 0o755); err != nil {

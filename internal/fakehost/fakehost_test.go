@@ -108,3 +108,32 @@ func TestSnapshotAndFlash(t *testing.T) {
 		t.Fatalf("sysfs fw = %q", fw)
 	}
 }
+
+func TestTTSMINeedsTheHostsGlibc(t *testing.T) {
+	root := newRoot(t, Spec{HostTTSMI: "5.0.0", HostGlibc: "2.31"})
+	if code, out := invoke(t, root, "chroot", root, "/usr/local/bin/tt-smi", "--version"); code != 0 || out != "5.0.0\n" {
+		t.Fatalf("the host's own tt-smi under chroot: %d %q", code, out)
+	}
+	newer := filepath.Join(root, "usr/local/bin/.tt-smi.new")
+	if err := WriteTTSMIBinaryFor(newer, "5.2.0", "2.35"); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := invoke(t, root, "chroot", root, "/usr/local/bin/.tt-smi.new", "--version"); code == 0 ||
+		!bytes.Contains([]byte(out), []byte("GLIBC_2.35' not found")) {
+		t.Fatalf("a tt-smi built for glibc 2.35 on a 2.31 host: %d %q", code, out)
+	}
+	if o, err := Inspect(root); err != nil || !o.HostTTSMIRuns {
+		t.Fatalf("inspect: %+v %v", o, err)
+	}
+}
+
+func TestCreateRebootedHost(t *testing.T) {
+	root := newRoot(t, Spec{LoadedKMD: "2.7.0", KernelHeaders: true, RebootedInto: "6.8.0-49-generic"})
+	o, err := Inspect(root)
+	if err != nil || o.Kernel != "6.8.0-49-generic" || o.LoadedKMD != "" {
+		t.Fatalf("rebooted host: %+v %v", o, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/src/linux-headers-6.8.0-49-generic/Makefile")); err != nil {
+		t.Fatalf("headers for the new kernel: %v", err)
+	}
+}

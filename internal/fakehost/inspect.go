@@ -18,6 +18,8 @@ type Observed struct {
 	// PIDs are the fake processes still alive.
 	PIDs      []int
 	HostTTSMI string // version of <root>/usr/local/bin/tt-smi, "" if absent
+	// HostTTSMIRuns reports the host's tt-smi starts with the host's glibc.
+	HostTTSMIRuns bool
 	// Wedged is true while tt-smi -s still needs a reset.
 	Wedged bool
 }
@@ -32,8 +34,11 @@ func Inspect(root string) (Observed, error) {
 		Kernel:    st.Kernel,
 		LoadedKMD: loadedVersion(root),
 		Refcnt:    refcnt(root),
-		HostTTSMI: ttsmiBinaryVersion(filepath.Join(root, "usr/local/bin/tt-smi")),
+		HostTTSMI: ttsmiBinaryVersion(filepath.Join(root, hostSMIPath)),
 		Wedged:    st.ResetsNeeded > 0,
+	}
+	if v, need := ttsmiBinary(filepath.Join(root, hostSMIPath)); v != "" {
+		o.HostTTSMIRuns = glibcAtLeast(hostGlibc(root), need)
 	}
 	for _, d := range st.Devices {
 		o.Firmware = append(o.Firmware, d.Firmware)

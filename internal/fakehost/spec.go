@@ -33,6 +33,11 @@ type Spec struct {
 	// NoToolchain leaves the host without make and gcc (a headers package
 	// alone does not pull in build-essential).
 	NoToolchain bool
+	// RebootedInto, when set, models a host that got its module on Kernel
+	// and then rebooted into this kernel: processes gone, the module not
+	// loaded (nothing persisted it for the new kernel), headers for the new
+	// kernel only with KernelHeaders.
+	RebootedInto string
 	// DKMS leaves the markers of a host-managed (DKMS) tt-kmd install.
 	DKMS bool
 	// CachedKMD lists tt-kmd versions already built in
@@ -40,6 +45,10 @@ type Spec struct {
 	CachedKMD []string
 	// HostTTSMI is the version of the host's /usr/local/bin/tt-smi; "" = none.
 	HostTTSMI string
+	// HostGlibc is the glibc release of the host's OS (2.35 on Ubuntu
+	// 22.04, 2.31 on 20.04); default DefaultGlibc. A tt-smi binary built
+	// for a newer glibc does not start on the host.
+	HostGlibc string
 	// LegacyVenv creates /opt/tt with a pre-5.x tt-smi virtualenv.
 	LegacyVenv bool
 	// MissingTags are tt-kmd git tags (e.g. "ttkmd-9.9.9") the fake remote
@@ -100,6 +109,9 @@ const (
 	DefaultKernel   = "5.15.0-91-generic"
 	DefaultFirmware = "18.2.0.0"
 	DefaultBoard    = "n150"
+	// DefaultGlibc is Ubuntu 22.04's glibc, what the fleet's hosts run and
+	// what the helper image's tt-smi flavour (ubuntu-22.04) needs.
+	DefaultGlibc = "2.35"
 	// GalaxyWormholeSubsystem and GalaxyBlackholeSubsystem are the Galaxy
 	// UBB PCI subsystem ids that select `tt-smi -glx_reset`.
 	GalaxyWormholeSubsystem  = "0x0035"
@@ -112,6 +124,9 @@ const (
 func (s Spec) withDefaults() Spec {
 	if s.Kernel == "" {
 		s.Kernel = DefaultKernel
+	}
+	if s.HostGlibc == "" {
+		s.HostGlibc = DefaultGlibc
 	}
 	if s.Devices == nil {
 		s.Devices = []Device{{}, {}}

@@ -17,9 +17,19 @@ func ttSMI(t *tool) int {
 	if len(t.args) == 0 {
 		return t.errorf(2, "fake tt-smi has no TUI; use -s, -r, -glx_reset or --version")
 	}
+	version := ImageTTSMIVersion
+	if b := t.binary; b != nil {
+		// PyInstaller's bootloader needs the glibc the binary was built on.
+		if have := hostGlibc(t.root); !glibcAtLeast(have, b.glibc) {
+			fmt.Fprintf(t.stderr, "[PYI-4242:ERROR] Failed to load Python shared library: "+
+				"/lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_%s' not found (required by %s)\n", b.glibc, b.path)
+			return 255
+		}
+		version = b.version
+	}
 	switch t.args[0] {
 	case "-v", "--version":
-		fmt.Fprintln(t.stdout, ImageTTSMIVersion)
+		fmt.Fprintln(t.stdout, version)
 		return 0
 	}
 	// Like the real tool, a missing driver is reported on stdout.

@@ -75,7 +75,13 @@ type tool struct {
 	// chrooted: the tool runs inside the host root, so absolute paths are
 	// the host's (chroot ROOT tool …).
 	chrooted bool
+	// binary is the host's tt-smi file the fake chroot runs, nil for the
+	// helper image's own tt-smi.
+	binary *smiBinary
 }
+
+// smiBinary is a fake tt-smi file: its version and the glibc it needs.
+type smiBinary struct{ path, version, glibc string }
 
 // path is where p, as the tool was given it, lives on disk. Inside the
 // chroot, symlinks resolve as the host sees them (absolute targets are the
@@ -119,6 +125,14 @@ func chroot(t *tool) int {
 		return t.errorf(125, "fake chroot only enters its host root %s, not %s", t.root, t.args[0])
 	}
 	name := t.args[1]
+	if filepath.IsAbs(name) {
+		// A tt-smi binary under any name runs as tt-smi, with the host's libc.
+		if v, need := ttsmiBinary(filepath.Join(t.root, name)); v != "" {
+			logCall(t.root, append([]string{filepath.Base(name)}, t.args[2:]...))
+			return ttSMI(&tool{name: filepath.Base(name), args: t.args[2:], root: t.root, stdout: t.stdout, stderr: t.stderr,
+				chrooted: true, binary: &smiBinary{path: name, version: v, glibc: need}})
+		}
+	}
 	fn, ok := toolFuncs[filepath.Base(name)]
 	if !ok || name == "chroot" {
 		return t.errorf(127, "failed to run command '%s': No such file or directory", name)

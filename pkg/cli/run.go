@@ -133,7 +133,7 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	}
 	s.lock = lock
 	ctx, s.cancel = lock.WithLock(ctx)
-	s.journal = &journal.Writer{Client: cs, Namespace: f.LockNamespace, Name: journal.Name(plugin),
+	s.journal = &journal.Writer{Client: cs, Namespace: f.LockNamespace, Name: journal.Name(plugin), Batch: journalBatch,
 		Base: journal.Entry{Run: s.RunID, User: holder.User, Host: holder.Host, Command: holder.Command}}
 	s.Recorder = append(s.Recorder.(kube.Recorders), s.journal)
 	started := "run started"
@@ -143,6 +143,11 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	s.note(ctx, "RunStarted", started)
 	return s, ctx, nil
 }
+
+// journalBatch is how long recorded mutations wait to be journaled
+// together: one ConfigMap update per step (or per several nodes' steps)
+// instead of one per mutation. Events are written at once.
+const journalBatch = 2 * time.Second
 
 // note journals a line about the run itself (its start and end).
 func (s *Session) note(ctx context.Context, reason, message string) {
@@ -263,6 +268,14 @@ func (s *Session) Fail(err error) error {
 }
 
 func (s *Session) end() {
+	if s.journal != nil {
+		// Normally the run's last note wrote it; a failed write is retried.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.journal.Flush(ctx); err != nil {
+			s.Progress.Printf("warning: could not write the run's history: %v", err)
+		}
+		cancel()
+	}
 	s.Progress.Close()
 	if s.lock != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -57,9 +57,19 @@ type Writer struct {
 	// Base fills Run, User, Host and Command of every entry.
 	Base     Entry
 	MaxBytes int
+	// Batch, when set, keeps the records of one step (of any number of
+	// targets in it at once) for up to this long and writes them together:
+	// one ConfigMap update per step, not per mutation. A record of another
+	// step writes the pending ones first. Append and Flush write at once,
+	// with whatever is pending. Zero writes each record through.
+	Batch time.Duration
 
-	mu sync.Mutex
-	cm *corev1.ConfigMap // last version written, to update without a read
+	mu      sync.Mutex
+	cm      *corev1.ConfigMap // last version written, to update without a read
+	pending []byte            // lines recorded but not yet written
+	// pendingStep is the step of the pending lines.
+	pendingStep string
+	timer       *time.Timer
 }
 
 // Record implements kube.Recorder.
@@ -68,13 +78,48 @@ func (w *Writer) Record(ctx context.Context, obj corev1.ObjectReference, warning
 	e.Object = objectName(obj)
 	e.Step = runbook.StepOf(ctx)
 	e.Reason, e.Message, e.Warning = reason, message, warning
+	if w.Batch > 0 {
+		e.Time = time.Now().UTC()
+		line, err := json.Marshal(e)
+		if err != nil {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if len(w.pending) > 0 && w.pendingStep != e.Step {
+			// A new step: the last one's records are written now, so a
+			// killed run loses at most its current step's.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = w.write(wctx, nil)
+			cancel()
+		}
+		w.pending, w.pendingStep = append(append(w.pending, line...), '\n'), e.Step
+		if w.timer == nil {
+			w.timer = time.AfterFunc(w.Batch, w.flushLater)
+		}
+		return
+	}
 	// Like Events, the record outlives a cancelled run: the mutation happened.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = w.Append(wctx, e)
 }
 
-// Append adds e (stamped now when its time is zero).
+func (w *Writer) flushLater() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = w.Flush(ctx)
+}
+
+// Flush writes the records still pending, if any.
+func (w *Writer) Flush(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.write(ctx, nil)
+}
+
+// Append adds e (stamped now when its time is zero), with any records
+// still pending before it.
 func (w *Writer) Append(ctx context.Context, e Entry) error {
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
@@ -83,12 +128,35 @@ func (w *Writer) Append(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.write(ctx, append(line, '\n'))
+}
+
+// write appends the pending lines and then lines to the ConfigMap; w.mu
+// is held. Pending lines are kept when the write fails.
+func (w *Writer) write(ctx context.Context, lines []byte) error {
+	if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
+	add := string(w.pending) + string(lines)
+	if add == "" {
+		return nil
+	}
+	if err := w.update(ctx, add); err != nil {
+		return err
+	}
+	w.pending = nil
+	return nil
+}
+
+// update appends add (whole lines) to the ConfigMap, creating it if needed.
+func (w *Writer) update(ctx context.Context, add string) error {
 	max := w.MaxBytes
 	if max <= 0 {
 		max = DefaultMaxBytes
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	cms := w.Client.CoreV1().ConfigMaps(w.Namespace)
 	for attempt := 0; attempt < 5; attempt++ {
 		cur := w.cm
@@ -99,7 +167,7 @@ func (w *Writer) Append(ctx context.Context, e Entry) error {
 				created, err := cms.Create(ctx, &corev1.ConfigMap{
 					ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace,
 						Labels: map[string]string{"app.kubernetes.io/managed-by": "rollbook"}},
-					Data: map[string]string{dataKey: string(line) + "\n"},
+					Data: map[string]string{dataKey: add},
 				}, metav1.CreateOptions{})
 				if apierrors.IsAlreadyExists(err) {
 					continue
@@ -117,7 +185,7 @@ func (w *Writer) Append(ctx context.Context, e Entry) error {
 		if next.Data == nil {
 			next.Data = map[string]string{}
 		}
-		body, dropped := rotate(next.Data[dataKey]+string(line)+"\n", max)
+		body, dropped := rotate(next.Data[dataKey]+add, max)
 		next.Data[dataKey] = body
 		if dropped > 0 {
 			if next.Annotations == nil {

@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,12 +12,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/kubectl/pkg/drain"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
 )
 
 // DrainOptions tune Drain.
@@ -26,18 +30,26 @@ type DrainOptions struct {
 	// Selects which pods to evict; nil means every pod kubectl drain would
 	// evict. Pods it rejects stay on the node.
 	PodFilter func(*corev1.Pod) bool
+	// Pods, when not nil, are the node's pods as the caller just observed
+	// them: Drain evicts from them instead of listing the node again.
+	Pods []corev1.Pod
 	// Why is shown in events on each evicted pod.
 	Why string
 	// Timeout bounds the whole drain; 0 means 5 minutes.
 	Timeout time.Duration
-	// RetryDelay between eviction attempts refused by a PDB (HTTP 429);
-	// 0 means 2 s.
+	// RetryDelay is the longest an eviction refused by a PDB (HTTP 429)
+	// waits before it is tried again; 0 means 30 s. The retry comes as soon
+	// as a watch sees the PDB allow a disruption (a replacement pod became
+	// ready), so this bounds only a wait on a PDB that cannot be watched.
 	RetryDelay time.Duration
 	// Force evicts pods no controller will recreate (bare pods).
 	Force bool
-	// GracePeriodSeconds overrides pods' grace periods; -1 keeps theirs.
+	// GracePeriodSeconds overrides pods' grace periods; 0 keeps theirs.
 	GracePeriodSeconds int
-	// Log receives kubectl drain's progress lines; nil discards them.
+	// NoWait returns once every eviction was accepted, for callers that
+	// wait for the pods to be gone themselves.
+	NoWait bool
+	// Log receives a line per eviction attempt; nil discards them.
 	Log io.Writer
 }
 
@@ -79,84 +91,93 @@ func (e *DrainError) Error() string {
 func (e *DrainError) Unwrap() error { return e.Err }
 
 // Drain evicts the pods on node that the filter selects, through the
-// eviction API (PDBs are honoured; 429s are retried after RetryDelay), and
-// waits until they are gone. DaemonSet pods are never evicted, and neither
-// are rollbook's helper pods. The node should already be cordoned. On
-// failure the error is a *DrainError naming every pod left and the PDB
-// blocking it.
+// eviction API (PDBs are honoured: a refused eviction is retried when a
+// watch sees the PDB allow one), all at once, and waits until they are gone.
+// DaemonSet pods are never evicted, and neither are rollbook's helper pods.
+// The node should already be cordoned. On failure the error is a
+// *DrainError naming every pod left and the PDB blocking it.
 func Drain(ctx context.Context, cs kubernetes.Interface, rec Recorder, node string, o DrainOptions) error {
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Minute
 	}
 	if o.RetryDelay == 0 {
-		o.RetryDelay = 2 * time.Second
+		o.RetryDelay = 30 * time.Second
 	}
-	log := o.Log
-	if log == nil {
-		log = io.Discard
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	dctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	pods := o.Pods
+	if pods == nil {
+		var err error
+		if pods, err = PodsOnNode(dctx, cs, node); err != nil {
+			return err
+		}
+	}
+	var evict []*corev1.Pod
+	var bare []DrainBlocker
+	for i := range pods {
+		p := &pods[i]
+		if !Evictable(p) || (o.PodFilter != nil && !o.PodFilter(p)) {
+			continue
+		}
+		if !o.Force && metav1.GetControllerOf(p) == nil {
+			bare = append(bare, DrainBlocker{Namespace: p.Namespace, Name: p.Name,
+				Reason: "no controller recreates it; an eviction deletes it for good (--force evicts it)"})
+			continue
+		}
+		evict = append(evict, p)
+	}
+	if len(bare) > 0 {
+		return &DrainError{Node: node, Blockers: bare, Err: errors.New("pods without a controller")}
 	}
 	var (
 		mu       sync.Mutex
 		lastErrs = map[string]string{}
-		recorded = map[types.UID]bool{}
+		wg       sync.WaitGroup
+		failed   error
 	)
-	errLog := &lineSink{w: log, onLine: func(l string) {
-		// kubectl's drain reports refused evictions only as text.
-		if i := strings.Index(l, "evicting pods/\""); i >= 0 {
-			rest := l[i+len("evicting pods/\""):]
-			if j := strings.IndexByte(rest, '"'); j > 0 {
+	why := o.Why
+	if why == "" {
+		why = "draining node " + node
+	}
+	for _, p := range evict {
+		rec.Record(ctx, PodRef(p), false, "Evicting", fmt.Sprintf("evicting from %s: %s", node, why))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := evictPod(dctx, cs, p, o, func(msg string) {
 				mu.Lock()
-				lastErrs[rest[:j]] = l
+				lastErrs[p.Name] = msg
 				mu.Unlock()
+			})
+			if err != nil {
+				mu.Lock()
+				if failed == nil {
+					failed = err
+				}
+				mu.Unlock()
+				cancel() // one eviction that cannot go on ends the drain
 			}
+		}()
+	}
+	wg.Wait()
+	err := failed
+	if err == nil && !o.NoWait && len(evict) > 0 {
+		uids := map[types.UID]bool{}
+		for _, p := range evict {
+			uids[p.UID] = true
 		}
-	}}
-	h := &drain.Helper{
-		Ctx:                  ctx,
-		Client:               cs,
-		Force:                o.Force,
-		GracePeriodSeconds:   o.GracePeriodSeconds,
-		IgnoreAllDaemonSets:  true,
-		DeleteEmptyDirData:   true,
-		Timeout:              o.Timeout,
-		EvictErrorRetryDelay: o.RetryDelay,
-		Out:                  log,
-		ErrOut:               errLog,
-		AdditionalFilters: []drain.PodFilter{func(p corev1.Pod) drain.PodDeleteStatus {
-			if _, helper := p.Labels[LabelHelper]; helper {
-				return drain.MakePodDeleteStatusSkip()
-			}
-			if o.PodFilter != nil && !o.PodFilter(&p) {
-				return drain.MakePodDeleteStatusSkip()
-			}
-			return drain.MakePodDeleteStatusOkay()
-		}},
-		OnPodDeletionOrEvictionStarted: func(p *corev1.Pod, usingEviction bool) {
-			// kubectl's drain calls this on every retry of a refused
-			// eviction; one event per pod is enough.
-			mu.Lock()
-			seen := recorded[p.UID]
-			recorded[p.UID] = true
-			mu.Unlock()
-			if seen {
-				return
-			}
-			why := o.Why
-			if why == "" {
-				why = "draining node " + node
-			}
-			rec.Record(ctx, PodRef(p), false, "Evicting", fmt.Sprintf("evicting from %s: %s", node, why))
-		},
+		err = WaitForNoPods(dctx, cs, node, func(p *corev1.Pod) bool { return uids[p.UID] })
 	}
-	if o.GracePeriodSeconds == 0 {
-		h.GracePeriodSeconds = -1
-	}
-	err := drain.RunNodeDrain(h, node)
 	if err == nil {
 		return nil
 	}
 	if ctx.Err() != nil {
 		err = ctx.Err()
+	} else if dctx.Err() != nil && failed == nil {
+		err = fmt.Errorf("drain did not finish within %s", o.Timeout)
 	}
 	blockers, berr := DrainBlockers(context.WithoutCancel(ctx), cs, node, o.PodFilter)
 	if berr != nil {
@@ -170,6 +191,78 @@ func Drain(ctx context.Context, cs kubernetes.Interface, rec Recorder, node stri
 	}
 	mu.Unlock()
 	return &DrainError{Node: node, Blockers: blockers, Err: err}
+}
+
+// evictPod posts p's eviction until it is accepted (or p is gone). A 429
+// (a PDB allows no disruption now) waits, by watch, until a PDB selecting
+// p allows one, at most o.RetryDelay, then tries again.
+func evictPod(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, o DrainOptions, refused func(string)) error {
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}}
+	if o.GracePeriodSeconds > 0 {
+		ev.DeleteOptions.GracePeriodSeconds = ptr.To(int64(o.GracePeriodSeconds))
+	}
+	for {
+		err := cs.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
+		switch {
+		case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			// Accepted, or the pod is already gone (or replaced).
+			fmt.Fprintf(o.Log, "evicted pod %s/%s\n", p.Namespace, p.Name)
+			return nil
+		case apierrors.IsForbidden(err) && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+			// Its namespace is being deleted and takes the pod with it: no
+			// eviction can be created there, so wait for that deletion.
+			fmt.Fprintf(o.Log, "pod %s/%s: its namespace is terminating; waiting for it to be deleted\n", p.Namespace, p.Name)
+			_, werr := WaitForPod(ctx, cs, p.Namespace, p.Name, func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+			if werr == nil || errors.Is(werr, ErrGone) {
+				return nil
+			}
+			return werr
+		case apierrors.IsTooManyRequests(err):
+			msg := fmt.Sprintf("error when evicting pods/%q -n %q (will retry when its PDB allows): %v", p.Name, p.Namespace, err)
+			fmt.Fprintln(o.Log, msg)
+			refused(msg)
+			if werr := waitDisruptionAllowed(ctx, cs, p, o.RetryDelay); werr != nil {
+				return werr
+			}
+		default:
+			return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+}
+
+// waitDisruptionAllowed watches the PDBs of p's namespace until one that
+// selects p allows a disruption (or none selects it any more), for at
+// most max. It returns an error only when ctx ends.
+func waitDisruptionAllowed(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, max time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	pdbs := cs.PolicyV1().PodDisruptionBudgets(p.Namespace)
+	lw := FieldSelectedLW(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pdbs.List(ctx, o) },
+		pdbs.Watch, "")
+	allows := func(objs []any) bool {
+		for _, o := range objs {
+			pdb := o.(*policyv1.PodDisruptionBudget)
+			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+			if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
+				continue
+			}
+			if pdb.Status.DisruptionsAllowed < 1 || pdb.Status.ObservedGeneration < pdb.Generation {
+				return false
+			}
+		}
+		return true // every PDB selecting p allows one now (or none selects it any more)
+	}
+	var store cache.Store
+	_, err := watchtools.UntilWithSync(wctx, lw, &policyv1.PodDisruptionBudget{}, func(s cache.Store) (bool, error) {
+		store = s
+		return allows(s.List()), nil
+	}, func(watch.Event) (bool, error) { return allows(store.List()), nil })
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	_ = err // the bound passed: try the eviction again
+	return nil
 }
 
 // DrainBlockers lists the pods on node a drain would still evict, with the
@@ -250,24 +343,4 @@ func PodsOnNode(ctx context.Context, cs kubernetes.Interface, node string) ([]co
 		return nil, fmt.Errorf("list pods on %s: %w", node, err)
 	}
 	return l.Items, nil
-}
-
-// lineSink splits writes into lines for onLine and passes them on to w.
-type lineSink struct {
-	w      io.Writer
-	onLine func(string)
-	buf    bytes.Buffer
-}
-
-func (s *lineSink) Write(p []byte) (int, error) {
-	s.buf.Write(p)
-	for {
-		line, err := s.buf.ReadString('\n')
-		if errors.Is(err, io.EOF) {
-			s.buf.WriteString(line)
-			break
-		}
-		s.onLine(line)
-	}
-	return s.w.Write(p)
 }

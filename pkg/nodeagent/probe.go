@@ -89,7 +89,7 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 		p.Cached = err == nil && fi.Mode().IsRegular() && fi.Size() > 0
 	}
 	if _, err := os.Stat(a.hostPath(hostSMIPath)); err == nil {
-		if v, err := x.binaryVersion(ctx, a.hostPath(hostSMIPath)); err == nil {
+		if v, err := x.hostBinaryVersion(ctx, hostSMIPath); err == nil {
 			p.SMI = v
 		} else {
 			x.warn("host tt-smi: %v", err)

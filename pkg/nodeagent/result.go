@@ -36,15 +36,18 @@ const (
 	ReasonVersionMismatch   Reason = "VersionMismatch"
 	ReasonSMISourceInvalid  Reason = "SMISourceInvalid"
 	ReasonSMIInstallFailed  Reason = "SMIInstallFailed"
-	ReasonReadbackFailed    Reason = "ReadbackFailed"
-	ReasonBundleFetchFailed Reason = "BundleFetchFailed"
-	ReasonFlashFailed       Reason = "FlashFailed"
-	ReasonConfigSpaceReset  Reason = "ConfigSpaceResetNotCompleted"
-	ReasonFirmwareMismatch  Reason = "FirmwareMismatch"
-	ReasonDeviceMissing     Reason = "DeviceMissing"
-	ReasonToolMissing       Reason = "ToolMissing"
-	ReasonTimeout           Reason = "Timeout"
-	ReasonHostError         Reason = "HostError"
+	// ReasonSMIHostIncompatible: the image's tt-smi does not run with the
+	// host's libc (a flavour built for a newer OS release).
+	ReasonSMIHostIncompatible Reason = "SMIHostIncompatible"
+	ReasonReadbackFailed      Reason = "ReadbackFailed"
+	ReasonBundleFetchFailed   Reason = "BundleFetchFailed"
+	ReasonFlashFailed         Reason = "FlashFailed"
+	ReasonConfigSpaceReset    Reason = "ConfigSpaceResetNotCompleted"
+	ReasonFirmwareMismatch    Reason = "FirmwareMismatch"
+	ReasonDeviceMissing       Reason = "DeviceMissing"
+	ReasonToolMissing         Reason = "ToolMissing"
+	ReasonTimeout             Reason = "Timeout"
+	ReasonHostError           Reason = "HostError"
 )
 
 // Install modes, as in the driver.tenstorrent.com/install-mode node label.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -15,8 +16,12 @@ import (
 // deliver (the operator's builder image uses the same path).
 const DefaultSMISource = "/usr/local/bin/tt-smi"
 
-// hostSMIPath is the host's tt-smi, relative to the host root.
-const hostSMIPath = "usr/local/bin/tt-smi"
+// hostSMIPath is the host's tt-smi, relative to the host root;
+// stagedSMIPath is where the new one is written and tried first.
+const (
+	hostSMIPath   = "usr/local/bin/tt-smi"
+	stagedSMIPath = "usr/local/bin/.tt-smi.new"
+)
 
 // SMIOptions configures a tt-smi delivery.
 type SMIOptions struct {
@@ -62,7 +67,7 @@ func (x *execution) smi(ctx context.Context, o SMIOptions) error {
 		if same, _ := sameFile(o.Source, target); same {
 			return "", fail(ReasonInvalidInput, "--source %s is the host's own tt-smi (is --host-root right?)", o.Source)
 		}
-		v, err := x.binaryVersion(ctx, o.Source)
+		v, err := x.binaryVersion(ctx, o.Source, "--version")
 		if err != nil {
 			return "", fail(ReasonSMISourceInvalid, "source %s: %v", o.Source, err)
 		}
@@ -80,7 +85,7 @@ func (x *execution) smi(ctx context.Context, o SMIOptions) error {
 		if _, err := os.Stat(target); err != nil {
 			return "no tt-smi on the host", nil
 		}
-		v, err := x.binaryVersion(ctx, target)
+		v, err := x.hostBinaryVersion(ctx, hostSMIPath)
 		if err != nil {
 			// An old binary that no longer runs here is not a reason to stop.
 			return "current version unknown: " + err.Error(), nil
@@ -91,32 +96,75 @@ func (x *execution) smi(ctx context.Context, o SMIOptions) error {
 	if cur, err := fileSHA256(target); err == nil && cur == sum {
 		x.res.After = o.Version
 		_ = x.step("install", func() (string, error) { return "already identical; not replaced", nil })
-	} else if err := x.step("install", func() (string, error) { return x.installSMI(o.Source, target, sum) }); err != nil {
-		return err
+	} else {
+		if err := x.step("stage", func() (string, error) { return x.stageSMI(ctx, o, sum) }); err != nil {
+			return err
+		}
+		if err := x.step("install", func() (string, error) { return x.installSMI(target) }); err != nil {
+			return err
+		}
 	}
 	_ = x.step("remove-legacy-venv", func() (string, error) { return x.removeLegacyVenv() })
 	return x.step("verify", func() (string, error) {
-		v, err := x.binaryVersion(ctx, target)
+		v, err := x.hostBinaryVersion(ctx, hostSMIPath)
 		if err != nil || v != o.Version {
-			return "", fail(ReasonSMIInstallFailed, "installed tt-smi reports %q (%v), expected %s", v, err, o.Version)
+			return "", fail(ReasonSMIInstallFailed, "installed tt-smi reports %q as the host runs it (%v), expected %s", v, err, o.Version)
 		}
 		x.res.After = v
 		return "host tt-smi is " + v, nil
 	})
 }
 
-func (x *execution) installSMI(source, target string, want [32]byte) (string, error) {
-	f, err := os.Open(source)
+// stageSMI writes the source next to the host's tt-smi and runs it there as
+// the host would (chroot: the host's libc, not the helper image's), so a
+// binary built for a newer glibc than the host's OS never replaces a
+// working one.
+func (x *execution) stageSMI(ctx context.Context, o SMIOptions, want [32]byte) (string, error) {
+	staged := x.agent.hostPath(stagedSMIPath)
+	f, err := os.Open(o.Source)
 	if err != nil {
-		return "", fail(ReasonSMISourceInvalid, "open %s: %v", source, err)
+		return "", fail(ReasonSMISourceInvalid, "open %s: %v", o.Source, err)
 	}
 	defer f.Close()
-	if err := replaceFile(target, f, 0o755); err != nil {
-		return "", fail(ReasonSMIInstallFailed, "replace %s: %v", target, err)
+	if err := replaceFile(staged, f, 0o755); err != nil {
+		return "", fail(ReasonSMIInstallFailed, "write /%s: %v", stagedSMIPath, err)
 	}
-	got, err := fileSHA256(target)
-	if err != nil || got != want {
-		return "", fail(ReasonSMIInstallFailed, "%s does not match the source after rename (%v)", target, err)
+	if got, err := fileSHA256(staged); err != nil || got != want {
+		os.Remove(staged)
+		return "", fail(ReasonSMIInstallFailed, "/%s does not match the source (%v)", stagedSMIPath, err)
+	}
+	v, err := x.hostBinaryVersion(ctx, stagedSMIPath)
+	if err != nil || v != o.Version {
+		os.Remove(staged)
+		return "", fail(ReasonSMIHostIncompatible, "tt-smi %s does not run on this host as the host runs it (%v, reported %q); "+
+			"use the tt-smi flavour built for the host's OS release (its glibc)", o.Version, err, v)
+	}
+	return "staged /" + stagedSMIPath + "; it runs on the host as " + v, nil
+}
+
+// hostBinaryVersion runs the host's binary at rel (relative to the host
+// root) as the host would: in a chroot of the host root, so with the
+// host's libc.
+func (x *execution) hostBinaryVersion(ctx context.Context, rel string) (string, error) {
+	return x.binaryVersion(ctx, x.agent.asHost("/"+rel, "--version")...)
+}
+
+// asHost is argv run inside the host root (chroot), or as it is when the
+// agent runs on the host itself.
+func (a *Agent) asHost(argv ...string) []string {
+	if a.Root == "/" || a.Root == "" {
+		return argv
+	}
+	return append([]string{"chroot", a.Root}, argv...)
+}
+
+func (x *execution) installSMI(target string) (string, error) {
+	if err := os.Rename(x.agent.hostPath(stagedSMIPath), target); err != nil {
+		return "", fail(ReasonSMIInstallFailed, "rename over %s: %v", target, err)
+	}
+	if d, err := os.Open(filepath.Dir(target)); err == nil {
+		_ = d.Sync()
+		d.Close()
 	}
 	x.res.Changed = true
 	return "renamed over /" + hostSMIPath, nil
@@ -140,15 +188,17 @@ func (x *execution) removeLegacyVenv() (string, error) {
 
 var semverInText = regexp.MustCompile(`[0-9]+\.[0-9]+\.[0-9]+`)
 
-// binaryVersion runs `<path> --version` (tt-smi prints its bare version).
-func (x *execution) binaryVersion(ctx context.Context, path string) (string, error) {
-	r := x.agent.run(ctx, []string{path, "--version"})
+// binaryVersion runs argv (`<path> --version`, maybe in a chroot; tt-smi
+// prints its bare version).
+func (x *execution) binaryVersion(ctx context.Context, argv ...string) (string, error) {
+	cmd := strings.Join(argv, " ")
+	r := x.agent.run(ctx, argv)
 	if r.err != nil {
-		return "", fmt.Errorf("%s --version: %v: %s", path, r.err, keepTail(r.combined(), 200))
+		return "", fmt.Errorf("%s: %v: %s", cmd, r.err, keepTail(r.combined(), 300))
 	}
 	v := semverInText.FindString(r.stdout)
 	if v == "" {
-		return "", fmt.Errorf("%s --version printed no version: %q", path, keepHead(r.stdout, 200))
+		return "", fmt.Errorf("%s printed no version: %q", cmd, keepHead(r.stdout, 200))
 	}
 	return v, nil
 }

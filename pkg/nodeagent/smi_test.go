@@ -105,6 +105,16 @@ func TestSMIRefusals(t *testing.T) {
 			assert.Equal(t, "5.0.0", observe(t, root).HostTTSMI, "host binary untouched")
 		})
 	}
+	t.Run("host glibc older than the binary needs", func(t *testing.T) {
+		a, root := newHost(t, fakehost.Spec{HostTTSMI: "5.0.0", HostGlibc: "2.31"})
+		r := a.SMI(context.Background(), nodeagent.SMIOptions{Version: "5.2.0", Source: imageSMI(t, "5.2.0", 0)})
+		requireFailure(t, r, nodeagent.ReasonSMIHostIncompatible)
+		assert.Contains(t, r.Error.Message, "GLIBC_2.35")
+		o := observe(t, root)
+		assert.Equal(t, "5.0.0", o.HostTTSMI, "host binary untouched")
+		assert.True(t, o.HostTTSMIRuns, "the host's own tt-smi still runs")
+		assert.NoFileExists(t, filepath.Join(root, "usr/local/bin/.tt-smi.new"), "nothing staged left behind")
+	})
 	t.Run("source is the host binary", func(t *testing.T) {
 		a, root := newHost(t, fakehost.Spec{HostTTSMI: "5.0.0"})
 		r := a.SMI(context.Background(), nodeagent.SMIOptions{Version: "5.0.0", Source: filepath.Join(root, "usr/local/bin/tt-smi")})

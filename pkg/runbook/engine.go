@@ -41,6 +41,9 @@ type Options struct {
 	OnHealthFailure func(ctx context.Context, why string)
 	// Now is the clock; tests may fix it.
 	Now func() time.Time
+	// RetryBackoff is the first wait before a target that failed on a
+	// transient API error is observed again (default 1 s; doubles, at most 8×).
+	RetryBackoff time.Duration
 }
 
 // Run advances every target through rb's steps. Targets that are already
@@ -246,11 +249,41 @@ func StepClock(annotations map[string]string, rb string) (stepID string, started
 	return id, t, err == nil
 }
 
+// transientRetries is how often a target that failed on a transient API
+// error is observed afresh and continued before the failure stands.
+const transientRetries = 4
+
+// runTarget advances one target. A failure caused by a transient API error
+// (a 500, 503, 429, timeout or dropped connection) does not end the target:
+// every step is idempotent and decided from fresh observation, so the
+// engine observes again after a short backoff and carries on.
 func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) TargetResult {
+	delay := o.RetryBackoff
+	if delay <= 0 {
+		delay = time.Second
+	}
+	limit := 8 * delay
+	for attempt := 1; ; attempt++ {
+		tr := runTargetOnce(ctx, rb, t, o)
+		if tr.Outcome != OutcomeFailed || !IsTransient(tr.cause) || attempt > transientRetries || ctx.Err() != nil {
+			return tr
+		}
+		o.Reporter.Step(t.Name(), StepResult{ID: tr.State, Title: "transient API error", Status: StepActing,
+			Evidence: fmt.Sprintf("%v; observing again in %s (retry %d of %d)", tr.cause, delay, attempt, transientRetries)})
+		select {
+		case <-ctx.Done():
+			return tr
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, limit)
+	}
+}
+
+func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) TargetResult {
 	tr := TargetResult{Target: t.Name(), Outcome: OutcomeDone, State: "done"}
 	facts, err := rb.Observe(ctx, t)
 	if err != nil {
-		tr.Outcome, tr.State, tr.Error = OutcomeFailed, "unknown", fmt.Sprintf("observe: %v", err)
+		tr.Outcome, tr.State, tr.Error, tr.cause = OutcomeFailed, "unknown", fmt.Sprintf("observe: %v", err), err
 		return tr
 	}
 	current := -1 // index of the first step that was not done
@@ -267,7 +300,7 @@ func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) 
 			// A clock left by an interrupted run of a step that is done now
 			// (finished by that run, or by hand) must not bill a later run.
 			if err := t.SetAnnotation(ctx, TimerKey(rb.Name), nil); err != nil {
-				tr.Outcome, tr.State, tr.Error = OutcomeFailed, s.ID, fmt.Sprintf("clear step clock: %v", err)
+				tr.Outcome, tr.State, tr.Error, tr.cause = OutcomeFailed, s.ID, fmt.Sprintf("clear step clock: %v", err), err
 				return tr
 			}
 			clockStep = ""
@@ -312,6 +345,7 @@ func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) 
 				sr.Status = StepFailed
 			}
 			sr.Error = err.Error()
+			tr.cause = err
 			if outcome != OutcomeInterrupted && s.Timeout > 0 {
 				// The step ended (blocked or failed, and said so): the re-run
 				// after a fix gets a fresh budget. Only an interrupted step

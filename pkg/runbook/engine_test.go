@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // The engine is tested on an in-memory world: targets are fake nodes whose
@@ -516,5 +519,47 @@ func TestCanaryHealthFailurePausesTheRoll(t *testing.T) {
 	}
 	if w.snapshot("n1").cordonedBy != "" {
 		t.Fatal("the roll went on after a failed canary")
+	}
+}
+
+// A transient API error (503, dropped connection) is not the target's
+// fault: the engine observes again and finishes; a refusal (403) stands.
+func TestTransientAPIErrorsAreRetriedFromAFreshObservation(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		err      error
+		failures int
+		want     Outcome
+	}{
+		{"503 twice", apierrors.NewServiceUnavailable("etcd leader changed"), 2, OutcomeDone},
+		{"connection reset", fmt.Errorf("patch node: %w", syscall.ECONNRESET), 1, OutcomeDone},
+		{"forbidden", apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "n1", errors.New("no")), 1, OutcomeFailed},
+		{"503 forever", apierrors.NewServiceUnavailable("down"), 100, OutcomeFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld("n1")
+			cnt := newCounters()
+			rb := testRunbook(w, "v2", cnt, nil)
+			failing := tc.failures
+			inner := rb.Steps[1].Act
+			rb.Steps[1].Act = func(ctx context.Context, f facts) error {
+				if failing > 0 {
+					failing--
+					return tc.err
+				}
+				return inner(ctx, f)
+			}
+			start := time.Now()
+			res := Run(context.Background(), rb, targets(w, "n1"), Options{RetryBackoff: time.Millisecond})
+			if res.Outcome != tc.want {
+				t.Fatalf("outcome %s, want %s: %+v", res.Outcome, tc.want, res.Targets)
+			}
+			if tc.want == OutcomeDone && cnt.get(rb.Steps[1].ID) != 1 {
+				t.Errorf("the step acted %d times after its failures, want once", cnt.get(rb.Steps[1].ID))
+			}
+			if tc.name == "forbidden" && time.Since(start) > 100*time.Millisecond {
+				t.Errorf("a refusal was retried (%s)", time.Since(start))
+			}
+		})
 	}
 }

@@ -64,6 +64,9 @@ type TargetResult struct {
 	// holdsSlot: the target stopped while out of service, so it keeps its
 	// place in the parallel limit (Runbook.OutOfService).
 	holdsSlot bool
+	// cause is the error that failed the target, for the engine's retry of
+	// transient API errors.
+	cause error
 }
 
 // Result is a whole run.

@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/kube"
@@ -73,48 +73,67 @@ type observer struct {
 	finished func(n *corev1.Node) bool
 	// skip, when set, says why the node is excluded now.
 	skip func(n *corev1.Node) string
-	// countOut, when set, has OthersOut read before the node's cordon.
+	// countOut, when set, has OthersOut read before the node's cordon:
+	// once this run's probe is recorded (run), when the cordon is next.
 	countOut bool
+	run      string
 }
 
 func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 	f := Facts{Owner: o.owner}
-	n, err := o.cs.CoreV1().Nodes().Get(ctx, strings.TrimPrefix(node, "node/"), metav1.GetOptions{})
-	if err != nil {
-		return f, err
+	name := strings.TrimPrefix(node, "node/")
+	var n *corev1.Node
+	if r, ok := o.cs.(rememberingClient); ok {
+		n = r.written(name) // the step just wrote it: its response is the observation
 	}
+	if n == nil {
+		var err error
+		if n, err = o.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return f, err
+		}
+	}
+	var err error
 	f.Node = n
 	f.Measured = probeRecordOf(n)
 	f.Finished = o.finished(n)
 	if o.skip != nil {
 		f.Skip = o.skip(n)
 	}
-	if o.helper != nil {
-		if f.Helper, err = observeHelper(ctx, o.cs, o.helperNS, o.helper(n.Name)); err != nil {
-			return f, err
-		}
-	}
-	if o.probe != nil {
-		if f.Probe, err = observeHelper(ctx, o.cs, o.helperNS, o.probe(n.Name)); err != nil {
-			return f, err
-		}
-	}
-	if o.countOut && !f.ourCordon() && !f.Finished {
+	if o.countOut && !f.ourCordon() && !f.Finished && (o.run == "" || f.measuredFresh(o.run)) {
 		if f.OthersOut, err = countOutOfService(ctx, o.cs, n.Name); err != nil {
 			return f, err
 		}
 	}
-	if f.ourCordon() && !f.Finished {
-		f.Pods, err = kube.PodsOnNode(ctx, o.cs, n.Name)
+	if o.helper == nil && o.probe == nil && (!f.ourCordon() || f.Finished) {
+		return f, nil
 	}
-	return f, err
+	// One list of the node's pods (cost follows the node, not the fleet)
+	// finds the task's and the probe's helpers (pinned to it) and, while the
+	// node is ours, what is still on it.
+	pods, err := kube.PodsOnNode(ctx, o.cs, n.Name)
+	if err != nil {
+		return f, err
+	}
+	var helpers []corev1.Pod
+	for _, p := range pods {
+		if p.Namespace == o.helperNS {
+			helpers = append(helpers, p)
+		}
+	}
+	f.Helper, f.Probe = helperNamed(helpers, o.helper, n.Name), helperNamed(helpers, o.probe, n.Name)
+	if f.ourCordon() && !f.Finished {
+		f.Pods = pods
+	}
+	return f, nil
 }
 
 // countOutOfService counts the nodes other than node that a rollbook run
 // has out of service: a failed node that stays cordoned still uses its
 // slot, whichever tt runbook left it.
 func countOutOfService(ctx context.Context, cs kubernetes.Interface, node string) (int, error) {
-	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	// Only cordoned nodes: the cost follows what is out, not the fleet.
+	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0",
+		FieldSelector: fields.OneTermEqualSelector("spec.unschedulable", "true").String()})
 	if err != nil {
 		return 0, err
 	}
@@ -127,15 +146,18 @@ func countOutOfService(ctx context.Context, cs kubernetes.Interface, node string
 	return n, nil
 }
 
-func observeHelper(ctx context.Context, cs kubernetes.Interface, ns, name string) (helperFacts, error) {
-	p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return helperFacts{}, nil
+// helperNamed is the pod of pods that name gives for node, if any.
+func helperNamed(pods []corev1.Pod, name func(node string) string, node string) helperFacts {
+	if name == nil {
+		return helperFacts{}
 	}
-	if err != nil {
-		return helperFacts{}, err
+	want := name(node)
+	for i := range pods {
+		if pods[i].Name == want {
+			return helperOf(&pods[i])
+		}
 	}
-	return helperOf(p), nil
+	return helperFacts{}
 }
 
 // helperOf reads a helper pod's result from its status.

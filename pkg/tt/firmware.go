@@ -172,10 +172,11 @@ func fwBlockers(cfg *FirmwareConfig) func(f *Facts) []string {
 
 // FirmwareRunbook builds the firmware flash runbook.
 func FirmwareRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *FirmwareConfig) *runbook.Runbook[Facts] {
+	cs = rememberNodeWrites(cs)
 	helperName := func(node string) string { return kube.HelperName("flash", node, cfg.helperKey()) }
 	obs := observer{cs: cs, owner: FirmwareRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
-		finished: cfg.fwFinished, skip: FirmwareSkipReason, countOut: cfg.MaxParallel > 0}
+		finished: cfg.fwFinished, skip: FirmwareSkipReason, countOut: cfg.MaxParallel > 0, run: cfg.RunID}
 	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
 	blockers := fwBlockers(cfg)
 	return &runbook.Runbook[Facts]{

@@ -124,11 +124,12 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 
 // KMDRunbook builds the tt-kmd upgrade runbook.
 func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *runbook.Runbook[Facts] {
+	cs = rememberNodeWrites(cs)
 	v := cfg.Version
 	helperName := func(node string) string { return kube.HelperName("kmd", node, v) }
 	obs := observer{cs: cs, owner: KMDRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
-		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason, countOut: true}
+		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason, countOut: true, run: cfg.RunID}
 	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
 	blockers := kmdBlockers(cfg)
 	return &runbook.Runbook[Facts]{
@@ -250,7 +251,7 @@ func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) ru
 		Act: func(ctx context.Context, f Facts) error {
 			return blockedIfDrain(kube.Drain(ctx, cs, rec, f.Node.Name, kube.DrainOptions{
 				PodFilter: cfg.drainSelects, Why: "tt-kmd " + cfg.Version + " upgrade (full-node drain)",
-				Timeout: remaining(ctx, cfg.DrainTimeout), Force: cfg.Force,
+				Timeout: remaining(ctx, cfg.DrainTimeout), Force: cfg.Force, Pods: f.Pods,
 			}))
 		},
 	}

@@ -93,6 +93,9 @@ func (r *ProbeRecord) commonBlockers(forceUnload bool) []string {
 // measuredFresh reports a probe taken by this run.
 func (f *Facts) measuredFresh(run string) bool { return f.Measured != nil && f.Measured.Run == run }
 
+// probeBudget bounds a probe helper, from its creation to its result.
+const probeBudget = 5 * time.Minute
+
 // probeStep runs `node-agent probe` on the node before anything disruptive
 // and records what it measured; blockers decides what stops the node.
 func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string) runbook.Step[Facts] {
@@ -103,7 +106,8 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 			"as the real task. It proves the image pulls and runs, and measures the kernel, DKMS state, headers and toolchain, " +
 			"the loaded module, firmware, tt-smi and every process holding the device. Anything that would fail the task " +
 			"stops the node here, before it is taken out of service.",
-		Timeout: 5 * time.Minute,
+		// No step clock (two node writes): a probe changes nothing, so a
+		// re-run may start its budget afresh; Wait bounds it.
 		Guards: []runbook.Guard[Facts]{{
 			Name: "the node is not excluded",
 			Check: func(f Facts) (bool, string) {
@@ -143,7 +147,7 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 				return err
 			}
 			spec := helperSpec(b.helper, "probe", f.Node.Name, b.run, cmd, false, b.run)
-			spec.Deadline = 5 * time.Minute
+			spec.Deadline = probeBudget
 			if _, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec); err != nil {
 				if ctx.Err() != nil {
 					return err
@@ -154,6 +158,9 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 			return nil
 		},
 		Wait: func(ctx context.Context, f Facts) error {
+			ctx, cancel := context.WithTimeoutCause(ctx, probeBudget,
+				fmt.Errorf("the probe on %s did not finish within %s", f.Node.Name, probeBudget))
+			defer cancel()
 			h, err := waitHelper(ctx, b.cs, b.helperNS, name(f.Node.Name))
 			if err != nil {
 				if h.Pod != nil { // never started: nothing to keep
@@ -225,6 +232,7 @@ const ProbeRunbookName = "tt-probe"
 // ProbeRunbook measures every node again without changing it (no cordon):
 // what `kubectl tt status --probe` runs before it shows label vs measured.
 func ProbeRunbook(cs kubernetes.Interface, rec kube.Recorder, h HelperConfig, run string) *runbook.Runbook[Facts] {
+	cs = rememberNodeWrites(cs)
 	name := func(node string) string { return probeHelperName(node, run) }
 	obs := observer{cs: cs, owner: ProbeRunbookName, helperNS: h.Namespace, probe: name,
 		finished: func(*corev1.Node) bool { return false }}

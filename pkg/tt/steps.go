@@ -142,6 +142,7 @@ func (b *builder) evictDevicePods(id string, enabled, force bool, timeout time.D
 			}
 			err := kube.Drain(ctx, b.cs, b.rec, f.Node.Name, kube.DrainOptions{
 				PodFilter: holds, Why: why + ": the pod holds /dev/tenstorrent", Timeout: remaining(ctx, timeout), Force: force,
+				Pods: f.Pods, NoWait: true, // Wait watches them go, DaemonSet pods leaving through the gates too
 			})
 			return blockedIfDrain(err)
 		},
@@ -343,7 +344,9 @@ func deleteHelper(ctx context.Context, cs kubernetes.Interface, rec kube.Recorde
 	if err != nil {
 		return fmt.Errorf("delete helper %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	if !deleted {
+	if !deleted || (kube.PodTerminal(p) && len(p.Finalizers) == 0) {
+		// The API server removes a finished pod without finalizers at once
+		// (no grace period): nothing to wait for.
 		return nil
 	}
 	return kube.WaitForPodGone(ctx, cs, p.Namespace, p.Name)

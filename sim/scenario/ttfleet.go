@@ -73,6 +73,13 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 	if err := applyHostFaults(plan, env.Logf); err != nil {
 		return err
 	}
+	situations, err := tthost.ApplySituations(plan, os.Getenv)
+	if err != nil {
+		return err
+	}
+	for _, l := range situations {
+		env.Logf("%s", l)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -319,7 +326,7 @@ func waitHolders(ctx context.Context, env *Env, hosts *tthost.Hosts, hs *tthost.
 			return err
 		}
 		for _, p := range pods.Items {
-			if _, ok := hosts.Root(p.Spec.NodeName); ok && p.Status.Phase == corev1.PodRunning {
+			if hosts.DevicesOpen(p.Spec.NodeName) && p.Status.Phase == corev1.PodRunning {
 				want = append(want, p.Namespace+"/"+p.Name)
 			}
 		}

@@ -36,3 +36,26 @@ func TestPlanFleet(t *testing.T) {
 		t.Fatalf("awkward with 3 nodes: %v", err)
 	}
 }
+
+func TestApplySituations(t *testing.T) {
+	plan, err := PlanFleet([]string{"n0", "n1", "n2", "n3", "n4"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{EnvLyingKMD: "n0", EnvRebooted: " n1 ", EnvOldGlibc: "n0,n1"}
+	log, err := ApplySituations(plan, func(k string) string { return env[k] })
+	if err != nil || len(log) != 4 {
+		t.Fatalf("log %v, err %v", log, err)
+	}
+	if plan[0].Labels[LabelKMDVersion] != LyingKMD || plan[0].Spec.LoadedKMD != FleetKMD || plan[0].Spec.HostGlibc != OldGlibc {
+		t.Errorf("n0: %+v", plan[0])
+	}
+	if plan[1].Spec.RebootedInto != RebootKernel || plan[1].Labels[LabelKMDVersion] != FleetKMD {
+		t.Errorf("n1: %+v", plan[1])
+	}
+	for _, bad := range []map[string]string{{EnvRebooted: "n9"}, {EnvLyingKMD: "n2"}} {
+		if _, err := ApplySituations(plan, func(k string) string { return bad[k] }); err == nil {
+			t.Errorf("%v: want an error", bad)
+		}
+	}
+}

@@ -82,3 +82,10 @@ func (h *Hosts) Nodes() []string {
 	sort.Strings(out)
 	return out
 }
+
+// DevicesOpen reports whether node's devices can be opened now: a host
+// rebooted into a kernel without tt-kmd has no /dev/tenstorrent.
+func (h *Hosts) DevicesOpen(node string) bool {
+	root, ok := h.Root(node)
+	return ok && moduleLoaded(root)
+}

@@ -2,7 +2,6 @@ package ttcmd
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,39 +197,6 @@ func TestHelperImagePullFailureStopsBeforeCordon(t *testing.T) {
 	out, code = run(t, ctx, "upgrade", "kmd", "--version", "2.8.1", "--nodes", target, "--helper-namespace", "no-such-ns")
 	if code != cli.ExitBlocked || !strings.Contains(out, "no-such-ns") || node(t, target).Spec.Unschedulable {
 		t.Fatalf("a missing helper namespace must stop the node before its cordon; exit %d", code)
-	}
-}
-
-// A label written by hand is not a measurement: the node is probed and
-// really upgraded.
-func TestKMDLabelThatLiesIsMeasured(t *testing.T) {
-	c := simtest.Get(t)
-	c.ExpectNoViolations(t)
-	ctx := simtest.Context(t, 3*time.Minute)
-	const target = "kwok-node-2"
-	if _, err := kube.SetNodeKeys(ctx, c.Client, target,
-		kube.NodeChange{Labels: map[string]*string{tt.LabelKMDVersion: ptr.To("2.9.1")}}); err != nil {
-		t.Fatal(err)
-	}
-	loaded, _ := fakehost.Inspect(filepath.Join(c.Dir, "hosts", target))
-	out, code := run(t, ctx, "status", "--probe", target)
-	if code != 0 || !strings.Contains(out, "kmd label 2.9.1, measured "+loaded.LoadedKMD) {
-		t.Fatalf("status --probe does not show the lie (module %s); exit %d", loaded.LoadedKMD, code)
-	}
-	if n := node(t, target); n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != "2.9.1" {
-		t.Fatal("status --probe changed the node")
-	}
-	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.9.1", "--nodes", target); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
-	o, err := fakehost.Inspect(filepath.Join(c.Dir, "hosts", target))
-	if err != nil || o.LoadedKMD != "2.9.1" {
-		t.Fatalf("the host runs %q (%v); the lying label was trusted", o.LoadedKMD, err)
-	}
-	var rec map[string]any
-	_ = json.Unmarshal([]byte(node(t, target).Annotations[tt.AnnKMDResult]), &rec)
-	if rec["after"] != "2.9.1" {
-		t.Fatalf("no measured result recorded: %v", rec)
 	}
 }
 

@@ -1,0 +1,124 @@
+// Package apicount counts the API requests of the in-process CLI by verb
+// and resource, for tests and benchmarks that hold rollbook to a request
+// budget and must say where the requests went when it is exceeded.
+package apicount
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/rollbook/rollbook/pkg/cli"
+)
+
+// Counter counts requests by "VERB resource". Permission checks
+// (SelfSubjectAccessReviews) are counted apart: once per run whatever the
+// fleet size.
+type Counter struct {
+	mu        sync.Mutex
+	total     int
+	preflight int
+	by        map[string]int
+	paths     []string
+}
+
+// Start wraps the CLI's transport (cli.WrapTransport) until the returned
+// stop is called. Not for parallel tests: the hook is global.
+func Start() (*Counter, func()) {
+	rc := &Counter{by: map[string]int{}}
+	cli.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			rc.add(r)
+			return rt.RoundTrip(r)
+		})
+	}
+	return rc, func() { cli.WrapTransport = nil }
+}
+
+func (rc *Counter) add(r *http.Request) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews") {
+		rc.preflight++
+		return
+	}
+	rc.total++
+	key := requestKey(r)
+	rc.by[key]++
+	rc.paths = append(rc.paths, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+}
+
+// requestKey is "VERB resource[/subresource]", with list and watch told
+// apart from get.
+func requestKey(r *http.Request) string {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	// /api/v1/... or /apis/group/version/...
+	if len(parts) > 0 && parts[0] == "apis" && len(parts) >= 3 {
+		parts = parts[3:]
+	} else if len(parts) >= 2 {
+		parts = parts[2:]
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" && len(parts) > 2 {
+		parts = parts[2:]
+	}
+	resource, named := "", false
+	switch len(parts) {
+	case 0:
+	case 1:
+		resource = parts[0]
+	case 2:
+		resource, named = parts[0], true
+	default:
+		resource, named = parts[0]+"/"+parts[2], true
+	}
+	verb := r.Method
+	switch {
+	case r.Method == http.MethodGet && r.URL.Query().Get("watch") == "true":
+		verb = "WATCH"
+	case r.Method == http.MethodGet && !named:
+		verb = "LIST"
+	}
+	return verb + " " + resource
+}
+
+// Total is the number of requests counted, permission checks aside.
+func (rc *Counter) Total() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.total
+}
+
+// Breakdown prints the counts, biggest first.
+func (rc *Counter) Breakdown() string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	keys := make([]string, 0, len(rc.by))
+	for k := range rc.by {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if rc.by[keys[i]] != rc.by[keys[j]] {
+			return rc.by[keys[i]] > rc.by[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d requests (+%d permission checks):\n", rc.total, rc.preflight)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %4d  %s\n", rc.by[k], k)
+	}
+	return b.String()
+}
+
+// Paths lists every request in order.
+func (rc *Counter) Paths() string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return strings.Join(rc.paths, "\n")
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
