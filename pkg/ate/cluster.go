@@ -193,10 +193,10 @@ func (c *Cluster) infer() {
 	}
 	var unlabelled, other []string
 	for _, n := range c.Nodes {
-		switch n.Version {
-		case c.Old, c.New:
+		switch n.Version { // "" first: before step 3, NEW is "" too
 		case "":
 			unlabelled = append(unlabelled, n.Name)
+		case c.Old, c.New:
 		default:
 			other = append(other, n.Name+"="+n.Version)
 		}

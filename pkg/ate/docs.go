@@ -13,5 +13,7 @@ func Docs() map[string]string {
 		"ate-retire.md":      RetireRunbook(nil, nil, nil, nil, BackupOptions{Dir: "."}).Markdown(),
 		"ate-revert.md":      RevertRunbook(nil, nil, 2*time.Minute).Markdown(),
 		"ate-pin-pools.md":   PinPoolsRunbook(nil, nil, nil, nil).Markdown(),
+		"ate-recover-node.md": RecoverRunbook(nil, nil, nil,
+			&RecoverConfig{MaxConcurrentSuspends: 4, SuspendTimeout: 30 * time.Minute, ReplaceTimeout: 5 * time.Minute}).Markdown(),
 	}
 }

@@ -905,7 +905,7 @@ func suspendAll(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ac
 			switch {
 			case err == nil:
 				rec.Record(ctx, kube.NodeRef(f.node), false, "ActorSuspended",
-					fmt.Sprintf("suspended %s/%s (was %s, now %s) before moving node %s", a.Atespace, a.Name, a.State, got.State,
+					fmt.Sprintf("suspended %s/%s (was %s, now %s) to empty node %s", a.Atespace, a.Name, a.State, got.State,
 						f.node.Name))
 			case errors.Is(err, ateapi.ErrNotFound):
 			case errors.Is(err, ateapi.ErrDataLoss):

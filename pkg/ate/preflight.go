@@ -59,10 +59,10 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *a
 	// Nodes
 	unlabelled, other := 0, 0
 	for _, n := range c.Nodes {
-		switch n.Version {
-		case c.Old, c.New:
+		switch n.Version { // "" first: before step 3, NEW is "" too
 		case "":
 			unlabelled++
+		case c.Old, c.New:
 		default:
 			other++
 		}

@@ -51,12 +51,29 @@ func NewRoot(plugin, short, long string, streams genericiooptions.IOStreams) (*c
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	flags.AddFlags(root.PersistentFlags())
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return checkContext(flags) }
 	root.PersistentFlags().IntVarP(&g.Verbosity, "v", "v", 0,
 		"log client-go's requests to stderr: 6 each request, 7 with headers (capped at 7: bodies can carry minted tokens)")
 	root.AddCommand(NewVersionCommand(plugin, streams))
 	root.CompletionOptions.HiddenDefaultCmd = false
 	registerFlagCompletions(root, g)
 	return root, g
+}
+
+// checkContext refuses a --context the kubeconfig does not have: bad input
+// (exit 2), caught before any command connects.
+func checkContext(f *genericclioptions.ConfigFlags) error {
+	if f.Context == nil || *f.Context == "" {
+		return nil
+	}
+	raw, err := f.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return nil // the command that connects reports it
+	}
+	if _, ok := raw.Contexts[*f.Context]; !ok {
+		return UsageErrorf("context %q is not in the kubeconfig; `kubectl config get-contexts` lists the ones it has", *f.Context)
+	}
+	return nil
 }
 
 // tuneClient asks for protobuf responses (lists of thousands of nodes decode several

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/cli/lease"
@@ -129,6 +131,10 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	})
 	if err != nil {
 		s.Progress.Close()
+		if _, nsErr := cs.CoreV1().Namespaces().Get(ctx, f.LockNamespace, metav1.GetOptions{}); apierrors.IsNotFound(nsErr) {
+			return nil, ctx, UsageErrorf("namespace %q of --lock-namespace does not exist; pass an existing one (the default is the "+
+				"plugin's own namespace)", f.LockNamespace)
+		}
 		return nil, ctx, err
 	}
 	s.lock = lock

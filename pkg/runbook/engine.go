@@ -41,6 +41,8 @@ type Options struct {
 	OnHealthFailure func(ctx context.Context, why string)
 	// Now is the clock; tests may fix it.
 	Now func() time.Time
+	// excl serializes Exclusive steps across the run's targets (set by Run).
+	excl *exclusion
 	// RetryBackoff is the first wait before a target that failed on a
 	// transient API error is observed again (default 1 s; doubles, at most 8×).
 	RetryBackoff time.Duration
@@ -76,6 +78,8 @@ func Run[F any](ctx context.Context, rb *Runbook[F], targets []Target, o Options
 	)
 	stopWaiting := context.AfterFunc(ctx, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
 	defer stopWaiting()
+	o.excl = newExclusion()
+	defer context.AfterFunc(ctx, o.excl.wake)()
 	for i, t := range targets {
 		mu.Lock()
 		for inUse >= o.Parallel && held < o.Parallel && ctx.Err() == nil && !halted {
@@ -108,9 +112,11 @@ func Run[F any](ctx context.Context, rb *Runbook[F], targets []Target, o Options
 		inUse++
 		mu.Unlock()
 		wg.Add(1)
+		o.excl.started()
 		go func() {
 			defer wg.Done()
 			r := runTarget(ctx, rb, t, o)
+			o.excl.finished()
 			o.Reporter.TargetDone(r)
 			mu.Lock()
 			defer mu.Unlock()
@@ -329,11 +335,26 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 			tr.Outcome = OutcomePlanned
 			continue
 		}
-		if reason, blocked := firstFailingGuard(s.Guards, facts); blocked {
+		exclusive := s.Exclusive && o.excl != nil
+		if exclusive {
+			var reason string
+			var err error
+			if facts, reason, err = enterExclusive(ctx, rb, s, t, o.excl); err != nil {
+				tr.Outcome, tr.State, tr.Error, tr.cause = OutcomeFailed, s.ID, fmt.Sprintf("observe: %v", err), err
+				return tr
+			}
+			if reason != "" {
+				sr.Status, sr.Error = StepBlocked, reason
+				return finish(rb, facts, t, o, tr, sr, i, OutcomeBlocked)
+			}
+		} else if reason, blocked := firstFailingGuard(s.Guards, facts); blocked {
 			sr.Status, sr.Error = StepBlocked, reason
 			return finish(rb, facts, t, o, tr, sr, i, OutcomeBlocked)
 		}
 		facts, sr, err = act(ctx, rb, s, t, facts, o, sr)
+		if exclusive {
+			o.excl.leave()
+		}
 		if err != nil {
 			outcome := OutcomeFailed
 			switch {

@@ -563,3 +563,78 @@ func TestTransientAPIErrorsAreRetriedFromAFreshObservation(t *testing.T) {
 		})
 	}
 }
+
+// Two targets may not both pass a shared budget on the same count: with one
+// node already out (left by an earlier run) and a budget of two, the
+// Exclusive cordon lets one target in and makes the other wait until it
+// ends, so no more than two nodes are ever out. Without Exclusive, both
+// observe one node out and both cordon.
+func TestExclusiveStepsSpendASharedBudgetOneAtATime(t *testing.T) {
+	for _, exclusive := range []bool{false, true} {
+		w := newWorld("n0", "n1", "n2")
+		w.update("n0", func(n *memNode) { n.cordonedBy = owner })
+		var mu sync.Mutex
+		out, maxOut := 1, 1
+		observed := make(chan struct{}, 2)
+		both := make(chan struct{})
+		go func() { <-observed; <-observed; close(both) }()
+		var firstObservation sync.Map
+		outOthers := func(self string) int {
+			n := 0
+			for _, name := range []string{"n0", "n1", "n2"} {
+				if name != self && w.snapshot(name).cordonedBy == owner {
+					n++
+				}
+			}
+			return n
+		}
+		rb := &Runbook[facts]{
+			Name: owner,
+			Observe: func(_ context.Context, tg Target) (facts, error) {
+				name := strings.TrimPrefix(tg.Name(), "node/")
+				f := facts{name: name, node: w.snapshot(name), target: "v2"}
+				f.target = fmt.Sprint(outOthers(name))
+				if _, seen := firstObservation.LoadOrStore(name, true); !seen {
+					observed <- struct{}{}
+					<-both // both targets have observed before either acts: the race, every time
+				}
+				return f, nil
+			},
+			Steps: []Step[facts]{
+				{ID: "cordon", Exclusive: exclusive,
+					Done: func(f facts) (bool, string) { return f.node.cordonedBy == owner || f.node.labels[testLabel] == "v2", "" },
+					Guards: []Guard[facts]{{Name: "budget", Check: func(f facts) (bool, string) {
+						return f.target < "2", "two nodes are out already"
+					}}},
+					Act: func(_ context.Context, f facts) error {
+						w.update(f.name, func(n *memNode) { n.cordonedBy = owner })
+						mu.Lock()
+						out++
+						maxOut = max(maxOut, out)
+						mu.Unlock()
+						return nil
+					}},
+				{ID: "upgrade-and-uncordon",
+					Done: func(f facts) (bool, string) { return f.node.labels[testLabel] == "v2" && f.node.cordonedBy == "", "" },
+					Act: func(_ context.Context, f facts) error {
+						time.Sleep(20 * time.Millisecond)
+						w.update(f.name, func(n *memNode) { n.labels[testLabel] = "v2"; n.cordonedBy = "" })
+						mu.Lock()
+						out--
+						mu.Unlock()
+						return nil
+					}},
+			},
+		}
+		res := Run(context.Background(), rb, targets(w, "n1", "n2"), Options{Parallel: 2})
+		mu.Lock()
+		got := maxOut
+		mu.Unlock()
+		switch {
+		case exclusive && (got != 2 || res.Outcome != OutcomeDone):
+			t.Errorf("exclusive: %d nodes out at most (want 2), outcome %s: %+v", got, res.Outcome, res.Targets)
+		case !exclusive && got != 3:
+			t.Errorf("without Exclusive the race should show (3 nodes out); got %d", got)
+		}
+	}
+}

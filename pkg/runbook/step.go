@@ -72,6 +72,14 @@ type Step[F any] struct {
 	// Timeout bounds Act plus Wait. Its start time is stored on the target,
 	// so a re-run keeps the same budget instead of starting a new one.
 	Timeout time.Duration
+	// Exclusive marks a step whose guards spend a budget shared by targets
+	// (e.g. a cordon against --max-parallel nodes out of service). Across a
+	// run's targets such steps run one at a time, each deciding its guards
+	// on an observation made inside that exclusion, so two targets can never
+	// both pass on the same count. A failing guard waits while other targets
+	// of the run are in progress (one may free the budget) and blocks only
+	// when none is. Keep Act short: it runs inside the exclusion.
+	Exclusive bool
 }
 
 // Guard is a precondition of a step.

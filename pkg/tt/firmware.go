@@ -191,6 +191,8 @@ happens to exist. The flash never runs while a process holds the device (unless
 		Observe:    func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
 		Notes:      workNotes,
 		Annotation: annotationOf,
+		// A node that stops cordoned by this runbook keeps its --max-parallel slot.
+		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
 			b.probe("tt.fw.probe", []string{"kubectl-tt", "node-agent", "probe"}, blockers),
 			b.cordon("tt.fw.cordon", probeClear("tt-firmware", cfg.RunID, blockers), outOfServiceBudget(cfg.MaxParallel)),

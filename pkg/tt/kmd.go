@@ -144,6 +144,8 @@ the target version is measured on it, whatever its label says.`,
 		Observe:    func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
 		Notes:      workNotes,
 		Annotation: annotationOf,
+		// A node that stops cordoned by this runbook keeps its --max-parallel slot.
+		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
 			b.probe("tt.kmd.probe", kmdProbeCommand(cfg), blockers),
 			// One node at a time, like the operator's DaemonSet rollout.

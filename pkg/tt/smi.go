@@ -47,6 +47,8 @@ func SMIRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *SMIConfig) *run
 over the old one, verifies the version it reports, and the node is labelled with it.`,
 		Observe:    func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
 		Annotation: annotationOf,
+		// A node that stops cordoned by this runbook keeps its --max-parallel slot.
+		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
 			b.helperTask(task{
 				id: "tt.smi.install", title: "Replace tt-smi on the host", name: "smi", key: v,

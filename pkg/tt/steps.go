@@ -63,6 +63,9 @@ func foreignCordon(f *Facts) (bool, string) {
 func (b *builder) cordon(id string, guards ...runbook.Guard[Facts]) runbook.Step[Facts] {
 	return runbook.Step[Facts]{
 		ID: id, Title: "Cordon the node",
+		// The --max-parallel budget is shared by the run's targets: decide
+		// it one cordon at a time (see runbook.Step.Exclusive).
+		Exclusive: true,
 		Doc: "Mark the node unschedulable, recording which runbook owns the cordon so only that runbook lifts it. " +
 			"A node someone else (or another rollbook runbook) cordoned is left alone.",
 		Done: func(f Facts) (bool, string) {

@@ -81,6 +81,7 @@ func (o *preflightOptions) Run(ctx context.Context) error {
 		}
 	} else {
 		printChecks(o.g.IOStreams.Out, checks)
+		printGKEBefore(ctx, o.g, o.g.IOStreams.Out)
 	}
 	if failed > 0 {
 		return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("%d check(s) failed; fix them before rolling", failed))

@@ -133,11 +133,17 @@ func (n *nodeOptions) Validate() error {
 	if n.move.All && n.move.Node != "" {
 		return cli.UsageErrorf("give a NODE or --all, not both")
 	}
+	if n.move.Node != "" {
+		return validNodeName(n.move.Node)
+	}
 	return nil
 }
 
 // Run moves nodes in one session; again is the command that resumes.
 func (n *nodeOptions) Run(ctx context.Context, g *cli.Globals, again string) error {
+	if err := requireNode(ctx, g, n.move.Node); err != nil {
+		return err
+	}
 	if err := checkMovePermissions(ctx, g, n.run); err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root, g := cli.NewRoot("ate", "Roll Agent Substrate nodes to a new version without losing actors", long, streams)
 	root.AddCommand(newStatusCommand(g), newPreflightCommand(g), newRollCommand(g), newRollbackCommand(g), newRetireCommand(g),
 		newRevertCommand(g))
+	root.AddCommand(newRecoverNodeCommand(g))
 	root.AddCommand(append(cli.NewPauseCommands(g, "ate", ate.LockName, ate.Namespace), cli.NewHistoryCommand(g, "ate", ate.Namespace))...)
 	root.AddCommand(apicmd.NewCommand(g))
 	return root

@@ -80,6 +80,7 @@ func (o *statusOptions) Run(ctx context.Context) error {
 			}
 		} else {
 			printStatus(out, s)
+			printGKEAfter(ctx, o.g, out, s)
 		}
 		if !o.watch {
 			if s.Phase == ate.PhaseBlocked {

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/utils/ptr"
 
 	"github.com/rollbook/rollbook/internal/apicount"
 	"github.com/rollbook/rollbook/internal/simtest"
@@ -65,37 +64,10 @@ func bundle(t *testing.T, version string) string {
 	return "file://" + filepath.Join(simtest.Get(t).Dir, "bundles", "fw_pack-"+version+".fwbundle")
 }
 
-// clusterSnapshot is what bad input must never change: nodes (labels,
-// annotations, cordon), pods, leases and configmaps.
+// clusterSnapshot is what bad input must never change (simtest.Snapshot).
 func clusterSnapshot(t *testing.T) string {
 	t.Helper()
-	c := simtest.Get(t)
-	ctx := context.Background()
-	var b strings.Builder
-	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes.Items {
-		fmt.Fprintf(&b, "node %s %v %v %v\n", n.Name, n.Labels, n.Annotations, n.Spec.Unschedulable)
-	}
-	pods, _ := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil {
-			fmt.Fprintf(&b, "pod %s/%s %s\n", p.Namespace, p.Name, p.UID)
-		}
-	}
-	leases, _ := c.Client.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	for _, l := range leases.Items {
-		if strings.HasPrefix(l.Name, "rollbook-") {
-			fmt.Fprintf(&b, "lease %s/%s %v %q\n", l.Namespace, l.Name, l.Annotations, ptr.Deref(l.Spec.HolderIdentity, ""))
-		}
-	}
-	cms, _ := c.Client.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	for _, cm := range cms.Items {
-		fmt.Fprintf(&b, "configmap %s/%s %s\n", cm.Namespace, cm.Name, cm.ResourceVersion)
-	}
-	return b.String()
+	return simtest.Get(t).Snapshot(t)
 }
 
 // Bad input: exit 2, a message that names the input and the fix, and no

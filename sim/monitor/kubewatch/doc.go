@@ -23,6 +23,10 @@
 //     that ends with a node still cordoned says so on purpose: a plugin
 //     writes it when it stops with a node cordoned and removes it when it
 //     uncordons the node.
+//   - rollbook.dev/recovering-node on a held Lease, "RUN/NODE" with RUN the
+//     holder's rollbook.dev/holder-run, names one node whose drained worker
+//     pods the run deletes so that their pools replace them in place
+//     (kubectl ate recover-node); see old-pool-pod-deleted-before-flip.
 //
 // # Rules
 //
@@ -42,7 +46,9 @@
 //     (or evicted) while its Ready node, not being deleted, still carries
 //     V. Deletions by its ReplicaSet's controller (the ReplicaSet is gone,
 //     being deleted, or scaled below its live pods) are not counted: a pool's
-//     deletion or scale-down is the next rule's business.
+//     deletion or scale-down is the next rule's business. Neither are
+//     deletions on a node a held Lease declares rollbook.dev/recovering-node:
+//     that node keeps its version, so the replacements are meant to land there.
 //   - serving-pool-edited: a serving WorkerPool has its spec changed
 //     (generation bump, scale-down named) or is deleted. A pool is serving
 //     while at least one of its worker pods is Running, not terminating, on a

@@ -20,7 +20,26 @@ const (
 	AnnCordonedBy      = "rollbook.dev/cordoned-by"
 	AnnCordonRun       = "rollbook.dev/cordon-run"
 	AnnLeftCordoned    = "rollbook.dev/left-cordoned"
+	// AnnRecoveringNode on a held Lease, "RUN/NODE", names a node whose
+	// drained worker pods run RUN replaces in place (the runbook's recovery
+	// from draining the wrong node): the node keeps its version, so the pool
+	// putting the pods right back is the point, not the mistake. RUN must be
+	// the holder's (AnnHolderRun): a declaration left by a killed run does
+	// not cover the next holder.
+	AnnRecoveringNode = "rollbook.dev/recovering-node"
+	AnnHolderRun      = "rollbook.dev/holder-run"
 )
+
+// recovering says whether a held Lease declares node under recovery.
+func recovering(leases []*coordv1.Lease, node string, now time.Time) bool {
+	for _, l := range leases {
+		run, n, ok := strings.Cut(l.Annotations[AnnRecoveringNode], "/")
+		if ok && node != "" && n == node && run != "" && run == l.Annotations[AnnHolderRun] && leaseHeld(l, now) {
+			return true
+		}
+	}
+	return false
+}
 
 // LeaseNames are the Leases rollbook's runs hold.
 var LeaseNames = []string{"rollbook-tt", "rollbook-ate"}

@@ -311,3 +311,27 @@ func TestEpisodes(t *testing.T) {
 		}
 	}
 }
+
+func TestRecoveringNodeDeclaredOnAHeldLease(t *testing.T) {
+	declare := func(l *coordv1.Lease, decl string) *coordv1.Lease {
+		l.Annotations = map[string]string{AnnRecoveringNode: decl, AnnHolderRun: "r1"}
+		return l
+	}
+	for _, tc := range []struct {
+		name   string
+		leases []*coordv1.Lease
+		want   bool
+	}{
+		{"held, this node", []*coordv1.Lease{declare(lease("run", 0, ""), "r1/n1")}, true},
+		{"held, another node", []*coordv1.Lease{declare(lease("run", 0, ""), "r1/n2")}, false},
+		{"left by an earlier run", []*coordv1.Lease{declare(lease("run", 0, ""), "r0/n1")}, false},
+		{"no run", []*coordv1.Lease{declare(lease("run", 0, ""), "n1")}, false},
+		{"expired", []*coordv1.Lease{declare(lease("run", time.Hour, ""), "r1/n1")}, false},
+		{"released", []*coordv1.Lease{declare(lease("", 0, ""), "r1/n1")}, false},
+		{"no declaration", []*coordv1.Lease{lease("run", 0, "1")}, false},
+	} {
+		if got := recovering(tc.leases, "n1", t0); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

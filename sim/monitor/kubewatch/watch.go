@@ -261,6 +261,13 @@ func (w *watcher) podDeleted(p *corev1.Pod) {
 	if d := oldPodDeleted(p, w.node(p.Spec.NodeName), rs, live); d != "" {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		var leases []*coordv1.Lease
+		for _, l := range w.leases {
+			leases = append(leases, listOf[*coordv1.Lease](l)...)
+		}
+		if recovering(leases, p.Spec.NodeName, time.Now()) {
+			return
+		}
 		w.report(monitor.RuleOldPodBeforeFlip, "pod/"+p.Namespace+"/"+p.Name, d)
 	}
 }

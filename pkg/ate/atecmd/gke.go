@@ -1,0 +1,68 @@
+package atecmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/cli"
+)
+
+// gkeOf reads the GKE node pools from the nodes; nil when not on GKE or
+// when the nodes cannot be read (the text is advice, never a gate).
+func gkeOf(ctx context.Context, g *cli.Globals) *ate.GKE {
+	cs, err := g.Factory.KubernetesClientSet()
+	if err != nil {
+		return nil
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ate.GKENodePoolLabel})
+	if err != nil {
+		return nil
+	}
+	return ate.DetectGKE(nodes.Items, contextName(g))
+}
+
+// contextName is the kube context in use (--context, else the current one).
+func contextName(g *cli.Globals) string {
+	if c := g.ConfigFlags.Context; c != nil && *c != "" {
+		return *c
+	}
+	raw, err := g.ConfigFlags.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return ""
+	}
+	return raw.CurrentContext
+}
+
+// printGKEBefore prints the runbook's "On GKE" commands, filled in with
+// OLD (the oldest atelet DaemonSet's version), when the nodes are GKE's.
+func printGKEBefore(ctx context.Context, g *cli.Globals, w io.Writer) {
+	k := gkeOf(ctx, g)
+	if k == nil {
+		return
+	}
+	old := ""
+	if cs, err := g.Factory.KubernetesClientSet(); err == nil {
+		if dyn, err := dynamicClient(g); err == nil {
+			if c, err := ate.ObserveCluster(ctx, cs, dyn); err == nil {
+				old = c.Old
+			}
+		}
+	}
+	fmt.Fprintln(w, k.BeforeRoll(old))
+}
+
+// printGKEAfter prints the "After the roll, on GKE" commands once every
+// node is at NEW.
+func printGKEAfter(ctx context.Context, g *cli.Globals, w io.Writer, s *ate.Status) {
+	v, due := ate.GKEAfterRollDue(s.Cluster)
+	if !due {
+		return
+	}
+	if k := gkeOf(ctx, g); k != nil {
+		fmt.Fprintln(w, "\n"+k.AfterRoll(v))
+	}
+}

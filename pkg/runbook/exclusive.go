@@ -1,0 +1,97 @@
+package runbook
+
+import (
+	"context"
+	"sync"
+)
+
+// exclusion runs a run's Exclusive steps one at a time and lets a step
+// whose shared budget is spent wait for another target of the run to end.
+type exclusion struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	busy     bool // an Exclusive step is deciding or acting
+	running  int  // targets in progress
+	waiting  int  // of which: waiting for another to end
+	finishes int  // targets ended so far
+}
+
+func newExclusion() *exclusion {
+	e := &exclusion{}
+	e.cond = sync.NewCond(&e.mu)
+	return e
+}
+
+func (e *exclusion) started() { e.mu.Lock(); e.running++; e.mu.Unlock() }
+
+func (e *exclusion) finished() {
+	e.mu.Lock()
+	e.running--
+	e.finishes++
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+func (e *exclusion) wake() { e.mu.Lock(); e.cond.Broadcast(); e.mu.Unlock() }
+
+func (e *exclusion) enter(ctx context.Context) {
+	e.mu.Lock()
+	for e.busy && ctx.Err() == nil {
+		e.cond.Wait()
+	}
+	e.busy = true
+	e.mu.Unlock()
+}
+
+func (e *exclusion) leave() {
+	e.mu.Lock()
+	e.busy = false
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+// waitForAnEnd gives up the exclusion until another target of the run ends,
+// then takes it again. It reports false, at once, when no other target is in
+// progress except ones waiting too: nothing will free the budget.
+func (e *exclusion) waitForAnEnd(ctx context.Context) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.busy = false
+	e.waiting++
+	e.cond.Broadcast()
+	seen := e.finishes
+	for e.finishes == seen && e.running-e.waiting > 0 && ctx.Err() == nil {
+		e.cond.Wait()
+	}
+	e.waiting--
+	ended := e.finishes != seen
+	for e.busy && ctx.Err() == nil {
+		e.cond.Wait()
+	}
+	e.busy = true
+	return ended && ctx.Err() == nil
+}
+
+// enterExclusive takes the exclusion for step s of target t and decides its
+// guards on a fresh observation; while they fail and another target of the
+// run may still free the budget, it waits and observes again. It returns
+// holding the exclusion when the guards pass (the caller acts, then leaves)
+// and without it when they block (reason) or observing failed.
+func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion) (F, string, error) {
+	e.enter(ctx)
+	for {
+		facts, err := rb.Observe(ctx, t)
+		if err != nil {
+			e.leave()
+			return facts, "", err
+		}
+		reason, blocked := firstFailingGuard(s.Guards, facts)
+		if !blocked {
+			return facts, "", nil
+		}
+		if !e.waitForAnEnd(ctx) {
+			e.leave()
+			return facts, reason, nil
+		}
+	}
+}
