@@ -433,7 +433,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return out
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					return emptyNode(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
+					return emptyNodeRecording(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
 						return observeNode(ctx, cs, api,
 							cfg, f.node.Name)
 					}, func(ctx context.Context, f nodeFacts) error { return record(ctx, cs, f) })
@@ -757,7 +757,13 @@ func hostsByWorker(inv *ateapi.Inventory) map[string]string {
 // emptyNode suspends residents until none is left, then re-drains. Worker
 // pods that are not registered yet are waited for (RegisterTimeout), so
 // they are drained too; refresh re-reads the node.
-func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error),
+func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
+	return emptyNodeRecording(ctx, api, rec, f, refresh, nil)
+}
+
+// emptyNodeRecording is emptyNode that hands each round's facts to record
+// (nil: none) before acting on them: the node roll writes AnnResidents.
+func emptyNodeRecording(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error),
 	record func(context.Context, nodeFacts) error) error {
 	var unregisteredSince time.Time
 	// Actors suspended here are confirmed one by one with GetActor: a list
@@ -768,8 +774,10 @@ func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ref
 		if err := confirmPending(ctx, api, f.node.Name, pending); err != nil {
 			return err
 		}
-		if err := record(ctx, f); err != nil {
-			return err
+		if record != nil {
+			if err := record(ctx, f); err != nil {
+				return err
+			}
 		}
 		// Workers registered since the last pass must stop taking actors too.
 		if err := drainWorkers(ctx, api, rec, f.node, f.undrained()); err != nil {
