@@ -55,6 +55,8 @@ type NodeInfo struct {
 	Name     string `json:"name"`
 	Version  string `json:"version"`
 	Cordoned bool   `json:"cordoned,omitempty"`
+	// MovingTo is the version a node's move has begun towards (AnnMovingTo).
+	MovingTo string `json:"movingTo,omitempty"`
 }
 
 // Cluster is what the Kubernetes API says about the roll.
@@ -112,7 +114,8 @@ func ObserveClusterMeta(ctx context.Context, cs kubernetes.Interface, dyn dynami
 	sort.Slice(c.Atelets, func(i, j int) bool { return c.Atelets[i].Created.Before(c.Atelets[j].Created) })
 	for i := range nodes {
 		n := &nodes[i]
-		c.Nodes = append(c.Nodes, NodeInfo{Name: n.Name, Version: n.Labels[VersionLabel], Cordoned: n.Spec.Unschedulable})
+		c.Nodes = append(c.Nodes, NodeInfo{Name: n.Name, Version: n.Labels[VersionLabel], Cordoned: n.Spec.Unschedulable,
+			MovingTo: n.Annotations[AnnMovingTo]})
 	}
 	sort.Slice(c.Nodes, func(i, j int) bool { return c.Nodes[i].Name < c.Nodes[j].Name })
 	if pools != nil {

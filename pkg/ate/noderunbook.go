@@ -19,6 +19,20 @@ import (
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
+// AnnMovingTo marks a node whose move has begun with the version it moves
+// to. It is written before the first DrainWorker, so the node in progress is
+// known from the node itself, not only from its DRAINING workers in a
+// (soft) worker list that may leave them out.
+const AnnMovingTo = "rollbook.dev/ate-moving-to"
+
+// AnnResidents lists ("atespace/name,…") every actor an observation of the
+// node's move saw living there. The flip reads each one with GetActor: an
+// actor that (soft) lists leave out in every later look is still read.
+const AnnResidents = "rollbook.dev/ate-residents"
+
+// CordonOwner owns the short cordon around the flip (kube.CordonNode).
+const CordonOwner = "ate-node"
+
 // Sides says which way a node moves: roll is OLD → NEW, rollback the mirror.
 type Sides struct {
 	From, To  string
@@ -151,6 +165,113 @@ func (f nodeFacts) hosting() []string {
 	return out
 }
 
+// fromHosted are the actors the delete step would crash: bound to a worker
+// of the pools the node leaves, or named by such a worker. Paused actors
+// pinned to the node and actors on the target pools' workers live under
+// the new atelet and do not block the delete.
+func (f nodeFacts) fromHosted() []string {
+	from := poolSet(f.cfg.FromPools)
+	fromWorker := map[string]bool{}
+	var out []string
+	for _, w := range f.workers() {
+		if from[w.PoolKey()] {
+			fromWorker[w.Name] = true
+			if w.Hosts() {
+				out = append(out, "worker "+w.Name+" (pod "+w.Pod+")")
+			}
+		}
+	}
+	for _, a := range f.inv.Actors {
+		if a.State != ateapi.ActorSuspended && fromWorker[a.Worker] {
+			out = append(out, "actor "+a.Ref().String())
+		}
+	}
+	return out
+}
+
+func (f nodeFacts) ourCordon() bool { return kube.CordonStateOf(f.node).Owner == CordonOwner }
+
+func (f nodeFacts) marked() bool {
+	_, moving := f.node.Annotations[AnnMovingTo]
+	_, seen := f.node.Annotations[AnnResidents]
+	return moving || seen
+}
+
+// toRecord is AnnResidents with the residents f shows added, and whether it
+// (or the moving mark) has to be written.
+func (f nodeFacts) toRecord() (string, bool) {
+	set := map[string]bool{}
+	for _, r := range strings.Split(f.node.Annotations[AnnResidents], ",") {
+		if r != "" {
+			set[r] = true
+		}
+	}
+	n := len(set)
+	live, crashed := f.residents()
+	for _, a := range append(live, crashed...) {
+		set[a.Ref().String()] = true
+	}
+	all := make([]string, 0, len(set))
+	for r := range set {
+		all = append(all, r)
+	}
+	sort.Strings(all)
+	return strings.Join(all, ","), len(set) > n || f.node.Annotations[AnnMovingTo] != f.cfg.To
+}
+
+// recorded are the actors AnnResidents names.
+func (f nodeFacts) recorded() []ateapi.ActorRef {
+	var out []ateapi.ActorRef
+	for _, r := range strings.Split(f.node.Annotations[AnnResidents], ",") {
+		if ns, name, ok := strings.Cut(r, "/"); ok {
+			out = append(out, ateapi.ActorRef{Atespace: ns, Name: name})
+		}
+	}
+	return out
+}
+
+func (f nodeFacts) recordChange() []runbook.Change {
+	v, grow := f.toRecord()
+	if !grow {
+		return nil
+	}
+	return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate",
+		Detail: AnnMovingTo + "=" + f.cfg.To + ", " + AnnResidents + "=" + v}}
+}
+
+// flipBlockers are the flip's guards that fail on f, each with its reason.
+func (f nodeFacts) flipBlockers() []string {
+	var out []string
+	for _, g := range flipGuards() {
+		if ok, why := g.Check(f); !ok {
+			out = append(out, why)
+		}
+	}
+	return out
+}
+
+func flipGuards() []runbook.Guard[nodeFacts] {
+	return []runbook.Guard[nodeFacts]{
+		{Name: "every worker on the node is draining", Check: func(f nodeFacts) (bool, string) {
+			return len(f.undrained()) == 0, fmt.Sprintf("%d worker(s) on the node are not draining", len(f.undrained()))
+		}},
+		{Name: "no actor lives on the node", Check: func(f nodeFacts) (bool, string) {
+			live, crashed := f.residents()
+			return len(live)+len(crashed) == 0, fmt.Sprintf("%d actor(s) still live on the node", len(live)+len(crashed))
+		}},
+		{Name: "no worker on the node says it hosts an actor", Check: func(f nodeFacts) (bool, string) {
+			h := f.hosting()
+			return len(h) == 0, fmt.Sprintf("worker(s) %s still host an actor the actor list did not show; re-run to "+
+				"suspend it", short(h))
+		}},
+		{Name: "every worker pod on the node is a registered, draining worker", Check: func(f nodeFacts) (bool, string) {
+			u := f.unregistered()
+			return len(u) == 0, fmt.Sprintf("worker pod(s) %s on the node are not registered as workers yet, so they could "+
+				"not be drained; re-run once they register (kubectl ate status)", short(u))
+		}},
+	}
+}
+
 // unregistered are the worker pods of the pools the node leaves that sit on
 // the node with no registered worker: the syncer registers a pod some time
 // after it runs, and an unregistered worker can still be handed an actor.
@@ -247,8 +368,9 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 						return true, "node at " + f.cfg.To
 					}
 					u, unreg := f.undrained(), f.unregistered()
-					return f.drained(), fmt.Sprintf("%d of %d worker(s) not draining, %d worker pod(s) not registered",
-						len(u), len(f.workers()), len(unreg))
+					return f.drained() && f.node.Annotations[AnnMovingTo] == f.cfg.To, fmt.Sprintf("%d of %d worker(s) not "+
+						"draining, %d worker pod(s) not registered, %s=%q", len(u), len(f.workers()), len(unreg), AnnMovingTo,
+						f.node.Annotations[AnnMovingTo])
 				},
 				Guards: []runbook.Guard[nodeFacts]{{
 					Name: "enough free workers of each pool lineage on other nodes for the node's actors",
@@ -262,7 +384,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					},
 				}},
 				Plan: func(f nodeFacts) []runbook.Change {
-					var out []runbook.Change
+					out := f.recordChange()
 					for _, w := range f.undrained() {
 						out = append(out, runbook.Change{Object: "worker/" + w.Name, Action: "DrainWorker",
 							Detail: "pod " + w.Pod + ", pool " + w.Pool})
@@ -270,6 +392,9 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return out
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
+					if err := record(ctx, cs, f); err != nil {
+						return err
+					}
 					return drainWorkers(ctx, api, rec, f.node, f.undrained())
 				},
 				Wait: func(ctx context.Context, f nodeFacts) error {
@@ -296,7 +421,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				},
 				Plan: func(f nodeFacts) []runbook.Change {
 					live, crashed := f.residents()
-					var out []runbook.Change
+					out := f.recordChange()
 					for _, a := range live {
 						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "SuspendActor",
 							Detail: string(a.State)})
@@ -308,10 +433,10 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return out
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					return emptyNode(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
+					return emptyNodeRecording(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
 						return observeNode(ctx, cs, api,
 							cfg, f.node.Name)
-					})
+					}, func(ctx context.Context, f nodeFacts) error { return record(ctx, cs, f) })
 				},
 			},
 			{
@@ -320,36 +445,50 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				Done: func(f nodeFacts) (bool, string) {
 					return f.flipped(), VersionLabel + "=" + f.node.Labels[VersionLabel]
 				},
-				Guards: []runbook.Guard[nodeFacts]{
-					{Name: "every worker on the node is draining", Check: func(f nodeFacts) (bool, string) {
-						return len(f.undrained()) == 0, fmt.Sprintf("%d worker(s) on the node are not draining", len(f.undrained()))
-					}},
-					{Name: "no actor lives on the node", Check: func(f nodeFacts) (bool, string) {
-						live, crashed := f.residents()
-						return len(live)+len(crashed) == 0, fmt.Sprintf("%d actor(s) still live on the node", len(live)+len(crashed))
-					}},
-					{Name: "no worker on the node says it hosts an actor", Check: func(f nodeFacts) (bool, string) {
-						h := f.hosting()
-						return len(h) == 0, fmt.Sprintf("worker(s) %s still host an actor the actor list did not show; re-run to "+
-							"suspend it", short(h))
-					}},
-					{Name: "every worker pod on the node is a registered, draining worker", Check: func(f nodeFacts) (bool, string) {
-						u := f.unregistered()
-						return len(u) == 0, fmt.Sprintf("worker pod(s) %s on the node are not registered as workers yet, so they could "+
-							"not be drained; "+
-							"re-run once they register (kubectl ate status)", short(u))
-					}},
-				},
+				Guards: flipGuards(),
 				Plan: func(f nodeFacts) []runbook.Change {
-					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "label", Detail: VersionLabel + "=" + f.cfg.To}}
+					n := "node/" + f.node.Name
+					return []runbook.Change{{Object: n, Action: "cordon", Detail: "while the flip is decided and made"},
+						{Object: n, Action: "label", Detail: VersionLabel + "=" + f.cfg.To},
+						{Object: n, Action: "uncordon"}}
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					n, err := kube.SetNodeKeys(ctx, cs, f.node.Name,
-						kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(f.cfg.To)}})
-					if err == nil {
-						rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", fmt.Sprintf("%s: %s → %s", VersionLabel,
-							f.cfg.From, f.cfg.To))
+					return flipNode(ctx, cs, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
+						return observeNode(ctx, cs, api, cfg, f.node.Name)
+					})
+				},
+			},
+			{
+				ID: "ate.node.release", Title: "Lift the flip's cordon and the moving mark",
+				Doc: "Uncordon the node if the flip's cordon is still on (a run stopped between the two), and remove " + AnnMovingTo +
+					". A cordon someone else set is left alone.",
+				Done: func(f nodeFacts) (bool, string) {
+					if !f.flipped() {
+						return false, "node not flipped yet"
 					}
+					return !f.ourCordon() && !f.marked(), fmt.Sprintf("cordoned by rollbook %v, %s set %v", f.ourCordon(),
+						AnnMovingTo, f.marked())
+				},
+				Plan: func(f nodeFacts) []runbook.Change {
+					var out []runbook.Change
+					if f.ourCordon() {
+						out = append(out, runbook.Change{Object: "node/" + f.node.Name, Action: "uncordon"})
+					}
+					if f.marked() {
+						out = append(out, runbook.Change{Object: "node/" + f.node.Name, Action: "annotate",
+							Detail: AnnMovingTo + "-, " + AnnResidents + "-"})
+					}
+					return out
+				},
+				Act: func(ctx context.Context, f nodeFacts) error {
+					if _, err := kube.UncordonNode(ctx, cs, rec, f.node, CordonOwner); err != nil {
+						return err
+					}
+					if !f.marked() {
+						return nil
+					}
+					_, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{AnnMovingTo: nil,
+						AnnResidents: nil}})
 					return err
 				},
 			},
@@ -390,11 +529,10 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 						return f.flipped(), "the node still carries " + VersionLabel + "=" + f.node.Labels[VersionLabel] +
 							"; deleting its worker pods now would bring them straight back next to the other atelet"
 					}},
-					{Name: "no actor lives on the node's workers", Check: func(f nodeFacts) (bool, string) {
-						live, crashed := f.residents()
-						return len(live)+len(crashed) == 0 && len(f.hosting()) == 0,
-							fmt.Sprintf("%d actor(s) on the node's workers; deleting their pods would crash them. Suspend them and "+
-								"re-run", len(live)+len(crashed))
+					{Name: "no actor lives on the node's workers of the pools it left", Check: func(f nodeFacts) (bool, string) {
+						h := f.fromHosted()
+						return len(h) == 0, fmt.Sprintf("%s on the workers of the %s pools; deleting their pods would crash them. "+
+							"Suspend them and re-run", short(h), f.cfg.From)
 					}},
 				},
 				Plan: func(f nodeFacts) []runbook.Change {
@@ -491,6 +629,87 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 	}
 }
 
+// record writes AnnMovingTo before anything on the node changes, and adds
+// the residents f shows to AnnResidents.
+func record(ctx context.Context, cs kubernetes.Interface, f nodeFacts) error {
+	v, grow := f.toRecord()
+	if !grow {
+		return nil
+	}
+	_, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{AnnMovingTo: ptr.To(f.cfg.To),
+		AnnResidents: ptr.To(v)}})
+	return err
+}
+
+// confirmGone reads every recorded resident directly: the ones still awake
+// (or paused) on the node, which a list may have left out.
+func confirmGone(ctx context.Context, api API, f nodeFacts) ([]string, error) {
+	uids := map[string]bool{}
+	for _, p := range f.pods {
+		uids[string(p.UID)] = true
+	}
+	var out []string
+	for _, r := range f.recorded() {
+		a, err := api.GetActor(ctx, r.Atespace, r.Name)
+		switch {
+		case errors.Is(err, ateapi.ErrNotFound):
+		case err != nil:
+			return nil, err
+		case a.State == ateapi.ActorSuspended:
+		case (a.Worker != "" && uids[a.Worker]) || (a.Worker == "" && a.OnNode(f.node.Name)): // bound or pinned, as residents()
+			out = append(out, fmt.Sprintf("actor %s is %s on the node (read directly)", r, a.State))
+		}
+	}
+	return out, nil
+}
+
+// flipNode cordons the node, looks at it a second time, and flips its label
+// only if that look agrees the node is empty; then it lifts the cordon. The
+// cordon keeps a replacement worker pod from landing on the node between
+// the look and the label patch (after the patch the old pools' node
+// selectors keep them off). The second look is a fresh read of every list:
+// one (soft) list that missed a paused actor in the observation that found
+// the node empty cannot by itself let the flip go.
+func flipNode(ctx context.Context, cs kubernetes.Interface, api API, rec kube.Recorder, f nodeFacts,
+	refresh func(context.Context) (nodeFacts, error)) (err error) {
+	if _, err := kube.CordonNode(ctx, cs, rec, f.node, CordonOwner, f.cfg.RunID); err != nil {
+		return err
+	}
+	node := f.node
+	defer func() {
+		// Lifted even when the run is being stopped; the release step
+		// lifts it if this does not get through.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, uerr := kube.UncordonNode(uctx, cs, rec, node, CordonOwner); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+	}()
+	g, err := refresh(ctx)
+	if err != nil {
+		return err
+	}
+	node = g.node
+	if g.flipped() {
+		return nil
+	}
+	b := g.flipBlockers()
+	gone, err := confirmGone(ctx, api, g)
+	if err != nil {
+		return err
+	}
+	if b = append(b, gone...); len(b) > 0 {
+		return fmt.Errorf("node %s not flipped: a second look found %s; re-run", f.node.Name, strings.Join(b, "; "))
+	}
+	n, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(f.cfg.To)}})
+	if err != nil {
+		return err
+	}
+	node = n
+	rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", fmt.Sprintf("%s: %s → %s", VersionLabel, f.cfg.From, f.cfg.To))
+	return nil
+}
+
 func drainWorkers(ctx context.Context, api API, rec kube.Recorder, node *corev1.Node, workers []ateapi.Worker) error {
 	for _, w := range workers {
 		if _, err := api.DrainWorker(ctx, w.Name); err != nil && !errors.Is(err, ateapi.ErrNotFound) {
@@ -539,6 +758,13 @@ func hostsByWorker(inv *ateapi.Inventory) map[string]string {
 // pods that are not registered yet are waited for (RegisterTimeout), so
 // they are drained too; refresh re-reads the node.
 func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
+	return emptyNodeRecording(ctx, api, rec, f, refresh, nil)
+}
+
+// emptyNodeRecording is emptyNode that hands each round's facts to record
+// (nil: none) before acting on them: the node roll writes AnnResidents.
+func emptyNodeRecording(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error),
+	record func(context.Context, nodeFacts) error) error {
 	var unregisteredSince time.Time
 	// Actors suspended here are confirmed one by one with GetActor: a list
 	// may miss an actor whose state just changed, and a paused actor still
@@ -547,6 +773,11 @@ func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ref
 	for round := 1; ; round++ {
 		if err := confirmPending(ctx, api, f.node.Name, pending); err != nil {
 			return err
+		}
+		if record != nil {
+			if err := record(ctx, f); err != nil {
+				return err
+			}
 		}
 		// Workers registered since the last pass must stop taking actors too.
 		if err := drainWorkers(ctx, api, rec, f.node, f.undrained()); err != nil {

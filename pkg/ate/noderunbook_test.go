@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 // TestNodeStepsFromFacts drives every step of the node runbook over
@@ -20,6 +21,17 @@ func TestNodeStepsFromFacts(t *testing.T) {
 		Lineage: map[string]string{"ns/small": "ns/small", "ns/small-v2": "ns/small"}}}
 	node := func(v string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{VersionLabel: v}}}
+	}
+	marked := func(v string) *corev1.Node { // the move has begun
+		n := node(v)
+		n.Annotations = map[string]string{AnnMovingTo: "v2"}
+		return n
+	}
+	cordoned := func(v string) *corev1.Node { // a run stopped inside the flip
+		n := marked(v)
+		n.Spec.Unschedulable = true
+		n.Annotations[kube.AnnCordonedBy] = CordonOwner
+		return n
 	}
 	pod := func(uid, pool string, ready bool) corev1.Pod {
 		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: pool + "-" + uid, UID: types.UID(uid),
@@ -60,23 +72,35 @@ func TestNodeStepsFromFacts(t *testing.T) {
 		{"fresh node, a free clone worker elsewhere", node("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerActive, "n1"), worker("u9", "small-v2", ateapi.WorkerActive, "n2")},
 			[]ateapi.Actor{running}, false, want{nil, ""}},
-		{"drained, an actor still on it", node("v1"), []corev1.Pod{pod("u1", "small", true)},
+		{"drained but not marked", node("v1"), []corev1.Pod{pod("u1", "small", true)},
+			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
+			want{nil, ""}},
+		{"drained, an actor still on it", marked("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
 			want{[]string{"ate.node.drain"}, ""}},
-		{"drained and empty: the flip may go", node("v1"), []corev1.Pod{pod("u1", "small", true)},
+		{"drained and empty: the flip may go", marked("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
 			want{[]string{"ate.node.drain", "ate.node.suspend"}, ""}},
+		{"flipped, the flip's cordon still on", cordoned("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
+			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip"}, ""}},
 		{"flipped, atelet Ready, old pod left", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.atelet-ready"}, ""}},
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"}, ""}},
+		{"flipped, a paused actor pinned there and one on a new-pool worker: the delete goes", node("v2"),
+			[]corev1.Pod{pod("u1", "small", true), pod("u2", "small-v2", true), atelet},
+			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1"), worker("u2", "small-v2", ateapi.WorkerActive, "n1")},
+			[]ateapi.Actor{{Atespace: "a", Name: "p", State: ateapi.ActorPaused, AssignedNode: "n1", SnapshotNodes: []string{"n1"}},
+				{Atespace: "a", Name: "y", State: ateapi.ActorRunning, Worker: "u2"}}, false,
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"}, ""}},
 		{"flipped, the old pod's worker hosts an actor", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.atelet-ready"}, "no actor lives on the " +
-				"node's workers"}},
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"},
+				"no actor lives on the node's workers of the pools it left"}},
 		{"moved", node("v2"), []corev1.Pod{pod("u2", "small-v2", true), atelet},
 			[]ateapi.Worker{worker("u2", "small-v2", ateapi.WorkerActive, "n1")}, nil, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.atelet-ready", "ate.node.delete-old-pods",
-				"ate.node.verify"}, ""}},
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
+				"ate.node.delete-old-pods", "ate.node.verify"}, ""}},
 	} {
 		c := *cfg
 		c.FirstNode = tc.firstNode

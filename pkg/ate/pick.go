@@ -9,15 +9,24 @@ import (
 	"github.com/rollbook/rollbook/pkg/ateapi"
 )
 
-// HalfMoved are the nodes left half-way between from and to: at to with
-// pods of the from pools still on it, or at from with draining workers of
-// the from pools (there is no undrain, so a drained node must be finished).
+// HalfMoved are the nodes left half-way between from and to: marked
+// AnnMovingTo to (durable: written before the first drain, removed after
+// the flip's cordon is lifted), at to with pods of the from pools still on
+// it, or at from with draining workers of the from pools (there is no
+// undrain, so a drained node must be finished).
 func HalfMoved(c *Cluster, from, to string, fromPools []Pool, fromPods []corev1.Pod, inv *ateapi.Inventory) []string {
 	at := map[string]string{}
 	for _, n := range c.Nodes {
 		at[n.Name] = n.Version
 	}
 	half := map[string]bool{}
+	for _, n := range c.Nodes {
+		// Marked: its move began and its release step (uncordon, unmark)
+		// has not run, whichever side of the flip it is on.
+		if (n.Version == from || n.Version == to) && n.MovingTo == to {
+			half[n.Name] = true
+		}
+	}
 	for _, p := range fromPods {
 		if n := p.Spec.NodeName; n != "" && at[n] == to && p.DeletionTimestamp == nil {
 			half[n] = true

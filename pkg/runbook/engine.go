@@ -24,6 +24,13 @@ type Options struct {
 	// A target holds its slot from its first action to its last step, so
 	// for a cordon…uncordon runbook it bounds the nodes out of service.
 	Parallel int
+	// Prefetch lets this many more targets start their steps while Parallel
+	// are in progress, so the next node's preparation (a probe) overlaps the
+	// current batch. Only for runbooks whose out-of-service budget is
+	// enforced by an Exclusive step's guard: that guard, not the slot,
+	// bounds the nodes out of service. Ignored with Soak (a canary must end
+	// before the next target starts).
+	Prefetch int
 	// KeepGoing continues with other targets after one is blocked or fails;
 	// by default the run halts (targets in progress finish their step).
 	KeepGoing bool
@@ -80,9 +87,13 @@ func Run[F any](ctx context.Context, rb *Runbook[F], targets []Target, o Options
 	defer stopWaiting()
 	o.excl = newExclusion()
 	defer context.AfterFunc(ctx, o.excl.wake)()
+	inFlight := o.Parallel
+	if o.Soak == 0 {
+		inFlight += max(o.Prefetch, 0)
+	}
 	for i, t := range targets {
 		mu.Lock()
-		for inUse >= o.Parallel && held < o.Parallel && ctx.Err() == nil && !halted {
+		for inUse >= inFlight && held < o.Parallel && ctx.Err() == nil && !halted {
 			cond.Wait()
 		}
 		full := held >= o.Parallel

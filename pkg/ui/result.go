@@ -128,7 +128,7 @@ func PrintSummary(w io.Writer, r runbook.Result, next string) {
 			continue
 		}
 		line := fmt.Sprintf("  %s %s at %s", t.Target, t.Outcome, t.State)
-		if t.Outcome == runbook.OutcomePaused {
+		if (t.Outcome == runbook.OutcomePaused || t.Outcome == runbook.OutcomeSkipped) && t.Error != "" {
 			line = fmt.Sprintf("  %s not started: %s", t.Target, t.Error)
 		}
 		fmt.Fprintln(w, line)
