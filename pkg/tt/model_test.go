@@ -126,6 +126,7 @@ type tModel struct {
 	nodes    int
 	rb       *runbook.Runbook[Facts]
 	parallel int
+	prefetch int  // Options.Prefetch: more targets that may start while Parallel are in progress
 	keep     bool // KeepGoing
 	limit    int  // nodes out of service allowed
 	subsets  bool // runs over one node too (kubectl tt upgrade … NODE)
@@ -558,8 +559,8 @@ func (m *tModel) moves(s tState) []modelcheck.Move[tState] {
 }
 
 // engine is runbook.Run's scheduling: targets start in order while fewer
-// than Parallel slots are in use (a target in progress, or one that stopped
-// out of service: Runbook.OutOfService keeps its slot); once stopped
+// than Parallel+Prefetch slots are in use (a target in progress, or one that
+// stopped out of service: Runbook.OutOfService keeps its slot); once stopped
 // targets hold every slot, or a stopped target halts the run (unless
 // KeepGoing), the rest are skipped; the run ends when none is in progress.
 // Exclusive steps (runbook.Step.Exclusive) take the run's exclusion: their
@@ -597,7 +598,7 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 		add("cli: "+why+"; the other nodes are skipped", n)
 		return
 	}
-	if next >= 0 && inProgress+held < m.parallel {
+	if next >= 0 && inProgress+held < m.parallel+m.prefetch {
 		n := s.clone()
 		n.Prog[next] = tgInProgress
 		add("cli: start "+tNodeName(next), n)
@@ -839,6 +840,9 @@ func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
 		cfg.Complete()
 		m.rb = FirmwareRunbook(nil, nil, cfg)
 		m.target, m.old, m.limit, m.countOut, m.finished = cfg.Readback, fwOld, c.parallel, true, cfg.fwFinished
+		// As kubectl tt upgrade firmware runs it (no soak): the next batch
+		// probes while this one is out; the cordon's guard bounds the nodes out.
+		m.prefetch = c.parallel
 	}
 	if c.drop != "" {
 		id, guard, _ := strings.Cut(c.drop, "/")
