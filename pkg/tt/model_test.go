@@ -948,32 +948,41 @@ func TestModelTT(t *testing.T) {
 		name string
 		c    tConfig
 		want []string
+		long bool
 	}{
 		{"kmd, 2 nodes", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, foreign: 1, fails: true, host: -1},
-			[]string{raced}},
+			[]string{raced}, false},
 		{"kmd, 2 nodes, runs per node", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, fails: true, subsets: true,
-			host: -1}, nil},
+			host: -1}, nil, false},
 		{"kmd, a host process holds n2", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, fails: true, host: 1,
-			noDone: true}, nil},
+			noDone: true}, nil, false},
 		{"firmware, 2 nodes, --max-parallel 1", tConfig{kind: "firmware", nodes: 2, parallel: 1, keep: true, runs: -1, kills: 1,
-			foreign: 1, fails: true, host: -1}, []string{raced}},
-		{"firmware, 3 nodes, --max-parallel 1, kill", tConfig{kind: "firmware", nodes: 3, parallel: 1, keep: true, runs: -1, kills: 1,
-			fails: true, host: -1}, nil},
-		{"firmware, 3 nodes, --max-parallel 2, helpers succeed", tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, host: -1}, nil},
-		// A failed node keeps its cordon and its slot (Runbook.OutOfService):
-		// the run never starts a third node past the limit.
-		{"firmware, 3 nodes, --max-parallel 2, keep going, failing helper", tConfig{kind: "firmware", nodes: 3, parallel: 2, keep: true,
-			runs: -1, fails: true, host: -1}, []string{full}},
+			foreign: 1, fails: true, host: -1}, []string{raced}, false},
+		// With Prefetch the next node starts while one is out: its cordon
+		// waits for the first to end; a failed node holds its slot and the
+		// rest are skipped.
+		{"firmware, 3 nodes, --max-parallel 1, keep going, failing helper", tConfig{kind: "firmware", nodes: 3, parallel: 1,
+			keep: true, runs: -1, fails: true, host: -1}, []string{waits, woken, full}, false},
+		{"firmware, 3 nodes, --max-parallel 2, helpers succeed", tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, host: -1},
+			nil, false},
 		// A node an earlier run left cordoned is in no slot of the new run;
-		// the Exclusive cordon has the two targets count it one at a time.
+		// the Exclusive cordon has the targets count it one at a time.
 		{"firmware, 3 nodes, --max-parallel 2, an earlier run left n3 cordoned", tConfig{kind: "firmware", nodes: 3, parallel: 2,
-			runs: -1, subsets: true, left: 3, host: -1}, []string{waits, woken}},
-		// Both at once: held slots, the exclusion's waits, and the skip once
-		// stopped nodes hold every slot.
+			runs: -1, left: 3, host: -1}, []string{waits, woken}, false},
+		// Longer runs (ROLLBOOK_MODEL_LONG=1, each half a minute).
+		{"firmware, 3 nodes, --max-parallel 1, kill", tConfig{kind: "firmware", nodes: 3, parallel: 1, keep: true, runs: -1, kills: 1,
+			fails: true, host: -1}, nil, true},
+		{"firmware, 3 nodes, --max-parallel 2, keep going, failing helper", tConfig{kind: "firmware", nodes: 3, parallel: 2, keep: true,
+			runs: -1, fails: true, host: -1}, []string{full}, true},
+		{"firmware, 3 nodes, --max-parallel 2, runs per node, an earlier run left n3 cordoned", tConfig{kind: "firmware", nodes: 3,
+			parallel: 2, runs: -1, subsets: true, left: 3, host: -1}, []string{waits, woken}, true},
 		{"firmware, 3 nodes, --max-parallel 2, keep going, failing helper, n3 left cordoned", tConfig{kind: "firmware", nodes: 3,
-			parallel: 2, keep: true, runs: -1, fails: true, left: 3, host: -1}, []string{waits, woken, full}},
+			parallel: 2, keep: true, runs: -1, fails: true, left: 3, host: -1}, []string{waits, woken, full}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.long && os.Getenv("ROLLBOOK_MODEL_LONG") == "" {
+				t.Skip("a long configuration: set ROLLBOOK_MODEL_LONG=1 to explore it")
+			}
 			if res := exploreTT(t, tc.c, tc.want...); res.Violation != nil {
 				t.Fatalf("%s", res.Violation)
 			}
