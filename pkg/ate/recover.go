@@ -322,6 +322,24 @@ of the node that are not draining, and actors merely paused on the node, are lef
 					}
 				},
 			},
+			{
+				ID: "ate.recover.clear-marks", Title: "Forget the abandoned move",
+				Doc: "Remove the roll's marks (" + AnnMovingTo + ", " + AnnResidents + ") from the node: the move it recorded was " +
+					"the mistake being recovered from, and a roll that still saw them would treat the node as half-moved.",
+				Done: func(f recoverFacts) (bool, string) {
+					_, moving := f.node.Annotations[AnnMovingTo]
+					_, residents := f.node.Annotations[AnnResidents]
+					return !moving && !residents, fmt.Sprintf("%s=%q", AnnMovingTo, f.node.Annotations[AnnMovingTo])
+				},
+				Plan: func(f recoverFacts) []runbook.Change {
+					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate", Detail: AnnMovingTo + "-, " + AnnResidents + "-"}}
+				},
+				Act: func(ctx context.Context, f recoverFacts) error {
+					_, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{AnnMovingTo: nil,
+						AnnResidents: nil}})
+					return err
+				},
+			},
 		},
 	}
 }

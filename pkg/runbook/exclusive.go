@@ -34,13 +34,16 @@ func (e *exclusion) finished() {
 
 func (e *exclusion) wake() { e.mu.Lock(); e.cond.Broadcast(); e.mu.Unlock() }
 
-func (e *exclusion) enter(ctx context.Context) {
+// enter takes the exclusion and returns how many targets had ended, so a
+// wait that follows counts only ends after the observation made inside.
+func (e *exclusion) enter(ctx context.Context) int {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	for e.busy && ctx.Err() == nil {
 		e.cond.Wait()
 	}
 	e.busy = true
-	e.mu.Unlock()
+	return e.finishes
 }
 
 func (e *exclusion) leave() {
@@ -50,16 +53,17 @@ func (e *exclusion) leave() {
 	e.mu.Unlock()
 }
 
-// waitForAnEnd gives up the exclusion until another target of the run ends,
-// then takes it again. It reports false, at once, when no other target is in
-// progress except ones waiting too: nothing will free the budget.
-func (e *exclusion) waitForAnEnd(ctx context.Context) bool {
+// waitForAnEnd gives up the exclusion until another target of the run has
+// ended since seen (an end the caller's observation may have missed counts),
+// then takes it again and returns the new count. It reports false, at once,
+// when no other target is in progress except ones waiting too: nothing will
+// free the budget.
+func (e *exclusion) waitForAnEnd(ctx context.Context, seen int) (int, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.busy = false
 	e.waiting++
 	e.cond.Broadcast()
-	seen := e.finishes
 	for e.finishes == seen && e.running-e.waiting > 0 && ctx.Err() == nil {
 		e.cond.Wait()
 	}
@@ -69,7 +73,7 @@ func (e *exclusion) waitForAnEnd(ctx context.Context) bool {
 		e.cond.Wait()
 	}
 	e.busy = true
-	return ended && ctx.Err() == nil
+	return e.finishes, ended && ctx.Err() == nil
 }
 
 // enterExclusive takes the exclusion for step s of target t and decides its
@@ -78,7 +82,7 @@ func (e *exclusion) waitForAnEnd(ctx context.Context) bool {
 // holding the exclusion when the guards pass (the caller acts, then leaves)
 // and without it when they block (reason) or observing failed.
 func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion) (F, string, error) {
-	e.enter(ctx)
+	seen := e.enter(ctx)
 	for {
 		facts, err := rb.Observe(ctx, t)
 		if err != nil {
@@ -89,7 +93,8 @@ func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Tar
 		if !blocked {
 			return facts, "", nil
 		}
-		if !e.waitForAnEnd(ctx) {
+		var ended bool
+		if seen, ended = e.waitForAnEnd(ctx, seen); !ended {
 			e.leave()
 			return facts, reason, nil
 		}
