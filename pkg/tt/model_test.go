@@ -84,6 +84,11 @@ const (
 	xNone    uint8 = iota
 	xWaiting       // counted as waiting, until another target ends
 	xWoken         // another target ended; still counted until it runs
+	// Between a failing observation inside the exclusion and the wait
+	// (exclusion.waitForAnEnd), still holding the exclusion; an end in that
+	// gap counts.
+	xDeciding
+	xDecidingEnded
 )
 
 const (
@@ -637,6 +642,22 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 			n.XWait[i] = xNone
 			add("cli: "+name+": another target ended; it waits for the exclusion to observe again", n)
 			continue
+		case s.XWait[i] == xDeciding || s.XWait[i] == xDecidingEnded:
+			n := s.clone()
+			n.XWait[i] = xNone
+			st := m.rb.Steps[s.ExclStep].ID
+			switch {
+			case s.XWait[i] == xDecidingEnded: // keeps the exclusion
+				add(fmt.Sprintf("cli: %s: %s: a target ended since its observation; it observes again", name, st), n)
+			case m.othersRunning(&s, i):
+				n.XWait[i], n.Excl, n.ExclStep = xWaiting, 0, 0
+				add(fmt.Sprintf("cli: %s: %s waits for another target to end", name, st), n)
+			default:
+				n.Excl, n.ExclStep = 0, 0
+				m.stop(&n, i)
+				add(fmt.Sprintf("cli: %s: %s blocked: no other target of the run can end", name, st), n)
+			}
+			continue
 		}
 		idx, ops, end, why := m.observe(&s, i)
 		step := ""
@@ -644,7 +665,7 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 		if idx >= 0 {
 			step = m.rb.Steps[idx].ID
 		}
-		if exclusive && s.Excl != 0 {
+		if exclusive && s.Excl != 0 && s.Excl != uint8(i+1) {
 			continue // another target's Exclusive step is deciding or acting
 		}
 		nd := s.Nodes[i]
@@ -653,10 +674,10 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 			end, why, ops = tgStopped, "failed: the helper failed", nil
 		}
 		switch {
-		case exclusive && end == tgStopped && m.othersRunning(&s, i):
+		case exclusive && end == tgStopped:
 			n := s.clone()
-			n.XWait[i] = xWaiting
-			add(fmt.Sprintf("cli: %s: %s %s; waits for another target to end", name, step, why), n)
+			n.Excl, n.ExclStep, n.XWait[i] = uint8(i+1), uint8(idx), xDeciding
+			add(fmt.Sprintf("cli: %s: %s %s (inside the exclusion)", name, step, why), n)
 		case end == tgStopped:
 			n := s.clone()
 			m.stop(&n, i)
@@ -664,6 +685,9 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 		case end == tgDone:
 			n := s.clone()
 			n.Prog[i] = tgDone
+			if n.Excl == uint8(i+1) {
+				n.Excl, n.ExclStep = 0, 0
+			}
 			m.ended(&n)
 			add(fmt.Sprintf("cli: %s: %s", name, why), n)
 		case len(ops) > 0:
@@ -691,7 +715,7 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 // progress and not counted as waiting: one that may still end.
 func (m *tModel) othersRunning(s *tState, i int) bool {
 	for j := 0; j < m.nodes; j++ {
-		if j != i && s.Prog[j] == tgInProgress && s.XWait[j] == xNone {
+		if j != i && s.Prog[j] == tgInProgress && s.XWait[j] != xWaiting && s.XWait[j] != xWoken {
 			return true
 		}
 	}
@@ -702,6 +726,9 @@ func (m *tModel) othersRunning(s *tState, i int) bool {
 // service, halts the run unless KeepGoing, and wakes the waiters.
 func (m *tModel) stop(n *tState, i int) {
 	n.Prog[i] = tgStopped
+	if n.Excl == uint8(i+1) {
+		n.Excl, n.ExclStep = 0, 0
+	}
 	if m.rb.OutOfService != nil && m.rb.OutOfService(m.facts(n, i)) {
 		n.Held |= 1 << i
 	}
@@ -714,8 +741,11 @@ func (m *tModel) stop(n *tState, i int) {
 // ended wakes the targets waiting for another to end.
 func (m *tModel) ended(n *tState) {
 	for j := range n.XWait {
-		if n.XWait[j] == xWaiting {
+		switch n.XWait[j] {
+		case xWaiting:
 			n.XWait[j] = xWoken
+		case xDeciding:
+			n.XWait[j] = xDecidingEnded
 		}
 	}
 }
@@ -808,7 +838,7 @@ func (m *tModel) describe(s tState) string {
 	for i := range held {
 		held[i] = s.Held&(1<<i) != 0
 	}
-	fmt.Fprintf(&b, "; exclusion held by %s, waiting for an end (1 waiting, 2 woken) %v, stopped holding a slot %v", map[bool]string{
+	fmt.Fprintf(&b, "; exclusion held by %s, waiting for an end (1 waiting, 2 woken, 3 deciding, 4 deciding after an end) %v, stopped holding a slot %v", map[bool]string{
 		true: "none", false: "n" + strconv.Itoa(int(s.Excl))}[s.Excl == 0], s.XWait[:m.nodes], held)
 	return b.String()
 }
@@ -943,6 +973,7 @@ func TestModelTT(t *testing.T) {
 		woken = "another target ended"
 		full  = "the parallel limit is reached"
 		raced = "the result is not visible"
+		gap   = "a target ended since its observation"
 	)
 	for _, tc := range []struct {
 		name string
@@ -962,13 +993,13 @@ func TestModelTT(t *testing.T) {
 		// waits for the first to end; a failed node holds its slot and the
 		// rest are skipped.
 		{"firmware, 3 nodes, --max-parallel 1, keep going, failing helper", tConfig{kind: "firmware", nodes: 3, parallel: 1,
-			keep: true, runs: -1, fails: true, host: -1}, []string{waits, woken, full}, false},
+			keep: true, runs: -1, fails: true, host: -1}, []string{waits, woken, gap, full}, false},
 		{"firmware, 3 nodes, --max-parallel 2, helpers succeed", tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, host: -1},
 			nil, false},
 		// A node an earlier run left cordoned is in no slot of the new run;
 		// the Exclusive cordon has the targets count it one at a time.
 		{"firmware, 3 nodes, --max-parallel 2, an earlier run left n3 cordoned", tConfig{kind: "firmware", nodes: 3, parallel: 2,
-			runs: -1, left: 3, host: -1}, []string{waits, woken}, false},
+			runs: -1, left: 3, host: -1}, []string{waits, woken, gap}, false},
 		// Longer runs (ROLLBOOK_MODEL_LONG=1, each half a minute).
 		{"firmware, 3 nodes, --max-parallel 1, kill", tConfig{kind: "firmware", nodes: 3, parallel: 1, keep: true, runs: -1, kills: 1,
 			fails: true, host: -1}, nil, true},
