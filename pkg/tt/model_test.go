@@ -838,8 +838,12 @@ func (m *tModel) describe(s tState) string {
 	for i := range held {
 		held[i] = s.Held&(1<<i) != 0
 	}
-	fmt.Fprintf(&b, "; exclusion held by %s, waiting for an end (1 waiting, 2 woken, 3 deciding, 4 deciding after an end) %v, stopped holding a slot %v", map[bool]string{
-		true: "none", false: "n" + strconv.Itoa(int(s.Excl))}[s.Excl == 0], s.XWait[:m.nodes], held)
+	excl := "none"
+	if s.Excl != 0 {
+		excl = tNodeName(int(s.Excl) - 1)
+	}
+	fmt.Fprintf(&b, "; exclusion held by %s, waiting for an end (1 waiting, 2 woken, 3 deciding, 4 deciding after an end) %v, "+
+		"stopped holding a slot %v", excl, s.XWait[:m.nodes], held)
 	return b.String()
 }
 
