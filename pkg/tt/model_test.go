@@ -312,8 +312,9 @@ func (m *tModel) pods(s *tState, i int) []corev1.Pod {
 
 // observe is one observation of target i in the run: the first step not
 // done (-1: none), then the calls its Act makes, or how the target ends
-// ("" with no calls: waiting); a failing guard ends it blocked.
-func (m *tModel) observe(s *tState, i int) (idx int, ops []tOp, end uint8, why string) {
+// ("" with no calls: waiting); a failing guard ends it blocked (budget: the
+// guard spends a budget shared by the run's targets).
+func (m *tModel) observe(s *tState, i int) (idx int, ops []tOp, end uint8, why string, budget bool) {
 	f := m.facts(s, i)
 	for idx, st := range m.rb.Steps {
 		if done, _ := st.Done(f); done {
@@ -321,16 +322,16 @@ func (m *tModel) observe(s *tState, i int) (idx int, ops []tOp, end uint8, why s
 		}
 		for _, g := range st.Guards {
 			if ok, _ := g.Check(f); !ok {
-				return idx, nil, tgStopped, "blocked: " + g.Name
+				return idx, nil, tgStopped, "blocked: " + g.Name, g.SharedBudget
 			}
 		}
 		ops := m.effect(s, i, st.ID, f)
 		if len(ops) > 0 && (st.Plan == nil || len(st.Plan(f)) == 0) {
-			return idx, ops, 0, "calls with no plan" // --dry-run would hide them
+			return idx, ops, 0, "calls with no plan", false // --dry-run would hide them
 		}
-		return idx, ops, 0, ""
+		return idx, ops, 0, "", false
 	}
-	return -1, nil, tgDone, "done"
+	return -1, nil, tgDone, "done", false
 }
 
 // effect is the model's reading of a step's Act as the calls it makes.
@@ -659,7 +660,7 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 			}
 			continue
 		}
-		idx, ops, end, why := m.observe(&s, i)
+		idx, ops, end, why, budget := m.observe(&s, i)
 		step := ""
 		exclusive := idx >= 0 && m.rb.Steps[idx].Exclusive
 		if idx >= 0 {
@@ -674,7 +675,7 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 			end, why, ops = tgStopped, "failed: the helper failed", nil
 		}
 		switch {
-		case exclusive && end == tgStopped:
+		case exclusive && end == tgStopped && budget: // only a spent shared budget waits (runbook.Guard.SharedBudget)
 			n := s.clone()
 			n.Excl, n.ExclStep, n.XWait[i] = uint8(i+1), uint8(idx), xDeciding
 			add(fmt.Sprintf("cli: %s: %s %s (inside the exclusion)", name, step, why), n)
