@@ -224,6 +224,30 @@ func CleanupHelpers(ctx context.Context, cs kubernetes.Interface, rec Recorder, 
 	return deleted, nil
 }
 
+// RemoveOtherRunsHelpers deletes task's helpers on node that another run
+// started, whatever their phase: the lock makes that run dead, a killed
+// run's helper is named after it, and nobody else would remove it. Only for
+// read-only tasks (a probe): a running one is stopped mid-way.
+func RemoveOtherRunsHelpers(ctx context.Context, cs kubernetes.Interface, rec Recorder, ns, task, node, runID string) error {
+	sel := labels.Set{LabelHelper: task, LabelNode: labelSafe(node)}
+	l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return fmt.Errorf("list %s helpers: %w", task, err)
+	}
+	for i := range l.Items {
+		p := &l.Items[i]
+		if p.DeletionTimestamp != nil || p.Labels[LabelRun] == labelSafe(runID) {
+			continue
+		}
+		_, err := DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(ns).Delete, PodRef(p), p.UID,
+			fmt.Sprintf("deleted the %s helper of an earlier run (phase %s)", task, p.Status.Phase))
+		if err != nil {
+			return fmt.Errorf("delete helper %s/%s: %w", ns, p.Name, err)
+		}
+	}
+	return nil
+}
+
 func helperStale(p *corev1.Pod, now time.Time) bool {
 	if p.Spec.ActiveDeadlineSeconds == nil {
 		return false

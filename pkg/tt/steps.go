@@ -240,12 +240,10 @@ func (b *builder) cleanup(id string, helperName func(node string) string) runboo
 					return err
 				}
 				// Failed helpers of versions given up on go too, and probes of killed runs.
-				for _, task := range []string{p.Labels[kube.LabelHelper], "probe"} {
-					if _, err := kube.CleanupHelpers(ctx, b.cs, b.rec, b.helperNS, task, f.Node.Name); err != nil {
-						return err
-					}
+				if _, err := kube.CleanupHelpers(ctx, b.cs, b.rec, b.helperNS, p.Labels[kube.LabelHelper], f.Node.Name); err != nil {
+					return err
 				}
-				return nil
+				return kube.RemoveOtherRunsHelpers(ctx, b.cs, b.rec, b.helperNS, "probe", f.Node.Name, b.run)
 			}
 			return nil
 		},
