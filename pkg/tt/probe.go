@@ -199,11 +199,17 @@ func describeProbe(r *ProbeRecord) string {
 }
 
 // waitHelper watches a helper until it ends, and notices within seconds a
-// helper that cannot start (image pull, bad config) instead of waiting for
-// its deadline.
+// helper that cannot start (image pull, bad config, a NotReady node)
+// instead of waiting for its deadline.
 func waitHelper(ctx context.Context, cs kubernetes.Interface, ns, name string) (helperFacts, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go watchNodeDown(ctx, cancel, cs, ns, name)
 	p, err := kube.WaitForPod(ctx, cs, ns, name, func(p *corev1.Pod) bool { return kube.PodTerminal(p) || startFailure(p) != "" })
 	if err != nil {
+		if nd, ok := asNodeDown(ctx); ok {
+			return helperFacts{Pod: nd.pod}, nd
+		}
 		return helperFacts{}, err
 	}
 	if why := startFailure(p); why != "" && !kube.PodTerminal(p) {
