@@ -13,18 +13,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/internal/chaostest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
-
-// notReadyLabel is the sim's "this node's kubelet is down" mark.
-const notReadyLabel = "sim.rollbook.dev/not-ready"
 
 func TestMain(m *testing.M) {
 	simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "tt-fleet"})
@@ -45,29 +39,7 @@ func TestKMDRollNodeGoesNotReady(t *testing.T) {
 	args := []string{"upgrade", "kmd", "--version", v}
 
 	// The first node rollbook cordons goes down at once.
-	downed := make(chan string, 1)
-	go func() {
-		var name string
-		err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			l, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false, nil
-			}
-			for _, n := range l.Items {
-				if n.Spec.Unschedulable && n.Annotations[kube.AnnCordonedBy] != "" {
-					name = n.Name
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-		if err == nil {
-			if err = setNotReady(ctx, c.Client, name, true); err != nil {
-				t.Errorf("mark %s not ready: %v", name, err)
-			}
-		}
-		downed <- name
-	}()
+	downed := chaostest.DownAfterCordon(t, ctx, c.Client)
 
 	// A 15-minute helper budget must not be what ends the run: the wait
 	// must notice the NotReady node within seconds.
@@ -97,15 +69,7 @@ func TestKMDRollNodeGoesNotReady(t *testing.T) {
 	chaostest.CordonsSaySo(t, ctx, c.Client)
 
 	// The node comes back; the same command finishes the roll.
-	if err := setNotReady(ctx, c.Client, down, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		n, err := c.Client.CoreV1().Nodes().Get(ctx, down, metav1.GetOptions{})
-		return err == nil && kube.NodeReady(n), nil
-	}); err != nil {
-		t.Fatalf("%s did not become Ready again: %v", down, err)
-	}
+	chaostest.BackUp(t, ctx, c.Client, down)
 	r2 := p.Run(ctx, chaostest.KillPoint{}, args...)
 	if r2.Code != 0 {
 		t.Fatalf("re-run after %s came back exited %d, want 0:\n%s", down, r2.Code, r2.Out)
@@ -123,15 +87,4 @@ func TestKMDRollNodeGoesNotReady(t *testing.T) {
 	chaostest.NoHelperPodLeft(t, ctx, c.Client)
 	t.Logf("FIGURES node NotReady mid-roll: stopped with exit %d after %s naming %s; re-run exit 0 after %s",
 		r.Code, r.Took.Round(time.Millisecond), down, r2.Took.Round(time.Millisecond))
-}
-
-// setNotReady sets or removes the sim's not-ready mark on node.
-func setNotReady(ctx context.Context, cs kubernetes.Interface, node string, on bool) error {
-	val := "null"
-	if on {
-		val = `"true"`
-	}
-	_, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType,
-		[]byte(`{"metadata":{"labels":{"`+notReadyLabel+`":`+val+`}}}`), metav1.PatchOptions{})
-	return err
 }
