@@ -27,17 +27,17 @@ func (e *NodeNotReadyError) Error() string {
 	return fmt.Sprintf("node %s is NotReady (%s)", e.Node, e.Why)
 }
 
-// NodeNotReadyReason reports a node whose Ready condition is not True, and why.
+// NodeNotReadyReason reports a node whose Ready condition is False or
+// Unknown, and why. A node without the condition (not yet reported, or an
+// object built in a test) does not count: only a kubelet's own report or
+// the node controller's verdict stops a wait.
 func NodeNotReadyReason(n *corev1.Node) (string, bool) {
 	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			if c.Status == corev1.ConditionTrue {
-				return "", false
-			}
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
 			return fmt.Sprintf("Ready=%s %s: %s", c.Status, c.Reason, c.Message), true
 		}
 	}
-	return "no Ready condition", true
+	return "", false
 }
 
 // CancelOnNodeDown checks every second, until ctx ends, the node nodeOf
