@@ -48,19 +48,28 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer srv.Stop()
+	if err := serve(srv, *dir, token, pki.CAPEM, *nodes, *workers, *actors); err != nil {
+		srv.Stop()
+		log.Fatal(err)
+	}
+	srv.Stop()
+}
+
+// serve seeds srv with the inventory, writes how to reach it into dir and
+// serves until SIGINT or SIGTERM.
+func serve(srv *fakesubstrate.Server, dir, token string, caPEM []byte, nodes, workers, actors int) error {
 	// Capacity spreads the actors evenly, so every worker hosts a share.
-	perWorker := (*actors + *workers - 1) / *workers
-	for i := range *workers {
+	perWorker := (actors + workers - 1) / workers
+	for i := range workers {
 		w := fakesubstrate.Worker{
 			Name: fmt.Sprintf("w-%05d", i), Namespace: "ate-batch", Pool: "batch", Pod: fmt.Sprintf("batch-%05d", i),
-			Node: fmt.Sprintf("kwok-node-%d", i%*nodes), SandboxClass: "gvisor", Capacity: perWorker + 1,
+			Node: fmt.Sprintf("kwok-node-%d", i%nodes), SandboxClass: "gvisor", Capacity: perWorker + 1,
 		}
 		if err := srv.AddWorker(w); err != nil {
-			log.Fatal(err)
+			return err
 		}
 	}
-	for i := range *actors {
+	for i := range actors {
 		a := fakesubstrate.Actor{Atespace: fmt.Sprintf("team-%d", i%20), Name: fmt.Sprintf("actor-%06d", i)}
 		switch i % 10 {
 		case 0:
@@ -68,21 +77,20 @@ func main() {
 		case 1:
 			a.State = fakesubstrate.ActorSuspended
 		default:
-			a.State, a.Worker = fakesubstrate.ActorRunning, fmt.Sprintf("w-%05d", i%*workers)
+			a.State, a.Worker = fakesubstrate.ActorRunning, fmt.Sprintf("w-%05d", i%workers)
 		}
 		if err := srv.AddActor(a); err != nil {
-			log.Fatal(err)
+			return err
 		}
 	}
-	write := func(name, content string) {
-		if err := os.WriteFile(filepath.Join(*dir, name), []byte(content), 0o600); err != nil {
-			log.Fatal(err)
+	// endpoint last: its presence says the server is ready.
+	for _, f := range []struct{ name, content string }{{"ca.pem", string(caPEM)}, {"token", token}, {"endpoint", srv.Addr()}} {
+		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.content), 0o600); err != nil {
+			return err
 		}
 	}
-	write("ca.pem", string(pki.CAPEM))
-	write("token", token)
-	write("endpoint", srv.Addr()) // last: its presence says the server is ready
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	<-sig
+	return nil
 }

@@ -332,7 +332,8 @@ of the node that are not draining, and actors merely paused on the node, are lef
 					return !moving && !residents, fmt.Sprintf("%s=%q", AnnMovingTo, f.node.Annotations[AnnMovingTo])
 				},
 				Plan: func(f recoverFacts) []runbook.Change {
-					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate", Detail: AnnMovingTo + "-, " + AnnResidents + "-"}}
+					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate",
+						Detail: AnnMovingTo + "-, " + AnnResidents + "-"}}
 				},
 				Act: func(ctx context.Context, f recoverFacts) error {
 					_, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{AnnMovingTo: nil,

@@ -486,12 +486,18 @@ func cut(v string) (id, at string, ok bool) {
 }
 
 func firstFailingGuard[F any](guards []Guard[F], f F) (string, bool) {
-	for _, g := range guards {
+	g, reason := failingGuard(guards, f)
+	return reason, g != nil
+}
+
+// failingGuard is the first guard that fails on f, with its reason.
+func failingGuard[F any](guards []Guard[F], f F) (*Guard[F], string) {
+	for i, g := range guards {
 		if ok, reason := g.Check(f); !ok {
-			return fmt.Sprintf("%s: %s", g.Name, reason), true
+			return &guards[i], fmt.Sprintf("%s: %s", g.Name, reason)
 		}
 	}
-	return "", false
+	return nil, ""
 }
 
 // finish records the step that stopped the target, marks the rest pending

@@ -602,8 +602,10 @@ func TestExclusiveStepsSpendASharedBudgetOneAtATime(t *testing.T) {
 			},
 			Steps: []Step[facts]{
 				{ID: "cordon", Exclusive: exclusive,
-					Done: func(f facts) (bool, string) { return f.node.cordonedBy == owner || f.node.labels[testLabel] == "v2", "" },
-					Guards: []Guard[facts]{{Name: "budget", Check: func(f facts) (bool, string) {
+					Done: func(f facts) (bool, string) {
+						return f.node.cordonedBy == owner || f.node.labels[testLabel] == "v2", ""
+					},
+					Guards: []Guard[facts]{{Name: "budget", SharedBudget: true, Check: func(f facts) (bool, string) {
 						return f.target < "2", "two nodes are out already"
 					}}},
 					Act: func(_ context.Context, f facts) error {

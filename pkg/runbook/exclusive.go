@@ -77,8 +77,9 @@ func (e *exclusion) waitForAnEnd(ctx context.Context, seen int) (int, bool) {
 }
 
 // enterExclusive takes the exclusion for step s of target t and decides its
-// guards on a fresh observation; while they fail and another target of the
-// run may still free the budget, it waits and observes again. It returns
+// guards on a fresh observation; while a SharedBudget guard fails and
+// another target of the run may still free the budget, it waits and
+// observes again. It returns
 // holding the exclusion when the guards pass (the caller acts, then leaves)
 // and without it when they block (reason) or observing failed.
 func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion) (F, string, error) {
@@ -89,9 +90,13 @@ func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Tar
 			e.leave()
 			return facts, "", err
 		}
-		reason, blocked := firstFailingGuard(s.Guards, facts)
-		if !blocked {
+		g, reason := failingGuard(s.Guards, facts)
+		if g == nil {
 			return facts, "", nil
+		}
+		if !g.SharedBudget { // only a spent budget may be freed by another target
+			e.leave()
+			return facts, reason, nil
 		}
 		var ended bool
 		if seen, ended = e.waitForAnEnd(ctx, seen); !ended {

@@ -76,9 +76,10 @@ type Step[F any] struct {
 	// (e.g. a cordon against --max-parallel nodes out of service). Across a
 	// run's targets such steps run one at a time, each deciding its guards
 	// on an observation made inside that exclusion, so two targets can never
-	// both pass on the same count. A failing guard waits while other targets
-	// of the run are in progress (one may free the budget) and blocks only
-	// when none is. Keep Act short: it runs inside the exclusion.
+	// both pass on the same count. A failing SharedBudget guard waits while
+	// other targets of the run are in progress (one may free the budget) and
+	// blocks only when none is; any other failing guard blocks at once. Keep
+	// Act short: it runs inside the exclusion.
 	Exclusive bool
 }
 
@@ -86,6 +87,10 @@ type Step[F any] struct {
 type Guard[F any] struct {
 	Name  string
 	Check func(f F) (ok bool, reason string)
+	// SharedBudget marks a guard that spends a budget the run's targets
+	// share (nodes out of service): on an Exclusive step it waits for
+	// another target of the run to end instead of blocking at once.
+	SharedBudget bool
 }
 
 // Change is one object the plan would change, and how.

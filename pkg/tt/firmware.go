@@ -128,7 +128,8 @@ func (c *FirmwareConfig) fwFinished(n *corev1.Node) bool {
 // out of service.
 func outOfServiceBudget(limit int) runbook.Guard[Facts] {
 	return runbook.Guard[Facts]{
-		Name: "no more than --max-parallel nodes out of service",
+		Name:         "no more than --max-parallel nodes out of service",
+		SharedBudget: true,
 		Check: func(f Facts) (bool, string) {
 			return limit <= 0 || f.OthersOut < limit, fmt.Sprintf("%d node(s) are already out of service by rollbook "+
 				"(at most %d at once), some left cordoned by failures; fix them and re-run", f.OthersOut, limit)

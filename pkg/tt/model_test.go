@@ -81,6 +81,17 @@ type tOp struct {
 }
 
 const (
+	xNone    uint8 = iota
+	xWaiting       // counted as waiting, until another target ends
+	xWoken         // another target ended; still counted until it runs
+	// Between a failing observation inside the exclusion and the wait
+	// (exclusion.waitForAnEnd), still holding the exclusion; an end in that
+	// gap counts.
+	xDeciding
+	xDecidingEnded
+)
+
+const (
 	tgNotStarted uint8 = iota
 	tgInProgress
 	tgDone
@@ -98,6 +109,11 @@ type tState struct {
 	Ops     [3][]tOp
 	Halted  bool
 	Ended   uint8 // the last run: 0 none, 1 done, 2 stopped, 3 killed
+	// The run's exclusion (runbook.Step.Exclusive): 1+ the target whose
+	// Exclusive step is deciding or acting (0 none), and that step's index.
+	Excl, ExclStep uint8
+	XWait          [3]uint8 // xWaiting / xWoken: a failing Exclusive guard waits for another target to end
+	Held           uint8    // bit per target that stopped out of service: it keeps its parallel slot
 	// Budgets.
 	Runs, Kills, Foreign int8
 	Bad                  string
@@ -115,6 +131,7 @@ type tModel struct {
 	nodes    int
 	rb       *runbook.Runbook[Facts]
 	parallel int
+	prefetch int  // Options.Prefetch: more targets that may start while Parallel are in progress
 	keep     bool // KeepGoing
 	limit    int  // nodes out of service allowed
 	subsets  bool // runs over one node too (kubectl tt upgrade … NODE)
@@ -293,26 +310,28 @@ func (m *tModel) pods(s *tState, i int) []corev1.Pod {
 	return out
 }
 
-// observe is one observation of target i in the run: the next calls, or
-// how the target ends ("" with no calls: waiting).
-func (m *tModel) observe(s *tState, i int) (step string, ops []tOp, end uint8, why string) {
+// observe is one observation of target i in the run: the first step not
+// done (-1: none), then the calls its Act makes, or how the target ends
+// ("" with no calls: waiting); a failing guard ends it blocked (budget: the
+// guard spends a budget shared by the run's targets).
+func (m *tModel) observe(s *tState, i int) (idx int, ops []tOp, end uint8, why string, budget bool) {
 	f := m.facts(s, i)
-	for _, st := range m.rb.Steps {
+	for idx, st := range m.rb.Steps {
 		if done, _ := st.Done(f); done {
 			continue
 		}
 		for _, g := range st.Guards {
 			if ok, _ := g.Check(f); !ok {
-				return st.ID, nil, tgStopped, "blocked: " + g.Name
+				return idx, nil, tgStopped, "blocked: " + g.Name, g.SharedBudget
 			}
 		}
 		ops := m.effect(s, i, st.ID, f)
 		if len(ops) > 0 && (st.Plan == nil || len(st.Plan(f)) == 0) {
-			return st.ID, ops, 0, "calls with no plan" // --dry-run would hide them
+			return idx, ops, 0, "calls with no plan", false // --dry-run would hide them
 		}
-		return st.ID, ops, 0, ""
+		return idx, ops, 0, "", false
 	}
-	return "", nil, tgDone, "done"
+	return -1, nil, tgDone, "done", false
 }
 
 // effect is the model's reading of a step's Act as the calls it makes.
@@ -448,8 +467,8 @@ func (m *tModel) endRun(s *tState) {
 		if s.Targets&(1<<i) != 0 && s.Prog[i] != tgDone {
 			s.Ended = 2
 		}
-		s.Ops[i] = nil
 	}
+	m.resetRun(s)
 }
 
 func (m *tModel) moves(s tState) []modelcheck.Move[tState] {
@@ -546,13 +565,22 @@ func (m *tModel) moves(s tState) []modelcheck.Move[tState] {
 }
 
 // engine is runbook.Run's scheduling: targets start in order while fewer
-// than Parallel are in progress; a stopped target halts the run unless
-// KeepGoing; the run ends when none is in progress.
+// than Parallel+Prefetch slots are in use (a target in progress, or one that
+// stopped out of service: Runbook.OutOfService keeps its slot); once stopped
+// targets hold every slot, or a stopped target halts the run (unless
+// KeepGoing), the rest are skipped; the run ends when none is in progress.
+// Exclusive steps (runbook.Step.Exclusive) take the run's exclusion: their
+// observation, guards and calls run one target at a time, and a failing
+// guard waits for another target to end while one in progress is not
+// waiting itself, and blocks otherwise (exclusion.waitForAnEnd).
 func (m *tModel) engine(s tState, add func(string, tState)) {
-	inUse := 0
+	inProgress, held := 0, 0
 	for i := 0; i < m.nodes; i++ {
 		if s.Prog[i] == tgInProgress {
-			inUse++
+			inProgress++
+		}
+		if s.Held&(1<<i) != 0 {
+			held++
 		}
 	}
 	next := -1
@@ -562,22 +590,26 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 			break
 		}
 	}
-	if next >= 0 && s.Halted {
+	if next >= 0 && (s.Halted || held >= m.parallel) {
 		n := s.clone()
 		for i := next; i < m.nodes; i++ {
 			if n.Targets&(1<<i) != 0 && n.Prog[i] == tgNotStarted {
 				n.Prog[i] = tgSkipped
 			}
 		}
-		add("cli: the run halted; the other nodes are skipped", n)
+		why := "the run halted"
+		if !s.Halted {
+			why = "the nodes that stopped are still out of service: the parallel limit is reached"
+		}
+		add("cli: "+why+"; the other nodes are skipped", n)
 		return
 	}
-	if next >= 0 && inUse < m.parallel {
+	if next >= 0 && inProgress+held < m.parallel+m.prefetch {
 		n := s.clone()
 		n.Prog[next] = tgInProgress
 		add("cli: start "+tNodeName(next), n)
 	}
-	if next < 0 && inUse == 0 {
+	if next < 0 && inProgress == 0 {
 		n := s.clone()
 		m.endRun(&n)
 		add(fmt.Sprintf("cli: the run ends %s", map[uint8]string{1: "done", 2: "not done (said so)"}[n.Ended]), n)
@@ -588,28 +620,83 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 			continue
 		}
 		name := tNodeName(i)
-		if len(s.Ops[i]) > 0 {
+		switch {
+		case len(s.Ops[i]) > 0:
 			n := s.clone()
-			add("cli: "+name+": "+m.call(&n, i), n)
+			msg := "cli: " + name + ": " + m.call(&n, i)
+			if len(n.Ops[i]) == 0 && n.Excl == uint8(i+1) {
+				// The Exclusive step's act re-observes and verifies inside the
+				// exclusion, then leaves it.
+				st := m.rb.Steps[n.ExclStep]
+				n.Excl, n.ExclStep = 0, 0
+				if done, ev := st.Done(m.facts(&n, i)); !done {
+					msg += fmt.Sprintf("; %s failed: acted, but the result is not visible (%s)", st.ID, ev)
+					m.stop(&n, i)
+				}
+			}
+			add(msg, n)
+			continue
+		case s.XWait[i] == xWaiting:
+			continue // until another target ends
+		case s.XWait[i] == xWoken:
+			n := s.clone()
+			n.XWait[i] = xNone
+			add("cli: "+name+": another target ended; it waits for the exclusion to observe again", n)
+			continue
+		case s.XWait[i] == xDeciding || s.XWait[i] == xDecidingEnded:
+			n := s.clone()
+			n.XWait[i] = xNone
+			st := m.rb.Steps[s.ExclStep].ID
+			switch {
+			case s.XWait[i] == xDecidingEnded: // keeps the exclusion
+				add(fmt.Sprintf("cli: %s: %s: a target ended since its observation; it observes again", name, st), n)
+			case m.othersRunning(&s, i):
+				n.XWait[i], n.Excl, n.ExclStep = xWaiting, 0, 0
+				add(fmt.Sprintf("cli: %s: %s waits for another target to end", name, st), n)
+			default:
+				n.Excl, n.ExclStep = 0, 0
+				m.stop(&n, i)
+				add(fmt.Sprintf("cli: %s: %s blocked: no other target of the run can end", name, st), n)
+			}
 			continue
 		}
-		step, ops, end, why := m.observe(&s, i)
+		idx, ops, end, why, budget := m.observe(&s, i)
+		step := ""
+		exclusive := idx >= 0 && m.rb.Steps[idx].Exclusive
+		if idx >= 0 {
+			step = m.rb.Steps[idx].ID
+		}
+		if exclusive && s.Excl != 0 && s.Excl != uint8(i+1) {
+			continue // another target's Exclusive step is deciding or acting
+		}
 		nd := s.Nodes[i]
 		if (step == "tt.kmd.install" || step == "tt.fw.flash") && nd.Helper == podFailed && nd.HelperRun {
 			// The step's Wait saw its own helper fail: the target fails.
 			end, why, ops = tgStopped, "failed: the helper failed", nil
 		}
 		switch {
-		case end != 0:
+		case exclusive && end == tgStopped && budget: // only a spent shared budget waits (runbook.Guard.SharedBudget)
 			n := s.clone()
-			n.Prog[i] = end
-			if end == tgStopped && !m.keep {
-				n.Halted = true
-			}
+			n.Excl, n.ExclStep, n.XWait[i] = uint8(i+1), uint8(idx), xDeciding
+			add(fmt.Sprintf("cli: %s: %s %s (inside the exclusion)", name, step, why), n)
+		case end == tgStopped:
+			n := s.clone()
+			m.stop(&n, i)
 			add(fmt.Sprintf("cli: %s: %s %s", name, step, why), n)
+		case end == tgDone:
+			n := s.clone()
+			n.Prog[i] = tgDone
+			if n.Excl == uint8(i+1) {
+				n.Excl, n.ExclStep = 0, 0
+			}
+			m.ended(&n)
+			add(fmt.Sprintf("cli: %s: %s", name, why), n)
 		case len(ops) > 0:
 			n := s.clone()
 			n.Ops[i] = ops
+			if exclusive {
+				n.Excl, n.ExclStep = uint8(i+1), uint8(idx)
+			}
 			if why != "" && n.Bad == "" {
 				n.Bad = fmt.Sprintf("%s on %s: %s", step, name, why)
 			}
@@ -620,11 +707,57 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 		n := s.clone()
 		n.Kills--
 		n.Active, n.Ended = false, 3
-		for i := range n.Ops {
-			n.Ops[i] = nil
-		}
+		m.resetRun(&n)
 		add("cli: killed", n)
 	}
+}
+
+// othersRunning reports whether a target of the run other than i is in
+// progress and not counted as waiting: one that may still end.
+func (m *tModel) othersRunning(s *tState, i int) bool {
+	for j := 0; j < m.nodes; j++ {
+		if j != i && s.Prog[j] == tgInProgress && s.XWait[j] != xWaiting && s.XWait[j] != xWoken {
+			return true
+		}
+	}
+	return false
+}
+
+// stop ends target i blocked or failed: it keeps its slot while out of
+// service, halts the run unless KeepGoing, and wakes the waiters.
+func (m *tModel) stop(n *tState, i int) {
+	n.Prog[i] = tgStopped
+	if n.Excl == uint8(i+1) {
+		n.Excl, n.ExclStep = 0, 0
+	}
+	if m.rb.OutOfService != nil && m.rb.OutOfService(m.facts(n, i)) {
+		n.Held |= 1 << i
+	}
+	if !m.keep {
+		n.Halted = true
+	}
+	m.ended(n)
+}
+
+// ended wakes the targets waiting for another to end.
+func (m *tModel) ended(n *tState) {
+	for j := range n.XWait {
+		switch n.XWait[j] {
+		case xWaiting:
+			n.XWait[j] = xWoken
+		case xDeciding:
+			n.XWait[j] = xDecidingEnded
+		}
+	}
+}
+
+// resetRun drops what lives only as long as a run: its pending calls,
+// exclusion and slots.
+func (m *tModel) resetRun(n *tState) {
+	for i := range n.Ops {
+		n.Ops[i] = nil
+	}
+	n.Excl, n.ExclStep, n.XWait, n.Held = 0, 0, [3]uint8{}, 0
 }
 
 const ruleActs = "never rmmod or flash under a holder; never lift a cordon someone else set; every call planned"
@@ -677,7 +810,8 @@ func tKey(s tState) string {
 		fmt.Fprintf(&b, "%d%v%v%v%d%d%d%d%d%d%d%d%v%v%v.", nd.Cordon, nd.GateClosed, nd.Prior, nd.PriorClosed, nd.Loaded, nd.Label,
 			nd.Rec, nd.Probe, nd.ProbeVal, nd.ProbePod, nd.ProbePodVal, nd.Helper, nd.HelperRun, nd.DS, nd.Host)
 	}
-	fmt.Fprintf(&b, "%d%v%d%v%v%d%d%d%d|%s", s.Work, s.Active, s.Targets, s.Prog, s.Halted, s.Ended, s.Runs, s.Kills, s.Foreign, s.Bad)
+	fmt.Fprintf(&b, "%d%v%d%v%v%d%d%d%d%d.%d%v%d|%s", s.Work, s.Active, s.Targets, s.Prog, s.Halted, s.Ended, s.Runs, s.Kills, s.Foreign,
+		s.Excl, s.ExclStep, s.XWait, s.Held, s.Bad)
 	for _, ops := range s.Ops {
 		b.WriteString("|")
 		for _, o := range ops {
@@ -701,6 +835,16 @@ func (m *tModel) describe(s tState) string {
 	}
 	fmt.Fprintf(&b, "  inference pod %s; run active %v, targets (0 not started, 1 in progress, 2 done, 3 stopped, 4 skipped) %v", work,
 		s.Active, s.Prog[:m.nodes])
+	held := make([]bool, m.nodes)
+	for i := range held {
+		held[i] = s.Held&(1<<i) != 0
+	}
+	excl := "none"
+	if s.Excl != 0 {
+		excl = tNodeName(int(s.Excl) - 1)
+	}
+	fmt.Fprintf(&b, "; exclusion held by %s, waiting for an end (1 waiting, 2 woken, 3 deciding, 4 deciding after an end) %v, "+
+		"stopped holding a slot %v", excl, s.XWait[:m.nodes], held)
 	return b.String()
 }
 
@@ -709,8 +853,10 @@ type tConfig struct {
 	nodes, parallel      int
 	keep, subsets, fails bool
 	runs, kills, foreign int8
-	host                 int // node index with a host process holding the device, -1 none
-	drop                 string
+	host                 int    // node index with a host process holding the device, -1 none
+	left                 int    // 1+ node index an earlier run left cordoned (interrupted after its cordon), 0 none
+	drop                 string // "step/guard prefix": a seeded bug, the guard dropped
+	shared               string // a seeded bug: this step is not Exclusive
 	noDone               bool
 }
 
@@ -729,6 +875,9 @@ func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
 		cfg.Complete()
 		m.rb = FirmwareRunbook(nil, nil, cfg)
 		m.target, m.old, m.limit, m.countOut, m.finished = cfg.Readback, fwOld, c.parallel, true, cfg.fwFinished
+		// As kubectl tt upgrade firmware runs it (no soak): the next batch
+		// probes while this one is out; the cordon's guard bounds the nodes out.
+		m.prefetch = c.parallel
 	}
 	if c.drop != "" {
 		id, guard, _ := strings.Cut(c.drop, "/")
@@ -751,9 +900,23 @@ func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
 			t.Fatalf("no guard %q on step %s", guard, id)
 		}
 	}
+	if c.shared != "" {
+		found := false
+		for i := range m.rb.Steps {
+			if m.rb.Steps[i].ID == c.shared && m.rb.Steps[i].Exclusive {
+				m.rb.Steps[i].Exclusive, found = false, true
+			}
+		}
+		if !found {
+			t.Fatalf("no Exclusive step %s", c.shared)
+		}
+	}
 	init := tState{Work: 0, Runs: c.runs, Kills: c.kills, Foreign: c.foreign}
 	for i := 0; i < c.nodes; i++ {
 		init.Nodes[i] = tNode{Label: 1, DS: true, Host: i == c.host}
+	}
+	if c.left > 0 {
+		init.Nodes[c.left-1].Cordon = cordonOurs
 	}
 	mc := modelcheck.Model[tState]{
 		Init: []tState{init}, Key: tKey, Moves: m.moves, Invariants: m.invariants(), Describe: m.describe, MaxStates: 3_000_000,
@@ -764,19 +927,42 @@ func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
 	return mc
 }
 
-func exploreTT(t *testing.T, c tConfig) modelcheck.Result {
+// exploreTT explores c; each of want must name a move taken somewhere (so
+// the configuration reaches the engine paths it is there for).
+func exploreTT(t *testing.T, c tConfig, want ...string) modelcheck.Result {
 	t.Helper()
-	res, err := modelcheck.Explore(newTTModel(t, c))
+	mc := newTTModel(t, c)
+	seen := map[string]bool{}
+	if len(want) > 0 {
+		moves := mc.Moves
+		mc.Moves = func(s tState) []modelcheck.Move[tState] {
+			out := moves(s)
+			for _, mv := range out {
+				for _, w := range want {
+					if strings.Contains(mv.Name, w) {
+						seen[w] = true
+					}
+				}
+			}
+			return out
+		}
+	}
+	res, err := modelcheck.Explore(mc)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, w := range want {
+		if !seen[w] && res.Violation == nil {
+			t.Errorf("no move %q: the configuration misses what it is for", w)
+		}
 	}
 	host := "none"
 	if c.host >= 0 {
 		host = tNodeName(c.host)
 	}
 	t.Logf("tt %s, %d nodes, parallel %d, keep going %v, kills %d, foreign cordons %d, helper fails %v, runs per node %v, "+
-		"host holder %s, dropped guard %q: %s", c.kind, c.nodes, c.parallel, c.keep, c.kills, c.foreign, c.fails, c.subsets,
-		host, c.drop, res)
+		"host holder %s, left cordoned %d, dropped guard %q, not Exclusive %q: %s", c.kind, c.nodes, c.parallel, c.keep, c.kills,
+		c.foreign, c.fails, c.subsets, host, c.left, c.drop, c.shared, res)
 	if os.Getenv("ROLLBOOK_MODEL_VERBOSE") != "" && res.Violation != nil {
 		t.Log(res.Violation)
 	}
@@ -787,71 +973,74 @@ func exploreTT(t *testing.T, c tConfig) modelcheck.Result {
 // helpers, someone else's cordons, re-runs over all nodes or one node, and
 // finds no broken rule.
 func TestModelTT(t *testing.T) {
+	const (
+		waits = "waits for another target to end"
+		woken = "another target ended"
+		full  = "the parallel limit is reached"
+		raced = "the result is not visible"
+		gap   = "a target ended since its observation"
+	)
 	for _, tc := range []struct {
 		name string
 		c    tConfig
+		want []string
+		long bool
 	}{
-		{"kmd, 2 nodes", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, foreign: 1, fails: true, host: -1}},
+		{"kmd, 2 nodes", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, foreign: 1, fails: true, host: -1},
+			[]string{raced}, false},
 		{"kmd, 2 nodes, runs per node", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, fails: true, subsets: true,
-			host: -1}},
+			host: -1}, nil, false},
 		{"kmd, a host process holds n2", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, fails: true, host: 1,
-			noDone: true}},
+			noDone: true}, nil, false},
 		{"firmware, 2 nodes, --max-parallel 1", tConfig{kind: "firmware", nodes: 2, parallel: 1, keep: true, runs: -1, kills: 1,
-			foreign: 1, fails: true, host: -1}},
+			foreign: 1, fails: true, host: -1}, []string{raced}, false},
+		// With Prefetch the next node starts while one is out: its cordon
+		// waits for the first to end; a failed node holds its slot and the
+		// rest are skipped.
+		{"firmware, 3 nodes, --max-parallel 1, keep going, failing helper", tConfig{kind: "firmware", nodes: 3, parallel: 1,
+			keep: true, runs: -1, fails: true, host: -1}, []string{waits, woken, gap, full}, false},
+		{"firmware, 3 nodes, --max-parallel 2, helpers succeed", tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, host: -1},
+			nil, false},
+		// A node an earlier run left cordoned is in no slot of the new run;
+		// the Exclusive cordon has the targets count it one at a time.
+		{"firmware, 3 nodes, --max-parallel 2, an earlier run left n3 cordoned", tConfig{kind: "firmware", nodes: 3, parallel: 2,
+			runs: -1, left: 3, host: -1}, []string{waits, woken, gap}, false},
+		// Longer runs (ROLLBOOK_MODEL_LONG=1, each half a minute).
 		{"firmware, 3 nodes, --max-parallel 1, kill", tConfig{kind: "firmware", nodes: 3, parallel: 1, keep: true, runs: -1, kills: 1,
-			fails: true, host: -1}},
-		// Two targets at once: see the findings for what a failure or an
-		// earlier run's cordon does to that.
-		{"firmware, 3 nodes, --max-parallel 2, helpers succeed", tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, host: -1}},
+			fails: true, host: -1}, nil, true},
+		{"firmware, 3 nodes, --max-parallel 2, keep going, failing helper", tConfig{kind: "firmware", nodes: 3, parallel: 2, keep: true,
+			runs: -1, fails: true, host: -1}, []string{full}, true},
+		{"firmware, 3 nodes, --max-parallel 2, runs per node, an earlier run left n3 cordoned", tConfig{kind: "firmware", nodes: 3,
+			parallel: 2, runs: -1, subsets: true, left: 3, host: -1}, []string{waits, woken}, true},
+		{"firmware, 3 nodes, --max-parallel 2, keep going, failing helper, n3 left cordoned", tConfig{kind: "firmware", nodes: 3,
+			parallel: 2, keep: true, runs: -1, fails: true, left: 3, host: -1}, []string{waits, woken, full}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if res := exploreTT(t, tc.c); res.Violation != nil {
+			if tc.long && os.Getenv("ROLLBOOK_MODEL_LONG") == "" {
+				t.Skip("a long configuration: set ROLLBOOK_MODEL_LONG=1 to explore it")
+			}
+			if res := exploreTT(t, tc.c, tc.want...); res.Violation != nil {
 				t.Fatalf("%s", res.Violation)
 			}
 		})
 	}
 }
 
-// TestModelTTFindings are what the explorer found in the runbooks as they
-// are. Each asserts the finding is still there, with its trace; when a fix
-// lands, the subtest fails and its configuration belongs in TestModelTT.
-func TestModelTTFindings(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		c    tConfig
-	}{
-		// The tt runbooks set no Runbook.OutOfService, so a node that fails
-		// after its cordon frees its engine slot; the next target starts
-		// while another is still before its cordon, and both pass the
-		// budget guard on the same count.
-		{"--max-parallel 2, a failed node frees its slot", tConfig{kind: "firmware", nodes: 3, parallel: 2, keep: true, runs: -1,
-			fails: true, host: -1}},
-		// A node left cordoned by an earlier run is invisible to the
-		// engine's slots: two targets started together each see one node
-		// out and both cordon.
-		{"--max-parallel 2 after a run left a node cordoned", tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, kills: 1,
-			subsets: true, host: -1}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			res := exploreTT(t, tc.c)
-			if res.Violation == nil || res.Violation.Invariant != "at most 2 node(s) out of service" {
-				t.Fatalf("finding gone (fixed?): got %v", res.Violation)
-			}
-			t.Logf("%s", res.Violation)
-		})
-	}
-}
-
-// TestModelTTSeededBugs drops one guard at a time from the real runbooks:
-// the explorer must find the rule it protects broken, and print how.
+// TestModelTTSeededBugs drops one guard (or a step's exclusion) at a time
+// from the real runbooks: the explorer must find the rule it protects
+// broken, and print how.
 func TestModelTTSeededBugs(t *testing.T) {
 	for _, tc := range []struct {
 		name, rule string
 		c          tConfig
 	}{
+		// With Prefetch the next node is in progress while one is out: only
+		// the guard keeps it from cordoning.
 		{"firmware cordon without the --max-parallel budget", "at most 1 node(s) out of service",
 			tConfig{kind: "firmware", nodes: 2, parallel: 1, keep: true, runs: -1, fails: true, host: -1,
 				drop: "tt.fw.cordon/no more than --max-parallel"}},
+		{"firmware cordon not Exclusive", "at most 2 node(s) out of service",
+			tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, left: 3, host: -1, shared: "tt.fw.cordon"}},
 		{"kmd cordon without the probe's verdict", ruleActs,
 			tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, host: 1, noDone: true,
 				drop: "tt.kmd.cordon/the probe found nothing in the way"}},
