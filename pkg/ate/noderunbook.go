@@ -501,11 +501,27 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					if !f.flipped() {
 						return false, "node not flipped yet"
 					}
+					if why, down := kube.NodeNotReadyReason(f.node); down {
+						return false, "node NotReady: " + why
+					}
 					return f.ateletReady()
 				},
 				Act: func(context.Context, nodeFacts) error { return nil },
 				Wait: func(ctx context.Context, f nodeFacts) error {
+					// A node whose kubelet is down serves nothing, whatever its pods say: stop within seconds naming it
+					// rather than move on to the next node with this one out of service.
+					ctx, cancel := context.WithCancelCause(ctx)
+					defer cancel(nil)
+					go kube.CancelOnNodeDown(ctx, cancel, cs, func(context.Context) string { return f.node.Name })
 					_, err := kube.WaitForDaemonSetPodReady(ctx, cs, Namespace, f.cfg.ToAtelet, f.node.Name)
+					if err == nil {
+						err = kube.WaitForNodeReady(ctx, cs, f.node.Name)
+					}
+					var nd *kube.NodeNotReadyError
+					if errors.As(context.Cause(ctx), &nd) {
+						return runbook.Blocked(fmt.Errorf("%w: the %s atelet cannot serve there; bring the node back and run the same "+
+							"command again", nd, f.cfg.To))
+					}
 					if err != nil && ctx.Err() != nil {
 						return fmt.Errorf("the %s atelet on %s is not Ready: %w. If its log says the image cache \"has layout version\" "+
 							"it does not support, clear /var/lib/ate/image-cache on the node (kubectl debug node/%s --image=busybox -- "+

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -199,11 +200,22 @@ func describeProbe(r *ProbeRecord) string {
 }
 
 // waitHelper watches a helper until it ends, and notices within seconds a
-// helper that cannot start (image pull, bad config) instead of waiting for
-// its deadline.
+// helper that cannot start (image pull, bad config, a NotReady node)
+// instead of waiting for its deadline.
 func waitHelper(ctx context.Context, cs kubernetes.Interface, ns, name string) (helperFacts, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go watchNodeDown(ctx, cancel, cs, ns, name)
 	p, err := kube.WaitForPod(ctx, cs, ns, name, func(p *corev1.Pod) bool { return kube.PodTerminal(p) || startFailure(p) != "" })
 	if err != nil {
+		if nd, ok := asNodeDown(ctx); ok {
+			p, gerr := cs.CoreV1().Pods(ns).Get(context.WithoutCancel(ctx), name, metav1.GetOptions{})
+			if gerr != nil {
+				return helperFacts{}, nd
+			}
+			return helperFacts{Pod: p}, fmt.Errorf("%w and helper pod %s/%s has not started on it; bring the node back "+
+				"(or take it out of the selection) and run the same command again", nd, ns, name)
+		}
 		return helperFacts{}, err
 	}
 	if why := startFailure(p); why != "" && !kube.PodTerminal(p) {

@@ -47,8 +47,8 @@ func loadStagesRaw(extraFiles []string) ([]string, error) {
 	// still applies to them, so deleting a helper finishes at once and the
 	// runner only has to treat "gone" as cancellation.
 	raws := []string{
-		nodefast.DefaultNodeInit,
-		nodeheartbeatwithlease.DefaultNodeHeartbeatWithLease,
+		skipNotReadyNodes(nodefast.DefaultNodeInit),
+		skipNotReadyNodes(nodeheartbeatwithlease.DefaultNodeHeartbeatWithLease),
 		excludeHelperPods(podfast.DefaultPodReady),
 		excludeHelperPods(exclusivePodComplete()),
 		podfast.DefaultPodDelete,
@@ -116,6 +116,21 @@ func excludeHelperPods(stage string) string {
 	}
 	return strings.Replace(stage, anchor, anchor+
 		"    - key: '.metadata.labels[\""+HelperLabel+"\"]'\n      operator: 'DoesNotExist'\n", 1)
+}
+
+// NotReadyLabel set to "true" on a node holds its Ready condition False
+// (stages/node-not-ready.yaml): the node's kubelet is down.
+const NotReadyLabel = "sim.rollbook.dev/not-ready"
+
+// skipNotReadyNodes adds "label sim.rollbook.dev/not-ready is not true" to
+// the selector of a Node stage, so that stage cannot set Ready=True again.
+func skipNotReadyNodes(stage string) string {
+	const anchor = "    matchExpressions:\n"
+	if !strings.Contains(stage, "kind: Node\n") || !strings.Contains(stage, anchor) {
+		panic("node stage without selector.matchExpressions")
+	}
+	return strings.Replace(stage, anchor, anchor+
+		"    - key: '.metadata.labels[\""+NotReadyLabel+"\"]'\n      operator: 'NotIn'\n      values:\n      - 'true'\n", 1)
 }
 
 func splitYAML(s string) []string {

@@ -2,6 +2,7 @@ package tthost
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -56,15 +57,30 @@ func (c *podController) run(ctx context.Context) error {
 		if quit {
 			return nil
 		}
-		if err := c.sync(ctx, key, lister); err != nil && ctx.Err() == nil {
+		err := c.sync(ctx, key, lister)
+		var later retryAfter
+		switch {
+		case errors.As(err, &later):
+			q.Forget(key)
+			q.AddAfter(key, later.d)
+		case err != nil && ctx.Err() == nil:
 			c.logf("%s: %s: %v (retrying)", c.name, key, err)
 			q.AddRateLimited(key)
-		} else {
+		default:
 			q.Forget(key)
 		}
 		q.Done(key)
 	}
 }
+
+// retryAfter is a sync result that is not a failure: look at the key again
+// after d (no backoff growth, no log line).
+type retryAfter struct {
+	d   time.Duration
+	why string
+}
+
+func (e retryAfter) Error() string { return e.why }
 
 func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 

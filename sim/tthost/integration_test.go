@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -200,6 +201,40 @@ func TestRunnerAndHolders(t *testing.T) {
 			}
 		}
 		waitTrue(t, func() bool { return inspectOK(t, root).Refcnt == base })
+	})
+	t.Run("node down", func(t *testing.T) {
+		ready := func() corev1.ConditionStatus {
+			n, err := cs.CoreV1().Nodes().Get(ctx, "kwok-node-0", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					return c.Status
+				}
+			}
+			return ""
+		}
+		mark := func(val string) {
+			patch := `{"metadata":{"labels":{"` + NotReadyLabel + `":` + val + `}}}`
+			if _, err := cs.CoreV1().Nodes().Patch(ctx, "kwok-node-0", types.MergePatchType, []byte(patch),
+				metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mark(`"true"`)
+		waitTrue(t, func() bool { return ready() == corev1.ConditionFalse })
+		p := create(t, ctx, cs, helper("down", "kwok-node-0", AgentName, "fake"))
+		time.Sleep(3 * time.Second) // longer than kwok's heartbeat would take to set Ready=True again
+		if got, err := cs.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{}); err != nil ||
+			got.Status.Phase != corev1.PodPending || ready() != corev1.ConditionFalse {
+			t.Fatalf("on a down node after 3s: pod %v (err %v), node Ready=%s; want Pending and False", got.Status.Phase, err, ready())
+		}
+		mark("null")
+		waitTrue(t, func() bool { return ready() == corev1.ConditionTrue })
+		if got := until(t, ctx, cs, p, terminal); got.Status.Phase != corev1.PodSucceeded {
+			t.Fatalf("after the node came back: status %+v", got.Status)
+		}
 	})
 }
 

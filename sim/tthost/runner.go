@@ -132,7 +132,22 @@ func (r *Runner) stop(key string, keep types.UID, cause error) {
 	}
 }
 
+// NotReadyLabel set to "true" on a node means its kubelet is down (the sim's
+// kwok stages hold the node's Ready condition False): nothing starts there,
+// the helper stays Pending until the label goes.
+const NotReadyLabel = "sim.rollbook.dev/not-ready"
+
+// notReadyRecheck is how often a helper waiting for a down node is re-checked.
+const notReadyRecheck = time.Second
+
 func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
+	node, err := r.Client.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err == nil && node.Labels[NotReadyLabel] == "true" {
+		return retryAfter{d: notReadyRecheck, why: "node " + node.Name + " is down (" + NotReadyLabel + "=true)"}
+	}
 	root, ok := r.Hosts.Root(pod.Spec.NodeName)
 	if !ok {
 		return r.refuse(ctx, pod, "SimNoTTHost",
