@@ -421,16 +421,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				},
 				Plan: func(f nodeFacts) []runbook.Change {
 					live, crashed := f.residents()
-					out := f.recordChange()
-					for _, a := range live {
-						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "SuspendActor",
-							Detail: string(a.State)})
-					}
-					for _, a := range crashed {
-						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "blocked",
-							Detail: "CRASHED: needs RevertActor"})
-					}
-					return out
+					return append(f.recordChange(), suspendPlan(live, crashed)...)
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
 					return emptyNodeRecording(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
@@ -978,4 +969,18 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// suspendPlan is what emptying a node does to its residents: suspend the
+// live ones; a crashed one blocks until reverted.
+func suspendPlan(live, crashed []ateapi.Actor) []runbook.Change {
+	var out []runbook.Change
+	for _, a := range live {
+		out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "SuspendActor", Detail: string(a.State)})
+	}
+	for _, a := range crashed {
+		out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "blocked",
+			Detail: "CRASHED: needs RevertActor"})
+	}
+	return out
 }

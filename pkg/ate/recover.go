@@ -205,16 +205,7 @@ of the node that are not draining, and actors merely paused on the node, are lef
 				},
 				Plan: func(f recoverFacts) []runbook.Change {
 					live, crashed := f.residents()
-					var out []runbook.Change
-					for _, a := range live {
-						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "SuspendActor",
-							Detail: string(a.State)})
-					}
-					for _, a := range crashed {
-						out = append(out, runbook.Change{Object: "actor/" + a.Atespace + "/" + a.Name, Action: "blocked",
-							Detail: "CRASHED: needs RevertActor"})
-					}
-					return out
+					return suspendPlan(live, crashed)
 				},
 				Act: func(ctx context.Context, f recoverFacts) error {
 					return emptyNode(ctx, api, rec, f.nodeView(), func(ctx context.Context) (nodeFacts, error) {
