@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -128,4 +129,29 @@ func (s *Scan) String() string {
 	return fmt.Sprintf("%d texts (%d bytes): %d events, %d leases, %d configmaps, the rest CLI output; "+
 		"checked for bearer tokens (JWT), credentials in URLs and %d kubeconfig secrets: %d hit(s)",
 		s.Texts, s.Bytes, s.Events, s.Leases, s.ConfigMaps, s.Literals, len(s.Hits))
+}
+
+// ExpectNoSecrets scans everything the package's runs printed (outs) and
+// every Event, Lease and ConfigMap in the cluster for the kubeconfig's
+// credentials, fails t on each hit, and returns the scan for its figures.
+func ExpectNoSecrets(t *testing.T, ctx context.Context, kubeconfig string, cs kubernetes.Interface, outs []string) *Scan {
+	t.Helper()
+	sec, err := KubeconfigSecrets(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) == 0 {
+		t.Fatal("no output recorded: run the whole package")
+	}
+	s := &Scan{}
+	for i, o := range outs {
+		s.Text(fmt.Sprintf("output of run %d", i+1), o, sec)
+	}
+	if err := s.Cluster(ctx, cs, sec); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range s.Hits {
+		t.Errorf("secret found: %s", h)
+	}
+	return s
 }

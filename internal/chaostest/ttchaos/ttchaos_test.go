@@ -341,26 +341,9 @@ func TestZSecretsNeverPrintedOrWritten(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 2*time.Minute)
-	sec, err := chaostest.KubeconfigSecrets(c.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s chaostest.Scan
-	outs := printed.All()
-	if len(outs) == 0 {
-		t.Fatal("no output recorded: run the whole package")
-	}
-	for i, o := range outs {
-		s.Text(fmt.Sprintf("output of run %d", i+1), o, sec)
-	}
-	if err := s.Cluster(ctx, c.Client, sec); err != nil {
-		t.Fatal(err)
-	}
-	for _, h := range s.Hits {
-		t.Errorf("secret found: %s", h)
-	}
+	s := chaostest.ExpectNoSecrets(t, ctx, c.Kubeconfig, c.Client, printed.All())
 	totals.Lock()
 	t.Logf("FIGURES tt: %d kills survived in %d runs (%d unkilled stops re-run); secrets scan: %s", totals.kills, totals.runs,
-		totals.stops, &s)
+		totals.stops, s)
 	totals.Unlock()
 }
