@@ -41,6 +41,8 @@ func cmdUp(args []string) int {
 	apiFaults := fs.Float64("api-faults", 0, "put a proxy in front of the apiserver that fails this fraction of requests "+
 		"(429 with Retry-After, 500, 503, dropped connection, slow response); DIR/kubeconfig points at it")
 	faultSeed := fs.Uint64("api-faults-seed", 1, "seed of the --api-faults draws")
+	leaseSeconds := fs.Int("node-lease-seconds", 40, "the fake nodes' Lease duration (renewed every quarter of it); "+
+		"benchmarks of thousands of nodes raise it so renewals do not saturate a small machine")
 	var apiArg, kcmArg, schedArg multiFlag
 	fs.Var(&apiArg, "apiserver-arg", "extra kube-apiserver flag (repeatable)")
 	fs.Var(&kcmArg, "kcm-arg", "extra kube-controller-manager flag (repeatable)")
@@ -48,8 +50,8 @@ func cmdUp(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *dir == "" || *nodes < 0 || *apiFaults < 0 || *apiFaults > 1 {
-		fmt.Fprintln(os.Stderr, "sim up: --dir is required, --nodes must be >= 0 and --api-faults between 0 and 1")
+	if *dir == "" || *nodes < 0 || *leaseSeconds < 10 || *apiFaults < 0 || *apiFaults > 1 {
+		fmt.Fprintln(os.Stderr, "sim up: --dir is required, --nodes must be >= 0, --node-lease-seconds >= 10 and --api-faults between 0 and 1")
 		return 2
 	}
 	scenario.TTAgent = *ttAgent
@@ -81,7 +83,7 @@ func cmdUp(args []string) int {
 		go exitWhenOrphaned(stop)
 	}
 	c, err := cluster.Up(ctx, cluster.Options{Dir: abs, Nodes: *nodes, Verbosity: *verbosity,
-		APIServerArg: apiArg, KCMArg: kcmArg, SchedulerArg: schedArg, Logf: logf})
+		APIServerArg: apiArg, KCMArg: kcmArg, SchedulerArg: schedArg, NodeLeaseSeconds: *leaseSeconds, Logf: logf})
 	if err != nil {
 		fmt.Fprintln(os.Stdout, "sim up: the cluster did not start:", err)
 		return 1

@@ -11,14 +11,13 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 )
 
 // Globals is what every subcommand receives: kubectl's connection flags, a
 // factory built on them, and the streams to write to.
 type Globals struct {
 	ConfigFlags *genericclioptions.ConfigFlags
-	Factory     cmdutil.Factory
+	Factory     *Factory
 	IOStreams   genericiooptions.IOStreams
 	// Verbosity is -v: client-go request logging on stderr.
 	Verbosity int
@@ -32,7 +31,7 @@ func NewRoot(plugin, short, long string, streams genericiooptions.IOStreams) (*c
 	flags.WrapConfigFn = tuneClient
 	g := &Globals{
 		ConfigFlags: flags,
-		Factory:     cmdutil.NewFactory(flags),
+		Factory:     NewFactory(flags),
 		IOStreams:   streams,
 	}
 	root := &cobra.Command{
@@ -93,13 +92,7 @@ func tuneClient(c *rest.Config) *rest.Config {
 
 // MetadataClient reads objects as PartialObjectMetadata (protobuf): what a
 // fleet status needs of thousands of nodes, at a fraction of the cost.
-func (g *Globals) MetadataClient() (metadata.Interface, error) {
-	cfg, err := g.Factory.ToRESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	return metadata.NewForConfig(cfg)
-}
+func (g *Globals) MetadataClient() (metadata.Interface, error) { return g.Factory.MetadataClient() }
 
 // WrapTransport wraps, when set, every client's transport: tests count the
 // API requests a run makes with it.

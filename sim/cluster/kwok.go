@@ -164,7 +164,7 @@ var kwokServerCRDs = map[string][]byte{
 }
 
 // runKwok blocks until ctx is done.
-func runKwok(ctx context.Context, kubeconfig string, extraStageFiles []string, verbose bool, srv *kwokServer) error {
+func runKwok(ctx context.Context, kubeconfig string, extraStageFiles []string, verbose bool, leaseSeconds int, srv *kwokServer) error {
 	lvl := kwoklog.LevelWarn
 	if verbose {
 		lvl = kwoklog.LevelInfo
@@ -220,6 +220,9 @@ func runKwok(ctx context.Context, kubeconfig string, extraStageFiles []string, v
 	// kube-node-lease and Node liveness rests on status heartbeats alone.
 	if o.NodeLeaseDurationSeconds == 0 {
 		o.NodeLeaseDurationSeconds = 40
+	}
+	if leaseSeconds > 0 {
+		o.NodeLeaseDurationSeconds = uint(leaseSeconds)
 	}
 	if srv != nil {
 		o.NodeIP, o.NodePort = "127.0.0.1", srv.Port
