@@ -33,7 +33,7 @@ type Options struct {
 	// cores raises it, or the renewals alone keep both cores busy; the node
 	// lifecycle controller's grace period follows it.
 	NodeLeaseSeconds int
-	Logf         func(format string, a ...any)
+	Logf             func(format string, a ...any)
 }
 
 // Cluster is a running control plane.
@@ -187,7 +187,9 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	c.goRun(runCtx, "kube-controller-manager", func(ctx context.Context) error { return runControllerManager(ctx, kcmArgs) })
 	c.goRun(runCtx, "kube-scheduler", func(ctx context.Context) error { return runScheduler(ctx, schedArgs) })
 	srv := &kwokServer{Port: kwokPort, CertFile: pki.ServingCert, KeyFile: pki.ServingKey}
-	c.goRun(runCtx, "kwok", func(ctx context.Context) error { return runKwok(ctx, kc, nil, o.Verbosity > 0, o.NodeLeaseSeconds, srv) })
+	c.goRun(runCtx, "kwok", func(ctx context.Context) error {
+		return runKwok(ctx, kc, nil, o.Verbosity > 0, o.NodeLeaseSeconds, srv)
+	})
 
 	t := time.Now()
 	if err := CreateNodes(ctx, c.Client, o.NodePrefix, 0, o.Nodes, 32, nil); err != nil {
