@@ -16,7 +16,7 @@ dir=$base/sim
 cleanup() { "$SIM" down --dir "$dir" >/dev/null 2>&1 || true; rm -rf "$base"; }
 trap cleanup EXIT
 
-"$SIM" up --dir "$dir" --nodes 0 >"$base/sim.out" 2>&1 &
+"$SIM" up --dir "$dir" --nodes 0 --node-lease-seconds "${LEASE_SECONDS:-1200}" >"$base/sim.out" 2>&1 &
 for _ in $(seq 600); do [ -f "$dir/ready" ] && break; sleep 0.1; done
 export KUBECONFIG=$dir/kubeconfig
 labels="feature.node.kubernetes.io/pci-1200_1e52.present=true,driver.tenstorrent.com/kmd-version=2.7.0"

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 
@@ -70,6 +71,13 @@ func ExitCode(err error) int {
 func Execute(root *cobra.Command, args []string, errOut io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if f := os.Getenv("ROLLBOOK_CPUPROFILE"); f != "" {
+		// For benchmarks (docs/performance.md): where one invocation's CPU goes.
+		if out, err := os.Create(f); err == nil {
+			_ = pprof.StartCPUProfile(out)
+			defer pprof.StopCPUProfile()
+		}
+	}
 	return ExecuteContext(ctx, root, args, errOut)
 }
 

@@ -1,6 +1,7 @@
 package ttcmd
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -94,6 +95,15 @@ func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 		return err
 	}
 	for {
+		// The pause note is read alongside the fleet, not after it.
+		pause := make(chan string, 1)
+		go func() {
+			note := ""
+			if o.output == "" || o.output == "wide" {
+				note = cli.PauseNote(ctx, cs, "tt", "kube-system", tt.LockName)
+			}
+			pause <- note
+		}()
 		rows, err := tt.Status(ctx, cs, md, sel)
 		if err != nil {
 			return err
@@ -104,10 +114,8 @@ func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 		if err := o.table(o.g.IOStreams.Out, rows); err != nil {
 			return err
 		}
-		if o.output == "" || o.output == "wide" {
-			if note := cli.PauseNote(ctx, cs, "tt", "kube-system", tt.LockName); note != "" {
-				fmt.Fprintln(o.g.IOStreams.Out, note)
-			}
+		if note := <-pause; note != "" {
+			fmt.Fprintln(o.g.IOStreams.Out, note)
 		}
 		if !o.watch {
 			return nil
@@ -166,7 +174,11 @@ func (o *statusOptions) table(out io.Writer, rows []tt.NodeStatus) error {
 	if o.output == "json" || o.output == "yaml" {
 		return ui.PrintObject(out, o.output, map[string]any{"nodes": rows})
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	// One write per 64 KiB, not per cell: 5,000 rows are otherwise
+	// tens of thousands of write calls.
+	buf := bufio.NewWriterSize(out, 64<<10)
+	defer buf.Flush()
+	tw := tabwriter.NewWriter(buf, 0, 4, 2, ' ', 0)
 	head := "NODE\tKMD\tTT-SMI\tFIRMWARE\tMODE\tCORDON\tSTATE\tWHY"
 	if o.output == "wide" {
 		head += "\tDEVICES\tSINCE\tRUN"
