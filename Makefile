@@ -11,7 +11,7 @@ SIM_GOFLAGS := -trimpath
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI := $(CURDIR)/.cache/bin/golangci-lint-$(GOLANGCI_VERSION)
 
-.PHONY: all build sim demo test check lint bench docs clean chaos
+.PHONY: all build sim demo test check lint bench bench-fleet docs clean chaos
 
 all: build
 
@@ -62,6 +62,17 @@ bench: build sim ## every benchmark at a size that fits ~10 minutes; figures nex
 	ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v \
 	  -run 'TestKMDRequestsPerNode|TestFirmwareRequestsPerNode|TestFullRollAndRollbackOnSixNodes|TestPerNodeCost' \
 	  ./pkg/tt/ttcmd ./pkg/tt/ttcmd/situations ./pkg/ate/atecmd/e2e/fleet | grep -E 'roll in|requests|^(---|ok|FAIL)'
+	$(MAKE) --no-print-directory bench-fleet
+
+# Per-node cost as a roll goes through a fleet (flat, or it fails). Small by
+# default; FLEET_NODES=100 ACTORS=2000 is the size docs/performance.md records.
+FLEET_NODES ?= 12
+ACTORS ?= 200
+bench-fleet: sim ## per-node requests and seconds over a fleet: tt kmd and the ate node roll
+	$(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
+	ROLLBOOK_FLEET_NODES=$(FLEET_NODES) ROLLBOOK_SIM_ATE_EXTRA_ACTORS=$(ACTORS) ROLLBOOK_SIM_BIN=$(SIM) \
+	  ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v -timeout 90m \
+	  ./pkg/tt/ttcmd/fleetcurve ./pkg/ate/atecmd/e2e/fleetcurve | grep -E 'curve_test|^ +[0-9]+  |^(---|ok|FAIL)'
 
 docs: ## regenerate runbooks/*.md from the step registry
 	$(GO) run ./hack/gendocs

@@ -150,10 +150,30 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	return s, ctx, nil
 }
 
+// flushBeforeLongSteps writes the journal's pending records as a timed step
+// (one that may wait on the cluster: a helper, a drain) starts acting: a run
+// killed during such a step (the likely moment) has journaled all it changed
+// before it, at one update per long step rather than one per step. Records
+// of the step itself follow within journalBatch.
+type flushBeforeLongSteps struct {
+	runbook.Reporter
+	journal *journal.Writer
+}
+
+func (f flushBeforeLongSteps) Step(target string, r runbook.StepResult) {
+	if r.Status == runbook.StepActing && r.Budget > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = f.journal.Flush(ctx)
+		cancel()
+	}
+	f.Reporter.Step(target, r)
+}
+
 // journalBatch is how long recorded mutations wait to be journaled
-// together: one ConfigMap update per two seconds of a run, however many
-// steps and nodes they span, instead of one per mutation. Events are
-// written at once, so a SIGKILLed run's last records survive there.
+// together (unless a timed step starts first): one ConfigMap update per
+// long step or two seconds of a run, however many steps and nodes they span,
+// instead of one per mutation. Events are written at once, so a SIGKILLed
+// run's last records survive there.
 const journalBatch = 2 * time.Second
 
 // note journals a line about the run itself (its start and end).
@@ -205,6 +225,9 @@ func Run[F any](ctx context.Context, s *Session, rb *runbook.Runbook[F], targets
 	o.RunID, o.DryRun = s.RunID, s.DryRun()
 	if o.Reporter == nil {
 		o.Reporter = s.Progress
+	}
+	if s.journal != nil {
+		o.Reporter = flushBeforeLongSteps{o.Reporter, s.journal}
 	}
 	if o.Paused == nil {
 		o.Paused = s.Paused

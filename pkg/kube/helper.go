@@ -206,16 +206,27 @@ func CleanupHelpers(ctx context.Context, cs kubernetes.Interface, rec Recorder, 
 	if err != nil {
 		return nil, fmt.Errorf("list %s helpers: %w", task, err)
 	}
+	return CleanupHelperPods(ctx, cs, rec, l.Items, task)
+}
+
+// CleanupHelperPods is CleanupHelpers over pods already read (a node's pods:
+// helpers are pinned by name, so a list of the node's pods has them all);
+// pods of other tasks are left alone. Deletes are UID-preconditioned, so a
+// pod replaced since it was read is never hit.
+func CleanupHelperPods(ctx context.Context, cs kubernetes.Interface, rec Recorder, pods []corev1.Pod, task string) ([]string, error) {
 	var deleted []string
-	for i := range l.Items {
-		p := &l.Items[i]
+	for i := range pods {
+		p := &pods[i]
+		if p.Labels[LabelHelper] != task {
+			continue
+		}
 		if finished := PodTerminal(p) || helperStale(p, time.Now()); p.DeletionTimestamp != nil || !finished {
 			continue
 		}
-		did, err := DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(ns).Delete, PodRef(p), p.UID,
+		did, err := DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.Namespace).Delete, PodRef(p), p.UID,
 			fmt.Sprintf("deleted finished %s helper (phase %s)", task, p.Status.Phase))
 		if err != nil {
-			return deleted, fmt.Errorf("delete helper %s/%s: %w", ns, p.Name, err)
+			return deleted, fmt.Errorf("delete helper %s/%s: %w", p.Namespace, p.Name, err)
 		}
 		if did {
 			deleted = append(deleted, p.Name)
@@ -234,15 +245,21 @@ func RemoveOtherRunsHelpers(ctx context.Context, cs kubernetes.Interface, rec Re
 	if err != nil {
 		return fmt.Errorf("list %s helpers: %w", task, err)
 	}
-	for i := range l.Items {
-		p := &l.Items[i]
-		if p.DeletionTimestamp != nil || p.Labels[LabelRun] == labelSafe(runID) {
+	return RemoveOtherRunsHelperPods(ctx, cs, rec, l.Items, task, runID)
+}
+
+// RemoveOtherRunsHelperPods is RemoveOtherRunsHelpers over pods already read
+// (a node's pods); pods of other tasks are left alone.
+func RemoveOtherRunsHelperPods(ctx context.Context, cs kubernetes.Interface, rec Recorder, pods []corev1.Pod, task, runID string) error {
+	for i := range pods {
+		p := &pods[i]
+		if p.Labels[LabelHelper] != task || p.DeletionTimestamp != nil || p.Labels[LabelRun] == labelSafe(runID) {
 			continue
 		}
-		_, err := DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(ns).Delete, PodRef(p), p.UID,
+		_, err := DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.Namespace).Delete, PodRef(p), p.UID,
 			fmt.Sprintf("deleted the %s helper of an earlier run (phase %s)", task, p.Status.Phase))
 		if err != nil {
-			return fmt.Errorf("delete helper %s/%s: %w", ns, p.Name, err)
+			return fmt.Errorf("delete helper %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package tt
 
 import (
 	"context"
+	"k8s.io/apimachinery/pkg/types"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +23,10 @@ type Facts struct {
 	Helper helperFacts
 	// Probe is this run's probe helper pod, if any.
 	Probe helperFacts
+	// Helpers are every helper pod on the node (any task, any run: helpers
+	// are pinned to their node by name), when helpersRead.
+	Helpers     []corev1.Pod
+	helpersRead bool
 	// Measured is the last probe recorded on the node.
 	Measured *ProbeRecord
 	// Pods on the node; listed only while the node is ours and unfinished.
@@ -121,6 +126,7 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 		}
 	}
 	f.Helper, f.Probe = helperNamed(helpers, o.helper, n.Name), helperNamed(helpers, o.probe, n.Name)
+	f.Helpers, f.helpersRead = helpers, true
 	if f.ourCordon() && !f.Finished {
 		f.Pods = pods
 	}
@@ -188,3 +194,30 @@ func isHelper(p *corev1.Pod) bool {
 
 // active reports pods that still run or may still hold a device.
 func active(p *corev1.Pod) bool { return !kube.PodTerminal(p) }
+
+// removeOtherRunsProbes deletes probes that earlier (dead) runs left on the
+// node, from the observed pods when the observation read them.
+func (b builder) removeOtherRunsProbes(ctx context.Context, f Facts) error {
+	if f.helpersRead {
+		return kube.RemoveOtherRunsHelperPods(ctx, b.cs, b.rec, f.Helpers, "probe", b.run)
+	}
+	return kube.RemoveOtherRunsHelpers(ctx, b.cs, b.rec, b.helperNS, "probe", f.Node.Name, b.run)
+}
+
+// cleanupHelpers deletes the node's finished helpers of task, but the one
+// just deleted.
+func (b builder) cleanupHelpers(ctx context.Context, f Facts, task string, deleted types.UID) error {
+	var err error
+	if f.helpersRead {
+		rest := make([]corev1.Pod, 0, len(f.Helpers))
+		for _, p := range f.Helpers {
+			if p.UID != deleted {
+				rest = append(rest, p)
+			}
+		}
+		_, err = kube.CleanupHelperPods(ctx, b.cs, b.rec, rest, task)
+	} else {
+		_, err = kube.CleanupHelpers(ctx, b.cs, b.rec, b.helperNS, task, f.Node.Name)
+	}
+	return err
+}

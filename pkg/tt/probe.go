@@ -144,7 +144,7 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 				}
 			}
 			// A killed run's probe is named after that run: nobody else removes it.
-			if err := kube.RemoveOtherRunsHelpers(ctx, b.cs, b.rec, b.helperNS, "probe", f.Node.Name, b.run); err != nil {
+			if err := b.removeOtherRunsProbes(ctx, f); err != nil {
 				return err
 			}
 			spec := helperSpec(b.helper, "probe", f.Node.Name, b.run, cmd, false, b.run)

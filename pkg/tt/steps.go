@@ -239,11 +239,12 @@ func (b *builder) cleanup(id string, helperName func(node string) string) runboo
 				if err := deleteHelper(ctx, b.cs, b.rec, p); err != nil {
 					return err
 				}
-				// Failed helpers of versions given up on go too, and probes of killed runs.
-				if _, err := kube.CleanupHelpers(ctx, b.cs, b.rec, b.helperNS, p.Labels[kube.LabelHelper], f.Node.Name); err != nil {
+				// Failed helpers of versions given up on go too, and probes of
+				// killed runs: all found among the pods observed on the node.
+				if err := b.cleanupHelpers(ctx, f, p.Labels[kube.LabelHelper], p.UID); err != nil {
 					return err
 				}
-				return kube.RemoveOtherRunsHelpers(ctx, b.cs, b.rec, b.helperNS, "probe", f.Node.Name, b.run)
+				return b.removeOtherRunsProbes(ctx, f)
 			}
 			return nil
 		},

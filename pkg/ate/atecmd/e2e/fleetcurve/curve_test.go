@@ -56,7 +56,7 @@ func TestNodeCostIsFlatAcrossTheFleet(t *testing.T) {
 	t.Logf("%d nodes, %s idle actors besides the scenario's", n, os.Getenv("ROLLBOOK_SIM_ATE_EXTRA_ACTORS"))
 	t.Logf("per-node requests (each a whole `roll next-node --wait`): %v", reqs)
 	t.Logf("per-node seconds: %v", took)
-	q := max(2, n/4)
+	q := max(3, n/4)
 	first, last := median(reqs[:q]), median(reqs[n-q:])
 	t.Logf("median requests per node: first quarter %d, last quarter %d (flat within ±20 %%)", first, last)
 	if float64(last) > 1.2*float64(first) || float64(last) < 0.8*float64(first) {
