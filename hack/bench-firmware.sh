@@ -15,7 +15,7 @@ K=${K:-2}
 FLASH=${FLASH:-3s}
 base=$(mktemp -d /tmp/rollbook-bench-fw.XXXXXX)
 dir=$base/sim
-cleanup() { "$SIM" down --dir "$dir" >/dev/null 2>&1 || true; rm -rf "$base"; }
+cleanup() { "$SIM" down --dir "$dir" >/dev/null 2>&1 || true; [ -n "${KEEP:-}" ] && echo "kept $base" >&2 || rm -rf "$base"; }
 trap cleanup EXIT
 ROLLBOOK_SIM_TT_FLASH_DELAY=$FLASH "$SIM" up --dir "$dir" --nodes "$NODES" --scenario tt-fleet --tt-agent "$TT" >"$base/sim.out" 2>&1 &
 for _ in $(seq 900); do [ -f "$dir/ready" ] && break; sleep 0.1; done
@@ -26,7 +26,7 @@ flashing=$NODES
 [ "$NODES" -ge 5 ] && flashing=$((NODES - 1))
 targets=$(seq -s, -f 'kwok-node-%g' 0 $((flashing - 1)))
 start=$(date +%s.%N)
-"$TT" upgrade firmware --version 19.0.0 --bundle-url "file://$dir/bundles/fw_pack-19.0.0.fwbundle" --max-parallel "$K" -o json \
+"$TT" upgrade firmware --version 19.0.0 --bundle-url "file://$dir/bundles/fw_pack-19.0.0.fwbundle" --max-parallel "$K" -o json ${TT_ARGS:-} \
   --nodes "$targets" \
   >"$base/run.json" 2>"$base/run.out" || { cat "$base/run.out"; exit 1; }
 end=$(date +%s.%N)
