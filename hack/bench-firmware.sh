@@ -31,8 +31,8 @@ start=$(date +%s.%N)
   >"$base/run.json" 2>"$base/run.out" || { cat "$base/run.out"; exit 1; }
 end=$(date +%s.%N)
 flash=$(echo "$FLASH" | sed 's/s$//')
-python3 - "$start" "$end" "$flash" "$flashing" "$K" "$base/run.json" <<'PY'
-import json, math, statistics, sys
+python3 - "$start" "$end" "$flash" "$flashing" "$K" "$base/run.json" "$dir/hosts/runner.log" <<'PY'
+import datetime, json, math, statistics, sys
 start, end, flash = map(float, sys.argv[1:4])
 nodes, k = int(sys.argv[4]), int(sys.argv[5])
 run = json.load(open(sys.argv[6]))
@@ -47,4 +47,26 @@ print(f"{nodes} nodes, --max-parallel {k}, each flash {flash:.1f}s, median drain
 print(f"total {total:.2f}s, ideal ceil(N/K)×(drain+flash) = {ideal:.2f}s, overhead {total-ideal:.2f}s "
       f"({(total-ideal)/batches:.2f}s per batch); {total/ideal:.2f}× the ideal (target ≤ 1.10×: "
       f"{'met' if total <= 1.10*ideal else 'NOT met'})")
+# Where the time goes, from the sim's helper runner log (flash helpers only):
+# lead-in (start → first flash), each flash helper's run beyond the flash
+# itself, each slot's hand-over (a flash ends → the next flash on that slot
+# starts: record, gates, uncordon, next cordon, gates, drain, helper start)
+# and the tail (last flash ends → the command exits).
+def at(line):
+    ts = line.split()[0].rstrip("Z")
+    whole, _, frac = ts.partition(".")
+    t = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.timezone.utc).timestamp()
+    return t + float("0." + (frac or "0"))
+starts, ends = [], []
+for line in open(sys.argv[7]):
+    f = line.split()
+    if len(f) > 2 and "/rollbook-flash-" in f[2]:
+        (starts if f[1] == "START" else ends if f[1] == "END" else []).append(at(line))
+starts.sort(); ends.sort()
+if starts and len(starts) == len(ends):
+    runs = [e - s for s, e in zip(starts, ends)]
+    hand = [starts[j] - ends[j - k] for j in range(k, len(starts))]
+    print(f"breakdown: lead-in {starts[0]-start:.2f}s; flash helper beyond {flash:.1f}s: median "
+          f"{statistics.median(runs)-flash:.2f}s; slot hand-over (incl. drain): median "
+          f"{statistics.median(hand) if hand else 0:.2f}s; tail {end-ends[-1]:.2f}s")
 PY
