@@ -6,6 +6,8 @@
 # With 5 or more nodes the fleet's last node has a host process holding the
 # device (it blocks by design) and is left out: NODES=7 flashes 6.
 #   NODES=7 K=2 FLASH=3s bash hack/bench-firmware.sh
+# KEEP=1 keeps the run's directory (run.json, run.out, the sim's logs);
+# TT_ARGS=-v=6 adds client-go's timestamped request log to run.out.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 SIM=${ROLLBOOK_SIM_BIN:-$root/.cache/bin/sim}
@@ -26,7 +28,9 @@ flashing=$NODES
 [ "$NODES" -ge 5 ] && flashing=$((NODES - 1))
 targets=$(seq -s, -f 'kwok-node-%g' 0 $((flashing - 1)))
 start=$(date +%s.%N)
-"$TT" upgrade firmware --version 19.0.0 --bundle-url "file://$dir/bundles/fw_pack-19.0.0.fwbundle" --max-parallel "$K" -o json ${TT_ARGS:-} \
+# shellcheck disable=SC2086 # TT_ARGS holds extra flags, split on purpose
+"$TT" upgrade firmware --version 19.0.0 --bundle-url "file://$dir/bundles/fw_pack-19.0.0.fwbundle" --max-parallel "$K" \
+  -o json ${TT_ARGS:-} \
   --nodes "$targets" \
   >"$base/run.json" 2>"$base/run.out" || { cat "$base/run.out"; exit 1; }
 end=$(date +%s.%N)
