@@ -6,6 +6,8 @@
 # With 5 or more nodes the fleet's last node has a host process holding the
 # device (it blocks by design) and is left out: NODES=7 flashes 6.
 #   NODES=7 K=2 FLASH=3s bash hack/bench-firmware.sh
+# KEEP=1 keeps the run's directory (run.json, run.out, the sim's logs);
+# TT_ARGS=-v=6 adds client-go's timestamped request log to run.out.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 SIM=${ROLLBOOK_SIM_BIN:-$root/.cache/bin/sim}
@@ -15,7 +17,7 @@ K=${K:-2}
 FLASH=${FLASH:-3s}
 base=$(mktemp -d /tmp/rollbook-bench-fw.XXXXXX)
 dir=$base/sim
-cleanup() { "$SIM" down --dir "$dir" >/dev/null 2>&1 || true; rm -rf "$base"; }
+cleanup() { "$SIM" down --dir "$dir" >/dev/null 2>&1 || true; [ -n "${KEEP:-}" ] && echo "kept $base" >&2 || rm -rf "$base"; }
 trap cleanup EXIT
 ROLLBOOK_SIM_TT_FLASH_DELAY=$FLASH "$SIM" up --dir "$dir" --nodes "$NODES" --scenario tt-fleet --tt-agent "$TT" >"$base/sim.out" 2>&1 &
 for _ in $(seq 900); do [ -f "$dir/ready" ] && break; sleep 0.1; done
@@ -26,13 +28,15 @@ flashing=$NODES
 [ "$NODES" -ge 5 ] && flashing=$((NODES - 1))
 targets=$(seq -s, -f 'kwok-node-%g' 0 $((flashing - 1)))
 start=$(date +%s.%N)
-"$TT" upgrade firmware --version 19.0.0 --bundle-url "file://$dir/bundles/fw_pack-19.0.0.fwbundle" --max-parallel "$K" -o json \
+# shellcheck disable=SC2086 # TT_ARGS holds extra flags, split on purpose
+"$TT" upgrade firmware --version 19.0.0 --bundle-url "file://$dir/bundles/fw_pack-19.0.0.fwbundle" --max-parallel "$K" \
+  -o json ${TT_ARGS:-} \
   --nodes "$targets" \
   >"$base/run.json" 2>"$base/run.out" || { cat "$base/run.out"; exit 1; }
 end=$(date +%s.%N)
 flash=$(echo "$FLASH" | sed 's/s$//')
-python3 - "$start" "$end" "$flash" "$flashing" "$K" "$base/run.json" <<'PY'
-import json, math, statistics, sys
+python3 - "$start" "$end" "$flash" "$flashing" "$K" "$base/run.json" "$dir/hosts/runner.log" <<'PY'
+import datetime, json, math, statistics, sys
 start, end, flash = map(float, sys.argv[1:4])
 nodes, k = int(sys.argv[4]), int(sys.argv[5])
 run = json.load(open(sys.argv[6]))
@@ -47,4 +51,26 @@ print(f"{nodes} nodes, --max-parallel {k}, each flash {flash:.1f}s, median drain
 print(f"total {total:.2f}s, ideal ceil(N/K)×(drain+flash) = {ideal:.2f}s, overhead {total-ideal:.2f}s "
       f"({(total-ideal)/batches:.2f}s per batch); {total/ideal:.2f}× the ideal (target ≤ 1.10×: "
       f"{'met' if total <= 1.10*ideal else 'NOT met'})")
+# Where the time goes, from the sim's helper runner log (flash helpers only):
+# lead-in (start → first flash), each flash helper's run beyond the flash
+# itself, each slot's hand-over (a flash ends → the next flash on that slot
+# starts: record, gates, uncordon, next cordon, gates, drain, helper start)
+# and the tail (last flash ends → the command exits).
+def at(line):
+    ts = line.split()[0].rstrip("Z")
+    whole, _, frac = ts.partition(".")
+    t = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.timezone.utc).timestamp()
+    return t + float("0." + (frac or "0"))
+starts, ends = [], []
+for line in open(sys.argv[7]):
+    f = line.split()
+    if len(f) > 2 and "/rollbook-flash-" in f[2]:
+        (starts if f[1] == "START" else ends if f[1] == "END" else []).append(at(line))
+starts.sort(); ends.sort()
+if starts and len(starts) == len(ends):
+    runs = [e - s for s, e in zip(starts, ends)]
+    hand = [starts[j] - ends[j - k] for j in range(k, len(starts))]
+    print(f"breakdown: lead-in {starts[0]-start:.2f}s; flash helper beyond {flash:.1f}s: median "
+          f"{statistics.median(runs)-flash:.2f}s; slot hand-over (incl. drain): median "
+          f"{statistics.median(hand) if hand else 0:.2f}s; tail {end-ends[-1]:.2f}s")
 PY

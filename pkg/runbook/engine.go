@@ -371,9 +371,15 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 			sr.Status, sr.Error = StepBlocked, reason
 			return finish(rb, facts, t, o, tr, sr, i, OutcomeBlocked)
 		}
+		wasOut := rb.OutOfService != nil && rb.OutOfService(facts)
 		facts, sr, err = act(ctx, rb, s, t, facts, o, sr)
 		if exclusive {
 			o.excl.leave()
+		}
+		if err == nil && wasOut && !rb.OutOfService(facts) && o.excl != nil {
+			// Back in service (uncordoned): a target waiting for the budget
+			// need not wait for this one's remaining steps (cleanup).
+			o.excl.released()
 		}
 		if err != nil {
 			outcome := OutcomeFailed

@@ -673,3 +673,82 @@ func TestExclusiveStepsSpendASharedBudgetOneAtATime(t *testing.T) {
 		}
 	}
 }
+
+// A target waiting for the out-of-service budget goes on as soon as another
+// target is back in service, not when that target has run its last steps:
+// here n1's cleanup step waits for n2's cordon, which must not wait for n1
+// to end.
+func TestBudgetFreedWhenATargetIsBackInService(t *testing.T) {
+	w := newWorld("n1", "n2")
+	cordoned := map[string]chan struct{}{"n1": make(chan struct{}), "n2": make(chan struct{})}
+	outOthers := func(self string) int {
+		n := 0
+		for _, name := range []string{"n1", "n2"} {
+			if name != self && w.snapshot(name).cordonedBy == owner {
+				n++
+			}
+		}
+		return n
+	}
+	other := map[string]string{"n1": "n2", "n2": "n1"}
+	spent := make(chan struct{}) // the other node saw the budget spent
+	var spentOnce sync.Once
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	rb := &Runbook[facts]{
+		Name: owner,
+		Observe: func(_ context.Context, tg Target) (facts, error) {
+			name := strings.TrimPrefix(tg.Name(), "node/")
+			f := facts{name: name, node: w.snapshot(name), target: fmt.Sprint(outOthers(name))}
+			if f.target != "0" {
+				spentOnce.Do(func() { close(spent) })
+			}
+			return f, nil
+		},
+		OutOfService: func(f facts) bool { return f.node.cordonedBy == owner },
+		Steps: []Step[facts]{
+			{ID: "cordon", Exclusive: true,
+				Done: func(f facts) (bool, string) {
+					return f.node.cordonedBy == owner || f.node.labels[testLabel] == "v2", ""
+				},
+				Guards: []Guard[facts]{{Name: "budget", SharedBudget: true, Check: func(f facts) (bool, string) {
+					return f.target == "0", "a node is out already"
+				}}},
+				Act: func(_ context.Context, f facts) error {
+					w.update(f.name, func(n *memNode) { n.cordonedBy = owner })
+					note("cordon " + f.name)
+					close(cordoned[f.name])
+					return nil
+				}},
+			{ID: "upgrade-and-uncordon",
+				Done: func(f facts) (bool, string) { return f.node.labels[testLabel] == "v2" && f.node.cordonedBy == "", "" },
+				Act: func(_ context.Context, f facts) error {
+					select { // give the other node time to wait for the budget
+					case <-spent:
+						time.Sleep(50 * time.Millisecond)
+					case <-time.After(2 * time.Second):
+					}
+					w.update(f.name, func(n *memNode) { n.labels[testLabel] = "v2"; n.cordonedBy = "" })
+					return nil
+				}},
+			{ID: "cleanup",
+				Done: func(f facts) (bool, string) { return f.node.annotations["cleaned"] == "yes", "" },
+				Act: func(_ context.Context, f facts) error {
+					select { // the first node's cleanup overlaps the next node's cordon
+					case <-cordoned[other[f.name]]:
+					case <-time.After(2 * time.Second):
+					}
+					note("cleanup " + f.name)
+					w.update(f.name, func(n *memNode) { n.annotations["cleaned"] = "yes" })
+					return nil
+				}},
+		},
+	}
+	res := Run(context.Background(), rb, targets(w, "n1", "n2"), Options{Parallel: 1, Prefetch: 1})
+	mu.Lock()
+	defer mu.Unlock()
+	if res.Outcome != OutcomeDone || len(order) != 4 || !strings.HasPrefix(order[1], "cordon ") {
+		t.Errorf("n2 should be cordoned once n1 is uncordoned, before n1's cleanup: order %v, outcome %s", order, res.Outcome)
+	}
+}

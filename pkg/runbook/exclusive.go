@@ -13,7 +13,7 @@ type exclusion struct {
 	busy     bool // an Exclusive step is deciding or acting
 	running  int  // targets in progress
 	waiting  int  // of which: waiting for another to end
-	finishes int  // targets ended so far
+	finishes int  // targets ended (or back in service) so far
 }
 
 func newExclusion() *exclusion {
@@ -27,6 +27,15 @@ func (e *exclusion) started() { e.mu.Lock(); e.running++; e.mu.Unlock() }
 func (e *exclusion) finished() {
 	e.mu.Lock()
 	e.running--
+	e.finishes++
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+// released counts a target that went back into service as an end: the
+// budget it held is free before the target's last steps run.
+func (e *exclusion) released() {
+	e.mu.Lock()
 	e.finishes++
 	e.cond.Broadcast()
 	e.mu.Unlock()

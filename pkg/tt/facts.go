@@ -137,8 +137,11 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 // has out of service: a failed node that stays cordoned still uses its
 // slot, whichever tt runbook left it.
 func countOutOfService(ctx context.Context, cs kubernetes.Interface, node string) (int, error) {
-	// Only cordoned nodes: the cost follows what is out, not the fleet.
-	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0",
+	// Only cordoned nodes: the cost follows what is out, not the fleet. A
+	// consistent read (not resourceVersion 0, which the watch cache may
+	// answer from before the cordon this run just made): an undercount
+	// would put one node too many out of service.
+	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.unschedulable", "true").String()})
 	if err != nil {
 		return 0, err

@@ -5,22 +5,22 @@ import (
 	"errors"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/kube"
 )
 
-// watchNodeDown cancels ctx with a *kube.NodeNotReadyError once helper
-// ns/name is still Pending while its node has been NotReady for a few
-// seconds: a helper bound to a node whose kubelet is down never starts.
-func watchNodeDown(ctx context.Context, cancel context.CancelCauseFunc, cs kubernetes.Interface, ns, name string) {
-	kube.CancelOnNodeDown(ctx, cancel, cs, func(ctx context.Context) string {
-		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || p.Status.Phase != corev1.PodPending {
-			return ""
+// watchNodeDown cancels ctx with a *kube.NodeNotReadyError once the helper
+// (its latest state as the caller's watch saw it; nil until then) is still
+// Pending while its node has been NotReady for a few seconds: a helper bound
+// to a node whose kubelet is down never starts. Only a Pending helper costs
+// a read (of its node) each second; a running one costs nothing.
+func watchNodeDown(ctx context.Context, cancel context.CancelCauseFunc, cs kubernetes.Interface, helper func() *corev1.Pod) {
+	kube.CancelOnNodeDown(ctx, cancel, cs, func(context.Context) string {
+		if p := helper(); p != nil && p.Status.Phase == corev1.PodPending {
+			return p.Spec.NodeName
 		}
-		return p.Spec.NodeName
+		return ""
 	})
 }
 

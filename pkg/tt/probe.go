@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -205,8 +206,12 @@ func describeProbe(r *ProbeRecord) string {
 func waitHelper(ctx context.Context, cs kubernetes.Interface, ns, name string) (helperFacts, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go watchNodeDown(ctx, cancel, cs, ns, name)
-	p, err := kube.WaitForPod(ctx, cs, ns, name, func(p *corev1.Pod) bool { return kube.PodTerminal(p) || startFailure(p) != "" })
+	var seen atomic.Pointer[corev1.Pod] // the helper as the watch last saw it
+	go watchNodeDown(ctx, cancel, cs, seen.Load)
+	p, err := kube.WaitForPod(ctx, cs, ns, name, func(p *corev1.Pod) bool {
+		seen.Store(p)
+		return kube.PodTerminal(p) || startFailure(p) != ""
+	})
 	if err != nil {
 		if nd, ok := asNodeDown(ctx); ok {
 			p, gerr := cs.CoreV1().Pods(ns).Get(context.WithoutCancel(ctx), name, metav1.GetOptions{})
