@@ -28,10 +28,10 @@ func (c *Client) listAll(ctx context.Context, method, target, field string,
 				errc <- fmt.Errorf("ateapi: %s: no last page after %d pages: %w", method, c.opts.MaxPages, ErrTooManyPages)
 				return
 			}
-			resp, err := c.call(ctx, method, target, func(req protoreflect.Message) {
+			resp, err := c.callAs(ctx, method, target, func(req protoreflect.Message) {
 				fill(req)
 				pageRequest(c.opts.PageSize, token, "")(req)
-			})
+			}, true)
 			if err != nil {
 				errc <- err
 				return

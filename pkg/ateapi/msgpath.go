@@ -132,6 +132,9 @@ func getStrMap(m protoreflect.Message, path string) map[string]string {
 	if fd == nil || !fd.IsMap() || fd.MapValue().Kind() != protoreflect.StringKind {
 		return nil
 	}
+	if w, ok := parent.(*wireMessage); ok {
+		return w.strMap(fd)
+	}
 	mp := parent.Get(fd).Map()
 	if mp.Len() == 0 {
 		return nil
