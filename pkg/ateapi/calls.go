@@ -104,20 +104,39 @@ func (c *Client) fillAssignments(ctx context.Context, w *Worker) error {
 // de-duplicated by UID (or atespace/name).
 func (c *Client) ListActors(ctx context.Context, atespace string) ([]Actor, error) {
 	seen := map[string]bool{}
-	var out []Actor
+	// Pages of actors, joined once at the end: appending 50,000 actors to
+	// one slice reallocates it to about five times its final size in all.
+	var chunks [][]Actor
+	var chunk []Actor
+	n := 0
 	err := c.listAll(ctx, "ListActors", atespace, "actors", pageRequest(0, "", atespace), func(m protoreflect.Message) {
 		a := decodeActor(m)
 		key := a.UID
 		if key == "" {
 			key = a.Ref().String()
 		}
-		if !seen[key] {
-			seen[key] = true
-			out = append(out, a)
+		if seen[key] {
+			return
 		}
+		seen[key] = true
+		if len(chunk) == cap(chunk) {
+			if len(chunk) > 0 {
+				chunks = append(chunks, chunk)
+			}
+			chunk = make([]Actor, 0, max(int(c.opts.PageSize), 1))
+		}
+		chunk = append(chunk, a)
+		n++
 	})
 	if err != nil {
 		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	out := make([]Actor, 0, n)
+	for _, ch := range append(chunks, chunk) {
+		out = append(out, ch...)
 	}
 	return out, nil
 }

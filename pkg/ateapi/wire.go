@@ -59,12 +59,6 @@ type wireMessage struct {
 
 	indexed bool
 	fields  []wireField
-	subs    []wireSub // singular message fields already read
-}
-
-type wireSub struct {
-	num protowire.Number
-	m   *wireMessage
 }
 
 func newWireMessage(md protoreflect.MessageDescriptor, b []byte) *wireMessage {
@@ -72,13 +66,13 @@ func newWireMessage(md protoreflect.MessageDescriptor, b []byte) *wireMessage {
 }
 
 // wireField is one occurrence of a field: its number (varint, fixed) or,
-// length-delimited, where its value bytes lie in the message (off, n). 24
-// bytes: the index of every actor is allocated once per actor.
+// length-delimited, where its value bytes lie in the message (off, n).
 type wireField struct {
 	num protowire.Number
 	typ protowire.Type
 	off uint32
 	n   uint64
+	sub *wireMessage // a message field's value, once read
 }
 
 // index scans the message once; the decoders read a field by several era
@@ -88,6 +82,7 @@ func (m *wireMessage) index() []wireField {
 		return m.fields
 	}
 	m.indexed = true
+	m.fields = make([]wireField, 0, countFields(m.b))
 	b := m.b
 	for len(b) > 0 {
 		num, typ, l := protowire.ConsumeTag(b)
@@ -121,6 +116,24 @@ func (m *wireMessage) index() []wireField {
 		m.fields = append(m.fields, f)
 	}
 	return m.fields
+}
+
+// countFields counts the fields of b, so that the index is allocated once.
+func countFields(b []byte) int {
+	n := 0
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return n
+		}
+		if l2 := protowire.ConsumeFieldValue(num, typ, b[l:]); l2 >= 0 {
+			b = b[l+l2:]
+		} else {
+			return n
+		}
+		n++
+	}
+	return n
 }
 
 // occurrences calls f with each occurrence of field num, in order.
@@ -178,32 +191,7 @@ func (m *wireMessage) Get(fd protoreflect.FieldDescriptor) protoreflect.Value {
 		})
 		return protoreflect.ValueOfList(l)
 	case fd.Kind() == protoreflect.MessageKind:
-		for _, sub := range m.subs {
-			if sub.num == fd.Number() {
-				return protoreflect.ValueOfMessage(sub.m)
-			}
-		}
-		// Occurrences of a message field merge, which is what decoding their
-		// concatenation does.
-		var parts [][]byte
-		m.occurrences(fd.Number(), func(typ protowire.Type, v []byte, _ uint64) {
-			if typ == protowire.BytesType {
-				parts = append(parts, v)
-			}
-		})
-		var b []byte
-		switch len(parts) {
-		case 0:
-		case 1:
-			b = parts[0]
-		default:
-			for _, p := range parts {
-				b = append(b, p...)
-			}
-		}
-		sub := newWireMessage(fd.Message(), b)
-		m.subs = append(m.subs, wireSub{fd.Number(), sub})
-		return protoreflect.ValueOfMessage(sub)
+		return protoreflect.ValueOfMessage(m.message(fd))
 	case fd.Kind() == protoreflect.GroupKind:
 		return m.slow().Get(fd)
 	}
@@ -217,6 +205,43 @@ func (m *wireMessage) Get(fd protoreflect.FieldDescriptor) protoreflect.Value {
 		return fd.Default()
 	}
 	return v
+}
+
+// message reads a singular message field. Occurrences of a message field
+// merge, which is what decoding their concatenation does; the usual single
+// occurrence is kept in the index, so later reads share it.
+func (m *wireMessage) message(fd protoreflect.FieldDescriptor) *wireMessage {
+	var only *wireField
+	var parts [][]byte
+	fields := m.index()
+	for i := range fields {
+		f := &fields[i]
+		if f.num != fd.Number() || f.typ != protowire.BytesType {
+			continue
+		}
+		if only == nil && parts == nil {
+			only = f
+			continue
+		}
+		if only != nil {
+			parts, only = append(parts, m.b[only.off:uint64(only.off)+only.n]), nil
+		}
+		parts = append(parts, m.b[f.off:uint64(f.off)+f.n])
+	}
+	switch {
+	case only != nil:
+		if only.sub == nil {
+			only.sub = newWireMessage(fd.Message(), m.b[only.off:uint64(only.off)+only.n])
+		}
+		return only.sub
+	case parts != nil:
+		var b []byte
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		return newWireMessage(fd.Message(), b)
+	}
+	return newWireMessage(fd.Message(), nil)
 }
 
 // strMap reads a map<string, string> field: repeated entries of key (1)

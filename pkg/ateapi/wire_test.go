@@ -71,7 +71,10 @@ func TestWireMessageMergesRepeatedOccurrences(t *testing.T) {
 		}
 		return b
 	}
-	b := append(part(func(m protoreflect.Message) { setStr(m, "metadata.name", "first"); setStr(m, "metadata.atespace", "team") }),
+	b := append(part(func(m protoreflect.Message) {
+		setStr(m, "metadata.name", "first")
+		setStr(m, "metadata.atespace", "team")
+	}),
 		part(func(m protoreflect.Message) { setStr(m, "metadata.name", "second") })...)
 	a := decodeActor(newWireMessage(md, b))
 	if a.Name != "second" || a.Atespace != "team" {
