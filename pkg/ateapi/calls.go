@@ -109,6 +109,7 @@ func (c *Client) ListActors(ctx context.Context, atespace string) ([]Actor, erro
 	var chunks [][]Actor
 	var chunk []Actor
 	n := 0
+	strs := interner{}
 	err := c.listAll(ctx, "ListActors", atespace, "actors", pageRequest(0, "", atespace), func(m protoreflect.Message) {
 		a := decodeActor(m)
 		key := a.UID
@@ -119,6 +120,11 @@ func (c *Client) ListActors(ctx context.Context, atespace string) ([]Actor, erro
 			return
 		}
 		seen[key] = true
+		// Atespaces, workers, pools, pods and nodes repeat across actors:
+		// one copy of each stays live.
+		for _, p := range []*string{&a.Atespace, &a.Worker, &a.Pool, &a.Pod, &a.Node, &a.AssignedNode} {
+			*p = strs.intern(*p)
+		}
 		if len(chunk) == cap(chunk) {
 			if len(chunk) > 0 {
 				chunks = append(chunks, chunk)
@@ -238,4 +244,18 @@ func unwrapOr(resp protoreflect.Message, typeName protoreflect.Name, field strin
 		return m
 	}
 	return resp
+}
+
+// interner keeps one copy of each string.
+type interner map[string]string
+
+func (in interner) intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	if v, ok := in[s]; ok {
+		return v
+	}
+	in[s] = s
+	return s
 }
