@@ -6,19 +6,21 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // listAll follows next_page_token until it is empty, handing each item to
 // each as its page arrives: the next page is fetched while this one is
-// decoded, and a page's messages are dropped once decoded (50,000 actors
-// never sit in memory as dynamic messages). Pages may be empty while a
-// token remains; MaxPages stops a server that never ends.
+// decoded. Pages stay encoded and an item is read where it lies, through
+// messages from one arena reused item after item, so each must not keep
+// the message it is handed (the decoders copy what they read). Pages may
+// be empty while a token remains; MaxPages stops a server that never ends.
 func (c *Client) listAll(ctx context.Context, method, target, field string,
 	fill func(protoreflect.Message), each func(protoreflect.Message)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pages := make(chan []protoreflect.Message, 1)
+	pages := make(chan protoreflect.Message, 1)
 	errc := make(chan error, 1)
 	go func() {
 		defer close(pages)
@@ -36,20 +38,35 @@ func (c *Client) listAll(ctx context.Context, method, target, field string,
 				errc <- err
 				return
 			}
+			// Read before the page is handed over: from then on it is the
+			// decoder's alone.
+			token = getStr(resp, "next_page_token")
 			select {
-			case pages <- getList(resp, field):
+			case pages <- resp:
 			case <-ctx.Done():
 				return
 			}
-			if token = getStr(resp, "next_page_token"); token == "" {
+			if token == "" {
 				return
 			}
 		}
 	}()
-	for items := range pages {
-		for _, m := range items {
-			each(m)
+	var arena wireArena
+	for resp := range pages {
+		fd := resp.Descriptor().Fields().ByName(protoreflect.Name(field))
+		wm, ok := resp.(*wireMessage)
+		if !ok || fd == nil || !fd.IsList() || fd.Kind() != protoreflect.MessageKind {
+			for _, m := range getList(resp, field) {
+				each(m)
+			}
+			continue
 		}
+		wm.occurrences(fd.Number(), func(typ protowire.Type, v []byte, _ uint64) {
+			if typ == protowire.BytesType {
+				each(arena.message(fd.Message(), v))
+				arena.reset()
+			}
+		})
 	}
 	select {
 	case err := <-errc:
