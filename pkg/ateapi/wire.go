@@ -208,6 +208,17 @@ func (m *wireMessage) Get(fd protoreflect.FieldDescriptor) protoreflect.Value {
 	return v
 }
 
+// present returns a singular message field when it occurs, else nil (a
+// nil *wireMessage would not compare equal to a nil interface).
+func (m *wireMessage) present(fd protoreflect.FieldDescriptor) protoreflect.Message {
+	for _, f := range m.index() {
+		if f.num == fd.Number() && f.typ == protowire.BytesType {
+			return m.message(fd)
+		}
+	}
+	return nil
+}
+
 // message reads a singular message field. Occurrences of a message field
 // merge, which is what decoding their concatenation does; the usual single
 // occurrence is kept in the index, so later reads share it.
