@@ -122,3 +122,10 @@ func (rc *Counter) Paths() string {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Preflight is the number of permission checks counted apart.
+func (rc *Counter) Preflight() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.preflight
+}

@@ -151,8 +151,9 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 }
 
 // journalBatch is how long recorded mutations wait to be journaled
-// together: one ConfigMap update per step (or per several nodes' steps)
-// instead of one per mutation. Events are written at once.
+// together: one ConfigMap update per two seconds of a run, however many
+// steps and nodes they span, instead of one per mutation. Events are
+// written at once, so a SIGKILLed run's last records survive there.
 const journalBatch = 2 * time.Second
 
 // note journals a line about the run itself (its start and end).

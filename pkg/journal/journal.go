@@ -57,19 +57,18 @@ type Writer struct {
 	// Base fills Run, User, Host and Command of every entry.
 	Base     Entry
 	MaxBytes int
-	// Batch, when set, keeps the records of one step (of any number of
-	// targets in it at once) for up to this long and writes them together:
-	// one ConfigMap update per step, not per mutation. A record of another
-	// step writes the pending ones first. Append and Flush write at once,
-	// with whatever is pending. Zero writes each record through.
+	// Batch, when set, keeps records for up to this long and writes them
+	// together: one ConfigMap update per Batch of any number of steps and
+	// targets, not one per mutation. A run killed with SIGKILL loses at most
+	// the last Batch of records (the Events, written at once, still carry
+	// them); Append and Flush write at once, with whatever is pending. Zero
+	// writes each record through.
 	Batch time.Duration
 
 	mu      sync.Mutex
 	cm      *corev1.ConfigMap // last version written, to update without a read
 	pending []byte            // lines recorded but not yet written
-	// pendingStep is the step of the pending lines.
-	pendingStep string
-	timer       *time.Timer
+	timer   *time.Timer
 }
 
 // Record implements kube.Recorder.
@@ -86,14 +85,7 @@ func (w *Writer) Record(ctx context.Context, obj corev1.ObjectReference, warning
 		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if len(w.pending) > 0 && w.pendingStep != e.Step {
-			// A new step: the last one's records are written now, so a
-			// killed run loses at most its current step's.
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = w.write(wctx, nil)
-			cancel()
-		}
-		w.pending, w.pendingStep = append(append(w.pending, line...), '\n'), e.Step
+		w.pending = append(append(w.pending, line...), '\n')
 		if w.timer == nil {
 			w.timer = time.AfterFunc(w.Batch, w.flushLater)
 		}

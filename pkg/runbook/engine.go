@@ -53,6 +53,15 @@ type Options struct {
 	// RetryBackoff is the first wait before a target that failed on a
 	// transient API error is observed again (default 1 s; doubles, at most 8×).
 	RetryBackoff time.Duration
+	// ClockDelay overrides ClockDelay (tests).
+	ClockDelay time.Duration
+}
+
+func (o Options) clockDelay() time.Duration {
+	if o.ClockDelay > 0 {
+		return o.ClockDelay
+	}
+	return ClockDelay
 }
 
 // Run advances every target through rb's steps. Targets that are already
@@ -378,14 +387,6 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 			}
 			sr.Error = err.Error()
 			tr.cause = err
-			if outcome != OutcomeInterrupted && s.Timeout > 0 {
-				// The step ended (blocked or failed, and said so): the re-run
-				// after a fix gets a fresh budget. Only an interrupted step
-				// keeps its clock.
-				clear, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				_ = t.SetAnnotation(clear, TimerKey(rb.Name), nil)
-				cancel()
-			}
 			return finish(rb, facts, t, o, tr, sr, i, outcome)
 		}
 		tr.Steps = append(tr.Steps, sr)
@@ -401,6 +402,7 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts F, o Options, sr StepResult) (F, StepResult, error) {
 	start := o.Now()
 	stepCtx := WithStep(ctx, s.ID)
+	var clock *stepClock
 	if s.Timeout > 0 {
 		read := t.Annotation
 		if rb.Annotation != nil {
@@ -409,16 +411,26 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 				return v, ok, nil
 			}
 		}
-		started, err := startClock(ctx, t, read, rb.Name, s.ID, o.Now())
+		started, stored, err := resumeClock(ctx, read, rb.Name, s.ID, o.Now())
 		if err != nil {
 			return facts, sr, err
 		}
+		clock = keepClock(ctx, t, rb.Name, s.ID, started, stored, o.clockDelay())
 		sr.Started = &started
 		deadline := started.Add(s.Timeout)
 		var cancel context.CancelFunc
 		stepCtx, cancel = context.WithDeadlineCause(stepCtx, deadline,
 			fmt.Errorf("step %q ran out of its %s budget (started %s)", s.Title, s.Timeout, started.Format(time.RFC3339)))
 		defer cancel()
+	}
+	// An interrupted step keeps its clock; one that ended (done, blocked or
+	// failed, and said so) clears it, so a re-run after a fix gets a fresh
+	// budget.
+	stopClock := func(keep bool) error {
+		if clock == nil {
+			return nil
+		}
+		return clock.stop(ctx, keep)
 	}
 	sr.Status = StepActing
 	o.Reporter.Step(t.Name(), sr)
@@ -434,46 +446,94 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 			err = fmt.Errorf("%v: %w", cause, err)
 		}
 		sr.Duration = o.Now().Sub(start)
+		_ = stopClock(ctx.Err() != nil)
 		return facts, sr, err
 	}
 	observed, err := rb.Observe(ctx, t)
 	if err != nil {
+		_ = stopClock(ctx.Err() != nil)
 		return facts, sr, fmt.Errorf("observe after acting: %w", err)
 	}
 	facts = observed
 	done, ev := s.Done(facts)
 	sr.Duration = o.Now().Sub(start)
 	if !done {
+		_ = stopClock(false)
 		return facts, sr, fmt.Errorf("acted, but the result is not visible in the cluster: %s", ev)
 	}
-	if s.Timeout > 0 {
-		if err := t.SetAnnotation(ctx, TimerKey(rb.Name), nil); err != nil {
-			return facts, sr, err
-		}
+	if err := stopClock(false); err != nil {
+		return facts, sr, err
 	}
 	sr.Status, sr.Evidence = StepActed, ev
 	o.Reporter.Step(t.Name(), sr)
 	return facts, sr, nil
 }
 
-// startClock returns when the step's budget started: the time stored on the
-// target by an earlier run of the same step, or now (which it stores).
-func startClock(ctx context.Context, t Target, read func(context.Context, string) (string, bool, error),
-	rb, stepID string, now time.Time) (time.Time, error) {
-	key := TimerKey(rb)
-	v, ok, err := read(ctx, key)
+// resumeClock returns when the step's budget started: the time stored on
+// the target by an earlier run of the same step (stored), or now.
+func resumeClock(ctx context.Context, read func(context.Context, string) (string, bool, error),
+	rb, stepID string, now time.Time) (started time.Time, stored bool, err error) {
+	v, ok, err := read(ctx, TimerKey(rb))
 	if err != nil {
-		return now, err
+		return now, false, err
 	}
 	if ok {
 		if id, at, found := cut(v); found && id == stepID {
 			if started, err := time.Parse(time.RFC3339, at); err == nil {
-				return started, nil
+				return started, true, nil
 			}
 		}
 	}
-	val := stepID + "@" + now.UTC().Format(time.RFC3339)
-	return now.Truncate(time.Second), t.SetAnnotation(ctx, key, &val)
+	return now.Truncate(time.Second), false, nil
+}
+
+// ClockDelay is how long a timed step runs before its start is stored on
+// the target. Most steps end sooner and never write a clock (two requests
+// saved per step); a run killed inside that window re-starts the budget,
+// stretching a budget of minutes by at most this much.
+const ClockDelay = time.Second
+
+// stepClock stores a running step's start on its target once the step has
+// run for the clock delay, so a re-run after an interruption keeps the same
+// budget.
+type stepClock struct {
+	t       Target
+	key     string
+	stopped chan struct{}
+	carried chan bool // whether the target carries the clock, once settled
+}
+
+func keepClock(ctx context.Context, t Target, rb, stepID string, started time.Time, stored bool, delay time.Duration) *stepClock {
+	c := &stepClock{t: t, key: TimerKey(rb), stopped: make(chan struct{}), carried: make(chan bool, 1)}
+	if stored {
+		c.carried <- true
+		return c
+	}
+	go func() {
+		timer := time.NewTimer(delay)
+		defer timer.Stop()
+		select {
+		case <-c.stopped:
+			c.carried <- false
+		case <-timer.C:
+			val := stepID + "@" + started.UTC().Format(time.RFC3339)
+			// A failed write leaves the budget undurable, not the step wrong.
+			c.carried <- t.SetAnnotation(ctx, c.key, &val) == nil
+		}
+	}()
+	return c
+}
+
+// stop settles the clock and, unless keep, removes it from the target.
+func (c *stepClock) stop(ctx context.Context, keep bool) error {
+	close(c.stopped)
+	if carried := <-c.carried; !carried || keep {
+		return nil
+	}
+	// The step ended: its clock goes even when the run was cancelled.
+	clear, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return c.t.SetAnnotation(clear, c.key, nil)
 }
 
 func cut(v string) (id, at string, ok bool) {

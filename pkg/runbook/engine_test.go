@@ -365,17 +365,17 @@ func TestStepBudgetSurvivesRestart(t *testing.T) {
 	if err := target.SetAnnotation(ctx, TimerKey(owner), &v); err != nil {
 		t.Fatal(err)
 	}
-	started, err := startClock(ctx, target, target.Annotation, owner, "test.prepare", time.Now())
-	if err != nil || !started.Equal(earlier.Truncate(time.Second)) {
-		t.Fatalf("clock restarted: got %v, want %v (%v)", started, earlier, err)
+	started, stored, err := resumeClock(ctx, target.Annotation, owner, "test.prepare", time.Now())
+	if err != nil || !stored || !started.Equal(earlier.Truncate(time.Second)) {
+		t.Fatalf("clock restarted: got %v (stored %v), want %v (%v)", started, stored, earlier, err)
 	}
 	if id, at, ok := StepClock(w.snapshot("n0").annotations, owner); !ok || id != "test.prepare" || !at.Equal(earlier.Truncate(time.Second)) {
 		t.Fatalf("StepClock: %q %v %v", id, at, ok)
 	}
 	now := time.Now()
-	started, err = startClock(ctx, target, target.Annotation, owner, "test.upgrade", now)
-	if err != nil || started.Before(now.Add(-time.Second)) {
-		t.Fatalf("new step reused an old clock: %v %v", started, err)
+	started, stored, err = resumeClock(ctx, target.Annotation, owner, "test.upgrade", now)
+	if err != nil || stored || started.Before(now.Add(-time.Second)) {
+		t.Fatalf("new step reused an old clock: %v %v %v", started, stored, err)
 	}
 	// A step whose stored budget is already spent fails with the budget named.
 	spent := "test.prepare@" + time.Now().Add(-2*time.Minute).UTC().Format(time.RFC3339)
@@ -409,6 +409,39 @@ func TestClockOfAStepSeenDoneIsCleared(t *testing.T) {
 	}
 	if v, ok := w.snapshot("n0").annotations[TimerKey(owner)]; ok {
 		t.Fatalf("stale clock kept: %q", v)
+	}
+}
+
+// A timed step that ends within the clock delay writes no clock at all; one
+// that runs longer carries its clock while it runs (so a re-run keeps the
+// budget) and clears it when it ends.
+func TestClockIsWrittenOnlyForAStepThatRunsLong(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		wait     time.Duration
+		wantSeen bool
+	}{{"quick", 0, false}, {"long", 300 * time.Millisecond, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld("n0")
+			w.update("n0", func(n *memNode) { n.cordonedBy = owner })
+			rb := testRunbook(w, "v5", newCounters(), nil)
+			seen := ""
+			rb.Steps[1].Wait = func(ctx context.Context, _ facts) error {
+				time.Sleep(tc.wait)
+				seen = w.snapshot("n0").annotations[TimerKey(owner)]
+				return nil
+			}
+			res := Run(context.Background(), rb, targets(w, "n0"), Options{ClockDelay: 100 * time.Millisecond})
+			if res.Outcome != OutcomeDone {
+				t.Fatalf("outcome %s: %+v", res.Outcome, res.Targets)
+			}
+			if got := strings.HasPrefix(seen, rb.Steps[1].ID+"@"); got != tc.wantSeen {
+				t.Fatalf("clock seen while the step ran = %q, want a clock: %v", seen, tc.wantSeen)
+			}
+			if v, ok := w.snapshot("n0").annotations[TimerKey(owner)]; ok {
+				t.Fatalf("clock outlived its step: %q", v)
+			}
+		})
 	}
 }
 

@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -228,6 +230,14 @@ func seedActors(sub *substrate.Substrate) error {
 		{Atespace: "demo", Name: "chat-3", WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-3")},
 		{Atespace: "team-a", Name: "etl-3", WorkerSelector: sel("large"), ExternalSnapshotURI: snap("team-a/etl-3")},
 	}
+	// A big inventory for fleet benchmarks: suspended actors whose selector
+	// no worker of this fleet matches (traffic never wakes them), so every
+	// list pages through them while no node carries them.
+	extra, _ := strconv.Atoi(os.Getenv(EnvExtraActors))
+	for i := range extra {
+		actors = append(actors, fakesubstrate.Actor{Atespace: "bench", Name: fmt.Sprintf("idle-%05d", i),
+			WorkerSelector: sel("elsewhere"), ExternalSnapshotURI: snap(fmt.Sprintf("bench/idle-%05d", i))})
+	}
 	for _, a := range actors {
 		if err := sub.Server.AddActor(a); err != nil {
 			return err
@@ -235,6 +245,9 @@ func seedActors(sub *substrate.Substrate) error {
 	}
 	return nil
 }
+
+// EnvExtraActors adds this many idle actors to ate-fleet's inventory.
+const EnvExtraActors = "ROLLBOOK_SIM_ATE_EXTRA_ACTORS"
 
 // fakeDigest stands in for the image digest `crane digest` would print.
 func fakeDigest(ref string) string {
