@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 )
@@ -85,6 +87,33 @@ func appendTo(out protoreflect.Message, field string) protoreflect.Message {
 	return e.Message()
 }
 
+// appendItem adds item to the repeated field of out, encoded by encode.
+// With EncodeCache the item's bytes are reused until anything changes and
+// go out as unknown fields of out: on the wire they are the same repeated
+// field.
+func (s *Server) appendItem(out protoreflect.Message, field string, item any, encode func(protoreflect.Message)) {
+	if !s.opts.EncodeCache {
+		encode(appendTo(out, field))
+		return
+	}
+	if s.encoded == nil || s.encodedSeq != s.seq {
+		s.encoded, s.encodedSeq = map[any][]byte{}, s.seq
+	}
+	b, ok := s.encoded[item]
+	if !ok {
+		fd := out.Descriptor().Fields().ByName(protoreflect.Name(field))
+		m := dynamicpb.NewMessage(fd.Message())
+		encode(m)
+		body, err := proto.Marshal(m)
+		if err != nil {
+			panic(err) // a message built from its own descriptor always encodes
+		}
+		b = protowire.AppendBytes(protowire.AppendTag(nil, fd.Number(), protowire.BytesType), body)
+		s.encoded[item] = b
+	}
+	out.SetUnknown(append(out.GetUnknown(), b...))
+}
+
 func (s *Server) listWorkers(req, out *dynamicpb.Message) error {
 	all := s.sortedWorkers()
 	from, to, next, start, err := s.page(req, len(all))
@@ -93,7 +122,7 @@ func (s *Server) listWorkers(req, out *dynamicpb.Message) error {
 	}
 	for _, w := range all[from:to] {
 		if !s.missed(w.seq, w.changed, start) {
-			s.encodeWorker(appendTo(out, "workers"), w)
+			s.appendItem(out, "workers", w, func(m protoreflect.Message) { s.encodeWorker(m, w) })
 		}
 	}
 	setFirst(out, next, "next_page_token")
@@ -108,7 +137,7 @@ func (s *Server) listActors(req, out *dynamicpb.Message) error {
 	}
 	for _, a := range all[from:to] {
 		if !s.missed(a.seq, a.changed, start) {
-			s.encodeActor(appendTo(out, "actors"), a)
+			s.appendItem(out, "actors", a, func(m protoreflect.Message) { s.encodeActor(m, a) })
 		}
 	}
 	setFirst(out, next, "next_page_token")
@@ -134,4 +163,28 @@ func (s *Server) listAssignments(req, out *dynamicpb.Message) error {
 	}
 	setFirst(out, next, "next_page_token")
 	return nil
+}
+
+// PrimeEncodeCache encodes every worker and actor now, so that with
+// EncodeCache the first list costs what the next ones do.
+func (s *Server) PrimeEncodeCache() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.opts.EncodeCache {
+		return
+	}
+	if md := s.schema.service.Methods().ByName("ListWorkers"); md != nil {
+		out := dynamicpb.NewMessage(md.Output())
+		for _, w := range s.sortedWorkers() {
+			s.appendItem(out, "workers", w, func(m protoreflect.Message) { s.encodeWorker(m, w) })
+			out.SetUnknown(nil)
+		}
+	}
+	if md := s.schema.service.Methods().ByName("ListActors"); md != nil {
+		out := dynamicpb.NewMessage(md.Output())
+		for _, a := range s.sortedActors("") {
+			s.appendItem(out, "actors", a, func(m protoreflect.Message) { s.encodeActor(m, a) })
+			out.SetUnknown(nil)
+		}
+	}
 }

@@ -6,19 +6,21 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // listAll follows next_page_token until it is empty, handing each item to
 // each as its page arrives: the next page is fetched while this one is
-// decoded, and a page's messages are dropped once decoded (50,000 actors
-// never sit in memory as dynamic messages). Pages may be empty while a
-// token remains; MaxPages stops a server that never ends.
+// decoded. Pages stay encoded and an item is read where it lies, through
+// messages from one arena reused item after item, so each must not keep
+// the message it is handed (the decoders copy what they read). Pages may
+// be empty while a token remains; MaxPages stops a server that never ends.
 func (c *Client) listAll(ctx context.Context, method, target, field string,
 	fill func(protoreflect.Message), each func(protoreflect.Message)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pages := make(chan []protoreflect.Message, 1)
+	pages := make(chan protoreflect.Message, 1)
 	errc := make(chan error, 1)
 	go func() {
 		defer close(pages)
@@ -28,28 +30,43 @@ func (c *Client) listAll(ctx context.Context, method, target, field string,
 				errc <- fmt.Errorf("ateapi: %s: no last page after %d pages: %w", method, c.opts.MaxPages, ErrTooManyPages)
 				return
 			}
-			resp, err := c.call(ctx, method, target, func(req protoreflect.Message) {
+			resp, err := c.callAs(ctx, method, target, func(req protoreflect.Message) {
 				fill(req)
 				pageRequest(c.opts.PageSize, token, "")(req)
-			})
+			}, true)
 			if err != nil {
 				errc <- err
 				return
 			}
+			// Read before the page is handed over: from then on it is the
+			// decoder's alone.
+			token = getStr(resp, "next_page_token")
 			select {
-			case pages <- getList(resp, field):
+			case pages <- resp:
 			case <-ctx.Done():
 				return
 			}
-			if token = getStr(resp, "next_page_token"); token == "" {
+			if token == "" {
 				return
 			}
 		}
 	}()
-	for items := range pages {
-		for _, m := range items {
-			each(m)
+	var arena wireArena
+	for resp := range pages {
+		fd := resp.Descriptor().Fields().ByName(protoreflect.Name(field))
+		wm, ok := resp.(*wireMessage)
+		if !ok || fd == nil || !fd.IsList() || fd.Kind() != protoreflect.MessageKind {
+			for _, m := range getList(resp, field) {
+				each(m)
+			}
+			continue
 		}
+		wm.occurrences(fd.Number(), func(typ protowire.Type, v []byte, _ uint64) {
+			if typ == protowire.BytesType {
+				each(arena.message(fd.Message(), v))
+				arena.reset()
+			}
+		})
 	}
 	select {
 	case err := <-errc:
@@ -104,20 +121,45 @@ func (c *Client) fillAssignments(ctx context.Context, w *Worker) error {
 // de-duplicated by UID (or atespace/name).
 func (c *Client) ListActors(ctx context.Context, atespace string) ([]Actor, error) {
 	seen := map[string]bool{}
-	var out []Actor
+	// Pages of actors, joined once at the end: appending 50,000 actors to
+	// one slice reallocates it to about five times its final size in all.
+	var chunks [][]Actor
+	var chunk []Actor
+	n := 0
+	strs := interner{}
 	err := c.listAll(ctx, "ListActors", atespace, "actors", pageRequest(0, "", atespace), func(m protoreflect.Message) {
 		a := decodeActor(m)
 		key := a.UID
 		if key == "" {
 			key = a.Ref().String()
 		}
-		if !seen[key] {
-			seen[key] = true
-			out = append(out, a)
+		if seen[key] {
+			return
 		}
+		seen[key] = true
+		// Atespaces, workers, pools, pods and nodes repeat across actors:
+		// one copy of each stays live.
+		for _, p := range []*string{&a.Atespace, &a.Worker, &a.Pool, &a.Pod, &a.Node, &a.AssignedNode} {
+			*p = strs.intern(*p)
+		}
+		if len(chunk) == cap(chunk) {
+			if len(chunk) > 0 {
+				chunks = append(chunks, chunk)
+			}
+			chunk = make([]Actor, 0, max(int(c.opts.PageSize), 1))
+		}
+		chunk = append(chunk, a)
+		n++
 	})
 	if err != nil {
 		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	out := make([]Actor, 0, n)
+	for _, ch := range append(chunks, chunk) {
+		out = append(out, ch...)
 	}
 	return out, nil
 }
@@ -219,4 +261,18 @@ func unwrapOr(resp protoreflect.Message, typeName protoreflect.Name, field strin
 		return m
 	}
 	return resp
+}
+
+// interner keeps one copy of each string.
+type interner map[string]string
+
+func (in interner) intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	if v, ok := in[s]; ok {
+		return v
+	}
+	in[s] = s
+	return s
 }

@@ -103,6 +103,13 @@ func (c *Client) Close() error {
 // call sends one unary RPC built by fill, retrying Aborted and Unavailable
 // with bounded backoff. target names the object for error messages.
 func (c *Client) call(ctx context.Context, method, target string, fill func(req protoreflect.Message)) (protoreflect.Message, error) {
+	return c.callAs(ctx, method, target, fill, false)
+}
+
+// callAs is call; with raw the response stays encoded and is read through a
+// wireMessage (list pages: see wire.go).
+func (c *Client) callAs(ctx context.Context, method, target string, fill func(req protoreflect.Message),
+	raw bool) (protoreflect.Message, error) {
 	md := c.svc.Methods().ByName(protoreflect.Name(method))
 	if md == nil {
 		return nil, &Error{Method: method, Target: target, Code: codes.Unimplemented, Missing: true}
@@ -112,10 +119,17 @@ func (c *Client) call(ctx context.Context, method, target string, fill func(req 
 	full := "/" + string(c.svc.FullName()) + "/" + method
 	waitReady := false
 	for attempt := 1; ; attempt++ {
-		resp := dynamicpb.NewMessage(md.Output())
-		err := c.invoke(ctx, full, req, resp, waitReady)
-		if err == nil {
-			return resp, nil
+		var err error
+		if raw {
+			page := &rawPage{}
+			if err = c.invoke(ctx, full, req, page, waitReady, grpc.ForceCodecV2(rawCodec{})); err == nil {
+				return newWireMessage(md.Output(), page.b), nil
+			}
+		} else {
+			resp := dynamicpb.NewMessage(md.Output())
+			if err = c.invoke(ctx, full, req, resp, waitReady); err == nil {
+				return resp, nil
+			}
 		}
 		code := status.Code(err)
 		if code == codes.DeadlineExceeded && waitReady && ctx.Err() == nil {
@@ -131,9 +145,10 @@ func (c *Client) call(ctx context.Context, method, target string, fill func(req 
 	}
 }
 
-func (c *Client) invoke(ctx context.Context, full string, req, resp protoreflect.ProtoMessage, waitReady bool) error {
+func (c *Client) invoke(ctx context.Context, full string, req protoreflect.ProtoMessage, resp any, waitReady bool,
+	opts ...grpc.CallOption) error {
 	if !waitReady {
-		return c.conn.Invoke(ctx, full, req, resp)
+		return c.conn.Invoke(ctx, full, req, resp, opts...)
 	}
 	// After Unavailable, wait (bounded) for the channel to reconnect, e.g.
 	// through a re-resolved port-forward, instead of failing fast again.
@@ -142,7 +157,7 @@ func (c *Client) invoke(ctx context.Context, full string, req, resp protoreflect
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.Retry.ReconnectWait)
 	defer cancel()
-	return c.conn.Invoke(ctx, full, req, resp, grpc.WaitForReady(true))
+	return c.conn.Invoke(ctx, full, req, resp, append(opts, grpc.WaitForReady(true))...)
 }
 
 func (c *Client) wrap(method, target string, err error, attempts int) *Error {

@@ -23,7 +23,17 @@ func lookup(m protoreflect.Message, path string) (protoreflect.Message, protoref
 		if !more {
 			return m, fd
 		}
-		if fd.Kind() != protoreflect.MessageKind || fd.IsList() || fd.IsMap() || !m.Has(fd) {
+		if fd.Kind() != protoreflect.MessageKind || fd.IsList() || fd.IsMap() {
+			return nil, nil
+		}
+		if w, ok := m.(*wireMessage); ok { // one look-up for Has and Get
+			if m = w.present(fd); m == nil {
+				return nil, nil
+			}
+			path = rest
+			continue
+		}
+		if !m.Has(fd) {
 			return nil, nil
 		}
 		m, path = m.Get(fd).Message(), rest
@@ -131,6 +141,9 @@ func getStrMap(m protoreflect.Message, path string) map[string]string {
 	parent, fd := lookup(m, path)
 	if fd == nil || !fd.IsMap() || fd.MapValue().Kind() != protoreflect.StringKind {
 		return nil
+	}
+	if w, ok := parent.(*wireMessage); ok {
+		return w.strMap(fd)
 	}
 	mp := parent.Get(fd).Map()
 	if mp.Len() == 0 {
