@@ -123,7 +123,8 @@ func clusterNames(g *Globals, resource string) cobra.CompletionFunc {
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		l, err := mc.Resource(schema.GroupVersionResource{Version: "v1", Resource: resource}).List(context.Background(), metav1.ListOptions{})
+		gvr := schema.GroupVersionResource{Version: "v1", Resource: resource}
+		l, err := mc.Resource(gvr).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
