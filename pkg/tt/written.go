@@ -2,6 +2,7 @@ package tt
 
 import (
 	"context"
+	"strconv"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,7 +33,21 @@ func (w *nodeWrites) put(name string, n *corev1.Node, err error) {
 	if w.nodes == nil {
 		w.nodes = map[string]*corev1.Node{}
 	}
+	// Writes may overlap (a step clock is written while the step acts): a
+	// response that arrives late but carries an older version must not
+	// replace a newer one.
+	if prev, ok := w.nodes[name]; ok && olderVersion(n.ResourceVersion, prev.ResourceVersion) {
+		return
+	}
 	w.nodes[name] = n.DeepCopy()
+}
+
+// olderVersion reports whether resource version a is older than b; versions
+// that are not numbers (not etcd's) are never called older.
+func olderVersion(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x < y
 }
 
 // take returns the node written since the last take, if any.
