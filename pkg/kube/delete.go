@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Deleter is a typed or dynamic client's Delete method, e.g.
@@ -19,6 +20,17 @@ type Deleter func(ctx context.Context, name string, opts metav1.DeleteOptions) e
 // replaced is not an error. The Event is recorded only for a real deletion.
 func DeleteIfUnchanged(ctx context.Context, rec Recorder, del Deleter, ref corev1.ObjectReference, uid types.UID,
 	message string) (bool, error) {
+	return deleteIfUnchanged(ctx, rec, del, ref, uid, "Deleted", message)
+}
+
+// DeleteHelperIfUnchanged is DeleteIfUnchanged for one of rollbook's own
+// helper pods (recorded as ReasonHelperDeleted).
+func DeleteHelperIfUnchanged(ctx context.Context, cs kubernetes.Interface, rec Recorder, p *corev1.Pod, message string) (bool, error) {
+	return deleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.Namespace).Delete, PodRef(p), p.UID, ReasonHelperDeleted, message)
+}
+
+func deleteIfUnchanged(ctx context.Context, rec Recorder, del Deleter, ref corev1.ObjectReference, uid types.UID,
+	reason, message string) (bool, error) {
 	err := del(ctx, ref.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	switch {
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
@@ -26,6 +38,6 @@ func DeleteIfUnchanged(ctx context.Context, rec Recorder, del Deleter, ref corev
 	case err != nil:
 		return false, err
 	}
-	rec.Record(ctx, ref, false, "Deleted", message)
+	rec.Record(ctx, ref, false, reason, message)
 	return true, nil
 }

@@ -146,12 +146,12 @@ func EnsureHelper(ctx context.Context, cs kubernetes.Interface, rec Recorder, s 
 			defer cancel()
 			p, gerr := cs.CoreV1().Pods(s.Namespace).Get(check, want.Name, metav1.GetOptions{})
 			if gerr == nil && p.Labels[LabelRun] == labelSafe(s.RunID) {
-				rec.Record(check, PodRef(p), false, "HelperStarted", helperStartedMessage(s))
+				rec.Record(check, PodRef(p), false, ReasonHelperStarted, helperStartedMessage(s))
 			}
 		}
 		return nil, false, fmt.Errorf("create helper pod %s/%s: %w", s.Namespace, want.Name, err)
 	}
-	rec.Record(ctx, PodRef(pod), false, "HelperStarted", helperStartedMessage(s))
+	rec.Record(ctx, PodRef(pod), false, ReasonHelperStarted, helperStartedMessage(s))
 	return pod, true, nil
 }
 
@@ -223,7 +223,7 @@ func CleanupHelperPods(ctx context.Context, cs kubernetes.Interface, rec Recorde
 		if finished := PodTerminal(p) || helperStale(p, time.Now()); p.DeletionTimestamp != nil || !finished {
 			continue
 		}
-		did, err := DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.Namespace).Delete, PodRef(p), p.UID,
+		did, err := DeleteHelperIfUnchanged(ctx, cs, rec, p,
 			fmt.Sprintf("deleted finished %s helper (phase %s)", task, p.Status.Phase))
 		if err != nil {
 			return deleted, fmt.Errorf("delete helper %s/%s: %w", p.Namespace, p.Name, err)
@@ -256,7 +256,7 @@ func RemoveOtherRunsHelperPods(ctx context.Context, cs kubernetes.Interface, rec
 		if p.Labels[LabelHelper] != task || p.DeletionTimestamp != nil || p.Labels[LabelRun] == labelSafe(runID) {
 			continue
 		}
-		_, err := DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.Namespace).Delete, PodRef(p), p.UID,
+		_, err := DeleteHelperIfUnchanged(ctx, cs, rec, p,
 			fmt.Sprintf("deleted the %s helper of an earlier run (phase %s)", task, p.Status.Phase))
 		if err != nil {
 			return fmt.Errorf("delete helper %s/%s: %w", p.Namespace, p.Name, err)

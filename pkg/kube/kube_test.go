@@ -3,8 +3,10 @@ package kube
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/rollbook/rollbook/internal/simtest"
@@ -135,6 +138,63 @@ func TestPatchNodeDetectsConcurrentWriter(t *testing.T) {
 		return NodeChange{Labels: map[string]*string{"simtest/mine": nil}}, nil
 	})
 }
+
+// UpdateNodeKeysFrom's precondition is the keys it decided from: another
+// writer's change to anything else costs one request, not a conflict, a
+// read and a second patch; a change to a key it read makes it decide again
+// from a fresh read.
+func TestUpdateNodeKeysFromTestsOnlyTheKeysItRead(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, time.Minute)
+	var requests atomic.Int32
+	cfg := rest.CopyConfig(c.RESTConfig)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) { requests.Add(1); return rt.RoundTrip(r) })
+	})
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	const node, gate, record = "kwok-node-3", "simtest/gate", "simtest/gate-prior"
+	defer func() {
+		_, _ = SetNodeKeys(context.Background(), c.Client, node, NodeChange{
+			Labels: map[string]*string{gate: nil, "simtest/other": nil}, Annotations: map[string]*string{record: nil}})
+	}()
+	if _, err := SetNodeKeys(ctx, c.Client, node, NodeChange{Labels: map[string]*string{gate: ptr.To("true")}}); err != nil {
+		t.Fatal(err)
+	}
+	closeGate := func(n *corev1.Node) (NodeChange, error) {
+		return NodeChange{Labels: map[string]*string{gate: ptr.To("false")},
+			Annotations: map[string]*string{record: ptr.To(n.Labels[gate])}}, nil
+	}
+	reads := NodeKeys{Labels: []string{gate}, Annotations: []string{record}}
+
+	stale := getNode(t, c.Client, node)
+	if _, err := SetNodeKeys(ctx, c.Client, node, NodeChange{Labels: map[string]*string{"simtest/other": ptr.To("1")}}); err != nil {
+		t.Fatal(err)
+	}
+	requests.Store(0)
+	n, err := UpdateNodeKeysFrom(ctx, cs, stale, reads, closeGate)
+	if err != nil || n.Labels[gate] != "false" || n.Annotations[record] != "true" || n.Labels["simtest/other"] != "1" {
+		t.Fatalf("after an unrelated write: labels %v annotations %v, %v", n.Labels, n.Annotations, err)
+	}
+	if got := requests.Load(); got != 1 {
+		t.Errorf("an unrelated write cost %d requests, want 1", got)
+	}
+
+	// Someone changes the gate between our read and our write: the record
+	// must hold their value, not the one we read.
+	stale = getNode(t, c.Client, node)
+	if _, err := SetNodeKeys(ctx, c.Client, node, NodeChange{Labels: map[string]*string{gate: ptr.To("maybe")}}); err != nil {
+		t.Fatal(err)
+	}
+	n, err = UpdateNodeKeysFrom(ctx, cs, stale, reads, closeGate)
+	if err != nil || n.Labels[gate] != "false" || n.Annotations[record] != "maybe" {
+		t.Fatalf("after a write to a key read: labels %v annotations %v, %v", n.Labels, n.Annotations, err)
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func deployment(ns, name string, replicas int32, pod corev1.PodSpec) *appsv1.Deployment {
 	labels := map[string]string{"app": name}

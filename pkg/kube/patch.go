@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -130,4 +131,88 @@ func SetNodeKeys(ctx context.Context, cs kubernetes.Interface, node string, chan
 		return nil, fmt.Errorf("patch node %s: %w", node, err)
 	}
 	return out, nil
+}
+
+// NodeKeys names the labels and annotations a change was decided from.
+type NodeKeys struct {
+	Labels, Annotations []string
+}
+
+// UpdateNodeKeysFrom is UpdateNodeFrom with a narrower precondition: the
+// keys the change was decided from (reads) must still hold what n shows,
+// checked by the API server in the same request (JSON patch test
+// operations). A write by anyone to anything else — the node controller's
+// unschedulable taint right after a cordon, a status update — then costs
+// nothing, where a resourceVersion precondition costs a conflict, a read
+// and a second patch. When the test fails (someone changed a key read), it
+// falls back to UpdateNode: a fresh read and the change decided again.
+func UpdateNodeKeysFrom(ctx context.Context, cs kubernetes.Interface, n *corev1.Node, reads NodeKeys,
+	mutate func(*corev1.Node) (NodeChange, error)) (*corev1.Node, error) {
+	change, err := mutate(n)
+	if err != nil {
+		return n, err
+	}
+	if change.Empty() || change.NoOpOn(n) {
+		return n, nil
+	}
+	body, err := json.Marshal(testedPatch(n, reads, change))
+	if err != nil {
+		return nil, err
+	}
+	out, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+	if apierrors.IsInvalid(err) { // a test failed (or a map is missing): decide again from a fresh read
+		return UpdateNode(ctx, cs, n.Name, mutate)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("patch node %s: %w", n.Name, err)
+	}
+	return out, nil
+}
+
+type jsonPatchOp struct {
+	Op    string  `json:"op"`
+	Path  string  `json:"path"`
+	Value *string `json:"value"` // null tests that a key is absent
+}
+
+// testedPatch is change as JSON patch operations on n, preceded by a test
+// of each key in reads.
+func testedPatch(n *corev1.Node, reads NodeKeys, change NodeChange) []any {
+	var ops []any
+	test := func(prefix string, m map[string]string, keys []string) {
+		for _, k := range keys {
+			op := jsonPatchOp{Op: "test", Path: prefix + pointerEscape(k)}
+			if v, ok := m[k]; ok {
+				op.Value = &v
+			}
+			ops = append(ops, op)
+		}
+	}
+	test("/metadata/labels/", n.Labels, reads.Labels)
+	test("/metadata/annotations/", n.Annotations, reads.Annotations)
+	set := func(prefix string, m map[string]string, want map[string]*string) {
+		for k, v := range want {
+			path := prefix + pointerEscape(k)
+			_, ok := m[k]
+			switch {
+			case v == nil && ok:
+				ops = append(ops, map[string]string{"op": "remove", "path": path})
+			case v == nil: // already absent: make sure it still is
+				ops = append(ops, jsonPatchOp{Op: "test", Path: path})
+			default:
+				ops = append(ops, jsonPatchOp{Op: "add", Path: path, Value: v})
+			}
+		}
+	}
+	set("/metadata/labels/", n.Labels, change.Labels)
+	set("/metadata/annotations/", n.Annotations, change.Annotations)
+	if change.Unschedulable != nil {
+		ops = append(ops, map[string]any{"op": "add", "path": "/spec/unschedulable", "value": *change.Unschedulable})
+	}
+	return ops
+}
+
+// pointerEscape escapes a map key for a JSON pointer (RFC 6901).
+func pointerEscape(k string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
 }

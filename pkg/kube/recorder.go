@@ -30,7 +30,13 @@ type EventWriter struct {
 
 // Record implements Recorder. An event that cannot be written is not worth
 // failing a step for: the mutation already happened and is printed.
+// Rollbook's own helper pods get none: they are not the user's objects, the
+// cluster's own Scheduled/Started events cover them, and the terminal and the
+// run history still record them (two requests per helper saved).
 func (w *EventWriter) Record(ctx context.Context, obj corev1.ObjectReference, warning bool, reason, message string) {
+	if IsHelperReason(reason) && !warning {
+		return
+	}
 	ns := obj.Namespace
 	if ns == "" {
 		ns = metav1.NamespaceDefault
@@ -63,6 +69,17 @@ func (w *EventWriter) Record(ctx context.Context, obj corev1.ObjectReference, wa
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_, _ = w.Client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
+}
+
+// Reasons of the records about rollbook's own helper pods.
+const (
+	ReasonHelperStarted = "HelperStarted"
+	ReasonHelperDeleted = "HelperDeleted"
+)
+
+// IsHelperReason reports a record about a helper pod's own lifecycle.
+func IsHelperReason(reason string) bool {
+	return reason == ReasonHelperStarted || reason == ReasonHelperDeleted
 }
 
 // NodeRef is the object reference of a node, for events.

@@ -319,7 +319,20 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 			clockStep, _, _ = cut(v)
 		}
 	}
+	// held is the Exclusive step whose exclusion was taken before the last
+	// observation (made right after the step before it acted), so that
+	// observation serves as the one made inside the exclusion.
+	held, heldSeen := -1, 0
+	defer func() {
+		if held >= 0 {
+			o.excl.leave()
+		}
+	}()
 	for i, s := range rb.Steps {
+		if held >= 0 && held != i {
+			o.excl.leave()
+			held = -1
+		}
 		sr := StepResult{ID: s.ID, Title: s.Title, Budget: s.Timeout}
 		done, ev := s.Done(facts)
 		if done && clockStep == s.ID {
@@ -359,7 +372,13 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 		if exclusive {
 			var reason string
 			var err error
-			if facts, reason, err = enterExclusive(ctx, rb, s, t, o.excl); err != nil {
+			if held == i {
+				held = -1 // decideExclusive leaves it, or the act below does
+				facts, reason, err = decideExclusive(ctx, rb, s, t, o.excl, facts, heldSeen)
+			} else {
+				facts, reason, err = enterExclusive(ctx, rb, s, t, o.excl)
+			}
+			if err != nil {
 				tr.Outcome, tr.State, tr.Error, tr.cause = OutcomeFailed, s.ID, fmt.Sprintf("observe: %v", err), err
 				return tr
 			}
@@ -372,7 +391,14 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 			return finish(rb, facts, t, o, tr, sr, i, OutcomeBlocked)
 		}
 		wasOut := rb.OutOfService != nil && rb.OutOfService(facts)
-		facts, sr, err = act(ctx, rb, s, t, facts, o, sr)
+		var enterNext func()
+		if !exclusive && o.excl != nil && i+1 < len(rb.Steps) && rb.Steps[i+1].Exclusive {
+			// The next step decides a shared budget: take its exclusion
+			// before observing this step's result, and that observation is
+			// the next step's, saving a second one.
+			enterNext = func() { heldSeen, held = o.excl.enter(ctx), i+1 }
+		}
+		facts, sr, err = act(ctx, rb, s, t, facts, o, sr, enterNext)
 		if exclusive {
 			o.excl.leave()
 		}
@@ -404,8 +430,10 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 }
 
 // act runs one step: start (or resume) its clock, act, wait, re-observe and
-// verify, then stop the clock.
-func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts F, o Options, sr StepResult) (F, StepResult, error) {
+// verify, then stop the clock. beforeObserve, when set, runs just before the
+// observation of the result.
+func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts F, o Options, sr StepResult,
+	beforeObserve func()) (F, StepResult, error) {
 	start := o.Now()
 	stepCtx := WithStep(ctx, s.ID)
 	var clock *stepClock
@@ -454,6 +482,9 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 		sr.Duration = o.Now().Sub(start)
 		_ = stopClock(ctx.Err() != nil)
 		return facts, sr, err
+	}
+	if beforeObserve != nil {
+		beforeObserve()
 	}
 	observed, err := rb.Observe(ctx, t)
 	if err != nil {

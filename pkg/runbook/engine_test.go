@@ -752,3 +752,83 @@ func TestBudgetFreedWhenATargetIsBackInService(t *testing.T) {
 		t.Errorf("n2 should be cordoned once n1 is uncordoned, before n1's cleanup: order %v, outcome %s", order, res.Outcome)
 	}
 }
+
+// The step before an Exclusive one takes the exclusion before observing its
+// own result, so that observation is the Exclusive step's: one observation
+// fewer per target, and the budget still holds with both targets racing
+// (n0 already out, a budget of two: one target cordons, the other waits).
+func TestExclusiveStepDecidesOnTheObservationAfterTheStepBefore(t *testing.T) {
+	w := newWorld("n0", "n1", "n2")
+	w.update("n0", func(n *memNode) { n.cordonedBy = owner })
+	var mu sync.Mutex
+	out, maxOut := 1, 1
+	observations := map[string]int{}
+	outOthers := func(self string) int {
+		n := 0
+		for _, name := range []string{"n0", "n1", "n2"} {
+			if name != self && w.snapshot(name).cordonedBy == owner {
+				n++
+			}
+		}
+		return n
+	}
+	probed := make(chan struct{}, 2)
+	both := make(chan struct{})
+	go func() { <-probed; <-probed; close(both) }()
+	rb := &Runbook[facts]{
+		Name: owner,
+		Observe: func(_ context.Context, tg Target) (facts, error) {
+			name := strings.TrimPrefix(tg.Name(), "node/")
+			mu.Lock()
+			observations[name]++
+			mu.Unlock()
+			return facts{name: name, node: w.snapshot(name), target: fmt.Sprint(outOthers(name))}, nil
+		},
+		Steps: []Step[facts]{
+			{ID: "probe",
+				Done: func(f facts) (bool, string) { return f.node.annotations["probed"] == "yes", "" },
+				Act: func(_ context.Context, f facts) error {
+					w.update(f.name, func(n *memNode) { n.annotations["probed"] = "yes" })
+					probed <- struct{}{}
+					<-both // both probed before either observes: the race, every time
+					return nil
+				}},
+			{ID: "cordon", Exclusive: true,
+				Done: func(f facts) (bool, string) {
+					return f.node.cordonedBy == owner || f.node.labels[testLabel] == "v2", ""
+				},
+				Guards: []Guard[facts]{{Name: "budget", SharedBudget: true, Check: func(f facts) (bool, string) {
+					return f.target < "2", "two nodes are out already"
+				}}},
+				Act: func(_ context.Context, f facts) error {
+					w.update(f.name, func(n *memNode) { n.cordonedBy = owner })
+					mu.Lock()
+					out++
+					maxOut = max(maxOut, out)
+					mu.Unlock()
+					return nil
+				}},
+			{ID: "upgrade-and-uncordon",
+				Done: func(f facts) (bool, string) { return f.node.labels[testLabel] == "v2" && f.node.cordonedBy == "", "" },
+				Act: func(_ context.Context, f facts) error {
+					time.Sleep(20 * time.Millisecond)
+					w.update(f.name, func(n *memNode) { n.labels[testLabel] = "v2"; n.cordonedBy = "" })
+					mu.Lock()
+					out--
+					mu.Unlock()
+					return nil
+				}},
+		},
+	}
+	res := Run(context.Background(), rb, targets(w, "n1", "n2"), Options{Parallel: 2})
+	mu.Lock()
+	defer mu.Unlock()
+	if maxOut != 2 || res.Outcome != OutcomeDone {
+		t.Errorf("%d nodes out at most (want 2), outcome %s: %+v", maxOut, res.Outcome, res.Targets)
+	}
+	// Initial, after probe (the cordon's too), after cordon, after upgrade;
+	// the target that waited for the budget observes once more.
+	if total := observations["n1"] + observations["n2"]; total != 9 {
+		t.Errorf("observations %v (total %d), want 4 and 5", observations, total)
+	}
+}

@@ -86,19 +86,26 @@ func (e *exclusion) waitForAnEnd(ctx context.Context, seen int) (int, bool) {
 }
 
 // enterExclusive takes the exclusion for step s of target t and decides its
-// guards on a fresh observation; while a SharedBudget guard fails and
-// another target of the run may still free the budget, it waits and
-// observes again. It returns
-// holding the exclusion when the guards pass (the caller acts, then leaves)
-// and without it when they block (reason) or observing failed.
+// guards on a fresh observation (see decideExclusive).
 func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion) (F, string, error) {
 	seen := e.enter(ctx)
+	facts, err := rb.Observe(ctx, t)
+	if err != nil {
+		e.leave()
+		return facts, "", err
+	}
+	return decideExclusive(ctx, rb, s, t, e, facts, seen)
+}
+
+// decideExclusive decides step s's guards on facts observed while holding
+// the exclusion (entered when seen ends had been counted); while a
+// SharedBudget guard fails and another target of the run may still free the
+// budget, it waits and observes again. It returns holding the exclusion when
+// the guards pass (the caller acts, then leaves) and without it when they
+// block (reason) or observing failed.
+func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion, facts F,
+	seen int) (F, string, error) {
 	for {
-		facts, err := rb.Observe(ctx, t)
-		if err != nil {
-			e.leave()
-			return facts, "", err
-		}
 		g, reason := failingGuard(s.Guards, facts)
 		if g == nil {
 			return facts, "", nil
@@ -111,6 +118,11 @@ func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Tar
 		if seen, ended = e.waitForAnEnd(ctx, seen); !ended {
 			e.leave()
 			return facts, reason, nil
+		}
+		var err error
+		if facts, err = rb.Observe(ctx, t); err != nil {
+			e.leave()
+			return facts, "", err
 		}
 	}
 }

@@ -19,7 +19,8 @@ import (
 // are kept: they, not our own "false", are the truth to restore.
 func closeGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, cur *corev1.Node, gates []string) error {
 	node := cur.Name
-	n, err := kube.UpdateNodeFrom(ctx, cs, cur, func(n *corev1.Node) (kube.NodeChange, error) {
+	reads := kube.NodeKeys{Labels: gates, Annotations: []string{AnnGatesPrior}}
+	n, err := kube.UpdateNodeKeysFrom(ctx, cs, cur, reads, func(n *corev1.Node) (kube.NodeChange, error) {
 		prior := map[string]*string{}
 		if raw, ok := n.Annotations[AnnGatesPrior]; ok {
 			if err := json.Unmarshal([]byte(raw), &prior); err != nil {
@@ -53,7 +54,8 @@ func closeGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder,
 func openGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, cur *corev1.Node) error {
 	node := cur.Name
 	var restored []string
-	n, err := kube.UpdateNodeFrom(ctx, cs, cur, func(n *corev1.Node) (kube.NodeChange, error) {
+	reads := kube.NodeKeys{Annotations: []string{AnnGatesPrior}}
+	n, err := kube.UpdateNodeKeysFrom(ctx, cs, cur, reads, func(n *corev1.Node) (kube.NodeChange, error) {
 		raw, ok := n.Annotations[AnnGatesPrior]
 		if !ok {
 			return kube.NodeChange{}, nil

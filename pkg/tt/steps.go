@@ -341,8 +341,7 @@ func helperSpec(h HelperConfig, task, node, key string, cmd []string, hostPID bo
 }
 
 func deleteHelper(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, p *corev1.Pod) error {
-	deleted, err := kube.DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.Namespace).Delete, kube.PodRef(p), p.UID,
-		"deleted helper pod ("+string(p.Status.Phase)+")")
+	deleted, err := kube.DeleteHelperIfUnchanged(ctx, cs, rec, p, "deleted helper pod ("+string(p.Status.Phase)+")")
 	if err != nil {
 		return fmt.Errorf("delete helper %s/%s: %w", p.Namespace, p.Name, err)
 	}
