@@ -328,10 +328,20 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 			o.excl.leave()
 		}
 	}()
+	covered := AllParts // what the facts in hand were read for
 	for i, s := range rb.Steps {
 		if held >= 0 && held != i {
 			o.excl.leave()
 			held = -1
+		}
+		if s.reads()&^covered != 0 {
+			// The step before acted and the one after it was done already:
+			// this step decides on parts that observation did not read.
+			if facts, err = rb.Observe(ctx, t); err != nil {
+				tr.Outcome, tr.State, tr.Error, tr.cause = OutcomeFailed, s.ID, fmt.Sprintf("observe: %v", err), err
+				return tr
+			}
+			covered = AllParts
 		}
 		sr := StepResult{ID: s.ID, Title: s.Title, Budget: s.Timeout}
 		done, ev := s.Done(facts)
@@ -398,7 +408,12 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 			// the next step's, saving a second one.
 			enterNext = func() { heldSeen, held = o.excl.enter(ctx), i+1 }
 		}
-		facts, sr, err = act(ctx, rb, s, t, facts, o, sr, enterNext)
+		parts := s.reads()
+		if i+1 < len(rb.Steps) {
+			parts |= rb.Steps[i+1].reads()
+		}
+		facts, sr, err = act(ctx, rb, s, t, facts, o, sr, enterNext, parts)
+		covered = parts
 		if exclusive {
 			o.excl.leave()
 		}
@@ -433,7 +448,7 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 // verify, then stop the clock. beforeObserve, when set, runs just before the
 // observation of the result.
 func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts F, o Options, sr StepResult,
-	beforeObserve func()) (F, StepResult, error) {
+	beforeObserve func(), parts Parts) (F, StepResult, error) {
 	start := o.Now()
 	stepCtx := WithStep(ctx, s.ID)
 	var clock *stepClock
@@ -486,7 +501,7 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 	if beforeObserve != nil {
 		beforeObserve()
 	}
-	observed, err := rb.Observe(ctx, t)
+	observed, err := observeParts(ctx, rb, t, parts, facts)
 	if err != nil {
 		_ = stopClock(ctx.Err() != nil)
 		return facts, sr, fmt.Errorf("observe after acting: %w", err)
@@ -504,6 +519,22 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 	sr.Status, sr.Evidence = StepActed, ev
 	o.Reporter.Step(t.Name(), sr)
 	return facts, sr, nil
+}
+
+// observeParts observes the parts asked for, carrying the rest from prev,
+// when the runbook can; everything otherwise.
+func observeParts[F any](ctx context.Context, rb *Runbook[F], t Target, parts Parts, prev F) (F, error) {
+	if rb.ObserveParts == nil || parts == AllParts {
+		return rb.Observe(ctx, t)
+	}
+	return rb.ObserveParts(ctx, t, parts, prev)
+}
+
+func (s Step[F]) reads() Parts {
+	if s.Reads == 0 {
+		return AllParts
+	}
+	return s.Reads
 }
 
 // resumeClock returns when the step's budget started: the time stored on

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -830,5 +831,56 @@ func TestExclusiveStepDecidesOnTheObservationAfterTheStepBefore(t *testing.T) {
 	// the target that waited for the budget observes once more.
 	if total := observations["n1"] + observations["n2"]; total != 9 {
 		t.Errorf("observations %v (total %d), want 4 and 5", observations, total)
+	}
+}
+
+// After a step acts, the engine asks for the parts that step's Done and the
+// next step read, carrying the rest over; a step deciding on a part the last
+// observation did not read (the step before it was already done) gets a
+// full observation first.
+func TestObservationAfterAStepReadsWhatTheNextDecisionNeeds(t *testing.T) {
+	const (
+		partNode Parts = 1 << iota
+		partPods
+	)
+	w := newWorld("n1")
+	var asked []Parts
+	observe := func(tg Target) facts {
+		name := strings.TrimPrefix(tg.Name(), "node/")
+		return facts{name: name, node: w.snapshot(name)}
+	}
+	mark := func(key string) func(context.Context, facts) error {
+		return func(_ context.Context, f facts) error {
+			w.update(f.name, func(n *memNode) { n.annotations[key] = "yes" })
+			return nil
+		}
+	}
+	done := func(key string) func(facts) (bool, string) {
+		return func(f facts) (bool, string) { return f.node.annotations[key] == "yes", "" }
+	}
+	// "c" is done before the run starts, so after "b" acts the engine reaches
+	// "d" on an observation made for "b" and "c" only.
+	w.update("n1", func(n *memNode) { n.annotations["c"] = "yes" })
+	rb := &Runbook[facts]{
+		Name: owner,
+		Observe: func(_ context.Context, tg Target) (facts, error) {
+			asked = append(asked, AllParts)
+			return observe(tg), nil
+		},
+		ObserveParts: func(_ context.Context, tg Target, parts Parts, _ facts) (facts, error) {
+			asked = append(asked, parts)
+			return observe(tg), nil
+		},
+		Steps: []Step[facts]{
+			{ID: "a", Reads: partNode | partPods, Done: done("a"), Act: mark("a")},
+			{ID: "b", Reads: partNode, Done: done("b"), Act: mark("b")},
+			{ID: "c", Reads: partNode, Done: done("c"), Act: mark("c")},
+			{ID: "d", Reads: partPods, Done: done("d"), Act: mark("d")},
+		},
+	}
+	res := Run(context.Background(), rb, targets(w, "n1"), Options{})
+	want := []Parts{AllParts, partNode | partPods, partNode, AllParts, partPods}
+	if res.Outcome != OutcomeDone || !slices.Equal(asked, want) {
+		t.Errorf("observations asked for %v, want %v (outcome %s)", asked, want, res.Outcome)
 	}
 }

@@ -34,6 +34,11 @@ type Runbook[F any] struct {
 	Steps []Step[F]
 	// Observe reads everything the steps decide on, for one target.
 	Observe func(ctx context.Context, t Target) (F, error)
+	// ObserveParts, when set, reads only the parts of the facts asked for
+	// and carries the others over from prev (the target's last
+	// observation). After a step acts, the engine asks for what that step's
+	// Done and the next step read (Step.Reads), not for everything.
+	ObserveParts func(ctx context.Context, t Target, parts Parts, prev F) (F, error)
 	// Annotation, when set, reads one of the target's annotations from the
 	// observed facts, saving the engine a read for step clocks.
 	Annotation func(f F, key string) (string, bool)
@@ -72,6 +77,10 @@ type Step[F any] struct {
 	// Timeout bounds Act plus Wait. Its start time is stored on the target,
 	// so a re-run keeps the same budget instead of starting a new one.
 	Timeout time.Duration
+	// Reads is the parts of the facts Done, Guards, Plan, Act and Wait use
+	// (zero: all of them). Parts it leaves out may be carried over from an
+	// earlier observation, so a step must read every part it decides on.
+	Reads Parts
 	// Exclusive marks a step whose guards spend a budget shared by targets
 	// (e.g. a cordon against --max-parallel nodes out of service). Across a
 	// run's targets such steps run one at a time, each deciding its guards
@@ -82,6 +91,13 @@ type Step[F any] struct {
 	// Act short: it runs inside the exclusion.
 	Exclusive bool
 }
+
+// Parts is a set of parts of a runbook's facts; the runbook defines the
+// bits (e.g. the node, its pods, the fleet's cordons).
+type Parts uint64
+
+// AllParts is every part of the facts.
+const AllParts = ^Parts(0)
 
 // Guard is a precondition of a step.
 type Guard[F any] struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // Facts is what every tt runbook observes about one node.
@@ -84,13 +85,40 @@ type observer struct {
 	run      string
 }
 
+// The parts of Facts a step may ask for (runbook.Step.Reads).
+const (
+	// readNode: the node, with what is derived from it (Finished, Skip, …).
+	readNode runbook.Parts = 1 << iota
+	// readPods: the node's pods and helpers.
+	readPods
+	// readOthersOut: the nodes rollbook has out of service (before a cordon).
+	readOthersOut
+)
+
 func (o observer) observe(ctx context.Context, node string) (Facts, error) {
-	f := Facts{Owner: o.owner}
+	return o.observeParts(ctx, node, runbook.AllParts, Facts{})
+}
+
+// observePartsOf is observeParts for a runbook's target.
+func (o observer) observePartsOf(ctx context.Context, t runbook.Target, parts runbook.Parts, prev Facts) (Facts, error) {
+	return o.observeParts(ctx, t.Name(), parts, prev)
+}
+
+// observeParts reads the parts asked for; the others keep prev's values.
+func (o observer) observeParts(ctx context.Context, node string, parts runbook.Parts, prev Facts) (Facts, error) {
 	name := strings.TrimPrefix(node, "node/")
 	var n *corev1.Node
 	if r, ok := o.cs.(rememberingClient); ok {
 		n = r.written(name) // the step just wrote it: its response is the observation
 	}
+	if n == nil && parts&readNode == 0 && prev.Node != nil {
+		f := prev // the node as last observed: the step asked not to re-read it
+		if parts&readPods != 0 {
+			return f, o.readPods(ctx, &f)
+		}
+		return f, nil
+	}
+	f := Facts{Owner: o.owner}
 	if n == nil {
 		var err error
 		if n, err = o.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
@@ -104,20 +132,31 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 	if o.skip != nil {
 		f.Skip = o.skip(n)
 	}
-	if o.countOut && !f.ourCordon() && !f.Finished && (o.run == "" || f.measuredFresh(o.run)) {
+	if parts&readOthersOut != 0 && o.countOut && !f.ourCordon() && !f.Finished && (o.run == "" || f.measuredFresh(o.run)) {
 		if f.OthersOut, err = countOutOfService(ctx, o.cs, n.Name); err != nil {
 			return f, err
 		}
 	}
-	if o.helper == nil && o.probe == nil && (!f.ourCordon() || f.Finished) {
+	if parts&readPods == 0 {
+		f.Pods, f.Helpers, f.helpersRead, f.Helper, f.Probe = prev.Pods, prev.Helpers, prev.helpersRead, prev.Helper, prev.Probe
 		return f, nil
+	}
+	return f, o.readPods(ctx, &f)
+}
+
+// readPods fills in the node's pods and helpers.
+func (o observer) readPods(ctx context.Context, f *Facts) error {
+	f.Pods, f.Helpers, f.helpersRead, f.Helper, f.Probe = nil, nil, false, helperFacts{}, helperFacts{}
+	n := f.Node
+	if o.helper == nil && o.probe == nil && (!f.ourCordon() || f.Finished) {
+		return nil
 	}
 	// One list of the node's pods (cost follows the node, not the fleet)
 	// finds the task's and the probe's helpers (pinned to it) and, while the
 	// node is ours, what is still on it.
 	pods, err := kube.PodsOnNode(ctx, o.cs, n.Name)
 	if err != nil {
-		return f, err
+		return err
 	}
 	var helpers []corev1.Pod
 	for _, p := range pods {
@@ -130,7 +169,7 @@ func (o observer) observe(ctx context.Context, node string) (Facts, error) {
 	if f.ourCordon() && !f.Finished {
 		f.Pods = pods
 	}
-	return f, nil
+	return nil
 }
 
 // countOutOfService counts the nodes other than node that a rollbook run

@@ -189,9 +189,10 @@ just while a flash runs. A node is done when every device's measured readback is
 it (label firmware.tenstorrent.com/fw-version plus the result annotation), not when a Job
 happens to exist. The flash never runs while a process holds the device (unless
 --force-unload). A failed node keeps its cordon and, with --halt-on-failure, stops new nodes.`,
-		Observe:    func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
-		Notes:      workNotes,
-		Annotation: annotationOf,
+		Observe:      func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
+		ObserveParts: obs.observePartsOf,
+		Notes:        workNotes,
+		Annotation:   annotationOf,
 		// A node that stops cordoned by this runbook keeps its --max-parallel slot.
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{

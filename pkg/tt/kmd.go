@@ -141,9 +141,10 @@ that swaps the module, label the node with the version the helper measured, rest
 gates and uncordon. Unlike the operator, the drain waits for the pods to be gone, and a
 failed helper never crash-loops: its structured result says why. A node is done only when
 the target version is measured on it, whatever its label says.`,
-		Observe:    func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
-		Notes:      workNotes,
-		Annotation: annotationOf,
+		Observe:      func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
+		ObserveParts: obs.observePartsOf,
+		Notes:        workNotes,
+		Annotation:   annotationOf,
 		// A node that stops cordoned by this runbook keeps its --max-parallel slot.
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
@@ -178,6 +179,7 @@ the target version is measured on it, whatever its label says.`,
 			}),
 			{
 				ID: "tt.kmd.label", Title: "Label the node with the measured version",
+				Reads: readNode | readPods,
 				Doc: "Write driver.tenstorrent.com/kmd-version from what was measured in /sys/module (never the intent) and " +
 					"install-mode=container, and keep the measurement in an annotation.",
 				Done: func(f Facts) (bool, string) {
@@ -228,7 +230,7 @@ func probeClear(rb, run string, blockers func(*Facts) []string) runbook.Guard[Fa
 
 func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) runbook.Step[Facts] {
 	return runbook.Step[Facts]{
-		ID: "tt.kmd.drain", Title: "Drain the rest of the node",
+		ID: "tt.kmd.drain", Title: "Drain the rest of the node", Reads: readNode | readPods,
 		Doc: "With --full-node (the default), evict every other pod kubectl drain would (DaemonSet pods stay), optionally " +
 			"only those matching --pod-selector, and wait until they are gone.",
 		Timeout: cfg.DrainTimeout,

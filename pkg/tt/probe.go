@@ -104,6 +104,7 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 	name := func(node string) string { return probeHelperName(node, b.run) }
 	return runbook.Step[Facts]{
 		ID: id, Title: "Probe the node",
+		Reads: readNode | readPods,
 		Doc: "Before the first cordon, run a short helper pod (node-agent probe) with the same image, privileges and namespace " +
 			"as the real task. It proves the image pulls and runs, and measures the kernel, DKMS state, headers and toolchain, " +
 			"the loaded module, firmware, tt-smi and every process holding the device. Anything that would fail the task " +
@@ -259,8 +260,9 @@ func ProbeRunbook(cs kubernetes.Interface, rec kube.Recorder, h HelperConfig, ru
 		Title: "Measure Tenstorrent nodes",
 		Doc: `Per node: run the probe helper and record what it measured (kernel, module, DKMS, headers,
 firmware, tt-smi, device holders). Nothing on the node changes and nothing is cordoned.`,
-		Observe:    func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
-		Annotation: annotationOf,
+		Observe:      func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
+		ObserveParts: obs.observePartsOf,
+		Annotation:   annotationOf,
 		Steps: []runbook.Step[Facts]{
 			b.probe("tt.probe.measure", []string{"kubectl-tt", "node-agent", "probe"}, func(*Facts) []string { return nil }),
 		},

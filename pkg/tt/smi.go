@@ -45,8 +45,9 @@ func SMIRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *SMIConfig) *run
 		Title: "Install tt-smi on the host",
 		Doc: `Per node: a helper pod writes the new tt-smi next to /usr/local/bin/tt-smi and renames it
 over the old one, verifies the version it reports, and the node is labelled with it.`,
-		Observe:    func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
-		Annotation: annotationOf,
+		Observe:      func(ctx context.Context, t runbook.Target) (Facts, error) { return obs.observe(ctx, t.Name()) },
+		ObserveParts: obs.observePartsOf,
+		Annotation:   annotationOf,
 		// A node that stops cordoned by this runbook keeps its --max-parallel slot.
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{

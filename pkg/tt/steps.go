@@ -63,6 +63,7 @@ func foreignCordon(f *Facts) (bool, string) {
 func (b *builder) cordon(id string, guards ...runbook.Guard[Facts]) runbook.Step[Facts] {
 	return runbook.Step[Facts]{
 		ID: id, Title: "Cordon the node",
+		Reads: readNode | readOthersOut,
 		// The --max-parallel budget is shared by the run's targets: decide
 		// it one cordon at a time (see runbook.Step.Exclusive).
 		Exclusive: true,
@@ -89,6 +90,7 @@ func (b *builder) cordon(id string, guards ...runbook.Guard[Facts]) runbook.Step
 func (b *builder) closeGates(id string, gates []string) runbook.Step[Facts] {
 	return runbook.Step[Facts]{
 		ID: id, Title: "Close the deploy gates",
+		Reads: readNode,
 		Doc: "Set every deploy-gate label (default tenstorrent.com/deploy.tt-telemetry) to \"false\", so sibling DaemonSets " +
 			"that hold /dev/tenstorrent take their pods off the node. The previous values are recorded and restored afterwards.",
 		Done: func(f Facts) (bool, string) {
@@ -118,6 +120,7 @@ func (b *builder) closeGates(id string, gates []string) runbook.Step[Facts] {
 func (b *builder) evictDevicePods(id string, enabled, force bool, timeout time.Duration, why string) runbook.Step[Facts] {
 	return runbook.Step[Facts]{
 		ID: id, Title: "Move device-holding pods away",
+		Reads: readNode | readPods,
 		Doc: "Evict the pods that hold the device — mounting /dev/tenstorrent, requesting a tenstorrent.com/* resource, or " +
 			"found with it open by the probe — through the eviction API, so PodDisruptionBudgets hold, and wait until every " +
 			"one is gone, including DaemonSet pods leaving because of the gates. A pod that mounts /dev for other reasons " +
@@ -189,6 +192,7 @@ func bareHolders(hs []holder) string {
 func (b *builder) openGates(id string) runbook.Step[Facts] {
 	return runbook.Step[Facts]{
 		ID: id, Title: "Reopen the deploy gates",
+		Reads: readNode,
 		Doc: "Put every deploy-gate label back to the value it had before (or remove it if it was absent), " +
 			"so the sibling DaemonSets return.",
 		Done: func(f Facts) (bool, string) {
@@ -207,7 +211,8 @@ func (b *builder) openGates(id string) runbook.Step[Facts] {
 func (b *builder) uncordon(id string) runbook.Step[Facts] {
 	return runbook.Step[Facts]{
 		ID: id, Title: "Uncordon the node",
-		Doc: "Lift the cordon this runbook set (and its left-cordoned note). A cordon someone else set stays.",
+		Reads: readNode,
+		Doc:   "Lift the cordon this runbook set (and its left-cordoned note). A cordon someone else set stays.",
 		Done: func(f Facts) (bool, string) {
 			return f.Finished && !f.ourCordon(), kube.CordonStateOf(f.Node).String()
 		},
@@ -224,7 +229,10 @@ func (b *builder) uncordon(id string) runbook.Step[Facts] {
 func (b *builder) cleanup(id string, helperName func(node string) string) runbook.Step[Facts] {
 	return runbook.Step[Facts]{
 		ID: id, Title: "Remove the helper pod",
-		Doc: "Delete the finished helper pod; its result is kept on the node.",
+		// Finished may be carried over: the node was just uncordoned as
+		// finished, and deleting a finished helper decides nothing else.
+		Reads: readPods,
+		Doc:   "Delete the finished helper pod; its result is kept on the node.",
 		Done: func(f Facts) (bool, string) {
 			if p := f.Helper.Pod; p != nil {
 				return false, "helper " + p.Name + " is " + string(p.Status.Phase)
@@ -278,6 +286,7 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 	name := func(node string) string { return kube.HelperName(t.name, node, t.key) }
 	return runbook.Step[Facts]{
 		ID: t.id, Title: t.title, Doc: t.doc, Timeout: t.timeout, Guards: t.guards,
+		Reads: readNode | readPods,
 		Done: func(f Facts) (bool, string) {
 			switch h := f.Helper; {
 			case f.Finished:
