@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the simulated cluster (sim/) into $ROLLBOOK_SIM_BIN (default .cache/bin/sim).
+# Builds the simulated cluster (sim/) into $ROLLBOOK_SIM_BIN (default .cache/bin/sim)
+# and the fake host tools alone into $ROLLBOOK_SIM_BIN-tools.
 # The Kubernetes version is stamped in (without it the apiserver reports
 # v0.0.0-master and kubectl/clients fail to parse it). Keep these flags identical
 # everywhere: any change to -trimpath/-ldflags invalidates the whole build cache
@@ -14,3 +15,6 @@ LDF="$LDF -X $P.gitCommit=0000000000000000000000000000000000000000 -X $P.buildDa
 LDF="$LDF -X k8s.io/client-go/pkg/version.gitVersion=$KV -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=37"
 mkdir -p "$(dirname "$out")"
 go -C "$root/sim" build -trimpath -ldflags "$LDF" -o "$out" .
+# The fake host tools alone, next to the sim: a tool call then costs a small
+# binary's start, not Kubernetes' package initialisation (sim/cmd/sim-tools).
+go -C "$root/sim" build -trimpath -o "$out-tools" ./cmd/sim-tools

@@ -95,6 +95,7 @@ type Session struct {
 	plugin   string
 	lockName string
 	journal  *journal.Writer
+	events   *kube.EventWriter
 }
 
 // DryRun reports whether the session only plans.
@@ -116,7 +117,8 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	}
 	s.Progress = ui.NewProgress(progressOut)
 	s.Progress.Printf("%s", Where(g))
-	s.Recorder = kube.Recorders{s.Progress, &kube.EventWriter{Client: cs, Component: "kubectl-" + plugin, Instance: s.RunID}}
+	s.events = &kube.EventWriter{Client: cs, Component: "kubectl-" + plugin, Instance: s.RunID, Background: true}
+	s.Recorder = kube.Recorders{s.Progress, s.events}
 	if f.DryRun {
 		s.Recorder = s.Progress
 		if held, err := lease.Peek(ctx, cs, f.LockNamespace, lockName); err == nil && held != nil {
@@ -162,9 +164,13 @@ type flushBeforeLongSteps struct {
 
 func (f flushBeforeLongSteps) Step(target string, r runbook.StepResult) {
 	if r.Status == runbook.StepActing && r.Budget > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = f.journal.Flush(ctx)
-		cancel()
+		// Alongside the step's first request rather than before it: the
+		// step is a long one, so the write lands early in it.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = f.journal.Flush(ctx)
+		}()
 	}
 	f.Reporter.Step(target, r)
 }
@@ -172,8 +178,8 @@ func (f flushBeforeLongSteps) Step(target string, r runbook.StepResult) {
 // journalBatch is how long recorded mutations wait to be journaled
 // together (unless a timed step starts first): one ConfigMap update per
 // long step or two seconds of a run, however many steps and nodes they span,
-// instead of one per mutation. Events are written at once, so a SIGKILLed
-// run's last records survive there.
+// instead of one per mutation. Events are posted at once (in the
+// background), so a SIGKILLed run's last records survive there.
 const journalBatch = 2 * time.Second
 
 // note journals a line about the run itself (its start and end).
@@ -298,6 +304,7 @@ func (s *Session) Fail(err error) error {
 }
 
 func (s *Session) end() {
+	s.events.Wait() // posted in the background: every mutation's Event is written before the run ends
 	if s.journal != nil {
 		// Normally the run's last note wrote it; a failed write is retried.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -65,9 +65,12 @@ type Writer struct {
 	// writes each record through.
 	Batch time.Duration
 
+	// writing serializes ConfigMap writes; mu guards what follows and is
+	// never held across a request, so recording never waits on a write.
+	writing sync.Mutex
+	cm      *corev1.ConfigMap // last version written, to update without a read (under writing)
 	mu      sync.Mutex
-	cm      *corev1.ConfigMap // last version written, to update without a read
-	pending []byte            // lines recorded but not yet written
+	pending []byte // lines recorded but not yet written
 	timer   *time.Timer
 }
 
@@ -104,11 +107,7 @@ func (w *Writer) flushLater() {
 }
 
 // Flush writes the records still pending, if any.
-func (w *Writer) Flush(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.write(ctx, nil)
-}
+func (w *Writer) Flush(ctx context.Context) error { return w.write(ctx, nil) }
 
 // Append adds e (stamped now when its time is zero), with any records
 // still pending before it.
@@ -120,26 +119,32 @@ func (w *Writer) Append(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	return w.write(ctx, append(line, '\n'))
 }
 
-// write appends the pending lines and then lines to the ConfigMap; w.mu
-// is held. Pending lines are kept when the write fails.
+// write appends the pending lines and then lines to the ConfigMap. Pending
+// lines are kept when the write fails.
 func (w *Writer) write(ctx context.Context, lines []byte) error {
+	w.writing.Lock()
+	defer w.writing.Unlock()
+	w.mu.Lock()
 	if w.timer != nil {
 		w.timer.Stop()
 		w.timer = nil
 	}
-	add := string(w.pending) + string(lines)
+	pending := w.pending
+	w.pending = nil
+	w.mu.Unlock()
+	add := string(pending) + string(lines)
 	if add == "" {
 		return nil
 	}
 	if err := w.update(ctx, add); err != nil {
+		w.mu.Lock()
+		w.pending = append(pending, w.pending...)
+		w.mu.Unlock()
 		return err
 	}
-	w.pending = nil
 	return nil
 }
 

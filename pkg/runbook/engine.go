@@ -386,7 +386,7 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 				held = -1 // decideExclusive leaves it, or the act below does
 				facts, reason, err = decideExclusive(ctx, rb, s, t, o.excl, facts, heldSeen)
 			} else {
-				facts, reason, err = enterExclusive(ctx, rb, s, t, o.excl)
+				facts, reason, err = enterExclusive(ctx, rb, s, t, o.excl, facts)
 			}
 			if err != nil {
 				tr.Outcome, tr.State, tr.Error, tr.cause = OutcomeFailed, s.ID, fmt.Sprintf("observe: %v", err), err
@@ -408,7 +408,7 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 			// the next step's, saving a second one.
 			enterNext = func() { heldSeen, held = o.excl.enter(ctx), i+1 }
 		}
-		parts := s.reads()
+		parts := s.doneReads()
 		if i+1 < len(rb.Steps) {
 			parts |= rb.Steps[i+1].reads()
 		}
@@ -528,6 +528,13 @@ func observeParts[F any](ctx context.Context, rb *Runbook[F], t Target, parts Pa
 		return rb.Observe(ctx, t)
 	}
 	return rb.ObserveParts(ctx, t, parts, prev)
+}
+
+func (s Step[F]) doneReads() Parts {
+	if s.DoneReads != 0 {
+		return s.DoneReads
+	}
+	return s.reads()
 }
 
 func (s Step[F]) reads() Parts {

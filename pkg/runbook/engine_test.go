@@ -834,8 +834,8 @@ func TestExclusiveStepDecidesOnTheObservationAfterTheStepBefore(t *testing.T) {
 	}
 }
 
-// After a step acts, the engine asks for the parts that step's Done and the
-// next step read, carrying the rest over; a step deciding on a part the last
+// After a step acts, the engine asks for the parts that step's Done
+// (DoneReads) and the next step read, carrying the rest over; a step deciding on a part the last
 // observation did not read (the step before it was already done) gets a
 // full observation first.
 func TestObservationAfterAStepReadsWhatTheNextDecisionNeeds(t *testing.T) {
@@ -873,7 +873,7 @@ func TestObservationAfterAStepReadsWhatTheNextDecisionNeeds(t *testing.T) {
 		},
 		Steps: []Step[facts]{
 			{ID: "a", Reads: partNode | partPods, Done: done("a"), Act: mark("a")},
-			{ID: "b", Reads: partNode, Done: done("b"), Act: mark("b")},
+			{ID: "b", Reads: partNode | partPods, DoneReads: partNode, Done: done("b"), Act: mark("b")},
 			{ID: "c", Reads: partNode, Done: done("c"), Act: mark("c")},
 			{ID: "d", Reads: partPods, Done: done("d"), Act: mark("d")},
 		},

@@ -86,10 +86,11 @@ func (e *exclusion) waitForAnEnd(ctx context.Context, seen int) (int, bool) {
 }
 
 // enterExclusive takes the exclusion for step s of target t and decides its
-// guards on a fresh observation (see decideExclusive).
-func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion) (F, string, error) {
+// guards on a fresh observation of what s reads (see decideExclusive); prev
+// is the target's last observation.
+func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion, prev F) (F, string, error) {
 	seen := e.enter(ctx)
-	facts, err := rb.Observe(ctx, t)
+	facts, err := observeParts(ctx, rb, t, s.reads(), prev)
 	if err != nil {
 		e.leave()
 		return facts, "", err
@@ -120,7 +121,7 @@ func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Ta
 			return facts, reason, nil
 		}
 		var err error
-		if facts, err = rb.Observe(ctx, t); err != nil {
+		if facts, err = observeParts(ctx, rb, t, s.reads(), facts); err != nil {
 			e.leave()
 			return facts, "", err
 		}

@@ -81,6 +81,9 @@ type Step[F any] struct {
 	// (zero: all of them). Parts it leaves out may be carried over from an
 	// earlier observation, so a step must read every part it decides on.
 	Reads Parts
+	// DoneReads, when set, is the fewer parts Done alone reads: what the
+	// observation that verifies the step's effect must read.
+	DoneReads Parts
 	// Exclusive marks a step whose guards spend a budget shared by targets
 	// (e.g. a cordon against --max-parallel nodes out of service). Across a
 	// run's targets such steps run one at a time, each deciding its guards

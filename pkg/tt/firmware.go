@@ -225,7 +225,7 @@ happens to exist. The flash never runs while a process holds the device (unless
 				waiting: func(f Facts) string { return "firmware at " + orUnknown(f.Node.Labels[LabelFirmware]) },
 			}),
 			{
-				ID: "tt.fw.record", Title: "Record the measured firmware",
+				ID: "tt.fw.record", Title: "Record the measured firmware", Reads: readNode | readPods, DoneReads: readNode,
 				Doc: "Label firmware.tenstorrent.com/fw-version with the version every device read back and keep the " +
 					"per-device result in an annotation.",
 				Done: func(f Facts) (bool, string) {

@@ -179,7 +179,7 @@ the target version is measured on it, whatever its label says.`,
 			}),
 			{
 				ID: "tt.kmd.label", Title: "Label the node with the measured version",
-				Reads: readNode | readPods,
+				Reads: readNode | readPods, DoneReads: readNode,
 				Doc: "Write driver.tenstorrent.com/kmd-version from what was measured in /sys/module (never the intent) and " +
 					"install-mode=container, and keep the measurement in an annotation.",
 				Done: func(f Facts) (bool, string) {

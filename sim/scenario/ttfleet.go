@@ -88,7 +88,7 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 	if err != nil {
 		return err
 	}
-	hosts, err := tthost.NewHosts(env.Dir, exe, tthost.OfferedTTSMI)
+	hosts, err := tthost.NewHosts(env.Dir, toolsExe(exe), tthost.OfferedTTSMI)
 	if err != nil {
 		return err
 	}
@@ -411,4 +411,18 @@ func applyHostFaults(plan []tthost.NodePlan, logf func(string, ...any)) error {
 		}
 	}
 	return nil
+}
+
+// toolsExe is the binary the hosts' fake tools link to: the lean sim-tools
+// built next to the sim (see sim/cmd/sim-tools), else the sim itself.
+func toolsExe(sim string) string {
+	if t := sim + "-tools"; fileExists(t) {
+		return t
+	}
+	return sim
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }
