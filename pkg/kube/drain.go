@@ -219,6 +219,19 @@ func evictPod(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, o Dra
 			}
 			return werr
 		case apierrors.IsTooManyRequests(err):
+			if admitted, aerr := evictionAdmitted(ctx, cs, p); aerr == nil && admitted {
+				// An earlier eviction of p was admitted (its PDB counts p as
+				// disrupted) but its delete was lost, e.g. the request was
+				// cancelled when an earlier run was killed. The budget
+				// already paid for p: finish that eviction rather than wait
+				// minutes for the PDB to forget it.
+				fmt.Fprintf(o.Log, "pod %s/%s: its eviction was admitted but it was not deleted; deleting it\n", p.Namespace, p.Name)
+				err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, *ev.DeleteOptions)
+				if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+					return nil
+				}
+				return fmt.Errorf("delete %s/%s after its admitted eviction: %w", p.Namespace, p.Name, err)
+			}
 			msg := fmt.Sprintf("error when evicting pods/%q -n %q (will retry when its PDB allows): %v", p.Name, p.Namespace, err)
 			fmt.Fprintln(o.Log, msg)
 			refused(msg)
@@ -229,6 +242,26 @@ func evictPod(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, o Dra
 			return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
+}
+
+// evictionAdmitted reports whether a PDB selecting p lists it among its
+// disrupted pods: an eviction of p was admitted and its budget spent.
+func evictionAdmitted(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod) (bool, error) {
+	l, err := cs.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err
+	}
+	for i := range l.Items {
+		pdb := &l.Items[i]
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		if _, ok := pdb.Status.DisruptedPods[p.Name]; ok {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // waitDisruptionAllowed watches the PDBs of p's namespace until one that

@@ -218,6 +218,72 @@ func onNode(node string) *corev1.Affinity {
 	}}
 }
 
+// A run killed while its eviction was in flight can leave the eviction
+// half done: the API server admitted it (the PDB lists the pod among its
+// disrupted pods, so the budget already counts it gone) but the delete that
+// follows was cancelled with the request. Until the disruption controller
+// forgets the entry (two minutes), every eviction of that pod is refused.
+// The drain completes the admitted eviction instead of waiting it out.
+func TestDrainFinishesAnEvictionWhoseDeleteWasLost(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 2*time.Minute)
+	ns := c.NewNamespace(t)
+	rec := &memRecorder{}
+	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.com/served"}}}
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment(ns, "served", 3, spec), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "served-pdb", Namespace: ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(2)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "served"}}},
+	}
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WaitForDeploymentAvailable(ctx, c.Client, ns, "served"); err != nil {
+		t.Fatal(err)
+	}
+	var victim, other corev1.Pod
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "served-pdb", metav1.GetOptions{})
+		if err != nil || p.Status.CurrentHealthy != 3 || p.Status.ObservedGeneration != p.Generation {
+			return false, err
+		}
+		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) != 3 {
+			return false, err
+		}
+		victim, other = pods.Items[0], pods.Items[1]
+		// What an admitted eviction writes before its delete: the pod in
+		// the PDB's disrupted pods, one disruption fewer allowed.
+		p.Status.DisruptedPods = map[string]metav1.Time{victim.Name: metav1.Now()}
+		p.Status.DisruptionsAllowed = 0
+		_, err = c.Client.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The budget is spent on the victim: evicting another pod is refused.
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: other.Name, Namespace: ns}}
+	if err := c.Client.PolicyV1().Evictions(ns).Evict(ctx, ev); !apierrors.IsTooManyRequests(err) {
+		t.Fatalf("evicting another pod while the budget is spent: %v, want 429", err)
+	}
+	start := time.Now()
+	err := Drain(ctx, c.Client, rec, victim.Spec.NodeName, DrainOptions{Pods: []corev1.Pod{victim}, Timeout: 20 * time.Second,
+		RetryDelay: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("drain of the half-evicted pod: %v (after %s)", err, time.Since(start).Round(time.Millisecond))
+	}
+	if _, err := c.Client.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the half-evicted pod is still there: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the drain took %s: it waited on the PDB instead of completing the admitted eviction", took)
+	}
+}
+
 func TestDrainFilterAndPDBReport(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
