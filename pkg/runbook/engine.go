@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -328,6 +329,25 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 			o.excl.leave()
 		}
 	}()
+	// staleClock is a finished step whose clock may still be on the
+	// target: removed after the next step acts unless that step's own
+	// write removed it, and before the target's run ends in any case.
+	staleClock := ""
+	clearStaleClock := func() error {
+		id := staleClock
+		staleClock = ""
+		if v, ok := rb.Annotation(facts, TimerKey(rb.Name)); !ok || !strings.HasPrefix(v, id+"@") {
+			return nil // taken along by the next step's write, or replaced by its own clock
+		}
+		clear, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return t.SetAnnotation(clear, TimerKey(rb.Name), nil)
+	}
+	defer func() {
+		if staleClock != "" {
+			_ = clearStaleClock()
+		}
+	}()
 	covered := AllParts // what the facts in hand were read for
 	for i, s := range rb.Steps {
 		if held >= 0 && held != i {
@@ -414,6 +434,14 @@ func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Optio
 		}
 		facts, sr, err = act(ctx, rb, s, t, facts, o, sr, enterNext, parts)
 		covered = parts
+		if staleClock != "" {
+			if cerr := clearStaleClock(); cerr != nil && err == nil {
+				err = fmt.Errorf("clear the clock of the step before: %w", cerr)
+			}
+		}
+		if sr.staleClock {
+			staleClock = s.ID
+		}
 		if exclusive {
 			o.excl.leave()
 		}
@@ -513,7 +541,15 @@ func act[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, facts 
 		_ = stopClock(false)
 		return facts, sr, fmt.Errorf("acted, but the result is not visible in the cluster: %s", ev)
 	}
-	if err := stopClock(false); err != nil {
+	if clock != nil && rb.Annotation != nil {
+		// Done: the clock goes, but not by a write of its own. The next
+		// step's write may take it along (a runbook that records a result
+		// removes the clock in the same patch); runTargetOnce removes what
+		// is still there once that step has acted.
+		if clock.settle() {
+			sr.staleClock = true
+		}
+	} else if err := stopClock(false); err != nil {
 		return facts, sr, err
 	}
 	sr.Status, sr.Evidence = StepActed, ev
@@ -599,10 +635,16 @@ func keepClock(ctx context.Context, t Target, rb, stepID string, started time.Ti
 	return c
 }
 
+// settle stops the clock's timer and reports whether the target carries
+// the clock.
+func (c *stepClock) settle() bool {
+	close(c.stopped)
+	return <-c.carried
+}
+
 // stop settles the clock and, unless keep, removes it from the target.
 func (c *stepClock) stop(ctx context.Context, keep bool) error {
-	close(c.stopped)
-	if carried := <-c.carried; !carried || keep {
+	if carried := c.settle(); !carried || keep {
 		return nil
 	}
 	// The step ended: its clock goes even when the run was cancelled.

@@ -884,3 +884,72 @@ func TestObservationAfterAStepReadsWhatTheNextDecisionNeeds(t *testing.T) {
 		t.Errorf("observations asked for %v, want %v (outcome %s)", asked, want, res.Outcome)
 	}
 }
+
+// A long step's clock is not cleared by a write of its own: the next step's
+// write may take it along (one node write fewer per node), and when that
+// step's write does not, the engine removes it once that step has acted.
+func TestClockOfADoneStepGoesWithTheNextStepsWrite(t *testing.T) {
+	for _, takesItAlong := range []bool{true, false} {
+		w := newWorld("n0")
+		clockWrites := 0
+		counting := countingTarget{memTarget: memTarget{w: w, name: "n0"}, writes: &clockWrites}
+		var seenWhileRecording string
+		rb := &Runbook[facts]{
+			Name: owner,
+			Observe: func(_ context.Context, tg Target) (facts, error) {
+				return facts{name: "n0", node: w.snapshot("n0")}, nil
+			},
+			Annotation: func(f facts, key string) (string, bool) { v, ok := f.node.annotations[key]; return v, ok },
+			Steps: []Step[facts]{
+				{ID: "flash", Timeout: time.Minute,
+					Done: func(f facts) (bool, string) { return f.node.labels[testLabel] != "", "" },
+					Act: func(context.Context, facts) error {
+						time.Sleep(150 * time.Millisecond) // longer than the clock delay
+						w.update("n0", func(n *memNode) { n.labels[testLabel] = "flashed" })
+						return nil
+					}},
+				{ID: "record",
+					Done: func(f facts) (bool, string) { return f.node.labels[prepLabel] == "recorded", "" },
+					Act: func(_ context.Context, f facts) error {
+						seenWhileRecording = f.node.annotations[TimerKey(owner)]
+						w.update("n0", func(n *memNode) {
+							n.labels[prepLabel] = "recorded"
+							if takesItAlong {
+								delete(n.annotations, TimerKey(owner))
+							}
+						})
+						return nil
+					}},
+				{ID: "uncordon",
+					Done: func(f facts) (bool, string) { return f.node.labels["done"] == "yes", "" },
+					Act: func(context.Context, facts) error {
+						w.update("n0", func(n *memNode) { n.labels["done"] = "yes" })
+						return nil
+					}},
+			},
+		}
+		res := Run(context.Background(), rb, []Target{counting}, Options{ClockDelay: 50 * time.Millisecond})
+		if res.Outcome != OutcomeDone {
+			t.Fatalf("outcome %s: %+v", res.Outcome, res.Targets)
+		}
+		if !strings.HasPrefix(seenWhileRecording, "flash@") {
+			t.Errorf("the next step should see the done step's clock to take it along; saw %q", seenWhileRecording)
+		}
+		if v, ok := w.snapshot("n0").annotations[TimerKey(owner)]; ok {
+			t.Errorf("takesItAlong=%v: the clock outlived its step: %q", takesItAlong, v)
+		}
+		if want := map[bool]int{true: 1, false: 2}[takesItAlong]; clockWrites != want {
+			t.Errorf("takesItAlong=%v: %d clock writes, want %d", takesItAlong, clockWrites, want)
+		}
+	}
+}
+
+type countingTarget struct {
+	memTarget
+	writes *int
+}
+
+func (c countingTarget) SetAnnotation(ctx context.Context, key string, value *string) error {
+	*c.writes++
+	return c.memTarget.SetAnnotation(ctx, key, value)
+}

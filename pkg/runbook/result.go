@@ -51,6 +51,9 @@ type StepResult struct {
 	// Budget is the step's timeout and Started when its clock started.
 	Budget  time.Duration `json:"timeoutNs,omitempty"`
 	Started *time.Time    `json:"started,omitempty"`
+	// staleClock: the step is done and its clock is still on the target,
+	// to be removed after the next step acts.
+	staleClock bool
 }
 
 // TargetResult is one target of a run.

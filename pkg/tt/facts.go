@@ -263,3 +263,18 @@ func (b builder) cleanupHelpers(ctx context.Context, f Facts, task string, delet
 	}
 	return err
 }
+
+// withClockTakenAlong adds to a node write the removal of runbook rb's step
+// clock when the node carries one: the step that just ended left it for the
+// next write to take along (runbook: a done step's clock is not cleared by
+// a write of its own).
+func withClockTakenAlong(n *corev1.Node, rb string, annotations map[string]*string) map[string]*string {
+	if _, ok := n.Annotations[runbook.TimerKey(rb)]; !ok {
+		return annotations
+	}
+	if annotations == nil {
+		annotations = map[string]*string{}
+	}
+	annotations[runbook.TimerKey(rb)] = nil
+	return annotations
+}

@@ -275,7 +275,7 @@ func recordFirmware(ctx context.Context, cs kubernetes.Interface, rec kube.Recor
 	b, _ := json.Marshal(firmwareRecord{Readback: measured, Devices: r.Devices, Forced: cfg.ForceWrite, Changed: r.Changed,
 		Duration: r.DurationMS, Run: cfg.RunID, At: time.Now().UTC()})
 	n, err := kube.SetNodeKeys(ctx, cs, node.Name, kube.NodeChange{Labels: map[string]*string{LabelFirmware: &measured},
-		Annotations: map[string]*string{AnnFirmwareResult: ptr.To(string(b))}})
+		Annotations: withClockTakenAlong(node, FirmwareRunbookName, map[string]*string{AnnFirmwareResult: ptr.To(string(b))})})
 	if err != nil {
 		return err
 	}

@@ -202,7 +202,8 @@ the target version is measured on it, whatever its label says.`,
 					}
 					mode := InstallModeContainer
 					_, err := kube.SetNodeKeys(ctx, cs, f.Node.Name, kube.NodeChange{
-						Labels: map[string]*string{LabelKMDVersion: &v, LabelInstallMode: &mode}})
+						Labels:      map[string]*string{LabelKMDVersion: &v, LabelInstallMode: &mode},
+						Annotations: withClockTakenAlong(f.Node, KMDRunbookName, nil)})
 					return err
 				},
 			},
@@ -350,7 +351,7 @@ func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Reco
 		Persisted: r.Persisted, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)})
 	n, err := kube.SetNodeKeys(ctx, cs, node.Name, kube.NodeChange{
 		Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},
-		Annotations: map[string]*string{AnnKMDResult: ptr.To(string(b))},
+		Annotations: withClockTakenAlong(node, KMDRunbookName, map[string]*string{AnnKMDResult: ptr.To(string(b))}),
 	})
 	if err != nil {
 		return err

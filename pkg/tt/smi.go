@@ -76,7 +76,8 @@ over the old one, verifies the version it reports, and the node is labelled with
 				},
 				Act: func(ctx context.Context, f Facts) error {
 					after := f.Helper.Result.After
-					n, err := kube.SetNodeKeys(ctx, cs, f.Node.Name, kube.NodeChange{Labels: map[string]*string{LabelSMIVersion: &after}})
+					n, err := kube.SetNodeKeys(ctx, cs, f.Node.Name, kube.NodeChange{Labels: map[string]*string{LabelSMIVersion: &after},
+						Annotations: withClockTakenAlong(f.Node, SMIRunbookName, nil)})
 					if err == nil {
 						rec.Record(ctx, kube.NodeRef(n), false, "TTSMIInstalled", LabelSMIVersion+"="+after)
 					}
