@@ -335,6 +335,11 @@ const NodeRunbookName = "ate-node"
 // NodeRunbook moves one node from cfg.From to cfg.To — the runbook's step 5
 // a–f for a roll, and the same with the sides swapped for a rollback.
 func NodeRunbook(cs kubernetes.Interface, api API, rec kube.Recorder, cfg *NodeConfig) *runbook.Runbook[nodeFacts] {
+	return nodeRunbook(newNodeObserver(cs, api, cfg), rec)
+}
+
+func nodeRunbook(o *nodeObserver, rec kube.Recorder) *runbook.Runbook[nodeFacts] {
+	cs, api, cfg := o.cs, o.api, o.cfg
 	return &runbook.Runbook[nodeFacts]{
 		Name:  NodeRunbookName,
 		Title: "Move one Agent Substrate node to another version",
@@ -344,7 +349,12 @@ ate.dev/substrate-version label, wait for that version's atelet to be Ready, and
 delete the node's worker pods of the pools pinned to the version it left. No actor is ever
 lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 		Observe: func(ctx context.Context, t runbook.Target) (nodeFacts, error) {
-			return observeNode(ctx, cs, api, cfg, strings.TrimPrefix(t.Name(), "node/"))
+			return o.look(ctx, strings.TrimPrefix(t.Name(), "node/"))
+		},
+		// Step clocks are read from the observed node: no read of their own.
+		Annotation: func(f nodeFacts, key string) (string, bool) {
+			v, ok := f.node.Annotations[key]
+			return v, ok
 		},
 		Notes: func(f nodeFacts) []string {
 			live, crashed := f.residents()
@@ -398,8 +408,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return drainWorkers(ctx, api, rec, f.node, f.undrained())
 				},
 				Wait: func(ctx context.Context, f nodeFacts) error {
-					refresh := func(ctx context.Context) (nodeFacts, error) { return observeNode(ctx, cs, api, cfg, f.node.Name) }
-					return waitDrained(ctx, api, rec, f, refresh)
+					refresh := func(ctx context.Context) (nodeFacts, error) { return o.observe(ctx, f.node.Name) }
+					return waitDrained(ctx, api, rec, f, refresh, o.keep)
 				},
 			},
 			{
@@ -424,10 +434,10 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return append(f.recordChange(), suspendPlan(live, crashed)...)
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					return emptyNodeRecording(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
-						return observeNode(ctx, cs, api,
-							cfg, f.node.Name)
-					}, func(ctx context.Context, f nodeFacts) error { return record(ctx, cs, f) })
+					err := emptyNodeRecording(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
+						return o.observe(ctx, f.node.Name)
+					}, func(ctx context.Context, f nodeFacts) error { return record(ctx, cs, f) }, o.keep)
+					return err
 				},
 			},
 			{
@@ -444,9 +454,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 						{Object: n, Action: "uncordon"}}
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					return flipNode(ctx, cs, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
-						return observeNode(ctx, cs, api, cfg, f.node.Name)
-					})
+					return flipNode(ctx, o, rec, f)
 				},
 			},
 			{
@@ -674,28 +682,38 @@ func confirmGone(ctx context.Context, api API, f nodeFacts) ([]string, error) {
 // only if that look agrees the node is empty; then it lifts the cordon. The
 // cordon keeps a replacement worker pod from landing on the node between
 // the look and the label patch (after the patch the old pools' node
-// selectors keep them off). The second look is a fresh read of every list:
-// one (soft) list that missed a paused actor in the observation that found
-// the node empty cannot by itself let the flip go.
-func flipNode(ctx context.Context, cs kubernetes.Interface, api API, rec kube.Recorder, f nodeFacts,
-	refresh func(context.Context) (nodeFacts, error)) (err error) {
-	if _, err := kube.CordonNode(ctx, cs, rec, f.node, CordonOwner, f.cfg.RunID); err != nil {
+// selectors keep them off). The second look is a fresh read of every list
+// (the node itself is the cordon's response, made inside the cordon): one
+// (soft) list that missed a paused actor in the observation that found the
+// node empty cannot by itself let the flip go.
+func flipNode(ctx context.Context, o *nodeObserver, rec kube.Recorder, f nodeFacts) (err error) {
+	cs, api := o.cs, o.api
+	// From the run's latest write to the node (the step clock the engine
+	// just cleared), so the cordon's resourceVersion precondition holds.
+	if _, err := kube.CordonNode(ctx, cs, rec, o.newest(f.node), CordonOwner, f.cfg.RunID); err != nil {
 		return err
 	}
 	node := f.node
+	var look *nodeFacts // the second look
 	defer func() {
 		// Lifted even when the run is being stopped; the release step
 		// lifts it if this does not get through.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if _, uerr := kube.UncordonNode(uctx, cs, rec, node, CordonOwner); uerr != nil {
+		if _, uerr := kube.UncordonNode(uctx, cs, rec, o.newest(node), CordonOwner); uerr != nil {
 			err = errors.Join(err, uerr)
 		}
+		if err == nil && look != nil {
+			// The second look, its node brought up to the label patch and
+			// the uncordon (keep takes their response): the flip's result.
+			o.keep(*look)
+		}
 	}()
-	g, err := refresh(ctx)
+	g, err := o.observe(ctx, f.node.Name)
 	if err != nil {
 		return err
 	}
+	look = &g
 	node = g.node
 	if g.flipped() {
 		return nil
@@ -728,18 +746,103 @@ func drainWorkers(ctx context.Context, api API, rec kube.Recorder, node *corev1.
 	return nil
 }
 
-func observeNode(ctx context.Context, cs kubernetes.Interface, api API, cfg *NodeConfig, name string) (nodeFacts, error) {
-	f := nodeFacts{cfg: cfg}
-	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+// nodeObserver reads a node's facts for one node runbook. Every read is
+// fresh (the node's pods, the inventory) except the node itself right after
+// one of the run's own writes, whose response is the node (nodeWrites).
+// A step whose last act was an observation that decides it done keeps that
+// observation for the engine's look after the step (look), instead of the
+// engine reading the same thing again a moment later.
+type nodeObserver struct {
+	cs  kubernetes.Interface // remembers node writes
+	api API
+	cfg *NodeConfig
+
+	mu   sync.Mutex
+	kept map[string]nodeFacts
+}
+
+func newNodeObserver(cs kubernetes.Interface, api API, cfg *NodeConfig) *nodeObserver {
+	return &nodeObserver{cs: rememberNodeWrites(cs), api: api, cfg: cfg}
+}
+
+// observe reads the node (or takes it from the run's last write to it), the
+// pods on it and the inventory.
+func (o *nodeObserver) observe(ctx context.Context, name string) (nodeFacts, error) {
+	f := nodeFacts{cfg: o.cfg}
+	w := writesOf(o.cs)
+	if w != nil {
+		f.node = w.take(name)
+	}
+	if f.node == nil {
+		n, err := o.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return f, err
+		}
+		f.node = n
+	}
+	if w != nil {
+		w.observed(f.node)
+	}
+	var err error
+	if f.pods, err = kube.PodsOnNode(ctx, o.cs, name); err != nil {
 		return f, err
 	}
-	f.node = n
-	if f.pods, err = kube.PodsOnNode(ctx, cs, name); err != nil {
-		return f, err
-	}
-	f.inv, err = api.Inventory(ctx)
+	f.inv, err = o.api.Inventory(ctx)
 	return f, err
+}
+
+// keep hands f, an observation made after the step's last change, to the
+// engine's next look at the node. The node is brought up to the run's
+// latest write to it (a step clock written meanwhile).
+func (o *nodeObserver) keep(f nodeFacts) {
+	if w := writesOf(o.cs); w != nil {
+		if n := w.take(f.node.Name); n != nil {
+			f.node = n
+		}
+		w.observed(f.node)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.kept == nil {
+		o.kept = map[string]nodeFacts{}
+	}
+	o.kept[f.node.Name] = f
+}
+
+// forget drops a kept observation: something changed after it.
+func (o *nodeObserver) forget(name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.kept, name)
+}
+
+// look is the engine's observation: the one the step kept, if any, else a
+// fresh one.
+func (o *nodeObserver) look(ctx context.Context, name string) (nodeFacts, error) {
+	o.mu.Lock()
+	f, ok := o.kept[name]
+	delete(o.kept, name)
+	o.mu.Unlock()
+	if ok {
+		// Only the step clock can have been written since (the step kept
+		// f after its last change): take its response as the node.
+		if w := writesOf(o.cs); w != nil {
+			if n := w.take(name); n != nil {
+				f.node = n
+				w.observed(n)
+			}
+		}
+		return f, nil
+	}
+	return o.observe(ctx, name)
+}
+
+// newest is n or the node as the run's last write to it returned it.
+func (o *nodeObserver) newest(n *corev1.Node) *corev1.Node {
+	if w := writesOf(o.cs); w != nil {
+		return w.newest(n)
+	}
+	return n
 }
 
 // hostsByWorker names, per worker, one actor it hosts: from the actor list
@@ -765,13 +868,15 @@ func hostsByWorker(inv *ateapi.Inventory) map[string]string {
 // pods that are not registered yet are waited for (RegisterTimeout), so
 // they are drained too; refresh re-reads the node.
 func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
-	return emptyNodeRecording(ctx, api, rec, f, refresh, nil)
+	return emptyNodeRecording(ctx, api, rec, f, refresh, nil, nil)
 }
 
 // emptyNodeRecording is emptyNode that hands each round's facts to record
 // (nil: none) before acting on them: the node roll writes AnnResidents.
+// The round that finds the node empty changed nothing after its facts were
+// read: keep (nil: none) gets them.
 func emptyNodeRecording(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error),
-	record func(context.Context, nodeFacts) error) error {
+	record func(context.Context, nodeFacts) error, keep func(nodeFacts)) error {
 	var unregisteredSince time.Time
 	// Actors suspended here are confirmed one by one with GetActor: a list
 	// may miss an actor whose state just changed, and a paused actor still
@@ -816,6 +921,9 @@ func emptyNodeRecording(ctx context.Context, api API, rec kube.Recorder, f nodeF
 				f.cfg.RegisterTimeout))
 		}
 		if len(live) == 0 && len(crashed) == 0 && len(unreg) == 0 && len(f.undrained()) == 0 && len(f.hosting()) == 0 && len(pending) == 0 {
+			if keep != nil {
+				keep(f)
+			}
 			return nil
 		}
 		var todo []ateapi.Actor
@@ -847,7 +955,8 @@ func emptyNodeRecording(ctx context.Context, api API, rec kube.Recorder, f nodeF
 // registered, draining worker: a list may leave out a worker that just
 // changed, and a pod registers some time after it runs. Workers that
 // appear meanwhile are drained too.
-func waitDrained(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
+func waitDrained(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error),
+	keep func(nodeFacts)) error {
 	deadline := time.Now().Add(f.cfg.RegisterTimeout)
 	for delay := 200 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 		select { // Act just drained what f showed: read the node again first
@@ -865,6 +974,7 @@ func waitDrained(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, r
 		}
 		unreg := f.unregistered()
 		if len(f.undrained()) == 0 && len(unreg) == 0 {
+			keep(f) // nothing was drained on these facts: they are the step's result
 			return nil
 		}
 		if time.Now().After(deadline) {

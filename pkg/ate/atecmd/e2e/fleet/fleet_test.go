@@ -82,6 +82,7 @@ func TestPerNodeCost(t *testing.T) {
 				counts[r.Method+" "+resourceOf(r.URL.Path)]++
 				total++
 				mu.Unlock()
+				trace(r)
 			}
 			return rt.RoundTrip(r)
 		})
