@@ -512,9 +512,27 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					ctx, cancel := context.WithCancelCause(ctx)
 					defer cancel(nil)
 					go kube.CancelOnNodeDown(ctx, cancel, cs, func(context.Context) string { return f.node.Name })
-					_, err := kube.WaitForDaemonSetPodReady(ctx, cs, Namespace, f.cfg.ToAtelet, f.node.Name)
+					// The node's pods are watched, all of them: what the watch
+					// shows once the atelet is Ready is the step's look at
+					// them (the next step deletes from it).
+					g := f
+					var err error
+					g.pods, err = watchPodsOnNode(ctx, cs, f.node.Name, func(pods []corev1.Pod) bool {
+						h := f
+						h.pods = pods
+						ok, _ := h.ateletReady()
+						return ok
+					})
 					if err == nil {
-						err = kube.WaitForNodeReady(ctx, cs, f.node.Name)
+						if g.node, err = cs.CoreV1().Nodes().Get(ctx, f.node.Name, metav1.GetOptions{}); err == nil {
+							if kube.NodeReady(g.node) {
+								if g.inv, err = api.Inventory(ctx); err == nil {
+									o.keep(g)
+								}
+							} else {
+								err = kube.WaitForNodeReady(ctx, cs, f.node.Name)
+							}
+						}
 					}
 					var nd *kube.NodeNotReadyError
 					if errors.As(context.Cause(ctx), &nd) {
@@ -584,11 +602,25 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return nil
 				},
 				Wait: func(ctx context.Context, f nodeFacts) error {
-					from := poolSet(f.cfg.FromPools)
-					return kube.WaitForNoPods(ctx, cs, f.node.Name, func(p *corev1.Pod) bool {
-						pool, ok := p.Labels[PoolLabel]
-						return ok && from[p.Namespace+"/"+pool]
+					// Watched until no pod of the pools left is there (a
+					// terminating one still counts); the watch's pods, the
+					// node as the step found it (nothing here writes it) and
+					// a fresh inventory are the step's result.
+					g := f
+					var err error
+					g.pods, err = watchPodsOnNode(ctx, cs, f.node.Name, func(pods []corev1.Pod) bool {
+						h := f
+						h.pods = pods
+						return len(h.podsOf(f.cfg.FromPools)) == 0
 					})
+					if err != nil {
+						return err
+					}
+					if g.inv, err = api.Inventory(ctx); err != nil {
+						return err
+					}
+					o.keep(g)
+					return nil
 				},
 			},
 			{
@@ -608,28 +640,30 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				},
 				Act: func(context.Context, nodeFacts) error { return nil },
 				Wait: func(ctx context.Context, f nodeFacts) error {
-					// The pods are watched; the substrate API has no watch, so
+					// The pods are watched (unless the step's facts show them
+					// all Ready); the substrate API has no watch, so
 					// registration is polled, gently.
-					to := poolSet(f.cfg.ToPools)
-					if err := kube.WaitForNoPods(ctx, cs, f.node.Name, func(p *corev1.Pod) bool {
-						pool, ok := p.Labels[PoolLabel]
-						return ok && to[p.Namespace+"/"+pool] && !kube.PodReady(p)
-					}); err != nil {
-						return fmt.Errorf("%s worker pods on %s are not Ready: %w", f.cfg.To, f.node.Name, err)
-					}
-					pods, err := kube.PodsOnNode(ctx, cs, f.node.Name)
-					if err != nil {
-						return err
-					}
 					g := f
-					g.pods = pods
+					if ready, total := g.toPodsReady(); ready < total {
+						pods, err := watchPodsOnNode(ctx, cs, f.node.Name, func(pods []corev1.Pod) bool {
+							h := f
+							h.pods = pods
+							ready, total := h.toPodsReady()
+							return ready == total
+						})
+						if err != nil {
+							return fmt.Errorf("%s worker pods on %s are not Ready: %w", f.cfg.To, f.node.Name, err)
+						}
+						g.pods = pods
+					}
 					want, _ := g.toPodsReady()
 					for delay := 100 * time.Millisecond; ; delay = min(2*delay, 3*time.Second) {
+						var err error
 						if g.inv, err = api.Inventory(ctx); err != nil {
 							return err
 						}
 						if g.toWorkersActive() >= want {
-							return nil
+							break
 						}
 						select {
 						case <-ctx.Done():
@@ -637,7 +671,19 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 								"ACTIVE: %w", want, f.cfg.To, f.node.Name, g.toWorkersActive(), context.Cause(ctx))
 						case <-time.After(delay):
 						}
+						// Registration took a while: the pods are read again
+						// after it, so the step is decided on both as they are.
+						g.pods = nil
 					}
+					if g.pods == nil {
+						pods, err := kube.PodsOnNode(ctx, cs, f.node.Name)
+						if err != nil {
+							return err
+						}
+						g.pods = pods
+					}
+					o.keep(g)
+					return nil
 				},
 			},
 		},
