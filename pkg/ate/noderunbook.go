@@ -584,13 +584,22 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					}
 					hosts := hostsByWorker(inv)
 					var kept []string
+					// One Event on the node names every pod deleted (also
+					// when a later delete fails), not one per pod.
+					deleted := &podNames{}
+					defer func() {
+						if len(deleted.names) > 0 {
+							rec.Record(ctx, kube.NodeRef(f.node), false, "Deleted", fmt.Sprintf("deleted worker pod(s) %s: node %s "+
+								"moved to %s; its %s worker pods are no longer needed", strings.Join(deleted.names, ", "), f.node.Name,
+								f.cfg.To, f.cfg.From))
+						}
+					}()
 					for _, p := range f.podsOf(f.cfg.FromPools) {
 						if a := hosts[string(p.UID)]; a != "" {
 							kept = append(kept, p.Namespace+"/"+p.Name+" (hosts "+a+")")
 							continue
 						}
-						_, err := kube.DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.Namespace).Delete, kube.PodRef(&p), p.UID,
-							fmt.Sprintf("node %s moved to %s; its %s worker pod is no longer needed", f.node.Name, f.cfg.To, f.cfg.From))
+						_, err := kube.DeleteIfUnchanged(ctx, deleted, cs.CoreV1().Pods(p.Namespace).Delete, kube.PodRef(&p), p.UID, "")
 						if err != nil {
 							return fmt.Errorf("delete %s/%s: %w", p.Namespace, p.Name, err)
 						}
@@ -781,13 +790,23 @@ func flipNode(ctx context.Context, o *nodeObserver, rec kube.Recorder, f nodeFac
 	return nil
 }
 
-func drainWorkers(ctx context.Context, api API, rec kube.Recorder, node *corev1.Node, workers []ateapi.Worker) error {
+// drainWorkers drains workers one by one and records them in one Event on
+// the node (one per pass, naming each worker drained, also when a later
+// drain fails): a node's workers are drained together, and one Event per
+// worker cost a request each for the same audit line.
+func drainWorkers(ctx context.Context, api API, rec kube.Recorder, node *corev1.Node, workers []ateapi.Worker) (err error) {
+	var done []string
+	defer func() {
+		if len(done) > 0 {
+			rec.Record(ctx, kube.NodeRef(node), false, "WorkerDrained", fmt.Sprintf("DrainWorker %s: no new actors will be placed "+
+				"there", strings.Join(done, ", ")))
+		}
+	}()
 	for _, w := range workers {
 		if _, err := api.DrainWorker(ctx, w.Name); err != nil && !errors.Is(err, ateapi.ErrNotFound) {
 			return fmt.Errorf("drain worker %s (pod %s): %w", w.Name, w.Pod, err)
 		}
-		rec.Record(ctx, kube.NodeRef(node), false, "WorkerDrained", fmt.Sprintf("DrainWorker %s (pod %s, pool %s): no new actors will "+
-			"be placed there", w.Name, w.Pod, w.Pool))
+		done = append(done, fmt.Sprintf("%s (pod %s, pool %s)", w.Name, w.Pod, w.Pool))
 	}
 	return nil
 }
@@ -1048,13 +1067,25 @@ func confirmPending(ctx context.Context, api API, node string, pending map[ateap
 	return nil
 }
 
+// suspendAll suspends actors, a few at a time, and records the ones it
+// suspended in one Event on the node per round (naming each, with its
+// state before and after), written once the round's calls have returned.
 func suspendAll(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, actors []ateapi.Actor) error {
 	sem := make(chan struct{}, max(1, f.cfg.MaxConcurrentSuspends))
 	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		errs      []error
+		suspended []string
 	)
+	defer func() {
+		wg.Wait()
+		if len(suspended) > 0 {
+			sort.Strings(suspended)
+			rec.Record(ctx, kube.NodeRef(f.node), false, "ActorSuspended", fmt.Sprintf("suspended %s to empty node %s",
+				strings.Join(suspended, ", "), f.node.Name))
+		}
+	}()
 	for i, a := range actors {
 		if a.State.Transient() && a.State != ateapi.ActorUnspecified {
 			continue // it moves on its own; the next round sees where it went
@@ -1075,9 +1106,9 @@ func suspendAll(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ac
 			var ae *ateapi.Error
 			switch {
 			case err == nil:
-				rec.Record(ctx, kube.NodeRef(f.node), false, "ActorSuspended",
-					fmt.Sprintf("suspended %s/%s (was %s, now %s) to empty node %s", a.Atespace, a.Name, a.State, got.State,
-						f.node.Name))
+				mu.Lock()
+				suspended = append(suspended, fmt.Sprintf("%s/%s (was %s, now %s)", a.Atespace, a.Name, a.State, got.State))
+				mu.Unlock()
 			case errors.Is(err, ateapi.ErrNotFound):
 			case errors.Is(err, ateapi.ErrDataLoss):
 				// crashed: the next round reports it with the others
@@ -1139,4 +1170,13 @@ func suspendPlan(live, crashed []ateapi.Actor) []runbook.Change {
 			Detail: "CRASHED: needs RevertActor"})
 	}
 	return out
+}
+
+// podNames is a kube.Recorder that only collects the pods recorded
+// ("namespace/name (uid …)"), for one Event about them all.
+type podNames struct{ names []string }
+
+// Record implements kube.Recorder.
+func (p *podNames) Record(_ context.Context, obj corev1.ObjectReference, _ bool, _, _ string) {
+	p.names = append(p.names, fmt.Sprintf("%s/%s (uid %s)", obj.Namespace, obj.Name, obj.UID))
 }
