@@ -2,6 +2,7 @@ package ate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"k8s.io/utils/ptr"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/ateapi"
@@ -408,7 +410,12 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return drainWorkers(ctx, api, rec, f.node, f.undrained())
 				},
 				Wait: func(ctx context.Context, f nodeFacts) error {
-					refresh := func(ctx context.Context) (nodeFacts, error) { return o.observe(ctx, f.node.Name) }
+					prev := f
+					refresh := func(ctx context.Context) (g nodeFacts, err error) {
+						g, err = o.refresh(ctx, prev, func(nodeFacts) bool { return true })
+						prev = g
+						return g, err
+					}
 					return waitDrained(ctx, api, rec, f, refresh, o.keep)
 				},
 			},
@@ -434,15 +441,30 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return append(f.recordChange(), suspendPlan(live, crashed)...)
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					err := emptyNodeRecording(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
-						return o.observe(ctx, f.node.Name)
-					}, func(ctx context.Context, f nodeFacts) error { return record(ctx, cs, f) }, o.keep)
-					return err
+					// Each round reads the inventory; the node's pods only
+					// when it shows the node empty of actors (the round may
+					// end the step: the pods say whether a worker pod has
+					// yet to register) or the last read showed such a pod.
+					prev := f
+					refresh := func(ctx context.Context) (g nodeFacts, err error) {
+						g, err = o.refresh(ctx, prev, func(g nodeFacts) bool {
+							live, crashed := g.residents()
+							return len(prev.unregistered()) > 0 ||
+								len(live)+len(crashed)+len(g.undrained())+len(g.hosting()) == 0
+						})
+						prev = g
+						return g, err
+					}
+					return emptyNodeRecording(ctx, api, rec, f, refresh,
+						func(ctx context.Context, f nodeFacts) error { return record(ctx, cs, f) }, o.keep)
 				},
 			},
 			{
 				ID: "ate.node.flip", Title: "Flip the node's version label",
-				Doc: "Set ate.dev/substrate-version to the target version. The old atelet pod leaves on its own and the new one starts.",
+				Doc: "Cordon the node, look at it again, and only if that look finds it empty set ate.dev/substrate-version to the " +
+					"target version, lifting the cordon and removing " + AnnMovingTo + " in the same patch (made at the node's " +
+					"version of the look; without the cordon by then, no flip). The old atelet pod leaves on its own and the new one " +
+					"starts.",
 				Done: func(f nodeFacts) (bool, string) {
 					return f.flipped(), VersionLabel + "=" + f.node.Labels[VersionLabel]
 				},
@@ -451,7 +473,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					n := "node/" + f.node.Name
 					return []runbook.Change{{Object: n, Action: "cordon", Detail: "while the flip is decided and made"},
 						{Object: n, Action: "label", Detail: VersionLabel + "=" + f.cfg.To},
-						{Object: n, Action: "uncordon"}}
+						{Object: n, Action: "uncordon", Detail: "in the label's patch"},
+						{Object: n, Action: "annotate", Detail: AnnMovingTo + "-, " + AnnResidents + "- (in the label's patch)"}}
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
 					return flipNode(ctx, o, rec, f)
@@ -459,8 +482,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 			},
 			{
 				ID: "ate.node.release", Title: "Lift the flip's cordon and the moving mark",
-				Doc: "Uncordon the node if the flip's cordon is still on (a run stopped between the two), and remove " + AnnMovingTo +
-					". A cordon someone else set is left alone.",
+				Doc: "Uncordon the node if the flip's cordon is still on, and remove " + AnnMovingTo + " (the flip does both in its " +
+					"patch; this is for a run stopped in between). A cordon someone else set is left alone.",
 				Done: func(f nodeFacts) (bool, string) {
 					if !f.flipped() {
 						return false, "node not flipped yet"
@@ -781,12 +804,21 @@ func flipNode(ctx context.Context, o *nodeObserver, rec kube.Recorder, f nodeFac
 	if b = append(b, gone...); len(b) > 0 {
 		return fmt.Errorf("node %s not flipped: a second look found %s; re-run", f.node.Name, strings.Join(b, "; "))
 	}
-	n, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(f.cfg.To)}})
+	// One patch flips the label, lifts our cordon and removes the moving
+	// mark: the node becomes schedulable only together with the label that
+	// keeps the old pools off it. Our cordon gone by then means a pod may
+	// have landed after the look: no flip.
+	n, lifted, err := flipPatch(ctx, cs, g.node, f.cfg.To)
 	if err != nil {
 		return err
 	}
 	node = n
-	rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", fmt.Sprintf("%s: %s → %s", VersionLabel, f.cfg.From, f.cfg.To))
+	msg := fmt.Sprintf("%s: %s → %s", VersionLabel, f.cfg.From, f.cfg.To)
+	if lifted {
+		msg += "; uncordoned in the same patch (rollbook " + CordonOwner + " had cordoned it for the flip), " + AnnMovingTo +
+			" removed"
+	}
+	rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", msg)
 	return nil
 }
 
@@ -853,6 +885,30 @@ func (o *nodeObserver) observe(ctx context.Context, name string) (nodeFacts, err
 		return f, err
 	}
 	f.inv, err = o.api.Inventory(ctx)
+	return f, err
+}
+
+// refresh is a look during a step that acts in rounds on prev: the
+// inventory is read again; the node is prev's, brought up to the run's
+// latest write to it (what the rounds decide on the node is rollbook's own
+// annotations; whatever they conclude, the flip reads the node again
+// inside its cordon); the node's pods are read again when pods says they
+// are needed, given the new inventory.
+func (o *nodeObserver) refresh(ctx context.Context, prev nodeFacts, pods func(nodeFacts) bool) (nodeFacts, error) {
+	f := prev
+	if w := writesOf(o.cs); w != nil {
+		if n := w.take(f.node.Name); n != nil {
+			f.node = n
+			w.observed(n)
+		}
+	}
+	var err error
+	if f.inv, err = o.api.Inventory(ctx); err != nil {
+		return f, err
+	}
+	if pods(f) {
+		f.pods, err = kube.PodsOnNode(ctx, o.cs, f.node.Name)
+	}
 	return f, err
 }
 
@@ -1170,6 +1226,69 @@ func suspendPlan(live, crashed []ateapi.Actor) []runbook.Change {
 			Detail: "CRASHED: needs RevertActor"})
 	}
 	return out
+}
+
+// flipPatch labels the node to, with our cordon lifted and the moving mark
+// removed in the same patch. The patch is a JSON patch that first tests
+// the node is still cordoned by us (a cordon's own fields, so the taint the
+// node controller adds for a cordon, or a kubelet's status, cannot make it
+// conflict); if that patch cannot apply, the node is read again and the
+// change decided on it. A cordon someone else set stays (label and mark
+// only); no cordon at all: no flip.
+func flipPatch(ctx context.Context, cs kubernetes.Interface, look *corev1.Node, to string) (*corev1.Node, bool, error) {
+	marks := []string{AnnMovingTo, AnnResidents}
+	cordon := []string{kube.AnnCordonedBy, kube.AnnCordonedAt, kube.AnnCordonRun, kube.AnnLeftCordoned}
+	if st := kube.CordonStateOf(look); st.Cordoned && st.Owner == CordonOwner {
+		type op struct {
+			Op    string `json:"op"`
+			Path  string `json:"path"`
+			Value any    `json:"value,omitempty"`
+		}
+		ann := func(k string) string { return "/metadata/annotations/" + jsonPointerEscape(k) }
+		ops := []op{{Op: "test", Path: "/spec/unschedulable", Value: true},
+			{Op: "test", Path: ann(kube.AnnCordonedBy), Value: CordonOwner},
+			{Op: "add", Path: "/metadata/labels/" + jsonPointerEscape(VersionLabel), Value: to},
+			{Op: "replace", Path: "/spec/unschedulable", Value: false}}
+		for _, k := range append(marks, cordon...) {
+			if _, ok := look.Annotations[k]; ok {
+				ops = append(ops, op{Op: "remove", Path: ann(k)})
+			}
+		}
+		b, err := json.Marshal(ops)
+		if err != nil {
+			return nil, false, err
+		}
+		if n, err := cs.CoreV1().Nodes().Patch(ctx, look.Name, types.JSONPatchType, b, metav1.PatchOptions{}); err == nil {
+			return n, true, nil
+		} else if ctx.Err() != nil {
+			return nil, false, err
+		}
+	}
+	lifted := false
+	n, err := kube.UpdateNode(ctx, cs, look.Name, func(n *corev1.Node) (kube.NodeChange, error) {
+		lifted = false
+		st := kube.CordonStateOf(n)
+		if !st.Cordoned {
+			return kube.NodeChange{}, fmt.Errorf("node %s not flipped: its cordon was lifted after the second look; re-run", n.Name)
+		}
+		c := kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(to)}, Annotations: map[string]*string{}}
+		for _, k := range marks {
+			c.Annotations[k] = nil
+		}
+		if st.Owner == CordonOwner {
+			lifted = true
+			c.Unschedulable = ptr.To(false)
+			for _, k := range cordon {
+				c.Annotations[k] = nil
+			}
+		}
+		return c, nil
+	})
+	return n, lifted, err
+}
+
+func jsonPointerEscape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
 // podNames is a kube.Recorder that only collects the pods recorded
