@@ -672,50 +672,43 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				},
 				Act: func(context.Context, nodeFacts) error { return nil },
 				Wait: func(ctx context.Context, f nodeFacts) error {
-					// The pods are watched (unless the step's facts show them
-					// all Ready); the substrate API has no watch, so
-					// registration is polled, gently.
+					// The node's pods are watched the whole time (one request)
+					// while registration is polled (the substrate API has no
+					// watch), gently: the step ends on the pods as the watch
+					// shows them then and the inventory just read.
+					wctx, stop := context.WithCancel(ctx)
+					defer stop()
+					pw := startPodWatch(wctx, cs, f.node.Name)
 					g := f
-					if ready, total := g.toPodsReady(); ready < total {
-						pods, err := watchPodsOnNode(ctx, cs, f.node.Name, func(pods []corev1.Pod) bool {
-							h := f
-							h.pods = pods
-							ready, total := h.toPodsReady()
-							return ready == total
-						})
+					for delay := 100 * time.Millisecond; ; {
+						pods, err := pw.now(ctx)
 						if err != nil {
 							return fmt.Errorf("%s worker pods on %s are not Ready: %w", f.cfg.To, f.node.Name, err)
 						}
 						g.pods = pods
-					}
-					want, _ := g.toPodsReady()
-					for delay := 100 * time.Millisecond; ; delay = min(2*delay, 3*time.Second) {
-						var err error
-						if g.inv, err = api.Inventory(ctx); err != nil {
-							return err
-						}
-						if g.toWorkersActive() >= want {
-							break
+						ready, total := g.toPodsReady()
+						if ready == total {
+							if g.inv, err = api.Inventory(ctx); err != nil {
+								return err
+							}
+							if g.toWorkersActive() >= ready {
+								o.keep(g)
+								return nil
+							}
 						}
 						select {
 						case <-ctx.Done():
+							if ready < total {
+								return fmt.Errorf("%s worker pods on %s are not Ready (%d of %d): %w", f.cfg.To, f.node.Name, ready, total,
+									context.Cause(ctx))
+							}
 							return fmt.Errorf("%d %s worker pod(s) on %s Ready but only %d registered "+
-								"ACTIVE: %w", want, f.cfg.To, f.node.Name, g.toWorkersActive(), context.Cause(ctx))
+								"ACTIVE: %w", ready, f.cfg.To, f.node.Name, g.toWorkersActive(), context.Cause(ctx))
+						case <-pw.changed: // a pod changed: look again
 						case <-time.After(delay):
+							delay = min(2*delay, 3*time.Second)
 						}
-						// Registration took a while: the pods are read again
-						// after it, so the step is decided on both as they are.
-						g.pods = nil
 					}
-					if g.pods == nil {
-						pods, err := kube.PodsOnNode(ctx, cs, f.node.Name)
-						if err != nil {
-							return err
-						}
-						g.pods = pods
-					}
-					o.keep(g)
-					return nil
 				},
 			},
 		},
