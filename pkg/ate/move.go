@@ -102,6 +102,9 @@ func MoveNodes(ctx context.Context, m Mover, o MoveOptions) (runbook.Result, err
 		// One observer for the node: its step clocks (written through the
 		// target) are node writes it remembers too.
 		obs := newNodeObserver(m.Client, m.API, &cfg)
+		// The node was just listed in full: the first look starts from it
+		// (its pods and the inventory are read then).
+		obs.seed = c.nodeObject(target)
 		if o.Wait && !sides.FirstNode && !m.DryRun {
 			if err := waitForCapacity(ctx, obs, target, o.WaitTimeout, m.Say); err != nil {
 				return total, err
@@ -111,6 +114,7 @@ func MoveNodes(ctx context.Context, m Mover, o MoveOptions) (runbook.Result, err
 		res := runbook.Run(ctx, nodeRunbook(obs, m.Recorder),
 			[]runbook.Target{runbook.NodeTarget{Client: obs.cs, Node: target}},
 			runbook.Options{RunID: m.RunID, DryRun: m.DryRun, Reporter: m.Reporter, Paused: m.Paused})
+		obs.close()
 		total.Targets = append(total.Targets, res.Targets...)
 		total.Outcome = runbook.Worst(total.Outcome, res.Outcome)
 		if !o.All || m.DryRun || res.Outcome != runbook.OutcomeDone || o.Node != "" {

@@ -535,12 +535,13 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					ctx, cancel := context.WithCancelCause(ctx)
 					defer cancel(nil)
 					go kube.CancelOnNodeDown(ctx, cancel, cs, func(context.Context) string { return f.node.Name })
-					// The node's pods are watched, all of them: what the watch
-					// shows once the atelet is Ready is the step's look at
-					// them (the next step deletes from it).
+					// The node's pods are watched, all of them, by the watch
+					// the delete and verify waits go on with: what it shows
+					// once the atelet is Ready is the step's look at them (the
+					// next step deletes from it).
 					g := f
 					var err error
-					g.pods, err = watchPodsOnNode(ctx, cs, f.node.Name, func(pods []corev1.Pod) bool {
+					g.pods, err = o.pods(ctx, f.node.Name).until(ctx, func(pods []corev1.Pod) bool {
 						h := f
 						h.pods = pods
 						ok, _ := h.ateletReady()
@@ -640,7 +641,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					// a fresh inventory are the step's result.
 					g := f
 					var err error
-					g.pods, err = watchPodsOnNode(ctx, cs, f.node.Name, func(pods []corev1.Pod) bool {
+					g.pods, err = o.pods(ctx, f.node.Name).until(ctx, func(pods []corev1.Pod) bool {
 						h := f
 						h.pods = pods
 						return len(h.podsOf(f.cfg.FromPools)) == 0
@@ -676,9 +677,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					// while registration is polled (the substrate API has no
 					// watch), gently: the step ends on the pods as the watch
 					// shows them then and the inventory just read.
-					wctx, stop := context.WithCancel(ctx)
-					defer stop()
-					pw := startPodWatch(wctx, cs, f.node.Name)
+					pw := o.pods(ctx, f.node.Name)
+					defer o.close() // the last step
 					g := f
 					for delay := 100 * time.Millisecond; ; {
 						pods, err := pw.now(ctx)
@@ -849,6 +849,38 @@ type nodeObserver struct {
 
 	mu   sync.Mutex
 	kept map[string]nodeFacts
+	// seed is the node as the run just listed it, for the first look.
+	seed *corev1.Node
+	// live watches the node's pods from the wait for the new atelet to the
+	// end of the verify: one request for the three waits (pods).
+	live     *podWatch
+	liveNode string
+	stopLive context.CancelFunc
+}
+
+// pods returns the live watch of the node's pods, started on first use
+// (or again if it stopped); it runs until close.
+func (o *nodeObserver) pods(ctx context.Context, node string) *podWatch {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.live == nil || o.liveNode != node || o.live.ended() {
+		if o.stopLive != nil {
+			o.stopLive()
+		}
+		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		o.live, o.liveNode, o.stopLive = startPodWatch(wctx, o.cs, node), node, cancel
+	}
+	return o.live
+}
+
+// close stops the live watch, if any.
+func (o *nodeObserver) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stopLive != nil {
+		o.stopLive()
+		o.live, o.stopLive = nil, nil
+	}
 }
 
 func newNodeObserver(cs kubernetes.Interface, api API, cfg *NodeConfig) *nodeObserver {
@@ -863,6 +895,12 @@ func (o *nodeObserver) observe(ctx context.Context, name string) (nodeFacts, err
 	if w != nil {
 		f.node = w.take(name)
 	}
+	o.mu.Lock()
+	if f.node == nil && o.seed != nil && o.seed.Name == name {
+		f.node = o.seed
+	}
+	o.seed = nil
+	o.mu.Unlock()
 	if f.node == nil {
 		n, err := o.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

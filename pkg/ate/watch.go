@@ -16,39 +16,6 @@ import (
 	"github.com/rollbook/rollbook/pkg/kube"
 )
 
-// watchPodsOnNode watches every pod on node (one request: a list and a
-// watch) until done holds for the pods it shows, and returns those pods.
-// They are the watch's store when done held: as fresh as a list made then,
-// so the step that waited needs no list of its own afterwards.
-func watchPodsOnNode(ctx context.Context, cs kubernetes.Interface, node string, done func([]corev1.Pod) bool) ([]corev1.Pod, error) {
-	var store cache.Store
-	var last []corev1.Pod
-	check := func() bool {
-		items := store.List()
-		pods := make([]corev1.Pod, 0, len(items))
-		for _, o := range items {
-			pods = append(pods, *o.(*corev1.Pod))
-		}
-		sort.Slice(pods, func(i, j int) bool {
-			return pods[i].Namespace < pods[j].Namespace || pods[i].Namespace == pods[j].Namespace && pods[i].Name < pods[j].Name
-		})
-		if done(pods) {
-			last = pods
-			return true
-		}
-		return false
-	}
-	_, err := watchtools.UntilWithSync(ctx, kube.PodsOnNodeLW(cs, metav1.NamespaceAll, node), &corev1.Pod{},
-		func(s cache.Store) (bool, error) {
-			store = s
-			return check(), nil
-		}, func(watch.Event) (bool, error) { return check(), nil })
-	if err != nil && ctx.Err() != nil {
-		return nil, context.Cause(ctx)
-	}
-	return last, err
-}
-
 // podWatch keeps a watch of every pod on a node open in the background
 // (one request) and hands out what it shows now: for a wait that also
 // polls something else (the inventory), so the pods it ends on are as
@@ -118,6 +85,36 @@ func (w *podWatch) now(ctx context.Context) ([]corev1.Pod, error) {
 				err = errors.New("the watch of the node's pods ended")
 			}
 			return nil, err
+		case <-w.changed:
+		}
+	}
+}
+
+// ended reports whether the watch has stopped.
+func (w *podWatch) ended() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// until waits until cond holds for the pods the watch shows and returns
+// them.
+func (w *podWatch) until(ctx context.Context, cond func([]corev1.Pod) bool) ([]corev1.Pod, error) {
+	for {
+		pods, err := w.now(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if cond(pods) {
+			return pods, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-w.done:
 		case <-w.changed:
 		}
 	}
