@@ -759,14 +759,24 @@ func confirmGone(ctx context.Context, api API, f nodeFacts) ([]string, error) {
 // node empty cannot by itself let the flip go.
 func flipNode(ctx context.Context, o *nodeObserver, rec kube.Recorder, f nodeFacts) (err error) {
 	cs, api := o.cs, o.api
+	// The cordon's Event is held until the flip's: a flip that lifts the
+	// cordon in its patch says both in one Event (the cordon lasts the few
+	// requests of the second look, and while it is on, the node names its
+	// owner, run and time in its own annotations); otherwise the Cordoned
+	// Event is written before the Uncordoned one, as before.
+	held := &heldRecords{}
+	flipped := false
 	// From the run's latest write to the node (the step clock the engine
 	// just cleared), so the cordon's resourceVersion precondition holds.
-	if _, err := kube.CordonNode(ctx, cs, rec, o.newest(f.node), CordonOwner, f.cfg.RunID); err != nil {
+	if _, err := kube.CordonNode(ctx, cs, held, o.newest(f.node), CordonOwner, f.cfg.RunID); err != nil {
 		return err
 	}
 	node := f.node
 	var look *nodeFacts // the second look
 	defer func() {
+		if !flipped {
+			held.flush(ctx, rec)
+		}
 		// Lifted even when the run is being stopped; the release step
 		// lifts it if this does not get through.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -808,11 +818,63 @@ func flipNode(ctx context.Context, o *nodeObserver, rec kube.Recorder, f nodeFac
 	node = n
 	msg := fmt.Sprintf("%s: %s → %s", VersionLabel, f.cfg.From, f.cfg.To)
 	if lifted {
-		msg += "; uncordoned in the same patch (rollbook " + CordonOwner + " had cordoned it for the flip), " + AnnMovingTo +
-			" removed"
+		if c := held.messages("Cordoned"); c != "" {
+			msg = c + " for the flip; " + msg
+			held.drop("Cordoned")
+		}
+		msg += "; uncordoned in the same patch, " + AnnMovingTo + " removed"
 	}
+	held.flush(ctx, rec) // anything else held, first
+	flipped = true
 	rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", msg)
 	return nil
+}
+
+// heldRecords is a kube.Recorder that holds records until flushed (or
+// folded into another record).
+type heldRecords struct {
+	recs []heldRecord
+}
+
+type heldRecord struct {
+	obj             corev1.ObjectReference
+	warning         bool
+	reason, message string
+}
+
+// Record implements kube.Recorder.
+func (h *heldRecords) Record(_ context.Context, obj corev1.ObjectReference, warning bool, reason, message string) {
+	h.recs = append(h.recs, heldRecord{obj, warning, reason, message})
+}
+
+// messages joins the messages held with reason.
+func (h *heldRecords) messages(reason string) string {
+	var out []string
+	for _, r := range h.recs {
+		if r.reason == reason {
+			out = append(out, r.message)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// drop forgets the records held with reason.
+func (h *heldRecords) drop(reason string) {
+	kept := h.recs[:0]
+	for _, r := range h.recs {
+		if r.reason != reason {
+			kept = append(kept, r)
+		}
+	}
+	h.recs = kept
+}
+
+// flush records what is held, in order, and forgets it.
+func (h *heldRecords) flush(ctx context.Context, rec kube.Recorder) {
+	for _, r := range h.recs {
+		rec.Record(ctx, r.obj, r.warning, r.reason, r.message)
+	}
+	h.recs = nil
 }
 
 // drainWorkers drains workers one by one and records them in one Event on
