@@ -68,6 +68,21 @@ type Cluster struct {
 	Pools   []Pool     `json:"pools"`
 	// Problems make the roll unsafe to drive; each says what to do.
 	Problems []string `json:"problems,omitempty"`
+	// full are the nodes as listed, when they were listed in full (not as
+	// metadata): the node a move starts on is taken from there, not read
+	// again a moment later.
+	full []corev1.Node
+}
+
+// nodeObject is node as the cluster's list showed it, if it was listed in
+// full.
+func (c *Cluster) nodeObject(name string) *corev1.Node {
+	for i := range c.full {
+		if c.full[i].Name == name {
+			return &c.full[i]
+		}
+	}
+	return nil
 }
 
 // versionedName is atelet-<suffix>; an unversioned install has plain "atelet".
@@ -118,6 +133,9 @@ func ObserveClusterMeta(ctx context.Context, cs kubernetes.Interface, dyn dynami
 			MovingTo: n.Annotations[AnnMovingTo]})
 	}
 	sort.Slice(c.Nodes, func(i, j int) bool { return c.Nodes[i].Name < c.Nodes[j].Name })
+	if md == nil {
+		c.full = nodes
+	}
 	if pools != nil {
 		for i := range pools.Items {
 			c.Pools = append(c.Pools, poolOf(&pools.Items[i]))

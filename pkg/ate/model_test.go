@@ -412,7 +412,7 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 	case "ate.node.flip":
 		// flipNode: cordon, a second look, the patch if the look agrees,
 		// the cordon lifted whatever happened.
-		for _, a := range []string{"cordon", "label", "uncordon"} {
+		for _, a := range []string{"cordon", "label", "uncordon", "annotate"} {
 			if !planned["node/"+f.node.Name+" "+a] {
 				bad = a + " of the flip is not in the plan"
 			}
@@ -509,8 +509,15 @@ func (m *aModel) call(s aState) (modelcheck.Move[aState], bool) {
 			name = "GetActor " + actorName(int(op.Arg)) + ": " + string(actorStateName[a.St]) + " again, next round"
 		}
 	case opFlip:
-		name = "label " + nodeName(int(op.Arg)) + " " + VersionLabel + "=v2"
-		n.Nodes[op.Arg].Label = 1
+		// One patch at the version of the second look: the label, our
+		// cordon lifted, the moving mark removed; no flip without the cordon.
+		nd := &n.Nodes[op.Arg]
+		if !nd.Cordon {
+			name = "label " + nodeName(int(op.Arg)) + ": refused, the cordon was lifted"
+			break
+		}
+		name = "label " + nodeName(int(op.Arg)) + " " + VersionLabel + "=v2, uncordon, unmark"
+		nd.Label, nd.Cordon, nd.Moving, nd.Seen = 1, false, false, 0
 	case opMark:
 		name = fmt.Sprintf("annotate %s %s=v2, residents %03b", nodeName(int(op.Arg)), AnnMovingTo, op.Gen)
 		n.Nodes[op.Arg].Moving = true

@@ -99,15 +99,22 @@ func MoveNodes(ctx context.Context, m Mover, o MoveOptions) (runbook.Result, err
 		}
 		cfg := o.Config
 		cfg.Sides, cfg.RunID = sides, m.RunID
+		// One observer for the node: its step clocks (written through the
+		// target) are node writes it remembers too.
+		obs := newNodeObserver(m.Client, m.API, &cfg)
+		// The node was just listed in full: the first look starts from it
+		// (its pods and the inventory are read then).
+		obs.seed = c.nodeObject(target)
 		if o.Wait && !sides.FirstNode && !m.DryRun {
-			if err := WaitForCapacity(ctx, m.Client, m.API, &cfg, target, o.WaitTimeout, m.Say); err != nil {
+			if err := waitForCapacity(ctx, obs, target, o.WaitTimeout, m.Say); err != nil {
 				return total, err
 			}
 		}
 		m.Say("node %s: %s → %s", target, sides.From, sides.To)
-		res := runbook.Run(ctx, NodeRunbook(m.Client, m.API, m.Recorder, &cfg),
-			[]runbook.Target{runbook.NodeTarget{Client: m.Client, Node: target}},
+		res := runbook.Run(ctx, nodeRunbook(obs, m.Recorder),
+			[]runbook.Target{runbook.NodeTarget{Client: obs.cs, Node: target}},
 			runbook.Options{RunID: m.RunID, DryRun: m.DryRun, Reporter: m.Reporter, Paused: m.Paused})
+		obs.close()
 		total.Targets = append(total.Targets, res.Targets...)
 		total.Outcome = runbook.Worst(total.Outcome, res.Outcome)
 		if !o.All || m.DryRun || res.Outcome != runbook.OutcomeDone || o.Node != "" {
@@ -145,13 +152,20 @@ func (m Mover) sides(ctx context.Context, c *Cluster, o MoveOptions) (Sides, err
 // node is already drained.
 func WaitForCapacity(ctx context.Context, cs kubernetes.Interface, api API, cfg *NodeConfig, node string, limit time.Duration,
 	say func(string, ...any)) error {
+	return waitForCapacity(ctx, newNodeObserver(cs, api, cfg), node, limit, say)
+}
+
+// waitForCapacity is WaitForCapacity through o; the observation that ends
+// the wait is the node runbook's first (it changed nothing).
+func waitForCapacity(ctx context.Context, o *nodeObserver, node string, limit time.Duration, say func(string, ...any)) error {
 	last := ""
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, limit, true, func(ctx context.Context) (bool, error) {
-		f, err := observeNode(ctx, cs, api, cfg, node)
+		f, err := o.observe(ctx, node)
 		if err != nil {
 			return false, err
 		}
 		if f.flipped() || f.drained() {
+			o.keep(f)
 			return true, nil // the drain step is done: its guard no longer applies
 		}
 		needs, ok := f.capacity()
@@ -160,6 +174,9 @@ func WaitForCapacity(ctx context.Context, cs kubernetes.Interface, api API, cfg 
 				say("waiting for free workers before draining %s: %s", node, d)
 				last = d
 			}
+		}
+		if ok {
+			o.keep(f)
 		}
 		return ok, nil
 	})

@@ -2,6 +2,7 @@ package ate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"k8s.io/utils/ptr"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/ateapi"
@@ -335,6 +337,11 @@ const NodeRunbookName = "ate-node"
 // NodeRunbook moves one node from cfg.From to cfg.To — the runbook's step 5
 // a–f for a roll, and the same with the sides swapped for a rollback.
 func NodeRunbook(cs kubernetes.Interface, api API, rec kube.Recorder, cfg *NodeConfig) *runbook.Runbook[nodeFacts] {
+	return nodeRunbook(newNodeObserver(cs, api, cfg), rec)
+}
+
+func nodeRunbook(o *nodeObserver, rec kube.Recorder) *runbook.Runbook[nodeFacts] {
+	cs, api, cfg := o.cs, o.api, o.cfg
 	return &runbook.Runbook[nodeFacts]{
 		Name:  NodeRunbookName,
 		Title: "Move one Agent Substrate node to another version",
@@ -344,7 +351,12 @@ ate.dev/substrate-version label, wait for that version's atelet to be Ready, and
 delete the node's worker pods of the pools pinned to the version it left. No actor is ever
 lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 		Observe: func(ctx context.Context, t runbook.Target) (nodeFacts, error) {
-			return observeNode(ctx, cs, api, cfg, strings.TrimPrefix(t.Name(), "node/"))
+			return o.look(ctx, strings.TrimPrefix(t.Name(), "node/"))
+		},
+		// Step clocks are read from the observed node: no read of their own.
+		Annotation: func(f nodeFacts, key string) (string, bool) {
+			v, ok := f.node.Annotations[key]
+			return v, ok
 		},
 		Notes: func(f nodeFacts) []string {
 			live, crashed := f.residents()
@@ -398,8 +410,13 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return drainWorkers(ctx, api, rec, f.node, f.undrained())
 				},
 				Wait: func(ctx context.Context, f nodeFacts) error {
-					refresh := func(ctx context.Context) (nodeFacts, error) { return observeNode(ctx, cs, api, cfg, f.node.Name) }
-					return waitDrained(ctx, api, rec, f, refresh)
+					prev := f
+					refresh := func(ctx context.Context) (g nodeFacts, err error) {
+						g, err = o.refresh(ctx, prev, func(nodeFacts) bool { return true })
+						prev = g
+						return g, err
+					}
+					return waitDrained(ctx, api, rec, f, refresh, o.keep)
 				},
 			},
 			{
@@ -424,15 +441,30 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return append(f.recordChange(), suspendPlan(live, crashed)...)
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					return emptyNodeRecording(ctx, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
-						return observeNode(ctx, cs, api,
-							cfg, f.node.Name)
-					}, func(ctx context.Context, f nodeFacts) error { return record(ctx, cs, f) })
+					// Each round reads the inventory; the node's pods only
+					// when it shows the node empty of actors (the round may
+					// end the step: the pods say whether a worker pod has
+					// yet to register) or the last read showed such a pod.
+					prev := f
+					refresh := func(ctx context.Context) (g nodeFacts, err error) {
+						g, err = o.refresh(ctx, prev, func(g nodeFacts) bool {
+							live, crashed := g.residents()
+							return len(prev.unregistered()) > 0 ||
+								len(live)+len(crashed)+len(g.undrained())+len(g.hosting()) == 0
+						})
+						prev = g
+						return g, err
+					}
+					return emptyNodeRecording(ctx, api, rec, f, refresh,
+						func(ctx context.Context, f nodeFacts) error { return record(ctx, cs, f) }, o.keep)
 				},
 			},
 			{
 				ID: "ate.node.flip", Title: "Flip the node's version label",
-				Doc: "Set ate.dev/substrate-version to the target version. The old atelet pod leaves on its own and the new one starts.",
+				Doc: "Cordon the node, look at it again, and only if that look finds it empty set ate.dev/substrate-version to the " +
+					"target version, lifting the cordon and removing " + AnnMovingTo + " in the same patch (made at the node's " +
+					"version of the look; without the cordon by then, no flip). The old atelet pod leaves on its own and the new one " +
+					"starts.",
 				Done: func(f nodeFacts) (bool, string) {
 					return f.flipped(), VersionLabel + "=" + f.node.Labels[VersionLabel]
 				},
@@ -441,18 +473,17 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					n := "node/" + f.node.Name
 					return []runbook.Change{{Object: n, Action: "cordon", Detail: "while the flip is decided and made"},
 						{Object: n, Action: "label", Detail: VersionLabel + "=" + f.cfg.To},
-						{Object: n, Action: "uncordon"}}
+						{Object: n, Action: "uncordon", Detail: "in the label's patch"},
+						{Object: n, Action: "annotate", Detail: AnnMovingTo + "-, " + AnnResidents + "- (in the label's patch)"}}
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
-					return flipNode(ctx, cs, api, rec, f, func(ctx context.Context) (nodeFacts, error) {
-						return observeNode(ctx, cs, api, cfg, f.node.Name)
-					})
+					return flipNode(ctx, o, rec, f)
 				},
 			},
 			{
 				ID: "ate.node.release", Title: "Lift the flip's cordon and the moving mark",
-				Doc: "Uncordon the node if the flip's cordon is still on (a run stopped between the two), and remove " + AnnMovingTo +
-					". A cordon someone else set is left alone.",
+				Doc: "Uncordon the node if the flip's cordon is still on, and remove " + AnnMovingTo + " (the flip does both in its " +
+					"patch; this is for a run stopped in between). A cordon someone else set is left alone.",
 				Done: func(f nodeFacts) (bool, string) {
 					if !f.flipped() {
 						return false, "node not flipped yet"
@@ -504,9 +535,28 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					ctx, cancel := context.WithCancelCause(ctx)
 					defer cancel(nil)
 					go kube.CancelOnNodeDown(ctx, cancel, cs, func(context.Context) string { return f.node.Name })
-					_, err := kube.WaitForDaemonSetPodReady(ctx, cs, Namespace, f.cfg.ToAtelet, f.node.Name)
+					// The node's pods are watched, all of them, by the watch
+					// the delete and verify waits go on with: what it shows
+					// once the atelet is Ready is the step's look at them (the
+					// next step deletes from it).
+					g := f
+					var err error
+					g.pods, err = o.pods(ctx, f.node.Name).until(ctx, func(pods []corev1.Pod) bool {
+						h := f
+						h.pods = pods
+						ok, _ := h.ateletReady()
+						return ok
+					})
 					if err == nil {
-						err = kube.WaitForNodeReady(ctx, cs, f.node.Name)
+						if g.node, err = cs.CoreV1().Nodes().Get(ctx, f.node.Name, metav1.GetOptions{}); err == nil {
+							if kube.NodeReady(g.node) {
+								if g.inv, err = api.Inventory(ctx); err == nil {
+									o.keep(g)
+								}
+							} else {
+								err = kube.WaitForNodeReady(ctx, cs, f.node.Name)
+							}
+						}
 					}
 					var nd *kube.NodeNotReadyError
 					if errors.As(context.Cause(ctx), &nd) {
@@ -558,13 +608,22 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					}
 					hosts := hostsByWorker(inv)
 					var kept []string
+					// One Event on the node names every pod deleted (also
+					// when a later delete fails), not one per pod.
+					deleted := &podNames{}
+					defer func() {
+						if len(deleted.names) > 0 {
+							rec.Record(ctx, kube.NodeRef(f.node), false, "Deleted", fmt.Sprintf("deleted worker pod(s) %s: node %s "+
+								"moved to %s; its %s worker pods are no longer needed", strings.Join(deleted.names, ", "), f.node.Name,
+								f.cfg.To, f.cfg.From))
+						}
+					}()
 					for _, p := range f.podsOf(f.cfg.FromPools) {
 						if a := hosts[string(p.UID)]; a != "" {
 							kept = append(kept, p.Namespace+"/"+p.Name+" (hosts "+a+")")
 							continue
 						}
-						_, err := kube.DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.Namespace).Delete, kube.PodRef(&p), p.UID,
-							fmt.Sprintf("node %s moved to %s; its %s worker pod is no longer needed", f.node.Name, f.cfg.To, f.cfg.From))
+						_, err := kube.DeleteIfUnchanged(ctx, deleted, cs.CoreV1().Pods(p.Namespace).Delete, kube.PodRef(&p), p.UID, "")
 						if err != nil {
 							return fmt.Errorf("delete %s/%s: %w", p.Namespace, p.Name, err)
 						}
@@ -576,11 +635,25 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return nil
 				},
 				Wait: func(ctx context.Context, f nodeFacts) error {
-					from := poolSet(f.cfg.FromPools)
-					return kube.WaitForNoPods(ctx, cs, f.node.Name, func(p *corev1.Pod) bool {
-						pool, ok := p.Labels[PoolLabel]
-						return ok && from[p.Namespace+"/"+pool]
+					// Watched until no pod of the pools left is there (a
+					// terminating one still counts); the watch's pods, the
+					// node as the step found it (nothing here writes it) and
+					// a fresh inventory are the step's result.
+					g := f
+					var err error
+					g.pods, err = o.pods(ctx, f.node.Name).until(ctx, func(pods []corev1.Pod) bool {
+						h := f
+						h.pods = pods
+						return len(h.podsOf(f.cfg.FromPools)) == 0
 					})
+					if err != nil {
+						return err
+					}
+					if g.inv, err = api.Inventory(ctx); err != nil {
+						return err
+					}
+					o.keep(g)
+					return nil
 				},
 			},
 			{
@@ -600,34 +673,40 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				},
 				Act: func(context.Context, nodeFacts) error { return nil },
 				Wait: func(ctx context.Context, f nodeFacts) error {
-					// The pods are watched; the substrate API has no watch, so
-					// registration is polled, gently.
-					to := poolSet(f.cfg.ToPools)
-					if err := kube.WaitForNoPods(ctx, cs, f.node.Name, func(p *corev1.Pod) bool {
-						pool, ok := p.Labels[PoolLabel]
-						return ok && to[p.Namespace+"/"+pool] && !kube.PodReady(p)
-					}); err != nil {
-						return fmt.Errorf("%s worker pods on %s are not Ready: %w", f.cfg.To, f.node.Name, err)
-					}
-					pods, err := kube.PodsOnNode(ctx, cs, f.node.Name)
-					if err != nil {
-						return err
-					}
+					// The node's pods are watched the whole time (one request)
+					// while registration is polled (the substrate API has no
+					// watch), gently: the step ends on the pods as the watch
+					// shows them then and the inventory just read.
+					pw := o.pods(ctx, f.node.Name)
+					defer o.close() // the last step
 					g := f
-					g.pods = pods
-					want, _ := g.toPodsReady()
-					for delay := 100 * time.Millisecond; ; delay = min(2*delay, 3*time.Second) {
-						if g.inv, err = api.Inventory(ctx); err != nil {
-							return err
+					for delay := 100 * time.Millisecond; ; {
+						pods, err := pw.now(ctx)
+						if err != nil {
+							return fmt.Errorf("%s worker pods on %s are not Ready: %w", f.cfg.To, f.node.Name, err)
 						}
-						if g.toWorkersActive() >= want {
-							return nil
+						g.pods = pods
+						ready, total := g.toPodsReady()
+						if ready == total {
+							if g.inv, err = api.Inventory(ctx); err != nil {
+								return err
+							}
+							if g.toWorkersActive() >= ready {
+								o.keep(g)
+								return nil
+							}
 						}
 						select {
 						case <-ctx.Done():
+							if ready < total {
+								return fmt.Errorf("%s worker pods on %s are not Ready (%d of %d): %w", f.cfg.To, f.node.Name, ready, total,
+									context.Cause(ctx))
+							}
 							return fmt.Errorf("%d %s worker pod(s) on %s Ready but only %d registered "+
-								"ACTIVE: %w", want, f.cfg.To, f.node.Name, g.toWorkersActive(), context.Cause(ctx))
+								"ACTIVE: %w", ready, f.cfg.To, f.node.Name, g.toWorkersActive(), context.Cause(ctx))
+						case <-pw.changed: // a pod changed: look again
 						case <-time.After(delay):
+							delay = min(2*delay, 3*time.Second)
 						}
 					}
 				},
@@ -674,28 +753,48 @@ func confirmGone(ctx context.Context, api API, f nodeFacts) ([]string, error) {
 // only if that look agrees the node is empty; then it lifts the cordon. The
 // cordon keeps a replacement worker pod from landing on the node between
 // the look and the label patch (after the patch the old pools' node
-// selectors keep them off). The second look is a fresh read of every list:
-// one (soft) list that missed a paused actor in the observation that found
-// the node empty cannot by itself let the flip go.
-func flipNode(ctx context.Context, cs kubernetes.Interface, api API, rec kube.Recorder, f nodeFacts,
-	refresh func(context.Context) (nodeFacts, error)) (err error) {
-	if _, err := kube.CordonNode(ctx, cs, rec, f.node, CordonOwner, f.cfg.RunID); err != nil {
+// selectors keep them off). The second look is a fresh read of every list
+// (the node itself is the cordon's response, made inside the cordon): one
+// (soft) list that missed a paused actor in the observation that found the
+// node empty cannot by itself let the flip go.
+func flipNode(ctx context.Context, o *nodeObserver, rec kube.Recorder, f nodeFacts) (err error) {
+	cs, api := o.cs, o.api
+	// The cordon's Event is held until the flip's: a flip that lifts the
+	// cordon in its patch says both in one Event (the cordon lasts the few
+	// requests of the second look, and while it is on, the node names its
+	// owner, run and time in its own annotations); otherwise the Cordoned
+	// Event is written before the Uncordoned one, as before.
+	held := &heldRecords{}
+	flipped := false
+	// From the run's latest write to the node (the step clock the engine
+	// just cleared), so the cordon's resourceVersion precondition holds.
+	if _, err := kube.CordonNode(ctx, cs, held, o.newest(f.node), CordonOwner, f.cfg.RunID); err != nil {
 		return err
 	}
 	node := f.node
+	var look *nodeFacts // the second look
 	defer func() {
+		if !flipped {
+			held.flush(ctx, rec)
+		}
 		// Lifted even when the run is being stopped; the release step
 		// lifts it if this does not get through.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if _, uerr := kube.UncordonNode(uctx, cs, rec, node, CordonOwner); uerr != nil {
+		if _, uerr := kube.UncordonNode(uctx, cs, rec, o.newest(node), CordonOwner); uerr != nil {
 			err = errors.Join(err, uerr)
 		}
+		if err == nil && look != nil {
+			// The second look, its node brought up to the label patch and
+			// the uncordon (keep takes their response): the flip's result.
+			o.keep(*look)
+		}
 	}()
-	g, err := refresh(ctx)
+	g, err := o.observe(ctx, f.node.Name)
 	if err != nil {
 		return err
 	}
+	look = &g
 	node = g.node
 	if g.flipped() {
 		return nil
@@ -708,38 +807,256 @@ func flipNode(ctx context.Context, cs kubernetes.Interface, api API, rec kube.Re
 	if b = append(b, gone...); len(b) > 0 {
 		return fmt.Errorf("node %s not flipped: a second look found %s; re-run", f.node.Name, strings.Join(b, "; "))
 	}
-	n, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(f.cfg.To)}})
+	// One patch flips the label, lifts our cordon and removes the moving
+	// mark: the node becomes schedulable only together with the label that
+	// keeps the old pools off it. Our cordon gone by then means a pod may
+	// have landed after the look: no flip.
+	n, lifted, err := flipPatch(ctx, cs, g.node, f.cfg.To)
 	if err != nil {
 		return err
 	}
 	node = n
-	rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", fmt.Sprintf("%s: %s → %s", VersionLabel, f.cfg.From, f.cfg.To))
+	msg := fmt.Sprintf("%s: %s → %s", VersionLabel, f.cfg.From, f.cfg.To)
+	if lifted {
+		if c := held.messages("Cordoned"); c != "" {
+			msg = c + " for the flip; " + msg
+			held.drop("Cordoned")
+		}
+		msg += "; uncordoned in the same patch, " + AnnMovingTo + " removed"
+	}
+	held.flush(ctx, rec) // anything else held, first
+	flipped = true
+	rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", msg)
 	return nil
 }
 
-func drainWorkers(ctx context.Context, api API, rec kube.Recorder, node *corev1.Node, workers []ateapi.Worker) error {
+// heldRecords is a kube.Recorder that holds records until flushed (or
+// folded into another record).
+type heldRecords struct {
+	recs []heldRecord
+}
+
+type heldRecord struct {
+	obj             corev1.ObjectReference
+	warning         bool
+	reason, message string
+}
+
+// Record implements kube.Recorder.
+func (h *heldRecords) Record(_ context.Context, obj corev1.ObjectReference, warning bool, reason, message string) {
+	h.recs = append(h.recs, heldRecord{obj, warning, reason, message})
+}
+
+// messages joins the messages held with reason.
+func (h *heldRecords) messages(reason string) string {
+	var out []string
+	for _, r := range h.recs {
+		if r.reason == reason {
+			out = append(out, r.message)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// drop forgets the records held with reason.
+func (h *heldRecords) drop(reason string) {
+	kept := h.recs[:0]
+	for _, r := range h.recs {
+		if r.reason != reason {
+			kept = append(kept, r)
+		}
+	}
+	h.recs = kept
+}
+
+// flush records what is held, in order, and forgets it.
+func (h *heldRecords) flush(ctx context.Context, rec kube.Recorder) {
+	for _, r := range h.recs {
+		rec.Record(ctx, r.obj, r.warning, r.reason, r.message)
+	}
+	h.recs = nil
+}
+
+// drainWorkers drains workers one by one and records them in one Event on
+// the node (one per pass, naming each worker drained, also when a later
+// drain fails): a node's workers are drained together, and one Event per
+// worker cost a request each for the same audit line.
+func drainWorkers(ctx context.Context, api API, rec kube.Recorder, node *corev1.Node, workers []ateapi.Worker) (err error) {
+	var done []string
+	defer func() {
+		if len(done) > 0 {
+			rec.Record(ctx, kube.NodeRef(node), false, "WorkerDrained", fmt.Sprintf("DrainWorker %s: no new actors will be placed "+
+				"there", strings.Join(done, ", ")))
+		}
+	}()
 	for _, w := range workers {
 		if _, err := api.DrainWorker(ctx, w.Name); err != nil && !errors.Is(err, ateapi.ErrNotFound) {
 			return fmt.Errorf("drain worker %s (pod %s): %w", w.Name, w.Pod, err)
 		}
-		rec.Record(ctx, kube.NodeRef(node), false, "WorkerDrained", fmt.Sprintf("DrainWorker %s (pod %s, pool %s): no new actors will "+
-			"be placed there", w.Name, w.Pod, w.Pool))
+		done = append(done, fmt.Sprintf("%s (pod %s, pool %s)", w.Name, w.Pod, w.Pool))
 	}
 	return nil
 }
 
-func observeNode(ctx context.Context, cs kubernetes.Interface, api API, cfg *NodeConfig, name string) (nodeFacts, error) {
-	f := nodeFacts{cfg: cfg}
-	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+// nodeObserver reads a node's facts for one node runbook. Every read is
+// fresh (the node's pods, the inventory) except the node itself right after
+// one of the run's own writes, whose response is the node (nodeWrites).
+// A step whose last act was an observation that decides it done keeps that
+// observation for the engine's look after the step (look), instead of the
+// engine reading the same thing again a moment later.
+type nodeObserver struct {
+	cs  kubernetes.Interface // remembers node writes
+	api API
+	cfg *NodeConfig
+
+	mu   sync.Mutex
+	kept map[string]nodeFacts
+	// seed is the node as the run just listed it, for the first look.
+	seed *corev1.Node
+	// live watches the node's pods from the wait for the new atelet to the
+	// end of the verify: one request for the three waits (pods).
+	live     *podWatch
+	liveNode string
+	stopLive context.CancelFunc
+}
+
+// pods returns the live watch of the node's pods, started on first use
+// (or again if it stopped); it runs until close.
+func (o *nodeObserver) pods(ctx context.Context, node string) *podWatch {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.live == nil || o.liveNode != node || o.live.ended() {
+		if o.stopLive != nil {
+			o.stopLive()
+		}
+		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		o.live, o.liveNode, o.stopLive = startPodWatch(wctx, o.cs, node), node, cancel
+	}
+	return o.live
+}
+
+// close stops the live watch, if any.
+func (o *nodeObserver) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stopLive != nil {
+		o.stopLive()
+		o.live, o.stopLive = nil, nil
+	}
+}
+
+func newNodeObserver(cs kubernetes.Interface, api API, cfg *NodeConfig) *nodeObserver {
+	return &nodeObserver{cs: rememberNodeWrites(cs), api: api, cfg: cfg}
+}
+
+// observe reads the node (or takes it from the run's last write to it), the
+// pods on it and the inventory.
+func (o *nodeObserver) observe(ctx context.Context, name string) (nodeFacts, error) {
+	f := nodeFacts{cfg: o.cfg}
+	w := writesOf(o.cs)
+	if w != nil {
+		f.node = w.take(name)
+	}
+	o.mu.Lock()
+	if f.node == nil && o.seed != nil && o.seed.Name == name {
+		f.node = o.seed
+	}
+	o.seed = nil
+	o.mu.Unlock()
+	if f.node == nil {
+		n, err := o.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return f, err
+		}
+		f.node = n
+	}
+	if w != nil {
+		w.observed(f.node)
+	}
+	var err error
+	if f.pods, err = kube.PodsOnNode(ctx, o.cs, name); err != nil {
 		return f, err
 	}
-	f.node = n
-	if f.pods, err = kube.PodsOnNode(ctx, cs, name); err != nil {
-		return f, err
-	}
-	f.inv, err = api.Inventory(ctx)
+	f.inv, err = o.api.Inventory(ctx)
 	return f, err
+}
+
+// refresh is a look during a step that acts in rounds on prev: the
+// inventory is read again; the node is prev's, brought up to the run's
+// latest write to it (what the rounds decide on the node is rollbook's own
+// annotations; whatever they conclude, the flip reads the node again
+// inside its cordon); the node's pods are read again when pods says they
+// are needed, given the new inventory.
+func (o *nodeObserver) refresh(ctx context.Context, prev nodeFacts, pods func(nodeFacts) bool) (nodeFacts, error) {
+	f := prev
+	if w := writesOf(o.cs); w != nil {
+		if n := w.take(f.node.Name); n != nil {
+			f.node = n
+			w.observed(n)
+		}
+	}
+	var err error
+	if f.inv, err = o.api.Inventory(ctx); err != nil {
+		return f, err
+	}
+	if pods(f) {
+		f.pods, err = kube.PodsOnNode(ctx, o.cs, f.node.Name)
+	}
+	return f, err
+}
+
+// keep hands f, an observation made after the step's last change, to the
+// engine's next look at the node. The node is brought up to the run's
+// latest write to it (a step clock written meanwhile).
+func (o *nodeObserver) keep(f nodeFacts) {
+	if w := writesOf(o.cs); w != nil {
+		if n := w.take(f.node.Name); n != nil {
+			f.node = n
+		}
+		w.observed(f.node)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.kept == nil {
+		o.kept = map[string]nodeFacts{}
+	}
+	o.kept[f.node.Name] = f
+}
+
+// forget drops a kept observation: something changed after it.
+func (o *nodeObserver) forget(name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.kept, name)
+}
+
+// look is the engine's observation: the one the step kept, if any, else a
+// fresh one.
+func (o *nodeObserver) look(ctx context.Context, name string) (nodeFacts, error) {
+	o.mu.Lock()
+	f, ok := o.kept[name]
+	delete(o.kept, name)
+	o.mu.Unlock()
+	if ok {
+		// Only the step clock can have been written since (the step kept
+		// f after its last change): take its response as the node.
+		if w := writesOf(o.cs); w != nil {
+			if n := w.take(name); n != nil {
+				f.node = n
+				w.observed(n)
+			}
+		}
+		return f, nil
+	}
+	return o.observe(ctx, name)
+}
+
+// newest is n or the node as the run's last write to it returned it.
+func (o *nodeObserver) newest(n *corev1.Node) *corev1.Node {
+	if w := writesOf(o.cs); w != nil {
+		return w.newest(n)
+	}
+	return n
 }
 
 // hostsByWorker names, per worker, one actor it hosts: from the actor list
@@ -765,13 +1082,15 @@ func hostsByWorker(inv *ateapi.Inventory) map[string]string {
 // pods that are not registered yet are waited for (RegisterTimeout), so
 // they are drained too; refresh re-reads the node.
 func emptyNode(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
-	return emptyNodeRecording(ctx, api, rec, f, refresh, nil)
+	return emptyNodeRecording(ctx, api, rec, f, refresh, nil, nil)
 }
 
 // emptyNodeRecording is emptyNode that hands each round's facts to record
 // (nil: none) before acting on them: the node roll writes AnnResidents.
+// The round that finds the node empty changed nothing after its facts were
+// read: keep (nil: none) gets them.
 func emptyNodeRecording(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error),
-	record func(context.Context, nodeFacts) error) error {
+	record func(context.Context, nodeFacts) error, keep func(nodeFacts)) error {
 	var unregisteredSince time.Time
 	// Actors suspended here are confirmed one by one with GetActor: a list
 	// may miss an actor whose state just changed, and a paused actor still
@@ -816,6 +1135,9 @@ func emptyNodeRecording(ctx context.Context, api API, rec kube.Recorder, f nodeF
 				f.cfg.RegisterTimeout))
 		}
 		if len(live) == 0 && len(crashed) == 0 && len(unreg) == 0 && len(f.undrained()) == 0 && len(f.hosting()) == 0 && len(pending) == 0 {
+			if keep != nil {
+				keep(f)
+			}
 			return nil
 		}
 		var todo []ateapi.Actor
@@ -847,7 +1169,8 @@ func emptyNodeRecording(ctx context.Context, api API, rec kube.Recorder, f nodeF
 // registered, draining worker: a list may leave out a worker that just
 // changed, and a pod registers some time after it runs. Workers that
 // appear meanwhile are drained too.
-func waitDrained(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error)) error {
+func waitDrained(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, refresh func(context.Context) (nodeFacts, error),
+	keep func(nodeFacts)) error {
 	deadline := time.Now().Add(f.cfg.RegisterTimeout)
 	for delay := 200 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 		select { // Act just drained what f showed: read the node again first
@@ -865,6 +1188,7 @@ func waitDrained(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, r
 		}
 		unreg := f.unregistered()
 		if len(f.undrained()) == 0 && len(unreg) == 0 {
+			keep(f) // nothing was drained on these facts: they are the step's result
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -892,13 +1216,25 @@ func confirmPending(ctx context.Context, api API, node string, pending map[ateap
 	return nil
 }
 
+// suspendAll suspends actors, a few at a time, and records the ones it
+// suspended in one Event on the node per round (naming each, with its
+// state before and after), written once the round's calls have returned.
 func suspendAll(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, actors []ateapi.Actor) error {
 	sem := make(chan struct{}, max(1, f.cfg.MaxConcurrentSuspends))
 	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		errs      []error
+		suspended []string
 	)
+	defer func() {
+		wg.Wait()
+		if len(suspended) > 0 {
+			sort.Strings(suspended)
+			rec.Record(ctx, kube.NodeRef(f.node), false, "ActorSuspended", fmt.Sprintf("suspended %s to empty node %s",
+				strings.Join(suspended, ", "), f.node.Name))
+		}
+	}()
 	for i, a := range actors {
 		if a.State.Transient() && a.State != ateapi.ActorUnspecified {
 			continue // it moves on its own; the next round sees where it went
@@ -919,9 +1255,9 @@ func suspendAll(ctx context.Context, api API, rec kube.Recorder, f nodeFacts, ac
 			var ae *ateapi.Error
 			switch {
 			case err == nil:
-				rec.Record(ctx, kube.NodeRef(f.node), false, "ActorSuspended",
-					fmt.Sprintf("suspended %s/%s (was %s, now %s) to empty node %s", a.Atespace, a.Name, a.State, got.State,
-						f.node.Name))
+				mu.Lock()
+				suspended = append(suspended, fmt.Sprintf("%s/%s (was %s, now %s)", a.Atespace, a.Name, a.State, got.State))
+				mu.Unlock()
 			case errors.Is(err, ateapi.ErrNotFound):
 			case errors.Is(err, ateapi.ErrDataLoss):
 				// crashed: the next round reports it with the others
@@ -983,4 +1319,76 @@ func suspendPlan(live, crashed []ateapi.Actor) []runbook.Change {
 			Detail: "CRASHED: needs RevertActor"})
 	}
 	return out
+}
+
+// flipPatch labels the node to, with our cordon lifted and the moving mark
+// removed in the same patch. The patch is a JSON patch that first tests
+// the node is still cordoned by us (a cordon's own fields, so the taint the
+// node controller adds for a cordon, or a kubelet's status, cannot make it
+// conflict); if that patch cannot apply, the node is read again and the
+// change decided on it. A cordon someone else set stays (label and mark
+// only); no cordon at all: no flip.
+func flipPatch(ctx context.Context, cs kubernetes.Interface, look *corev1.Node, to string) (*corev1.Node, bool, error) {
+	marks := []string{AnnMovingTo, AnnResidents}
+	cordon := []string{kube.AnnCordonedBy, kube.AnnCordonedAt, kube.AnnCordonRun, kube.AnnLeftCordoned}
+	if st := kube.CordonStateOf(look); st.Cordoned && st.Owner == CordonOwner {
+		type op struct {
+			Op    string `json:"op"`
+			Path  string `json:"path"`
+			Value any    `json:"value,omitempty"`
+		}
+		ann := func(k string) string { return "/metadata/annotations/" + jsonPointerEscape(k) }
+		ops := []op{{Op: "test", Path: "/spec/unschedulable", Value: true},
+			{Op: "test", Path: ann(kube.AnnCordonedBy), Value: CordonOwner},
+			{Op: "add", Path: "/metadata/labels/" + jsonPointerEscape(VersionLabel), Value: to},
+			{Op: "replace", Path: "/spec/unschedulable", Value: false}}
+		for _, k := range append(marks, cordon...) {
+			if _, ok := look.Annotations[k]; ok {
+				ops = append(ops, op{Op: "remove", Path: ann(k)})
+			}
+		}
+		b, err := json.Marshal(ops)
+		if err != nil {
+			return nil, false, err
+		}
+		if n, err := cs.CoreV1().Nodes().Patch(ctx, look.Name, types.JSONPatchType, b, metav1.PatchOptions{}); err == nil {
+			return n, true, nil
+		} else if ctx.Err() != nil {
+			return nil, false, err
+		}
+	}
+	lifted := false
+	n, err := kube.UpdateNode(ctx, cs, look.Name, func(n *corev1.Node) (kube.NodeChange, error) {
+		lifted = false
+		st := kube.CordonStateOf(n)
+		if !st.Cordoned {
+			return kube.NodeChange{}, fmt.Errorf("node %s not flipped: its cordon was lifted after the second look; re-run", n.Name)
+		}
+		c := kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(to)}, Annotations: map[string]*string{}}
+		for _, k := range marks {
+			c.Annotations[k] = nil
+		}
+		if st.Owner == CordonOwner {
+			lifted = true
+			c.Unschedulable = ptr.To(false)
+			for _, k := range cordon {
+				c.Annotations[k] = nil
+			}
+		}
+		return c, nil
+	})
+	return n, lifted, err
+}
+
+func jsonPointerEscape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// podNames is a kube.Recorder that only collects the pods recorded
+// ("namespace/name (uid …)"), for one Event about them all.
+type podNames struct{ names []string }
+
+// Record implements kube.Recorder.
+func (p *podNames) Record(_ context.Context, obj corev1.ObjectReference, _ bool, _, _ string) {
+	p.names = append(p.names, fmt.Sprintf("%s/%s (uid %s)", obj.Namespace, obj.Name, obj.UID))
 }

@@ -1,8 +1,11 @@
 package fleet
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 )
@@ -47,4 +50,30 @@ func breakdown(m map[string]int) string {
 		fmt.Fprintf(&b, "%s×%d ", k, m[k])
 	}
 	return b.String()
+}
+
+// trace appends r to the file ROLLBOOK_COST_TRACE names, if set: method,
+// path and query, and the start of a write's body.
+func trace(r *http.Request) {
+	name := os.Getenv("ROLLBOOK_COST_TRACE")
+	if name == "" {
+		return
+	}
+	line := r.Method + " " + r.URL.RequestURI()
+	if r.Body != nil && r.GetBody != nil {
+		if b, err := r.GetBody(); err == nil {
+			body, _ := io.ReadAll(b)
+			body = bytes.ReplaceAll(body, []byte("\n"), nil)
+			if len(body) > 400 {
+				body = body[:400]
+			}
+			line += " " + string(body)
+		}
+	}
+	f, err := os.OpenFile(name, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintln(f, line)
 }

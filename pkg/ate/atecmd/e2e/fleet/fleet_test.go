@@ -82,6 +82,7 @@ func TestPerNodeCost(t *testing.T) {
 				counts[r.Method+" "+resourceOf(r.URL.Path)]++
 				total++
 				mu.Unlock()
+				trace(r)
 			}
 			return rt.RoundTrip(r)
 		})
@@ -106,11 +107,16 @@ func TestPerNodeCost(t *testing.T) {
 	// Nodes hold different numbers of workers and actors (two namespaces,
 	// two classes; the last node has no node after it to make room on), so
 	// the bound is against the median, not equality: no node may cost more
-	// than 1.5× the median node, and never more than 150.
+	// than 1.5× the median node. And none more than maxPerNode: measured
+	// 37–41 (about 19 of them the run's own: lock, identity, history, the
+	// control API's port-forward and token, the cluster's lists, the pause
+	// check), plus a step clock's two PATCHes for a step that runs over a
+	// second and a journal or Lease write more on a slow machine.
+	const maxPerNode = 46
 	sorted := slices.Sorted(slices.Values(reqs))
 	median := (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
-	if hi := sorted[len(sorted)-1]; hi > median*3/2 || hi > 150 {
-		t.Errorf("per-node requests %v: the costliest node (%d) is over 1.5× the median (%d) or over 150", reqs, hi, median)
+	if hi := sorted[len(sorted)-1]; hi > median*3/2 || hi > maxPerNode {
+		t.Errorf("per-node requests %v: the costliest node (%d) is over 1.5× the median (%d) or over %d", reqs, hi, median, maxPerNode)
 	}
 	atetest.NoActorLost(t, ctx)
 }
