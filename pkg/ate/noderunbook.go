@@ -1328,8 +1328,11 @@ func suspendPlan(live, crashed []ateapi.Actor) []runbook.Change {
 // conflict); if that patch cannot apply, the node is read again and the
 // change decided on it. A cordon someone else set stays (label and mark
 // only); no cordon at all: no flip.
+//
+// The patch also takes along the step clock the suspend step left (the
+// engine clears a done step's clock only if the next write did not).
 func flipPatch(ctx context.Context, cs kubernetes.Interface, look *corev1.Node, to string) (*corev1.Node, bool, error) {
-	marks := []string{AnnMovingTo, AnnResidents}
+	marks := []string{AnnMovingTo, AnnResidents, runbook.TimerKey(NodeRunbookName)}
 	cordon := []string{kube.AnnCordonedBy, kube.AnnCordonedAt, kube.AnnCordonRun, kube.AnnLeftCordoned}
 	if st := kube.CordonStateOf(look); st.Cordoned && st.Owner == CordonOwner {
 		type op struct {

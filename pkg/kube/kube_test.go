@@ -284,6 +284,53 @@ func TestDrainFinishesAnEvictionWhoseDeleteWasLost(t *testing.T) {
 	}
 }
 
+// A run interrupted while its delete was in flight: the server may have
+// deleted the object all the same (the request reached it), and then the
+// record must not be lost; when it did not, nothing is recorded.
+func TestDeleteInterruptedMidRequestStillRecordsWhatHappened(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, time.Minute)
+	ns := c.NewNamespace(t)
+	cms := c.Client.CoreV1().ConfigMaps(ns)
+	for _, reached := range []bool{true, false} {
+		rec := &memRecorder{}
+		cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "pool-"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		interrupted := func(ctx context.Context, name string, o metav1.DeleteOptions) error {
+			if reached { // the server applies it; the client sees only its cancellation
+				if err := cms.Delete(context.WithoutCancel(ctx), name, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cancel()
+			return context.Canceled
+		}
+		first := true
+		del := func(ctx context.Context, name string, o metav1.DeleteOptions) error {
+			if first {
+				first = false
+				return interrupted(ctx, name, o)
+			}
+			return cms.Delete(ctx, name, o)
+		}
+		ref := corev1.ObjectReference{Kind: "ConfigMap", Namespace: ns, Name: cm.Name, UID: cm.UID}
+		if _, err := DeleteIfUnchanged(runCtx, rec, del, ref, cm.UID, "test"); err == nil {
+			t.Fatal("an interrupted delete should report its error")
+		}
+		_, gerr := cms.Get(ctx, cm.Name, metav1.GetOptions{})
+		if gone := apierrors.IsNotFound(gerr); gone != reached {
+			t.Fatalf("reached=%v: the check changed the object (gone: %v)", reached, gone)
+		}
+		if got, want := rec.count("Deleted"), map[bool]int{true: 1, false: 0}[reached]; got != want {
+			t.Errorf("reached=%v: %d Deleted records, want %d", reached, got, want)
+		}
+	}
+}
+
 func TestDrainFilterAndPDBReport(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)

@@ -47,18 +47,23 @@ func TestCanarySoakPausesOnHealthFailure(t *testing.T) {
 			canary = n
 		}
 	}
-	inv, err := cl.Inventory(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The canary's verify may pass before the scheduler has placed the new
+	// pools' pending pods there (0 of 0 is a valid verify: placement is the
+	// scheduler's); the 40 s soak leaves time for them to register.
 	var victim ateapi.Worker
-	for _, w := range inv.WorkersOnNode(canary) {
-		if w.State == ateapi.WorkerActive {
-			victim = w
+	for deadline := time.Now().Add(30 * time.Second); victim.Name == ""; time.Sleep(300 * time.Millisecond) {
+		inv, err := cl.Inventory(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if victim.Name == "" {
-		t.Fatalf("no ACTIVE worker on the canary node %q to drain", canary)
+		for _, w := range inv.WorkersOnNode(canary) {
+			if w.State == ateapi.WorkerActive {
+				victim = w
+			}
+		}
+		if victim.Name == "" && time.Now().After(deadline) {
+			t.Fatalf("no ACTIVE worker on the canary node %q to drain within 30 s of the soak's start", canary)
+		}
 	}
 	if _, err := cl.DrainWorker(ctx, victim.Name); err != nil {
 		t.Fatal(err)
@@ -104,7 +109,7 @@ func TestCanarySoakPausesOnHealthFailure(t *testing.T) {
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	inv = settled(t, ctx, cl)
+	inv := settled(t, ctx, cl)
 	for _, w := range inv.WorkersOnNode(canary) {
 		if w.Name != victim.Name && w.State != ateapi.WorkerActive {
 			t.Errorf("worker %s (%s) on the canary is %s after recover-node", w.Name, w.PoolKey(), w.State)
