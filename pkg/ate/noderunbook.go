@@ -1023,13 +1023,6 @@ func (o *nodeObserver) keep(f nodeFacts) {
 	o.kept[f.node.Name] = f
 }
 
-// forget drops a kept observation: something changed after it.
-func (o *nodeObserver) forget(name string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.kept, name)
-}
-
 // look is the engine's observation: the one the step kept, if any, else a
 // fresh one.
 func (o *nodeObserver) look(ctx context.Context, name string) (nodeFacts, error) {
