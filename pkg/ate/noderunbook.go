@@ -946,16 +946,16 @@ func (o *nodeObserver) close() {
 }
 
 func newNodeObserver(cs kubernetes.Interface, api API, cfg *NodeConfig) *nodeObserver {
-	return &nodeObserver{cs: rememberNodeWrites(cs), api: api, cfg: cfg}
+	return &nodeObserver{cs: kube.RememberNodeWrites(cs), api: api, cfg: cfg}
 }
 
 // observe reads the node (or takes it from the run's last write to it), the
 // pods on it and the inventory.
 func (o *nodeObserver) observe(ctx context.Context, name string) (nodeFacts, error) {
 	f := nodeFacts{cfg: o.cfg}
-	w := writesOf(o.cs)
+	w := kube.NodeWritesOf(o.cs)
 	if w != nil {
-		f.node = w.take(name)
+		f.node = w.Take(name)
 	}
 	o.mu.Lock()
 	if f.node == nil && o.seed != nil && o.seed.Name == name {
@@ -971,7 +971,7 @@ func (o *nodeObserver) observe(ctx context.Context, name string) (nodeFacts, err
 		f.node = n
 	}
 	if w != nil {
-		w.observed(f.node)
+		w.Observed(f.node)
 	}
 	var err error
 	if f.pods, err = kube.PodsOnNode(ctx, o.cs, name); err != nil {
@@ -989,10 +989,10 @@ func (o *nodeObserver) observe(ctx context.Context, name string) (nodeFacts, err
 // are needed, given the new inventory.
 func (o *nodeObserver) refresh(ctx context.Context, prev nodeFacts, pods func(nodeFacts) bool) (nodeFacts, error) {
 	f := prev
-	if w := writesOf(o.cs); w != nil {
-		if n := w.take(f.node.Name); n != nil {
+	if w := kube.NodeWritesOf(o.cs); w != nil {
+		if n := w.Take(f.node.Name); n != nil {
 			f.node = n
-			w.observed(n)
+			w.Observed(n)
 		}
 	}
 	var err error
@@ -1009,11 +1009,11 @@ func (o *nodeObserver) refresh(ctx context.Context, prev nodeFacts, pods func(no
 // engine's next look at the node. The node is brought up to the run's
 // latest write to it (a step clock written meanwhile).
 func (o *nodeObserver) keep(f nodeFacts) {
-	if w := writesOf(o.cs); w != nil {
-		if n := w.take(f.node.Name); n != nil {
+	if w := kube.NodeWritesOf(o.cs); w != nil {
+		if n := w.Take(f.node.Name); n != nil {
 			f.node = n
 		}
-		w.observed(f.node)
+		w.Observed(f.node)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -1033,10 +1033,10 @@ func (o *nodeObserver) look(ctx context.Context, name string) (nodeFacts, error)
 	if ok {
 		// Only the step clock can have been written since (the step kept
 		// f after its last change): take its response as the node.
-		if w := writesOf(o.cs); w != nil {
-			if n := w.take(name); n != nil {
+		if w := kube.NodeWritesOf(o.cs); w != nil {
+			if n := w.Take(name); n != nil {
 				f.node = n
-				w.observed(n)
+				w.Observed(n)
 			}
 		}
 		return f, nil
@@ -1046,8 +1046,8 @@ func (o *nodeObserver) look(ctx context.Context, name string) (nodeFacts, error)
 
 // newest is n or the node as the run's last write to it returned it.
 func (o *nodeObserver) newest(n *corev1.Node) *corev1.Node {
-	if w := writesOf(o.cs); w != nil {
-		return w.newest(n)
+	if w := kube.NodeWritesOf(o.cs); w != nil {
+		return w.Newest(n)
 	}
 	return n
 }

@@ -108,8 +108,8 @@ func (o observer) observePartsOf(ctx context.Context, t runbook.Target, parts ru
 func (o observer) observeParts(ctx context.Context, node string, parts runbook.Parts, prev Facts) (Facts, error) {
 	name := strings.TrimPrefix(node, "node/")
 	var n *corev1.Node
-	if r, ok := o.cs.(rememberingClient); ok {
-		n = r.written(name) // the step just wrote it: its response is the observation
+	if w := kube.NodeWritesOf(o.cs); w != nil {
+		n = w.Take(name) // the step just wrote it: its response is the observation
 	}
 	if n == nil && parts&readNode == 0 && prev.Node != nil {
 		f := prev // the node as last observed: the step asked not to re-read it

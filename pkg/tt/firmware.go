@@ -173,7 +173,7 @@ func fwBlockers(cfg *FirmwareConfig) func(f *Facts) []string {
 
 // FirmwareRunbook builds the firmware flash runbook.
 func FirmwareRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *FirmwareConfig) *runbook.Runbook[Facts] {
-	cs = rememberNodeWrites(cs)
+	cs = kube.RememberNodeWrites(cs)
 	helperName := func(node string) string { return kube.HelperName("flash", node, cfg.helperKey()) }
 	obs := observer{cs: cs, owner: FirmwareRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },

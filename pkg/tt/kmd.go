@@ -124,7 +124,7 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 
 // KMDRunbook builds the tt-kmd upgrade runbook.
 func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *runbook.Runbook[Facts] {
-	cs = rememberNodeWrites(cs)
+	cs = kube.RememberNodeWrites(cs)
 	v := cfg.Version
 	helperName := func(node string) string { return kube.HelperName("kmd", node, v) }
 	obs := observer{cs: cs, owner: KMDRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,

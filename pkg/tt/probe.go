@@ -250,7 +250,7 @@ const ProbeRunbookName = "tt-probe"
 // ProbeRunbook measures every node again without changing it (no cordon):
 // what `kubectl tt status --probe` runs before it shows label vs measured.
 func ProbeRunbook(cs kubernetes.Interface, rec kube.Recorder, h HelperConfig, run string) *runbook.Runbook[Facts] {
-	cs = rememberNodeWrites(cs)
+	cs = kube.RememberNodeWrites(cs)
 	name := func(node string) string { return probeHelperName(node, run) }
 	obs := observer{cs: cs, owner: ProbeRunbookName, helperNS: h.Namespace, probe: name,
 		finished: func(*corev1.Node) bool { return false }}

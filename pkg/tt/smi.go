@@ -34,7 +34,7 @@ func (c *SMIConfig) Validate() error {
 // (rename over it), so concurrent `tt-smi -s` callers see the old or the new
 // binary, never a partial one, and the node needs no cordon.
 func SMIRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *SMIConfig) *runbook.Runbook[Facts] {
-	cs = rememberNodeWrites(cs)
+	cs = kube.RememberNodeWrites(cs)
 	v := cfg.Version
 	helperName := func(node string) string { return kube.HelperName("smi", node, v) }
 	obs := observer{cs: cs, owner: SMIRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,

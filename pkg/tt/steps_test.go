@@ -188,21 +188,3 @@ func TestKMDStepsDoneAndGuards(t *testing.T) {
 		t.Errorf("a node cordoned by tt-firmware must be foreign to tt-kmd: %v %q", ok, why)
 	}
 }
-
-// Overlapping node writes: the remembered node is the newest version,
-// whichever response arrived last.
-func TestNodeWritesKeepTheNewestVersion(t *testing.T) {
-	var w nodeWrites
-	node := func(rv string) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: rv}}
-	}
-	w.put("n", node("12"), nil)
-	w.put("n", node("11"), nil) // the older write's response arrives last
-	if got := w.take("n"); got == nil || got.ResourceVersion != "12" {
-		t.Fatalf("remembered %v, want version 12", got)
-	}
-	w.put("n", node("13"), nil)
-	if got := w.take("n"); got == nil || got.ResourceVersion != "13" {
-		t.Fatalf("remembered %v, want version 13", got)
-	}
-}

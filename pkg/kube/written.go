@@ -1,4 +1,4 @@
-package ate
+package kube
 
 import (
 	"context"
@@ -12,20 +12,20 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
-// nodeWrites keeps, per node, the node as the API server returned it from
-// the node roll's latest write (its own patches, the cordon, the engine's
-// step clock). The observation that follows a write reads the node from
-// there: a write's response is the node as it is once the write is in,
-// so the GET after it is saved ("act from the observation"). Only the
-// node is reused: pods and the inventory are always read again.
-type nodeWrites struct {
+// NodeWrites keeps, per node, the node as the API server returned it from
+// a runbook's latest write (its own patches, the cordon, the engine's step
+// clock). The observation that follows a write reads the node from there:
+// a write's response is the node as it is once the write is in, so the GET
+// after it is saved ("act from the observation"). Only the node is reused.
+// Both plugins' runbooks use it (RememberNodeWrites).
+type NodeWrites struct {
 	mu    sync.Mutex
 	nodes map[string]*corev1.Node // written since the last observation
 	seen  map[string]string       // resourceVersion of the newest node observed
 }
 
 // put remembers n (nil forgets name: the write's outcome is unknown).
-func (w *nodeWrites) put(name string, n *corev1.Node, err error) {
+func (w *NodeWrites) put(name string, n *corev1.Node, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil || n == nil {
@@ -44,9 +44,9 @@ func (w *nodeWrites) put(name string, n *corev1.Node, err error) {
 	w.nodes[name] = n.DeepCopy()
 }
 
-// take returns the node written since the last take, if it is newer than
+// Take returns the node written since the last take, if it is newer than
 // the last node observed, and forgets it.
-func (w *nodeWrites) take(name string) *corev1.Node {
+func (w *NodeWrites) Take(name string) *corev1.Node {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := w.nodes[name]
@@ -57,8 +57,8 @@ func (w *nodeWrites) take(name string) *corev1.Node {
 	return n
 }
 
-// observed notes that n was observed (read, or taken from a write).
-func (w *nodeWrites) observed(n *corev1.Node) {
+// Observed notes that n was observed (read, or taken from a write).
+func (w *NodeWrites) Observed(n *corev1.Node) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.seen == nil {
@@ -69,10 +69,10 @@ func (w *nodeWrites) observed(n *corev1.Node) {
 	}
 }
 
-// newest returns n, or the node as a later write returned it: the base a
+// Newest returns n, or the node as a later write returned it: the base a
 // patch with a resourceVersion precondition should start from, so that our
 // own write in between (the step clock) costs no conflict and re-read.
-func (w *nodeWrites) newest(n *corev1.Node) *corev1.Node {
+func (w *NodeWrites) Newest(n *corev1.Node) *corev1.Node {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if m := w.nodes[n.Name]; m != nil && olderVersion(n.ResourceVersion, m.ResourceVersion) {
@@ -96,19 +96,20 @@ func olderVersion(a, b string) bool {
 // rememberingClient is cs whose node writes are remembered in writes.
 type rememberingClient struct {
 	kubernetes.Interface
-	writes *nodeWrites
+	writes *NodeWrites
 }
 
-// rememberNodeWrites wraps cs (once) so its node writes are remembered.
-func rememberNodeWrites(cs kubernetes.Interface) rememberingClient {
+// RememberNodeWrites wraps cs (once) so its node writes are remembered
+// (NodeWritesOf).
+func RememberNodeWrites(cs kubernetes.Interface) kubernetes.Interface {
 	if r, ok := cs.(rememberingClient); ok {
 		return r
 	}
-	return rememberingClient{Interface: cs, writes: &nodeWrites{}}
+	return rememberingClient{Interface: cs, writes: &NodeWrites{}}
 }
 
-// writesOf returns the memory of cs's node writes, nil if it keeps none.
-func writesOf(cs kubernetes.Interface) *nodeWrites {
+// NodeWritesOf returns the memory of cs's node writes, nil if it keeps none.
+func NodeWritesOf(cs kubernetes.Interface) *NodeWrites {
 	if r, ok := cs.(rememberingClient); ok {
 		return r.writes
 	}
@@ -121,7 +122,7 @@ func (c rememberingClient) CoreV1() corev1client.CoreV1Interface {
 
 type rememberingCore struct {
 	corev1client.CoreV1Interface
-	writes *nodeWrites
+	writes *NodeWrites
 }
 
 func (c rememberingCore) Nodes() corev1client.NodeInterface {
@@ -130,7 +131,7 @@ func (c rememberingCore) Nodes() corev1client.NodeInterface {
 
 type rememberingNodes struct {
 	corev1client.NodeInterface
-	writes *nodeWrites
+	writes *NodeWrites
 }
 
 func (n rememberingNodes) Update(ctx context.Context, node *corev1.Node, o metav1.UpdateOptions) (*corev1.Node, error) {
