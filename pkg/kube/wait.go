@@ -68,11 +68,23 @@ func nameSelected(name string, list func(context.Context, metav1.ListOptions) (r
 // WaitForPod watches one pod until cond holds. A deleted pod ends the wait
 // with ErrGone unless cond accepts it.
 func WaitForPod(ctx context.Context, cs kubernetes.Interface, ns, name string, cond func(p *corev1.Pod) bool) (*corev1.Pod, error) {
+	return WaitForPodReplacing(ctx, cs, ns, name, "", cond)
+}
+
+// WaitForPodReplacing is WaitForPod for a pod created in place of an
+// earlier one of the same name (UID replaced): what the watch still shows of
+// that one — its deletion may reach a watch started after the new pod's
+// creation — is not the new pod's.
+func WaitForPodReplacing(ctx context.Context, cs kubernetes.Interface, ns, name string, replaced types.UID,
+	cond func(p *corev1.Pod) bool) (*corev1.Pod, error) {
 	pods := cs.CoreV1().Pods(ns)
 	lw := nameSelected(name,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) },
 		pods.Watch)
 	return waitFor(ctx, lw, &corev1.Pod{}, func(p *corev1.Pod, deleted bool) (bool, error) {
+		if replaced != "" && p.UID == replaced {
+			return false, nil
+		}
 		if deleted {
 			return false, fmt.Errorf("pod %s/%s: %w", ns, name, ErrGone)
 		}

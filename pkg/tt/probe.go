@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -164,7 +165,11 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 			ctx, cancel := context.WithTimeoutCause(ctx, probeBudget,
 				fmt.Errorf("the probe on %s did not finish within %s", f.Node.Name, probeBudget))
 			defer cancel()
-			h, err := waitHelper(ctx, b.cs, b.helperNS, name(f.Node.Name))
+			replaced := f.Probe // a failed probe was replaced; a finished good one was not
+			if replaced.ok() {
+				replaced = helperFacts{}
+			}
+			h, err := waitHelper(ctx, b.cs, b.helperNS, name(f.Node.Name), replaced)
 			if err != nil {
 				if h.Pod != nil { // never started: nothing to keep
 					b.dropHelper(ctx, h.Pod)
@@ -204,12 +209,16 @@ func describeProbe(r *ProbeRecord) string {
 // waitHelper watches a helper until it ends, and notices within seconds a
 // helper that cannot start (image pull, bad config, a NotReady node)
 // instead of waiting for its deadline.
-func waitHelper(ctx context.Context, cs kubernetes.Interface, ns, name string) (helperFacts, error) {
+func waitHelper(ctx context.Context, cs kubernetes.Interface, ns, name string, replaced helperFacts) (helperFacts, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var seen atomic.Pointer[corev1.Pod] // the helper as the watch last saw it
 	go watchNodeDown(ctx, cancel, cs, seen.Load)
-	p, err := kube.WaitForPod(ctx, cs, ns, name, func(p *corev1.Pod) bool {
+	var old types.UID // a finished helper the step replaced: its late events are not the new one's
+	if replaced.finished() {
+		old = replaced.Pod.UID
+	}
+	p, err := kube.WaitForPodReplacing(ctx, cs, ns, name, old, func(p *corev1.Pod) bool {
 		seen.Store(p)
 		return kube.PodTerminal(p) || startFailure(p) != ""
 	})

@@ -319,7 +319,7 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 			return err
 		},
 		Wait: func(ctx context.Context, f Facts) error {
-			h, err := waitHelper(ctx, b.cs, b.helperNS, name(f.Node.Name))
+			h, err := waitHelper(ctx, b.cs, b.helperNS, name(f.Node.Name), f.Helper)
 			if err != nil {
 				if h.Pod != nil {
 					b.dropHelper(ctx, h.Pod)
