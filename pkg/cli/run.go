@@ -117,7 +117,7 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	}
 	s.Progress = ui.NewProgress(progressOut)
 	s.Progress.Printf("%s", Where(g))
-	s.events = &kube.EventWriter{Client: cs, Component: "kubectl-" + plugin, Instance: s.RunID, Background: true}
+	s.events = &kube.EventWriter{Client: cs, Component: "kubectl-" + plugin, Instance: s.RunID}
 	s.Recorder = kube.Recorders{s.Progress, s.events}
 	if f.DryRun {
 		s.Recorder = s.Progress
@@ -304,7 +304,7 @@ func (s *Session) Fail(err error) error {
 }
 
 func (s *Session) end() {
-	s.events.Wait() // posted in the background: every mutation's Event is written before the run ends
+	s.events.Wait() // with Background set: every mutation's Event is written before the run ends
 	if s.journal != nil {
 		// Normally the run's last note wrote it; a failed write is retried.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
