@@ -1333,10 +1333,10 @@ func flipPatch(ctx context.Context, cs kubernetes.Interface, look *corev1.Node, 
 			Path  string `json:"path"`
 			Value any    `json:"value,omitempty"`
 		}
-		ann := func(k string) string { return "/metadata/annotations/" + jsonPointerEscape(k) }
+		ann := func(k string) string { return "/metadata/annotations/" + kube.JSONPointerEscape(k) }
 		ops := []op{{Op: "test", Path: "/spec/unschedulable", Value: true},
 			{Op: "test", Path: ann(kube.AnnCordonedBy), Value: CordonOwner},
-			{Op: "add", Path: "/metadata/labels/" + jsonPointerEscape(VersionLabel), Value: to},
+			{Op: "add", Path: "/metadata/labels/" + kube.JSONPointerEscape(VersionLabel), Value: to},
 			{Op: "replace", Path: "/spec/unschedulable", Value: false}}
 		for _, k := range append(marks, cordon...) {
 			if _, ok := look.Annotations[k]; ok {
@@ -1374,10 +1374,6 @@ func flipPatch(ctx context.Context, cs kubernetes.Interface, look *corev1.Node, 
 		return c, nil
 	})
 	return n, lifted, err
-}
-
-func jsonPointerEscape(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
 // podNames is a kube.Recorder that only collects the pods recorded

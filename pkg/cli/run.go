@@ -95,7 +95,6 @@ type Session struct {
 	plugin   string
 	lockName string
 	journal  *journal.Writer
-	events   *kube.EventWriter
 }
 
 // DryRun reports whether the session only plans.
@@ -117,8 +116,7 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	}
 	s.Progress = ui.NewProgress(progressOut)
 	s.Progress.Printf("%s", Where(g))
-	s.events = &kube.EventWriter{Client: cs, Component: "kubectl-" + plugin, Instance: s.RunID}
-	s.Recorder = kube.Recorders{s.Progress, s.events}
+	s.Recorder = kube.Recorders{s.Progress, &kube.EventWriter{Client: cs, Component: "kubectl-" + plugin, Instance: s.RunID}}
 	if f.DryRun {
 		s.Recorder = s.Progress
 		if held, err := lease.Peek(ctx, cs, f.LockNamespace, lockName); err == nil && held != nil {
@@ -178,8 +176,7 @@ func (f flushBeforeLongSteps) Step(target string, r runbook.StepResult) {
 // journalBatch is how long recorded mutations wait to be journaled
 // together (unless a timed step starts first): one ConfigMap update per
 // long step or two seconds of a run, however many steps and nodes they span,
-// instead of one per mutation. Events are posted at once (in the
-// background), so a SIGKILLed run's last records survive there.
+// instead of one per mutation. Events are written at once, so a SIGKILLed run's last records survive there.
 const journalBatch = 2 * time.Second
 
 // note journals a line about the run itself (its start and end).
@@ -304,7 +301,6 @@ func (s *Session) Fail(err error) error {
 }
 
 func (s *Session) end() {
-	s.events.Wait() // with Background set: every mutation's Event is written before the run ends
 	if s.journal != nil {
 		// Normally the run's last note wrote it; a failed write is retried.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

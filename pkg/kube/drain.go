@@ -219,7 +219,14 @@ func evictPod(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, o Dra
 			}
 			return werr
 		case apierrors.IsTooManyRequests(err):
-			if admitted, aerr := evictionAdmitted(ctx, cs, p); aerr == nil && admitted {
+			msg := fmt.Sprintf("error when evicting pods/%q -n %q (will retry when its PDB allows): %v", p.Name, p.Namespace, err)
+			fmt.Fprintln(o.Log, msg)
+			refused(msg)
+			admitted, werr := waitDisruptionAllowed(ctx, cs, p, o.RetryDelay)
+			if werr != nil {
+				return werr
+			}
+			if admitted {
 				// An earlier eviction of p was admitted (its PDB counts p as
 				// disrupted) but its delete was lost, e.g. the request was
 				// cancelled when an earlier run was killed. The budget
@@ -232,70 +239,50 @@ func evictPod(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, o Dra
 				}
 				return fmt.Errorf("delete %s/%s after its admitted eviction: %w", p.Namespace, p.Name, err)
 			}
-			msg := fmt.Sprintf("error when evicting pods/%q -n %q (will retry when its PDB allows): %v", p.Name, p.Namespace, err)
-			fmt.Fprintln(o.Log, msg)
-			refused(msg)
-			if werr := waitDisruptionAllowed(ctx, cs, p, o.RetryDelay); werr != nil {
-				return werr
-			}
 		default:
 			return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
 }
 
-// evictionAdmitted reports whether a PDB selecting p lists it among its
-// disrupted pods: an eviction of p was admitted and its budget spent.
-func evictionAdmitted(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod) (bool, error) {
-	l, err := cs.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return false, err
-	}
-	for i := range l.Items {
-		pdb := &l.Items[i]
-		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
-			continue
-		}
-		if _, ok := pdb.Status.DisruptedPods[p.Name]; ok {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
 // waitDisruptionAllowed watches the PDBs of p's namespace until one that
 // selects p allows a disruption (or none selects it any more), for at
-// most max. It returns an error only when ctx ends.
-func waitDisruptionAllowed(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, max time.Duration) error {
+// most max. admitted reports a PDB selecting p that lists it among its
+// disrupted pods: an eviction of p was admitted already. It returns an
+// error only when ctx ends.
+func waitDisruptionAllowed(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, max time.Duration) (admitted bool, err error) {
 	wctx, cancel := context.WithTimeout(ctx, max)
 	defer cancel()
 	pdbs := cs.PolicyV1().PodDisruptionBudgets(p.Namespace)
 	lw := FieldSelectedLW(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pdbs.List(ctx, o) },
 		pdbs.Watch, "")
 	allows := func(objs []any) bool {
+		allowed := true
 		for _, o := range objs {
 			pdb := o.(*policyv1.PodDisruptionBudget)
 			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 			if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
 				continue
 			}
+			if _, ok := pdb.Status.DisruptedPods[p.Name]; ok {
+				admitted = true
+				return true
+			}
 			if pdb.Status.DisruptionsAllowed < 1 || pdb.Status.ObservedGeneration < pdb.Generation {
-				return false
+				allowed = false
 			}
 		}
-		return true // every PDB selecting p allows one now (or none selects it any more)
+		return allowed // every PDB selecting p allows one now (or none selects it any more)
 	}
 	var store cache.Store
-	_, err := watchtools.UntilWithSync(wctx, lw, &policyv1.PodDisruptionBudget{}, func(s cache.Store) (bool, error) {
+	_, _ = watchtools.UntilWithSync(wctx, lw, &policyv1.PodDisruptionBudget{}, func(s cache.Store) (bool, error) {
 		store = s
 		return allows(s.List()), nil
 	}, func(watch.Event) (bool, error) { return allows(store.List()), nil })
 	if ctx.Err() != nil {
-		return context.Cause(ctx)
+		return false, context.Cause(ctx)
 	}
-	_ = err // the bound passed: try the eviction again
-	return nil
+	return admitted, nil // allowed, admitted, or the bound passed: try again
 }
 
 // DrainBlockers lists the pods on node a drain would still evict, with the

@@ -181,7 +181,7 @@ func testedPatch(n *corev1.Node, reads NodeKeys, change NodeChange) []any {
 	var ops []any
 	test := func(prefix string, m map[string]string, keys []string) {
 		for _, k := range keys {
-			op := jsonPatchOp{Op: "test", Path: prefix + pointerEscape(k)}
+			op := jsonPatchOp{Op: "test", Path: prefix + JSONPointerEscape(k)}
 			if v, ok := m[k]; ok {
 				op.Value = &v
 			}
@@ -192,7 +192,7 @@ func testedPatch(n *corev1.Node, reads NodeKeys, change NodeChange) []any {
 	test("/metadata/annotations/", n.Annotations, reads.Annotations)
 	set := func(prefix string, m map[string]string, want map[string]*string) {
 		for k, v := range want {
-			path := prefix + pointerEscape(k)
+			path := prefix + JSONPointerEscape(k)
 			_, ok := m[k]
 			switch {
 			case v == nil && ok:
@@ -212,7 +212,8 @@ func testedPatch(n *corev1.Node, reads NodeKeys, change NodeChange) []any {
 	return ops
 }
 
-// pointerEscape escapes a map key for a JSON pointer (RFC 6901).
-func pointerEscape(k string) string {
+// JSONPointerEscape escapes a map key for a JSON pointer (RFC 6901), for
+// the paths of a JSON patch.
+func JSONPointerEscape(k string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
 }

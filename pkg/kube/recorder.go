@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,15 +26,7 @@ type EventWriter struct {
 	Component string
 	// Instance identifies this run, e.g. its run ID.
 	Instance string
-	// Background posts each Event without waiting for it, so a run's next
-	// action does not wait on its audit trail; Wait collects them.
-	Background bool
-	pending    sync.WaitGroup
 }
-
-// Wait returns once every Event posted in the background was written (or
-// gave up within its own deadline).
-func (w *EventWriter) Wait() { w.pending.Wait() }
 
 // Record implements Recorder. An event that cannot be written is not worth
 // failing a step for: the mutation already happened and is printed.
@@ -76,17 +67,8 @@ func (w *EventWriter) Record(ctx context.Context, obj corev1.ObjectReference, wa
 	// The mutation already happened: record it even when the run was just
 	// interrupted, within a short bound of its own.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	if !w.Background {
-		defer cancel()
-		_, _ = w.Client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
-		return
-	}
-	w.pending.Add(1)
-	go func() {
-		defer w.pending.Done()
-		defer cancel()
-		_, _ = w.Client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
-	}()
+	defer cancel()
+	_, _ = w.Client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
 }
 
 // Reasons of the records about rollbook's own helper pods.

@@ -607,21 +607,12 @@ func TestExclusiveStepsSpendASharedBudgetOneAtATime(t *testing.T) {
 	for _, exclusive := range []bool{false, true} {
 		w := newWorld("n0", "n1", "n2")
 		w.update("n0", func(n *memNode) { n.cordonedBy = owner })
-		var mu sync.Mutex
-		out, maxOut := 1, 1
+		out := outOfService{now: 1, max: 1} // n0 is out already
 		observed := make(chan struct{}, 2)
 		both := make(chan struct{})
 		go func() { <-observed; <-observed; close(both) }()
 		var firstObservation sync.Map
-		outOthers := func(self string) int {
-			n := 0
-			for _, name := range []string{"n0", "n1", "n2"} {
-				if name != self && w.snapshot(name).cordonedBy == owner {
-					n++
-				}
-			}
-			return n
-		}
+		outOthers := func(self string) int { return w.cordonedOthers(self, "n0", "n1", "n2") }
 		rb := &Runbook[facts]{
 			Name: owner,
 			Observe: func(_ context.Context, tg Target) (facts, error) {
@@ -634,38 +625,10 @@ func TestExclusiveStepsSpendASharedBudgetOneAtATime(t *testing.T) {
 				}
 				return f, nil
 			},
-			Steps: []Step[facts]{
-				{ID: "cordon", Exclusive: exclusive,
-					Done: func(f facts) (bool, string) {
-						return f.node.cordonedBy == owner || f.node.labels[testLabel] == "v2", ""
-					},
-					Guards: []Guard[facts]{{Name: "budget", SharedBudget: true, Check: func(f facts) (bool, string) {
-						return f.target < "2", "two nodes are out already"
-					}}},
-					Act: func(_ context.Context, f facts) error {
-						w.update(f.name, func(n *memNode) { n.cordonedBy = owner })
-						mu.Lock()
-						out++
-						maxOut = max(maxOut, out)
-						mu.Unlock()
-						return nil
-					}},
-				{ID: "upgrade-and-uncordon",
-					Done: func(f facts) (bool, string) { return f.node.labels[testLabel] == "v2" && f.node.cordonedBy == "", "" },
-					Act: func(_ context.Context, f facts) error {
-						time.Sleep(20 * time.Millisecond)
-						w.update(f.name, func(n *memNode) { n.labels[testLabel] = "v2"; n.cordonedBy = "" })
-						mu.Lock()
-						out--
-						mu.Unlock()
-						return nil
-					}},
-			},
+			Steps: budgetedSteps(w, exclusive, &out),
 		}
 		res := Run(context.Background(), rb, targets(w, "n1", "n2"), Options{Parallel: 2})
-		mu.Lock()
-		got := maxOut
-		mu.Unlock()
+		got := out.most()
 		switch {
 		case exclusive && (got != 2 || res.Outcome != OutcomeDone):
 			t.Errorf("exclusive: %d nodes out at most (want 2), outcome %s: %+v", got, res.Outcome, res.Targets)
@@ -682,15 +645,7 @@ func TestExclusiveStepsSpendASharedBudgetOneAtATime(t *testing.T) {
 func TestBudgetFreedWhenATargetIsBackInService(t *testing.T) {
 	w := newWorld("n1", "n2")
 	cordoned := map[string]chan struct{}{"n1": make(chan struct{}), "n2": make(chan struct{})}
-	outOthers := func(self string) int {
-		n := 0
-		for _, name := range []string{"n1", "n2"} {
-			if name != self && w.snapshot(name).cordonedBy == owner {
-				n++
-			}
-		}
-		return n
-	}
+	outOthers := func(self string) int { return w.cordonedOthers(self, "n1", "n2") }
 	other := map[string]string{"n1": "n2", "n2": "n1"}
 	spent := make(chan struct{}) // the other node saw the budget spent
 	var spentOnce sync.Once
@@ -762,17 +717,9 @@ func TestExclusiveStepDecidesOnTheObservationAfterTheStepBefore(t *testing.T) {
 	w := newWorld("n0", "n1", "n2")
 	w.update("n0", func(n *memNode) { n.cordonedBy = owner })
 	var mu sync.Mutex
-	out, maxOut := 1, 1
+	out := outOfService{now: 1, max: 1} // n0 is out already
 	observations := map[string]int{}
-	outOthers := func(self string) int {
-		n := 0
-		for _, name := range []string{"n0", "n1", "n2"} {
-			if name != self && w.snapshot(name).cordonedBy == owner {
-				n++
-			}
-		}
-		return n
-	}
+	outOthers := func(self string) int { return w.cordonedOthers(self, "n0", "n1", "n2") }
 	probed := make(chan struct{}, 2)
 	both := make(chan struct{})
 	go func() { <-probed; <-probed; close(both) }()
@@ -785,7 +732,7 @@ func TestExclusiveStepDecidesOnTheObservationAfterTheStepBefore(t *testing.T) {
 			mu.Unlock()
 			return facts{name: name, node: w.snapshot(name), target: fmt.Sprint(outOthers(name))}, nil
 		},
-		Steps: []Step[facts]{
+		Steps: append([]Step[facts]{
 			{ID: "probe",
 				Done: func(f facts) (bool, string) { return f.node.annotations["probed"] == "yes", "" },
 				Act: func(_ context.Context, f facts) error {
@@ -794,38 +741,13 @@ func TestExclusiveStepDecidesOnTheObservationAfterTheStepBefore(t *testing.T) {
 					<-both // both probed before either observes: the race, every time
 					return nil
 				}},
-			{ID: "cordon", Exclusive: true,
-				Done: func(f facts) (bool, string) {
-					return f.node.cordonedBy == owner || f.node.labels[testLabel] == "v2", ""
-				},
-				Guards: []Guard[facts]{{Name: "budget", SharedBudget: true, Check: func(f facts) (bool, string) {
-					return f.target < "2", "two nodes are out already"
-				}}},
-				Act: func(_ context.Context, f facts) error {
-					w.update(f.name, func(n *memNode) { n.cordonedBy = owner })
-					mu.Lock()
-					out++
-					maxOut = max(maxOut, out)
-					mu.Unlock()
-					return nil
-				}},
-			{ID: "upgrade-and-uncordon",
-				Done: func(f facts) (bool, string) { return f.node.labels[testLabel] == "v2" && f.node.cordonedBy == "", "" },
-				Act: func(_ context.Context, f facts) error {
-					time.Sleep(20 * time.Millisecond)
-					w.update(f.name, func(n *memNode) { n.labels[testLabel] = "v2"; n.cordonedBy = "" })
-					mu.Lock()
-					out--
-					mu.Unlock()
-					return nil
-				}},
-		},
+		}, budgetedSteps(w, true, &out)...),
 	}
 	res := Run(context.Background(), rb, targets(w, "n1", "n2"), Options{Parallel: 2})
 	mu.Lock()
 	defer mu.Unlock()
-	if maxOut != 2 || res.Outcome != OutcomeDone {
-		t.Errorf("%d nodes out at most (want 2), outcome %s: %+v", maxOut, res.Outcome, res.Targets)
+	if got := out.most(); got != 2 || res.Outcome != OutcomeDone {
+		t.Errorf("%d nodes out at most (want 2), outcome %s: %+v", got, res.Outcome, res.Targets)
 	}
 	// Initial, after probe (the cordon's too), after cordon, after upgrade;
 	// the target that waited for the budget observes once more.
@@ -952,4 +874,58 @@ type countingTarget struct {
 func (c countingTarget) SetAnnotation(ctx context.Context, key string, value *string) error {
 	*c.writes++
 	return c.memTarget.SetAnnotation(ctx, key, value)
+}
+
+// outOfService counts the nodes a budgeted runbook has out at once.
+type outOfService struct {
+	mu       sync.Mutex
+	now, max int
+}
+
+func (o *outOfService) add(d int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.now += d
+	o.max = max(o.max, o.now)
+}
+
+func (o *outOfService) most() int { o.mu.Lock(); defer o.mu.Unlock(); return o.max }
+
+// budgetedSteps cordon a node against a budget of two nodes out (the
+// facts' target carries the count of the others out), then upgrade and
+// uncordon it, counting the nodes out in out.
+func budgetedSteps(w *world, exclusive bool, out *outOfService) []Step[facts] {
+	return []Step[facts]{
+		{ID: "cordon", Exclusive: exclusive,
+			Done: func(f facts) (bool, string) {
+				return f.node.cordonedBy == owner || f.node.labels[testLabel] == "v2", ""
+			},
+			Guards: []Guard[facts]{{Name: "budget", SharedBudget: true, Check: func(f facts) (bool, string) {
+				return f.target < "2", "two nodes are out already"
+			}}},
+			Act: func(_ context.Context, f facts) error {
+				w.update(f.name, func(n *memNode) { n.cordonedBy = owner })
+				out.add(1)
+				return nil
+			}},
+		{ID: "upgrade-and-uncordon",
+			Done: func(f facts) (bool, string) { return f.node.labels[testLabel] == "v2" && f.node.cordonedBy == "", "" },
+			Act: func(_ context.Context, f facts) error {
+				time.Sleep(20 * time.Millisecond)
+				w.update(f.name, func(n *memNode) { n.labels[testLabel] = "v2"; n.cordonedBy = "" })
+				out.add(-1)
+				return nil
+			}},
+	}
+}
+
+// cordonedOthers counts the nodes among names, but self, cordoned by owner.
+func (w *world) cordonedOthers(self string, names ...string) int {
+	n := 0
+	for _, name := range names {
+		if name != self && w.snapshot(name).cordonedBy == owner {
+			n++
+		}
+	}
+	return n
 }
