@@ -527,3 +527,50 @@ func uncordonByName(ctx context.Context, cs kubernetes.Interface, rec Recorder, 
 	}
 	return UncordonNode(ctx, cs, rec, n, owner)
 }
+
+// A wait for a pod that is already gone when it starts (deleted between its
+// creation and the wait, by anyone) ends at once instead of waiting out its
+// budget for a pod that will never come back.
+func TestWaitForAPodAlreadyGoneEndsAtOnce(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, time.Minute)
+	ns := c.NewNamespace(t)
+	pods := c.Client.CoreV1().Pods(ns)
+	unschedulable := func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "helper"},
+			Spec: corev1.PodSpec{
+				NodeSelector: map[string]string{"rollbook.dev/no-such-node": "true"},
+				Containers:   []corev1.Container{{Name: "c", Image: "busybox"}},
+			},
+		}
+	}
+	create := func() *corev1.Pod {
+		p, err := pods.Create(ctx, unschedulable(), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	remove := func(p *corev1.Pod) {
+		if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := WaitForPodGone(ctx, c.Client, ns, p.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := create()
+	remove(first)
+	second := create()
+	remove(second)
+	for _, replaced := range []types.UID{"", first.UID} {
+		waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := WaitForPodReplacing(waitCtx, c.Client, ns, "helper", replaced, PodTerminal)
+		cancel()
+		if !errors.Is(err, ErrGone) {
+			t.Fatalf("wait (replacing %q) for a pod deleted before it started: %v; want ErrGone at once", replaced, err)
+		}
+	}
+}

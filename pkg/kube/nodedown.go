@@ -78,7 +78,7 @@ func WaitForNodeReady(ctx context.Context, cs kubernetes.Interface, name string)
 	nodes := cs.CoreV1().Nodes()
 	lw := nameSelected(name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nodes.List(ctx, o) },
 		nodes.Watch)
-	_, err := waitFor(ctx, lw, &corev1.Node{}, func(n *corev1.Node, deleted bool) (bool, error) {
+	_, err := waitFor(ctx, lw, &corev1.Node{}, nil, func(n *corev1.Node, deleted bool) (bool, error) {
 		if deleted {
 			return false, ErrGone
 		}

@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,11 +24,12 @@ var ErrGone = errors.New("object was deleted")
 
 // waitFor lists then watches the objects lw selects (resuming the watch
 // across disconnects) until cond holds for the event's object. It returns
-// the object that satisfied cond.
+// the object that satisfied cond. precondition, if set, is asked once the
+// list is in: it can end the wait (done or an error) on what the list holds.
 func waitFor[T runtime.Object](ctx context.Context, lw cache.ListerWatcher, proto T,
-	cond func(obj T, deleted bool) (bool, error)) (T, error) {
+	precondition watchtools.PreconditionFunc, cond func(obj T, deleted bool) (bool, error)) (T, error) {
 	var zero T
-	ev, err := watchtools.UntilWithSync(ctx, lw, proto, nil, func(e watch.Event) (bool, error) {
+	ev, err := watchtools.UntilWithSync(ctx, lw, proto, precondition, func(e watch.Event) (bool, error) {
 		obj, ok := e.Object.(T)
 		if !ok {
 			return false, nil
@@ -60,6 +62,21 @@ func FieldSelectedLW(list func(context.Context, metav1.ListOptions) (runtime.Obj
 	}
 }
 
+// listed is the precondition of a wait for one named object: absent from
+// the list (or there only as the object it replaces), it was deleted before
+// the wait began, by anyone, and waiting on would wait out the budget for an
+// object that will not come back.
+func listed(kind, ns, name string, replaced types.UID) watchtools.PreconditionFunc {
+	return func(store cache.Store) (bool, error) {
+		for _, o := range store.List() {
+			if m, err := meta.Accessor(o); err == nil && m.GetName() == name && (replaced == "" || m.GetUID() != replaced) {
+				return false, nil
+			}
+		}
+		return false, fmt.Errorf("%s %s/%s: %w", kind, ns, name, ErrGone)
+	}
+}
+
 func nameSelected(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	w func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
 	return FieldSelectedLW(list, w, fields.OneTermEqualSelector("metadata.name", name).String())
@@ -81,7 +98,7 @@ func WaitForPodReplacing(ctx context.Context, cs kubernetes.Interface, ns, name 
 	lw := nameSelected(name,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) },
 		pods.Watch)
-	return waitFor(ctx, lw, &corev1.Pod{}, func(p *corev1.Pod, deleted bool) (bool, error) {
+	return waitFor(ctx, lw, &corev1.Pod{}, listed("pod", ns, name, replaced), func(p *corev1.Pod, deleted bool) (bool, error) {
 		if replaced != "" && p.UID == replaced {
 			return false, nil
 		}
@@ -131,7 +148,7 @@ func WaitForDaemonSetPodReady(ctx context.Context, cs kubernetes.Interface, ns, 
 		return nil, err
 	}
 	lw := PodsOnNodeLW(cs, ns, node)
-	return waitFor(ctx, lw, &corev1.Pod{}, func(p *corev1.Pod, deleted bool) (bool, error) {
+	return waitFor(ctx, lw, &corev1.Pod{}, nil, func(p *corev1.Pod, deleted bool) (bool, error) {
 		return !deleted && OwnedBy(p, ds.UID) && PodReady(p), nil
 	})
 }
@@ -153,7 +170,7 @@ func WaitForDeploymentAvailable(ctx context.Context, cs kubernetes.Interface, ns
 	lw := nameSelected(name,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return deps.List(ctx, o) },
 		deps.Watch)
-	return waitFor(ctx, lw, &appsv1.Deployment{}, func(d *appsv1.Deployment, deleted bool) (bool, error) {
+	return waitFor(ctx, lw, &appsv1.Deployment{}, listed("deployment", ns, name, ""), func(d *appsv1.Deployment, deleted bool) (bool, error) {
 		if deleted {
 			return false, fmt.Errorf("deployment %s/%s: %w", ns, name, ErrGone)
 		}

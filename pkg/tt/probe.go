@@ -3,6 +3,7 @@ package tt
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -230,6 +231,12 @@ func waitHelper(ctx context.Context, cs kubernetes.Interface, ns, name string, r
 			}
 			return helperFacts{Pod: p}, fmt.Errorf("%w and helper pod %s/%s has not started on it; bring the node back "+
 				"(or take it out of the selection) and run the same command again", nd, ns, name)
+		}
+		if errors.Is(err, kube.ErrGone) {
+			// Not by this run: maybe deliberately, to stop it, so it is not
+			// started again without being asked.
+			return helperFacts{}, fmt.Errorf("helper pod %s/%s was deleted before it finished, not by this run; "+
+				"re-run the same command to start it again: %w", ns, name, err)
 		}
 		return helperFacts{}, err
 	}

@@ -13,6 +13,7 @@ import (
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"log"
 	"os"
 	"sigs.k8s.io/yaml"
 	"strings"
@@ -44,14 +45,15 @@ var extraStages embed.FS
 func loadStagesRaw(extraFiles []string) ([]string, error) {
 	// Pods labelled rollbook.dev/helper belong to the simulator's helper
 	// runner: no kwok pod stage may set their status. kwok's pod-delete stage
-	// still applies to them, so deleting a helper finishes at once and the
-	// runner only has to treat "gone" as cancellation.
+	// is left out for every pod: it deletes by name, so reapDeletedPods
+	// finishes deletions instead, by UID as a kubelet does. Deleting a helper
+	// still finishes at once and the runner only has to treat "gone" as
+	// cancellation.
 	raws := []string{
 		skipNotReadyNodes(nodefast.DefaultNodeInit),
 		skipNotReadyNodes(nodeheartbeatwithlease.DefaultNodeHeartbeatWithLease),
 		excludeHelperPods(podfast.DefaultPodReady),
 		excludeHelperPods(exclusivePodComplete()),
-		podfast.DefaultPodDelete,
 	}
 	_ = fs.WalkDir(extraStages, "stages", func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
@@ -257,6 +259,11 @@ func runKwok(ctx context.Context, kubeconfig string, extraStageFiles []string, v
 	if err := ctr.Start(ctx); err != nil {
 		return err
 	}
+	go func() {
+		if err := reapDeletedPods(ctx, typed); err != nil {
+			log.Printf("sim-pod-reaper: %v", err)
+		}
+	}()
 	if srv != nil {
 		var enable []string
 		for k := range kwokServerCRDs {
