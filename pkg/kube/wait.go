@@ -170,7 +170,8 @@ func WaitForDeploymentAvailable(ctx context.Context, cs kubernetes.Interface, ns
 	lw := nameSelected(name,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return deps.List(ctx, o) },
 		deps.Watch)
-	return waitFor(ctx, lw, &appsv1.Deployment{}, listed("deployment", ns, name, ""), func(d *appsv1.Deployment, deleted bool) (bool, error) {
+	gone := listed("deployment", ns, name, "")
+	return waitFor(ctx, lw, &appsv1.Deployment{}, gone, func(d *appsv1.Deployment, deleted bool) (bool, error) {
 		if deleted {
 			return false, fmt.Errorf("deployment %s/%s: %w", ns, name, ErrGone)
 		}
