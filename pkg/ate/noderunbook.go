@@ -320,6 +320,39 @@ func (f nodeFacts) toPodsReady() (ready, total int) {
 	return ready, total
 }
 
+// toMustServeHere reports that the target pools want workers but none is
+// ACTIVE on another node (the canary, or every earlier one lost its own):
+// the node has moved only once one serves here, or the roll would go on
+// with the target version serving nowhere.
+func (f nodeFacts) toMustServeHere() bool {
+	var desired int64
+	for _, p := range f.cfg.ToPools {
+		desired += p.Desired
+	}
+	if desired == 0 {
+		return false
+	}
+	to := poolSet(f.cfg.ToPools)
+	for _, w := range f.inv.Workers {
+		if to[w.PoolKey()] && w.State == ateapi.WorkerActive && w.Node != f.node.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// toVerified is the verify step's verdict on pods and workers as shown.
+func (f nodeFacts) toVerified() (bool, string) {
+	ready, total := f.toPodsReady()
+	active := f.toWorkersActive()
+	why := fmt.Sprintf("%d of %d %s worker pod(s) on the node Ready, %d registered ACTIVE", ready, total, f.cfg.To, active)
+	if ready == total && active == 0 && f.toMustServeHere() {
+		return false, why + "; no " + f.cfg.To + " worker is ACTIVE on any other node, so one must come up here " +
+			"(the target pools' pods are Pending until the scheduler places them)"
+	}
+	return ready == total && active >= ready, why
+}
+
 func (f nodeFacts) toWorkersActive() int {
 	to := poolSet(f.cfg.ToPools)
 	n := 0
@@ -660,16 +693,14 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				ID: "ate.node.verify", Title: "Verify the node serves the target version",
 				Doc: "Confirm no pod of the pools the node left remains there, and that every pod of the target version's pools on " +
 					"the node is Ready and registered as an ACTIVE worker. (Pods of the target pools may all run on nodes moved " +
-					"earlier: the scheduler, not the roll, places them.)",
+					"earlier: the scheduler, not the roll, places them. When no worker of the target pools is ACTIVE on any " +
+					"other node, as on the canary, one must come up here.)",
 				Timeout: cfg.VerifyTimeout,
 				Done: func(f nodeFacts) (bool, string) {
 					if !f.flipped() || len(f.podsOf(f.cfg.FromPools)) > 0 {
 						return false, "not moved yet"
 					}
-					ready, total := f.toPodsReady()
-					active := f.toWorkersActive()
-					return ready == total && active >= ready, fmt.Sprintf("%d of %d %s worker pod(s) on the node Ready, %d registered "+
-						"ACTIVE", ready, total, f.cfg.To, active)
+					return f.toVerified()
 				},
 				Act: func(context.Context, nodeFacts) error { return nil },
 				Wait: func(ctx context.Context, f nodeFacts) error {
@@ -691,7 +722,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 							if g.inv, err = api.Inventory(ctx); err != nil {
 								return err
 							}
-							if g.toWorkersActive() >= ready {
+							if ok, _ := g.toVerified(); ok {
 								o.keep(g)
 								return nil
 							}
@@ -702,8 +733,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 								return fmt.Errorf("%s worker pods on %s are not Ready (%d of %d): %w", f.cfg.To, f.node.Name, ready, total,
 									context.Cause(ctx))
 							}
-							return fmt.Errorf("%d %s worker pod(s) on %s Ready but only %d registered "+
-								"ACTIVE: %w", ready, f.cfg.To, f.node.Name, g.toWorkersActive(), context.Cause(ctx))
+							_, why := g.toVerified()
+							return fmt.Errorf("%s on %s: %w", why, f.node.Name, context.Cause(ctx))
 						case <-pw.changed: // a pod changed: look again
 						case <-time.After(delay):
 							delay = min(2*delay, 3*time.Second)

@@ -16,7 +16,7 @@ import (
 // snapshots of one node: which steps are done, and which guard stops which
 // step, from facts alone.
 func TestNodeStepsFromFacts(t *testing.T) {
-	from, to := []Pool{{Namespace: "ns", Name: "small"}}, []Pool{{Namespace: "ns", Name: "small-v2"}}
+	from, to := []Pool{{Namespace: "ns", Name: "small", Desired: 2}}, []Pool{{Namespace: "ns", Name: "small-v2", Desired: 2}}
 	cfg := &NodeConfig{Sides: Sides{From: "v1", To: "v2", FromPools: from, ToPools: to,
 		Lineage: map[string]string{"ns/small": "ns/small", "ns/small-v2": "ns/small"}}}
 	node := func(v string) *corev1.Node {
@@ -97,6 +97,14 @@ func TestNodeStepsFromFacts(t *testing.T) {
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
 			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"},
 				"no actor lives on the node's workers of the pools it left"}},
+		{"old pods gone, no new-pool pod placed yet, and no new-pool worker serves anywhere", node("v2"),
+			[]corev1.Pod{atelet}, nil, nil, false,
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
+				"ate.node.delete-old-pods"}, ""}},
+		{"old pods gone, no new-pool pod here: they serve on nodes moved earlier", node("v2"), []corev1.Pod{atelet},
+			[]ateapi.Worker{worker("u7", "small-v2", ateapi.WorkerActive, "n0")}, nil, false,
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
+				"ate.node.delete-old-pods", "ate.node.verify"}, ""}},
 		{"moved", node("v2"), []corev1.Pod{pod("u2", "small-v2", true), atelet},
 			[]ateapi.Worker{worker("u2", "small-v2", ateapi.WorkerActive, "n1")}, nil, false,
 			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
