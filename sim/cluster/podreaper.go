@@ -3,16 +3,15 @@ package cluster
 import (
 	"context"
 	"log"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
+
+	"github.com/rollbook/rollbook/sim/podloop"
 )
 
 // reapDeletedPods finishes the deletion of pods on the fake nodes, as a
@@ -21,52 +20,29 @@ import (
 // alone, so a late delete of a gone pod could remove a new pod created under
 // the same name (a replaced helper, a StatefulSet pod): no kubelet does that.
 func reapDeletedPods(ctx context.Context, cs kubernetes.Interface) error {
-	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermNotEqualSelector("spec.nodeName", "").String()
-	}))
-	inf := f.Core().V1().Pods()
-	q := workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 5*time.Second),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "sim-pod-reaper"})
-	defer q.ShutDown()
-	enqueue := func(obj any) {
-		if p, ok := obj.(*corev1.Pod); ok && p.DeletionTimestamp != nil {
-			q.Add(p.Namespace + "/" + p.Name)
-		}
-	}
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
-	}); err != nil {
-		return err
-	}
-	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
-		return nil
-	}
-	go func() { <-ctx.Done(); q.ShutDown() }()
-	lister := inf.Lister()
-	for {
-		key, quit := q.Get()
-		if quit {
-			return nil
-		}
-		ns, name, _ := cache.SplitMetaNamespaceKey(key)
-		p, err := lister.Pods(ns).Get(name)
-		if err == nil && p.DeletionTimestamp != nil {
+	c := &podloop.Controller{
+		Name: "sim-pod-reaper", Client: cs, Logf: log.Printf,
+		Tweak: func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermNotEqualSelector("spec.nodeName", "").String()
+		},
+		Sync: func(ctx context.Context, key string, pods corelisters.PodLister) error {
+			ns, name, err := cache.SplitMetaNamespaceKey(key)
+			if err != nil {
+				return nil
+			}
+			p, err := pods.Pods(ns).Get(name)
+			if err != nil || p.DeletionTimestamp == nil {
+				return nil // gone, or not being deleted
+			}
 			err = cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
 				GracePeriodSeconds: new(int64),
 				Preconditions:      metav1.NewUIDPreconditions(string(p.UID)),
 			})
-		}
-		switch {
-		case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
-			// Gone, or the name now belongs to another pod: its own events bring it here.
-			q.Forget(key)
-		case ctx.Err() == nil:
-			log.Printf("sim-pod-reaper: delete %s: %v (retrying)", key, err)
-			q.AddRateLimited(key)
-		}
-		q.Done(key)
+			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+				return nil // gone, or the name is another pod's now: its own events bring it here
+			}
+			return err
+		},
 	}
+	return c.Run(ctx)
 }

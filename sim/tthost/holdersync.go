@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/rollbook/rollbook/sim/podloop"
 )
 
 // HelperLabel marks rollbook helper pods; the runner owns them.
@@ -54,10 +56,10 @@ type podHolder struct {
 // Run syncs until ctx is done.
 func (s *HolderSync) Run(ctx context.Context) error {
 	s.init()
-	c := &podController{
-		name: "tt-holders", client: s.Client, resync: s.Resync, logf: s.Logf,
-		tweak: func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName!=" },
-		sync: func(ctx context.Context, key string, pods corelisters.PodLister) error {
+	c := &podloop.Controller{
+		Name: "tt-holders", Client: s.Client, Resync: s.Resync, Logf: s.Logf,
+		Tweak: func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName!=" },
+		Sync: func(ctx context.Context, key string, pods corelisters.PodLister) error {
 			ns, name, err := splitKey(key)
 			if err != nil {
 				return nil
@@ -72,7 +74,7 @@ func (s *HolderSync) Run(ctx context.Context) error {
 			return s.Sync(key, p)
 		},
 	}
-	return c.run(ctx)
+	return c.Run(ctx)
 }
 
 func (s *HolderSync) init() {

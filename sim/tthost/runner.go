@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/rollbook/rollbook/sim/podloop"
 )
 
 // Runner plays the kubelet for rollbook helper pods (label
@@ -60,12 +62,12 @@ var (
 // Run runs helpers until ctx is done.
 func (r *Runner) Run(ctx context.Context) error {
 	r.init()
-	c := &podController{
-		name: "tt-helper-runner", client: r.Client, resync: r.Resync, logf: r.Logf,
-		tweak: func(o *metav1.ListOptions) { o.LabelSelector = HelperLabel },
-		sync:  r.sync,
+	c := &podloop.Controller{
+		Name: "tt-helper-runner", Client: r.Client, Resync: r.Resync, Logf: r.Logf,
+		Tweak: func(o *metav1.ListOptions) { o.LabelSelector = HelperLabel },
+		Sync:  r.sync,
 	}
-	return c.run(ctx)
+	return c.Run(ctx)
 }
 
 func (r *Runner) init() {
@@ -146,7 +148,7 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	if err == nil && node.Labels[NotReadyLabel] == "true" {
-		return retryAfter{d: notReadyRecheck, why: "node " + node.Name + " is down (" + NotReadyLabel + "=true)"}
+		return podloop.RetryAfter{D: notReadyRecheck, Why: "node " + node.Name + " is down (" + NotReadyLabel + "=true)"}
 	}
 	root, ok := r.Hosts.Root(pod.Spec.NodeName)
 	if !ok {

@@ -1,0 +1,83 @@
+// Package podloop is the informer + work queue loop the sim's fake kubelet
+// parts share (the tt helper runner, the holder sync, the pod reaper).
+package podloop
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Controller queues a pod's key on every event of the pods Tweak selects
+// (and every resync), and Sync decides from the pod's current state, so a
+// missed or repeated event changes nothing.
+type Controller struct {
+	Name   string
+	Client kubernetes.Interface
+	Tweak  func(*metav1.ListOptions)
+	Resync time.Duration
+	Sync   func(ctx context.Context, key string, pods corelisters.PodLister) error
+	Logf   func(format string, a ...any)
+}
+
+// Run syncs until ctx is done.
+func (c *Controller) Run(ctx context.Context) error {
+	f := informers.NewSharedInformerFactoryWithOptions(c.Client, c.Resync, informers.WithTweakListOptions(c.Tweak))
+	inf := f.Core().V1().Pods()
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: c.Name})
+	defer q.ShutDown()
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			q.Add(key)
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		return ctx.Err()
+	}
+	go func() { <-ctx.Done(); q.ShutDown() }()
+	lister := inf.Lister()
+	for {
+		key, quit := q.Get()
+		if quit {
+			return nil
+		}
+		err := c.Sync(ctx, key, lister)
+		var later RetryAfter
+		switch {
+		case errors.As(err, &later):
+			q.Forget(key)
+			q.AddAfter(key, later.D)
+		case err != nil && ctx.Err() == nil:
+			c.Logf("%s: %s: %v (retrying)", c.Name, key, err)
+			q.AddRateLimited(key)
+		default:
+			q.Forget(key)
+		}
+		q.Done(key)
+	}
+}
+
+// RetryAfter is a sync result that is not a failure: look at the key again
+// after D (no backoff growth, no log line).
+type RetryAfter struct {
+	D   time.Duration
+	Why string
+}
+
+func (e RetryAfter) Error() string { return e.Why }
