@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rollbook/rollbook/internal/httpcount"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -29,7 +30,7 @@ type Counter struct {
 func Start() (*Counter, func()) {
 	rc := &Counter{by: map[string]int{}}
 	cli.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return httpcount.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			rc.add(r)
 			return rt.RoundTrip(r)
 		})
@@ -118,10 +119,6 @@ func (rc *Counter) Paths() string {
 	defer rc.mu.Unlock()
 	return strings.Join(rc.paths, "\n")
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // Preflight is the number of permission checks counted apart.
 func (rc *Counter) Preflight() int {

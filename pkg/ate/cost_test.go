@@ -2,17 +2,14 @@ package ate
 
 import (
 	"context"
-	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
+	"github.com/rollbook/rollbook/internal/httpcount"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/kube"
 )
@@ -42,12 +39,7 @@ func TestFlipPatch(t *testing.T) {
 	t.Cleanup(c.Stop) // after the violations check registered next
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, time.Minute)
-	var calls atomic.Int32
-	cfg := rest.CopyConfig(c.RESTConfig)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) { calls.Add(1); return rt.RoundTrip(r) })
-	})
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	cs, calls := httpcount.Client(c.RESTConfig)
 	for _, tc := range []struct {
 		name      string
 		cordonBy  string // "-": not cordoned; "": cordoned by someone else
@@ -105,7 +97,3 @@ func TestFlipPatch(t *testing.T) {
 		})
 	}
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -3,10 +3,8 @@ package kube
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/rollbook/rollbook/internal/httpcount"
 	"github.com/rollbook/rollbook/internal/simtest"
 )
 
@@ -147,12 +145,7 @@ func TestUpdateNodeKeysFromTestsOnlyTheKeysItRead(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, time.Minute)
-	var requests atomic.Int32
-	cfg := rest.CopyConfig(c.RESTConfig)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(r *http.Request) (*http.Response, error) { requests.Add(1); return rt.RoundTrip(r) })
-	})
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	cs, requests := httpcount.Client(c.RESTConfig)
 	const node, gate, record = "kwok-node-3", "simtest/gate", "simtest/gate-prior"
 	defer func() {
 		_, _ = SetNodeKeys(context.Background(), c.Client, node, NodeChange{
@@ -191,10 +184,6 @@ func TestUpdateNodeKeysFromTestsOnlyTheKeysItRead(t *testing.T) {
 		t.Fatalf("after a write to a key read: labels %v annotations %v, %v", n.Labels, n.Annotations, err)
 	}
 }
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func deployment(ns, name string, replicas int32, pod corev1.PodSpec) *appsv1.Deployment {
 	labels := map[string]string{"app": name}

@@ -10,10 +10,6 @@ import (
 	"strings"
 )
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 // resourceOf shortens an API path to its resource (and subresource):
 // /api/v1/namespaces/x/pods/y/eviction → pods/eviction.
 func resourceOf(path string) string {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollbook/rollbook/internal/httpcount"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
@@ -76,7 +77,7 @@ func TestPerNodeCost(t *testing.T) {
 	counts := map[string]int{}
 	total := 0
 	cli.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return httpcount.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if !strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews") { // permission checks: once per run
 				mu.Lock()
 				counts[r.Method+" "+resourceOf(r.URL.Path)]++
