@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 )
 
@@ -99,36 +98,8 @@ func createProcesses(root string, holders []Holder) error {
 		if h.PID <= 1 {
 			return fmt.Errorf("holder pid %d: must be > 1", h.PID)
 		}
-		dir := filepath.Join(root, "proc", strconv.Itoa(h.PID))
-		comm := h.Comm
-		if comm == "" {
-			comm = "python3"
-		}
-		if err := writeFile(filepath.Join(dir, "comm"), comm+"\n"); err != nil {
+		if err := writeProcess(root, h); err != nil {
 			return err
-		}
-		if err := writeFile(filepath.Join(dir, "cgroup"), cgroupFile(h)); err != nil {
-			return err
-		}
-		fdDir := filepath.Join(dir, "fd")
-		if err := os.MkdirAll(fdDir, 0o755); err != nil {
-			return err
-		}
-		// fd 0-2 are the usual non-device files.
-		for fd := 0; fd < 3; fd++ {
-			if err := os.Symlink("/dev/null", filepath.Join(fdDir, strconv.Itoa(fd))); err != nil {
-				return err
-			}
-		}
-		devs := h.Devices
-		if devs == nil {
-			devs = []int{0}
-		}
-		for i, dev := range devs {
-			target := "/dev/tenstorrent/" + strconv.Itoa(dev)
-			if err := os.Symlink(target, filepath.Join(fdDir, strconv.Itoa(3+i))); err != nil {
-				return err
-			}
 		}
 	}
 	return nil

@@ -19,7 +19,7 @@ func Reboot(root, kernel string, headers bool) error {
 	entries, _ := os.ReadDir(filepath.Join(root, "proc"))
 	for _, e := range entries {
 		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 1 {
-			if err := os.RemoveAll(filepath.Join(root, "proc", e.Name())); err != nil {
+			if err := EndProcess(root, pid); err != nil {
 				return err
 			}
 		}

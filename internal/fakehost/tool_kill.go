@@ -8,9 +8,13 @@ import (
 	"strings"
 )
 
-// kill -KILL|-9|-s KILL PID…: ends fake processes by removing
-// <root>/proc/<pid>; every device fd they held drops the module refcount,
-// as closing them would in the kernel. It never signals a real process.
+// kill -KILL|-9|-s KILL PID…: ends fake processes (EndProcess): every
+// device fd they held drops the module refcount, as closing them would in
+// the kernel. It never signals a real process.
+
+// devPrefix is where a device fd's link points.
+const devPrefix = "/dev/tenstorrent/"
+
 func kill(t *tool) int {
 	args := t.args
 	signal := ""
@@ -45,15 +49,8 @@ func kill(t *tool) int {
 		if slices.Contains(st.Unkillable, pid) {
 			continue // D state: the signal is queued, nothing changes
 		}
-		held := deviceFDs(dir)
-		if err := os.RemoveAll(dir); err != nil {
+		if err := EndProcess(t.root, pid); err != nil {
 			code = t.errorf(1, "(%d) - %v", pid, err)
-			continue
-		}
-		if loadedVersion(t.root) != "" {
-			if err := setRefcnt(t.root, refcnt(t.root)-held); err != nil {
-				code = t.errorf(1, "%v", err)
-			}
 		}
 	}
 	return code
@@ -67,7 +64,7 @@ func deviceFDs(procDir string) int {
 	n := 0
 	for _, e := range entries {
 		target, err := os.Readlink(filepath.Join(procDir, "fd", e.Name()))
-		if err == nil && strings.HasPrefix(target, "/dev/tenstorrent/") {
+		if err == nil && strings.HasPrefix(target, devPrefix) {
 			n++
 		}
 	}

@@ -1,7 +1,9 @@
 package nodeagent
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -32,13 +34,26 @@ func findHolders(root string) ([]Holder, error) {
 		}
 		h := Holder{PID: pid}
 		h.Comm, _ = readTrimmed(filepath.Join(dir, "comm"))
-		if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
+		cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
+		if err != nil && exited(dir) {
+			// Gone since its fds were read: it holds nothing now, and
+			// recording it without a cgroup would call a pod's process a
+			// host process that no drain moves.
+			continue
+		}
+		if err == nil {
 			h.PodUID, h.ContainerID = parseCgroup(string(cg))
 		}
 		holders = append(holders, h)
 	}
 	sort.Slice(holders, func(i, j int) bool { return holders[i].PID < holders[j].PID })
 	return holders, nil
+}
+
+// exited reports a /proc entry that is no longer there.
+func exited(procDir string) bool {
+	_, err := os.Lstat(procDir)
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 func holdsDevice(procDir string) bool {

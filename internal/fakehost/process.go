@@ -1,0 +1,99 @@
+package fakehost
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// StartProcess adds a process holding h's devices to a running fake host,
+// as a container starting does: its /proc entry appears whole (built aside,
+// then renamed in), and each device fd raises the module refcount.
+func StartProcess(root string, h Holder) error {
+	if h.PID <= 1 {
+		return fmt.Errorf("fakehost: process pid %d: must be > 1", h.PID)
+	}
+	if err := writeProcess(root, h); err != nil {
+		return err
+	}
+	if loadedVersion(root) == "" {
+		return nil
+	}
+	return setRefcnt(root, refcnt(root)+len(devicesOf(h)))
+}
+
+// EndProcess ends a fake process the way the kernel does: its fds close
+// first (each device fd drops the module refcount), then its /proc entry
+// vanishes at once. A reader walking /proc never sees a live process with
+// a device open and part of its entry gone. A process already gone is not
+// an error.
+func EndProcess(root string, pid int) error {
+	dir := filepath.Join(root, "proc", strconv.Itoa(pid))
+	if _, err := os.Lstat(dir); os.IsNotExist(err) {
+		return nil
+	}
+	held := deviceFDs(dir)
+	if err := os.RemoveAll(filepath.Join(dir, "fd")); err != nil {
+		return err
+	}
+	if held > 0 && loadedVersion(root) != "" {
+		if err := setRefcnt(root, refcnt(root)-held); err != nil {
+			return err
+		}
+	}
+	gone := filepath.Join(root, "proc", ".exited-"+strconv.Itoa(pid))
+	if err := os.RemoveAll(gone); err != nil {
+		return err
+	}
+	if err := os.Rename(dir, gone); err != nil {
+		return err
+	}
+	return os.RemoveAll(gone)
+}
+
+// writeProcess lays out /proc/<pid>/{comm,cgroup,fd/N} under a name no
+// /proc walker reads as a pid, then renames it into place.
+func writeProcess(root string, h Holder) error {
+	dir := filepath.Join(root, "proc", strconv.Itoa(h.PID))
+	tmp := filepath.Join(root, "proc", ".starting-"+strconv.Itoa(h.PID))
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	comm := h.Comm
+	if comm == "" {
+		comm = "python3"
+	}
+	if err := writeFile(filepath.Join(tmp, "comm"), comm+"\n"); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(tmp, "cgroup"), cgroupFile(h)); err != nil {
+		return err
+	}
+	fdDir := filepath.Join(tmp, "fd")
+	if err := os.MkdirAll(fdDir, 0o755); err != nil {
+		return err
+	}
+	// fd 0-2 are the usual non-device files.
+	for fd := 0; fd < 3; fd++ {
+		if err := os.Symlink("/dev/null", filepath.Join(fdDir, strconv.Itoa(fd))); err != nil {
+			return err
+		}
+	}
+	for i, dev := range devicesOf(h) {
+		if err := os.Symlink(devPrefix+strconv.Itoa(dev), filepath.Join(fdDir, strconv.Itoa(3+i))); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Lstat(dir); err == nil {
+		return fmt.Errorf("fakehost: process %d already exists", h.PID)
+	}
+	return os.Rename(tmp, dir)
+}
+
+func devicesOf(h Holder) []int {
+	if h.Devices == nil {
+		return []int{0}
+	}
+	return h.Devices
+}
