@@ -5,6 +5,7 @@ package podloop
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,10 @@ type Controller struct {
 	Resync time.Duration
 	Sync   func(ctx context.Context, key string, pods corelisters.PodLister) error
 	Logf   func(format string, a ...any)
+	// Workers sync different keys at once (default 1; the queue never
+	// hands one key to two workers). Real kubelets act per node in
+	// parallel: a single worker would serialise pod starts across nodes.
+	Workers int
 }
 
 // Run syncs until ctx is done.
@@ -51,26 +56,37 @@ func (c *Controller) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	go func() { <-ctx.Done(); q.ShutDown() }()
-	lister := inf.Lister()
-	for {
-		key, quit := q.Get()
-		if quit {
-			return nil
-		}
-		err := c.Sync(ctx, key, lister)
-		var later RetryAfter
-		switch {
-		case errors.As(err, &later):
-			q.Forget(key)
-			q.AddAfter(key, later.D)
-		case err != nil && ctx.Err() == nil:
-			c.Logf("%s: %s: %v (retrying)", c.Name, key, err)
-			q.AddRateLimited(key)
-		default:
-			q.Forget(key)
-		}
-		q.Done(key)
+	var wg sync.WaitGroup
+	for range max(c.Workers, 1) {
+		wg.Go(func() {
+			for c.next(ctx, q, inf.Lister()) {
+			}
+		})
 	}
+	wg.Wait()
+	return nil
+}
+
+// next syncs one key; false once the queue is shut down.
+func (c *Controller) next(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], lister corelisters.PodLister) bool {
+	key, quit := q.Get()
+	if quit {
+		return false
+	}
+	defer q.Done(key)
+	err := c.Sync(ctx, key, lister)
+	var later RetryAfter
+	switch {
+	case errors.As(err, &later):
+		q.Forget(key)
+		q.AddAfter(key, later.D)
+	case err != nil && ctx.Err() == nil:
+		c.Logf("%s: %s: %v (retrying)", c.Name, key, err)
+		q.AddRateLimited(key)
+	default:
+		q.Forget(key)
+	}
+	return true
 }
 
 // RetryAfter is a sync result that is not a failure: look at the key again

@@ -59,13 +59,19 @@ var (
 	errDeadline = errors.New(messageDeadline)
 )
 
+// helperStarters is how many helpers the runner starts or finishes at once:
+// each node's kubelet starts its own pods, so a start on one node never
+// waits for another's.
+const helperStarters = 8
+
 // Run runs helpers until ctx is done.
 func (r *Runner) Run(ctx context.Context) error {
 	r.init()
 	c := &podloop.Controller{
 		Name: "tt-helper-runner", Client: r.Client, Resync: r.Resync, Logf: r.Logf,
-		Tweak: func(o *metav1.ListOptions) { o.LabelSelector = HelperLabel },
-		Sync:  r.sync,
+		Workers: helperStarters,
+		Tweak:   func(o *metav1.ListOptions) { o.LabelSelector = HelperLabel },
+		Sync:    r.sync,
 	}
 	return c.Run(ctx)
 }
