@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -171,11 +172,21 @@ func CreateClone(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, 
 		}
 		return nil
 	}
+	message := fmt.Sprintf("cloned from %s with image %s, pinned to %s", p.From.Key(), p.Image, pinOf(p.Object))
 	if err != nil {
+		// Created all the same if the clone is there now, as planned.
+		err = kube.RecordIfApplied(ctx, err, rec, "PoolCloned", message, func(ctx context.Context) (corev1.ObjectReference, bool) {
+			cur, gerr := res.Get(ctx, p.Name, metav1.GetOptions{})
+			if gerr != nil {
+				return corev1.ObjectReference{}, false
+			}
+			got := poolOf(cur)
+			return poolRef(p.From.Namespace, p.Name), got.Pin == pinOf(p.Object) && got.Image == p.Image &&
+				cur.GetAnnotations()[AnnClonedFrom] == p.From.Key()
+		})
 		return fmt.Errorf("create WorkerPool %s/%s: %w", p.From.Namespace, p.Name, err)
 	}
-	rec.Record(ctx, poolRef(p.From.Namespace, p.Name), false, "PoolCloned", fmt.Sprintf("cloned from %s with image %s, pinned "+
-		"to %s", p.From.Key(), p.Image, pinOf(p.Object)))
+	rec.Record(ctx, poolRef(p.From.Namespace, p.Name), false, "PoolCloned", message)
 	return nil
 }
 

@@ -2,13 +2,16 @@ package ate
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/rollbook/rollbook/internal/cutoff"
 	"github.com/rollbook/rollbook/internal/httpcount"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/kube"
@@ -96,4 +99,37 @@ func TestFlipPatch(t *testing.T) {
 			}
 		})
 	}
+	// Interrupted while the server applies the flip: it is still recorded.
+	t.Run("interrupted mid-patch", func(t *testing.T) {
+		created, err := c.Client.CoreV1().Nodes().Create(ctx, flipNodeFixture(CordonOwner), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = c.Client.CoreV1().Nodes().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
+		}()
+		runCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		cut := kubernetes.NewForConfigOrDie(cutoff.Config(c.RESTConfig, cutoff.Method(http.MethodPatch, "/nodes/"+created.Name), stop))
+		_, _, err = flipPatch(runCtx, cut, created, "v2")
+		if err == nil {
+			t.Fatal("an interrupted flip should report its error")
+		}
+		rec := &flipRecords{}
+		if recordFlipIfApplied(runCtx, err, cut, rec, created.Name, "v2", "flipped") == nil {
+			t.Fatal("the error must be returned as it was")
+		}
+		if got, _ := c.Client.CoreV1().Nodes().Get(ctx, created.Name, metav1.GetOptions{}); got.Labels[VersionLabel] != "v2" {
+			t.Fatalf("the server did not apply the flip: %v", got.Labels)
+		}
+		if len(rec.reasons) != 1 || rec.reasons[0] != "SubstrateVersionFlipped" {
+			t.Fatalf("records %q for a flip the server applied, want one SubstrateVersionFlipped", rec.reasons)
+		}
+	})
+}
+
+type flipRecords struct{ reasons []string }
+
+func (r *flipRecords) Record(_ context.Context, _ corev1.ObjectReference, _ bool, reason, _ string) {
+	r.reasons = append(r.reasons, reason)
 }

@@ -842,12 +842,12 @@ func flipNode(ctx context.Context, o *nodeObserver, rec kube.Recorder, f nodeFac
 	// mark: the node becomes schedulable only together with the label that
 	// keeps the old pools off it. Our cordon gone by then means a pod may
 	// have landed after the look: no flip.
+	msg := fmt.Sprintf("%s: %s → %s", VersionLabel, f.cfg.From, f.cfg.To)
 	n, lifted, err := flipPatch(ctx, cs, g.node, f.cfg.To)
 	if err != nil {
-		return err
+		return recordFlipIfApplied(ctx, err, cs, rec, g.node.Name, f.cfg.To, msg)
 	}
 	node = n
-	msg := fmt.Sprintf("%s: %s → %s", VersionLabel, f.cfg.From, f.cfg.To)
 	if lifted {
 		if c := held.messages("Cordoned"); c != "" {
 			msg = c + " for the flip; " + msg
@@ -859,6 +859,14 @@ func flipNode(ctx context.Context, o *nodeObserver, rec kube.Recorder, f nodeFac
 	flipped = true
 	rec.Record(ctx, kube.NodeRef(n), false, "SubstrateVersionFlipped", msg)
 	return nil
+}
+
+// recordFlipIfApplied keeps the record of a flip that failed only because
+// the run was interrupted mid-request, if the server applied it: the node
+// now carries the target version (it did not at the second look).
+func recordFlipIfApplied(ctx context.Context, err error, cs kubernetes.Interface, rec kube.Recorder, node, to, msg string) error {
+	return kube.RecordNodeWriteIfApplied(ctx, err, cs, rec, node, "SubstrateVersionFlipped", msg,
+		func(n *corev1.Node) bool { return n.Labels[VersionLabel] == to })
 }
 
 // heldRecords is a kube.Recorder that holds records until flushed (or

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -107,10 +109,20 @@ func pinPool(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p Po
 		return err
 	}
 	pools := dyn.Resource(WorkerPoolGVR).Namespace(p.Namespace)
+	message := fmt.Sprintf("pinned to %s=%s (no actor was on its workers)", VersionLabel, version)
 	if _, err := pools.Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		// Applied all the same if the pool changed since it was observed
+		// and now carries the pin.
+		err = kube.RecordIfApplied(ctx, err, rec, "PoolPinned", message, func(ctx context.Context) (corev1.ObjectReference, bool) {
+			got, gerr := pools.Get(ctx, p.Name, metav1.GetOptions{})
+			if gerr != nil || got.GetResourceVersion() == p.Object.GetResourceVersion() {
+				return corev1.ObjectReference{}, false
+			}
+			pin, _, _ := unstructured.NestedString(got.Object, "spec", "template", "nodeSelector", VersionLabel)
+			return poolRef(p.Namespace, p.Name), pin == version
+		})
 		return fmt.Errorf("pin pool %s: %w", p.Key(), err)
 	}
-	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolPinned", fmt.Sprintf("pinned to %s=%s (no actor was on its "+
-		"workers)", VersionLabel, version))
+	rec.Record(ctx, poolRef(p.Namespace, p.Name), false, "PoolPinned", message)
 	return nil
 }

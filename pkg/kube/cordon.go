@@ -69,12 +69,17 @@ func CordonNode(ctx context.Context, cs kubernetes.Interface, rec Recorder, cur 
 			},
 		}, nil
 	})
+	message := fmt.Sprintf("cordoned by rollbook %s (run %s)", owner, run)
 	if err != nil {
+		err = RecordNodeWriteIfApplied(ctx, err, cs, rec, node, "Cordoned", message, func(n *corev1.Node) bool {
+			st := CordonStateOf(n)
+			return did && st.Owner == owner && st.Run == run
+		})
 		return CordonState{}, fmt.Errorf("cordon %s: %w", node, err)
 	}
 	st := CordonStateOf(n)
 	if did {
-		rec.Record(ctx, NodeRef(n), false, "Cordoned", fmt.Sprintf("cordoned by rollbook %s (run %s)", owner, run))
+		rec.Record(ctx, NodeRef(n), false, "Cordoned", message)
 	}
 	return st, nil
 }
@@ -101,11 +106,15 @@ func UncordonNode(ctx context.Context, cs kubernetes.Interface, rec Recorder, cu
 		did = true
 		return NodeChange{Unschedulable: ptr.To(false), Annotations: clearCordonAnnotations()}, nil
 	})
+	message := fmt.Sprintf("uncordoned by rollbook %s, which had cordoned it", owner)
 	if err != nil {
+		err = RecordNodeWriteIfApplied(ctx, err, cs, rec, node, "Uncordoned", message, func(n *corev1.Node) bool {
+			return did && !n.Spec.Unschedulable
+		})
 		return CordonState{}, fmt.Errorf("uncordon %s: %w", node, err)
 	}
 	if did {
-		rec.Record(ctx, NodeRef(n), false, "Uncordoned", fmt.Sprintf("uncordoned by rollbook %s, which had cordoned it", owner))
+		rec.Record(ctx, NodeRef(n), false, "Uncordoned", message)
 	}
 	return CordonStateOf(n), nil
 }

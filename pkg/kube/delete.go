@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,17 +33,13 @@ func deleteIfUnchanged(ctx context.Context, rec Recorder, del Deleter, ref corev
 	reason, message string) (bool, error) {
 	err := del(ctx, ref.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && ctx.Err() != nil {
-		// Interrupted mid-request: the server may have deleted it all the
-		// same, and then its record must not be lost. A dry-run delete
-		// tells without changing anything: gone means it was deleted.
-		check, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		derr := del(check, ref.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll},
-			Preconditions: &metav1.Preconditions{UID: &uid}})
-		if apierrors.IsNotFound(derr) {
-			rec.Record(check, ref, false, reason, message+" (as the run was interrupted)")
-		}
-		return false, err
+		// A dry-run delete tells without changing anything: gone means it
+		// was deleted.
+		return false, RecordIfApplied(ctx, err, rec, reason, message, func(ctx context.Context) (corev1.ObjectReference, bool) {
+			derr := del(ctx, ref.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll},
+				Preconditions: &metav1.Preconditions{UID: &uid}})
+			return ref, apierrors.IsNotFound(derr)
+		})
 	}
 	switch {
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):

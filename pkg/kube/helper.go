@@ -139,16 +139,15 @@ func EnsureHelper(ctx context.Context, cs kubernetes.Interface, rec Recorder, s 
 		return pod, false, err
 	}
 	if err != nil {
-		// Interrupted mid-request: the pod may exist all the same. If this
-		// run made it, the record of that must not be lost.
-		if ctx.Err() != nil {
-			check, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			p, gerr := cs.CoreV1().Pods(s.Namespace).Get(check, want.Name, metav1.GetOptions{})
-			if gerr == nil && p.Labels[LabelRun] == labelSafe(s.RunID) {
-				rec.Record(check, PodRef(p), false, ReasonHelperStarted, helperStartedMessage(s))
-			}
-		}
+		// The pod may exist all the same: if this run made it, say so.
+		err = RecordIfApplied(ctx, err, rec, ReasonHelperStarted, helperStartedMessage(s),
+			func(ctx context.Context) (corev1.ObjectReference, bool) {
+				p, gerr := cs.CoreV1().Pods(s.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
+				if gerr != nil {
+					return corev1.ObjectReference{}, false
+				}
+				return PodRef(p), p.Labels[LabelRun] == labelSafe(s.RunID)
+			})
 		return nil, false, fmt.Errorf("create helper pod %s/%s: %w", s.Namespace, want.Name, err)
 	}
 	rec.Record(ctx, PodRef(pod), false, ReasonHelperStarted, helperStartedMessage(s))

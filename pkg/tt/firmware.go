@@ -274,13 +274,10 @@ func recordFirmware(ctx context.Context, cs kubernetes.Interface, rec kube.Recor
 	}
 	b, _ := json.Marshal(firmwareRecord{Readback: measured, Devices: r.Devices, Forced: cfg.ForceWrite, Changed: r.Changed,
 		Duration: r.DurationMS, Run: cfg.RunID, At: time.Now().UTC()})
-	n, err := kube.SetNodeKeys(ctx, cs, node.Name, kube.NodeChange{Labels: map[string]*string{LabelFirmware: &measured},
-		Annotations: withClockTakenAlong(node, FirmwareRunbookName, map[string]*string{AnnFirmwareResult: ptr.To(string(b))})})
-	if err != nil {
-		return err
-	}
-	rec.Record(ctx, kube.NodeRef(n), false, "FirmwareFlashed", fmt.Sprintf("%s=%s (%s)", LabelFirmware, measured, describeFlash(r)))
-	return nil
+	_, err := kube.SetNodeKeysRecorded(ctx, cs, rec, node.Name, kube.NodeChange{Labels: map[string]*string{LabelFirmware: &measured},
+		Annotations: withClockTakenAlong(node, FirmwareRunbookName, map[string]*string{AnnFirmwareResult: ptr.To(string(b))})},
+		"FirmwareFlashed", fmt.Sprintf("%s=%s (%s)", LabelFirmware, measured, describeFlash(r)))
+	return err
 }
 
 func describeFlash(r *nodeagent.Result) string {

@@ -42,12 +42,25 @@ func closeGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder,
 		change.Annotations = map[string]*string{AnnGatesPrior: ptr.To(string(b))}
 		return change, nil
 	})
+	message := fmt.Sprintf("set %s to \"false\" so DaemonSets holding the device leave", strings.Join(gates, ", "))
 	if err != nil {
-		return err
+		return kube.RecordNodeWriteIfApplied(ctx, err, cs, rec, node, "DeployGatesClosed", message, func(n *corev1.Node) bool {
+			return gatesClosed(n, gates)
+		})
 	}
-	rec.Record(ctx, kube.NodeRef(n), false, "DeployGatesClosed", fmt.Sprintf("set %s to \"false\" so DaemonSets holding the device leave",
-		strings.Join(gates, ", ")))
+	rec.Record(ctx, kube.NodeRef(n), false, "DeployGatesClosed", message)
 	return nil
+}
+
+// gatesClosed reports every gate at "false" with the prior values recorded.
+func gatesClosed(n *corev1.Node, gates []string) bool {
+	for _, g := range gates {
+		if n.Labels[g] != "false" {
+			return false
+		}
+	}
+	_, recorded := n.Annotations[AnnGatesPrior]
+	return recorded
 }
 
 // openGates restores the recorded gate values and drops the record.
@@ -77,7 +90,8 @@ func openGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, 
 		return change, nil
 	})
 	if err != nil {
-		return err
+		return kube.RecordNodeWriteIfApplied(ctx, err, cs, rec, node, "DeployGatesOpened", "restored "+strings.Join(restored, ", "),
+			func(n *corev1.Node) bool { _, held := n.Annotations[AnnGatesPrior]; return len(restored) > 0 && !held })
 	}
 	if len(restored) > 0 {
 		rec.Record(ctx, kube.NodeRef(n), false, "DeployGatesOpened", "restored "+strings.Join(restored, ", "))

@@ -349,13 +349,9 @@ func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Reco
 	}
 	b, _ := json.Marshal(kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, CacheHit: r.CacheHit,
 		Persisted: r.Persisted, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)})
-	n, err := kube.SetNodeKeys(ctx, cs, node.Name, kube.NodeChange{
+	_, err := kube.SetNodeKeysRecorded(ctx, cs, rec, node.Name, kube.NodeChange{
 		Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},
 		Annotations: withClockTakenAlong(node, KMDRunbookName, map[string]*string{AnnKMDResult: ptr.To(string(b))}),
-	})
-	if err != nil {
-		return err
-	}
-	rec.Record(ctx, kube.NodeRef(n), false, "KMDUpgraded", fmt.Sprintf("%s=%s (%s)", LabelKMDVersion, r.After, describeKMDResult(r)))
-	return nil
+	}, "KMDUpgraded", fmt.Sprintf("%s=%s (%s)", LabelKMDVersion, r.After, describeKMDResult(r)))
+	return err
 }

@@ -76,11 +76,9 @@ over the old one, verifies the version it reports, and the node is labelled with
 				},
 				Act: func(ctx context.Context, f Facts) error {
 					after := f.Helper.Result.After
-					n, err := kube.SetNodeKeys(ctx, cs, f.Node.Name, kube.NodeChange{Labels: map[string]*string{LabelSMIVersion: &after},
-						Annotations: withClockTakenAlong(f.Node, SMIRunbookName, nil)})
-					if err == nil {
-						rec.Record(ctx, kube.NodeRef(n), false, "TTSMIInstalled", LabelSMIVersion+"="+after)
-					}
+					_, err := kube.SetNodeKeysRecorded(ctx, cs, rec, f.Node.Name, kube.NodeChange{
+						Labels:      map[string]*string{LabelSMIVersion: &after},
+						Annotations: withClockTakenAlong(f.Node, SMIRunbookName, nil)}, "TTSMIInstalled", LabelSMIVersion+"="+after)
 					return err
 				},
 				Guards: []runbook.Guard[Facts]{{Name: "the helper measured the target version", Check: func(f Facts) (bool, string) {
