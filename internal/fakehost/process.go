@@ -97,3 +97,30 @@ func devicesOf(h Holder) []int {
 	}
 	return h.Devices
 }
+
+// Churn starts and ends a process holding h's devices under each of pids
+// in turn, over and over, until the returned stop is called; stop reports
+// the first error. For tests of readers walking /proc while pods come and go.
+func Churn(root string, h Holder, pids []int) (stop func() error) {
+	quit, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-quit:
+				done <- nil
+				return
+			default:
+			}
+			h.PID = pids[i%len(pids)]
+			if err := StartProcess(root, h); err != nil {
+				done <- err
+				return
+			}
+			if err := EndProcess(root, h.PID); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	return func() error { close(quit); return <-done }
+}

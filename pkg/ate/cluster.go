@@ -57,6 +57,9 @@ type NodeInfo struct {
 	Cordoned bool   `json:"cordoned,omitempty"`
 	// MovingTo is the version a node's move has begun towards (AnnMovingTo).
 	MovingTo string `json:"movingTo,omitempty"`
+	// VerifyPending is the version a flipped node has yet to show it serves
+	// (AnnVerifyPending).
+	VerifyPending string `json:"verifyPending,omitempty"`
 }
 
 // Cluster is what the Kubernetes API says about the roll.
@@ -130,7 +133,7 @@ func ObserveClusterMeta(ctx context.Context, cs kubernetes.Interface, dyn dynami
 	for i := range nodes {
 		n := &nodes[i]
 		c.Nodes = append(c.Nodes, NodeInfo{Name: n.Name, Version: n.Labels[VersionLabel], Cordoned: n.Spec.Unschedulable,
-			MovingTo: n.Annotations[AnnMovingTo]})
+			MovingTo: n.Annotations[AnnMovingTo], VerifyPending: n.Annotations[AnnVerifyPending]})
 	}
 	sort.Slice(c.Nodes, func(i, j int) bool { return c.Nodes[i].Name < c.Nodes[j].Name })
 	if md == nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rollbook/rollbook/internal/cutoff"
 	"github.com/rollbook/rollbook/internal/httpcount"
+	"github.com/rollbook/rollbook/internal/recordtest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/kube"
 )
@@ -91,8 +92,9 @@ func TestFlipPatch(t *testing.T) {
 			}
 			_, moving := n.Annotations[AnnMovingTo]
 			_, seen := n.Annotations[AnnResidents]
-			if n.Labels[VersionLabel] != "v2" || moving || seen {
-				t.Errorf("label %q, marks %v %v after the flip", n.Labels[VersionLabel], moving, seen)
+			if n.Labels[VersionLabel] != "v2" || moving || seen || n.Annotations[AnnVerifyPending] != "v2" {
+				t.Errorf("label %q, marks %v %v, %s %q after the flip", n.Labels[VersionLabel], moving, seen, AnnVerifyPending,
+					n.Annotations[AnnVerifyPending])
 			}
 			if st := kube.CordonStateOf(n); st.Cordoned != !tc.wantLift || (tc.wantLift && n.Annotations[kube.AnnCordonedBy] != "") {
 				t.Errorf("cordon after the flip: %+v %v", st, n.Annotations)
@@ -115,21 +117,15 @@ func TestFlipPatch(t *testing.T) {
 		if err == nil {
 			t.Fatal("an interrupted flip should report its error")
 		}
-		rec := &flipRecords{}
+		rec := &recordtest.Recorder{}
 		if recordFlipIfApplied(runCtx, err, cut, rec, created.Name, "v2", "flipped") == nil {
 			t.Fatal("the error must be returned as it was")
 		}
 		if got, _ := c.Client.CoreV1().Nodes().Get(ctx, created.Name, metav1.GetOptions{}); got.Labels[VersionLabel] != "v2" {
 			t.Fatalf("the server did not apply the flip: %v", got.Labels)
 		}
-		if len(rec.reasons) != 1 || rec.reasons[0] != "SubstrateVersionFlipped" {
-			t.Fatalf("records %q for a flip the server applied, want one SubstrateVersionFlipped", rec.reasons)
+		if rec.Count("SubstrateVersionFlipped") != 1 || len(rec.All()) != 1 {
+			t.Fatalf("records %q for a flip the server applied, want one SubstrateVersionFlipped", rec.All())
 		}
 	})
-}
-
-type flipRecords struct{ reasons []string }
-
-func (r *flipRecords) Record(_ context.Context, _ corev1.ObjectReference, _ bool, reason, _ string) {
-	r.reasons = append(r.reasons, reason)
 }

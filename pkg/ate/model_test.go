@@ -68,6 +68,7 @@ type mNode struct {
 	Ready  bool  // that atelet is Ready
 	Cordon bool  // cordoned by rollbook: no pod schedules there
 	Moving bool  // marked AnnMovingTo=v2
+	Verify bool  // marked AnnVerifyPending=v2: flipped, not yet seen to serve
 	Seen   uint8 // AnnResidents: a bit per actor
 }
 
@@ -82,6 +83,7 @@ const (
 	opRecheck  // the flip's second look: drops the patch if the node is not empty
 	opUncordon // lift rollbook's cordon
 	opUnmark   // remove AnnMovingTo
+	opVerified // remove AnnVerifyPending
 )
 
 type mOp struct {
@@ -167,6 +169,9 @@ func (m *aModel) cluster(s *aState) *Cluster {
 		if nd.Moving {
 			ni.MovingTo = newPin
 		}
+		if nd.Verify {
+			ni.VerifyPending = newPin
+		}
 		c.Nodes = append(c.Nodes, ni)
 	}
 	return c
@@ -236,6 +241,9 @@ func (m *aModel) facts(s *aState, cfg *NodeConfig, i int, inv *ateapi.Inventory)
 		Labels: map[string]string{VersionLabel: versions[n.Label]}, Annotations: map[string]string{}}}}
 	if n.Moving {
 		f.node.Annotations[AnnMovingTo] = newPin
+	}
+	if n.Verify {
+		f.node.Annotations[AnnVerifyPending] = newPin
 	}
 	if n.Seen != 0 {
 		var seen []string
@@ -432,6 +440,14 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 			}
 			ops = append(ops, mOp{Kind: opUnmark, Arg: int8(ni), Node: int8(ni)})
 		}
+	case "ate.node.verify":
+		// Wait until the node serves, then remove the mark.
+		if ok, _ := f.toVerified(); ok && f.verifyPending() {
+			if !planned["node/"+f.node.Name+" annotate"] {
+				bad = "the verify's unmark is not in the plan"
+			}
+			ops = append(ops, mOp{Kind: opVerified, Arg: int8(ni), Node: int8(ni)})
+		}
 	case "ate.node.delete-old-pods":
 		// Act reads the inventory again and keeps any pod whose worker
 		// hosts an actor.
@@ -516,8 +532,8 @@ func (m *aModel) call(s aState) (modelcheck.Move[aState], bool) {
 			name = "label " + nodeName(int(op.Arg)) + ": refused, the cordon was lifted"
 			break
 		}
-		name = "label " + nodeName(int(op.Arg)) + " " + VersionLabel + "=v2, uncordon, unmark"
-		nd.Label, nd.Cordon, nd.Moving, nd.Seen = 1, false, false, 0
+		name = "label " + nodeName(int(op.Arg)) + " " + VersionLabel + "=v2, uncordon, unmark, mark unverified"
+		nd.Label, nd.Cordon, nd.Moving, nd.Seen, nd.Verify = 1, false, false, 0, true
 	case opMark:
 		name = fmt.Sprintf("annotate %s %s=v2, residents %03b", nodeName(int(op.Arg)), AnnMovingTo, op.Gen)
 		n.Nodes[op.Arg].Moving = true
@@ -531,6 +547,9 @@ func (m *aModel) call(s aState) (modelcheck.Move[aState], bool) {
 	case opUnmark:
 		name = "remove " + AnnMovingTo + " from " + nodeName(int(op.Arg))
 		n.Nodes[op.Arg].Moving, n.Nodes[op.Arg].Seen = false, 0
+	case opVerified:
+		name = "remove " + AnnVerifyPending + " from " + nodeName(int(op.Arg))
+		n.Nodes[op.Arg].Verify = false
 	case opRecheck:
 		// flipNode's refresh: a fresh observation (its lists may miss an
 		// item too), the flip's guards on it.
@@ -751,8 +770,8 @@ func (m *aModel) invariants() []modelcheck.Invariant[aState] {
 		}},
 		{Name: "a finished roll leaves no node cordoned or marked", Check: func(s aState) string {
 			for i := 0; i < m.nodes && s.CLI == cliFinished; i++ {
-				if nd := s.Nodes[i]; nd.Cordon || nd.Moving || nd.Seen != 0 {
-					return fmt.Sprintf("%s: cordoned %v, marked %v", nodeName(i), nd.Cordon, nd.Moving)
+				if nd := s.Nodes[i]; nd.Cordon || nd.Moving || nd.Verify || nd.Seen != 0 {
+					return fmt.Sprintf("%s: cordoned %v, marked %v, unverified %v", nodeName(i), nd.Cordon, nd.Moving, nd.Verify)
 				}
 			}
 			return ""
@@ -785,6 +804,11 @@ func key(s aState) string {
 	for _, n := range s.Nodes {
 		b = append(b, n.Label|n.Atelet<<1|boolBit(n.Ready)<<2|boolBit(n.Cordon)<<3|boolBit(n.Moving)<<4|n.Seen<<5)
 	}
+	var unverified byte
+	for i, n := range s.Nodes {
+		unverified |= boolBit(n.Verify) << i
+	}
+	b = append(b, unverified)
 	for _, p := range s.Pods {
 		b = append(b, byte(p.Node+1)|p.Gen<<2|boolBit(p.Reg)<<3|boolBit(p.Drain)<<4)
 	}
@@ -811,8 +835,8 @@ func describe(s aState) string {
 		if nd == (mNode{}) && i > 1 {
 			continue
 		}
-		fmt.Fprintf(&b, "  node %s: label %s, atelet %s ready=%v cordoned=%v marked=%v residents=%03b\n", nodeName(i),
-			versions[nd.Label], versions[nd.Atelet], nd.Ready, nd.Cordon, nd.Moving, nd.Seen)
+		fmt.Fprintf(&b, "  node %s: label %s, atelet %s ready=%v cordoned=%v marked=%v unverified=%v residents=%03b\n", nodeName(i),
+			versions[nd.Label], versions[nd.Atelet], nd.Ready, nd.Cordon, nd.Moving, nd.Verify, nd.Seen)
 	}
 	for slot, p := range s.Pods {
 		where := "Pending"

@@ -27,6 +27,13 @@ import (
 // (soft) worker list that may leave them out.
 const AnnMovingTo = "rollbook.dev/ate-moving-to"
 
+// AnnVerifyPending marks a flipped node that has not yet shown it serves
+// the version it moved to (value: that version). The flip's patch writes
+// it; the verify step removes it once the node serves. Until then the node
+// is half-moved: the next call finishes it before taking another node, so
+// a canary that never brought up a new worker cannot let the roll go on.
+const AnnVerifyPending = "rollbook.dev/ate-verify-pending"
+
 // AnnResidents lists ("atespace/name,…") every actor an observation of the
 // node's move saw living there. The flip reads each one with GetActor: an
 // actor that (soft) lists leave out in every later look is still read.
@@ -80,6 +87,9 @@ type nodeFacts struct {
 }
 
 func (f nodeFacts) flipped() bool { return f.node.Labels[VersionLabel] == f.cfg.To }
+
+// verifyPending: flipped, and not yet shown to serve the target version.
+func (f nodeFacts) verifyPending() bool { return f.node.Annotations[AnnVerifyPending] == f.cfg.To }
 
 // podsOf returns the pods on the node that belong to pools.
 func (f nodeFacts) podsOf(pools []Pool) []corev1.Pod {
@@ -495,7 +505,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 			{
 				ID: "ate.node.flip", Title: "Flip the node's version label",
 				Doc: "Cordon the node, look at it again, and only if that look finds it empty set ate.dev/substrate-version to the " +
-					"target version, lifting the cordon and removing " + AnnMovingTo + " in the same patch (made at the node's " +
+					"target version, lifting the cordon, removing " + AnnMovingTo + " and marking the node " + AnnVerifyPending +
+					" (until the verify step sees it serve) in the same patch (made at the node's " +
 					"version of the look; without the cordon by then, no flip). The old atelet pod leaves on its own and the new one " +
 					"starts.",
 				Done: func(f nodeFacts) (bool, string) {
@@ -507,7 +518,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 					return []runbook.Change{{Object: n, Action: "cordon", Detail: "while the flip is decided and made"},
 						{Object: n, Action: "label", Detail: VersionLabel + "=" + f.cfg.To},
 						{Object: n, Action: "uncordon", Detail: "in the label's patch"},
-						{Object: n, Action: "annotate", Detail: AnnMovingTo + "-, " + AnnResidents + "- (in the label's patch)"}}
+						{Object: n, Action: "annotate", Detail: AnnMovingTo + "-, " + AnnResidents + "-, " + AnnVerifyPending + "=" +
+							f.cfg.To + " (in the label's patch)"}}
 				},
 				Act: func(ctx context.Context, f nodeFacts) error {
 					return flipNode(ctx, o, rec, f)
@@ -694,22 +706,34 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				Doc: "Confirm no pod of the pools the node left remains there, and that every pod of the target version's pools on " +
 					"the node is Ready and registered as an ACTIVE worker. (Pods of the target pools may all run on nodes moved " +
 					"earlier: the scheduler, not the roll, places them. When no worker of the target pools is ACTIVE on any " +
-					"other node, as on the canary, one must come up here.)",
+					"other node, as on the canary, one must come up here.) Then remove " + AnnVerifyPending + ": until then the " +
+					"node is not moved, and the next `roll next-node` finishes it before taking another node.",
 				Timeout: cfg.VerifyTimeout,
 				Done: func(f nodeFacts) (bool, string) {
 					if !f.flipped() || len(f.podsOf(f.cfg.FromPools)) > 0 {
 						return false, "not moved yet"
 					}
-					return f.toVerified()
+					if !f.verifyPending() {
+						return true, "verified: " + AnnVerifyPending + " removed"
+					}
+					_, why := f.toVerified()
+					return false, why
+				},
+				Plan: func(f nodeFacts) []runbook.Change {
+					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate",
+						Detail: AnnVerifyPending + "- (once the node serves " + f.cfg.To + ")"}}
 				},
 				Act: func(context.Context, nodeFacts) error { return nil },
 				Wait: func(ctx context.Context, f nodeFacts) error {
+					defer o.close() // the last step
+					if ok, why := f.toVerified(); ok {
+						return o.verified(ctx, rec, f, why)
+					}
 					// The node's pods are watched the whole time (one request)
 					// while registration is polled (the substrate API has no
 					// watch), gently: the step ends on the pods as the watch
 					// shows them then and the inventory just read.
 					pw := o.pods(ctx, f.node.Name)
-					defer o.close() // the last step
 					g := f
 					for delay := 100 * time.Millisecond; ; {
 						pods, err := pw.now(ctx)
@@ -722,9 +746,8 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 							if g.inv, err = api.Inventory(ctx); err != nil {
 								return err
 							}
-							if ok, _ := g.toVerified(); ok {
-								o.keep(g)
-								return nil
+							if ok, why := g.toVerified(); ok {
+								return o.verified(ctx, rec, g, why)
 							}
 						}
 						select {
@@ -1042,6 +1065,17 @@ func (o *nodeObserver) refresh(ctx context.Context, prev nodeFacts, pods func(no
 		f.pods, err = kube.PodsOnNode(ctx, o.cs, f.node.Name)
 	}
 	return f, err
+}
+
+// verified removes the node's AnnVerifyPending now that f shows it serves
+// the target version (why), and keeps f, brought up to that write.
+func (o *nodeObserver) verified(ctx context.Context, rec kube.Recorder, f nodeFacts, why string) error {
+	if _, err := kube.SetNodeKeysRecorded(ctx, o.cs, rec, f.node.Name, kube.NodeChange{
+		Annotations: map[string]*string{AnnVerifyPending: nil}}, "NodeVerified", f.cfg.To+" serves here: "+why); err != nil {
+		return err
+	}
+	o.keep(f)
+	return nil
 }
 
 // keep hands f, an observation made after the step's last change, to the
@@ -1376,6 +1410,7 @@ func flipPatch(ctx context.Context, cs kubernetes.Interface, look *corev1.Node, 
 		ops := []op{{Op: "test", Path: "/spec/unschedulable", Value: true},
 			{Op: "test", Path: ann(kube.AnnCordonedBy), Value: CordonOwner},
 			{Op: "add", Path: "/metadata/labels/" + kube.JSONPointerEscape(VersionLabel), Value: to},
+			{Op: "add", Path: ann(AnnVerifyPending), Value: to},
 			{Op: "replace", Path: "/spec/unschedulable", Value: false}}
 		for _, k := range append(marks, cordon...) {
 			if _, ok := look.Annotations[k]; ok {
@@ -1399,7 +1434,8 @@ func flipPatch(ctx context.Context, cs kubernetes.Interface, look *corev1.Node, 
 		if !st.Cordoned {
 			return kube.NodeChange{}, fmt.Errorf("node %s not flipped: its cordon was lifted after the second look; re-run", n.Name)
 		}
-		c := kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(to)}, Annotations: map[string]*string{}}
+		c := kube.NodeChange{Labels: map[string]*string{VersionLabel: ptr.To(to)}, Annotations: map[string]*string{
+			AnnVerifyPending: ptr.To(to)}}
 		for _, k := range marks {
 			c.Annotations[k] = nil
 		}

@@ -27,6 +27,11 @@ func TestNodeStepsFromFacts(t *testing.T) {
 		n.Annotations = map[string]string{AnnMovingTo: "v2"}
 		return n
 	}
+	unverified := func(v string) *corev1.Node { // flipped, not yet seen to serve
+		n := node(v)
+		n.Annotations = map[string]string{AnnVerifyPending: v}
+		return n
+	}
 	cordoned := func(v string) *corev1.Node { // a run stopped inside the flip
 		n := marked(v)
 		n.Spec.Unschedulable = true
@@ -53,6 +58,7 @@ func TestNodeStepsFromFacts(t *testing.T) {
 	type want struct {
 		done    []string // step IDs done
 		blocked string   // the first not-done step's failing guard, "" if none
+		serves  int      // the verify's verdict (toVerified): 1 serves, -1 not yet, 0 not checked
 	}
 	for _, tc := range []struct {
 		name      string
@@ -65,50 +71,54 @@ func TestNodeStepsFromFacts(t *testing.T) {
 	}{
 		{"fresh node, first of the roll", node("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerActive, "n1")}, []ateapi.Actor{running}, true,
-			want{nil, ""}},
+			want{nil, "", 0}},
 		{"fresh node, no free worker of its lineage elsewhere", node("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerActive, "n1")}, []ateapi.Actor{running}, false,
-			want{nil, "enough free workers"}},
+			want{nil, "enough free workers", 0}},
 		{"fresh node, a free clone worker elsewhere", node("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerActive, "n1"), worker("u9", "small-v2", ateapi.WorkerActive, "n2")},
-			[]ateapi.Actor{running}, false, want{nil, ""}},
+			[]ateapi.Actor{running}, false, want{nil, "", 0}},
 		{"drained but not marked", node("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{nil, ""}},
+			want{nil, "", 0}},
 		{"drained, an actor still on it", marked("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
-			want{[]string{"ate.node.drain"}, ""}},
+			want{[]string{"ate.node.drain"}, "", 0}},
 		{"drained and empty: the flip may go", marked("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend"}, ""}},
+			want{[]string{"ate.node.drain", "ate.node.suspend"}, "", 0}},
 		{"flipped, the flip's cordon still on", cordoned("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip"}, ""}},
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip"}, "", 0}},
 		{"flipped, atelet Ready, old pod left", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"}, ""}},
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"}, "", 0}},
 		{"flipped, a paused actor pinned there and one on a new-pool worker: the delete goes", node("v2"),
 			[]corev1.Pod{pod("u1", "small", true), pod("u2", "small-v2", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1"), worker("u2", "small-v2", ateapi.WorkerActive, "n1")},
 			[]ateapi.Actor{{Atespace: "a", Name: "p", State: ateapi.ActorPaused, AssignedNode: "n1", SnapshotNodes: []string{"n1"}},
 				{Atespace: "a", Name: "y", State: ateapi.ActorRunning, Worker: "u2"}}, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"}, ""}},
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"}, "", 0}},
 		{"flipped, the old pod's worker hosts an actor", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
 			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"},
-				"no actor lives on the node's workers of the pools it left"}},
-		{"old pods gone, no new-pool pod placed yet, and no new-pool worker serves anywhere", node("v2"),
+				"no actor lives on the node's workers of the pools it left", 0}},
+		{"old pods gone, no new-pool pod placed yet, and no new-pool worker serves anywhere", unverified("v2"),
 			[]corev1.Pod{atelet}, nil, nil, false,
 			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
-				"ate.node.delete-old-pods"}, ""}},
-		{"old pods gone, no new-pool pod here: they serve on nodes moved earlier", node("v2"), []corev1.Pod{atelet},
+				"ate.node.delete-old-pods"}, "", -1}},
+		{"old pods gone, no new-pool pod here: they serve on nodes moved earlier", unverified("v2"), []corev1.Pod{atelet},
 			[]ateapi.Worker{worker("u7", "small-v2", ateapi.WorkerActive, "n0")}, nil, false,
 			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
-				"ate.node.delete-old-pods", "ate.node.verify"}, ""}},
-		{"moved", node("v2"), []corev1.Pod{pod("u2", "small-v2", true), atelet},
+				"ate.node.delete-old-pods"}, "", 1}},
+		{"serving, the verify mark not yet removed", unverified("v2"), []corev1.Pod{pod("u2", "small-v2", true), atelet},
 			[]ateapi.Worker{worker("u2", "small-v2", ateapi.WorkerActive, "n1")}, nil, false,
 			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
-				"ate.node.delete-old-pods", "ate.node.verify"}, ""}},
+				"ate.node.delete-old-pods"}, "", 1}},
+		{"moved: verified", node("v2"), []corev1.Pod{pod("u2", "small-v2", true), atelet},
+			[]ateapi.Worker{worker("u2", "small-v2", ateapi.WorkerActive, "n1")}, nil, false,
+			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
+				"ate.node.delete-old-pods", "ate.node.verify"}, "", 0}},
 	} {
 		c := *cfg
 		c.FirstNode = tc.firstNode
@@ -134,6 +144,9 @@ func TestNodeStepsFromFacts(t *testing.T) {
 		if strings.Join(done, ",") != strings.Join(tc.want.done, ",") || !strings.Contains(blocked, tc.want.blocked) ||
 			(tc.want.blocked == "") != (blocked == "") {
 			t.Errorf("%s: done %v, blocked by %q; want %v, %q", tc.name, done, blocked, tc.want.done, tc.want.blocked)
+		}
+		if ok, why := f.toVerified(); tc.want.serves != 0 && ok != (tc.want.serves > 0) {
+			t.Errorf("%s: serves %v (%s); want %v", tc.name, ok, why, tc.want.serves > 0)
 		}
 	}
 }

@@ -11,8 +11,8 @@ import (
 
 // HalfMoved are the nodes left half-way between from and to: marked
 // AnnMovingTo to (durable: written before the first drain, removed after
-// the flip's cordon is lifted), at to with pods of the from pools still on
-// it, or at from with draining workers of the from pools (there is no
+// the flip's cordon is lifted), at to but not yet verified (AnnVerifyPending),
+// at to with pods of the from pools still on it, or at from with draining workers of the from pools (there is no
 // undrain, so a drained node must be finished).
 func HalfMoved(c *Cluster, from, to string, fromPools []Pool, fromPods []corev1.Pod, inv *ateapi.Inventory) []string {
 	at := map[string]string{}
@@ -24,6 +24,10 @@ func HalfMoved(c *Cluster, from, to string, fromPools []Pool, fromPods []corev1.
 		// Marked: its move began and its release step (uncordon, unmark)
 		// has not run, whichever side of the flip it is on.
 		if (n.Version == from || n.Version == to) && n.MovingTo == to {
+			half[n.Name] = true
+		}
+		// Flipped but not yet shown to serve: finished (verified) first.
+		if n.Version == to && n.VerifyPending == to {
 			half[n.Name] = true
 		}
 	}

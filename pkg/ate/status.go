@@ -197,6 +197,13 @@ func inProgress(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) []NodeP
 				"(ate.node.delete-old-pods)"})
 		}
 	}
+	for _, n := range c.Nodes {
+		if n.VerifyPending != "" && n.VerifyPending == n.Version && !seen[n.Name] {
+			seen[n.Name] = true
+			out = append(out, NodeProgress{Node: n.Name, Version: n.Version, Step: "flipped; not yet seen to serve " + n.Version +
+				" (ate.node.verify)"})
+		}
+	}
 	if inv != nil {
 		// Only the serving pools' workers whose pods still exist: a deleted
 		// pod's worker stays DRAINING through the eviction window.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/rollbook/rollbook/internal/cutoff"
+	"github.com/rollbook/rollbook/internal/recordtest"
 	"github.com/rollbook/rollbook/internal/simtest"
 )
 
@@ -52,7 +53,7 @@ func TestNodeWriteInterruptedMidRequestStillRecordsWhatHappened(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec := &memRecorder{}
+		rec := &recordtest.Recorder{}
 		if err := s.write(runCtx, cs, rec, n); err == nil {
 			t.Fatalf("%s: an interrupted write should report its error", s.reason)
 		}
@@ -62,7 +63,7 @@ func TestNodeWriteInterruptedMidRequestStillRecordsWhatHappened(t *testing.T) {
 		if !s.done(n) {
 			t.Fatalf("%s: the server did not apply the write", s.reason)
 		}
-		if got := rec.count(s.reason); got != 1 {
+		if got := rec.Count(s.reason); got != 1 {
 			t.Errorf("%d %s records for a write the server applied, want 1", got, s.reason)
 		}
 	}

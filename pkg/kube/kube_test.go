@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,34 +19,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/rollbook/rollbook/internal/httpcount"
+	"github.com/rollbook/rollbook/internal/recordtest"
 	"github.com/rollbook/rollbook/internal/simtest"
 )
 
 func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 4}) }
-
-// memRecorder keeps records for assertions.
-type memRecorder struct {
-	mu   sync.Mutex
-	recs []string
-}
-
-func (r *memRecorder) Record(_ context.Context, obj corev1.ObjectReference, _ bool, reason, _ string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.recs = append(r.recs, reason+" "+obj.Kind+"/"+obj.Name)
-}
-
-func (r *memRecorder) count(prefix string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, s := range r.recs {
-		if strings.HasPrefix(s, prefix) {
-			n++
-		}
-	}
-	return n
-}
 
 func getNode(t *testing.T, cs kubernetes.Interface, name string) *corev1.Node {
 	t.Helper()
@@ -70,7 +46,7 @@ func TestCordonOwnership(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, time.Minute)
-	rec := &memRecorder{}
+	rec := &recordtest.Recorder{}
 	const node = "kwok-node-3"
 	t.Cleanup(func() { setUnschedulable(t, c.Client, node, false) })
 
@@ -80,8 +56,8 @@ func TestCordonOwnership(t *testing.T) {
 	}
 	// Cordoning again is a no-op: no second event, same owner and run.
 	st, err = cordonByName(ctx, c.Client, rec, node, "tt-kmd", "run-2")
-	if err != nil || st.Run != "run-1" || rec.count("Cordoned") != 1 {
-		t.Fatalf("second cordon: %+v, %v, records %v", st, err, rec.recs)
+	if err != nil || st.Run != "run-1" || rec.Count("Cordoned") != 1 {
+		t.Fatalf("second cordon: %+v, %v, records %v", st, err, rec.All())
 	}
 	// Another runbook does not own it and must not lift it.
 	st, err = uncordonByName(ctx, c.Client, rec, node, "tt-firmware")
@@ -107,8 +83,8 @@ func TestCordonOwnership(t *testing.T) {
 	if err != nil || !st.Cordoned || !getNode(t, c.Client, node).Spec.Unschedulable {
 		t.Fatalf("uncordon lifted a foreign cordon: %+v, %v", st, err)
 	}
-	if rec.count("Uncordoned") != 1 {
-		t.Fatalf("want exactly one Uncordoned record, got %v", rec.recs)
+	if rec.Count("Uncordoned") != 1 {
+		t.Fatalf("want exactly one Uncordoned record, got %v", rec.All())
 	}
 }
 
@@ -218,7 +194,7 @@ func TestDrainFinishesAnEvictionWhoseDeleteWasLost(t *testing.T) {
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 2*time.Minute)
 	ns := c.NewNamespace(t)
-	rec := &memRecorder{}
+	rec := &recordtest.Recorder{}
 	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.com/served"}}}
 	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment(ns, "served", 3, spec), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -283,7 +259,7 @@ func TestDeleteInterruptedMidRequestStillRecordsWhatHappened(t *testing.T) {
 	ns := c.NewNamespace(t)
 	cms := c.Client.CoreV1().ConfigMaps(ns)
 	for _, reached := range []bool{true, false} {
-		rec := &memRecorder{}
+		rec := &recordtest.Recorder{}
 		cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "pool-"}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -314,7 +290,7 @@ func TestDeleteInterruptedMidRequestStillRecordsWhatHappened(t *testing.T) {
 		if gone := apierrors.IsNotFound(gerr); gone != reached {
 			t.Fatalf("reached=%v: the check changed the object (gone: %v)", reached, gone)
 		}
-		if got, want := rec.count("Deleted"), map[bool]int{true: 1, false: 0}[reached]; got != want {
+		if got, want := rec.Count("Deleted"), map[bool]int{true: 1, false: 0}[reached]; got != want {
 			t.Errorf("reached=%v: %d Deleted records, want %d", reached, got, want)
 		}
 	}
@@ -326,7 +302,7 @@ func TestDrainFilterAndPDBReport(t *testing.T) {
 	ctx := simtest.Context(t, 2*time.Minute)
 	ns := c.NewNamespace(t)
 	const node = "kwok-node-1"
-	rec := &memRecorder{}
+	rec := &recordtest.Recorder{}
 
 	// "device" pods (selected by the filter) and "web" pods (not) on the node;
 	// "guarded" is selected but its PDB allows no disruption.
@@ -378,8 +354,8 @@ func TestDrainFilterAndPDBReport(t *testing.T) {
 	if left["device"] != 0 || left["web"] != 2 || left["guarded"] != 2 {
 		t.Fatalf("after filtered drain, pods left on node: %v; want no device pods and the rest untouched", left)
 	}
-	if got := rec.count("Evicting"); got != 2 {
-		t.Fatalf("want 2 eviction records, got %d: %v", got, rec.recs)
+	if got := rec.Count("Evicting"); got != 2 {
+		t.Fatalf("want 2 eviction records, got %d: %v", got, rec.All())
 	}
 
 	// "guarded" cannot go anywhere (pinned to the cordoned node) and its PDB
@@ -408,7 +384,7 @@ func TestHelperPodLifecycle(t *testing.T) {
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, time.Minute)
 	ns := c.NewNamespace(t)
-	rec := &memRecorder{}
+	rec := &recordtest.Recorder{}
 	spec := HelperSpec{Task: "kmd", Node: "kwok-node-0", Key: "2.8.0", Namespace: ns, Image: "example.com/helper:1",
 		Command: []string{"kubectl-tt", "node-agent", "kmd"}, Deadline: time.Minute, RunID: "run-1"}
 

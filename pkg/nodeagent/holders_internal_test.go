@@ -19,28 +19,8 @@ func TestFindHoldersSkipsAProcessThatExitsMidWalk(t *testing.T) {
 	const uid = "00000001-1111-2222-3333-444444444444"
 	const cid = "3f1a9c0b8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928170615e4d3"
 	// Two churners: more exits land inside a walk.
-	stop, done := make(chan struct{}), make(chan error, 2)
-	for g := range 2 {
-		go func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					done <- nil
-					return
-				default:
-				}
-				pid := 100*(g+1) + i%4
-				if err := fakehost.StartProcess(root, fakehost.Holder{PID: pid, Comm: "inference", PodUID: uid, ContainerID: cid}); err != nil {
-					done <- err
-					return
-				}
-				if err := fakehost.EndProcess(root, pid); err != nil {
-					done <- err
-					return
-				}
-			}
-		}()
-	}
+	h := fakehost.Holder{Comm: "inference", PodUID: uid, ContainerID: cid}
+	stops := []func() error{fakehost.Churn(root, h, []int{100, 101, 102, 103}), fakehost.Churn(root, h, []int{200, 201, 202, 203})}
 	seen, bad := 0, Holder{}
 	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline) && bad.PID == 0; {
 		hs, err := findHolders(root)
@@ -54,9 +34,8 @@ func TestFindHoldersSkipsAProcessThatExitsMidWalk(t *testing.T) {
 			}
 		}
 	}
-	close(stop)
-	for range 2 {
-		if err := <-done; err != nil {
+	for _, stop := range stops {
+		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -3,45 +3,19 @@ package atecmd
 import (
 	"context"
 	"net/http"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/rollbook/rollbook/internal/cutoff"
+	"github.com/rollbook/rollbook/internal/recordtest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
-
-// records keeps what a run recorded, for assertions.
-type records struct {
-	mu   sync.Mutex
-	list []string
-}
-
-func (r *records) Record(_ context.Context, obj corev1.ObjectReference, _ bool, reason, message string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.list = append(r.list, reason+" "+obj.Namespace+"/"+obj.Name+": "+message)
-}
-
-func (r *records) of(reason string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, s := range r.list {
-		if strings.HasPrefix(s, reason+" ") {
-			out = append(out, s)
-		}
-	}
-	return out
-}
 
 // A pin the server applied while the run was being interrupted is still
 // recorded: the re-run finds the pool pinned and has nothing left to say.
@@ -63,7 +37,7 @@ func TestPinInterruptedMidRequestIsStillRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &records{}
+	rec := &recordtest.Recorder{}
 	rb := ate.PinPoolsRunbook(c.Client, cut, client(t, ctx), rec)
 	res := runbook.Run(runCtx, rb, []runbook.Target{runbook.ScopeTarget{Scope: "pools"}}, runbook.Options{RunID: "pin-test"})
 	if res.Outcome == runbook.OutcomeDone {
@@ -76,7 +50,7 @@ func TestPinInterruptedMidRequestIsStillRecorded(t *testing.T) {
 	if pin, _, _ := unstructured.NestedString(got.Object, "spec", "template", "nodeSelector", ate.VersionLabel); pin != oldV {
 		t.Fatalf("the server did not apply the pin (pin %q)", pin)
 	}
-	if n := len(rec.of("PoolPinned")); n != 1 {
-		t.Fatalf("%d PoolPinned records for a pin the server applied, want 1: %q", n, rec.list)
+	if n := rec.Count("PoolPinned"); n != 1 {
+		t.Fatalf("%d PoolPinned records for a pin the server applied, want 1: %q", n, rec.All())
 	}
 }
