@@ -56,8 +56,8 @@ $(GOLANGCI):
 
 bench: build sim ## every benchmark at a size that fits ~10 minutes; figures next to their targets
 	ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-status.sh
-	ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-firmware.sh
 	FLASH=10s ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-firmware.sh
+	FLASH=3s STRESS=1 ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-firmware.sh
 	$(GO) test -run XXX -bench Inventory -benchtime 3x ./pkg/ateapi | grep -E 'Benchmark|ok'
 	$(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
 	ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v \

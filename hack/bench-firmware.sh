@@ -6,6 +6,9 @@
 # With 5 or more nodes the fleet's last node has a host process holding the
 # device (it blocks by design) and is left out: NODES=7 flashes 6.
 #   NODES=7 K=2 FLASH=3s bash hack/bench-firmware.sh
+# The 1.10× target is judged at a realistic flash (make bench: 10 s; real
+# flashes take 10–120 s). STRESS=1 marks a shorter flash run as a stress
+# figure: the fixed overhead per batch is what it shows, with no target.
 # KEEP=1 keeps the run's directory (run.json, run.out, the sim's logs);
 # TT_ARGS=-v=6 adds client-go's timestamped request log to run.out.
 set -euo pipefail
@@ -35,9 +38,10 @@ start=$(date +%s.%N)
   >"$base/run.json" 2>"$base/run.out" || { cat "$base/run.out"; exit 1; }
 end=$(date +%s.%N)
 flash=$(echo "$FLASH" | sed 's/s$//')
-python3 - "$start" "$end" "$flash" "$flashing" "$K" "$base/run.json" "$dir/hosts/runner.log" <<'PY'
+python3 - "$start" "$end" "$flash" "$flashing" "$K" "$base/run.json" "$dir/hosts/runner.log" "${STRESS:-}" <<'PY'
 import datetime, json, math, statistics, sys
 start, end, flash = map(float, sys.argv[1:4])
+stress = sys.argv[8] != ""
 nodes, k = int(sys.argv[4]), int(sys.argv[5])
 run = json.load(open(sys.argv[6]))
 drains = []
@@ -48,9 +52,10 @@ batches = math.ceil(nodes / k)
 total = end - start
 ideal = batches * (drain + flash)
 print(f"{nodes} nodes, --max-parallel {k}, each flash {flash:.1f}s, median drain {drain:.2f}s")
+verdict = ("stress run, no target: the fixed overhead dominates a flash this short" if stress else
+           f"target ≤ 1.10×: {'met' if total <= 1.10*ideal else 'NOT met'}")
 print(f"total {total:.2f}s, ideal ceil(N/K)×(drain+flash) = {ideal:.2f}s, overhead {total-ideal:.2f}s "
-      f"({(total-ideal)/batches:.2f}s per batch); {total/ideal:.2f}× the ideal (target ≤ 1.10×: "
-      f"{'met' if total <= 1.10*ideal else 'NOT met'})")
+      f"({(total-ideal)/batches:.2f}s per batch); {total/ideal:.2f}× the ideal ({verdict})")
 # Where the time goes, from the sim's helper runner log (flash helpers only):
 # lead-in (start → first flash), each flash helper's run beyond the flash
 # itself, each slot's hand-over (a flash ends → the next flash on that slot
