@@ -859,7 +859,10 @@ func flipNode(ctx context.Context, o *nodeObserver, rec kube.Recorder, f nodeFac
 		return err
 	}
 	if b = append(b, gone...); len(b) > 0 {
-		return fmt.Errorf("node %s not flipped: a second look found %s; re-run", f.node.Name, strings.Join(b, "; "))
+		// Nothing was flipped; the steps before the flip see to what moved
+		// in (a new worker pod is drained, a new resident suspended).
+		return runbook.Again(fmt.Errorf("node %s not flipped: a second look found %s; re-run", f.node.Name,
+			strings.Join(b, "; ")))
 	}
 	// One patch flips the label, lifts our cordon and removes the moving
 	// mark: the node becomes schedulable only together with the label that

@@ -277,7 +277,8 @@ func StepClock(annotations map[string]string, rb string) (stepID string, started
 }
 
 // transientRetries is how often a target that failed on a transient API
-// error is observed afresh and continued before the failure stands.
+// error, or found the world changed since its observation (Again), is
+// observed afresh and continued before the failure stands.
 const transientRetries = 4
 
 // runTarget advances one target. A failure caused by a transient API error
@@ -292,10 +293,15 @@ func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) 
 	limit := 8 * delay
 	for attempt := 1; ; attempt++ {
 		tr := runTargetOnce(ctx, rb, t, o)
-		if tr.Outcome != OutcomeFailed || !IsTransient(tr.cause) || attempt > transientRetries || ctx.Err() != nil {
+		again := IsAgain(tr.cause)
+		if tr.Outcome != OutcomeFailed || !(IsTransient(tr.cause) || again) || attempt > transientRetries || ctx.Err() != nil {
 			return tr
 		}
-		o.Reporter.Step(t.Name(), StepResult{ID: tr.State, Title: "transient API error", Status: StepActing,
+		title := "transient API error"
+		if again {
+			title = "changed since it was observed"
+		}
+		o.Reporter.Step(t.Name(), StepResult{ID: tr.State, Title: title, Status: StepActing,
 			Evidence: fmt.Sprintf("%v; observing again in %s (retry %d of %d)", tr.cause, delay, attempt, transientRetries)})
 		select {
 		case <-ctx.Done():

@@ -569,6 +569,10 @@ func TestTransientAPIErrorsAreRetriedFromAFreshObservation(t *testing.T) {
 		{"connection reset", fmt.Errorf("patch node: %w", syscall.ECONNRESET), 1, OutcomeDone},
 		{"forbidden", apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "n1", errors.New("no")), 1, OutcomeFailed},
 		{"503 forever", apierrors.NewServiceUnavailable("down"), 100, OutcomeFailed},
+		// The step's own look found the world moved since the observation
+		// (a pod landed): nothing was done, so observe again and carry on.
+		{"changed since the look", Again(errors.New("a second look found a new pod")), 1, OutcomeDone},
+		{"changed forever", Again(errors.New("a second look found a new pod")), 100, OutcomeFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld("n1")

@@ -119,6 +119,29 @@ func Blocked(err error) error {
 	return &BlockedError{Err: err}
 }
 
+// AgainError marks a step that found, in its own last look before acting,
+// that the world moved since the observation it was decided on (a pod
+// landed, a resident appeared) and so did nothing: the target is observed
+// again and carried on, as after a transient API error.
+type AgainError struct{ Err error }
+
+func (e *AgainError) Error() string { return e.Err.Error() }
+func (e *AgainError) Unwrap() error { return e.Err }
+
+// Again wraps err as an AgainError.
+func Again(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &AgainError{Err: err}
+}
+
+// IsAgain reports whether err is, or wraps, an AgainError.
+func IsAgain(err error) bool {
+	var a *AgainError
+	return errors.As(err, &a)
+}
+
 // IsBlocked reports whether err is, or wraps, a BlockedError.
 func IsBlocked(err error) bool {
 	var b *BlockedError
