@@ -294,7 +294,8 @@ func runTarget[F any](ctx context.Context, rb *Runbook[F], t Target, o Options) 
 	for attempt := 1; ; attempt++ {
 		tr := runTargetOnce(ctx, rb, t, o)
 		again := IsAgain(tr.cause)
-		if tr.Outcome != OutcomeFailed || !(IsTransient(tr.cause) || again) || attempt > transientRetries || ctx.Err() != nil {
+		retryable := again || IsTransient(tr.cause)
+		if tr.Outcome != OutcomeFailed || !retryable || attempt > transientRetries || ctx.Err() != nil {
 			return tr
 		}
 		title := "transient API error"
