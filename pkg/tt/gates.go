@@ -52,15 +52,20 @@ func closeGates(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder,
 	return nil
 }
 
-// gatesClosed reports every gate at "false" with the prior values recorded.
-func gatesClosed(n *corev1.Node, gates []string) bool {
+// firstOpenGate is the first of gates not at "false" on n, "" if none.
+func firstOpenGate(n *corev1.Node, gates []string) string {
 	for _, g := range gates {
 		if n.Labels[g] != "false" {
-			return false
+			return g
 		}
 	}
+	return ""
+}
+
+// gatesClosed reports every gate at "false" with the prior values recorded.
+func gatesClosed(n *corev1.Node, gates []string) bool {
 	_, recorded := n.Annotations[AnnGatesPrior]
-	return recorded
+	return firstOpenGate(n, gates) == "" && recorded
 }
 
 // openGates restores the recorded gate values and drops the record.

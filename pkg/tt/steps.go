@@ -97,12 +97,10 @@ func (b *builder) closeGates(id string, gates []string) runbook.Step[Facts] {
 			if f.Finished || len(gates) == 0 {
 				return true, "no gates to close"
 			}
-			for _, g := range gates {
-				if f.Node.Labels[g] != "false" {
-					return false, g + "=" + orUnknown(f.Node.Labels[g])
-				}
+			if g := firstOpenGate(f.Node, gates); g != "" {
+				return false, g + "=" + orUnknown(f.Node.Labels[g])
 			}
-			return f.gatesPriorRecorded(), "gates closed"
+			return gatesClosed(f.Node, gates), "gates closed"
 		},
 		Plan: func(f Facts) []runbook.Change {
 			var out []runbook.Change
