@@ -79,6 +79,11 @@ type Result struct {
 	DryRun  bool           `json:"dryRun"`
 	Outcome Outcome        `json:"outcome"`
 	Targets []TargetResult `json:"targets"`
+	// Stopped says why the run started no further target (a pause, a failed
+	// soak, the parallel limit held by stopped targets), "" otherwise.
+	Stopped string `json:"stopped,omitempty"`
+	// stoppedBy is the outcome of that stop for targets not started.
+	stoppedBy Outcome
 }
 
 // Worst returns the more severe outcome.
@@ -100,6 +105,9 @@ func Merge(name string, results ...Result) Result {
 		}
 		out.Outcome = Worst(out.Outcome, r.Outcome)
 		out.Targets = append(out.Targets, r.Targets...)
+		if r.Stopped != "" {
+			out.Stopped = r.Stopped
+		}
 	}
 	return out
 }
