@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/rollbook/rollbook/pkg/ateapi"
@@ -114,21 +115,42 @@ func TestValidateImageAndCloneName(t *testing.T) {
 
 func TestNextNodeResumesHalfMovedNodeFirst(t *testing.T) {
 	c := cluster(twoDS, map[string]string{"n0": "v1", "n1": "v1", "n2": "v2"})
-	from := []Pool{{Namespace: "ns", Name: "p"}}
-	if got := NextNode(c, "v1", "v2", from, nil, &ateapi.Inventory{}); got != "n0" {
+	c.Pools = []Pool{{Namespace: "ns", Name: "p", Pin: "v1"}, {Namespace: "ns", Name: "p-v2", Pin: "v2", ClonedFrom: "ns/p"}}
+	roll := sides(c, "v1", "v2")
+	next := func(pods []corev1.Pod, inv *ateapi.Inventory) string {
+		t.Helper()
+		n, err := NewLocator(c, pods, inv).Next(roll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got := next(nil, &ateapi.Inventory{}); got != "n0" {
 		t.Fatalf("fresh pick: %s", got)
 	}
-	oldPodOnFlipped := corev1.Pod{Spec: corev1.PodSpec{NodeName: "n2"}}
-	if got := NextNode(c, "v1", "v2", from, []corev1.Pod{oldPodOnFlipped}, nil); got != "n2" {
+	oldPodOnFlipped := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-1", Labels: map[string]string{PoolLabel: "p"}},
+		Spec: corev1.PodSpec{NodeName: "n2"}}
+	if got := next([]corev1.Pod{oldPodOnFlipped}, nil); got != "n2" {
 		t.Fatalf("a flipped node with old pods left must come first: %s", got)
+	}
+	failed := *oldPodOnFlipped.DeepCopy()
+	failed.Status.Phase = corev1.PodFailed
+	if got := next([]corev1.Pod{failed}, nil); got != "n0" {
+		t.Fatalf("a Failed old-pool pod object left on a flipped node does not make it half-moved: %s", got)
 	}
 	inv := &ateapi.Inventory{Workers: []ateapi.Worker{
 		{Name: "w-other", Namespace: "ns", Pool: "deleted-pool", Node: "n0", State: ateapi.WorkerDraining},
 		{Name: "w-elsewhere", Namespace: "other", Pool: "p", Node: "n0", State: ateapi.WorkerDraining},
 		{Name: "w", Namespace: "ns", Pool: "p", Node: "n1", State: ateapi.WorkerDraining},
 	}}
-	if got := NextNode(c, "v1", "v2", from, nil, inv); got != "n1" {
+	if got := next(nil, inv); got != "n1" {
 		t.Fatalf("a node whose serving workers drain must come first, not one with an unrelated draining worker (or a same-named pool "+
 			"elsewhere): %s", got)
+	}
+	// A node half-way back (an interrupted rollback) is finished first, by
+	// the rollback: the roll refuses to take another node meanwhile.
+	c.Nodes[2].MovingTo = "v1"
+	if _, err := NewLocator(c, nil, &ateapi.Inventory{}).Next(roll); err == nil || !strings.Contains(err.Error(), "rollback next-node") {
+		t.Fatalf("roll next-node with n2 half-way back: %v, want a refusal naming kubectl ate rollback next-node", err)
 	}
 }

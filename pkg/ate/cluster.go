@@ -71,21 +71,52 @@ type Cluster struct {
 	Pools   []Pool     `json:"pools"`
 	// Problems make the roll unsafe to drive; each says what to do.
 	Problems []string `json:"problems,omitempty"`
-	// full are the nodes as listed, when they were listed in full (not as
-	// metadata): the node a move starts on is taken from there, not read
-	// again a moment later.
-	full []corev1.Node
+	// objects are the nodes as listed: in full, or as metadata with the
+	// cordoned ones in full (listedFull says which).
+	objects    []corev1.Node
+	listedFull bool
 }
 
 // nodeObject is node as the cluster's list showed it, if it was listed in
-// full.
+// full: the node a move starts on is taken from there, not read again a
+// moment later.
 func (c *Cluster) nodeObject(name string) *corev1.Node {
-	for i := range c.full {
-		if c.full[i].Name == name {
-			return &c.full[i]
+	if !c.listedFull {
+		return nil
+	}
+	return c.listed(name)
+}
+
+func (c *Cluster) listed(name string) *corev1.Node {
+	for i := range c.objects {
+		if c.objects[i].Name == name {
+			return &c.objects[i]
 		}
 	}
 	return nil
+}
+
+// nodeOrStub is node as listed (what a position is decided on: its labels,
+// rollbook's annotations and, for a cordoned node, its cordon), or a node
+// carrying only what NodeInfo knows (a Cluster built by hand).
+func (c *Cluster) nodeOrStub(name string) *corev1.Node {
+	if n := c.listed(name); n != nil {
+		return n
+	}
+	n := &corev1.Node{}
+	n.Name, n.Labels, n.Annotations = name, map[string]string{}, map[string]string{}
+	for _, i := range c.Nodes {
+		if i.Name == name {
+			n.Labels[VersionLabel], n.Spec.Unschedulable = i.Version, i.Cordoned
+			if i.MovingTo != "" {
+				n.Annotations[AnnMovingTo] = i.MovingTo
+			}
+			if i.VerifyPending != "" {
+				n.Annotations[AnnVerifyPending] = i.VerifyPending
+			}
+		}
+	}
+	return n
 }
 
 // versionedName is atelet-<suffix>; an unversioned install has plain "atelet".
@@ -136,9 +167,7 @@ func ObserveClusterMeta(ctx context.Context, cs kubernetes.Interface, dyn dynami
 			MovingTo: n.Annotations[AnnMovingTo], VerifyPending: n.Annotations[AnnVerifyPending]})
 	}
 	sort.Slice(c.Nodes, func(i, j int) bool { return c.Nodes[i].Name < c.Nodes[j].Name })
-	if md == nil {
-		c.full = nodes
-	}
+	c.objects, c.listedFull = nodes, md == nil
 	if pools != nil {
 		for i := range pools.Items {
 			c.Pools = append(c.Pools, poolOf(&pools.Items[i]))

@@ -173,8 +173,46 @@ func (m *aModel) cluster(s *aState) *Cluster {
 			ni.VerifyPending = newPin
 		}
 		c.Nodes = append(c.Nodes, ni)
+		c.objects = append(c.objects, *m.node(s, i))
 	}
+	c.listedFull = true
 	return c
+}
+
+// node is node i as the API shows it.
+func (m *aModel) node(s *aState, i int) *corev1.Node {
+	n := s.Nodes[i]
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(i),
+		Labels: map[string]string{VersionLabel: versions[n.Label]}, Annotations: map[string]string{}}}
+	if n.Moving {
+		node.Annotations[AnnMovingTo] = newPin
+	}
+	if n.Verify {
+		node.Annotations[AnnVerifyPending] = newPin
+	}
+	if n.Seen != 0 {
+		var seen []string
+		for a := range s.Actors {
+			if n.Seen&(1<<a) != 0 {
+				seen = append(seen, "a/"+actorName(a))
+			}
+		}
+		node.Annotations[AnnResidents] = strings.Join(seen, ",")
+	}
+	if n.Cordon {
+		node.Spec.Unschedulable = true
+		node.Annotations[kube.AnnCordonedBy] = CordonOwner
+	}
+	return node
+}
+
+// workerPods are every worker pod, as a list of the pools' pods shows them.
+func (m *aModel) workerPods(s *aState) []corev1.Pod {
+	var out []corev1.Pod
+	for slot := range s.Pods {
+		out = append(out, m.pod(s, slot))
+	}
+	return out
 }
 
 func (m *aModel) pod(s *aState, slot int) corev1.Pod {
@@ -237,27 +275,7 @@ func (m *aModel) inventory(s *aState, miss bool) *ateapi.Inventory {
 // (worker pods and the atelet) and the inventory.
 func (m *aModel) facts(s *aState, cfg *NodeConfig, i int, inv *ateapi.Inventory) nodeFacts {
 	n := s.Nodes[i]
-	f := nodeFacts{cfg: cfg, inv: inv, node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(i),
-		Labels: map[string]string{VersionLabel: versions[n.Label]}, Annotations: map[string]string{}}}}
-	if n.Moving {
-		f.node.Annotations[AnnMovingTo] = newPin
-	}
-	if n.Verify {
-		f.node.Annotations[AnnVerifyPending] = newPin
-	}
-	if n.Seen != 0 {
-		var seen []string
-		for a := range s.Actors {
-			if n.Seen&(1<<a) != 0 {
-				seen = append(seen, "a/"+actorName(a))
-			}
-		}
-		f.node.Annotations[AnnResidents] = strings.Join(seen, ",")
-	}
-	if n.Cordon {
-		f.node.Spec.Unschedulable = true
-		f.node.Annotations[kube.AnnCordonedBy] = CordonOwner
-	}
+	f := nodeFacts{cfg: cfg, inv: inv, node: m.node(s, i)}
 	for slot, p := range s.Pods {
 		if int(p.Node) == i {
 			f.pods = append(f.pods, m.pod(s, slot))
@@ -308,34 +326,27 @@ func (m *aModel) cliMove(s aState, node string) (modelcheck.Move[aState], bool) 
 		panic(err)
 	}
 	inv := m.inventory(&s, true)
-	var fromPods []corev1.Pod
-	for slot := range s.Pods {
-		if slotPin(slot) == 0 {
-			fromPods = append(fromPods, m.pod(&s, slot))
-		}
-	}
-	half := HalfMoved(c, sd.From, sd.To, sd.FromPools, fromPods, inv)
+	loc := NewLocator(c, m.workerPods(&s), inv)
 	target := node
 	if target == "" {
-		target = NextNode(c, sd.From, sd.To, sd.FromPools, fromPods, inv)
+		var err error
+		if target, err = loc.Next(sd); err != nil {
+			return modelcheck.Move[aState]{Name: fmt.Sprintf("cli: %s: blocked: %v", cmd, err), Next: n}, true
+		}
 		if target == "" {
 			n.CLI = cliFinished
 			return modelcheck.Move[aState]{Name: "cli: " + cmd + ": every node is at v2", Next: n}, true
 		}
-	} else if len(half) > 0 && !contains(half, target) {
-		return modelcheck.Move[aState]{Name: fmt.Sprintf("cli: %s: blocked, %s is half-moved", cmd, half[0]), Next: n}, true
+	} else if moves := loc.Moves(); len(moves) > 0 && moves[0].Node != target {
+		return modelcheck.Move[aState]{Name: fmt.Sprintf("cli: %s: blocked, %s is half-moved", cmd, moves[0].Node), Next: n}, true
 	}
 	cfg := &NodeConfig{Sides: sd}
 	ni := nodeIndex(target)
 	f := m.facts(&s, cfg, ni, inv)
-	for _, st := range m.rb.Steps {
-		if done, _ := st.Done(f); done {
-			continue
-		}
-		for _, g := range st.Guards {
-			if ok, _ := g.Check(f); !ok {
-				return modelcheck.Move[aState]{Name: fmt.Sprintf("cli: %s: %s %s blocked: %s", cmd, target, st.ID, g.Name), Next: n}, true
-			}
+	if pos := runbook.Locate(m.rb, f); pos.Stage != runbook.StageDone {
+		st := m.rb.Steps[pos.Step]
+		if pos.Guard != "" {
+			return modelcheck.Move[aState]{Name: fmt.Sprintf("cli: %s: %s %s blocked: %s", cmd, target, st.ID, pos.Guard), Next: n}, true
 		}
 		ops, bad := m.effect(&s, st, f, ni)
 		if len(ops) == 0 && bad == "" {
@@ -384,9 +395,10 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 		}
 	}
 	switch st.ID {
+	case "ate.node.mark":
+		// The node is known to be in progress before anything on it changes.
+		ops, bad = m.record(f, ni, planned, ops, bad)
 	case "ate.node.drain":
-		// record comes first: the node is known to be in progress before
-		// anything on it changes.
 		ops, bad = m.record(f, ni, planned, ops, bad)
 		for _, w := range f.undrained() {
 			if !planned["worker/"+w.Name+" DrainWorker"] {
@@ -776,6 +788,9 @@ func (m *aModel) invariants() []modelcheck.Invariant[aState] {
 			}
 			return ""
 		}},
+		{Name: "the node status shows in progress is the node next-node takes first, both ways", Check: func(s aState) string {
+			return m.statusAgrees(&s)
+		}},
 		{Name: "no old-pool pod deleted before its node's flip, no serving pool edited, every call planned",
 			Check: func(s aState) string { return s.Bad }},
 		{Name: "at most one node out of service", Check: func(s aState) string {
@@ -796,6 +811,44 @@ func (m *aModel) invariants() []modelcheck.Invariant[aState] {
 			return ""
 		}},
 	}
+}
+
+// statusAgrees compares what `kubectl ate status` says is in progress, from
+// what it reads (the nodes, the pools' pods, the inventory), with the node
+// `roll next-node` and `rollback next-node` would take first from what they
+// read (the nodes in full, the pools' pods and the atelets, the inventory).
+func (m *aModel) statusAgrees(s *aState) string {
+	c := m.cluster(s)
+	inv := m.inventory(s, false)
+	st := InferStatus(c, m.workerPods(s), inv)
+	var pods []corev1.Pod
+	for i := 0; i < m.nodes; i++ {
+		f := m.facts(s, &NodeConfig{}, i, inv)
+		pods = append(pods, f.pods...)
+	}
+	loc := NewLocator(c, pods, inv)
+	for _, way := range []struct {
+		name  string
+		sides Sides
+	}{{"roll", sides(c, oldPin, newPin)}, {"rollback", sides(c, newPin, oldPin)}} {
+		shown := ""
+		for _, n := range st.Nodes {
+			if n.Direction == way.name {
+				shown = n.Node
+				break
+			}
+		}
+		next, err := loc.Next(way.sides)
+		taken := ""
+		if err == nil && len(loc.Halfway(way.sides)) > 0 {
+			taken = next
+		}
+		if shown != taken {
+			return fmt.Sprintf("%s: status shows %q in progress, %s next-node would first take %q (err %v)", way.name, shown, way.name,
+				taken, err)
+		}
+	}
+	return ""
 }
 
 // key packs a state into a few bytes.

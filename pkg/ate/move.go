@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 	"time"
 
@@ -34,114 +35,146 @@ type MoveOptions struct {
 	Wait          bool
 	WaitTimeout   time.Duration
 	AllowFullStop bool
-	Config        NodeConfig
-	// Soak watches the roll's health this long after the first Canary
-	// nodes, or (Canary 0) after every node, before the next one.
-	Soak   time.Duration
-	Canary int
+	// ControlPlaneReverted says `deploy apiserver` ran from the OLD checkout
+	// (or step 6 never ran): needed to move a node back once every node
+	// reached NEW.
+	ControlPlaneReverted bool
+	Config               NodeConfig
 }
 
-// Mover is what moving nodes works with: one session's clients, recorder
-// and progress.
+// Mover is what moving nodes works with: one session's clients and
+// recorder. The session runs the move (cli.RunSource): its progress, pause,
+// soak, journal and lock are the session's own.
 type Mover struct {
 	Client   kubernetes.Interface
 	Dynamic  dynamic.Interface
 	API      API
 	Recorder kube.Recorder
 	Say      func(format string, a ...any)
-	Reporter runbook.Reporter
-	// Paused is asked before each node starts (kubectl ate pause).
-	Paused func(ctx context.Context) (bool, string)
-	// OnHealthFailure records a failed soak (it pauses the roll).
-	OnHealthFailure func(ctx context.Context, why string)
-	RunID           string
-	DryRun          bool
+	DryRun   bool
 }
 
-// MoveNodes moves one node (the given one, or the next) or, with All, every
-// remaining node, one at a time, re-reading the cluster between nodes. It
-// refuses (runbook.Blocked, nothing changed) when the roll's preconditions
-// do not hold or another node is half-moved.
-func MoveNodes(ctx context.Context, m Mover, o MoveOptions) (runbook.Result, error) {
-	total := runbook.Result{Runbook: NodeRunbookName, RunID: m.RunID, DryRun: m.DryRun, Outcome: runbook.OutcomeDone}
-	if m.DryRun {
-		total.Outcome = runbook.OutcomePlanned
-	}
-	moved := 0
-	for {
-		c, err := ObserveCluster(ctx, m.Client, m.Dynamic)
-		if err != nil {
-			return total, err
-		}
-		sides, err := m.sides(ctx, c, o)
-		if err != nil {
-			return total, err
-		}
-		inv, err := m.API.Inventory(ctx)
-		if err != nil {
-			return total, err
-		}
-		fromPods, err := PoolPods(ctx, m.Client, sides.FromPools)
-		if err != nil {
-			return total, err
-		}
-		half := HalfMoved(c, sides.From, sides.To, sides.FromPools, fromPods, inv)
-		target := o.Node
-		if target == "" {
-			target = NextNode(c, sides.From, sides.To, sides.FromPools, fromPods, inv)
-		} else if len(half) > 0 && !contains(half, target) {
-			return total, runbook.Blocked(fmt.Errorf("node %s is half-moved (its workers are draining, or old-pool pods are left on it): "+
-				"one node at a time, so finish it first with the same command and no NODE, or name %s", half[0], half[0]))
-		}
-		if target == "" {
-			m.Say("every node is at %s", sides.To)
-			return total, nil
-		}
-		cfg := o.Config
-		cfg.Sides, cfg.RunID = sides, m.RunID
-		// One observer for the node: its step clocks (written through the
-		// target) are node writes it remembers too.
-		obs := newNodeObserver(m.Client, m.API, &cfg)
-		// The node was just listed in full: the first look starts from it
-		// (its pods and the inventory are read then).
-		obs.seed = c.nodeObject(target)
-		if o.Wait && !sides.FirstNode && !m.DryRun {
-			if err := waitForCapacity(ctx, obs, target, o.WaitTimeout, m.Say); err != nil {
-				return total, err
+// Move is the node roll (or rollback) as a target source: before each node
+// it reads the cluster again and takes the node the node runbook's own
+// positions say comes next (Locator.Next), so `--all`, a re-run after any
+// interruption and `kubectl ate status` agree on it. One runbook serves
+// every node of the run; its observer is set to each node as it starts.
+type Move struct {
+	m   Mover
+	o   MoveOptions
+	obs *nodeObserver
+	rb  *runbook.Runbook[nodeFacts]
+	// sides are the way the last node picked moved; err why the source
+	// stopped early (a refusal, nothing changed on that node).
+	sides Sides
+	err   error
+}
+
+// NewMove prepares moving nodes the way o says.
+func NewMove(m Mover, o MoveOptions) *Move {
+	cfg := o.Config
+	obs := newNodeObserver(m.Client, m.API, &cfg)
+	return &Move{m: m, o: o, obs: obs, rb: nodeRunbook(obs, m.Recorder)}
+}
+
+// Runbook is the node runbook every node of the move runs.
+func (mv *Move) Runbook() *runbook.Runbook[nodeFacts] { return mv.rb }
+
+// Err is why the move stopped before a node it would have taken (nil when
+// it ran out of nodes or the run stopped).
+func (mv *Move) Err() error { return mv.err }
+
+// Health is the soak's check: no actor CRASHED, and every worker of the
+// pools the move goes to ACTIVE.
+func (mv *Move) Health(ctx context.Context) error { return rollHealth(mv.m.API, mv.sides)(ctx) }
+
+// Nodes yields the nodes to move, each picked once the one before ended.
+func (mv *Move) Nodes(ctx context.Context) iter.Seq[runbook.Target] {
+	return func(yield func(runbook.Target) bool) {
+		defer mv.obs.close()
+		for first := true; ; first = false {
+			if !first && (!mv.o.All || mv.m.DryRun || mv.o.Node != "") {
+				return
 			}
-		}
-		m.Say("node %s: %s → %s", target, sides.From, sides.To)
-		res := runbook.Run(ctx, nodeRunbook(obs, m.Recorder),
-			[]runbook.Target{runbook.NodeTarget{Client: obs.cs, Node: target}},
-			runbook.Options{RunID: m.RunID, DryRun: m.DryRun, Reporter: m.Reporter, Paused: m.Paused})
-		obs.close()
-		total.Targets = append(total.Targets, res.Targets...)
-		total.Outcome = runbook.Worst(total.Outcome, res.Outcome)
-		if !o.All || m.DryRun || res.Outcome != runbook.OutcomeDone || o.Node != "" {
-			return total, nil
-		}
-		moved++
-		if o.Soak > 0 && (o.Canary == 0 || moved == o.Canary) {
-			if why := runbook.Soak(ctx, o.Soak, rollHealth(m.API, sides), m.Reporter); why != "" {
-				if m.OnHealthFailure != nil {
-					m.OnHealthFailure(ctx, why)
-				}
-				total.Outcome = runbook.Worst(total.Outcome, runbook.OutcomePaused)
-				return total, nil
+			target, err := mv.pick(ctx)
+			if err != nil {
+				mv.err = err
+				return
+			}
+			if target == "" {
+				mv.m.Say("every node is at %s", mv.sides.To)
+				return
+			}
+			mv.m.Say("node %s: %s → %s", target, mv.sides.From, mv.sides.To)
+			if !yield(runbook.NodeTarget{Client: mv.obs.cs, Node: target}) {
+				return
 			}
 		}
 	}
 }
 
-func (m Mover) sides(ctx context.Context, c *Cluster, o MoveOptions) (Sides, error) {
-	if o.Direction == Rollback {
+// pick reads the cluster, checks the way's preconditions and returns the
+// next node ("" when every node is there), its observer set to it.
+func (mv *Move) pick(ctx context.Context) (string, error) {
+	m, o := mv.m, mv.o
+	c, err := ObserveCluster(ctx, m.Client, m.Dynamic)
+	if err != nil {
+		return "", err
+	}
+	if mv.sides, err = mv.way(ctx, c); err != nil {
+		return "", err
+	}
+	inv, err := m.API.Inventory(ctx)
+	if err != nil {
+		return "", err
+	}
+	pods, err := PoolPods(ctx, m.Client, c.Pools)
+	if err != nil {
+		return "", err
+	}
+	loc := NewLocator(c, pods, inv)
+	target := o.Node
+	if target == "" {
+		if target, err = loc.Next(mv.sides); err != nil || target == "" {
+			return "", err
+		}
+	} else if moves := loc.Moves(); len(moves) > 0 && moves[0].Node != target {
+		return "", runbook.Blocked(fmt.Errorf("%s: one node at a time, so finish it first with %s and no NODE, or name %s",
+			moves[0], moves[0].Next(), moves[0].Node))
+	}
+	cfg := o.Config
+	cfg.Sides = mv.sides
+	// The node was just listed in full: the first look starts from it
+	// (its pods and the inventory are read then).
+	mv.obs.begin(&cfg, c.nodeObject(target))
+	if o.Wait && !mv.sides.FirstNode && !m.DryRun {
+		if err := waitForCapacity(ctx, mv.obs, target, o.WaitTimeout, m.Say); err != nil {
+			return "", err
+		}
+	}
+	return target, nil
+}
+
+// way is the sides of the move once its preconditions hold: the roll's
+// (RollPreconditions), or the rollback's (the control plane first).
+func (mv *Move) way(ctx context.Context, c *Cluster) (Sides, error) {
+	if mv.o.Direction == Rollback {
+		if len(c.Problems) > 0 {
+			return Sides{}, runbook.Blocked(fmt.Errorf("the rollback cannot proceed: %s", strings.Join(c.Problems, "; ")))
+		}
+		if c.New != "" && atVersion(c, c.New) && !mv.o.ControlPlaneReverted {
+			first := ControlPlaneFirst(c.Old)
+			return Sides{}, runbook.Blocked(fmt.Errorf("every node is at %s, so step 6 may have upgraded the control plane; "+
+				"nothing was changed. From a checkout of the OLD release run:\n    %s\nthen re-run with --control-plane-reverted "+
+				"(pass it too if step 6 never ran)", c.New, first.Command))
+		}
 		return RollbackSides(c)
 	}
-	deps, err := Deployments(ctx, m.Client)
+	deps, err := Deployments(ctx, mv.m.Client)
 	if err != nil {
 		return Sides{}, err
 	}
-	if failed := FailedChecks(RollPreconditions(c, deps, o.AllowFullStop)); failed != "" {
+	if failed := FailedChecks(RollPreconditions(c, deps, mv.o.AllowFullStop)); failed != "" {
 		return Sides{}, runbook.Blocked(fmt.Errorf("the roll cannot move a node; nothing was changed:\n%s", failed))
 	}
 	return RollSides(c)

@@ -201,12 +201,23 @@ func (f nodeFacts) fromHosted() []string {
 	return out
 }
 
+// moved: the node finished moving to cfg.To — flipped, seen to serve,
+// unmarked, uncordoned, no pod of the pools it left on it. Every step
+// counts as done then (the runbook's commit point): a later restart of its
+// atelet does not make a finished node half-way.
+func (f nodeFacts) moved() bool {
+	return f.flipped() && !f.verifyPending() && !f.marked() && !f.ourCordon() && len(f.podsOf(f.cfg.FromPools)) == 0
+}
+
 func (f nodeFacts) ourCordon() bool { return kube.CordonStateOf(f.node).Owner == CordonOwner }
 
+// marked: the node carries this move's mark — AnnMovingTo naming cfg.To,
+// or the residents record alone. A mark naming the other version is the
+// other way's move (a node half-way there), not this one's to lift.
 func (f nodeFacts) marked() bool {
-	_, moving := f.node.Annotations[AnnMovingTo]
+	to, moving := f.node.Annotations[AnnMovingTo]
 	_, seen := f.node.Annotations[AnnResidents]
-	return moving || seen
+	return moving && to == f.cfg.To || !moving && seen
 }
 
 // toRecord is AnnResidents with the residents f shows added, and whether it
@@ -374,6 +385,35 @@ func (f nodeFacts) toWorkersActive() int {
 	return n
 }
 
+// capacityGuard holds the node's move until its actors have somewhere to
+// resume: enough free workers of each pool lineage on other nodes.
+func capacityGuard() runbook.Guard[nodeFacts] {
+	return runbook.Guard[nodeFacts]{
+		Name: "enough free workers of each pool lineage on other nodes for the node's actors",
+		Check: func(f nodeFacts) (bool, string) {
+			if f.cfg.FirstNode {
+				return true, ""
+			}
+			needs, ok := f.capacity()
+			return ok, "not enough free ACTIVE workers for the actors this node would suspend (" + describeNeeds(needs) +
+				"); they would have nowhere to resume. Wait for workers to free up (kubectl ate status), or pass --wait"
+		},
+	}
+}
+
+// drainingFrom: a worker of the pools the node leaves is DRAINING there.
+// Only those pools' workers: one of a deleted or unrelated pool may be
+// draining for reasons of its own.
+func (f nodeFacts) drainingFrom() bool {
+	from := poolSet(f.cfg.FromPools)
+	for _, w := range f.workers() {
+		if w.State == ateapi.WorkerDraining && from[w.PoolKey()] {
+			return true
+		}
+	}
+	return false
+}
+
 // NodeRunbookName owns the timers of moving nodes.
 const NodeRunbookName = "ate-node"
 
@@ -394,7 +434,7 @@ ate.dev/substrate-version label, wait for that version's atelet to be Ready, and
 delete the node's worker pods of the pools pinned to the version it left. No actor is ever
 lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 		Observe: func(ctx context.Context, t runbook.Target) (nodeFacts, error) {
-			return o.look(ctx, strings.TrimPrefix(t.Name(), "node/"))
+			return o.look(ctx, t.Ref().Name)
 		},
 		// Step clocks are read from the observed node: no read of their own.
 		Annotation: func(f nodeFacts, key string) (string, bool) {
@@ -415,6 +455,28 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 		},
 		Steps: []runbook.Step[nodeFacts]{
 			{
+				ID: "ate.node.mark", Title: "Record the move on the node",
+				Doc: "Write " + AnnMovingTo + "=<target version> and the actors living on the node (" + AnnResidents + ") before " +
+					"anything on it changes. From then on the node is half-way — known from the node itself, not only from its " +
+					"DRAINING workers in a worker list that may leave them out — and every later run finishes it first.",
+				Done: func(f nodeFacts) (bool, string) {
+					switch {
+					case f.flipped():
+						return true, "node at " + f.cfg.To
+					case f.node.Annotations[AnnMovingTo] == f.cfg.To:
+						return true, AnnMovingTo + "=" + f.cfg.To
+					case f.drainingFrom():
+						// There is no undrain: a node whose workers drain is
+						// being moved, mark or not.
+						return true, "workers of the pools it leaves are DRAINING"
+					}
+					return false, AnnMovingTo + "=" + f.node.Annotations[AnnMovingTo]
+				},
+				Guards: []runbook.Guard[nodeFacts]{capacityGuard()},
+				Plan:   func(f nodeFacts) []runbook.Change { return f.recordChange() },
+				Act:    func(ctx context.Context, f nodeFacts) error { return record(ctx, cs, f) },
+			},
+			{
 				ID: "ate.node.drain", Title: "Drain the node's workers",
 				Doc: "Call DrainWorker for every worker on the node: bound actors keep running, but no new actor is placed there. " +
 					"Idempotent; NotFound (the pod is gone) is fine. There is no undrain.",
@@ -427,17 +489,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 						"draining, %d worker pod(s) not registered, %s=%q", len(u), len(f.workers()), len(unreg), AnnMovingTo,
 						f.node.Annotations[AnnMovingTo])
 				},
-				Guards: []runbook.Guard[nodeFacts]{{
-					Name: "enough free workers of each pool lineage on other nodes for the node's actors",
-					Check: func(f nodeFacts) (bool, string) {
-						if f.cfg.FirstNode {
-							return true, ""
-						}
-						needs, ok := f.capacity()
-						return ok, "not enough free ACTIVE workers for the actors this node would suspend (" + describeNeeds(needs) +
-							"); they would have nowhere to resume. Wait for workers to free up (kubectl ate status), or pass --wait"
-					},
-				}},
+				Guards: []runbook.Guard[nodeFacts]{capacityGuard()},
 				Plan: func(f nodeFacts) []runbook.Change {
 					out := f.recordChange()
 					for _, w := range f.undrained() {
@@ -567,6 +619,9 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				Done: func(f nodeFacts) (bool, string) {
 					if !f.flipped() {
 						return false, "node not flipped yet"
+					}
+					if f.moved() {
+						return true, "node moved to " + f.cfg.To
 					}
 					if why, down := kube.NodeNotReadyReason(f.node); down {
 						return false, "node NotReady: " + why
@@ -998,6 +1053,16 @@ func (o *nodeObserver) pods(ctx context.Context, node string) *podWatch {
 		o.live, o.liveNode, o.stopLive = startPodWatch(wctx, o.cs, node), node, cancel
 	}
 	return o.live
+}
+
+// begin sets the observer to the next node of a run: its sides (cfg) and
+// the node as the run just listed it (seed, nil if not listed in full).
+// What it kept or watched of the node before goes.
+func (o *nodeObserver) begin(cfg *NodeConfig, seed *corev1.Node) {
+	o.close()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.cfg, o.seed, o.kept = cfg, seed, nil
 }
 
 // close stops the live watch, if any.

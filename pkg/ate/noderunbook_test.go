@@ -10,6 +10,7 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // TestNodeStepsFromFacts drives every step of the node runbook over
@@ -80,44 +81,44 @@ func TestNodeStepsFromFacts(t *testing.T) {
 			[]ateapi.Actor{running}, false, want{nil, "", 0}},
 		{"drained but not marked", node("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{nil, "", 0}},
+			want{[]string{"ate.node.mark"}, "", 0}}, // there is no undrain: the move has begun
 		{"drained, an actor still on it", marked("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
-			want{[]string{"ate.node.drain"}, "", 0}},
+			want{[]string{"ate.node.mark", "ate.node.drain"}, "", 0}},
 		{"drained and empty: the flip may go", marked("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend"}, "", 0}},
+			want{[]string{"ate.node.mark", "ate.node.drain", "ate.node.suspend"}, "", 0}},
 		{"flipped, the flip's cordon still on", cordoned("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip"}, "", 0}},
+			want{[]string{"ate.node.mark", "ate.node.drain", "ate.node.suspend", "ate.node.flip"}, "", 0}},
 		{"flipped, atelet Ready, old pod left", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"}, "", 0}},
+			want{[]string{"ate.node.mark", "ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"}, "", 0}},
 		{"flipped, a paused actor pinned there and one on a new-pool worker: the delete goes", node("v2"),
 			[]corev1.Pod{pod("u1", "small", true), pod("u2", "small-v2", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1"), worker("u2", "small-v2", ateapi.WorkerActive, "n1")},
 			[]ateapi.Actor{{Atespace: "a", Name: "p", State: ateapi.ActorPaused, AssignedNode: "n1", SnapshotNodes: []string{"n1"}},
 				{Atespace: "a", Name: "y", State: ateapi.ActorRunning, Worker: "u2"}}, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"}, "", 0}},
+			want{[]string{"ate.node.mark", "ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"}, "", 0}},
 		{"flipped, the old pod's worker hosts an actor", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"},
+			want{[]string{"ate.node.mark", "ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready"},
 				"no actor lives on the node's workers of the pools it left", 0}},
 		{"old pods gone, no new-pool pod placed yet, and no new-pool worker serves anywhere", unverified("v2"),
 			[]corev1.Pod{atelet}, nil, nil, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
+			want{[]string{"ate.node.mark", "ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
 				"ate.node.delete-old-pods"}, "", -1}},
 		{"old pods gone, no new-pool pod here: they serve on nodes moved earlier", unverified("v2"), []corev1.Pod{atelet},
 			[]ateapi.Worker{worker("u7", "small-v2", ateapi.WorkerActive, "n0")}, nil, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
+			want{[]string{"ate.node.mark", "ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
 				"ate.node.delete-old-pods"}, "", 1}},
 		{"serving, the verify mark not yet removed", unverified("v2"), []corev1.Pod{pod("u2", "small-v2", true), atelet},
 			[]ateapi.Worker{worker("u2", "small-v2", ateapi.WorkerActive, "n1")}, nil, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
+			want{[]string{"ate.node.mark", "ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
 				"ate.node.delete-old-pods"}, "", 1}},
 		{"moved: verified", node("v2"), []corev1.Pod{pod("u2", "small-v2", true), atelet},
 			[]ateapi.Worker{worker("u2", "small-v2", ateapi.WorkerActive, "n1")}, nil, false,
-			want{[]string{"ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
+			want{[]string{"ate.node.mark", "ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release", "ate.node.atelet-ready",
 				"ate.node.delete-old-pods", "ate.node.verify"}, "", 0}},
 	} {
 		c := *cfg
@@ -126,21 +127,12 @@ func TestNodeStepsFromFacts(t *testing.T) {
 		ateapi.Resolve(inv.Workers, inv.Actors)
 		f := nodeFacts{cfg: &c, node: tc.node, pods: tc.pods, inv: inv}
 		rb := NodeRunbook(nil, nil, nil, &c)
+		pos := runbook.Locate(rb, f)
 		var done []string
-		blocked := ""
-		for _, s := range rb.Steps {
-			if ok, _ := s.Done(f); ok {
-				done = append(done, s.ID)
-				continue
-			}
-			for _, g := range s.Guards {
-				if ok, _ := g.Check(f); !ok {
-					blocked = g.Name
-					break
-				}
-			}
-			break
+		for _, s := range rb.Steps[:pos.Step] {
+			done = append(done, s.ID)
 		}
+		blocked := pos.Guard
 		if strings.Join(done, ",") != strings.Join(tc.want.done, ",") || !strings.Contains(blocked, tc.want.blocked) ||
 			(tc.want.blocked == "") != (blocked == "") {
 			t.Errorf("%s: done %v, blocked by %q; want %v, %q", tc.name, done, blocked, tc.want.done, tc.want.blocked)

@@ -7,65 +7,134 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
-// HalfMoved are the nodes left half-way between from and to: marked
-// AnnMovingTo to (durable: written before the first drain, removed after
-// the flip's cordon is lifted), at to but not yet verified (AnnVerifyPending),
-// at to with pods of the from pools still on it, or at from with draining workers of the from pools (there is no
-// undrain, so a drained node must be finished).
-func HalfMoved(c *Cluster, from, to string, fromPools []Pool, fromPods []corev1.Pod, inv *ateapi.Inventory) []string {
-	at := map[string]string{}
-	for _, n := range c.Nodes {
-		at[n.Name] = n.Version
+// NodeMove is where a node stands in the node runbook moving one way.
+type NodeMove struct {
+	Node      string    `json:"node"`
+	Version   string    `json:"version"`
+	Direction Direction `json:"direction"`
+	From      string    `json:"from"`
+	To        string    `json:"to"`
+	runbook.Position
+}
+
+// Next is the command that finishes the move.
+func (m NodeMove) Next() string {
+	if m.Direction == Rollback {
+		return "kubectl ate rollback next-node"
 	}
-	half := map[string]bool{}
-	for _, n := range c.Nodes {
-		// Marked: its move began and its release step (uncordon, unmark)
-		// has not run, whichever side of the flip it is on.
-		if (n.Version == from || n.Version == to) && n.MovingTo == to {
-			half[n.Name] = true
-		}
-		// Flipped but not yet shown to serve: finished (verified) first.
-		if n.Version == to && n.VerifyPending == to {
-			half[n.Name] = true
+	return "kubectl ate roll next-node"
+}
+
+// String says, for a person, what is half-way.
+func (m NodeMove) String() string {
+	return fmt.Sprintf("node %s is half-way from %s to %s at step %s", m.Node, m.From, m.To, m.Position)
+}
+
+// Locator says where each node stands in the node runbook, both ways, from
+// one read of the cluster, the pools' pods and the substrate's inventory:
+// the roll, the rollback, status and retire all ask it, and it asks
+// runbook.Locate, so they cannot disagree.
+type Locator struct {
+	c     *Cluster
+	pods  map[string][]corev1.Pod // by node
+	inv   *ateapi.Inventory
+	steps *runbook.Runbook[nodeFacts]
+	// roll and back are the two ways, when there are two versions.
+	roll, back *Sides
+}
+
+// NewLocator locates the nodes of c; pods are (at least) the pods of every
+// pool pinned to either version, inv nil when the control API was not read
+// (positions then rest on the cluster alone).
+func NewLocator(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Locator {
+	l := &Locator{c: c, pods: map[string][]corev1.Pod{}, inv: inv,
+		steps: nodeRunbook(newNodeObserver(nil, nil, &NodeConfig{}), nil)}
+	if l.inv == nil {
+		l.inv = &ateapi.Inventory{}
+	}
+	for _, p := range pods {
+		if n := p.Spec.NodeName; n != "" {
+			l.pods[n] = append(l.pods[n], p)
 		}
 	}
-	for _, p := range fromPods {
-		if n := p.Spec.NodeName; n != "" && at[n] == to && p.DeletionTimestamp == nil {
-			half[n] = true
-		}
+	if c.New != "" && len(c.Problems) == 0 {
+		roll, back := sides(c, c.Old, c.New), sides(c, c.New, c.Old)
+		l.roll, l.back = &roll, &back
 	}
-	if inv != nil {
-		// Only workers of the pools being moved: a worker of a deleted or
-		// unrelated pool may be draining for reasons of its own.
-		pools := poolSet(fromPools)
-		for _, w := range inv.Workers {
-			if w.State == ateapi.WorkerDraining && at[w.Node] == from && pools[w.PoolKey()] {
-				half[w.Node] = true
+	return l
+}
+
+// Locate is where node stands moving s.From → s.To.
+func (l *Locator) Locate(node string, s Sides) runbook.Position {
+	n := l.c.nodeOrStub(node)
+	return runbook.Locate(l.steps, nodeFacts{cfg: &NodeConfig{Sides: s}, node: n, pods: l.pods[node], inv: l.inv})
+}
+
+// Moves are the nodes half-way in a move, with the way each one goes. A
+// node half-way both ways (the other way's release step sees a mark that is
+// not its own) goes the way its moving mark names.
+func (l *Locator) Moves() []NodeMove {
+	if l.roll == nil {
+		return nil // one version: nothing can be half-way between two
+	}
+	var out []NodeMove
+	for _, n := range l.c.Nodes {
+		var found []NodeMove
+		for _, way := range []struct {
+			d Direction
+			s *Sides
+		}{{Roll, l.roll}, {Rollback, l.back}} {
+			if p := l.Locate(n.Name, *way.s); p.Stage == runbook.StageHalfway {
+				found = append(found, NodeMove{Node: n.Name, Version: n.Version, Direction: way.d, From: way.s.From, To: way.s.To,
+					Position: p})
 			}
 		}
+		if len(found) == 2 && found[1].To == n.MovingTo {
+			found = found[1:]
+		}
+		if len(found) > 0 {
+			out = append(out, found[0])
+		}
 	}
-	out := make([]string, 0, len(half))
-	for n := range half {
-		out = append(out, n)
-	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
 }
 
-// NextNode picks the node to move from `from` to `to`: a half-moved node
-// first, else the first node still at `from`. "" when every node is at `to`.
-func NextNode(c *Cluster, from, to string, fromPools []Pool, fromPods []corev1.Pod, inv *ateapi.Inventory) string {
-	if half := HalfMoved(c, from, to, fromPools, fromPods, inv); len(half) > 0 {
-		return half[0]
-	}
-	for _, n := range c.Nodes { // sorted by name
-		if n.Version == from {
-			return n.Name
+// Halfway are the nodes half-way moving s.From → s.To.
+func (l *Locator) Halfway(s Sides) []NodeMove {
+	var out []NodeMove
+	for _, m := range l.Moves() {
+		if m.To == s.To {
+			out = append(out, m)
 		}
 	}
-	return ""
+	return out
+}
+
+// Next picks the node to move s.From → s.To: a node half-way that way
+// first (there is no undrain, so a drained node must be finished), else the
+// first node still at s.From; "" when every node is at s.To. It refuses
+// while a node is half-way the other way: finishing that one comes first.
+func (l *Locator) Next(s Sides) (string, error) {
+	moves := l.Moves()
+	for _, m := range moves {
+		if m.To == s.To {
+			return m.Node, nil
+		}
+	}
+	if len(moves) > 0 {
+		m := moves[0]
+		return "", runbook.Blocked(fmt.Errorf("%s, the other way; nothing was changed. Finish it first: %s", m, m.Next()))
+	}
+	for _, n := range l.c.Nodes { // sorted by name
+		if n.Version == s.From {
+			return n.Name, nil
+		}
+	}
+	return "", nil
 }
 
 // RollSides is OLD → NEW.

@@ -65,6 +65,8 @@ type removalFacts struct {
 	saved map[string]bool
 	// backup says where retire saves each pool.
 	backup BackupOptions
+	// moves are the nodes half-way in a move, either way (Locator).
+	moves []NodeMove
 }
 
 func (f removalFacts) nodesAt() []string {
@@ -97,21 +99,22 @@ func observeRemoval(ctx context.Context, cs kubernetes.Interface, dyn dynamic.In
 			return f, err
 		}
 	}
-	if len(f.pools) == 0 {
-		return f, nil
-	}
-	pods, err := PoolPods(ctx, cs, f.pools)
+	// Every pool's pods: the nodes' positions read them (a node half-way
+	// either way must be finished before a version goes).
+	pods, err := PoolPods(ctx, cs, c.Pools)
 	if err != nil {
 		return f, err
-	}
-	for _, p := range pods {
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-			f.running = append(f.running, p.Namespace+"/"+p.Name+" on "+p.Spec.NodeName)
-		}
 	}
 	inv, err := api.Inventory(ctx)
 	if err != nil {
 		return f, err
+	}
+	f.moves = NewLocator(c, pods, inv).Moves()
+	removed := poolSet(f.pools)
+	for _, p := range pods {
+		if removed[p.Namespace+"/"+p.Labels[PoolLabel]] && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			f.running = append(f.running, p.Namespace+"/"+p.Name+" on "+p.Spec.NodeName)
+		}
 	}
 	f.bound = actorsBoundTo(inv, f.pools)
 	return f, nil
@@ -130,6 +133,19 @@ func noNodeAt(r removal) runbook.Guard[removalFacts] {
 		n := f.nodesAt()
 		return len(n) == 0, fmt.Sprintf("%d node(s) at %s (%s) still run on these pools and this atelet; move them first: %s",
 			len(n), f.version, short(n), r.moveOff)
+	}}
+}
+
+// noNodeHalfway: no node stands half-way in a move, either way — the node
+// runbook's own positions, the ones status shows and next-node acts on. A
+// version's pools and atelet are the other way's reserve until then.
+func noNodeHalfway() runbook.Guard[removalFacts] {
+	return runbook.Guard[removalFacts]{Name: "no node is half-way in a move", Check: func(f removalFacts) (bool, string) {
+		if len(f.moves) == 0 {
+			return true, ""
+		}
+		m := f.moves[0]
+		return false, fmt.Sprintf("%s; finish it first: %s", m, m.Next())
 	}}
 }
 
@@ -157,7 +173,7 @@ func deletePoolsStep(id string, r removal, dyn dynamic.Interface, rec kube.Recor
 			}
 			return len(f.pools) == 0, fmt.Sprintf("%d pool(s) pinned to %s", len(f.pools), f.version)
 		},
-		Guards: append([]runbook.Guard[removalFacts]{shapeKnown(), noNodeAt(r), noActorBound(r)}, extra...),
+		Guards: append([]runbook.Guard[removalFacts]{shapeKnown(), noNodeAt(r), noNodeHalfway(), noActorBound(r)}, extra...),
 		Plan: func(f removalFacts) []runbook.Change {
 			var out []runbook.Change
 			for _, p := range f.pools {
@@ -196,7 +212,7 @@ func deleteAteletStep(id string, r removal, cs kubernetes.Interface, rec kube.Re
 			}
 			return false, "atelet DaemonSet " + f.atelet.Name + " (" + f.version + ") present"
 		},
-		Guards: []runbook.Guard[removalFacts]{shapeKnown(), noNodeAt(r), {Name: "no pool is pinned to " + r.side,
+		Guards: []runbook.Guard[removalFacts]{shapeKnown(), noNodeAt(r), noNodeHalfway(), {Name: "no pool is pinned to " + r.side,
 			Check: func(f removalFacts) (bool, string) {
 				return len(f.pools) == 0, fmt.Sprintf("%d pool(s) still pinned to %s", len(f.pools), f.version)
 			}}},

@@ -56,7 +56,8 @@ func RetireRunbook(cs kubernetes.Interface, dyn dynamic.Interface, api Inventori
 	}
 	// The backup step refuses on every guard the delete refuses on: a
 	// refused retire writes nothing.
-	backupGuards := append([]runbook.Guard[removalFacts]{shapeKnown(), noNodeAt(retireOld), noActorBound(retireOld)}, guards...)
+	backupGuards := append([]runbook.Guard[removalFacts]{shapeKnown(), noNodeAt(retireOld), noNodeHalfway(), noActorBound(retireOld)},
+		guards...)
 	return &runbook.Runbook[removalFacts]{
 		Name:  RetireRunbookName,
 		Title: "Retire the old version's pools and atelet after the roll",

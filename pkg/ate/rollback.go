@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -99,46 +98,6 @@ func RollbackExternalSteps(old string) []ExternalStep {
 		{When: "if step 2 ran (ate-controller upgraded): last", Command: v + "go run ./cmd/ate-setup deploy ate-controller"},
 		{When: "then", Command: "kubectl ate rollback   (checks that no third atelet DaemonSet appeared)"},
 	}
-}
-
-// RollbackOptions tune a whole rollback.
-type RollbackOptions struct {
-	Move MoveOptions
-	// ControlPlaneReverted says `deploy apiserver` ran from the OLD checkout
-	// (or step 6 never ran); needed once every node reached NEW.
-	ControlPlaneReverted bool
-}
-
-// RollbackAll undoes the roll in the runbook's order within one session:
-// refuse to move a node while the control plane may still be NEW, move every
-// node back, then delete the clones and the NEW atelet. The result merges
-// the nodes' and the cluster steps' results.
-func RollbackAll(ctx context.Context, m Mover, inv Inventorier, o RollbackOptions) (runbook.Result, error) {
-	c, err := ObserveCluster(ctx, m.Client, m.Dynamic)
-	if err != nil {
-		return runbook.Result{}, err
-	}
-	if len(c.Problems) > 0 {
-		return runbook.Result{}, runbook.Blocked(fmt.Errorf("the rollback cannot proceed: %s", strings.Join(c.Problems, "; ")))
-	}
-	if c.New == "" {
-		return runbook.Result{Runbook: RollbackRunbookName, RunID: m.RunID, DryRun: m.DryRun, Outcome: runbook.OutcomeDone}, nil
-	}
-	if atVersion(c, c.New) && !o.ControlPlaneReverted {
-		first := ControlPlaneFirst(c.Old)
-		return runbook.Result{}, runbook.Blocked(fmt.Errorf("every node is at %s, so step 6 may have upgraded the control plane; "+
-			"nothing was changed. From a checkout of the OLD release run:\n    %s\nthen re-run with --control-plane-reverted "+
-			"(pass it too if step 6 never ran)", c.New, first.Command))
-	}
-	o.Move.Direction, o.Move.All, o.Move.Node = Rollback, true, ""
-	nodes, err := MoveNodes(ctx, m, o.Move)
-	if err != nil || (nodes.Outcome != runbook.OutcomeDone && nodes.Outcome != runbook.OutcomePlanned) || m.DryRun &&
-		len(nodes.Targets) > 0 {
-		return nodes, err
-	}
-	res := runbook.Run(ctx, RollbackRunbook(m.Client, m.Dynamic, inv, m.Recorder), []runbook.Target{runbook.ScopeTarget{Scope: "roll"}},
-		runbook.Options{RunID: m.RunID, DryRun: m.DryRun, Reporter: m.Reporter, Paused: m.Paused})
-	return runbook.Merge(RollbackRunbookName, nodes, res), nil
 }
 
 // StrayAtelets are the atelet DaemonSets other than version's: after a

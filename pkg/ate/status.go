@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/ateapi"
-	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 // Phase names where the roll stands.
@@ -21,22 +20,27 @@ type Phase string
 
 // The phases, in the order a roll goes through them.
 const (
-	PhaseBlocked    Phase = "blocked"            // the cluster is in a shape the roll must not touch
-	PhaseNotStarted Phase = "not started"        // one atelet DaemonSet
-	PhasePrepared   Phase = "dataplane prepared" // a NEW atelet DaemonSet; pools not all cloned
-	PhaseCloned     Phase = "pools cloned"
-	PhaseRolling    Phase = "rolling"
-	PhaseRolled     Phase = "rolled" // every node NEW; actors may still sit on old workers
-	PhaseRetireable Phase = "ready to retire"
-	PhaseComplete   Phase = "complete" // the old pools and atelet were retired; the clones serve
+	PhaseBlocked     Phase = "blocked"            // the cluster is in a shape the roll must not touch
+	PhaseNotStarted  Phase = "not started"        // one atelet DaemonSet
+	PhasePrepared    Phase = "dataplane prepared" // a NEW atelet DaemonSet; pools not all cloned
+	PhaseCloned      Phase = "pools cloned"
+	PhaseRolling     Phase = "rolling"
+	PhaseRollingBack Phase = "rolling back" // a node is half-way back to OLD
+	PhaseRolled      Phase = "rolled"       // every node NEW; actors may still sit on old workers
+	PhaseRetireable  Phase = "ready to retire"
+	PhaseComplete    Phase = "complete" // the old pools and atelet were retired; the clones serve
 )
 
-// NodeProgress is a node's place in the roll.
+// NodeProgress is a node half-way in a move, either way.
 type NodeProgress struct {
 	Node    string `json:"node"`
 	Version string `json:"version"`
-	// Step is the sub-step in progress for a node being moved, else "".
-	Step string `json:"step,omitempty"`
+	// Direction is "roll" (OLD → NEW) or "rollback" (NEW → OLD).
+	Direction string `json:"direction"`
+	// Step is the node runbook's first step not done, and what it saw.
+	Step string `json:"step"`
+	// Next is the command that finishes the node.
+	Next string `json:"next"`
 }
 
 // Status is the whole picture `kubectl ate status` shows.
@@ -67,19 +71,21 @@ var Unobservable = []string{
 // ObserveStatus builds the status from the cluster and, when inv is not
 // nil, the substrate's workers and actors.
 func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv *ateapi.Inventory) (*Status, error) {
-	var oldPods []corev1.Pod
+	var pods []corev1.Pod
 	if len(c.Problems) == 0 {
 		var err error
-		if oldPods, err = PoolPods(ctx, cs, c.OldPools()); err != nil {
+		if pods, err = PoolPods(ctx, cs, c.Pools); err != nil {
 			return nil, err
 		}
 	}
-	return InferStatus(c, oldPods, inv), nil
+	return InferStatus(c, pods, inv), nil
 }
 
-// InferStatus says where the roll stands from the cluster, the serving
-// pools' pods and (when not nil) the substrate's workers and actors.
-func InferStatus(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) *Status {
+// InferStatus says where the roll stands from the cluster, the pools' pods
+// and (when not nil) the substrate's workers and actors. Which node is
+// half-way, and at which step, is the node runbook's own verdict
+// (Locator), the one `roll next-node` and `rollback` act on.
+func InferStatus(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Status {
 	s := &Status{Cluster: c, Counts: map[string]int{}, Unobservable: Unobservable}
 	for _, n := range c.Nodes {
 		s.Counts[n.Version]++
@@ -89,8 +95,9 @@ func InferStatus(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) *Statu
 		s.Next = "fix the problems above, then: kubectl ate status"
 		return s
 	}
-	for _, p := range oldPods {
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+	old := poolSet(c.OldPools())
+	for _, p := range pods {
+		if old[p.Namespace+"/"+p.Labels[PoolLabel]] && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
 			s.OldPoolPodsRunning++
 		}
 	}
@@ -98,11 +105,20 @@ func InferStatus(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) *Statu
 		s.ActorsOnOldPools = len(actorsBoundTo(inv, c.OldPools()))
 		s.FreeNewWorkers = FreeWorkers(inv, c.PoolsPinnedTo(c.New), setOf(c.NodesAt(c.New)))
 	}
+	var back []NodeMove
 	if c.New != "" {
 		// With one atelet DaemonSet nothing is in progress, whatever the
 		// substrate says: after a rollback the deleted clones' workers stay
 		// registered as DRAINING until the eviction window ends.
-		s.Nodes = inProgress(c, oldPods, inv)
+		for _, m := range NewLocator(c, pods, inv).Moves() {
+			dir := "roll"
+			if m.Direction == Rollback {
+				dir = "rollback"
+				back = append(back, m)
+			}
+			s.Nodes = append(s.Nodes, NodeProgress{Node: m.Node, Version: m.Version, Direction: dir,
+				Step: fmt.Sprintf("%s (%s)", m.StepID, m.Evidence), Next: m.Next()})
+		}
 		var unpaired []string
 		for _, p := range c.OldPools() {
 			if p.CloneName == "" {
@@ -116,6 +132,12 @@ func InferStatus(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) *Statu
 			s.Next = "kubectl ate roll clone-pools --image CLASS=REF@sha256:… (or roll the nodes back: kubectl ate rollback)"
 			return s
 		}
+	}
+	if len(back) > 0 {
+		s.Phase, s.Summary = PhaseRollingBack, fmt.Sprintf("node %s is half-way back to %s; %d of %d nodes at %s", back[0].Node,
+			c.Old, len(c.NodesAt(c.New)), len(c.Nodes), c.New)
+		s.Next = back[0].Next() + "   (or kubectl ate rollback to roll every node back)"
+		return s
 	}
 	total, atNew := len(c.Nodes), len(c.NodesAt(c.New))
 	switch {
@@ -138,10 +160,23 @@ func InferStatus(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) *Statu
 	case atNew < total || len(s.Nodes) > 0:
 		s.Phase, s.Summary = PhaseRolling, fmt.Sprintf("%d of %d nodes at %s", atNew, total, c.New)
 		s.Next = "kubectl ate roll next-node"
-	case inv != nil && (s.ActorsOnOldPools > 0 || s.OldPoolPodsRunning > 0):
+		if len(s.Nodes) > 0 {
+			s.Summary += fmt.Sprintf("; node %s is half-way (%s)", s.Nodes[0].Node, s.Nodes[0].Step)
+		}
+	case s.OldPoolPodsRunning > 0 || inv != nil && s.ActorsOnOldPools > 0:
 		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; %d actor(s) still on old-pool workers, %d old-pool pod(s) "+
 			"Running", c.New, s.ActorsOnOldPools, s.OldPoolPodsRunning)
+		if inv == nil {
+			s.Summary = fmt.Sprintf("every node at %s; %d old-pool pod(s) Running; actors not read (no control API)", c.New,
+				s.OldPoolPodsRunning)
+		}
 		s.Next = "wait for those actors to suspend or move; then upgrade the control plane (step 6)"
+	case inv == nil:
+		// Nothing claims what it did not observe: without the control API
+		// no one knows whether an actor is still on an old-pool worker.
+		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; whether an actor is still on an old-pool worker is "+
+			"unknown: the control API was not read", c.New)
+		s.Next = "kubectl ate status with the control API reachable (no --no-api), before retiring"
 	default:
 		s.Phase, s.Summary = PhaseRetireable, fmt.Sprintf("every node at %s; no actor on an old-pool worker", c.New)
 		s.Next = "upgrade the control plane (step 6), let it soak, then: kubectl ate retire (ends the rollback option)"
@@ -179,52 +214,6 @@ func PoolPods(ctx context.Context, cs kubernetes.Interface, pools []Pool) ([]cor
 		}
 	}
 	return out, nil
-}
-
-// inProgress finds nodes half-way: at NEW with old-pool pods still there,
-// or at OLD with draining workers.
-func inProgress(c *Cluster, oldPods []corev1.Pod, inv *ateapi.Inventory) []NodeProgress {
-	newNodes := map[string]bool{}
-	for _, n := range c.NodesAt(c.New) {
-		newNodes[n] = true
-	}
-	var out []NodeProgress
-	seen := map[string]bool{}
-	for _, p := range oldPods {
-		if n := p.Spec.NodeName; n != "" && newNodes[n] && !seen[n] && !kube.PodTerminal(&p) {
-			seen[n] = true
-			out = append(out, NodeProgress{Node: n, Version: c.New, Step: "flipped; old-pool worker pods still on the node " +
-				"(ate.node.delete-old-pods)"})
-		}
-	}
-	for _, n := range c.Nodes {
-		if n.VerifyPending != "" && n.VerifyPending == n.Version && !seen[n.Name] {
-			seen[n.Name] = true
-			out = append(out, NodeProgress{Node: n.Name, Version: n.Version, Step: "flipped; not yet seen to serve " + n.Version +
-				" (ate.node.verify)"})
-		}
-	}
-	if inv != nil {
-		// Only the serving pools' workers whose pods still exist: a deleted
-		// pod's worker stays DRAINING through the eviction window.
-		serving := poolSet(c.OldPools())
-		live := map[string]bool{}
-		for _, p := range oldPods {
-			if p.DeletionTimestamp == nil && !kube.PodTerminal(&p) {
-				live[string(p.UID)] = true
-			}
-		}
-		for _, w := range inv.Workers {
-			if w.State == ateapi.WorkerDraining && w.Node != "" && !newNodes[w.Node] && !seen[w.Node] && serving[w.PoolKey()] &&
-				live[w.Name] {
-				seen[w.Node] = true
-				out = append(out, NodeProgress{Node: w.Node, Version: c.Old, Step: "workers draining; actors being suspended " +
-					"(ate.node.suspend)"})
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
-	return out
 }
 
 func clonesComplete(c *Cluster) bool { return countClones(c) == len(c.OldPools()) }

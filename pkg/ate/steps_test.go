@@ -16,36 +16,27 @@ import (
 )
 
 // walk returns the IDs of the steps done before the first one that is not,
-// and the name of that step's first failing guard ("" when it may act).
+// and that step's first failing guard ("" when it may act): the position
+// runbook.Locate gives.
 func walk[F any](rb *runbook.Runbook[F], f F) (done []string, blocked string) {
-	for _, s := range rb.Steps {
-		if ok, _ := s.Done(f); ok {
-			done = append(done, s.ID)
-			continue
-		}
-		for _, g := range s.Guards {
-			if ok, _ := g.Check(f); !ok {
-				return done, g.Name
-			}
-		}
-		return done, ""
+	pos := runbook.Locate(rb, f)
+	for _, s := range rb.Steps[:pos.Step] {
+		done = append(done, s.ID)
 	}
-	return done, ""
+	return done, pos.Guard
 }
 
 // plan is what the first step not done would change, as "action object".
 func plan[F any](rb *runbook.Runbook[F], f F) []string {
-	for _, s := range rb.Steps {
-		if ok, _ := s.Done(f); ok || s.Plan == nil {
-			continue
-		}
-		var out []string
-		for _, c := range s.Plan(f) {
-			out = append(out, c.Action+" "+c.Object)
-		}
-		return out
+	pos := runbook.Locate(rb, f)
+	if pos.Stage == runbook.StageDone || rb.Steps[pos.Step].Plan == nil {
+		return nil
 	}
-	return nil
+	var out []string
+	for _, c := range rb.Steps[pos.Step].Plan(f) {
+		out = append(out, c.Action+" "+c.Object)
+	}
+	return out
 }
 
 type walkWant struct {

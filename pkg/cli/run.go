@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 	"time"
@@ -225,6 +226,21 @@ func Where(g *Globals) string {
 // Run runs rb over targets in this session. It honours a pause (kubectl
 // <plugin> pause) before each target starts.
 func Run[F any](ctx context.Context, s *Session, rb *runbook.Runbook[F], targets []runbook.Target, o runbook.Options) runbook.Result {
+	return runbook.Run(ctx, rb, targets, s.options(ctx, o))
+}
+
+// RunSource runs rb over the targets src yields, each decided as it may
+// start (runbook.RunSource), in this session: the same pause, soak, journal
+// and lock as Run.
+func RunSource[F any](ctx context.Context, s *Session, rb *runbook.Runbook[F], src iter.Seq[runbook.Target],
+	o runbook.Options) runbook.Result {
+	return runbook.RunSource(ctx, rb, src, s.options(ctx, o))
+}
+
+// options are o as this session runs a runbook: its run ID and dry run,
+// its progress, the journal written before long steps, the pause on its
+// Lease, and the run's out-of-service allowance declared there.
+func (s *Session) options(ctx context.Context, o runbook.Options) runbook.Options {
 	o.RunID, o.DryRun = s.RunID, s.DryRun()
 	if o.Reporter == nil {
 		o.Reporter = s.Progress
@@ -241,7 +257,7 @@ func Run[F any](ctx context.Context, s *Session, rb *runbook.Runbook[F], targets
 			s.Progress.Printf("warning: could not record the parallel limit on the lease: %v", err)
 		}
 	}
-	return runbook.Run(ctx, rb, targets, o)
+	return o
 }
 
 // Paused reports whether the roll is paused, and by whom. A pause that

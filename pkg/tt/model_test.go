@@ -316,14 +316,11 @@ func (m *tModel) pods(s *tState, i int) []corev1.Pod {
 // guard spends a budget shared by the run's targets).
 func (m *tModel) observe(s *tState, i int) (idx int, ops []tOp, end uint8, why string, budget bool) {
 	f := m.facts(s, i)
-	for idx, st := range m.rb.Steps {
-		if done, _ := st.Done(f); done {
-			continue
-		}
-		for _, g := range st.Guards {
-			if ok, _ := g.Check(f); !ok {
-				return idx, nil, tgStopped, "blocked: " + g.Name, g.SharedBudget
-			}
+	pos := runbook.Locate(m.rb, f)
+	if pos.Stage != runbook.StageDone {
+		idx, st := pos.Step, m.rb.Steps[pos.Step]
+		if pos.Guard != "" {
+			return idx, nil, tgStopped, "blocked: " + pos.Guard, pos.SharedBudget
 		}
 		ops := m.effect(s, i, st.ID, f)
 		if len(ops) > 0 && (st.Plan == nil || len(st.Plan(f)) == 0) {

@@ -62,6 +62,6 @@ func mover(ctx context.Context, g *cli.Globals, s *cli.Session, api *apiFlags, d
 			return ate.Mover{}, nil, err
 		}
 	}
-	return ate.Mover{Client: s.Client, Dynamic: dyn, API: client, Recorder: s.Recorder, Say: s.Progress.Printf,
-		Reporter: s.Progress, Paused: s.Paused, RunID: s.RunID, DryRun: dryRun}, closeAPI, nil
+	return ate.Mover{Client: s.Client, Dynamic: dyn, API: client, Recorder: s.Recorder, Say: s.Progress.Printf, DryRun: dryRun},
+		closeAPI, nil
 }

@@ -156,9 +156,7 @@ func (n *nodeOptions) Run(ctx context.Context, g *cli.Globals, again string) err
 		return s.Fail(err)
 	}
 	defer closeAPI()
-	m.OnHealthFailure = s.PauseOnHealthFailure
-	n.move.Soak, n.move.Canary = n.soak.Soak, n.soak.Canary
-	res, err := ate.MoveNodes(ctx, m, n.move)
+	res, err := n.moveNodes(ctx, s, m)
 	if err != nil {
 		return s.Fail(blockedExit(err))
 	}
@@ -202,6 +200,16 @@ so an interrupted run resumes exactly where it stopped.`,
 	cmd.Flags().BoolVar(&n.move.AllowFullStop, "allow-full-stop", false,
 		"accept a single-node cluster, where moving the node suspends every actor at once")
 	return cmd
+}
+
+// moveNodes moves nodes the way n says, one at a time, in session s: the
+// node runbook over the nodes ate.Move picks as each may start.
+func (n *nodeOptions) moveNodes(ctx context.Context, s *cli.Session, m ate.Mover) (runbook.Result, error) {
+	mv := ate.NewMove(m, n.move)
+	var o runbook.Options
+	s.ApplySoak(&o, n.soak, mv.Health)
+	res := cli.RunSource(ctx, s, mv.Runbook(), mv.Nodes(ctx), o)
+	return res, mv.Err()
 }
 
 // blockedExit gives a refusal (runbook.Blocked) exit code 3.

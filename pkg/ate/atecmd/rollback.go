@@ -73,9 +73,21 @@ func (o *rollbackOptions) Run(ctx context.Context, g *cli.Globals) error {
 	if err != nil {
 		return s.Fail(err)
 	}
-	res, err := ate.RollbackAll(ctx, m, m.API, ate.RollbackOptions{Move: o.move, ControlPlaneReverted: o.controlPlaneReverted})
-	if err != nil {
-		return s.Fail(blockedExit(err))
+	// The runbook's order: every node back (the control plane first, see
+	// ate.Move), then the clones and the NEW atelet, in one session.
+	res := runbook.Result{Runbook: ate.RollbackRunbookName, RunID: s.RunID, DryRun: o.run.DryRun, Outcome: runbook.OutcomeDone}
+	if before.New != "" || len(before.Problems) > 0 {
+		o.move.Direction, o.move.All, o.move.Node = ate.Rollback, true, ""
+		o.move.ControlPlaneReverted = o.controlPlaneReverted
+		nodes, err := o.moveNodes(ctx, s, m)
+		if err != nil {
+			return s.Fail(blockedExit(err))
+		}
+		res = nodes
+		if nodes.Outcome == runbook.OutcomeDone || nodes.Outcome == runbook.OutcomePlanned && len(nodes.Targets) == 0 {
+			cluster := cli.Run(ctx, s, ate.RollbackRunbook(m.Client, m.Dynamic, m.API, m.Recorder), rollScope(), runbook.Options{})
+			res = runbook.Merge(ate.RollbackRunbookName, nodes, cluster)
+		}
 	}
 	info := g.IOStreams.Out
 	if o.run.Output != "" {
@@ -123,6 +135,8 @@ registered. Every node after the first needs enough free workers of each pool li
 		},
 	}
 	n.add(cmd)
+	cmd.Flags().BoolVar(&n.move.ControlPlaneReverted, "control-plane-reverted", false,
+		"deploy apiserver ran from the OLD release's checkout (or step 6 never ran): nodes may move back")
 	return cmd
 }
 

@@ -131,7 +131,7 @@ func printStatus(w io.Writer, s *ate.Status) {
 	if len(s.Nodes) > 0 {
 		fmt.Fprintln(w, "\nIn progress:")
 		for _, n := range s.Nodes {
-			fmt.Fprintf(w, "  %s (%s): %s\n", n.Node, n.Version, n.Step)
+			fmt.Fprintf(w, "  %s (at %s, %s): %s\n    to finish it: %s\n", n.Node, n.Version, n.Direction, n.Step, n.Next)
 		}
 	}
 	if s.APIError != "" {
