@@ -17,7 +17,9 @@ var (
 	rules = Policy{Duration: 30 * time.Second, Margin: 5 * time.Second}
 )
 
-func held(h Holder) *Record { return &Record{Identity: h.Identity(), Holder: h, Duration: 30 * time.Second} }
+func held(h Holder) *Record {
+	return &Record{Identity: h.Identity(), Holder: h, Duration: 30 * time.Second}
+}
 
 func with(h Holder, change func(*Holder)) Holder { change(&h); return h }
 
