@@ -75,6 +75,7 @@ const (
 	Watch
 )
 
+// String names the action, for messages and test failures.
 func (a Action) String() string {
 	switch a {
 	case Create:

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -77,7 +78,8 @@ func (l *Lock) renew(lastOK time.Time) {
 			cur.Spec.RenewTime = &now
 		})
 		cancel()
-		_, taken := err.(*notHeldError)
+		var notHeld *notHeldError
+		taken := errors.As(err, &notHeld)
 		switch {
 		case err == nil:
 			lastOK = sent
@@ -146,7 +148,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		cur.Spec.HolderIdentity = nil
 		cur.Spec.RenewTime = nil
 	})
-	if _, ok := err.(*notHeldError); ok {
+	if notHeld := (*notHeldError)(nil); errors.As(err, &notHeld) {
 		return nil // someone else has it now
 	}
 	return err
