@@ -224,13 +224,11 @@ func TestSessionTakesOverFromADeadRunOnThisHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	host, _ := os.Hostname()
-	now := metav1.NewMicroTime(time.Now())
-	_, err := c.Client.CoordinationV1().Leases(ns).Create(ctx, &coordv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: "rollbook-test", Namespace: ns, Annotations: map[string]string{
-			"rollbook.dev/holder-host": host, "rollbook.dev/holder-pid": itoa(dead.Process.Pid), "rollbook.dev/holder-user": "me"}},
-		Spec: coordv1.LeaseSpec{HolderIdentity: ptr.To("me@" + host + "/x/killed"), LeaseDurationSeconds: ptr.To(int32(30)),
-			AcquireTime: &now, RenewTime: &now},
-	}, metav1.CreateOptions{})
+	m := lease.ThisMachine()
+	killed := lease.Holder{User: "me", Host: host, PID: dead.Process.Pid, RunID: "killed",
+		MachineID: m.MachineID, BootID: m.BootID, PIDNamespace: m.PIDNamespace}
+	_, err := c.Client.CoordinationV1().Leases(ns).Create(ctx, lease.HeldLease(ns, "rollbook-test", killed, 30*time.Second, time.Now()),
+		metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
@@ -72,6 +73,10 @@ type Writer struct {
 	mu      sync.Mutex
 	pending []byte // lines recorded but not yet written
 	timer   *time.Timer
+
+	// commit appends whole lines to the history; nil: the ConfigMap
+	// (update). Tests of the batching replace it.
+	commit func(ctx context.Context, lines string) error
 }
 
 // Record implements kube.Recorder.
@@ -81,14 +86,13 @@ func (w *Writer) Record(ctx context.Context, obj corev1.ObjectReference, warning
 	e.Step = runbook.StepOf(ctx)
 	e.Reason, e.Message, e.Warning = reason, message, warning
 	if w.Batch > 0 {
-		e.Time = time.Now().UTC()
-		line, err := json.Marshal(e)
+		line, err := encode(e, time.Now())
 		if err != nil {
 			return
 		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		w.pending = append(append(w.pending, line...), '\n')
+		w.pending = append(w.pending, line...)
 		if w.timer == nil {
 			w.timer = time.AfterFunc(w.Batch, w.flushLater)
 		}
@@ -112,14 +116,24 @@ func (w *Writer) Flush(ctx context.Context) error { return w.write(ctx, nil) }
 // Append adds e (stamped now when its time is zero), with any records
 // still pending before it.
 func (w *Writer) Append(ctx context.Context, e Entry) error {
-	if e.Time.IsZero() {
-		e.Time = time.Now().UTC()
-	}
-	line, err := json.Marshal(e)
+	line, err := encode(e, time.Now())
 	if err != nil {
 		return err
 	}
-	return w.write(ctx, append(line, '\n'))
+	return w.write(ctx, line)
+}
+
+// encode is e as one line of the history, stamped now (UTC) when its time
+// is zero.
+func encode(e Entry, now time.Time) ([]byte, error) {
+	if e.Time.IsZero() {
+		e.Time = now.UTC()
+	}
+	line, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	return append(line, '\n'), nil
 }
 
 // write appends the pending lines and then lines to the ConfigMap. Pending
@@ -139,7 +153,11 @@ func (w *Writer) write(ctx context.Context, lines []byte) error {
 	if add == "" {
 		return nil
 	}
-	if err := w.update(ctx, add); err != nil {
+	commit := w.commit
+	if commit == nil {
+		commit = w.update
+	}
+	if err := commit(ctx, add); err != nil {
 		w.mu.Lock()
 		w.pending = append(pending, w.pending...)
 		w.mu.Unlock()
@@ -148,61 +166,71 @@ func (w *Writer) write(ctx context.Context, lines []byte) error {
 	return nil
 }
 
-// update appends add (whole lines) to the ConfigMap, creating it if needed.
+// update appends add (whole lines) to the ConfigMap, creating it if needed
+// (again, if it was deleted meanwhile). It writes from the version it last
+// wrote without a read, and reads afresh after a conflict.
 func (w *Writer) update(ctx context.Context, add string) error {
 	max := w.MaxBytes
 	if max <= 0 {
 		max = DefaultMaxBytes
 	}
 	cms := w.Client.CoreV1().ConfigMaps(w.Namespace)
-	for attempt := 0; attempt < 5; attempt++ {
+	create := func() error {
+		empty := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "rollbook"}}}
+		created, err := cms.Create(ctx, appended(empty, add, max), metav1.CreateOptions{})
+		if err != nil {
+			return err // AlreadyExists: another run created it first, read it and retry
+		}
+		w.cm = created
+		return nil
+	}
+	err := kube.RetryOnConflict(ctx, func() error {
 		cur := w.cm
 		if cur == nil {
 			got, err := cms.Get(ctx, w.Name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				created, err := cms.Create(ctx, &corev1.ConfigMap{
-					ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace,
-						Labels: map[string]string{"app.kubernetes.io/managed-by": "rollbook"}},
-					Data: map[string]string{dataKey: add},
-				}, metav1.CreateOptions{})
-				if apierrors.IsAlreadyExists(err) {
-					continue
-				}
-				if err == nil {
-					w.cm = created
-				}
-				return err
-			case err != nil:
+			if apierrors.IsNotFound(err) {
+				return create()
+			}
+			if err != nil {
 				return err
 			}
 			cur = got
 		}
-		next := cur.DeepCopy()
-		if next.Data == nil {
-			next.Data = map[string]string{}
-		}
-		body, dropped := rotate(next.Data[dataKey]+add, max)
-		next.Data[dataKey] = body
-		if dropped > 0 {
-			if next.Annotations == nil {
-				next.Annotations = map[string]string{}
-			}
-			n, _ := strconv.Atoi(next.Annotations[AnnRotated])
-			next.Annotations[AnnRotated] = strconv.Itoa(n + dropped)
-		}
-		updated, err := cms.Update(ctx, next, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			w.cm = nil // someone else wrote it: read and retry
-			continue
-		}
+		updated, err := cms.Update(ctx, appended(cur, add, max), metav1.UpdateOptions{})
 		if err != nil {
+			w.cm = nil // written or deleted by someone else: read it again
+			if apierrors.IsNotFound(err) {
+				return create()
+			}
 			return err
 		}
 		w.cm = updated
 		return nil
+	})
+	if kube.IsWriteConflict(err) {
+		return fmt.Errorf("history %s/%s keeps changing under us: %w", w.Namespace, w.Name, err)
 	}
-	return fmt.Errorf("history %s/%s keeps changing under us", w.Namespace, w.Name)
+	return err
+}
+
+// appended is cm with add appended to its entries, the oldest entries
+// rotated out to keep them within max bytes and counted in AnnRotated.
+func appended(cm *corev1.ConfigMap, add string, max int) *corev1.ConfigMap {
+	next := cm.DeepCopy()
+	if next.Data == nil {
+		next.Data = map[string]string{}
+	}
+	body, dropped := rotate(next.Data[dataKey]+add, max)
+	next.Data[dataKey] = body
+	if dropped > 0 {
+		if next.Annotations == nil {
+			next.Annotations = map[string]string{}
+		}
+		n, _ := strconv.Atoi(next.Annotations[AnnRotated])
+		next.Annotations[AnnRotated] = strconv.Itoa(n + dropped)
+	}
+	return next
 }
 
 // rotate drops whole lines from the front of body until it fits max.
@@ -230,8 +258,15 @@ func Read(ctx context.Context, cs kubernetes.Interface, ns, name string) ([]Entr
 		return nil, 0, err
 	}
 	rotated, _ := strconv.Atoi(cm.Annotations[AnnRotated])
+	out, err := decode(cm.Data[dataKey])
+	return out, rotated, err
+}
+
+// decode reads the entries of a history body, oldest first, skipping
+// lines that are not entries.
+func decode(body string) ([]Entry, error) {
 	var out []Entry
-	sc := bufio.NewScanner(strings.NewReader(cm.Data[dataKey]))
+	sc := bufio.NewScanner(strings.NewReader(body))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		var e Entry
@@ -239,7 +274,7 @@ func Read(ctx context.Context, cs kubernetes.Interface, ns, name string) ([]Entr
 			out = append(out, e)
 		}
 	}
-	return out, rotated, sc.Err()
+	return out, sc.Err()
 }
 
 func objectName(o corev1.ObjectReference) string {

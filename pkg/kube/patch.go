@@ -88,23 +88,26 @@ func UpdateNode(ctx context.Context, cs kubernetes.Interface, name string,
 // node since, which the resourceVersion precondition detects.
 func UpdateNodeFrom(ctx context.Context, cs kubernetes.Interface, n *corev1.Node,
 	mutate func(*corev1.Node) (NodeChange, error)) (*corev1.Node, error) {
-	for attempt := 0; ; attempt++ {
-		change, err := mutate(n)
-		if err != nil {
-			return n, err
-		}
-		if change.Empty() {
-			return n, nil
-		}
-		out, err := PatchNode(ctx, cs, n, change)
-		if apierrors.IsConflict(err) && attempt < 5 {
-			if n, err = cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); err != nil {
-				return nil, err
+	var out *corev1.Node
+	cur, stale := n, false
+	err := RetryOnConflict(ctx, func() error {
+		if stale {
+			fresh, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
 			}
-			continue
+			cur = fresh
 		}
-		return out, err
-	}
+		stale = true // a second attempt follows a conflict
+		change, err := mutate(cur)
+		if err != nil || change.Empty() {
+			out = cur
+			return err
+		}
+		out, err = PatchNode(ctx, cs, cur, change)
+		return err
+	})
+	return out, err
 }
 
 // SetNodeKeys writes labels and annotations rollbook owns (nil deletes), and

@@ -1,38 +1,42 @@
 // Package lease is the lock that keeps two runs of a runbook from acting at
 // once: a coordination.k8s.io Lease, renewed while the run acts, that a new
 // run takes over without ceremony once its holder is provably gone.
+//
+// The rule is one pure function, Decide, over the holder record read from
+// the Lease and what this machine knows by itself (Facts). Acquire and the
+// Lock's renewals read and write the Lease through a Store, the API server
+// in production and memory in tests, which run the lock on a fake clock.
 package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
+
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
-// Lease annotations describing the holder, for the "who has it" message.
+// Lease annotations describing the holder, for the "who has it" message and
+// for judging, on the holder's own host, whether it is alive.
 const (
 	annHolderUser    = "rollbook.dev/holder-user"
 	annHolderHost    = "rollbook.dev/holder-host"
 	annHolderPID     = "rollbook.dev/holder-pid"
 	annHolderRun     = "rollbook.dev/holder-run"
 	annHolderCommand = "rollbook.dev/holder-command"
+	annHolderMachine = "rollbook.dev/holder-machine-id"
 	annHolderBoot    = "rollbook.dev/holder-boot-id"
+	annHolderPIDNS   = "rollbook.dev/holder-pid-namespace"
 	annHolderStart   = "rollbook.dev/holder-process-start"
 	// AnnTakeover records the last takeover: who took the lease from whom, when and why.
 	AnnTakeover = "rollbook.dev/taken-over"
@@ -45,10 +49,13 @@ type Holder struct {
 	PID     int
 	RunID   string
 	Command string
-	// BootID and Start identify the holder's process beyond its pid, so a
-	// pid reused after the holder died is not mistaken for it.
-	BootID string
-	Start  string
+	// MachineID, BootID and PIDNamespace say where PID means something
+	// (digests, see Local); Start identifies the process beyond its pid,
+	// so a pid reused after the holder died is not mistaken for it.
+	MachineID    string
+	BootID       string
+	PIDNamespace string
+	Start        string
 }
 
 // Identity is the holder "user@host/pid/run".
@@ -60,8 +67,9 @@ func (h Holder) Identity() string {
 func CurrentHolder(ctx context.Context, cs kubernetes.Interface, runID string) Holder {
 	host, _ := os.Hostname()
 	pid := os.Getpid()
+	m := ThisMachine()
 	return Holder{User: WhoAmI(ctx, cs), Host: host, PID: pid, RunID: runID, Command: strings.Join(RedactArgs(os.Args), " "),
-		BootID: bootID(), Start: processStart(pid)}
+		MachineID: m.MachineID, BootID: m.BootID, PIDNamespace: m.PIDNamespace, Start: inspect(pid).Start}
 }
 
 // WhoAmI returns the authenticated user name (SelfSubjectReview), or
@@ -95,23 +103,6 @@ func (e *LockedError) Error() string {
 // ExitCode makes the CLI exit 4.
 func (e *LockedError) ExitCode() int { return 4 }
 
-// Lock is a held Lease, renewed in the background until Release.
-type Lock struct {
-	cs       kubernetes.Interface
-	ns, name string
-	holder   Holder
-	duration time.Duration
-
-	mu    sync.Mutex
-	lease *coordv1.Lease
-	lost  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
-	err   error
-
-	takeover string
-}
-
 // LockOptions tune Acquire.
 type LockOptions struct {
 	// Duration after the last renewal at which a holder counts as dead.
@@ -129,13 +120,21 @@ type LockOptions struct {
 	Local *Local
 }
 
+// DefaultDuration is how long a lease stays valid without renewal.
+const DefaultDuration = 30 * time.Second
+
 // Acquire takes the Lease ns/name for holder. A holder that is provably
-// gone (same host, its process no longer exists) is taken over at once; any
-// other holder is watched, and taken over only once this machine has seen
-// the lease unchanged for longer than its duration plus a margin — judged on
-// the local clock, so clock skew never makes a live lock look dead. A live
-// holder makes Acquire fail with *LockedError.
+// gone (it ran on this host and boot, and its process no longer exists) is
+// taken over at once; any other holder is watched, and taken over only once
+// this machine has seen the lease unchanged for longer than its duration
+// plus a margin — judged on the local clock, so clock skew never makes a
+// live lock look dead. A live holder makes Acquire fail with *LockedError.
 func Acquire(ctx context.Context, cs kubernetes.Interface, ns, name string, holder Holder, o LockOptions) (*Lock, error) {
+	return AcquireIn(ctx, KubeStore(cs, ns, name), holder, o)
+}
+
+// AcquireIn is Acquire on the Lease s holds.
+func AcquireIn(ctx context.Context, s Store, holder Holder, o LockOptions) (*Lock, error) {
 	if o.Duration == 0 {
 		o.Duration = DefaultDuration
 	}
@@ -148,120 +147,88 @@ func Acquire(ctx context.Context, cs kubernetes.Interface, ns, name string, hold
 	if o.Local == nil {
 		o.Local = ThisMachine()
 	}
-	l := &Lock{cs: cs, ns: ns, name: name, holder: holder, duration: o.Duration,
-		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
-	leases := cs.CoordinationV1().Leases(ns)
-	for attempt := 0; attempt < 8; attempt++ {
-		now := metav1.NewMicroTime(time.Now())
-		cur, err := leases.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			created, err := leases.Create(ctx, l.leaseFor(nil, now, ""), metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				continue
+	ns, name := s.Key()
+	policy := Policy{Steal: o.Steal, Duration: o.Duration, Margin: o.Margin}
+	// The version of the Lease this machine has seen, since when by its
+	// own clock, and whether it has seen it change.
+	var (
+		seen     string
+		seenAt   time.Time
+		changed  bool
+		watching bool
+		lock     *Lock
+	)
+	err := kube.RetryOnConflict(ctx, func() error {
+		for {
+			cur, err := s.Get(ctx)
+			if apierrors.IsNotFound(err) {
+				cur, err = nil, nil
 			}
 			if err != nil {
-				return nil, fmt.Errorf("create lease %s/%s: %w", ns, name, err)
+				return fmt.Errorf("read lease %s/%s: %w", ns, name, err)
 			}
-			return l.start(created), nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read lease %s/%s: %w", ns, name, err)
-		}
-		takeover := ""
-		if held := heldBy(cur); held != "" && held != holder.Identity() {
-			prev := lockedError(cur)
-			switch {
-			case o.Steal:
-				takeover = "--steal-lock"
-				o.Notify(fmt.Sprintf("--steal-lock: taking lease %s from %s; if that run is still alive it stops acting "+
-					"at its next renewal (within %s)", prev.Lease, prev.who(), o.Duration/3))
-			case o.Local.Gone(prev.Holder):
-				takeover = fmt.Sprintf("its process (pid %d on %s) no longer exists", prev.Holder.PID, prev.Holder.Host)
-			case o.Local.Alive(prev.Holder):
-				return nil, prev
-			default:
-				// The holder fences itself by its own lease duration, so that
-				// is the one to wait out (plus the margin), not ours.
-				wait := o.Duration + o.Margin
-				if d := cur.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
-					theirs := time.Duration(*d) * time.Second
-					margin := time.Duration(float64(o.Margin) * float64(theirs) / float64(o.Duration))
-					wait = theirs + max(margin, time.Second)
+			now := time.Now()
+			var f Facts
+			if cur != nil {
+				if cur.ResourceVersion != seen {
+					changed = changed || seen != ""
+					seen, seenAt = cur.ResourceVersion, now
 				}
-				o.Notify(fmt.Sprintf("lease %s is held by %s; watching it for up to %s: a live run renews it, "+
-					"a dead one is taken over", prev.Lease, prev.who(), wait.Round(time.Second)))
-				renewed, err := watchForRenewal(ctx, cs, cur, wait)
+				f = o.Local.Facts(holderOf(cur))
+				f.Unchanged, f.Changed = now.Sub(seenAt), changed
+			}
+			d := Decide(RecordOf(cur), holder, f, policy)
+			switch d.Action {
+			case Create:
+				created, err := s.Create(ctx, HeldLease(ns, name, holder, o.Duration, now))
 				if err != nil {
-					return nil, err
+					return fmt.Errorf("create lease %s/%s: %w", ns, name, err)
 				}
-				if renewed {
-					if fresh, err := leases.Get(ctx, name, metav1.GetOptions{}); err == nil {
-						if heldBy(fresh) == "" {
-							continue // released meanwhile: take it
-						}
-						return nil, lockedError(fresh)
-					}
-					return nil, prev
+				lock = newLock(s, holder, o.Duration, created, "", now)
+				return nil
+			case Refuse:
+				return lockedError(cur)
+			case Watch:
+				if !watching {
+					watching = true
+					o.Notify(fmt.Sprintf("lease %s is held by %s; watching it for up to %s: a live run renews it, "+
+						"a dead one is taken over", ns+"/"+name, lockedError(cur).who(), d.Wait.Round(time.Second)))
 				}
-				takeover = fmt.Sprintf("not renewed for %s as seen from this machine", wait.Round(time.Second))
+				if err := s.WaitChange(ctx, cur, d.Wait-f.Unchanged); err != nil {
+					return err
+				}
+				continue // read it again: changed, or watched long enough
 			}
-			takeover = fmt.Sprintf("%s took over from %s at %s: %s", holder.Identity(), held,
-				now.UTC().Format(time.RFC3339), takeover)
+			note := ""
+			if d.Action == TakeOver {
+				if d.Reason == ReasonSteal {
+					o.Notify(fmt.Sprintf("--steal-lock: taking lease %s from %s; if that run is still alive it stops acting "+
+						"at its next renewal (within %s)", ns+"/"+name, lockedError(cur).who(), o.Duration/3))
+				}
+				note = fmt.Sprintf("%s took over from %s at %s: %s", holder.Identity(), heldBy(cur),
+					now.UTC().Format(time.RFC3339), d.Reason)
+			}
+			next := cur.DeepCopy()
+			hold(next, holder, o.Duration, now, note)
+			next.Spec.LeaseTransitions = ptr.To(ptr.Deref(cur.Spec.LeaseTransitions, 0) + 1)
+			updated, err := s.Update(ctx, next)
+			if err != nil {
+				return fmt.Errorf("take lease %s/%s: %w", ns, name, err)
+			}
+			if note != "" {
+				o.Notify("lock: " + note)
+			}
+			lock = newLock(s, holder, o.Duration, updated, note, now)
+			return nil
 		}
-		updated, err := leases.Update(ctx, l.leaseFor(cur, now, takeover), metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("take lease %s/%s: %w", ns, name, err)
-		}
-		if takeover != "" {
-			l.takeover = takeover
-			o.Notify("lock: " + takeover)
-		}
-		return l.start(updated), nil
-	}
-	return nil, fmt.Errorf("lease %s/%s keeps changing under us; is another run starting?", ns, name)
-}
-
-// DefaultDuration is how long a lease stays valid without renewal.
-const DefaultDuration = 30 * time.Second
-
-func (l *Lock) start(lease *coordv1.Lease) *Lock {
-	l.lease = lease
-	go l.renew()
-	return l
-}
-
-// TakeoverNote says whom this lock was taken over from, or "".
-func (l *Lock) TakeoverNote() string { return l.takeover }
-
-// watchForRenewal watches the lease from cur's version for up to d and
-// reports whether it changed (renewed, released, re-taken or deleted).
-func watchForRenewal(ctx context.Context, cs kubernetes.Interface, cur *coordv1.Lease, d time.Duration) (bool, error) {
-	wctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	leases := cs.CoordinationV1().Leases(cur.Namespace)
-	sel := fields.OneTermEqualSelector("metadata.name", cur.Name).String()
-	lw := &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return leases.Watch(ctx, o)
-		},
-	}
-	_, err := watchtools.Until(wctx, cur.ResourceVersion, lw, func(e watch.Event) (bool, error) {
-		return e.Type == watch.Modified || e.Type == watch.Deleted, nil
 	})
-	switch {
-	case err == nil:
-		return true, nil
-	case ctx.Err() != nil:
-		return false, context.Cause(ctx)
-	case wctx.Err() != nil || errors.Is(err, watchtools.ErrWatchClosed):
-		return false, nil
-	default:
-		return false, fmt.Errorf("watch lease %s/%s: %w", cur.Namespace, cur.Name, err)
+	if kube.IsWriteConflict(err) {
+		return nil, fmt.Errorf("lease %s/%s keeps changing under us; is another run starting? %w", ns, name, err)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return lock, nil
 }
 
 // Peek reports the current holder of the lease without taking it, or nil
@@ -287,12 +254,16 @@ func heldBy(l *coordv1.Lease) string {
 	return *l.Spec.HolderIdentity
 }
 
-func lockedError(l *coordv1.Lease) *LockedError {
-	e := &LockedError{Lease: l.Namespace + "/" + l.Name}
+// holderOf reads the holder annotations of l.
+func holderOf(l *coordv1.Lease) Holder {
 	a := l.Annotations
 	pid, _ := strconv.Atoi(a[annHolderPID])
-	e.Holder = Holder{User: a[annHolderUser], Host: a[annHolderHost], PID: pid, RunID: a[annHolderRun], Command: a[annHolderCommand],
-		BootID: a[annHolderBoot], Start: a[annHolderStart]}
+	return Holder{User: a[annHolderUser], Host: a[annHolderHost], PID: pid, RunID: a[annHolderRun], Command: a[annHolderCommand],
+		MachineID: a[annHolderMachine], BootID: a[annHolderBoot], PIDNamespace: a[annHolderPIDNS], Start: a[annHolderStart]}
+}
+
+func lockedError(l *coordv1.Lease) *LockedError {
+	e := &LockedError{Lease: l.Namespace + "/" + l.Name, Holder: holderOf(l)}
 	if l.Spec.AcquireTime != nil {
 		e.Since = l.Spec.AcquireTime.Time
 	}
@@ -302,142 +273,37 @@ func lockedError(l *coordv1.Lease) *LockedError {
 	return e
 }
 
-func (l *Lock) leaseFor(cur *coordv1.Lease, now metav1.MicroTime, takeover string) *coordv1.Lease {
-	out := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.name, Namespace: l.ns}}
-	if cur != nil {
-		out = cur.DeepCopy()
+// HeldLease is a new Lease ns/name as h holds it, acquired and renewed at
+// at for d. Tests use it to leave a Lease behind as a holder would.
+func HeldLease(ns, name string, h Holder, d time.Duration, at time.Time) *coordv1.Lease {
+	l := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	hold(l, h, d, at, "")
+	return l
+}
+
+// hold makes l held by h from at, for d; takeover, when set, is recorded.
+func hold(l *coordv1.Lease, h Holder, d time.Duration, at time.Time, takeover string) {
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
 	}
-	if out.Annotations == nil {
-		out.Annotations = map[string]string{}
-	}
-	out.Annotations[annHolderUser] = l.holder.User
-	out.Annotations[annHolderHost] = l.holder.Host
-	out.Annotations[annHolderPID] = strconv.Itoa(l.holder.PID)
-	out.Annotations[annHolderRun] = l.holder.RunID
-	out.Annotations[annHolderCommand] = truncate(l.holder.Command, 512)
-	out.Annotations[annHolderBoot] = l.holder.BootID
-	out.Annotations[annHolderStart] = l.holder.Start
+	a := l.Annotations
+	a[annHolderUser] = h.User
+	a[annHolderHost] = h.Host
+	a[annHolderPID] = strconv.Itoa(h.PID)
+	a[annHolderRun] = h.RunID
+	a[annHolderCommand] = truncate(h.Command, 512)
+	a[annHolderMachine] = h.MachineID
+	a[annHolderBoot] = h.BootID
+	a[annHolderPIDNS] = h.PIDNamespace
+	a[annHolderStart] = h.Start
 	if takeover != "" {
-		out.Annotations[AnnTakeover] = truncate(takeover, 512)
+		a[AnnTakeover] = truncate(takeover, 512)
 	}
-	out.Spec.HolderIdentity = ptr.To(l.holder.Identity())
-	out.Spec.LeaseDurationSeconds = ptr.To(int32(l.duration / time.Second))
-	out.Spec.AcquireTime = &now
-	out.Spec.RenewTime = &now
-	if cur != nil {
-		out.Spec.LeaseTransitions = ptr.To(ptr.Deref(cur.Spec.LeaseTransitions, 0) + 1)
-	}
-	return out
-}
-
-// renew keeps the lease fresh. Losing it (someone took it over, or no
-// renewal succeeded for 2/3 of the lease duration) closes Lost: the holder
-// fences itself before anyone else may judge the lease abandoned.
-func (l *Lock) renew() {
-	defer close(l.done)
-	tick := time.NewTicker(l.duration / 6)
-	defer tick.Stop()
-	lastOK := time.Now()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-tick.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.duration/6)
-		err := l.renewOnce(ctx)
-		cancel()
-		switch {
-		case err == nil:
-			lastOK = time.Now()
-		case apierrors.IsConflict(err) || time.Since(lastOK) >= 2*l.duration/3:
-			l.mu.Lock()
-			l.err = fmt.Errorf("lost lease %s/%s: %w", l.ns, l.name, err)
-			l.mu.Unlock()
-			close(l.lost)
-			return
-		}
-	}
-}
-
-func (l *Lock) renewOnce(ctx context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	leases := l.cs.CoordinationV1().Leases(l.ns)
-	cur := l.lease.DeepCopy()
-	for attempt := 0; ; attempt++ {
-		if heldBy(cur) != l.holder.Identity() {
-			return apierrors.NewConflict(coordv1.Resource("leases"), l.name, fmt.Errorf("held by %s", heldBy(cur)))
-		}
-		now := metav1.NewMicroTime(time.Now())
-		cur.Spec.RenewTime = &now
-		updated, err := leases.Update(ctx, cur, metav1.UpdateOptions{})
-		if err == nil {
-			l.lease = updated
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt > 2 {
-			return err
-		}
-		// Someone else wrote the lease (e.g. `pause` set an annotation):
-		// still ours as long as the holder is.
-		if cur, err = leases.Get(ctx, l.name, metav1.GetOptions{}); err != nil {
-			return err
-		}
-	}
-}
-
-// Lost is closed when the lock was lost; the run must stop acting.
-func (l *Lock) Lost() <-chan struct{} { return l.lost }
-
-// Err says why the lock was lost.
-func (l *Lock) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
-
-// Release stops renewing and frees the lease for the next run.
-func (l *Lock) Release(ctx context.Context) error {
-	close(l.stop)
-	<-l.done
-	select {
-	case <-l.lost:
-		return nil
-	default:
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	leases := l.cs.CoordinationV1().Leases(l.ns)
-	cur := l.lease.DeepCopy()
-	for attempt := 0; ; attempt++ {
-		if heldBy(cur) != l.holder.Identity() {
-			return nil // someone else has it now
-		}
-		cur.Spec.HolderIdentity = nil
-		cur.Spec.RenewTime = nil
-		_, err := leases.Update(ctx, cur, metav1.UpdateOptions{})
-		if !apierrors.IsConflict(err) || attempt > 2 {
-			return err
-		}
-		// Written meanwhile (a pause, say): release the fresh copy if still ours.
-		if cur, err = leases.Get(ctx, l.name, metav1.GetOptions{}); err != nil {
-			return err
-		}
-	}
-}
-
-// WithLock returns a context cancelled (with the reason) when the lock is lost.
-func (l *Lock) WithLock(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		select {
-		case <-l.lost:
-			cancel(l.Err())
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, func() { cancel(nil) }
+	now := metav1.NewMicroTime(at)
+	l.Spec.HolderIdentity = ptr.To(h.Identity())
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(d / time.Second))
+	l.Spec.AcquireTime = &now
+	l.Spec.RenewTime = &now
 }
 
 func truncate(s string, n int) string {
@@ -445,46 +311,4 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
-}
-
-// Annotation reads an annotation of the held Lease. Runs keep small,
-// roll-wide records there (e.g. when a forced re-flash campaign started).
-func (l *Lock) Annotation(key string) (string, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	v, ok := l.lease.Annotations[key]
-	return v, ok
-}
-
-// SetAnnotation writes (nil: removes) an annotation of the held Lease. It
-// goes through the lock so renewals never see a conflict of our own making.
-func (l *Lock) SetAnnotation(ctx context.Context, key string, value *string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	leases := l.cs.CoordinationV1().Leases(l.ns)
-	cur := l.lease.DeepCopy()
-	for attempt := 0; ; attempt++ {
-		if cur.Annotations == nil {
-			cur.Annotations = map[string]string{}
-		}
-		if value == nil {
-			delete(cur.Annotations, key)
-		} else {
-			cur.Annotations[key] = *value
-		}
-		updated, err := leases.Update(ctx, cur, metav1.UpdateOptions{})
-		if err == nil {
-			l.lease = updated
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt > 2 {
-			return fmt.Errorf("annotate lease %s/%s: %w", l.ns, l.name, err)
-		}
-		if cur, err = leases.Get(ctx, l.name, metav1.GetOptions{}); err != nil {
-			return err
-		}
-		if heldBy(cur) != l.holder.Identity() {
-			return fmt.Errorf("annotate lease %s/%s: it is held by %s now", l.ns, l.name, heldBy(cur))
-		}
-	}
 }

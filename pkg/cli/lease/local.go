@@ -1,54 +1,89 @@
 package lease
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"strings"
 )
 
-// Local answers, for a holder recorded on a Lease, whether its process is
-// provably alive or provably gone — possible only on the host it ran on.
+// Local is what this machine can find out by itself about a holder
+// recorded on a Lease: which host and boot it is, and what runs under a
+// pid here. Only a holder that ran on this very host and boot can be
+// judged from it; any other is judged by the Lease's expiry.
 type Local struct {
-	Host   string
-	BootID string
-	// Start returns a process's start time as recorded in Holder.Start, or
-	// "" when no such process exists. nil where processes cannot be
-	// inspected: holders are then judged by lease expiry alone.
-	Start func(pid int) string
+	// MachineID and BootID identify this host and its current boot
+	// (digests of /etc/machine-id and the kernel's boot ID, "" where the
+	// system has none). A hostname identifies nothing: two machines may
+	// share one.
+	MachineID, BootID string
+	// PIDNamespace is the pid namespace this process sees pids in (two
+	// containers of one image on one host share machine and boot IDs,
+	// not pids); "" where there is none.
+	PIDNamespace string
+	// Inspect tells what runs under a pid on this host. nil where
+	// processes cannot be inspected.
+	Inspect func(pid int) Process
+}
+
+// Process is what this host can tell of the process that has a pid now.
+type Process struct {
+	// Known is false when the host cannot tell (e.g. /proc mounted with
+	// hidepid hides another user's process that kill(2) says exists).
+	Known bool
+	// Exists: some process has the pid now.
+	Exists bool
+	// Start identifies that process beyond its pid (Holder.Start), so a
+	// pid reused by another process is told apart; "" when unreadable.
+	Start string
 }
 
 // ThisMachine describes the machine this process runs on.
 func ThisMachine() *Local {
-	host, _ := os.Hostname()
-	m := &Local{Host: host, BootID: bootID()}
+	m := &Local{MachineID: machineID(), BootID: bootID(), PIDNamespace: pidNamespace()}
 	if processesInspectable {
-		m.Start = processStart
+		m.Inspect = inspect
 	}
 	return m
 }
 
-func (m *Local) sameMachine(h Holder) bool {
-	return h.Host != "" && h.Host == m.Host && (h.BootID == "" || m.BootID == "" || h.BootID == m.BootID)
+// Facts are what this machine knows about holder h right now; the caller
+// adds how long it has watched the Lease (Facts.Unchanged, Facts.Changed).
+func (m *Local) Facts(h Holder) Facts {
+	f := Facts{MachineID: m.MachineID, BootID: m.BootID, PIDNamespace: m.PIDNamespace}
+	if m.Inspect != nil && h.PID > 0 {
+		f.Process = m.Inspect(h.PID)
+	}
+	return f
 }
 
-// Gone reports that the holder ran on this host and its process no longer exists (or
-// the pid now belongs to another process, or the host rebooted since).
-func (m *Local) Gone(h Holder) bool {
-	if m.Start == nil || h.Host == "" || h.Host != m.Host {
-		return false
+// appID keys the digests of this host's identifiers: the Lease, which
+// anyone who may read it sees, carries no raw machine ID (machine-id(5)
+// asks applications not to expose it) and no value another application
+// could correlate with its own.
+const appID = "rollbook.dev/lease-holder"
+
+func digest(id string) string {
+	if id == "" {
+		return ""
 	}
-	if h.BootID != "" && m.BootID != "" && h.BootID != m.BootID {
-		return true
-	}
-	if h.PID <= 0 {
-		return false
-	}
-	start := m.Start(h.PID)
-	return start == "" || (h.Start != "" && start != h.Start)
+	mac := hmac.New(sha256.New, []byte(id))
+	mac.Write([]byte(appID))
+	return hex.EncodeToString(mac.Sum(nil)[:16])
 }
 
-// Alive reports that the holder's very process still runs on this host.
-func (m *Local) Alive(h Holder) bool {
-	return m.Start != nil && m.sameMachine(h) && h.PID > 0 && h.Start != "" && m.Start(h.PID) == h.Start
+// machineID identifies this host across reboots (systemd's machine-id,
+// also written by dbus); "" where there is none.
+func machineID() string {
+	for _, p := range []string{"/etc/machine-id", "/var/lib/dbus/machine-id"} {
+		if b, err := os.ReadFile(p); err == nil {
+			if id := strings.TrimSpace(string(b)); id != "" && id != "uninitialized" {
+				return digest(id)
+			}
+		}
+	}
+	return ""
 }
 
 // bootID identifies this boot of the host (Linux); "" elsewhere.
@@ -57,5 +92,15 @@ func bootID() string {
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(b))
+	return digest(strings.TrimSpace(string(b)))
+}
+
+// pidNamespace names this process's pid namespace ("pid:[4026531836]",
+// unique on a host while it exists); "" where there is none.
+func pidNamespace() string {
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return ""
+	}
+	return ns
 }

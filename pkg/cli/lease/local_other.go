@@ -6,4 +6,4 @@ package lease
 // waits for the lease to expire on this machine's clock.
 const processesInspectable = false
 
-func processStart(int) string { return "" }
+func inspect(int) Process { return Process{} }
