@@ -183,7 +183,7 @@ wait until their Deployments' replacements are Ready and registered as fresh ACT
 The node's version label never changes, so the replacements may land on the node itself. Workers
 of the node that are not draining, and actors merely paused on the node, are left alone.`,
 		Observe: func(ctx context.Context, t runbook.Target) (recoverFacts, error) {
-			return observe(ctx, strings.TrimPrefix(t.Name(), "node/"))
+			return observe(ctx, t.Ref().Name)
 		},
 		Notes: func(f recoverFacts) []string {
 			if s := f.stale(); len(s) > 0 {

@@ -346,8 +346,8 @@ func (s *Session) markLeftCordoned(r runbook.Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, t := range r.Targets {
-		node, ok := strings.CutPrefix(t.Target, "node/")
-		if !ok || t.Outcome == runbook.OutcomeDone || t.Outcome == runbook.OutcomePlanned {
+		node := t.Ref.Name
+		if t.Ref.Kind != "Node" || t.Outcome == runbook.OutcomeDone || t.Outcome == runbook.OutcomePlanned {
 			continue
 		}
 		why := fmt.Sprintf("run %s stopped (%s) at step %s", r.RunID, t.Outcome, t.State)

@@ -3,6 +3,8 @@ package runbook
 import (
 	"errors"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // StepStatus is where a step stands in a run.
@@ -58,12 +60,14 @@ type StepResult struct {
 
 // TargetResult is one target of a run.
 type TargetResult struct {
-	Target  string       `json:"target"`
-	Outcome Outcome      `json:"outcome"`
-	State   string       `json:"state"` // the first step not done, or "done"
-	Steps   []StepResult `json:"steps"`
-	Notes   []string     `json:"notes,omitempty"`
-	Error   string       `json:"error,omitempty"`
+	Target string `json:"target"`
+	// Ref is the object the target is (a node), or where its events go.
+	Ref     corev1.ObjectReference `json:"ref"`
+	Outcome Outcome                `json:"outcome"`
+	State   string                 `json:"state"` // the first step not done, or "done"
+	Steps   []StepResult           `json:"steps"`
+	Notes   []string               `json:"notes,omitempty"`
+	Error   string                 `json:"error,omitempty"`
 	// holdsSlot: the target stopped while out of service, so it keeps its
 	// place in the parallel limit (Runbook.OutOfService).
 	holdsSlot bool

@@ -80,7 +80,7 @@ func (o *Options) defaults() {
 func Run[F any](ctx context.Context, rb *Runbook[F], targets []Target, o Options) Result {
 	res := RunSource(ctx, rb, slices.Values(targets), o)
 	for _, t := range targets[len(res.Targets):] {
-		r := TargetResult{Target: t.Name(), Outcome: OutcomeSkipped, State: "not started", Error: res.Stopped}
+		r := TargetResult{Target: t.Name(), Ref: t.Ref(), Outcome: OutcomeSkipped, State: "not started", Error: res.Stopped}
 		if res.stoppedBy == OutcomePaused {
 			r.Outcome = OutcomePaused
 		}
@@ -112,7 +112,7 @@ func RunSource[F any](ctx context.Context, rb *Runbook[F], src iter.Seq[Target],
 		if !ok {
 			break
 		}
-		r := &TargetResult{Target: t.Name()}
+		r := &TargetResult{Target: t.Name(), Ref: t.Ref()}
 		results = append(results, r)
 		if why, by := s.gate(ctx); by != "" {
 			r.Outcome, r.State, r.Error = by, "not started", why

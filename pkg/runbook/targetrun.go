@@ -33,7 +33,7 @@ type targetRun[F any] struct {
 
 func runTargetOnce[F any](ctx context.Context, rb *Runbook[F], t Target, o Options, excl *exclusion) TargetResult {
 	r := &targetRun[F]{rb: rb, t: t, o: o, excl: excl, held: -1,
-		tr: TargetResult{Target: t.Name(), Outcome: OutcomeDone, State: "done"}}
+		tr: TargetResult{Target: t.Name(), Ref: t.Ref(), Outcome: OutcomeDone, State: "done"}}
 	defer r.release()
 	return r.run(ctx)
 }

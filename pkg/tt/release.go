@@ -74,7 +74,7 @@ func ReleaseRunbook(cs kubernetes.Interface, rec kube.Recorder) *runbook.Runbook
 			"reopen the deploy gates it closed, lift its cordon, remove its bookkeeping. A cordon or a label " +
 			"rollbook did not set is never touched.",
 		Observe: func(ctx context.Context, t runbook.Target) (ReleaseFacts, error) {
-			n, err := cs.CoreV1().Nodes().Get(ctx, strings.TrimPrefix(t.Name(), "node/"), metav1.GetOptions{})
+			n, err := cs.CoreV1().Nodes().Get(ctx, t.Ref().Name, metav1.GetOptions{})
 			if err != nil {
 				return ReleaseFacts{}, err
 			}

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/chaostest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 

@@ -25,12 +25,13 @@ type cloneOptions struct {
 	run    cli.RunFlags
 	images []string
 	refs   ate.Images
+	// badImages is why --image did not parse (Complete), reported by Validate.
+	badImages error
 }
 
-func (o *cloneOptions) Complete() error {
-	var err error
-	o.refs, err = ate.ParseImages(o.images)
-	return err
+// Complete parses the images; Validate reports what did not parse.
+func (o *cloneOptions) Complete() {
+	o.refs, o.badImages = ate.ParseImages(o.images)
 }
 
 func (o *cloneOptions) Validate() error {
@@ -39,6 +40,9 @@ func (o *cloneOptions) Validate() error {
 	}
 	if len(o.images) == 0 {
 		return cli.UsageErrorf("--image is required: the new worker image per sandbox class, CLASS=REF@sha256:… (repeatable)")
+	}
+	if o.badImages != nil {
+		return cli.UsageErrorf("%v", o.badImages)
 	}
 	return nil
 }
@@ -70,11 +74,9 @@ serving pools use; a bare REF@sha256:… is accepted only when every serving poo
   kubectl ate roll clone-pools --image registry.example/ateom-gvisor:v2@sha256:<digest>   # one class only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Complete()
 			if err := o.Validate(); err != nil {
 				return err
-			}
-			if err := o.Complete(); err != nil {
-				return cli.UsageErrorf("%v", err)
 			}
 			return o.Run(cmd.Context(), g)
 		},

@@ -209,7 +209,7 @@ func validateUpgrade(run cli.RunFlags, soak cli.SoakFlags, cfg interface{ Valida
 func nodeNames(targets []runbook.Target) []string {
 	names := make([]string, 0, len(targets))
 	for _, t := range targets {
-		names = append(names, strings.TrimPrefix(t.Name(), "node/"))
+		names = append(names, t.Ref().Name)
 	}
 	return names
 }

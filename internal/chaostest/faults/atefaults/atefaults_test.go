@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/chaostest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
 )
 
 // Rate is the fraction of API requests that get a fault.

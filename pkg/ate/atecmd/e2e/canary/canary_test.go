@@ -17,9 +17,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
-	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
 )
 
 func TestMain(m *testing.M) {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
-	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
 )
 
 func TestMain(m *testing.M) {

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/rollbook/rollbook/internal/apicount"
+	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
 )
 
 func nodes() int {

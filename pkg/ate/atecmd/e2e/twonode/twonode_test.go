@@ -13,9 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
-	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 )
 

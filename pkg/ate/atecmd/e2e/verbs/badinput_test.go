@@ -10,9 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
-	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 

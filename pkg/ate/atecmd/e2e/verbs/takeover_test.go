@@ -9,9 +9,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
-	"github.com/rollbook/rollbook/pkg/ate/atecmd/atetest"
 )
 
 // `kubectl ate roll next-node --all --wait` killed with SIGKILL right after
