@@ -30,7 +30,7 @@ func (m NodeMove) Next() string {
 
 // String says, for a person, what is half-way.
 func (m NodeMove) String() string {
-	return fmt.Sprintf("node %s is half-way from %s to %s at step %s", m.Node, m.From, m.To, m.Position)
+	return fmt.Sprintf("node %s is half-moved (%s → %s, at step %s)", m.Node, m.From, m.To, m.Position)
 }
 
 // Locator says where each node stands in the node runbook, both ways, from
