@@ -143,7 +143,12 @@ func TestNextNodeResumesHalfMovedNodeFirst(t *testing.T) {
 		{Name: "w-elsewhere", Namespace: "other", Pool: "p", Node: "n0", State: ateapi.WorkerDraining},
 		{Name: "w", Namespace: "ns", Pool: "p", Node: "n1", State: ateapi.WorkerDraining},
 	}}
-	if got := next(nil, inv); got != "n1" {
+	livePod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-w", UID: "w", Labels: map[string]string{PoolLabel: "p"}},
+		Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	if got := next(nil, inv); got != "n0" {
+		t.Fatalf("a worker DRAINING after its pod was deleted (the eviction window) does not make its node half-moved: %s", got)
+	}
+	if got := next([]corev1.Pod{livePod}, inv); got != "n1" {
 		t.Fatalf("a node whose serving workers drain must come first, not one with an unrelated draining worker (or a same-named pool "+
 			"elsewhere): %s", got)
 	}

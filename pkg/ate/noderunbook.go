@@ -401,13 +401,21 @@ func capacityGuard() runbook.Guard[nodeFacts] {
 	}
 }
 
-// drainingFrom: a worker of the pools the node leaves is DRAINING there.
-// Only those pools' workers: one of a deleted or unrelated pool may be
-// draining for reasons of its own.
+// drainingFrom: a worker of the pools the node leaves is DRAINING there,
+// and its pod is still on the node. Only those pools' workers (one of a
+// deleted or unrelated pool may be draining for reasons of its own), and
+// only live pods': a deleted pod's worker stays DRAINING through the
+// eviction window, after its node moved (and maybe moved back).
 func (f nodeFacts) drainingFrom() bool {
+	live := map[string]bool{}
+	for _, p := range f.podsOf(f.cfg.FromPools) {
+		if p.DeletionTimestamp == nil {
+			live[string(p.UID)] = true
+		}
+	}
 	from := poolSet(f.cfg.FromPools)
 	for _, w := range f.workers() {
-		if w.State == ateapi.WorkerDraining && from[w.PoolKey()] {
+		if w.State == ateapi.WorkerDraining && from[w.PoolKey()] && live[w.Name] {
 			return true
 		}
 	}

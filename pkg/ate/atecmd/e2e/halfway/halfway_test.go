@@ -1,0 +1,104 @@
+// Package halfway leaves nodes where an interrupted run leaves them — the
+// move recorded on the node and nothing else done yet, one way and then the
+// other — and checks that `kubectl ate status` and the command that acts
+// next agree on the node: status names it, its way and the command that
+// finishes it; that command takes it, and nothing else is touched first.
+package halfway
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rollbook/rollbook/internal/atetest"
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/kube"
+)
+
+func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "ate-fleet"}) }
+
+// markMoving writes what the node runbook's first step writes before
+// anything on the node changes: a run killed right after it leaves exactly
+// this.
+func markMoving(t *testing.T, ctx context.Context, node, to string) {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		ate.AnnMovingTo: to, ate.AnnResidents: ""}}})
+	if _, err := simtest.Get(t).Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inProgress is the one node status shows half-way.
+func inProgress(t *testing.T, ctx context.Context) (ate.Status, ate.NodeProgress) {
+	t.Helper()
+	s := atetest.Status(t, ctx)
+	if len(s.Nodes) != 1 {
+		t.Fatalf("status shows %d node(s) in progress, want 1: %+v", len(s.Nodes), s.Nodes)
+	}
+	return s, s.Nodes[0]
+}
+
+func TestStatusAndTheNextCommandAgreeOnTheHalfwayNode(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 8*time.Minute)
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+
+	// A roll killed between recording kwok-node-1's move and its first
+	// DrainWorker. It is not the first node by name: a pick that ignored
+	// the mark would take kwok-node-0.
+	markMoving(t, ctx, "kwok-node-1", atetest.NewV)
+	s, n := inProgress(t, ctx)
+	if n.Node != "kwok-node-1" || n.Direction != "roll" || !strings.Contains(n.Step, "ate.node.drain") ||
+		n.Next != "kubectl ate roll next-node" || s.Phase != ate.PhaseRolling {
+		t.Fatalf("status after a roll killed after its mark: phase %s, %+v", s.Phase, n)
+	}
+	if out := atetest.MustRun(t, ctx, "roll", "next-node", "--dry-run"); !strings.Contains(out, "node kwok-node-1:") {
+		t.Fatalf("the dry run does not plan kwok-node-1, the node status shows half-way")
+	}
+	atetest.MustRun(t, ctx, "roll", "next-node", "--wait")
+	labels := atetest.NodeLabels(t, ctx)
+	if labels["kwok-node-1"] != atetest.NewV || labels["kwok-node-0"] != atetest.OldV || labels["kwok-node-2"] != atetest.OldV {
+		t.Fatalf("after next-node: %v; want only kwok-node-1 moved", labels)
+	}
+	if s := atetest.Status(t, ctx); len(s.Nodes) != 0 {
+		t.Fatalf("a moved node is still shown in progress: %+v", s.Nodes)
+	}
+
+	// A rollback killed right after recording kwok-node-1's move back.
+	markMoving(t, ctx, "kwok-node-1", atetest.OldV)
+	s, n = inProgress(t, ctx)
+	if n.Node != "kwok-node-1" || n.Direction != "rollback" || n.Next != "kubectl ate rollback next-node" ||
+		s.Phase != ate.PhaseRollingBack || !strings.Contains(s.Next, "rollback next-node") {
+		t.Fatalf("status after a rollback killed after its mark: phase %s, next %q, %+v", s.Phase, s.Next, n)
+	}
+	// The roll may not take another node out of service meanwhile.
+	atetest.ExpectRefused(t, ctx, "kubectl ate rollback next-node", "roll", "next-node")
+	node0, err := c.Client.CoreV1().Nodes().Get(ctx, "kwok-node-0", metav1.GetOptions{})
+	if err != nil || node0.Spec.Unschedulable || node0.Annotations[ate.AnnMovingTo] != "" {
+		t.Fatalf("the refused roll touched kwok-node-0: %v %+v", err, node0)
+	}
+	atetest.MustRun(t, ctx, "rollback", "next-node", "--wait")
+	labels = atetest.NodeLabels(t, ctx)
+	for node, v := range labels {
+		if v != atetest.OldV {
+			t.Fatalf("after rollback next-node: %v; want every node at %s", labels, atetest.OldV)
+		}
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil || kube.CordonStateOf(n).Cordoned || n.Annotations[ate.AnnMovingTo] != "" {
+			t.Fatalf("%s left cordoned or marked: %v %v", node, err, n.Annotations)
+		}
+	}
+	if s := atetest.Status(t, ctx); len(s.Nodes) != 0 || s.Phase != ate.PhaseCloned {
+		t.Fatalf("after the rollback of the node: phase %s, in progress %+v", s.Phase, s.Nodes)
+	}
+	atetest.NoActorLost(t, ctx)
+}
