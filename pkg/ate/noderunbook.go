@@ -482,7 +482,16 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 				},
 				Guards: []runbook.Guard[nodeFacts]{capacityGuard()},
 				Plan:   func(f nodeFacts) []runbook.Change { return f.recordChange() },
-				Act:    func(ctx context.Context, f nodeFacts) error { return record(ctx, cs, f) },
+				Act: func(ctx context.Context, f nodeFacts) error {
+					if err := record(ctx, cs, f); err != nil {
+						return err
+					}
+					// Only the node changed, and its write's response is the
+					// node: the facts stand as the step's result (no re-read
+					// of the pods and the inventory a moment later).
+					o.keep(f)
+					return nil
+				},
 			},
 			{
 				ID: "ate.node.drain", Title: "Drain the node's workers",
