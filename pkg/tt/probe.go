@@ -104,6 +104,11 @@ const probeBudget = 5 * time.Minute
 // and records what it measured; blockers decides what stops the node.
 func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string) runbook.Step[Facts] {
 	name := func(node string) string { return probeHelperName(node, b.run) }
+	spec := func(node string) kube.HelperSpec {
+		s := helperSpec(b.helper, "probe", node, b.run, cmd, false, b.run)
+		s.Deadline = probeBudget
+		return s
+	}
 	return runbook.Step[Facts]{
 		ID: id, Title: "Probe the node",
 		Reads: readNode | readPods,
@@ -139,11 +144,11 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 				Detail: strings.Join(cmd[1:], " ")}}
 		},
 		Act: func(ctx context.Context, f Facts) error {
-			if f.Probe.finished() {
-				if f.Probe.ok() {
-					return b.recordProbe(ctx, f.Node, f.Probe)
+			if probe := trusted(f.Probe, spec(f.Node.Name)); probe.finished() {
+				if probe.ok() {
+					return b.recordProbe(ctx, f.Node, probe)
 				}
-				if err := deleteHelper(ctx, b.cs, b.rec, f.Probe.Pod); err != nil {
+				if err := deleteHelper(ctx, b.cs, b.rec, probe.Pod); err != nil {
 					return err
 				}
 			}
@@ -151,9 +156,7 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 			if err := b.removeOtherRunsProbes(ctx, f); err != nil {
 				return err
 			}
-			spec := helperSpec(b.helper, "probe", f.Node.Name, b.run, cmd, false, b.run)
-			spec.Deadline = probeBudget
-			if _, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec); err != nil {
+			if _, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec(f.Node.Name)); err != nil {
 				if ctx.Err() != nil {
 					return err
 				}
@@ -166,7 +169,7 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 			ctx, cancel := context.WithTimeoutCause(ctx, probeBudget,
 				fmt.Errorf("the probe on %s did not finish within %s", f.Node.Name, probeBudget))
 			defer cancel()
-			replaced := f.Probe // a failed probe was replaced; a finished good one was not
+			replaced := trusted(f.Probe, spec(f.Node.Name)) // a failed probe was replaced; a finished good one was not
 			if replaced.ok() {
 				replaced = helperFacts{}
 			}
@@ -177,7 +180,7 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 				}
 				return runbook.Blocked(fmt.Errorf("probe on %s: %w; the node was not cordoned", f.Node.Name, err))
 			}
-			if !h.ok() {
+			if h = trusted(h, spec(f.Node.Name)); !h.ok() {
 				return runbook.Blocked(fmt.Errorf("probe on %s failed: %s; the node was not cordoned", f.Node.Name, helperError(h)))
 			}
 			return b.recordProbe(ctx, f.Node, h)
