@@ -348,6 +348,12 @@ func trusted(h helperFacts, s kube.HelperSpec) helperFacts {
 		"(annotation %s); its result is ignored and the pod is replaced", h.Pod.Namespace, h.Pod.Name, kube.AnnSpecHash)}
 }
 
+// HelperSpecFor is the helper pod the runbooks create for task (probe,
+// kmd, smi, flash) on node, for tests and docs that must see its exact shape.
+func HelperSpecFor(h HelperConfig, task, node, key string, cmd []string) kube.HelperSpec {
+	return helperSpec(h, task, node, key, cmd, false, "")
+}
+
 func helperSpec(h HelperConfig, task, node, key string, cmd []string, hostPID bool, run string) kube.HelperSpec {
 	s := kube.HelperSpec{
 		Task: task, Node: node, Key: key, Namespace: h.Namespace, Image: h.Image, Command: cmd,
