@@ -104,11 +104,7 @@ const probeBudget = 5 * time.Minute
 // and records what it measured; blockers decides what stops the node.
 func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string) runbook.Step[Facts] {
 	name := func(node string) string { return probeHelperName(node, b.run) }
-	spec := func(node string) kube.HelperSpec {
-		s := helperSpec(b.helper, "probe", node, b.run, cmd, false, b.run)
-		s.Deadline = probeBudget
-		return s
-	}
+	spec := func(node string) kube.HelperSpec { return probeSpec(b.helper, node, b.run, cmd) }
 	return runbook.Step[Facts]{
 		ID: id, Title: "Probe the node",
 		Reads: readNode | readPods,
@@ -205,6 +201,13 @@ func (b *builder) recordProbe(ctx context.Context, n *corev1.Node, h helperFacts
 }
 
 func probeHelperName(node, run string) string { return kube.HelperName("probe", node, run) }
+
+// probeSpec is the probe helper a run creates on node.
+func probeSpec(h HelperConfig, node, run string, cmd []string) kube.HelperSpec {
+	s := helperSpec(h, "probe", node, run, cmd, false, run)
+	s.Deadline = probeBudget
+	return s
+}
 
 func describeProbe(r *ProbeRecord) string {
 	return fmt.Sprintf("kernel %s, kmd %s, %d holder(s)", r.Kernel, orUnknown(r.KMD), len(r.Holders))
