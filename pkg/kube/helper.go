@@ -162,11 +162,23 @@ func labelSafe(v string) string {
 	return v
 }
 
+// ForeignHelperError is a pod that has a helper's name but not the spec
+// this run would create, and has not finished: it may be another release's
+// helper half-way through a flash, so it is neither adopted nor stopped.
+type ForeignHelperError struct{ Pod *corev1.Pod }
+
+func (e *ForeignHelperError) Error() string {
+	return fmt.Sprintf("pod %s/%s has the helper's name but not the spec this run creates (%s %s, want another), and is %s: "+
+		"it is not adopted; wait until it ends (or delete it if it is not rollbook's) and re-run the same command",
+		e.Pod.Namespace, e.Pod.Name, AnnSpecHash, SpecHash(e.Pod), e.Pod.Status.Phase)
+}
+
 // EnsureHelper creates the helper pod, or returns the one an earlier run
 // created with the same name when its spec is the one this run would
-// create (HelperMatches); a pod with the name but another spec (image,
-// command, mounts, privileges) is deleted and replaced, never trusted.
-// created says whether the returned pod is new.
+// create (HelperMatches). A finished pod with the name but another spec
+// (image, command, mounts, privileges) is deleted and replaced, never
+// trusted; an unfinished one is a *ForeignHelperError. created says
+// whether the returned pod is new.
 func EnsureHelper(ctx context.Context, cs kubernetes.Interface, rec Recorder, s HelperSpec) (pod *corev1.Pod, created bool, err error) {
 	want := s.Pod()
 	pod, err = cs.CoreV1().Pods(s.Namespace).Create(ctx, want, metav1.CreateOptions{})
@@ -174,6 +186,9 @@ func EnsureHelper(ctx context.Context, cs kubernetes.Interface, rec Recorder, s 
 		pod, err = cs.CoreV1().Pods(s.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
 		if err != nil || HelperMatches(pod, s) {
 			return pod, false, err
+		}
+		if !PodTerminal(pod) && pod.DeletionTimestamp == nil {
+			return nil, false, &ForeignHelperError{Pod: pod}
 		}
 		if err := replaceForeign(ctx, cs, rec, pod, want); err != nil {
 			return nil, false, err
@@ -196,8 +211,8 @@ func EnsureHelper(ctx context.Context, cs kubernetes.Interface, rec Recorder, s 
 	return pod, true, nil
 }
 
-// replaceForeign deletes a pod that has a helper's name but not its spec,
-// and waits until it is gone so the name is free.
+// replaceForeign deletes a finished pod that has a helper's name but not
+// its spec, and waits until it is gone so the name is free.
 func replaceForeign(ctx context.Context, cs kubernetes.Interface, rec Recorder, p, want *corev1.Pod) error {
 	if p.DeletionTimestamp == nil {
 		_, err := DeleteHelperIfUnchanged(ctx, cs, rec, p, fmt.Sprintf(

@@ -455,6 +455,15 @@ func TestHelperAdoptedOnlyWhenSpecMatches(t *testing.T) {
 	if HelperMatches(planted, spec) {
 		t.Fatal("a pod with another image and command matches the helper's spec")
 	}
+	// Unfinished, it may be another release's helper mid-flash: left alone, not adopted.
+	var foreign *ForeignHelperError
+	if _, _, err := EnsureHelper(ctx, c.Client, rec, spec); !errors.As(err, &foreign) {
+		t.Fatalf("EnsureHelper over an unfinished foreign pod: %v, want a ForeignHelperError", err)
+	}
+	planted.Status.Phase = corev1.PodSucceeded
+	if _, err := c.Client.CoreV1().Pods(ns).UpdateStatus(ctx, planted, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	pod, created, err := EnsureHelper(ctx, c.Client, rec, spec)
 	if err != nil || !created || pod.UID == planted.UID {
 		t.Fatalf("EnsureHelper over a foreign pod: created=%v err=%v (uid %s, planted %s)", created, err, pod.UID, planted.UID)

@@ -296,6 +296,8 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 				return true, t.describe(h.Result)
 			case h.finished():
 				return false, "last helper failed: " + helperError(h)
+			case h.Pod != nil && h.ResultErr != "": // not our spec
+				return false, h.ResultErr
 			case h.Pod != nil:
 				return false, "helper " + h.Pod.Name + " is " + string(h.Pod.Status.Phase)
 			}
@@ -317,6 +319,10 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 				}
 			}
 			_, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec(f.Node.Name))
+			var foreign *kube.ForeignHelperError
+			if errors.As(err, &foreign) {
+				return runbook.Blocked(err)
+			}
 			return err
 		},
 		Wait: func(ctx context.Context, f Facts) error {
@@ -345,7 +351,7 @@ func trusted(h helperFacts, s kube.HelperSpec) helperFacts {
 		return h
 	}
 	return helperFacts{Pod: h.Pod, ResultErr: fmt.Sprintf("pod %s/%s has the helper's name but not the spec this run creates "+
-		"(annotation %s); its result is ignored and the pod is replaced", h.Pod.Namespace, h.Pod.Name, kube.AnnSpecHash)}
+		"(annotation %s); its result is ignored, and once it has ended it is replaced", h.Pod.Namespace, h.Pod.Name, kube.AnnSpecHash)}
 }
 
 // HelperSpecFor is the helper pod the runbooks create for task (probe,
