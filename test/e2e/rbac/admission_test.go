@@ -97,8 +97,15 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 		return err
 	}
 	for _, task := range []string{"probe", "kmd", "smi", "flash"} {
-		if err := create(helperNS, helper(task)); err != nil {
+		got, err := as.CoreV1().Pods(helperNS).Create(ctx, helper(task), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
 			t.Errorf("the %s helper as kubectl tt renders it was refused: %v", task, err)
+			continue
+		}
+		// The API server resolved its PriorityClass, and it asks for what it uses.
+		res := got.Spec.Containers[0].Resources
+		if got.Spec.Priority == nil || *got.Spec.Priority != 1000000000 || res.Requests.Memory().IsZero() || res.Limits.Memory().IsZero() {
+			t.Errorf("the %s helper: priority %v, requests %v, limits %v", task, got.Spec.Priority, res.Requests, res.Limits)
 		}
 	}
 	yes := true
