@@ -2,6 +2,7 @@ package simtest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -35,8 +36,17 @@ func (c *Cluster) NewNamespace(t testing.TB) string {
 	t.Cleanup(func() {
 		_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
+	if err := c.waitDefaultServiceAccount(ctx, ns.Name); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// waitDefaultServiceAccount waits until the controller has made namespace
+// ns's "default" ServiceAccount, which pods there need.
+func (c *Cluster) waitDefaultServiceAccount(ctx context.Context, ns string) error {
 	// pkg/kube's FieldSelectedLW would do, but pkg/kube's own tests use this package.
-	sas := c.Client.CoreV1().ServiceAccounts(ns.Name)
+	sas := c.Client.CoreV1().ServiceAccounts(ns)
 	sel := fields.OneTermEqualSelector("metadata.name", "default").String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -48,11 +58,11 @@ func (c *Cluster) NewNamespace(t testing.TB) string {
 			return sas.Watch(ctx, o)
 		},
 	}
-	_, err = watchtools.UntilWithSync(ctx, lw, &corev1.ServiceAccount{}, nil, func(e watch.Event) (bool, error) {
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.ServiceAccount{}, nil, func(e watch.Event) (bool, error) {
 		return e.Type == watch.Added || e.Type == watch.Modified, nil
 	})
 	if err != nil {
-		t.Fatalf("namespace %s: default ServiceAccount: %v", ns.Name, err)
+		return fmt.Errorf("namespace %s: default ServiceAccount: %w", ns, err)
 	}
-	return ns.Name
+	return nil
 }

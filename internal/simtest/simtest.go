@@ -20,9 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rollbook/rollbook/deploy"
 )
 
 // Options choose the cluster a test package gets.
@@ -165,7 +168,32 @@ func Start(o Options) (*Cluster, error) {
 		c.Stop()
 		return nil, err
 	}
+	if strings.HasPrefix(o.Scenario, "tt-") {
+		if err := c.applyHelperPrerequisites(); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// applyHelperPrerequisites does what a cluster admin does before the first
+// kubectl tt run: the helper namespace and PriorityClass of deploy/ (the
+// sim's tt scenarios apply them too; both are idempotent). The admission
+// policy is left to the tests that prove it (test/e2e/rbac).
+func (c *Cluster) applyHelperPrerequisites() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{deploy.NamespaceFile, deploy.PriorityClassFile} {
+		if err := deploy.Apply(ctx, dyn, f, nil); err != nil {
+			return err
+		}
+	}
+	return c.waitDefaultServiceAccount(ctx, deploy.HelperNamespace)
 }
 
 // Stop terminates the sim and removes its directory; safe to call twice.

@@ -24,6 +24,13 @@ const (
 	LabelRun    = AnnotationPrefix + "run"
 	// AnnHelperKey is the full, unhashed key the helper's name was made from.
 	AnnHelperKey = AnnotationPrefix + "helper-key"
+	// AnnSpecHash is SpecHash of the pod as the CLI created it. A pod with
+	// a helper's name is adopted only when its live spec hashes to the
+	// same value as the pod this run would create (HelperMatches).
+	AnnSpecHash = AnnotationPrefix + "helper-spec-hash"
+	// LabelControlPlane marks control-plane nodes; helpers require it absent
+	// unless HelperSpec.AllowControlPlane.
+	LabelControlPlane = "node-role.kubernetes.io/control-plane"
 )
 
 // HostPathMount mounts a host directory into the helper.
@@ -45,12 +52,22 @@ type HelperSpec struct {
 	// that outlives it, so a stuck helper can never hold a node forever.
 	Deadline   time.Duration
 	Privileged bool
-	HostPID    bool
-	HostPaths  []HostPathMount
-	// PriorityClass keeps the helper from being preempted; system-node-critical
-	// is admitted only in kube-system.
+	// Capabilities are what an unprivileged helper keeps; every other
+	// capability is dropped and privilege escalation is off.
+	Capabilities []corev1.Capability
+	HostPID      bool
+	HostPaths    []HostPathMount
+	// PriorityClass keeps the helper from being preempted or evicted first
+	// (deploy/priorityclass.yaml).
 	PriorityClass string
-	RunID         string
+	// Resources are the container's requests and limits: without requests
+	// a helper is the first pod the kubelet OOM-kills, maybe mid-flash.
+	Resources corev1.ResourceRequirements
+	// AllowControlPlane drops the required node affinity that keeps the
+	// helper off control-plane nodes (the kubelet rejects a pinned pod
+	// whose affinity its node does not match).
+	AllowControlPlane bool
+	RunID             string
 }
 
 // HelperName is the deterministic pod name for (task, node, key), so a
@@ -86,7 +103,19 @@ func (s HelperSpec) Pod() *corev1.Pod {
 			HostPath: &corev1.HostPathVolumeSource{Path: m.HostPath}}})
 	}
 	zero := int64(0)
-	return &corev1.Pod{
+	sc := &corev1.SecurityContext{Privileged: &priv}
+	if !priv {
+		sc.AllowPrivilegeEscalation = new(bool)
+		sc.Capabilities = &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: s.Capabilities}
+	}
+	var affinity *corev1.Affinity
+	if !s.AllowControlPlane {
+		affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: LabelControlPlane, Operator: corev1.NodeSelectorOpDoesNotExist}},
+			}}}}}
+	}
+	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      HelperName(s.Task, s.Node, s.Key),
 			Namespace: s.Namespace,
@@ -104,6 +133,7 @@ func (s HelperSpec) Pod() *corev1.Pod {
 			TerminationGracePeriodSeconds: &zero,
 			HostPID:                       s.HostPID,
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Affinity:                      affinity,
 			PriorityClassName:             s.PriorityClass,
 			AutomountServiceAccountToken:  new(bool),
 			Containers: []corev1.Container{{
@@ -114,11 +144,14 @@ func (s HelperSpec) Pod() *corev1.Pod {
 				VolumeMounts:             mounts,
 				TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-				SecurityContext:          &corev1.SecurityContext{Privileged: &priv},
+				SecurityContext:          sc,
+				Resources:                s.Resources,
 			}},
 			Volumes: vols,
 		},
 	}
+	p.Annotations[AnnSpecHash] = SpecHash(p)
+	return p
 }
 
 // labelSafe shortens a value to the 63 characters a label value may hold.
@@ -129,14 +162,38 @@ func labelSafe(v string) string {
 	return v
 }
 
+// ForeignHelperError is a pod that has a helper's name but not the spec
+// this run would create, and has not finished: it may be another release's
+// helper half-way through a flash, so it is neither adopted nor stopped.
+type ForeignHelperError struct{ Pod *corev1.Pod }
+
+func (e *ForeignHelperError) Error() string {
+	return fmt.Sprintf("pod %s/%s has the helper's name but not the spec this run creates (%s %s, want another), and is %s: "+
+		"it is not adopted; wait until it ends (or delete it if it is not rollbook's) and re-run the same command",
+		e.Pod.Namespace, e.Pod.Name, AnnSpecHash, SpecHash(e.Pod), e.Pod.Status.Phase)
+}
+
 // EnsureHelper creates the helper pod, or returns the one an earlier run
-// created with the same name. created says which.
+// created with the same name when its spec is the one this run would
+// create (HelperMatches). A finished pod with the name but another spec
+// (image, command, mounts, privileges) is deleted and replaced, never
+// trusted; an unfinished one is a *ForeignHelperError. created says
+// whether the returned pod is new.
 func EnsureHelper(ctx context.Context, cs kubernetes.Interface, rec Recorder, s HelperSpec) (pod *corev1.Pod, created bool, err error) {
 	want := s.Pod()
 	pod, err = cs.CoreV1().Pods(s.Namespace).Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		pod, err = cs.CoreV1().Pods(s.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
-		return pod, false, err
+		if err != nil || HelperMatches(pod, s) {
+			return pod, false, err
+		}
+		if !PodTerminal(pod) && pod.DeletionTimestamp == nil {
+			return nil, false, &ForeignHelperError{Pod: pod}
+		}
+		if err := replaceForeign(ctx, cs, rec, pod, want); err != nil {
+			return nil, false, err
+		}
+		pod, err = cs.CoreV1().Pods(s.Namespace).Create(ctx, want, metav1.CreateOptions{})
 	}
 	if err != nil {
 		// The pod may exist all the same: if this run made it, say so.
@@ -152,6 +209,23 @@ func EnsureHelper(ctx context.Context, cs kubernetes.Interface, rec Recorder, s 
 	}
 	rec.Record(ctx, PodRef(pod), false, ReasonHelperStarted, helperStartedMessage(s))
 	return pod, true, nil
+}
+
+// replaceForeign deletes a finished pod that has a helper's name but not
+// its spec, and waits until it is gone so the name is free.
+func replaceForeign(ctx context.Context, cs kubernetes.Interface, rec Recorder, p, want *corev1.Pod) error {
+	if p.DeletionTimestamp == nil {
+		_, err := DeleteHelperIfUnchanged(ctx, cs, rec, p, fmt.Sprintf(
+			"deleted pod %s: it has a helper's name but not the spec this run creates (spec hash %s, want %s); replacing it",
+			p.Name, SpecHash(p), want.Annotations[AnnSpecHash]))
+		if err != nil {
+			return fmt.Errorf("replace pod %s/%s whose spec is not the helper's: %w", p.Namespace, p.Name, err)
+		}
+	}
+	if err := WaitForPodGone(ctx, cs, p.Namespace, p.Name); err != nil {
+		return fmt.Errorf("replace pod %s/%s whose spec is not the helper's: %w", p.Namespace, p.Name, err)
+	}
+	return nil
 }
 
 func helperStartedMessage(s HelperSpec) string {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -428,6 +429,61 @@ func TestHelperPodLifecycle(t *testing.T) {
 	}
 	if err := WaitForPodGone(ctx, c.Client, ns, pod.Name); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A pod that has a helper's name but not its spec is never adopted: it is
+// replaced by the helper this run renders. One with the same spec (an
+// earlier run's) is adopted, whatever run made it.
+func TestHelperAdoptedOnlyWhenSpecMatches(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, time.Minute)
+	ns := c.NewNamespace(t)
+	rec := &recordtest.Recorder{}
+	spec := HelperSpec{Task: "flash", Node: "kwok-node-1", Key: "19.0.0", Namespace: ns, Image: "example.com/helper:1",
+		Command: []string{"kubectl-tt", "node-agent", "flash"}, Deadline: time.Minute, RunID: "run-1",
+		HostPaths: []HostPathMount{{Name: "host", HostPath: "/", MountPath: "/host"}}}
+
+	forged := spec.Pod()
+	forged.Spec.Containers[0].Image = "example.com/not-rollbook:1" // the old spec hash annotation stays
+	forged.Spec.Containers[0].Command = []string{"sh", "-c", "echo '{\"success\":true}' > /dev/termination-log"}
+	planted, err := c.Client.CoreV1().Pods(ns).Create(ctx, forged, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if HelperMatches(planted, spec) {
+		t.Fatal("a pod with another image and command matches the helper's spec")
+	}
+	// Unfinished, it may be another release's helper mid-flash: left alone, not adopted.
+	var foreign *ForeignHelperError
+	if _, _, err := EnsureHelper(ctx, c.Client, rec, spec); !errors.As(err, &foreign) {
+		t.Fatalf("EnsureHelper over an unfinished foreign pod: %v, want a ForeignHelperError", err)
+	}
+	planted.Status.Phase = corev1.PodSucceeded
+	if _, err := c.Client.CoreV1().Pods(ns).UpdateStatus(ctx, planted, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, created, err := EnsureHelper(ctx, c.Client, rec, spec)
+	if err != nil || !created || pod.UID == planted.UID {
+		t.Fatalf("EnsureHelper over a foreign pod: created=%v err=%v (uid %s, planted %s)", created, err, pod.UID, planted.UID)
+	}
+	if pod.Spec.Containers[0].Image != spec.Image || !HelperMatches(pod, spec) {
+		t.Fatalf("the replacement is not the helper: image %s, hash %s", pod.Spec.Containers[0].Image, pod.Annotations[AnnSpecHash])
+	}
+
+	// Another run with the same spec adopts it.
+	next := spec
+	next.RunID = "run-2"
+	again, created, err := EnsureHelper(ctx, c.Client, rec, next)
+	if err != nil || created || again.UID != pod.UID {
+		t.Fatalf("a re-run did not adopt the matching helper: created=%v err=%v", created, err)
+	}
+	// A change of spec (here: its resources) is another pod.
+	bigger := next
+	bigger.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
+	if HelperMatches(pod, bigger) {
+		t.Fatal("a helper with other resources matches")
 	}
 }
 

@@ -1,14 +1,18 @@
 package tt
 
-import "time"
+import (
+	"time"
+
+	"github.com/rollbook/rollbook/deploy"
+)
 
 // Docs renders the tt runbooks for runbooks/*.md, keyed by file name. The
 // steps' text does not depend on the cluster, so no client is needed.
 func Docs() map[string]string {
-	h := HelperConfig{Image: "IMAGE", Namespace: "kube-system", Timeout: 15 * time.Minute}
+	h := HelperConfig{Image: "IMAGE", Namespace: deploy.HelperNamespace, Timeout: 15 * time.Minute}
 	kmd := KMDRunbook(nil, nil, &KMDConfig{Version: "VERSION", DeployGates: []string{DefaultDeployGate},
 		Drain: true, FullNode: true, DrainTimeout: 10 * time.Minute, Helper: h})
-	smi := SMIRunbook(nil, nil, &SMIConfig{Version: "VERSION", Helper: HelperConfig{Image: "IMAGE", Namespace: "kube-system",
+	smi := SMIRunbook(nil, nil, &SMIConfig{Version: "VERSION", Helper: HelperConfig{Image: "IMAGE", Namespace: deploy.HelperNamespace,
 		Timeout: 5 * time.Minute}})
 	fw := &FirmwareConfig{Version: "VERSION", Drain: true, DrainTimeout: 10 * time.Minute, FlashTimeout: 15 * time.Minute,
 		DeployGates: []string{DefaultDeployGate}, Helper: h}

@@ -43,6 +43,11 @@ type HelperConfig struct {
 	Image     string
 	Namespace string
 	Timeout   time.Duration
+	// PriorityClass of the helper pods (deploy/priorityclass.yaml).
+	PriorityClass string
+	// OnControlPlane lets helpers run on control-plane nodes; the admission
+	// policy must allow it too (deploy/admission/helper-policy.yaml).
+	OnControlPlane bool
 }
 
 // Validate rejects bad input before any API call.

@@ -140,6 +140,8 @@ type tModel struct {
 	old      string
 	finished func(n *corev1.Node) bool
 	countOut bool
+	// The helper and probe pods the runbook creates on a node.
+	helperSpec, probeSpec func(node string) kube.HelperSpec
 }
 
 const (
@@ -221,10 +223,12 @@ func (m *tModel) node(s *tState, i int) *corev1.Node {
 	return n
 }
 
-// mHelperPod is a helper in phase st whose termination message is result.
-func mHelperPod(name string, st uint8, result *nodeagent.Result) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: helperNS, Name: name, UID: types.UID(name),
-		Labels: map[string]string{kube.LabelHelper: "task"}}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+// mHelperPod is the helper spec renders, in phase st, whose termination
+// message is result.
+func mHelperPod(spec kube.HelperSpec, st uint8, result *nodeagent.Result) *corev1.Pod {
+	p := spec.Pod()
+	p.UID = types.UID(p.Name)
+	p.Status.Phase = corev1.PodPending
 	if st == podPending {
 		return p
 	}
@@ -238,12 +242,7 @@ func mHelperPod(name string, st uint8, result *nodeagent.Result) *corev1.Pod {
 	return p
 }
 
-func (m *tModel) helperName(i int) string {
-	if m.kind == "kmd" {
-		return kube.HelperName("kmd", tNodeName(i), m.target)
-	}
-	return kube.HelperName("flash", tNodeName(i), m.target)
-}
+func (m *tModel) helperName(i int) string { return m.helperSpec(tNodeName(i)).Pod().Name }
 
 // facts is what observer.observe reads for node i.
 func (m *tModel) facts(s *tState, i int) Facts {
@@ -261,7 +260,7 @@ func (m *tModel) facts(s *tState, i int) Facts {
 			r.Op, r.After = nodeagent.OpFlash, ""
 			r.Devices = []nodeagent.Device{{Index: 0, Before: m.old, After: m.target, OK: nd.Helper == podSucceeded}}
 		}
-		f.Helper = helperOf(mHelperPod(m.helperName(i), nd.Helper, r))
+		f.Helper = helperOf(mHelperPod(m.helperSpec(tNodeName(i)), nd.Helper, r))
 	}
 	if nd.ProbePod != podNone {
 		r := &nodeagent.Result{Op: nodeagent.OpProbe, Success: true, Kernel: "6.8", Before: kmdNew,
@@ -271,7 +270,7 @@ func (m *tModel) facts(s *tState, i int) Facts {
 		} else {
 			r.Devices = []nodeagent.Device{{Index: 0, Before: m.value(nd.ProbePodVal)}}
 		}
-		f.Probe = helperOf(mHelperPod(probeHelperName(tNodeName(i), runThis), nd.ProbePod, r))
+		f.Probe = helperOf(mHelperPod(m.probeSpec(tNodeName(i)), nd.ProbePod, r))
 	}
 	if m.countOut && !f.ourCordon() && !f.Finished {
 		for j := 0; j < m.nodes; j++ {
@@ -305,7 +304,7 @@ func (m *tModel) pods(s *tState, i int) []corev1.Pod {
 			Status: corev1.PodStatus{Phase: corev1.PodRunning}})
 	}
 	if s.Nodes[i].Helper == podPending {
-		out = append(out, *mHelperPod(m.helperName(i), podPending, nil))
+		out = append(out, *mHelperPod(m.helperSpec(tNodeName(i)), podPending, nil))
 	}
 	return out
 }
@@ -864,6 +863,10 @@ func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
 	case "kmd":
 		cfg := &KMDConfig{Version: kmdNew, DeployGates: []string{DefaultDeployGate}, Drain: true, Helper: h, RunID: runThis}
 		m.rb = KMDRunbook(nil, nil, cfg)
+		m.helperSpec = func(node string) kube.HelperSpec {
+			return helperSpec(h, "kmd", node, kmdNew, kmdCommand(cfg), cfg.ForceUnload, runThis)
+		}
+		m.probeSpec = func(node string) kube.HelperSpec { return probeSpec(h, node, runThis, kmdProbeCommand(cfg)) }
 		m.target, m.old, m.limit, m.countOut = kmdNew, kmdOld, 1, true
 		m.finished = func(n *corev1.Node) bool { return kmdFinished(n, kmdNew, runThis) }
 	case "firmware":
@@ -871,6 +874,12 @@ func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
 			RunID: runThis}
 		cfg.Complete()
 		m.rb = FirmwareRunbook(nil, nil, cfg)
+		m.helperSpec = func(node string) kube.HelperSpec {
+			return helperSpec(h, "flash", node, cfg.helperKey(), flashCommand(cfg), cfg.ForceUnload, runThis)
+		}
+		m.probeSpec = func(node string) kube.HelperSpec {
+			return probeSpec(h, node, runThis, []string{"kubectl-tt", "node-agent", "probe"})
+		}
 		m.target, m.old, m.limit, m.countOut, m.finished = cfg.Readback, fwOld, c.parallel, true, cfg.fwFinished
 		// As kubectl tt upgrade firmware runs it (no soak): the next batch
 		// probes while this one is out; the cordon's guard bounds the nodes out.

@@ -104,11 +104,12 @@ const probeBudget = 5 * time.Minute
 // and records what it measured; blockers decides what stops the node.
 func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string) runbook.Step[Facts] {
 	name := func(node string) string { return probeHelperName(node, b.run) }
+	spec := func(node string) kube.HelperSpec { return probeSpec(b.helper, node, b.run, cmd) }
 	return runbook.Step[Facts]{
 		ID: id, Title: "Probe the node",
 		Reads: readNode | readPods,
-		Doc: "Before the first cordon, run a short helper pod (node-agent probe) with the same image, privileges and namespace " +
-			"as the real task. It proves the image pulls and runs, and measures the kernel, DKMS state, headers and toolchain, " +
+		Doc: "Before the first cordon, run a short helper pod (node-agent probe) with the same image and namespace as the real " +
+			"task, unprivileged and with the host mounted read-only. It proves the image pulls and runs, and measures the kernel, DKMS state, headers and toolchain, " +
 			"the loaded module, firmware, tt-smi and every process holding the device. Anything that would fail the task " +
 			"stops the node here, before it is taken out of service.",
 		// No step clock (two node writes): a probe changes nothing, so a
@@ -139,11 +140,11 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 				Detail: strings.Join(cmd[1:], " ")}}
 		},
 		Act: func(ctx context.Context, f Facts) error {
-			if f.Probe.finished() {
-				if f.Probe.ok() {
-					return b.recordProbe(ctx, f.Node, f.Probe)
+			if probe := trusted(f.Probe, spec(f.Node.Name)); probe.finished() {
+				if probe.ok() {
+					return b.recordProbe(ctx, f.Node, probe)
 				}
-				if err := deleteHelper(ctx, b.cs, b.rec, f.Probe.Pod); err != nil {
+				if err := deleteHelper(ctx, b.cs, b.rec, probe.Pod); err != nil {
 					return err
 				}
 			}
@@ -151,9 +152,7 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 			if err := b.removeOtherRunsProbes(ctx, f); err != nil {
 				return err
 			}
-			spec := helperSpec(b.helper, "probe", f.Node.Name, b.run, cmd, false, b.run)
-			spec.Deadline = probeBudget
-			if _, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec); err != nil {
+			if _, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec(f.Node.Name)); err != nil {
 				if ctx.Err() != nil {
 					return err
 				}
@@ -166,7 +165,7 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 			ctx, cancel := context.WithTimeoutCause(ctx, probeBudget,
 				fmt.Errorf("the probe on %s did not finish within %s", f.Node.Name, probeBudget))
 			defer cancel()
-			replaced := f.Probe // a failed probe was replaced; a finished good one was not
+			replaced := trusted(f.Probe, spec(f.Node.Name)) // a failed probe was replaced; a finished good one was not
 			if replaced.ok() {
 				replaced = helperFacts{}
 			}
@@ -177,7 +176,7 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 				}
 				return runbook.Blocked(fmt.Errorf("probe on %s: %w; the node was not cordoned", f.Node.Name, err))
 			}
-			if !h.ok() {
+			if h = trusted(h, spec(f.Node.Name)); !h.ok() {
 				return runbook.Blocked(fmt.Errorf("probe on %s failed: %s; the node was not cordoned", f.Node.Name, helperError(h)))
 			}
 			return b.recordProbe(ctx, f.Node, h)
@@ -202,6 +201,13 @@ func (b *builder) recordProbe(ctx context.Context, n *corev1.Node, h helperFacts
 }
 
 func probeHelperName(node, run string) string { return kube.HelperName("probe", node, run) }
+
+// probeSpec is the probe helper a run creates on node.
+func probeSpec(h HelperConfig, node, run string, cmd []string) kube.HelperSpec {
+	s := helperSpec(h, "probe", node, run, cmd, false, run)
+	s.Deadline = probeBudget
+	return s
+}
 
 func describeProbe(r *ProbeRecord) string {
 	return fmt.Sprintf("kernel %s, kmd %s, %d holder(s)", r.Kernel, orUnknown(r.KMD), len(r.Holders))

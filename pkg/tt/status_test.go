@@ -21,6 +21,17 @@ func helperPod(task string, phase corev1.PodPhase, msg string) corev1.Pod {
 	return p
 }
 
+// renderedHelper is the pod spec renders, in phase, with termination message msg.
+func renderedHelper(spec kube.HelperSpec, phase corev1.PodPhase, msg string) *corev1.Pod {
+	p := spec.Pod()
+	p.Status.Phase = phase
+	if phase == corev1.PodFailed || phase == corev1.PodSucceeded {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{Message: msg}}}}
+	}
+	return p
+}
+
 func TestNodeStatusInference(t *testing.T) {
 	failed, _ := nodeagent.EncodeResult(nodeagent.Result{Op: nodeagent.OpKMD, Error: &nodeagent.Failure{
 		Reason: nodeagent.ReasonDeviceInUse, Message: "refcnt 1"}, Holders: []nodeagent.Holder{{PID: 42}}})

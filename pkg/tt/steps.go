@@ -9,7 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/kube"
@@ -282,17 +282,22 @@ type task struct {
 // helper that cannot start within seconds) and read its measured result.
 func (b *builder) helperTask(t task) runbook.Step[Facts] {
 	name := func(node string) string { return kube.HelperName(t.name, node, t.key) }
+	spec := func(node string) kube.HelperSpec {
+		return helperSpec(b.helper, t.name, node, t.key, t.command, t.hostPID, b.run)
+	}
 	return runbook.Step[Facts]{
 		ID: t.id, Title: t.title, Doc: t.doc, Timeout: t.timeout, Guards: t.guards,
 		Reads: readNode | readPods,
 		Done: func(f Facts) (bool, string) {
-			switch h := f.Helper; {
+			switch h := trusted(f.Helper, spec(f.Node.Name)); {
 			case f.Finished:
 				return true, "measured at the target"
 			case h.finished() && t.succeeded(h):
 				return true, t.describe(h.Result)
 			case h.finished():
 				return false, "last helper failed: " + helperError(h)
+			case h.Pod != nil && h.ResultErr != "": // not our spec
+				return false, h.ResultErr
 			case h.Pod != nil:
 				return false, "helper " + h.Pod.Name + " is " + string(h.Pod.Status.Phase)
 			}
@@ -313,7 +318,11 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 					return err
 				}
 			}
-			_, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, helperSpec(b.helper, t.name, f.Node.Name, t.key, t.command, t.hostPID, b.run))
+			_, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec(f.Node.Name))
+			var foreign *kube.ForeignHelperError
+			if errors.As(err, &foreign) {
+				return runbook.Blocked(err)
+			}
 			return err
 		},
 		Wait: func(ctx context.Context, f Facts) error {
@@ -325,6 +334,7 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 				}
 				return err
 			}
+			h = trusted(h, spec(f.Node.Name))
 			if t.succeeded(h) {
 				return nil
 			}
@@ -333,18 +343,59 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 	}
 }
 
+// trusted is h with its result only when its pod is the helper s renders:
+// a pod that merely has the helper's name (another image, command or
+// mounts) reports nothing, and the step replaces it.
+func trusted(h helperFacts, s kube.HelperSpec) helperFacts {
+	if h.Pod == nil || kube.HelperMatches(h.Pod, s) {
+		return h
+	}
+	return helperFacts{Pod: h.Pod, ResultErr: fmt.Sprintf("pod %s/%s has the helper's name but not the spec this run creates "+
+		"(annotation %s); its result is ignored, and once it has ended it is replaced", h.Pod.Namespace, h.Pod.Name, kube.AnnSpecHash)}
+}
+
+// HelperSpecFor is the helper pod the runbooks create for task (probe,
+// kmd, smi, flash) on node, for tests and docs that must see its exact shape.
+func HelperSpecFor(h HelperConfig, task, node, key string, cmd []string) kube.HelperSpec {
+	return helperSpec(h, task, node, key, cmd, false, "")
+}
+
 func helperSpec(h HelperConfig, task, node, key string, cmd []string, hostPID bool, run string) kube.HelperSpec {
 	s := kube.HelperSpec{
 		Task: task, Node: node, Key: key, Namespace: h.Namespace, Image: h.Image, Command: cmd,
 		Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
 		Deadline: h.Timeout, Privileged: true, HostPID: hostPID, RunID: run,
-		HostPaths: []kube.HostPathMount{{Name: "host", HostPath: "/", MountPath: "/host"}},
+		HostPaths:     []kube.HostPathMount{{Name: "host", HostPath: "/", MountPath: "/host"}},
+		PriorityClass: h.PriorityClass, AllowControlPlane: h.OnControlPlane,
+		Resources: helperResources[task],
 	}
-	if h.Namespace == metav1.NamespaceSystem {
-		s.PriorityClass = "system-node-critical"
+	if task == "probe" {
+		// The probe only reads: the host read-only, no privileges but what
+		// reading it takes (other processes' /proc/<pid>/fd, a chroot to run
+		// the host's tt-smi --version, root-only directories).
+		s.Privileged = false
+		s.HostPaths[0].ReadOnly = true
+		s.Capabilities = []corev1.Capability{"SYS_PTRACE", "SYS_CHROOT", "DAC_READ_SEARCH"}
 	}
 	return s
+}
+
+// helperResources are each task's requests (what the kubelet keeps for it
+// under pressure) and memory limits (a runaway never takes the node down).
+// The kmd helper builds the module (kbuild, a compiler per core).
+var helperResources = map[string]corev1.ResourceRequirements{
+	"probe": resources("50m", "64Mi", "256Mi"),
+	"kmd":   resources("500m", "512Mi", "2Gi"),
+	"smi":   resources("100m", "256Mi", "1Gi"),
+	"flash": resources("100m", "256Mi", "1Gi"),
+}
+
+func resources(cpu, mem, memLimit string) corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(memLimit)},
+	}
 }
 
 func deleteHelper(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, p *corev1.Pod) error {

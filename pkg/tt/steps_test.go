@@ -188,3 +188,32 @@ func TestKMDStepsDoneAndGuards(t *testing.T) {
 		t.Errorf("a node cordoned by tt-firmware must be foreign to tt-kmd: %v %q", ok, why)
 	}
 }
+
+// The pods kubectl tt renders: the probe reads the host unprivileged, the
+// tasks have requests, limits and the PriorityClass, and only an explicit
+// choice puts a helper on a control-plane node.
+func TestHelperPodShape(t *testing.T) {
+	h := HelperConfig{Image: "img", Namespace: "rollbook-system", PriorityClass: "rollbook-helper"}
+	probe := probeSpec(h, "n1", "r1", []string{"kubectl-tt", "node-agent", "probe"}).Pod()
+	c := probe.Spec.Containers[0]
+	if *c.SecurityContext.Privileged || !c.VolumeMounts[0].ReadOnly || c.SecurityContext.Capabilities == nil ||
+		len(c.SecurityContext.Capabilities.Drop) != 1 || *c.SecurityContext.AllowPrivilegeEscalation {
+		t.Errorf("probe: privileged %v, read-only %v, capabilities %+v", *c.SecurityContext.Privileged, c.VolumeMounts[0].ReadOnly,
+			c.SecurityContext.Capabilities)
+	}
+	kmd := helperSpec(h, "kmd", "n1", "2.8.0", []string{"kubectl-tt", "node-agent", "kmd"}, true, "r1").Pod()
+	k := kmd.Spec.Containers[0]
+	if !*k.SecurityContext.Privileged || k.VolumeMounts[0].ReadOnly || k.Resources.Requests.Memory().IsZero() ||
+		k.Resources.Limits.Memory().IsZero() || kmd.Spec.PriorityClassName != "rollbook-helper" || *kmd.Spec.AutomountServiceAccountToken {
+		t.Errorf("kmd helper: %+v", kmd.Spec)
+	}
+	terms := kmd.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || terms[0].MatchExpressions[0].Key != kube.LabelControlPlane ||
+		terms[0].MatchExpressions[0].Operator != corev1.NodeSelectorOpDoesNotExist {
+		t.Errorf("kmd helper affinity: %+v", terms)
+	}
+	h.OnControlPlane = true
+	if p := helperSpec(h, "kmd", "n1", "2.8.0", []string{"kubectl-tt", "node-agent", "kmd"}, true, "r1").Pod(); p.Spec.Affinity != nil {
+		t.Errorf("--helper-on-control-plane kept the affinity: %+v", p.Spec.Affinity)
+	}
+}

@@ -19,9 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
+	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/sim/tthost"
 )
@@ -115,6 +117,7 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 
 	replicas := int32(max(1, len(plan)-1))
 	for _, o := range []func() error{
+		func() error { return applyHelperPrerequisites(ctx, env) },
 		func() error { return createNS(ctx, env, ttSystemNS) },
 		func() error { return createNS(ctx, env, ttWorkloadsNS) },
 		func() error {
@@ -152,6 +155,21 @@ func labelNode(ctx context.Context, env *Env, node string, labels map[string]str
 	}
 	_, err = env.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, b, metav1.PatchOptions{})
 	return err
+}
+
+// applyHelperPrerequisites is what a cluster admin applies before the first
+// kubectl tt run: the helper namespace and its PriorityClass (deploy/).
+func applyHelperPrerequisites(ctx context.Context, env *Env) error {
+	dyn, err := dynamic.NewForConfig(env.RESTConfig)
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{deploy.NamespaceFile, deploy.PriorityClassFile} {
+		if err := deploy.Apply(ctx, dyn, f, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func createNS(ctx context.Context, env *Env, name string) error {

@@ -6,6 +6,7 @@ import (
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/journal"
 )
 
 // movePermissions is what moving nodes (roll or rollback) needs, checked all
@@ -18,9 +19,10 @@ func movePermissions(lockNS string) []cli.Permission {
 		{Verb: "create", Resource: "events"},
 		{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: ate.Namespace, Name: ateapi.DefaultServiceAccount},
 		{Verb: "create", Resource: "pods", Subresource: "portforward", Namespace: ate.Namespace},
-		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},
-		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},
-		{Verb: "create", Resource: "configmaps", Namespace: lockNS}, {Verb: "update", Resource: "configmaps", Namespace: lockNS},
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: ate.LockName},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: ate.LockName},
+		{Verb: "create", Resource: "configmaps", Namespace: lockNS},
+		{Verb: "update", Resource: "configmaps", Namespace: lockNS, Name: journal.Name("ate")},
 	}
 }
 

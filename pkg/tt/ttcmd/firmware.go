@@ -94,7 +94,7 @@ func (o *firmwareOptions) Validate() error {
 
 // Run flashes the selected nodes through one session.
 func (o *firmwareOptions) Run(ctx context.Context) error {
-	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, o.helper.namespace, tt.FirmwareTargets)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, o.helper.config(), tt.FirmwareTargets)
 	if err != nil {
 		return err
 	}

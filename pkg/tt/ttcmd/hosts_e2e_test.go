@@ -195,9 +195,11 @@ func TestHelperImagePullFailureStopsBeforeCordon(t *testing.T) {
 		t.Errorf("helper pod %s left behind (%s, deleting %v)", h.Name, h.Status.Phase, h.DeletionTimestamp != nil)
 	}
 	out, code = run(t, ctx, "upgrade", "kmd", "--version", "2.8.1", "--nodes", target, "--helper-namespace", "no-such-ns")
-	if code != cli.ExitBlocked || !strings.Contains(out, "no-such-ns") || node(t, target).Spec.Unschedulable {
-		t.Fatalf("a missing helper namespace must stop the node before its cordon; exit %d", code)
+	if code != cli.ExitUsage || !strings.Contains(out, `helper namespace "no-such-ns" does not exist`) ||
+		!strings.Contains(out, "deploy/namespace.yaml") || node(t, target).Spec.Unschedulable {
+		t.Fatalf("a missing helper namespace must be refused before anything changes, naming the manifest; exit %d", code)
 	}
+
 }
 
 // After a reboot into a kernel without the module, the labels lie; every

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
@@ -38,7 +39,7 @@ measured result stays recorded on the node (kmd, firmware, probe), which is show
 		},
 		ValidArgsFunction: cli.NodeCompletion(g),
 	}
-	cmd.Flags().StringVar(&o.namespace, "helper-namespace", "kube-system", "namespace of the helper pods")
+	cmd.Flags().StringVar(&o.namespace, "helper-namespace", deploy.HelperNamespace, "namespace of the helper pods")
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/tt"
 	"github.com/rollbook/rollbook/pkg/version"
@@ -34,9 +35,11 @@ func (s *selectionFlags) selection(args []string) tt.Selection {
 
 // helperFlags say how helper pods run.
 type helperFlags struct {
-	image     string
-	namespace string
-	timeout   time.Duration
+	image          string
+	namespace      string
+	priorityClass  string
+	onControlPlane bool
+	timeout        time.Duration
 }
 
 // HelperImageEnv names the variable that, when set, is the default
@@ -60,10 +63,16 @@ func defaultHelperImage() string {
 func (h *helperFlags) add(fs *pflag.FlagSet, defaultTimeout time.Duration) {
 	fs.StringVar(&h.image, "helper-image", defaultHelperImage(), "image of the helper pods (it runs `kubectl-tt node-agent`); "+
 		"default: this release's node-agent image, or $"+HelperImageEnv)
-	fs.StringVar(&h.namespace, "helper-namespace", "kube-system", "namespace of the helper pods")
+	fs.StringVar(&h.namespace, "helper-namespace", deploy.HelperNamespace,
+		"namespace of the helper pods (create it with deploy/"+deploy.NamespaceFile+")")
+	fs.StringVar(&h.priorityClass, "helper-priority-class", deploy.HelperPriorityClass,
+		"PriorityClass of the helper pods (deploy/"+deploy.PriorityClassFile+"); empty for none")
+	fs.BoolVar(&h.onControlPlane, "helper-on-control-plane", false,
+		"let helpers run on control-plane nodes (the admission policy must allow it: allowControlPlane)")
 	fs.DurationVar(&h.timeout, "helper-timeout", defaultTimeout, "deadline of one helper pod on a node")
 }
 
 func (h *helperFlags) config() tt.HelperConfig {
-	return tt.HelperConfig{Image: h.image, Namespace: h.namespace, Timeout: h.timeout}
+	return tt.HelperConfig{Image: h.image, Namespace: h.namespace, Timeout: h.timeout, PriorityClass: h.priorityClass,
+		OnControlPlane: h.onControlPlane}
 }

@@ -59,7 +59,7 @@ func (o *smiOptions) Validate() error {
 
 // Run installs tt-smi on the selected nodes through one session.
 func (o *smiOptions) Run(ctx context.Context) error {
-	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, o.helper.namespace, tt.DriverTargets)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, o.helper.config(), tt.DriverTargets)
 	if err != nil {
 		return err
 	}

@@ -142,6 +142,13 @@ func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 // its progress on stderr, before the table is printed.
 func (o *statusOptions) measure(ctx context.Context, sel tt.Selection) error {
 	h := o.helper.config()
+	cs, err := o.g.Factory.KubernetesClientSet()
+	if err != nil {
+		return err
+	}
+	if err := checkHelperPrerequisites(ctx, cs, h); err != nil {
+		return err
+	}
 	s, ctx, err := cli.StartSession(ctx, o.g, cli.RunFlags{LockNamespace: "kube-system"}, "tt", tt.LockName)
 	if err != nil {
 		return err

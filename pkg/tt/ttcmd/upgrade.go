@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/journal"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
@@ -117,7 +118,7 @@ func (o *kmdOptions) Validate() error {
 
 // Run upgrades the selected nodes through one session.
 func (o *kmdOptions) Run(ctx context.Context) error {
-	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, o.helper.namespace, tt.DriverTargets)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, o.helper.config(), tt.DriverTargets)
 	if err != nil {
 		return err
 	}
@@ -138,7 +139,7 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 // start finds the target nodes, then starts the session and says which
 // nodes it skips. Targets come first, so a typo in a node name is bad input
 // (exit 2) that changes nothing, not even the lock.
-func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selection, helperNS string,
+func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selection, helper tt.HelperConfig,
 	targetsOf func(context.Context, kubernetes.Interface, tt.Selection) ([]runbook.Target, []tt.Skipped, error),
 ) (*cli.Session, context.Context, []runbook.Target, error) {
 	cs, err := g.Factory.KubernetesClientSet()
@@ -154,9 +155,12 @@ func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selecti
 		return nil, ctx, nil, err
 	}
 	if !run.DryRun {
-		if err := cli.CheckPermissions(ctx, cs, "tt", ttPermissions(run.LockNamespace, helperNS)); err != nil {
+		if err := cli.CheckPermissions(ctx, cs, "tt", ttPermissions(run.LockNamespace, helper.Namespace)); err != nil {
 			return nil, ctx, nil, err
 		}
+	}
+	if err := checkHelperPrerequisites(ctx, cs, helper); err != nil {
+		return nil, ctx, nil, err
 	}
 	s, ctx, err := cli.StartSession(ctx, g, run, "tt", tt.LockName)
 	if err != nil {
@@ -179,11 +183,12 @@ func ttPermissions(lockNS, helperNS string) []cli.Permission {
 		{Verb: "list", Group: "policy", Resource: "poddisruptionbudgets"},
 		{Verb: "create", Resource: "events"},
 		{Verb: "create", Resource: "pods", Namespace: helperNS}, {Verb: "get", Resource: "pods", Namespace: helperNS},
-		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: tt.LockName},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},
-		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},
-		{Verb: "get", Resource: "configmaps", Namespace: lockNS}, {Verb: "create", Resource: "configmaps", Namespace: lockNS},
-		{Verb: "update", Resource: "configmaps", Namespace: lockNS},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: tt.LockName},
+		{Verb: "get", Resource: "configmaps", Namespace: lockNS, Name: journal.Name("tt")},
+		{Verb: "create", Resource: "configmaps", Namespace: lockNS},
+		{Verb: "update", Resource: "configmaps", Namespace: lockNS, Name: journal.Name("tt")},
 	}
 }
 

@@ -155,6 +155,7 @@ func TestTTOperatorUpgradesKMDAndViewerOnlyReads(t *testing.T) {
 	tcmd := ttcmd.NewRootCommand
 	apply(t, ctx, c, "tt-operator.yaml")
 	apply(t, ctx, c, "rollbook-viewer.yaml")
+	applyHelperPolicy(t, ctx, c)
 
 	// Impersonation is real: with no binding even status is refused.
 	if out, code := run(t, ctx, c, tcmd, stranger, "status"); code == 0 || !forbidden(out) {
@@ -195,6 +196,22 @@ func TestTTOperatorUpgradesKMDAndViewerOnlyReads(t *testing.T) {
 	if out, code := run(t, ctx, c, tcmd, viewer, "status"); code != 0 || !strings.Contains(out, "2.8.0") {
 		t.Fatalf("viewer status after the upgrade: exit %d", code)
 	}
+
+	// Firmware, same operator, same policy.
+	bundle := "file://" + filepath.Join(c.Dir, "bundles", "fw_pack-19.0.0.fwbundle")
+	if _, code := run(t, ctx, c, tcmd, operator, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle); code != 0 {
+		t.Fatalf("operator firmware flash: exit %d", code)
+	}
+	nodes, err = c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Labels[tt.LabelFirmware] != "19.0.0.0" || n.Spec.Unschedulable {
+			t.Errorf("%s after the operator's flash: firmware %q, unschedulable %v", n.Name, n.Labels[tt.LabelFirmware], n.Spec.Unschedulable)
+		}
+	}
+	proveHelperPolicy(t, ctx, c)
 }
 
 func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
@@ -227,19 +244,30 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 		}
 		return s
 	}
-	if s := status(viewer); s.Phase != ate.PhaseNotStarted || s.APIError != "" {
-		t.Fatalf("viewer status: phase %s, API error %q", s.Phase, s.APIError)
+	if s := status(operator); s.Phase != ate.PhaseNotStarted || s.APIError != "" {
+		t.Fatalf("operator status: phase %s, API error %q", s.Phase, s.APIError)
 	}
-	if _, code := run(t, ctx, c, acmd, viewer, "preflight"); code != 0 {
-		t.Fatalf("viewer preflight: exit %d", code)
+	// The viewer reads the cluster, but cannot mint the ate-client token the
+	// control API takes, so it reaches no RPC at all, mutating or not.
+	if s := status(viewer); s.Phase != ate.PhaseNotStarted || s.APIError == "" {
+		t.Fatalf("viewer status: phase %s, API error %q (a viewer must not reach the API)", s.Phase, s.APIError)
 	}
-	// The viewer reads the control API but cannot make a mutating call.
-	if _, code := run(t, ctx, c, acmd, viewer, "api", "call", "ListWorkers"); code != 0 {
-		t.Fatalf("viewer api call ListWorkers: exit %d", code)
+	if _, err := c.Client.CoreV1().ServiceAccounts("ate-system").Get(ctx, "ate-client", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the ServiceAccount whose token the viewer is refused: %v", err)
 	}
-	out, code := run(t, ctx, c, acmd, viewer, "api", "call", "ResumeActor", "-d", `{"actor":{"atespace":"x","name":"y"}}`, "--yes")
-	if code == 0 || !forbidden(out) {
-		t.Fatalf("viewer api call ResumeActor must be Forbidden: exit %d", code)
+	// Preflight checks all the cluster says, and names the API check it cannot make.
+	if out, code := run(t, ctx, c, acmd, viewer, "preflight"); code != cli.ExitBlocked || !forbidden(out) ||
+		strings.Count(out, "✗") != 1 {
+		t.Fatalf("viewer preflight: exit %d; want only the API check failed, as forbidden", code)
+	}
+	if _, code := run(t, ctx, c, acmd, operator, "preflight"); code != 0 {
+		t.Fatalf("operator preflight: exit %d", code)
+	}
+	for _, call := range [][]string{{"api", "call", "ListWorkers"},
+		{"api", "call", "ResumeActor", "-d", `{"actor":{"atespace":"x","name":"y"}}`, "--yes"}} {
+		if out, code := run(t, ctx, c, acmd, viewer, call...); code == 0 || !forbidden(out) {
+			t.Fatalf("viewer %s must be Forbidden: exit %d", strings.Join(call, " "), code)
+		}
 	}
 
 	// Step 3, outside rollbook: the new atelet DaemonSet (cluster admin).
@@ -250,7 +278,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	if out, err := exec.Command(sim, "ate-setup", "deploy-atelet", "--dir", c.Dir, "--version", newV).CombinedOutput(); err != nil {
 		t.Fatalf("deploy atelet: %v\n%s", err, out)
 	}
-	out, code = run(t, ctx, c, acmd, viewer, "roll", "clone-pools", "--image", gvisor, "--image", microvm)
+	out, code := run(t, ctx, c, acmd, viewer, "roll", "clone-pools", "--image", gvisor, "--image", microvm)
 	if code == 0 || !forbidden(out) {
 		t.Fatalf("viewer clone-pools must be Forbidden: exit %d", code)
 	}
@@ -264,7 +292,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	if _, code := run(t, ctx, c, acmd, operator, "roll", "next-node", "--all", "--wait"); code != 0 {
 		t.Fatalf("operator roll --all: exit %d", code)
 	}
-	s := status(viewer)
+	s := status(operator)
 	if s.Counts[newV] != 3 || s.OldPoolPodsRunning != 0 || s.ActorsOnOldPools != 0 {
 		t.Fatalf("after the operator's roll: %+v", s)
 	}
