@@ -224,3 +224,52 @@ func nonFlags(args []string) []string {
 	}
 	return out
 }
+
+// modinfo -F FIELD FILE: prints one field of a module file as kmod's
+// modinfo does (vermagic with the kernel's flags after the release; an
+// absent field prints nothing and exits 0).
+func modinfo(t *tool) int {
+	field, file := "", ""
+	for i := 0; i < len(t.args); i++ {
+		switch a := t.args[i]; {
+		case a == "-F" || a == "--field":
+			if i+1 >= len(t.args) {
+				return t.errorf(1, "option requires an argument -- 'F'")
+			}
+			i++
+			field = t.args[i]
+		case strings.HasPrefix(a, "--field="):
+			field = strings.TrimPrefix(a, "--field=")
+		case strings.HasPrefix(a, "-"):
+			return t.errorf(1, "fake modinfo does not support %s", a)
+		default:
+			file = a
+		}
+	}
+	if file == "" {
+		return t.errorf(1, "ERROR: missing module or filename.")
+	}
+	p, err := t.path(file)
+	if err != nil {
+		return t.errorf(1, "ERROR: %v", err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return t.errorf(1, "ERROR: Module %s not found.", file)
+	}
+	version, kernel, err := parseKernelObject(b)
+	if err != nil {
+		return t.errorf(1, "ERROR: could not get modinfo from '%s': Invalid argument", strings.TrimSuffix(filepath.Base(file), ".ko"))
+	}
+	values := map[string]string{"version": version, "vermagic": kernel + " SMP preempt mod_unload modversions ", "name": moduleName,
+		"license": "GPL"}
+	if field == "" {
+		fmt.Fprintf(t.stdout, "filename:       %s\nversion:        %s\nlicense:        GPL\nname:           %s\nvermagic:       %s\n", file,
+			version, moduleName, values["vermagic"])
+		return 0
+	}
+	if v, ok := values[field]; ok {
+		fmt.Fprintln(t.stdout, v)
+	}
+	return 0
+}

@@ -123,7 +123,7 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 	}
 	x.res.Changed = true
 	flashErr := x.step("tt-flash", func() (string, error) {
-		r := x.agent.run(ctx, argv, configSpaceResetMarker)
+		r := x.run(ctx, argv, configSpaceResetMarker)
 		x.res.OutputTail = r.combined()
 		if r.err != nil {
 			return "", toolFailure(ReasonFlashFailed, r, "tt-flash")

@@ -54,7 +54,7 @@ func (x *execution) persist(ctx context.Context, ko string) (string, error) {
 	if err := copyFileAtomic(dst, ko, 0o644); err != nil {
 		return "", err
 	}
-	dep := a.run(ctx, []string{"depmod", "-a", "-b", a.Root, kver})
+	dep := x.run(ctx, []string{"depmod", "-a", "-b", a.Root, kver})
 	if dep.err != nil {
 		return "", toolFailure(ReasonHostError, dep, "depmod")
 	}
@@ -62,7 +62,7 @@ func (x *execution) persist(ctx context.Context, ko string) (string, error) {
 	if err := replaceFile(a.hostPath(modulesLoadConf), strings.NewReader(conf), 0o644); err != nil {
 		return "", err
 	}
-	probe := a.run(ctx, []string{"modprobe", "-d", a.Root, "-S", kver, "--show-depends", kmdModuleName})
+	probe := x.run(ctx, []string{"modprobe", "-d", a.Root, "-S", kver, "--show-depends", kmdModuleName})
 	if probe.err != nil {
 		return "", toolFailure(ReasonHostError, probe, "modprobe --show-depends")
 	}
