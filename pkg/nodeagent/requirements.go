@@ -54,6 +54,9 @@ type Requirement struct {
 // tt-flash's virtualenv first.
 const ImagePATH = "/opt/rollbook/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// caBundle is Debian's CA bundle, which git and Go's TLS read.
+const caBundle = "/etc/ssl/certs/ca-certificates.crt"
+
 // TTFlashPath is where the image's virtualenv puts tt-flash.
 const TTFlashPath = "/opt/rollbook/venv/bin/tt-flash"
 
@@ -64,6 +67,7 @@ const TTFlashPath = "/opt/rollbook/venv/bin/tt-flash"
 var Requirements = []Requirement{
 	// kmd
 	{OpKMD, KindExec, InImage, "git", "", "git", "clone tag ttkmd-<version>"},
+	{OpKMD, KindRead, InImage, "ca-certificates", caBundle, "ca-certificates", "git clone over https"},
 	{OpKMD, KindExec, InImage, "chroot", "", "coreutils", "build in the host's root (its headers and compiler)"},
 	{OpKMD, KindExec, OnHost, "make", "/usr/bin/make", "", "kbuild: make -C /lib/modules/<kver>/build M=<src> modules"},
 	{OpKMD, KindUsedBy, OnHost, "gcc", "/usr/bin/gcc-*", "", "the compiler the kernel headers name (Debian 12: gcc-12)"},
@@ -94,6 +98,8 @@ var Requirements = []Requirement{
 	{OpFlash, KindExec, InImage, "tt-smi", DefaultSMISource, "", "snapshot (-s) and resets (-r, -glx_reset)"},
 	{OpFlash, KindExec, InImage, "tt-flash", TTFlashPath, "", "flash the bundle"},
 	{OpFlash, KindExec, InImage, "kill", "", "procps", "--force-unload: SIGKILL device holders"},
+	{OpFlash, KindUsedBy, InImage, "python3", "", "python3", "the interpreter of tt-flash's virtualenv"},
+	{OpFlash, KindRead, InImage, "ca-certificates", caBundle, "ca-certificates", "bundle download over https"},
 	{OpFlash, KindUsedBy, InImage, "sudo", "", "sudo", "tt-flash and tt-smi -glx_reset run sudo ipmitool on Galaxy"},
 	{OpFlash, KindUsedBy, InImage, "ipmitool", "", "ipmitool", "Galaxy tray power cycle"},
 	{OpFlash, KindRead, OnHost, "sysfs", "/sys/class/tenstorrent/*/{tt_fw_bundle_ver,tt_card_type}", "", "readback fallback"},

@@ -19,18 +19,24 @@ var versionArgs = map[string][]string{"ipmitool": {"-V"}}
 // CheckImage checks every image requirement against the file system the
 // agent runs in (the helper image, or its root filesystem under chroot):
 // each program resolves on pathList to the declared path, is executable
-// and answers its version flag. It writes one line per program and fails
-// if any is missing.
+// and answers its version flag; each file read opens. It writes one line
+// per entry and fails if any is missing.
 func CheckImage(ctx context.Context, w io.Writer, pathList string) error {
 	seen := map[string]bool{}
 	var missing []string
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, r := range Requirements {
-		if r.Where != InImage || (r.Kind != KindExec && r.Kind != KindUsedBy) || seen[r.Name+"\x00"+r.Path] {
+		if r.Where != InImage || r.Kind == KindWrite || seen[r.Name+"\x00"+r.Path] {
 			continue
 		}
 		seen[r.Name+"\x00"+r.Path] = true
-		got, err := checkProgram(ctx, r, pathList)
+		var got string
+		var err error
+		if r.Kind == KindRead {
+			got, err = r.Path, checkReadable(r.Path)
+		} else {
+			got, err = checkProgram(ctx, r, pathList)
+		}
 		status := "ok"
 		if err != nil {
 			status = "MISSING"
@@ -72,6 +78,14 @@ func checkProgram(ctx context.Context, r Requirement, pathList string) (string, 
 		return "", fmt.Errorf("%s %s: %v: %s", p, strings.Join(args, " "), err, first)
 	}
 	return p + ": " + first, nil
+}
+
+func checkReadable(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // lookIn resolves name as a shell would with PATH=pathList.
