@@ -12,6 +12,9 @@ import (
 	"time"
 )
 
+// hostPATH is the PATH programs run inside the host root get.
+const hostPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 // toolOutputLimit bounds what is kept of each stream of a tool run.
 const toolOutputLimit = 64 << 10
 
@@ -58,6 +61,11 @@ func (a *Agent) execTool(ctx context.Context, argv []string, watch ...string) to
 	a.logf("exec %s", strings.Join(argv, " "))
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), a.Env...), "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
+	if argv[0] == "chroot" {
+		// chroot looks its program up on PATH inside the host root: the
+		// host's directories, not the helper image's (a later entry wins).
+		cmd.Env = append(cmd.Env, "PATH="+hostPATH)
+	}
 	cmd.WaitDelay = 5 * time.Second // a killed tool's children may hold the pipes
 	stdout, stderr := newCapture(watch), newCapture(watch)
 	log := io.Discard
