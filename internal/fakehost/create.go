@@ -150,6 +150,10 @@ func createHeaders(root string, s Spec) error {
 			return err
 		}
 		makefile += "include " + common + "/Makefile\n"
+		// Debian's headers name the compiler the kernel was built with.
+		if err := writeFile(filepath.Join(root, src, ".kernelvariables"), "CC = $(CROSS_COMPILE)gcc-12\n"); err != nil {
+			return err
+		}
 	}
 	if err := writeFile(filepath.Join(root, src, "Makefile"), makefile); err != nil {
 		return err
