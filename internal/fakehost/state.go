@@ -139,7 +139,7 @@ func renderDeviceAttrs(root string, st *state) error {
 	for i, d := range st.Devices {
 		dir := filepath.Join(root, classDir, "tenstorrent!"+strconv.Itoa(i))
 		fw := filepath.Join(dir, "tt_fw_bundle_ver")
-		if st.ResetsNeeded > 0 {
+		if st.ResetsNeeded > 0 || d.BundleUnreadable {
 			// A hung chip cannot answer telemetry: the attribute reads fail.
 			if err := os.Remove(fw); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
