@@ -54,6 +54,19 @@ type Spec struct {
 	// MissingTags are tt-kmd git tags (e.g. "ttkmd-9.9.9") the fake remote
 	// does not have.
 	MissingTags []string
+	// Lockdown is the kernel lockdown mode (/sys/kernel/security/lockdown:
+	// "integrity" or "confidentiality" under Secure Boot); "" = none.
+	// SigEnforce is module.sig_enforce=1. Either refuses the unsigned
+	// modules a container build makes.
+	Lockdown   string
+	SigEnforce bool
+	// ModulesDisabled is kernel.modules_disabled=1: no module loads or
+	// unloads until reboot.
+	ModulesDisabled bool
+	// UnresolvedKMD are tt-kmd versions whose module needs symbols the
+	// running kernel does not export (built against another tree): insmod
+	// refuses them with "Unknown symbol in module".
+	UnresolvedKMD []string
 	// BrokenBuild makes `make modules` fail like a compiler mismatch.
 	BrokenBuild bool
 	// Wedged makes `tt-smi -s` fail (as after a bad reset) until the right

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -19,6 +20,9 @@ func rmmod(t *tool) int {
 	}
 	if loadedVersion(t.root) == "" {
 		return t.errorf(1, "ERROR: Module %s is not currently loaded", moduleName)
+	}
+	if readTrimOr(t.root, modulesDisabledPath) == "1" {
+		return t.errorf(1, "ERROR: could not remove module %s: Operation not permitted", moduleName)
 	}
 	if who := holdersNow(t.root); who != "" {
 		// The kernel refuses; asking at all means nobody checked first.
@@ -64,6 +68,17 @@ func (t *tool) loadFile(path string) int {
 	}
 	if loadedVersion(t.root) != "" {
 		return t.errorf(1, "ERROR: could not insert module %s: File exists", path)
+	}
+	// The kernel's policy for an unsigned module (finit_module errors).
+	switch {
+	case readTrimOr(t.root, modulesDisabledPath) == "1":
+		return t.errorf(1, "ERROR: could not insert module %s: Operation not permitted", path)
+	case readTrimOr(t.root, sigEnforcePath) == "Y":
+		return t.errorf(1, "ERROR: could not insert module %s: Key was rejected by service", path)
+	case !strings.Contains(readTrimOr(t.root, lockdownPath), "[none]") && readTrimOr(t.root, lockdownPath) != "":
+		return t.errorf(1, "ERROR: could not insert module %s: Operation not permitted", path)
+	case slices.Contains(st.UnresolvedKMD, version):
+		return t.errorf(1, "ERROR: could not insert module %s: Unknown symbol in module", path)
 	}
 	if err := loadModule(t.root, version, 0, st); err != nil {
 		return t.errorf(1, "ERROR: %v", err)
@@ -272,4 +287,13 @@ func modinfo(t *tool) int {
 		fmt.Fprintln(t.stdout, v)
 	}
 	return 0
+}
+
+// readTrimOr reads a root-relative file, "" when absent.
+func readTrimOr(root, rel string) string {
+	v, err := readTrim(filepath.Join(root, rel))
+	if err != nil {
+		return ""
+	}
+	return v
 }

@@ -10,9 +10,15 @@ import (
 	"strings"
 )
 
-// udevRule is upstream tt-kmd's rule: devtmpfs creates nodes 0600, and
-// workloads run unprivileged.
-const udevRule = "KERNEL==\"tenstorrent*\", MODE=\"0666\"\n"
+// udevRule has the effect of upstream tt-kmd's rule
+// (udev-50-tenstorrent.rules): device nodes 0666 (devtmpfs creates them
+// 0600 and workloads run unprivileged), and stable
+// /dev/tenstorrent/by-id/<arch>-<asic id> links for Wormhole (0x401e) and
+// Blackhole (0xb140) devices that report tt_asic_id.
+const udevRule = "# installed by rollbook node-agent (as tt-kmd's udev-50-tenstorrent.rules)\n" +
+	"SUBSYSTEM==\"tenstorrent\", MODE=\"0666\"\n" +
+	"SUBSYSTEM==\"tenstorrent\", ATTRS{device}==\"0x401e\", ATTR{tt_asic_id}==\"?*\", SYMLINK+=\"tenstorrent/by-id/wormhole-%s{tt_asic_id}\"\n" +
+	"SUBSYSTEM==\"tenstorrent\", ATTRS{device}==\"0xb140\", ATTR{tt_asic_id}==\"?*\", SYMLINK+=\"tenstorrent/by-id/blackhole-%s{tt_asic_id}\"\n"
 
 var deviceNodeRE = regexp.MustCompile(`^[0-9]+$`)
 

@@ -80,6 +80,8 @@ var Requirements = []Requirement{
 	{OpKMD, KindRead, OnHost, "osrelease", "/proc/sys/kernel/osrelease", "", "running kernel release"},
 	{OpKMD, KindRead, OnHost, "module", "/sys/module/tenstorrent/{version,refcnt}", "", "loaded version and users"},
 	{OpKMD, KindRead, OnHost, "dkms", "/var/lib/dkms/tenstorrent, /usr/src/tenstorrent-*/dkms.conf", "", "host-managed check"},
+	{OpKMD, KindRead, OnHost, "module-policy", "/proc/sys/kernel/modules_disabled, /sys/module/module/parameters/sig_enforce, " +
+		"/sys/kernel/security/lockdown", "", "would the kernel load an unsigned module"},
 	{OpKMD, KindRead, OnHost, "headers", "/lib/modules/<kver>/build", "", "kernel build tree (symlink into /usr/src)"},
 	{OpKMD, KindRead, OnHost, "holders", "/proc/*/{fd,comm,cgroup}", "", "processes holding /dev/tenstorrent (hostPID)"},
 	{OpKMD, KindWrite, OnHost, "cache", "/var/cache/tt-kmd/<kver>/<version>/tenstorrent.ko", "", "build dir and module cache"},
