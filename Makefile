@@ -92,7 +92,7 @@ dist: $(GORELEASER) ## release snapshot into dist/: archives, checksums, krew ma
 	ROLLBOOK_COMMIT=$$(git rev-parse HEAD) $(GORELEASER) release --snapshot --clean $$(docker buildx version >/dev/null 2>&1 || echo --skip=docker)
 	ROLLBOOK_DIST=$(CURDIR)/dist $(GO) test -count=1 ./test/e2e/krew
 
-image-check: ## the node-agent image's root filesystem from Debian packages, its tools run in a chroot
+image-check: ## the node-agent image's pins, its root filesystem from Debian packages (stand-ins for tt-smi and tt-flash), every agent requirement checked in a chroot
 	bash hack/image-check.sh
 
 clean:

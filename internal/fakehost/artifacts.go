@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -133,29 +134,70 @@ func glibcAtLeast(have, need string) bool {
 	return true
 }
 
-// WriteBundle writes a minimal .fwbundle: a tar whose ./manifest.json holds
-// the 3-int bundle version, as tt-flash expects.
+// bundleBoards maps tt-smi's board_type to the directory tt-flash reads a
+// board's image from (its get_board_type names).
+var bundleBoards = map[string]string{
+	"n150": "NEBULA_X1", "n300": "NEBULA_X2", "p100": "P100A-1", "p150": "P150A-1", "p300": "P300A-1",
+	"tt-galaxy-wh": "WH_UBB", "tt-galaxy-bh": "GALAXY-1",
+}
+
+// WriteBundle writes a .fwbundle for version (a.b.c) with an image for
+// every board type the fake knows.
 func WriteBundle(path, version string) error {
+	boards := make([]string, 0, len(bundleBoards))
+	for b := range bundleBoards {
+		boards = append(boards, b)
+	}
+	sort.Strings(boards)
+	return WriteBundleFor(path, version, boards...)
+}
+
+// WriteBundleFor writes a .fwbundle as tt-system-firmware ships one: a tar
+// with ./manifest.json — "version" is the manifest's own schema version,
+// "bundle_version" {fwId, releaseId, patch, debug} the firmware's — and
+// ./<BOARD>/image.bin and mask.json per board type (tt-smi names).
+func WriteBundleFor(path, version string, boards ...string) error {
 	parts := strings.Split(version, ".")
-	nums := make([]int, 0, len(parts))
-	for _, p := range parts {
+	if len(parts) != 3 {
+		return fmt.Errorf("bundle version %q: want a.b.c", version)
+	}
+	nums := make([]int, 3)
+	for i, p := range parts {
 		n, err := strconv.Atoi(p)
 		if err != nil {
 			return fmt.Errorf("bundle version %q: %w", version, err)
 		}
-		nums = append(nums, n)
+		nums[i] = n
 	}
-	manifest, err := json.Marshal(map[string]any{"version": nums})
+	// tt-flash validates manifest 2.0.0 bundles to fwId >= 19; older
+	// firmware shipped 1.x manifests.
+	schema := "1.0.0"
+	if nums[0] >= 19 {
+		schema = "2.0.0"
+	}
+	manifest, err := json.Marshal(map[string]any{"version": schema,
+		"bundle_version": map[string]int{"fwId": nums[0], "releaseId": nums[1], "patch": nums[2], "debug": 0}})
 	if err != nil {
 		return err
 	}
+	files := [][2]string{{"./manifest.json", string(manifest)}}
+	for _, b := range boards {
+		dir, ok := bundleBoards[b]
+		if !ok {
+			return fmt.Errorf("bundle: unknown board type %q", b)
+		}
+		files = append(files, [2]string{"./" + dir + "/image.bin", "fake image " + version + " for " + dir + "\n"},
+			[2]string{"./" + dir + "/mask.json", "[]\n"})
+	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: "./manifest.json", Mode: 0o644, Size: int64(len(manifest))}); err != nil {
-		return err
-	}
-	if _, err := tw.Write(manifest); err != nil {
-		return err
+	for _, f := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: f[0], Mode: 0o644, Size: int64(len(f[1]))}); err != nil {
+			return err
+		}
+		if _, err := tw.Write([]byte(f[1])); err != nil {
+			return err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return err
@@ -166,34 +208,57 @@ func WriteBundle(path, version string) error {
 	return os.WriteFile(path, buf.Bytes(), 0o644)
 }
 
-// bundleVersion returns the manifest version as "a.b.c".
-func bundleVersion(path string) (string, error) {
+// fwBundle is what tt-flash reads from a bundle.
+type fwBundle struct {
+	version string          // bundle_version, 4 parts
+	boards  map[string]bool // directories with an image.bin
+}
+
+// readBundle reads the manifest and the per-board images.
+func readBundle(path string) (fwBundle, error) {
+	b := fwBundle{boards: map[string]bool{}}
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return b, err
 	}
 	defer f.Close()
 	tr := tar.NewReader(f)
+	found := false
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return "", fmt.Errorf("%s: no manifest.json in bundle", path)
+			break
 		}
 		if err != nil {
-			return "", fmt.Errorf("%s: not a firmware bundle: %w", path, err)
+			return b, fmt.Errorf("%s: not a firmware bundle: %w", path, err)
 		}
-		if strings.TrimPrefix(h.Name, "./") != "manifest.json" {
+		name := strings.TrimPrefix(h.Name, "./")
+		if dir, ok := strings.CutSuffix(name, "/image.bin"); ok {
+			b.boards[dir] = true
+			continue
+		}
+		if name != "manifest.json" {
 			continue
 		}
 		var m struct {
-			Version []int `json:"version"`
+			Version       string         `json:"version"`
+			BundleVersion map[string]int `json:"bundle_version"`
 		}
 		if err := json.NewDecoder(tr).Decode(&m); err != nil {
-			return "", fmt.Errorf("manifest.json: %w", err)
+			return b, fmt.Errorf("manifest.json: %w", err)
 		}
-		if len(m.Version) != 3 {
-			return "", fmt.Errorf("manifest.json: version must be 3 ints, got %v", m.Version)
+		if m.Version == "" {
+			return b, fmt.Errorf("could not find version in %s/manifest.json", path)
 		}
-		return fmt.Sprintf("%d.%d.%d", m.Version[0], m.Version[1], m.Version[2]), nil
+		if m.Version == "2.0.0" && m.BundleVersion["fwId"] < 19 {
+			return b, fmt.Errorf("bundle version %v does not meet the requirements for version 2.0.0", m.BundleVersion)
+		}
+		bv := m.BundleVersion
+		b.version = fmt.Sprintf("%d.%d.%d.%d", bv["fwId"], bv["releaseId"], bv["patch"], bv["debug"])
+		found = true
 	}
+	if !found {
+		return b, fmt.Errorf("could not find manifest in %s", path)
+	}
+	return b, nil
 }

@@ -25,6 +25,7 @@ func Create(root string, spec Spec) error {
 		ConfigSpaceResetBug: s.ConfigSpaceResetBug,
 		SMISnapshotBroken:   s.SMISnapshotBroken,
 		FlashNoiseLines:     s.FlashNoiseLines,
+		UnresolvedKMD:       s.UnresolvedKMD,
 	}
 	if s.Wedged {
 		st.ResetsNeeded = s.ResetsToHeal
@@ -47,6 +48,7 @@ func Create(root string, spec Spec) error {
 		func() error { return createTTSMI(root, s) },
 		func() error { return writeFile(filepath.Join(root, libcPath), libcContent(s.HostGlibc)) },
 		func() error { return os.MkdirAll(filepath.Join(root, "etc/udev/rules.d"), 0o755) },
+		func() error { return createModulePolicy(root, s) },
 	}
 	if s.RebootedInto != "" {
 		steps = append(steps, func() error { return Reboot(root, s.RebootedInto, s.KernelHeaders) })
@@ -150,6 +152,10 @@ func createHeaders(root string, s Spec) error {
 			return err
 		}
 		makefile += "include " + common + "/Makefile\n"
+		// Debian's headers name the compiler the kernel was built with.
+		if err := writeFile(filepath.Join(root, src, ".kernelvariables"), "CC = $(CROSS_COMPILE)gcc-12\n"); err != nil {
+			return err
+		}
 	}
 	if err := writeFile(filepath.Join(root, src, "Makefile"), makefile); err != nil {
 		return err
@@ -205,3 +211,35 @@ func createTTSMI(root string, s Spec) error {
 	}
 	return nil
 }
+
+// createModulePolicy writes the kernel's module-loading policy where the
+// kernel exposes it.
+func createModulePolicy(root string, s Spec) error {
+	lockdown := "[none] integrity confidentiality"
+	switch s.Lockdown {
+	case "integrity":
+		lockdown = "none [integrity] confidentiality"
+	case "confidentiality":
+		lockdown = "none integrity [confidentiality]"
+	}
+	enforce, disabled := "N", "0"
+	if s.SigEnforce {
+		enforce = "Y"
+	}
+	if s.ModulesDisabled {
+		disabled = "1"
+	}
+	for path, v := range map[string]string{lockdownPath: lockdown, sigEnforcePath: enforce, modulesDisabledPath: disabled} {
+		if err := writeFile(filepath.Join(root, path), v+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Where the kernel exposes its module policy, relative to the root.
+const (
+	lockdownPath        = "sys/kernel/security/lockdown"
+	sigEnforcePath      = "sys/module/module/parameters/sig_enforce"
+	modulesDisabledPath = "proc/sys/kernel/modules_disabled"
+)

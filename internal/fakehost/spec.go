@@ -54,6 +54,19 @@ type Spec struct {
 	// MissingTags are tt-kmd git tags (e.g. "ttkmd-9.9.9") the fake remote
 	// does not have.
 	MissingTags []string
+	// Lockdown is the kernel lockdown mode (/sys/kernel/security/lockdown:
+	// "integrity" or "confidentiality" under Secure Boot); "" = none.
+	// SigEnforce is module.sig_enforce=1. Either refuses the unsigned
+	// modules a container build makes.
+	Lockdown   string
+	SigEnforce bool
+	// ModulesDisabled is kernel.modules_disabled=1: no module loads or
+	// unloads until reboot.
+	ModulesDisabled bool
+	// UnresolvedKMD are tt-kmd versions whose module needs symbols the
+	// running kernel does not export (built against another tree): insmod
+	// refuses them with "Unknown symbol in module".
+	UnresolvedKMD []string
 	// BrokenBuild makes `make modules` fail like a compiler mismatch.
 	BrokenBuild bool
 	// Wedged makes `tt-smi -s` fail (as after a bad reset) until the right
@@ -102,6 +115,36 @@ type Device struct {
 	SubsystemDevice string
 	// FailFlash makes tt-flash fail on this chip.
 	FailFlash bool
+	// SPI is the bundle version in the chip's SPI flash, which it runs
+	// after its next reset; "" means Firmware. Set it ahead of Firmware for
+	// a card flashed but not reset.
+	SPI string
+	// RemoteChips are ASICs behind this one over Ethernet (an n300's
+	// second chip): tt-smi lists them with bus_id N/A, sysfs does not.
+	// nil means one for an n300, none otherwise.
+	RemoteChips *int
+	// BundleUnreadable: the running firmware does not report its bundle
+	// version (tt-smi prints N/A; no sysfs tt_fw_bundle_ver).
+	BundleUnreadable bool
+}
+
+// remote is the number of remote chips behind d.
+func (d Device) remote() int {
+	if d.RemoteChips != nil {
+		return *d.RemoteChips
+	}
+	if d.Board == "n300" {
+		return 1
+	}
+	return 0
+}
+
+// spi is the bundle the chip loads on its next reset.
+func (d Device) spi() string {
+	if d.SPI == "" {
+		return d.Firmware
+	}
+	return d.SPI
 }
 
 // Defaults used when a Spec leaves a field empty.

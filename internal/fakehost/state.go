@@ -30,6 +30,7 @@ type state struct {
 	SMISnapshotBroken   bool          `json:"smiSnapshotBroken,omitempty"`
 	FlashNoiseLines     int           `json:"flashNoiseLines,omitempty"`
 	Unkillable          []int         `json:"unkillable,omitempty"`
+	UnresolvedKMD       []string      `json:"unresolvedKMD,omitempty"`
 }
 
 func statePath(root string) string { return filepath.Join(root, stateDir, "state.json") }
@@ -132,14 +133,44 @@ func loadModule(root, version string, refs int, st *state) error {
 			return err
 		}
 	}
-	return renderDeviceAttrs(root, st)
+	if err := renderDeviceAttrs(root, st); err != nil {
+		return err
+	}
+	return udevByID(root, st)
 }
+
+// udevByID is what udev does for the devices when upstream tt-kmd's rule
+// (udev-50-tenstorrent.rules) is installed: /dev/tenstorrent/by-id/
+// <arch>-<asic id> links to each device node.
+func udevByID(root string, st *state) error {
+	rule, err := os.ReadFile(filepath.Join(root, udevRulePath))
+	if err != nil || !strings.Contains(string(rule), "tenstorrent/by-id/") {
+		return nil
+	}
+	for i, d := range st.Devices {
+		arch := "wormhole"
+		if strings.HasPrefix(d.Board, "p") || d.Board == "tt-galaxy-bh" {
+			arch = "blackhole"
+		}
+		link := filepath.Join(root, devDir, "by-id", fmt.Sprintf("%s-%016x", arch, 0x1e52_0000_0000+i))
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink("../"+strconv.Itoa(i), link); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// udevRulePath is where the agent installs tt-kmd's udev rule.
+const udevRulePath = "etc/udev/rules.d/50-tenstorrent.rules"
 
 func renderDeviceAttrs(root string, st *state) error {
 	for i, d := range st.Devices {
 		dir := filepath.Join(root, classDir, "tenstorrent!"+strconv.Itoa(i))
 		fw := filepath.Join(dir, "tt_fw_bundle_ver")
-		if st.ResetsNeeded > 0 {
+		if st.ResetsNeeded > 0 || d.BundleUnreadable {
 			// A hung chip cannot answer telemetry: the attribute reads fail.
 			if err := os.Remove(fw); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err

@@ -85,6 +85,8 @@ var RemoteTags = func() []string {
 	return out
 }()
 
+var kernelCCRE = regexp.MustCompile(`(?m)^CC\s*=.*?([A-Za-z0-9_.+-]*gcc[A-Za-z0-9_.+-]*)\s*$`)
+
 var moduleVersionRE = regexp.MustCompile(`MODULE_VERSION\("([^"]+)"\)`)
 
 // make [-jN] -C KDIR M=SRC modules: the kbuild out-of-tree module build.
@@ -147,6 +149,22 @@ func makeModules(t *tool) int {
 	st, err := loadState(t.root)
 	if err != nil {
 		return t.errorf(2, "*** %v", err)
+	}
+	// Debian's .kernelvariables names the compiler (CC = …gcc-12); kbuild
+	// runs it by name, so a host without that very gcc cannot build.
+	if vars, err := os.ReadFile(filepath.Join(kdir, ".kernelvariables")); err == nil {
+		if m := kernelCCRE.FindSubmatch(vars); m != nil {
+			cc := string(m[1])
+			at := filepath.Join("/usr/bin", cc)
+			if t.chrooted {
+				at = filepath.Join(t.root, at)
+			}
+			if _, err := os.Stat(at); err != nil {
+				fmt.Fprintf(t.stdout, "  CC [M]  %s/module.o\n", src)
+				fmt.Fprintf(t.stderr, "/bin/sh: 1: %s: not found\n", cc)
+				return t.errorf(2, "*** [%s] Error 2", shownKdir)
+			}
+		}
 	}
 	if st.BrokenBuild {
 		fmt.Fprintf(t.stdout, "  CC [M]  %s/module.o\n", src)

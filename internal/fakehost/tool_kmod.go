@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -19,6 +20,9 @@ func rmmod(t *tool) int {
 	}
 	if loadedVersion(t.root) == "" {
 		return t.errorf(1, "ERROR: Module %s is not currently loaded", moduleName)
+	}
+	if readTrimOr(t.root, modulesDisabledPath) == "1" {
+		return t.errorf(1, "ERROR: could not remove module %s: Operation not permitted", moduleName)
 	}
 	if who := holdersNow(t.root); who != "" {
 		// The kernel refuses; asking at all means nobody checked first.
@@ -64,6 +68,17 @@ func (t *tool) loadFile(path string) int {
 	}
 	if loadedVersion(t.root) != "" {
 		return t.errorf(1, "ERROR: could not insert module %s: File exists", path)
+	}
+	// The kernel's policy for an unsigned module (finit_module errors).
+	switch {
+	case readTrimOr(t.root, modulesDisabledPath) == "1":
+		return t.errorf(1, "ERROR: could not insert module %s: Operation not permitted", path)
+	case readTrimOr(t.root, sigEnforcePath) == "Y":
+		return t.errorf(1, "ERROR: could not insert module %s: Key was rejected by service", path)
+	case !strings.Contains(readTrimOr(t.root, lockdownPath), "[none]") && readTrimOr(t.root, lockdownPath) != "":
+		return t.errorf(1, "ERROR: could not insert module %s: Operation not permitted", path)
+	case slices.Contains(st.UnresolvedKMD, version):
+		return t.errorf(1, "ERROR: could not insert module %s: Unknown symbol in module", path)
 	}
 	if err := loadModule(t.root, version, 0, st); err != nil {
 		return t.errorf(1, "ERROR: %v", err)
@@ -223,4 +238,62 @@ func nonFlags(args []string) []string {
 		}
 	}
 	return out
+}
+
+// modinfo -F FIELD FILE: prints one field of a module file as kmod's
+// modinfo does (vermagic with the kernel's flags after the release; an
+// absent field prints nothing and exits 0).
+func modinfo(t *tool) int {
+	field, file := "", ""
+	for i := 0; i < len(t.args); i++ {
+		switch a := t.args[i]; {
+		case a == "-F" || a == "--field":
+			if i+1 >= len(t.args) {
+				return t.errorf(1, "option requires an argument -- 'F'")
+			}
+			i++
+			field = t.args[i]
+		case strings.HasPrefix(a, "--field="):
+			field = strings.TrimPrefix(a, "--field=")
+		case strings.HasPrefix(a, "-"):
+			return t.errorf(1, "fake modinfo does not support %s", a)
+		default:
+			file = a
+		}
+	}
+	if file == "" {
+		return t.errorf(1, "ERROR: missing module or filename.")
+	}
+	p, err := t.path(file)
+	if err != nil {
+		return t.errorf(1, "ERROR: %v", err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return t.errorf(1, "ERROR: Module %s not found.", file)
+	}
+	version, kernel, err := parseKernelObject(b)
+	if err != nil {
+		return t.errorf(1, "ERROR: could not get modinfo from '%s': Invalid argument", strings.TrimSuffix(filepath.Base(file), ".ko"))
+	}
+	values := map[string]string{"version": version, "vermagic": kernel + " SMP preempt mod_unload modversions ", "name": moduleName,
+		"license": "GPL"}
+	if field == "" {
+		fmt.Fprintf(t.stdout, "filename:       %s\nversion:        %s\nlicense:        GPL\nname:           %s\nvermagic:       %s\n", file,
+			version, moduleName, values["vermagic"])
+		return 0
+	}
+	if v, ok := values[field]; ok {
+		fmt.Fprintln(t.stdout, v)
+	}
+	return 0
+}
+
+// readTrimOr reads a root-relative file, "" when absent.
+func readTrimOr(root, rel string) string {
+	v, err := readTrim(filepath.Join(root, rel))
+	if err != nil {
+		return ""
+	}
+	return v
 }

@@ -8,14 +8,23 @@ import (
 )
 
 // tt-flash [--no-color] [--no-tty] [flash] (--fw-tar PATH | PATH) [--force]
+// [--allow-major-downgrades] [--no-reset]. As tt-flash's flash.py: per
+// chip, the running and the SPI bundle versions decide; a major downgrade
+// is refused even with --force; a chip whose SPI is at or above the bundle
+// is not written (unless --force) and not reset, so it keeps running what
+// it ran; only written chips are reset, and only then run the new image.
 func ttFlash(t *tool) int {
 	var bundle string
-	force := false
+	force, allowMajorDowngrade, noReset := false, false, false
 	for i := 0; i < len(t.args); i++ {
 		switch a := t.args[i]; a {
 		case "--no-color", "--no-tty", "flash":
 		case "--force":
 			force = true
+		case "--allow-major-downgrades":
+			allowMajorDowngrade = true
+		case "--no-reset":
+			noReset = true
 		case "--fw-tar":
 			if i+1 >= len(t.args) {
 				return t.errorf(2, "argument --fw-tar: expected one argument")
@@ -34,13 +43,13 @@ func ttFlash(t *tool) int {
 	}
 	out := t.stdout
 	fmt.Fprintln(out, "Stage: SETUP")
-	version, err := bundleVersion(bundle)
+	b, err := readBundle(bundle)
 	if err != nil {
 		fmt.Fprintf(out, "Error: %v\nFLASH FAILED\n", err)
 		return 1
 	}
-	target := version + ".0"
-	fmt.Fprintf(out, "\tFound bundle version %s\nStage: DETECT\n", version)
+	target := b.version
+	fmt.Fprintf(out, "\tFound bundle version %s\nStage: DETECT\n", target)
 	if loadedVersion(t.root) == "" {
 		fmt.Fprintln(out, "Error: No Tenstorrent driver detected!\nFLASH FAILED")
 		return 1
@@ -59,24 +68,71 @@ func ttFlash(t *tool) int {
 		fmt.Fprintln(out, "Error: Timed out waiting for ARC to respond\nFLASH FAILED")
 		return 1
 	}
-	fmt.Fprintf(out, "\tDetected %d chips\nStage: FLASH\n", len(st.Devices))
+	fmt.Fprintf(out, "\tDetected %d chips\n", len(st.Devices))
+	// Stage 1 decides per chip before anything is written.
+	write := make([]bool, len(st.Devices))
+	for i, d := range st.Devices {
+		dir := bundleBoards[d.Board]
+		if !b.boards[dir] {
+			fmt.Fprintf(out, "Error: Could not find flash image for %s in tarfile; expected to see %s/image.bin\nFLASH FAILED\n", d.Board, dir)
+			return 1
+		}
+		running, tgt := major(d.Firmware), major(target)
+		if !d.BundleUnreadable && running > tgt && !allowMajorDowngrade {
+			fmt.Fprintf(out, "Error: Detected major version downgrade from %s to %s, this is not supported. "+
+				"If you really want to do this please re-run with --allow-major-downgrades\nFLASH FAILED\n", d.Firmware, target)
+			return 1
+		}
+		if !d.BundleUnreadable && running != tgt && running != tgt-1 && !force {
+			fmt.Fprintf(out, "Error: Bundle fwId (%d) does not match expected fwId (%d); %s != %s bypass with --force\nFLASH FAILED\n",
+				tgt, running, target, d.Firmware)
+			return 1
+		}
+		switch {
+		case force:
+			write[i] = true
+		case compareVersions(d.spi(), target) >= 0:
+			if compareVersions(d.Firmware, target) < 0 {
+				fmt.Fprintf(out, "\t%d: ROM does not need to be updated, while the chip is running old FW the SPI is up to date. "+
+					"You can load the new firmware after a reboot, or in the case of WH a reset. Or skip this check with --force.\n", i)
+			} else {
+				fmt.Fprintf(out, "\t%d: ROM version is %s; ROM does not need to be updated\n", i, d.Firmware)
+			}
+		default:
+			write[i] = true
+		}
+	}
+	fmt.Fprintln(out, "Stage: FLASH")
 	for i := 0; i < st.FlashNoiseLines; i++ {
 		fmt.Fprintf(out, "\t\tWriting block %d of %d (progress %d%%)\n", i, st.FlashNoiseLines, 100*i/max(st.FlashNoiseLines, 1))
 	}
 	time.Sleep(st.FlashDelay)
-	rc := 0
+	rc, written := 0, 0
 	for i := range st.Devices {
 		d := &st.Devices[i]
 		switch {
-		case !force && compareVersions(d.Firmware, target) >= 0:
-			fmt.Fprintf(out, "\t%d: ROM version is %s; ROM does not need to be updated\n", i, d.Firmware)
+		case !write[i]:
 		case d.FailFlash:
 			fmt.Fprintf(out, "\t%d: Error: SPI write verify mismatch at 0x20000; chip %s not updated\n", i, busID(i))
 			rc++
 		default:
-			fmt.Fprintf(out, "\t%d: Sub Stage: FLASH  Writing %s over %s\n", i, target, d.Firmware)
+			fmt.Fprintf(out, "\t%d: Sub Stage: FLASH  Writing %s over %s\n", i, target, d.spi())
 			t.recordOp(Op{Op: OpFlash, Chip: i, From: d.Firmware, Version: target})
-			d.Firmware = target
+			d.SPI = target
+			written++
+		}
+	}
+	if rc != 0 {
+		fmt.Fprintln(out, "Errors detected on some chips; skipping reset\nFLASH FAILED")
+	} else if written > 0 && !noReset {
+		fmt.Fprintln(out, "Stage: RESET\n\tResetting devices, waiting for M3 boot")
+		for i := range st.Devices {
+			if write[i] {
+				st.Devices[i].Firmware = st.Devices[i].SPI
+			}
+		}
+		if st.ConfigSpaceResetBug {
+			fmt.Fprintln(out, "\tConfig space reset not completed for device 0!")
 		}
 	}
 	if err := saveState(t.root, st); err != nil {
@@ -86,15 +142,15 @@ func ttFlash(t *tool) int {
 		return t.errorf(1, "%v", err)
 	}
 	if rc != 0 {
-		fmt.Fprintln(out, "Errors detected on some chips; skipping reset\nFLASH FAILED")
 		return rc
-	}
-	fmt.Fprintln(out, "Stage: RESET\n\tResetting devices, waiting for M3 boot")
-	if st.ConfigSpaceResetBug {
-		fmt.Fprintln(out, "\tConfig space reset not completed for device 0!")
 	}
 	fmt.Fprintln(out, "FLASH SUCCESS")
 	return 0
+}
+
+func major(v string) int {
+	n, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+	return n
 }
 
 // compareVersions compares dotted numeric versions; non-numbers sort lowest.

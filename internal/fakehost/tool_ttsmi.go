@@ -69,7 +69,7 @@ func (t *tool) snapshot(st *state) int {
 		return t.errorf(1, "%v", err)
 	}
 	// Real tt-smi may print progress before the JSON; consumers must cope.
-	fmt.Fprintf(t.stdout, "Detected Chips: %d\n%s\n", len(st.Devices), b)
+	fmt.Fprintf(t.stdout, "Detected Chips: %d\n%s\n", len(snap.DeviceInfo), b)
 	return 0
 }
 
@@ -87,8 +87,15 @@ func (t *tool) reset(st *state, galaxy bool) int {
 			" Starting PCI link reset on WH devices at PCI indices: all\n Finishing PCI link reset on WH devices\n"+
 				" Re-initializing boards after reset....")
 	}
-	if st.ResetsNeeded > 0 && galaxy == st.Galaxy {
-		st.ResetsNeeded--
+	if galaxy == st.Galaxy {
+		if st.ResetsNeeded > 0 {
+			st.ResetsNeeded--
+		}
+		// A reset boots every chip from its SPI: a card flashed but not
+		// reset now runs the new image.
+		for i := range st.Devices {
+			st.Devices[i].Firmware = st.Devices[i].spi()
+		}
 		if err := saveState(t.root, st); err != nil {
 			return t.errorf(1, "%v", err)
 		}
@@ -124,18 +131,30 @@ func snapshotOf(root string, st *state) snapshotJSON {
 		HostSWVers: map[string]string{"tt_smi": ImageTTSMIVersion, "pyluwen": "0.7.2"},
 	}
 	for i, d := range st.Devices {
-		snap.DeviceInfo = append(snap.DeviceInfo, deviceJSON{
-			BoardInfo: map[string]string{
-				"bus_id": busID(i), "board_type": d.Board, "board_id": fmt.Sprintf("10001451172%05d", i),
-				"coords": "N/A", "dram_status": "True", "dram_speed": "12G", "pcie_speed": "4", "pcie_width": "16",
-			},
-			Telemetry: map[string]string{"voltage": "0.80", "current": "22.0", "power": "18.0", "aiclk": "500", "asic_temperature": "45.3"},
-			Firmwares: map[string]string{
-				"fw_bundle_version": d.Firmware, "tt_flash_version": "3.6.5.0", "cm_fw": "0.0.0.0",
-				"cm_fw_date": "2025-01-01", "eth_fw": "6.10.0", "bm_bl_fw": "129.2.0.0", "bm_app_fw": "5.10.0.0",
-			},
-			Limits: map[string]string{"vdd_min": "0.70", "vdd_max": "0.95", "tdp_limit": "85", "thm_limit": "75"},
-		})
+		// tt-smi lists each PCI chip, then the chips behind it over
+		// Ethernet (an n300's second ASIC), whose PCI fields read N/A.
+		for r := 0; r <= d.remote(); r++ {
+			bus, speed, width := busID(i), "4", "16"
+			if r > 0 {
+				bus, speed, width = "N/A", "N/A", "N/A"
+			}
+			fw := d.Firmware
+			if d.BundleUnreadable {
+				fw = "N/A"
+			}
+			snap.DeviceInfo = append(snap.DeviceInfo, deviceJSON{
+				BoardInfo: map[string]string{
+					"bus_id": bus, "board_type": d.Board, "board_id": fmt.Sprintf("10001451172%05d", i),
+					"coords": "N/A", "dram_status": "True", "dram_speed": "12G", "pcie_speed": speed, "pcie_width": width,
+				},
+				Telemetry: map[string]string{"voltage": "0.80", "current": "22.0", "power": "18.0", "aiclk": "500", "asic_temperature": "45.3"},
+				Firmwares: map[string]string{
+					"fw_bundle_version": fw, "tt_flash_version": "3.6.5.0", "cm_fw": "0.0.0.0",
+					"cm_fw_date": "2025-01-01", "eth_fw": "6.10.0", "bm_bl_fw": "129.2.0.0", "bm_app_fw": "5.10.0.0",
+				},
+				Limits: map[string]string{"vdd_min": "0.70", "vdd_max": "0.95", "tdp_limit": "85", "thm_limit": "75"},
+			})
+		}
 	}
 	return snap
 }

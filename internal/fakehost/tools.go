@@ -18,7 +18,7 @@ import (
 const RootEnv = "FAKEHOST_ROOT"
 
 // Tools are the names Main answers to.
-var Tools = []string{"rmmod", "insmod", "modprobe", "depmod", "make", "git", "tt-smi", "tt-flash", "kill", "chroot"}
+var Tools = []string{"rmmod", "insmod", "modinfo", "modprobe", "depmod", "make", "git", "tt-smi", "tt-flash", "kill", "chroot"}
 
 // IsTool reports whether name (a basename) is one of the fake tools, for
 // multi-call binaries that dispatch on os.Args[0].
@@ -53,6 +53,7 @@ type toolFunc func(t *tool) int
 var toolFuncs = map[string]toolFunc{
 	"rmmod":    rmmod,
 	"insmod":   insmod,
+	"modinfo":  modinfo,
 	"modprobe": modprobe,
 	"depmod":   depmod,
 	"make":     makeModules,

@@ -12,6 +12,9 @@ import (
 	"time"
 )
 
+// hostPATH is the PATH programs run inside the host root get.
+const hostPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 // toolOutputLimit bounds what is kept of each stream of a tool run.
 const toolOutputLimit = 64 << 10
 
@@ -39,14 +42,30 @@ func (t toolRun) combined() string {
 
 func (t toolRun) notFound() bool { return errors.Is(t.err, exec.ErrNotFound) }
 
-// run executes argv (never through a shell) with the agent's environment
-// plus a.Env, streaming output to the log. watch lists strings whose
-// presence in the output matters regardless of the exit code.
-func (a *Agent) run(ctx context.Context, argv []string, watch ...string) toolRun {
+// run is the one way the agent executes a program: only what the
+// requirements table declares for the operation's task runs, so the table
+// (and the image checked against it) cannot miss a tool the agent uses.
+func (x *execution) run(ctx context.Context, argv []string, watch ...string) toolRun {
+	if err := checkExec(x.res.Op, x.agent.Root, argv); err != nil {
+		x.agent.logf("refused: %v", err)
+		return toolRun{argv: argv, exitCode: -1, err: err}
+	}
+	return x.agent.execTool(ctx, argv, watch...)
+}
+
+// execTool executes argv (never through a shell) with the agent's
+// environment plus a.Env, streaming output to the log. watch lists strings
+// whose presence in the output matters regardless of the exit code.
+func (a *Agent) execTool(ctx context.Context, argv []string, watch ...string) toolRun {
 	res := toolRun{argv: argv, exitCode: -1}
 	a.logf("exec %s", strings.Join(argv, " "))
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), a.Env...), "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
+	if argv[0] == "chroot" {
+		// chroot looks its program up on PATH inside the host root: the
+		// host's directories, not the helper image's (a later entry wins).
+		cmd.Env = append(cmd.Env, "PATH="+hostPATH)
+	}
 	cmd.WaitDelay = 5 * time.Second // a killed tool's children may hold the pipes
 	stdout, stderr := newCapture(watch), newCapture(watch)
 	log := io.Discard
@@ -112,6 +131,9 @@ func (c *capture) String() string {
 // toolFailure classifies a failed run: a missing tool is an image problem,
 // anything else is reason.
 func toolFailure(reason Reason, r toolRun, what string) error {
+	if errors.Is(r.err, errUndeclared) {
+		return fail(ReasonToolMissing, "%s: agent bug: %v", what, r.err)
+	}
 	if r.notFound() {
 		return failOutput(ReasonToolMissing, r, "%s: %s not found on PATH", what, r.argv[0])
 	}

@@ -123,7 +123,7 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 	}
 	x.res.Changed = true
 	flashErr := x.step("tt-flash", func() (string, error) {
-		r := x.agent.run(ctx, argv, configSpaceResetMarker)
+		r := x.run(ctx, argv, configSpaceResetMarker)
 		x.res.OutputTail = r.combined()
 		if r.err != nil {
 			return "", toolFailure(ReasonFlashFailed, r, "tt-flash")
@@ -137,6 +137,14 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 	// Read back even after a failed flash: per-device detail tells the
 	// human which chip to look at.
 	after, readErr := x.readbackAfter(ctx)
+	if flashErr == nil && readErr == nil && len(after) > 0 && !allEqual(versionsOf(after), o.ReadbackVersion) {
+		// tt-flash writes nothing and resets nothing where the SPI already
+		// holds the bundle: a card flashed earlier but never reset still
+		// runs its old image until a reset loads the SPI.
+		if x.step("reset-to-load", func() (string, error) { return x.heal(ctx, o.ResetSettle) }) == nil {
+			after, readErr = x.readbackAfter(ctx)
+		}
+	}
 	if after != nil {
 		x.res.Devices = devicesFrom(before, after, o.ReadbackVersion)
 	}
@@ -196,6 +204,12 @@ func withDeviceDetail(err error, devs []Device) error {
 	}
 	if len(bad) == 0 {
 		return err
+	}
+	// A chip that fails makes tt-flash skip the reset of all of them, so on
+	// a Galaxy every chip is behind: name a few, count the rest (the
+	// message must leave room for the tool's output in the result).
+	if n := len(bad); n > 4 {
+		bad = append(bad[:4], fmt.Sprintf("and %d more", n-4))
 	}
 	return appendMsg(err, "; not at target: "+strings.Join(bad, ", "))
 }

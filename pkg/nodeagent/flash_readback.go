@@ -48,9 +48,15 @@ func ParseSMISnapshot(out []byte) ([]DeviceFirmware, error) {
 	}
 	devs := make([]DeviceFirmware, 0, len(*snap.DeviceInfo))
 	for _, d := range *snap.DeviceInfo {
+		// Remote chips (an n300's second ASIC, behind the first over
+		// Ethernet) have no PCI address; sysfs does not list them, and
+		// tt-flash flashes them with their board. Devices are PCI ones.
+		if strings.TrimSpace(d.BoardInfo.BusID) == "N/A" {
+			continue
+		}
 		v, _ := d.Firmwares["fw_bundle_version"].(string)
 		v = strings.TrimSpace(v)
-		if v == "" {
+		if v == "" || v == "N/A" { // tt-smi prints N/A for what it cannot read
 			v = "?"
 		}
 		devs = append(devs, DeviceFirmware{BusID: d.BoardInfo.BusID, Board: strings.TrimSpace(d.BoardInfo.BoardType), Version: v})

@@ -17,7 +17,7 @@ const maxBundleBytes = 512 << 20
 
 // snapshot runs `tt-smi -s` and parses it.
 func (x *execution) snapshot(ctx context.Context) ([]DeviceFirmware, error) {
-	r := x.agent.run(ctx, []string{"tt-smi", "-s"})
+	r := x.run(ctx, []string{"tt-smi", "-s"})
 	if r.err != nil {
 		// tt-smi prints its real errors ("No Tenstorrent driver detected!")
 		// on stdout, so keep both streams.
@@ -100,7 +100,7 @@ func (x *execution) heal(ctx context.Context, settle time.Duration) (string, err
 	if galaxyHost(x.agent.Root) {
 		argv = []string{"tt-smi", "-glx_reset"}
 	}
-	r := x.agent.run(ctx, argv)
+	r := x.run(ctx, argv)
 	if r.notFound() {
 		return "", toolFailure(ReasonReadbackFailed, r, "reset")
 	}

@@ -56,10 +56,15 @@ func TestFlashSkipsOrForces(t *testing.T) {
 			wantFlash: true, wantForce: true, wantFW: []string{"19.9.0.0", "19.9.0.0"}},
 		{name: "upgrade uniform chips", fw: []string{"18.2.0.0", "18.2.0.0"}, version: "19.9.0", homogenize: true,
 			wantFlash: true, wantFW: []string{"19.9.0.0", "19.9.0.0"}},
-		{name: "chips disagree: --force", fw: []string{"19.9.0.0", "18.2.0.0"}, version: "18.5.0", homogenize: true,
-			wantFlash: true, wantForce: true, wantFW: []string{"18.5.0.0", "18.5.0.0"}},
-		{name: "chips disagree without homogenize leaves the newer chip", fw: []string{"19.9.0.0", "18.2.0.0"}, version: "18.5.0",
-			wantFlash: true, wantReason: nodeagent.ReasonFirmwareMismatch, wantFW: []string{"19.9.0.0", "18.5.0.0"}},
+		{name: "chips disagree: --force", fw: []string{"19.9.0.0", "19.2.0.0"}, version: "19.5.0", homogenize: true,
+			wantFlash: true, wantForce: true, wantFW: []string{"19.5.0.0", "19.5.0.0"}},
+		{name: "chips disagree without homogenize leaves the newer chip", fw: []string{"19.9.0.0", "19.2.0.0"}, version: "19.5.0",
+			wantFlash: true, wantReason: nodeagent.ReasonFirmwareMismatch, wantFW: []string{"19.9.0.0", "19.5.0.0"}},
+		// tt-flash refuses a major downgrade even with --force (it wants
+		// --allow-major-downgrades, which the agent never passes).
+		{name: "major downgrade is refused even with --force", fw: []string{"19.9.0.0", "19.9.0.0"}, version: "18.5.0",
+			forceWrite: true, wantFlash: true, wantForce: true, wantReason: nodeagent.ReasonFlashFailed,
+			wantFW: []string{"19.9.0.0", "19.9.0.0"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -152,7 +157,10 @@ func TestFlashFailures(t *testing.T) {
 		r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
 		requireFailure(t, r, nodeagent.ReasonFlashFailed)
 		require.Len(t, r.Devices, 2)
-		assert.True(t, r.Devices[0].OK)
+		// tt-flash wrote chip 0's SPI but skips every reset when a chip
+		// fails: chip 0 still runs the old image.
+		assert.False(t, r.Devices[0].OK)
+		assert.Equal(t, "18.2.0.0", r.Devices[0].After)
 		assert.False(t, r.Devices[1].OK)
 		assert.Equal(t, "18.2.0.0", r.Devices[1].After)
 		assert.Contains(t, r.Error.Message, "device 1 (0000:02:00.0)")
@@ -237,4 +245,47 @@ func TestFlashRefusesWhileTheDeviceIsHeld(t *testing.T) {
 	ev, err = fakehost.Events(root, 0)
 	require.NoError(t, err)
 	assert.Empty(t, ev, "the flash ran only after the holder was gone")
+}
+
+// A card flashed earlier but never reset has the bundle in its SPI and the
+// old image running: tt-flash writes nothing and resets nothing (exit 0),
+// so the agent resets once to load the SPI and then verifies.
+func TestFlashResetsACardFlashedButNotReset(t *testing.T) {
+	devs := devices("18.2.0.0", "18.2.0.0")
+	devs[0].SPI, devs[1].SPI = "19.9.0.0", "19.9.0.0"
+	a, root := flashHost(t, fakehost.Spec{Devices: devs})
+	r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+	requireSuccess(t, r)
+	assert.Equal(t, []string{"19.9.0.0", "19.9.0.0"}, observe(t, root).Firmware)
+	assert.Len(t, callsTo(t, root, "tt-flash"), 1)
+	resets := 0
+	for _, c := range callsTo(t, root, "tt-smi") {
+		if slices.Contains(c, "-r") {
+			resets++
+		}
+	}
+	assert.Equal(t, 1, resets, "one reset after tt-flash loads the SPI")
+	ops, err := fakehost.Ops(root)
+	require.NoError(t, err)
+	for _, op := range ops {
+		assert.NotEqual(t, fakehost.OpFlash, op.Op, "nothing is written: the SPI already holds the bundle")
+	}
+}
+
+// tt-smi lists an n300's remote chip (bus_id N/A) and prints N/A for what
+// it cannot read; the agent's devices are the PCI ones sysfs lists, and an
+// unreadable version is unknown, not a version.
+func TestFlashCountsPCIChipsAndReadsNAAsUnknown(t *testing.T) {
+	devs := []fakehost.Device{{Firmware: "18.2.0.0", Board: "n300"}, {Firmware: "18.2.0.0", Board: "n300"}}
+	a, _ := flashHost(t, fakehost.Spec{Devices: devs})
+	r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+	requireSuccess(t, r)
+	require.Len(t, r.Devices, 2)
+
+	out := []byte(`{"device_info": [{"board_info": {"bus_id": "0000:01:00.0", "board_type": "n300"}, "firmwares": {"fw_bundle_version": "N/A"}},
+	 {"board_info": {"bus_id": "N/A", "board_type": "n300"}, "firmwares": {"fw_bundle_version": "19.9.0.0"}}]}`)
+	got, err := nodeagent.ParseSMISnapshot(out)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, "?", got[0].Version)
 }

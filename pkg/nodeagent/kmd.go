@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 )
 
@@ -65,6 +66,10 @@ const (
 	kmdModuleFile   = "tenstorrent.ko"
 	rebootSafeDir   = "updates"
 	modulesLoadConf = "etc/modules-load.d/tenstorrent.conf"
+	// The kernel's module-loading policy.
+	modulesDisabledPath = "proc/sys/kernel/modules_disabled"
+	sigEnforcePath      = "sys/module/module/parameters/sig_enforce"
+	lockdownPath        = "sys/kernel/security/lockdown"
 )
 
 // KMD installs tt-kmd o.Version on the node. The order follows the
@@ -112,6 +117,9 @@ func (x *execution) kmd(ctx context.Context, o KMDOptions) error {
 
 	if loaded == o.Version {
 		return x.kmdAlreadyLoaded(ctx, o)
+	}
+	if err := x.step("load-allowed", func() (string, error) { return x.checkLoadAllowed() }); err != nil {
+		return err
 	}
 	if loaded != "" && !o.ForceUnload {
 		if err := x.step("refcnt-check", func() (string, error) { return x.checkUnused(o.Version) }); err != nil {
@@ -198,6 +206,31 @@ func (x *execution) checkNotHostManaged() (string, error) {
 	x.res.InstallMode = InstallModeHost
 	return "", fail(ReasonHostManaged, "tt-kmd is managed by the host (DKMS: %v); refusing to touch it (loaded version %q)", signals,
 		x.res.Before)
+}
+
+// checkLoadAllowed refuses before anything is unloaded when the kernel
+// would refuse the module the agent builds, which is unsigned: with
+// kernel.modules_disabled, module.sig_enforce, or lockdown (Secure Boot).
+// Otherwise the old driver would be unloaded and the new one refused.
+func (x *execution) checkLoadAllowed() (string, error) {
+	a := x.agent
+	disabled, _ := readOptional(a.hostPath(modulesDisabledPath))
+	enforce, _ := readOptional(a.hostPath(sigEnforcePath))
+	lockdown, _ := readOptional(a.hostPath(lockdownPath))
+	mode := ""
+	if i, j := strings.Index(lockdown, "["), strings.Index(lockdown, "]"); i >= 0 && j > i {
+		mode = lockdown[i+1 : j]
+	}
+	switch {
+	case disabled == "1":
+		return "", fail(ReasonInsmodFailed, "kernel.modules_disabled is 1: the kernel loads and unloads no module until reboot; "+
+			"tt-kmd %q stays loaded", x.res.Before)
+	case enforce == "Y" || (mode != "" && mode != "none"):
+		return "", fail(ReasonInsmodFailed, "the kernel refuses unsigned modules (module.sig_enforce=%s, lockdown %q): "+
+			"a module built here would not load; sign tt-kmd with an enrolled key (DKMS/MOK) on this node; tt-kmd %q stays loaded",
+			orDash(enforce), orDash(mode), x.res.Before)
+	}
+	return "unsigned modules load (lockdown " + orDash(mode) + ", sig_enforce " + orDash(enforce) + ")", nil
 }
 
 func (x *execution) checkUnused(version string) (string, error) {

@@ -45,17 +45,20 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	}
 	defer os.RemoveAll(work)
 	src := filepath.Join(work, "tt-kmd")
-	clone := a.run(ctx, []string{"git", "clone", "--depth", "1", "--branch", "ttkmd-" + o.Version, o.GitURL, src})
+	clone := x.run(ctx, []string{"git", "clone", "--depth", "1", "--branch", "ttkmd-" + o.Version, o.GitURL, src})
 	if clone.err != nil {
 		return "", "", toolFailure(ReasonCloneFailed, clone, "git clone of ttkmd-"+o.Version)
 	}
-	build := a.run(ctx, a.buildCommand(kver, src))
+	build := x.run(ctx, a.buildCommand(kver, src))
 	if build.err != nil {
 		return "", "", toolFailure(ReasonBuildFailed, build, "building tt-kmd "+o.Version+" for "+kver)
 	}
 	built := filepath.Join(src, kmdModuleFile)
 	if _, err := os.Stat(built); err != nil {
 		return "", "", failOutput(ReasonBuildFailed, build, "make succeeded but produced no %s", kmdModuleFile)
+	}
+	if err := x.checkBuilt(ctx, built, o.Version, kver); err != nil {
+		return "", "", err
 	}
 	if err := os.MkdirAll(filepath.Dir(cached), 0o755); err != nil {
 		return "", "", err
@@ -64,6 +67,24 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 		return "", "", err
 	}
 	return cached, "built from ttkmd-" + o.Version + " and cached at " + cached, nil
+}
+
+// checkBuilt reads the built module's MODULE_VERSION and vermagic with
+// modinfo: a tag whose source says another version, or a build against
+// another kernel's tree, must not enter the cache under this key.
+func (x *execution) checkBuilt(ctx context.Context, ko, version, kver string) error {
+	for _, f := range []struct{ field, want string }{{"version", version}, {"vermagic", kver}} {
+		r := x.run(ctx, []string{"modinfo", "-F", f.field, ko})
+		if r.err != nil {
+			return toolFailure(ReasonBuildFailed, r, "modinfo -F "+f.field)
+		}
+		got := strings.Fields(r.stdout)
+		if len(got) == 0 || got[0] != f.want {
+			return failOutput(ReasonBuildFailed, r, "built %s has %s %q, expected %q", kmdModuleFile, f.field,
+				strings.TrimSpace(r.stdout), f.want)
+		}
+	}
+	return nil
 }
 
 // buildCommand is the kbuild invocation. With the host mounted under Root
@@ -100,7 +121,7 @@ func (x *execution) unload(ctx context.Context, o KMDOptions) (string, error) {
 			return "", err
 		}
 	}
-	rm := a.run(ctx, []string{"rmmod", kmdModuleName})
+	rm := x.run(ctx, []string{"rmmod", kmdModuleName})
 	if rm.err != nil {
 		return "", toolFailure(ReasonRmmodFailed, rm, "rmmod "+kmdModuleName)
 	}
@@ -126,7 +147,7 @@ func (x *execution) killHolders(ctx context.Context, wait time.Duration, refs in
 	}
 	// kill exits non-zero if one holder exited on its own; the refcount
 	// poll below is the real check.
-	if k := a.run(ctx, argv); k.notFound() {
+	if k := x.run(ctx, argv); k.notFound() {
 		return "", toolFailure(ReasonHoldersRemain, k, "kill")
 	}
 	deadline := time.Now().Add(wait)
@@ -166,7 +187,7 @@ func (x *execution) killHolders(ctx context.Context, wait time.Duration, refs in
 // left without a driver.
 func (x *execution) insmod(ctx context.Context, ko, previous string) (string, error) {
 	a := x.agent
-	in := a.run(ctx, []string{"insmod", ko})
+	in := x.run(ctx, []string{"insmod", ko})
 	if in.err == nil {
 		return "insmod " + ko, nil
 	}
@@ -178,7 +199,7 @@ func (x *execution) insmod(ctx context.Context, ko, previous string) (string, er
 	if _, serr := os.Stat(old); serr != nil {
 		return "", appendMsg(err, "; tt-kmd "+previous+" is not cached, the node has no driver loaded")
 	}
-	if back := a.run(ctx, []string{"insmod", old}); back.err != nil {
+	if back := x.run(ctx, []string{"insmod", old}); back.err != nil {
 		return "", appendMsg(err, "; rollback to "+previous+" failed too, the node has no driver loaded")
 	}
 	return "", appendMsg(err, "; rolled back to tt-kmd "+previous)

@@ -10,9 +10,15 @@ import (
 	"strings"
 )
 
-// udevRule is upstream tt-kmd's rule: devtmpfs creates nodes 0600, and
-// workloads run unprivileged.
-const udevRule = "KERNEL==\"tenstorrent*\", MODE=\"0666\"\n"
+// udevRule has the effect of upstream tt-kmd's rule
+// (udev-50-tenstorrent.rules): device nodes 0666 (devtmpfs creates them
+// 0600 and workloads run unprivileged), and stable
+// /dev/tenstorrent/by-id/<arch>-<asic id> links for Wormhole (0x401e) and
+// Blackhole (0xb140) devices that report tt_asic_id.
+const udevRule = "# installed by rollbook node-agent (as tt-kmd's udev-50-tenstorrent.rules)\n" +
+	"SUBSYSTEM==\"tenstorrent\", MODE=\"0666\"\n" +
+	"SUBSYSTEM==\"tenstorrent\", ATTRS{device}==\"0x401e\", ATTR{tt_asic_id}==\"?*\", SYMLINK+=\"tenstorrent/by-id/wormhole-%s{tt_asic_id}\"\n" +
+	"SUBSYSTEM==\"tenstorrent\", ATTRS{device}==\"0xb140\", ATTR{tt_asic_id}==\"?*\", SYMLINK+=\"tenstorrent/by-id/blackhole-%s{tt_asic_id}\"\n"
 
 var deviceNodeRE = regexp.MustCompile(`^[0-9]+$`)
 
@@ -54,7 +60,7 @@ func (x *execution) persist(ctx context.Context, ko string) (string, error) {
 	if err := copyFileAtomic(dst, ko, 0o644); err != nil {
 		return "", err
 	}
-	dep := a.run(ctx, []string{"depmod", "-a", "-b", a.Root, kver})
+	dep := x.run(ctx, []string{"depmod", "-a", "-b", a.Root, kver})
 	if dep.err != nil {
 		return "", toolFailure(ReasonHostError, dep, "depmod")
 	}
@@ -62,7 +68,7 @@ func (x *execution) persist(ctx context.Context, ko string) (string, error) {
 	if err := replaceFile(a.hostPath(modulesLoadConf), strings.NewReader(conf), 0o644); err != nil {
 		return "", err
 	}
-	probe := a.run(ctx, []string{"modprobe", "-d", a.Root, "-S", kver, "--show-depends", kmdModuleName})
+	probe := x.run(ctx, []string{"modprobe", "-d", a.Root, "-S", kver, "--show-depends", kmdModuleName})
 	if probe.err != nil {
 		return "", toolFailure(ReasonHostError, probe, "modprobe --show-depends")
 	}

@@ -285,3 +285,57 @@ func TestKMDBuildsAgainstDebianSplitHeaders(t *testing.T) {
 	assert.True(t, p.Probe.Headers)
 	assert.False(t, p.Probe.Toolchain, "headers without make/gcc on the host")
 }
+
+// The kernel refuses the unsigned module a container build makes under
+// Secure Boot lockdown, module.sig_enforce or kernel.modules_disabled: the
+// agent says so before unloading anything, and the old driver stays.
+func TestKMDRefusesWhenTheKernelWouldRefuseTheModule(t *testing.T) {
+	for name, spec := range map[string]fakehost.Spec{
+		"lockdown":         {Lockdown: "integrity"},
+		"sig_enforce":      {SigEnforce: true},
+		"modules_disabled": {ModulesDisabled: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			spec.LoadedKMD, spec.KernelHeaders = "1.31.0", true
+			a, root := newHost(t, spec)
+			r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+			requireFailure(t, r, nodeagent.ReasonInsmodFailed)
+			assert.Contains(t, r.Error.Message, "stays loaded")
+			assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD)
+			assert.NotContains(t, toolNames(t, root), "rmmod")
+			assert.NotContains(t, toolNames(t, root), "git", "nothing built for a kernel that would refuse it")
+		})
+	}
+}
+
+// A module needing symbols the running kernel lacks is refused by insmod;
+// the agent puts the cached previous version back.
+func TestKMDUnknownSymbolsRollBack(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, CachedKMD: []string{"1.31.0"},
+		UnresolvedKMD: []string{"2.0.0"}})
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	requireFailure(t, r, nodeagent.ReasonInsmodFailed)
+	assert.Contains(t, r.OutputTail, "Unknown symbol in module")
+	assert.Contains(t, r.Error.Message, "rolled back to tt-kmd 1.31.0")
+	_ = root
+}
+
+// With the agent's rule installed (upstream's, with by-id links), udev
+// gives each device a stable /dev/tenstorrent/by-id link.
+func TestKMDUdevRuleGivesByIDLinks(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
+	requireSuccess(t, a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"}))
+	rule := string(readFile(t, filepath.Join(root, "etc/udev/rules.d/50-tenstorrent.rules")))
+	assert.Contains(t, rule, `SYMLINK+="tenstorrent/by-id/wormhole-%s{tt_asic_id}"`)
+	links, err := filepath.Glob(filepath.Join(root, "dev/tenstorrent/by-id/wormhole-*"))
+	require.NoError(t, err)
+	assert.Len(t, links, 0, "the rule applies to the next load")
+	// Reload (as the next upgrade does): udev links the new nodes.
+	requireSuccess(t, a.KMD(context.Background(), nodeagent.KMDOptions{Version: "1.31.0"}))
+	links, err = filepath.Glob(filepath.Join(root, "dev/tenstorrent/by-id/wormhole-*"))
+	require.NoError(t, err)
+	assert.Len(t, links, 2)
+	fi, err := os.Stat(filepath.Join(root, "dev/tenstorrent/0"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o666), fi.Mode().Perm(), "by-id is skipped by the chmod of device nodes, 0 is not")
+}

@@ -192,7 +192,7 @@ var semverInText = regexp.MustCompile(`[0-9]+\.[0-9]+\.[0-9]+`)
 // prints its bare version).
 func (x *execution) binaryVersion(ctx context.Context, argv ...string) (string, error) {
 	cmd := strings.Join(argv, " ")
-	r := x.agent.run(ctx, argv)
+	r := x.run(ctx, argv)
 	if r.err != nil {
 		return "", fmt.Errorf("%s: %v: %s", cmd, r.err, keepTail(r.combined(), 300))
 	}

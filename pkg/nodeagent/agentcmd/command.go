@@ -50,7 +50,7 @@ func NewCommand() *cobra.Command {
 	f.StringVar(&c.node, "node", os.Getenv(EnvNodeName), "node name to report (env "+EnvNodeName+")")
 	f.StringVar(&c.terminationLog, "termination-log", envOr(EnvTerminationLog, nodeagent.DefaultTerminationLog),
 		"file to write the JSON result to; empty disables (env "+EnvTerminationLog+")")
-	cmd.AddCommand(newKMDCommand(c), newSMICommand(c), newFlashCommand(c), newProbeCommand(c))
+	cmd.AddCommand(newKMDCommand(c), newSMICommand(c), newFlashCommand(c), newProbeCommand(c), newRequirementsCommand())
 	return cmd
 }
 

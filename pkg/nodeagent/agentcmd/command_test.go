@@ -2,6 +2,7 @@ package agentcmd_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -101,4 +102,28 @@ func TestUnknownFlagIsAnError(t *testing.T) {
 	cmd.SetErr(&bytes.Buffer{})
 	cmd.SetArgs([]string{"kmd", "--no-such-flag"})
 	assert.Error(t, cmd.Execute())
+}
+
+// `requirements -o json` is the table; --check-image fails naming what the
+// file system it runs in lacks (the test's PATH holds only fake tools: no
+// sudo, no ipmitool).
+func TestRequirementsCommand(t *testing.T) {
+	var out bytes.Buffer
+	cmd := agentcmd.NewCommand()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"requirements", "-o", "json"})
+	require.NoError(t, cmd.Execute())
+	var got []nodeagent.Requirement
+	require.NoError(t, json.Unmarshal(out.Bytes(), &got))
+	assert.Equal(t, nodeagent.Requirements, got)
+
+	out.Reset()
+	cmd = agentcmd.NewCommand()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"requirements", "--check-image"})
+	err := cmd.Execute()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "ipmitool")
+	assert.Contains(t, out.String(), "MISSING")
 }

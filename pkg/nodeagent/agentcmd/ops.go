@@ -2,6 +2,8 @@ package agentcmd
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -85,5 +87,34 @@ func newFlashCommand(c *common) *cobra.Command {
 	f.BoolVar(&o.ForceUnload, "force-unload", false, "SIGKILL processes holding /dev/tenstorrent before the flash (needs hostPID)")
 	f.DurationVar(&o.ResetSettle, "reset-settle", 5*time.Second, "pause after a healing reset")
 	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "overall deadline")
+	return cmd
+}
+
+func newRequirementsCommand() *cobra.Command {
+	var output string
+	var check bool
+	cmd := &cobra.Command{
+		Use:   "requirements [-o text|json] [--check-image]",
+		Short: "Print every program and path the agent executes or reads, per task; --check-image checks the image's programs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := cmd.OutOrStdout()
+			if check {
+				return nodeagent.CheckImage(cmd.Context(), w, envOr("PATH", nodeagent.ImagePATH))
+			}
+			switch output {
+			case "json":
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				enc.SetEscapeHTML(false)
+				return enc.Encode(nodeagent.Requirements)
+			case "text", "":
+				return nodeagent.WriteRequirements(w)
+			}
+			return fmt.Errorf("-o %s: want text or json", output)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	cmd.Flags().BoolVar(&check, "check-image", false, "check that every image program resolves on $PATH where declared and runs")
 	return cmd
 }

@@ -1,0 +1,247 @@
+// Package realhost gives tests a real Debian host root (hack/realhost-rootfs.sh:
+// bookworm with linux-headers-amd64, gcc-12, make, kmod, git), one
+// writable overlay of it per test, the real host tools to run against it,
+// and a git remote of a stand-in tt-kmd. Only the module load is not real:
+// insmod is a stand-in that checks the module with the real modinfo and
+// writes /sys/module/tenstorrent as the kernel would.
+package realhost
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// RootfsEnv overrides where the real-host root filesystem is.
+const RootfsEnv = "ROLLBOOK_REALHOST_ROOTFS"
+
+// Rootfs returns the cached real-host root filesystem, or skips the test
+// saying why it cannot run (not root, no rootfs, no overlayfs).
+func Rootfs(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("realhost: needs root (overlay mounts, chroot); CI runs as root")
+	}
+	root := os.Getenv(RootfsEnv)
+	if root == "" {
+		root = filepath.Join(repoRoot(), ".cache/realhost-rootfs/root")
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/bin/kmod")); err != nil {
+		t.Skipf("realhost: no real-host root filesystem at %s (build it with `bash hack/realhost-rootfs.sh`, or set %s): %v",
+			root, RootfsEnv, err)
+	}
+	return root
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "../../.."))
+}
+
+// KernelRelease is the release of the headers installed in root.
+func KernelRelease(t testing.TB, root string) string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(root, "lib/modules"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("realhost: want exactly one /lib/modules/<kver> in %s: %v %v", root, entries, err)
+	}
+	return entries[0].Name()
+}
+
+// Host mounts a writable overlay of rootfs (changes vanish with the test)
+// and makes it look like a running host: /proc/sys/kernel/osrelease says
+// the headers' kernel, no tenstorrent module loaded.
+func Host(t testing.TB, rootfs string) string {
+	t.Helper()
+	dir := t.TempDir()
+	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "root")
+	for _, d := range []string{upper, work, merged} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := "lowerdir=" + rootfs + ",upperdir=" + upper + ",workdir=" + work
+	if err := syscall.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		t.Skipf("realhost: cannot mount an overlay of %s: %v", rootfs, err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(merged, syscall.MNT_DETACH); err != nil {
+			t.Errorf("realhost: unmount %s: %v", merged, err)
+		}
+	})
+	kver := KernelRelease(t, rootfs)
+	write(t, filepath.Join(merged, "proc/sys/kernel/osrelease"), kver+"\n", 0o644)
+	return merged
+}
+
+func write(t testing.TB, path, content string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Tools returns a directory to put first (and alone) on PATH: git and
+// chroot of this machine, modinfo, depmod, modprobe and rmmod of the
+// rootfs's kmod (run with the rootfs's loader and libraries, so paths are
+// the caller's), and the insmod stand-in.
+func Tools(t testing.TB, rootfs string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"git", "chroot"} {
+		p, err := SystemTool(name)
+		if err != nil {
+			t.Skipf("realhost: %v", err)
+		}
+		if err := os.Symlink(p, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"modinfo", "depmod", "modprobe"} {
+		write(t, filepath.Join(dir, name), kmodWrapper(rootfs, name), 0o755)
+	}
+	write(t, filepath.Join(dir, "insmod"), insmodStandIn(dir), 0o755)
+	write(t, filepath.Join(dir, "rmmod"), rmmodStandIn, 0o755)
+	return dir
+}
+
+// HostEnv is the environment entry that tells the insmod and rmmod
+// stand-ins which host root they act on (nodeagent.Agent.Env).
+func HostEnv(host string) string { return HostRootEnv + "=" + host }
+
+// HostRootEnv names the host root of the module-load stand-ins.
+const HostRootEnv = "REALHOST_ROOT"
+
+// SystemTool finds this machine's own name in the system directories,
+// never on PATH (tests put fake tools there).
+func SystemTool(name string) (string, error) {
+	for _, d := range []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin"} {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no %s in this machine's system directories", name)
+}
+
+// KmodArgv is argv running the rootfs's kmod as name (modinfo, depmod, …).
+func KmodArgv(rootfs, name string) []string {
+	return []string{filepath.Join(rootfs, "lib64/ld-linux-x86-64.so.2"), "--library-path",
+		filepath.Join(rootfs, "usr/lib/x86_64-linux-gnu"), "--argv0", name, filepath.Join(rootfs, "usr/bin/kmod")}
+}
+
+func kmodWrapper(rootfs, name string) string {
+	return "#!/bin/sh\n# the real " + name + " of the real-host rootfs (kmod)\nexec " + shellJoin(KmodArgv(rootfs, name)) + " \"$@\"\n"
+}
+
+// insmodStandIn loads nothing: it refuses a module whose vermagic is not
+// the host's running kernel (as the kernel does) and otherwise writes
+// /sys/module/tenstorrent/{version,refcnt} from the module's real modinfo.
+// The host root is $REALHOST_ROOT.
+func insmodStandIn(tools string) string {
+	return `#!/bin/sh
+# STAND-IN for insmod (the module load needs a kernel): realhost package.
+set -eu
+PATH=/usr/bin:/bin # the stand-in's own helpers (cat, cut, mkdir) from this machine
+ko=$1
+root=${REALHOST_ROOT:?}
+running=$(cat "$root/proc/sys/kernel/osrelease")
+magic=$(` + tools + `/modinfo -F vermagic "$ko" | cut -d' ' -f1)
+if [ "$magic" != "$running" ]; then
+  echo "insmod: ERROR: could not insert module $ko: Invalid module format" >&2
+  exit 1
+fi
+if [ -e "$root/sys/module/tenstorrent" ]; then
+  echo "insmod: ERROR: could not insert module $ko: File exists" >&2
+  exit 1
+fi
+mkdir -p "$root/sys/module/tenstorrent"
+` + tools + `/modinfo -F version "$ko" >"$root/sys/module/tenstorrent/version"
+echo 0 >"$root/sys/module/tenstorrent/refcnt"
+`
+}
+
+// rmmodStandIn unloads nothing from the kernel: it refuses a held module
+// and otherwise removes /sys/module/tenstorrent under $REALHOST_ROOT.
+const rmmodStandIn = `#!/bin/sh
+# STAND-IN for rmmod (the module unload needs a kernel): realhost package.
+set -eu
+PATH=/usr/bin:/bin # the stand-in's own helpers (cat, cut, mkdir) from this machine
+root=${REALHOST_ROOT:?}
+m=$root/sys/module/$1
+[ -e "$m" ] || { echo "rmmod: ERROR: Module $1 is not currently loaded" >&2; exit 1; }
+[ "$(cat "$m/refcnt")" = 0 ] || { echo "rmmod: ERROR: Module $1 is in use" >&2; exit 1; }
+rm -rf "$m"
+`
+
+func shellJoin(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
+
+// ModuleRepo creates a bare git repository of a stand-in tt-kmd: a real
+// kernel module named tenstorrent, one tag ttkmd-<v> per version whose
+// MODULE_VERSION is v. Returns its file:// URL.
+func ModuleRepo(t testing.TB, versions ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	src, bare := filepath.Join(dir, "src"), filepath.Join(dir, "tt-kmd.git")
+	gitPath, err := SystemTool("git")
+	if err != nil {
+		t.Skipf("realhost: %v", err)
+	}
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command(gitPath, args...)
+		cmd.Dir = src
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=rollbook", "GIT_AUTHOR_EMAIL=test@rollbook.dev",
+			"GIT_COMMITTER_NAME=rollbook", "GIT_COMMITTER_EMAIL=test@rollbook.dev", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git("init", "-q", "-b", "main")
+	for _, v := range versions {
+		write(t, filepath.Join(src, "Makefile"), moduleMakefile, 0o644)
+		write(t, filepath.Join(src, "module.c"), fmt.Sprintf(moduleSource, v), 0o644)
+		git("add", "-A")
+		git("commit", "-q", "-m", "tt-kmd stand-in "+v)
+		git("tag", "ttkmd-"+v)
+	}
+	cmd := exec.Command(gitPath, "clone", "-q", "--bare", src, bare)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git clone --bare: %v\n%s", err, out)
+	}
+	return "file://" + bare
+}
+
+// The stand-in module: written for these tests (not tt-kmd's code); it
+// only has to build with kbuild and carry the version.
+const moduleMakefile = "obj-m += tenstorrent.o\ntenstorrent-y := module.o\n"
+
+const moduleSource = `// Stand-in for tt-kmd in rollbook's real-host tests.
+#include <linux/module.h>
+#include <linux/init.h>
+
+static int __init standin_init(void) { return 0; }
+static void __exit standin_exit(void) { }
+module_init(standin_init);
+module_exit(standin_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("rollbook stand-in for tt-kmd");
+MODULE_VERSION("%s");
+`

@@ -1,0 +1,91 @@
+package nodeagent_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rollbook/rollbook/internal/fakehost/realhost"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
+)
+
+// The kmd task on a real Debian host root: real git clones the stand-in
+// module from a bare repository, real kbuild builds it through the agent's
+// `chroot ROOT make` against linux-headers-amd64 with gcc-12, real modinfo
+// checks version and vermagic, real depmod -b and modprobe --show-depends
+// resolve the persisted copy. Only insmod and rmmod are stand-ins.
+func TestKMDOnRealHost(t *testing.T) {
+	rootfs := realhost.Rootfs(t)
+	host := realhost.Host(t, rootfs)
+	t.Setenv("PATH", realhost.Tools(t, rootfs))
+	kver := realhost.KernelRelease(t, rootfs)
+	url := realhost.ModuleRepo(t, "2.8.0", "2.9.0")
+	a := &nodeagent.Agent{Root: host, Node: "real-1", Env: []string{realhost.HostEnv(host)}, Log: testLog{t}, PollInterval: 10 * 1e6}
+	ctx := context.Background()
+
+	start := time.Now()
+	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.8.0", GitURL: url})
+	requireSuccess(t, r)
+	t.Logf("clone + kbuild + persist of 2.8.0: %s", time.Since(start).Round(time.Millisecond))
+	assert.Equal(t, kver, r.Kernel)
+	assert.Equal(t, "2.8.0", r.After)
+	require.NotNil(t, r.CacheHit)
+	assert.False(t, *r.CacheHit)
+	assert.True(t, r.Persisted)
+
+	cached := filepath.Join(host, "var/cache/tt-kmd", kver, "2.8.0/tenstorrent.ko")
+	b, err := os.ReadFile(cached)
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(b, []byte("\x7fELF")), "kbuild wrote an ELF module")
+	assert.Equal(t, "2.8.0", modinfo(t, rootfs, "version", cached))
+	assert.Equal(t, kver, strings.Fields(modinfo(t, rootfs, "vermagic", cached))[0])
+	dep, err := os.ReadFile(filepath.Join(host, "lib/modules", kver, "modules.dep"))
+	require.NoError(t, err)
+	assert.Contains(t, string(dep), "updates/tenstorrent.ko:")
+
+	// Upgrade: builds 2.9.0, unloads 2.8.0, loads 2.9.0, persists it.
+	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "2.9.0", GitURL: url})
+	requireSuccess(t, r)
+	assert.Equal(t, "2.8.0", r.Before)
+	assert.Equal(t, "2.9.0", r.After)
+	assert.Equal(t, "2.9.0", modinfo(t, rootfs, "version", filepath.Join(host, "lib/modules", kver, "updates/tenstorrent.ko")))
+
+	// Downgrade: a cache hit, no build.
+	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "2.8.0", GitURL: url})
+	requireSuccess(t, r)
+	require.NotNil(t, r.CacheHit)
+	assert.True(t, *r.CacheHit)
+
+	// A tag the remote lacks: real git's failure is CloneFailed.
+	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "2.10.0", GitURL: url})
+	requireFailure(t, r, nodeagent.ReasonCloneFailed)
+}
+
+// Debian's headers name their compiler (gcc-12 in .kernelvariables): a
+// host without it cannot build, whatever other gcc it has.
+func TestKMDOnRealHostWithoutTheHeadersCompiler(t *testing.T) {
+	rootfs := realhost.Rootfs(t)
+	host := realhost.Host(t, rootfs)
+	t.Setenv("PATH", realhost.Tools(t, rootfs))
+	require.NoError(t, os.Remove(filepath.Join(host, "usr/bin/gcc-12")))
+	a := &nodeagent.Agent{Root: host, Env: []string{realhost.HostEnv(host)}, Log: testLog{t}}
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.8.0", GitURL: realhost.ModuleRepo(t, "2.8.0")})
+	requireFailure(t, r, nodeagent.ReasonBuildFailed)
+	assert.Contains(t, r.OutputTail, "gcc-12")
+}
+
+func modinfo(t *testing.T, rootfs, field, ko string) string {
+	t.Helper()
+	argv := append(realhost.KmodArgv(rootfs, "modinfo"), "-F", field, ko)
+	out, err := exec.Command(argv[0], argv[1:]...).Output()
+	require.NoError(t, err)
+	return strings.TrimSpace(string(out))
+}
