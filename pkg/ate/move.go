@@ -104,7 +104,7 @@ func MoveNodes(ctx context.Context, m Mover, o MoveOptions) (runbook.Result, err
 		obs := newNodeObserver(m.Client, m.API, &cfg)
 		// The node was just listed in full: the first look starts from it
 		// (its pods and the inventory are read then).
-		obs.seed = c.nodeObject(target)
+		obs.seed(c.nodeObject(target))
 		if o.Wait && !sides.FirstNode && !m.DryRun {
 			if err := waitForCapacity(ctx, obs, target, o.WaitTimeout, m.Say); err != nil {
 				return total, err
@@ -160,12 +160,12 @@ func WaitForCapacity(ctx context.Context, cs kubernetes.Interface, api API, cfg 
 func waitForCapacity(ctx context.Context, o *nodeObserver, node string, limit time.Duration, say func(string, ...any)) error {
 	last := ""
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, limit, true, func(ctx context.Context) (bool, error) {
-		f, err := o.observe(ctx, node)
+		f, err := o.look(ctx, node)
 		if err != nil {
 			return false, err
 		}
 		if f.flipped() || f.drained() {
-			o.keep(f)
+			o.saw(f)
 			return true, nil // the drain step is done: its guard no longer applies
 		}
 		needs, ok := f.capacity()
@@ -176,7 +176,7 @@ func waitForCapacity(ctx context.Context, o *nodeObserver, node string, limit ti
 			}
 		}
 		if ok {
-			o.keep(f)
+			o.saw(f)
 		}
 		return ok, nil
 	})

@@ -74,8 +74,6 @@ func (f recoverFacts) stale() []ateapi.Worker {
 // workers: the roll's suspend loop then empties exactly those, and neither
 // drains the node's other workers nor touches actors merely paused there.
 func (f recoverFacts) nodeView() nodeFacts {
-	cfg := &NodeConfig{MaxConcurrentSuspends: f.cfg.MaxConcurrentSuspends, SuspendInterval: f.cfg.SuspendInterval,
-		RevertCrashed: f.cfg.RevertCrashed}
 	inv := &ateapi.Inventory{}
 	stale := map[string]bool{}
 	for _, w := range f.stale() {
@@ -95,7 +93,7 @@ func (f recoverFacts) nodeView() nodeFacts {
 		}
 		inv.Actors = append(inv.Actors, a)
 	}
-	return nodeFacts{cfg: cfg, node: f.node, inv: inv}
+	return nodeFacts{cfg: &NodeConfig{}, node: f.node, inv: inv}
 }
 
 // residents are the actors on the stale workers, live and crashed.
@@ -208,13 +206,18 @@ of the node that are not draining, and actors merely paused on the node, are lef
 					return suspendPlan(live, crashed)
 				},
 				Act: func(ctx context.Context, f recoverFacts) error {
-					return emptyNode(ctx, api, rec, f.nodeView(), func(ctx context.Context) (nodeFacts, error) {
-						g, err := observe(ctx, f.node.Name)
-						if err != nil {
-							return nodeFacts{}, err
-						}
-						return g.nodeView(), nil
-					})
+					// The roll's evacuation, on the node narrowed to its
+					// stale workers; each round observes the node afresh.
+					e := &evacuation{api: api, rec: rec, maxSuspends: cfg.MaxConcurrentSuspends,
+						suspendInterval: cfg.SuspendInterval, revertCrashed: cfg.RevertCrashed,
+						look: func(ctx context.Context, _ nodeFacts) (nodeFacts, error) {
+							g, err := observe(ctx, f.node.Name)
+							if err != nil {
+								return nodeFacts{}, err
+							}
+							return g.nodeView(), nil
+						}}
+					return e.empty(ctx, f.nodeView())
 				},
 			},
 			{
