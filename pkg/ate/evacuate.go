@@ -10,6 +10,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/kube"
@@ -271,6 +273,41 @@ func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []at
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// idlePod is a worker pod emptied by the evacuation, to be deleted: the
+// pod as recorded, its UID (its worker's name) and why it goes ("" for the
+// recorder's default).
+type idlePod struct {
+	ref corev1.ObjectReference
+	uid types.UID
+	why string
+}
+
+// deleteIdle deletes pods whose worker hosts no actor in an inventory read
+// right before (a pod whose worker hosts one is never deleted: the run
+// stops blocked, with hint), each through rec and only if its UID is
+// unchanged.
+func (e *evacuation) deleteIdle(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, pods []idlePod, hint string) error {
+	inv, err := e.api.Inventory(ctx)
+	if err != nil {
+		return err
+	}
+	hosts := hostsByWorker(inv)
+	var kept []string
+	for _, p := range pods {
+		if a := hosts[string(p.uid)]; a != "" {
+			kept = append(kept, p.ref.Namespace+"/"+p.ref.Name+" (hosts "+a+")")
+			continue
+		}
+		if _, err := kube.DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(p.ref.Namespace).Delete, p.ref, p.uid, p.why); err != nil {
+			return fmt.Errorf("delete %s/%s: %w", p.ref.Namespace, p.ref.Name, err)
+		}
+	}
+	if len(kept) > 0 {
+		return runbook.Blocked(fmt.Errorf("not deleted, their worker hosts an actor: %s. %s", strings.Join(kept, ", "), hint))
+	}
+	return nil
 }
 
 // suspendPlan is what emptying a node does to its residents: suspend the

@@ -115,14 +115,6 @@ func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {
 			return out
 		},
 		Act: func(ctx context.Context, f nodeFacts) error {
-			// Residents are read again right before deleting: a pod whose
-			// worker hosts an actor is never deleted.
-			inv, err := o.api.Inventory(ctx)
-			if err != nil {
-				return err
-			}
-			hosts := hostsByWorker(inv)
-			var kept []string
 			// One Event on the node names every pod deleted (also when a
 			// later delete fails), not one per pod.
 			deleted := &podNames{}
@@ -133,21 +125,12 @@ func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {
 						f.cfg.To, f.cfg.From))
 				}
 			}()
+			var pods []idlePod
 			for _, p := range f.podsOf(f.cfg.FromPools) {
-				if a := hosts[string(p.UID)]; a != "" {
-					kept = append(kept, p.Namespace+"/"+p.Name+" (hosts "+a+")")
-					continue
-				}
-				_, err := kube.DeleteIfUnchanged(ctx, deleted, cs.CoreV1().Pods(p.Namespace).Delete, kube.PodRef(&p), p.UID, "")
-				if err != nil {
-					return fmt.Errorf("delete %s/%s: %w", p.Namespace, p.Name, err)
-				}
+				pods = append(pods, idlePod{ref: kube.PodRef(&p), uid: p.UID})
 			}
-			if len(kept) > 0 {
-				return runbook.Blocked(fmt.Errorf("not deleted, their worker hosts an actor: %s. Suspend those actors "+
-					"(kubectl ate suspend actor NAME -a ATESPACE) and re-run", strings.Join(kept, ", ")))
-			}
-			return nil
+			return b.evacuation(nil).deleteIdle(ctx, cs, deleted, pods,
+				"Suspend those actors (kubectl ate suspend actor NAME -a ATESPACE) and re-run")
 		},
 		Wait: func(ctx context.Context, f nodeFacts) error {
 			// Watched until no pod of the pools left is there (a
