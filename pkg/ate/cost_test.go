@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 	"github.com/rollbook/rollbook/internal/httpcount"
 	"github.com/rollbook/rollbook/internal/recordtest"
 	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 func flipNodeFixture(cordonBy string) *corev1.Node {
@@ -128,4 +131,57 @@ func TestFlipPatch(t *testing.T) {
 			t.Fatalf("records %q for a flip the server applied, want one SubstrateVersionFlipped", rec.All())
 		}
 	})
+}
+
+// inventoryAPI answers Inventory with an empty inventory and counts the
+// calls.
+type inventoryAPI struct {
+	API
+	calls atomic.Int32
+}
+
+func (a *inventoryAPI) Inventory(context.Context) (*ateapi.Inventory, error) {
+	a.calls.Add(1)
+	return &ateapi.Inventory{}, nil
+}
+
+// The mark step's result is its own patch's response and the facts it
+// decided on (annotations cannot show in the pods or the inventory): the
+// engine's look after it makes no request. The mark step alone, through
+// the engine: the first look (the node, its pods, one inventory) and the
+// patch, nothing more.
+func TestMarkStepCost(t *testing.T) {
+	c, err := simtest.Start(simtest.Options{Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, time.Minute)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "mark-n1", Labels: map[string]string{VersionLabel: "v1"}}}
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cs, calls := httpcount.Client(c.RESTConfig)
+	api := &inventoryAPI{}
+	o := newNodeObserver(cs, api, &NodeConfig{Sides: Sides{From: "v1", To: "v2", FirstNode: true}})
+	rb := nodeRunbook(o, nopRecorder{})
+	rb.Steps = rb.Steps[:1]
+	if rb.Steps[0].ID != "ate.node.mark" {
+		t.Fatalf("first step %s, want ate.node.mark", rb.Steps[0].ID)
+	}
+	res := runbook.Run(ctx, rb, []runbook.Target{runbook.NodeTarget{Client: o.cs, Node: node.Name}}, runbook.Options{RunID: "r"})
+	if res.Outcome != runbook.OutcomeDone {
+		t.Fatalf("outcome %s: %+v", res.Outcome, res.Targets)
+	}
+	if got, inv := calls.Load(), api.calls.Load(); got != 3 || inv != 1 {
+		t.Errorf("%d request(s) and %d inventory read(s); want 3 (GET node, list pods, PATCH node) and 1", got, inv)
+	}
+	got, err := c.Client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[AnnMovingTo] != "v2" {
+		t.Errorf("annotations %v; want %s=v2", got.Annotations, AnnMovingTo)
+	}
 }

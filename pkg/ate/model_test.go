@@ -396,9 +396,11 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 	}
 	switch st.ID {
 	case "ate.node.mark":
-		// The node is known to be in progress before anything on it changes.
+		// The move is recorded before anything on the node changes: a kill
+		// after it leaves a node known to be in progress.
 		ops, bad = m.record(f, ni, planned, ops, bad)
 	case "ate.node.drain":
+		// record again: the residents the drain's facts show are added.
 		ops, bad = m.record(f, ni, planned, ops, bad)
 		for _, w := range f.undrained() {
 			if !planned["worker/"+w.Name+" DrainWorker"] {
@@ -479,7 +481,7 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 	return ops, bad
 }
 
-// record is the model's reading of record(): one node patch that marks the
+// record is the model's reading of nodeBuilder.record: one node patch that marks the
 // node and adds the residents f shows to AnnResidents.
 func (m *aModel) record(f nodeFacts, ni int, planned map[string]bool, ops []mOp, bad string) ([]mOp, string) {
 	v, grow := f.toRecord()

@@ -193,12 +193,12 @@ func WaitForCapacity(ctx context.Context, cs kubernetes.Interface, api API, cfg 
 func waitForCapacity(ctx context.Context, o *nodeObserver, node string, limit time.Duration, say func(string, ...any)) error {
 	last := ""
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, limit, true, func(ctx context.Context) (bool, error) {
-		f, err := o.observe(ctx, node)
+		f, err := o.look(ctx, node)
 		if err != nil {
 			return false, err
 		}
 		if f.flipped() || f.drained() {
-			o.keep(f)
+			o.saw(f)
 			return true, nil // the drain step is done: its guard no longer applies
 		}
 		needs, ok := f.capacity()
@@ -209,7 +209,7 @@ func waitForCapacity(ctx context.Context, o *nodeObserver, node string, limit ti
 			}
 		}
 		if ok {
-			o.keep(f)
+			o.saw(f)
 		}
 		return ok, nil
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -74,8 +73,6 @@ func (f recoverFacts) stale() []ateapi.Worker {
 // workers: the roll's suspend loop then empties exactly those, and neither
 // drains the node's other workers nor touches actors merely paused there.
 func (f recoverFacts) nodeView() nodeFacts {
-	cfg := &NodeConfig{MaxConcurrentSuspends: f.cfg.MaxConcurrentSuspends, SuspendInterval: f.cfg.SuspendInterval,
-		RevertCrashed: f.cfg.RevertCrashed}
 	inv := &ateapi.Inventory{}
 	stale := map[string]bool{}
 	for _, w := range f.stale() {
@@ -95,7 +92,7 @@ func (f recoverFacts) nodeView() nodeFacts {
 		}
 		inv.Actors = append(inv.Actors, a)
 	}
-	return nodeFacts{cfg: cfg, node: f.node, inv: inv}
+	return nodeFacts{cfg: &NodeConfig{}, node: f.node, inv: inv}
 }
 
 // residents are the actors on the stale workers, live and crashed.
@@ -174,6 +171,16 @@ func RecoverRunbook(cs kubernetes.Interface, api API, rec kube.Recorder, cfg *Re
 	observe := func(ctx context.Context, name string) (recoverFacts, error) {
 		return observeRecover(ctx, cs, api, cfg, name)
 	}
+	// The roll's evacuation, on the node narrowed to its stale workers
+	// (nodeView); each round observes the node afresh.
+	evac := &evacuation{api: api, rec: rec, maxSuspends: cfg.MaxConcurrentSuspends, suspendInterval: cfg.SuspendInterval,
+		revertCrashed: cfg.RevertCrashed, look: func(ctx context.Context, prev nodeFacts) (nodeFacts, error) {
+			g, err := observe(ctx, prev.node.Name)
+			if err != nil {
+				return nodeFacts{}, err
+			}
+			return g.nodeView(), nil
+		}}
 	return &runbook.Runbook[recoverFacts]{
 		Name:  RecoverRunbookName,
 		Title: "Recover a node whose workers were drained by mistake",
@@ -208,13 +215,7 @@ of the node that are not draining, and actors merely paused on the node, are lef
 					return suspendPlan(live, crashed)
 				},
 				Act: func(ctx context.Context, f recoverFacts) error {
-					return emptyNode(ctx, api, rec, f.nodeView(), func(ctx context.Context) (nodeFacts, error) {
-						g, err := observe(ctx, f.node.Name)
-						if err != nil {
-							return nodeFacts{}, err
-						}
-						return g.nodeView(), nil
-					})
+					return evac.empty(ctx, f.nodeView())
 				},
 			},
 			{
@@ -242,30 +243,13 @@ of the node that are not draining, and actors merely paused on the node, are lef
 					return out
 				},
 				Act: func(ctx context.Context, f recoverFacts) error {
-					inv, err := api.Inventory(ctx)
-					if err != nil {
-						return err
-					}
-					hosts := hostsByWorker(inv)
-					var kept []string
+					var pods []idlePod
 					for _, w := range f.stale() {
-						if a := hosts[w.Name]; a != "" {
-							kept = append(kept, w.Namespace+"/"+w.Pod+" (hosts "+a+")")
-							continue
-						}
-						ref := corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: w.Namespace, Name: w.Pod}
-						_, err := kube.DeleteIfUnchanged(ctx, rec, cs.CoreV1().Pods(w.Namespace).Delete, ref, types.UID(w.Name),
-							fmt.Sprintf("worker %s on node %s was drained and there is no undrain; its pool replaces the pod", w.Name,
-								f.node.Name))
-						if err != nil {
-							return fmt.Errorf("delete %s/%s: %w", w.Namespace, w.Pod, err)
-						}
+						pods = append(pods, idlePod{ref: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: w.Namespace,
+							Name: w.Pod}, uid: types.UID(w.Name), why: fmt.Sprintf("worker %s on node %s was drained and there is no "+
+							"undrain; its pool replaces the pod", w.Name, f.node.Name)})
 					}
-					if len(kept) > 0 {
-						return runbook.Blocked(fmt.Errorf("not deleted, their worker hosts an actor: %s. Re-run to suspend it",
-							strings.Join(kept, ", ")))
-					}
-					return nil
+					return evac.deleteIdle(ctx, cs, rec, pods, "Re-run to suspend it")
 				},
 				Wait: func(ctx context.Context, f recoverFacts) error {
 					gone := map[types.UID]bool{}

@@ -33,7 +33,7 @@ func (nopRecorder) Record(context.Context, corev1.ObjectReference, bool, string,
 // A suspend refused in a state the actor leaves on its own is retried by
 // the next round; any other refusal stops the run with the actor's state.
 func TestSuspendRefusals(t *testing.T) {
-	f := nodeFacts{cfg: &NodeConfig{MaxConcurrentSuspends: 2}, node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	actors := []ateapi.Actor{{Atespace: "a", Name: "x", State: ateapi.ActorRunning}}
 	for _, tc := range []struct {
 		state   ateapi.ActorState
@@ -47,7 +47,8 @@ func TestSuspendRefusals(t *testing.T) {
 		{"", true},
 	} {
 		api := &refusingAPI{state: tc.state}
-		err := suspendAll(context.Background(), api, nopRecorder{}, f, actors)
+		e := &evacuation{api: api, rec: nopRecorder{}, maxSuspends: 2}
+		err := e.suspend(context.Background(), node, actors)
 		if (err != nil) != tc.blocked || (err != nil && !runbook.IsBlocked(err)) || api.calls != 1 {
 			t.Errorf("state %q: err %v (blocked %v), %d call(s); want blocked=%v after 1 call", tc.state, err, runbook.IsBlocked(err),
 				api.calls, tc.blocked)

@@ -207,6 +207,7 @@ so an interrupted run resumes exactly where it stopped.`,
 // moveNodes moves nodes the way n says, one at a time, in session s: the
 // node runbook over the nodes ate.Move picks as each may start.
 func (n *nodeOptions) moveNodes(ctx context.Context, s *cli.Session, m ate.Mover) (runbook.Result, error) {
+	n.move.Config.RunID = s.RunID
 	mv := ate.NewMove(m, n.move)
 	var o runbook.Options
 	s.ApplySoak(&o, n.soak, mv.Health)

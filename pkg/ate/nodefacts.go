@@ -1,0 +1,355 @@
+package ate
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+// nodeFacts is what the node runbook decides on for one node: the node,
+// the pods on it and the substrate's inventory. Every predicate below is
+// pure.
+type nodeFacts struct {
+	cfg  *NodeConfig
+	node *corev1.Node
+	pods []corev1.Pod
+	inv  *ateapi.Inventory
+}
+
+func (f nodeFacts) flipped() bool { return f.node.Labels[VersionLabel] == f.cfg.To }
+
+// verifyPending: flipped, and not yet shown to serve the target version.
+func (f nodeFacts) verifyPending() bool { return f.node.Annotations[AnnVerifyPending] == f.cfg.To }
+
+// markedTo: the move to cfg.To is recorded on the node (the mark step).
+func (f nodeFacts) markedTo() bool { return f.node.Annotations[AnnMovingTo] == f.cfg.To }
+
+// marked: the node carries this move's mark — AnnMovingTo naming cfg.To,
+// or the residents record alone. A mark naming the other version is the
+// other way's move (a node half-way there), not this one's to lift.
+func (f nodeFacts) marked() bool {
+	to, moving := f.node.Annotations[AnnMovingTo]
+	_, seen := f.node.Annotations[AnnResidents]
+	return moving && to == f.cfg.To || !moving && seen
+}
+
+// drainingFrom: the node's workers of the pools it leaves are all DRAINING
+// (at least one) — the node was drained as a whole, as a move drains it,
+// whether or not the move's mark was written (an older rollbook, a drain
+// by hand). There is no undrain, so such a node must be finished. One
+// worker drained among live ones (a health check's, recover-node's) is not
+// a move. Only those pools' workers count (one of a deleted or unrelated
+// pool may be draining for reasons of its own), and only those whose pod
+// is still on the node: a deleted pod's worker stays DRAINING through the
+// eviction window, after its node moved (and maybe moved back).
+func (f nodeFacts) drainingFrom() bool {
+	live := map[string]bool{}
+	for _, p := range f.podsOf(f.cfg.FromPools) {
+		if p.DeletionTimestamp == nil {
+			live[string(p.UID)] = true
+		}
+	}
+	from := poolSet(f.cfg.FromPools)
+	draining, active := 0, 0
+	for _, w := range f.workers() {
+		if !from[w.PoolKey()] || !live[w.Name] {
+			continue
+		}
+		if w.State == ateapi.WorkerDraining {
+			draining++
+		} else {
+			active++
+		}
+	}
+	return draining > 0 && active == 0
+}
+
+func (f nodeFacts) ourCordon() bool { return kube.CordonStateOf(f.node).Owner == CordonOwner }
+
+// moved is the commit point: the node is at cfg.To, verified, unmarked,
+// without the flip's cordon and without pods of the pools it left. Every
+// step counts as done then, whatever happens to the node's atelet later
+// (a restart must not make a finished node half-way).
+func (f nodeFacts) moved() bool {
+	return f.flipped() && !f.verifyPending() && !f.marked() && !f.ourCordon() && len(f.podsOf(f.cfg.FromPools)) == 0
+}
+
+// podsOf returns the pods on the node that belong to pools (terminal ones
+// do not count).
+func (f nodeFacts) podsOf(pools []Pool) []corev1.Pod {
+	set := poolSet(pools)
+	var out []corev1.Pod
+	for _, p := range f.pods {
+		if pool, ok := p.Labels[PoolLabel]; ok && set[p.Namespace+"/"+pool] && !kube.PodTerminal(&p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (f nodeFacts) workers() []ateapi.Worker { return f.inv.WorkersOnNode(f.node.Name) }
+
+func (f nodeFacts) undrained() []ateapi.Worker {
+	var out []ateapi.Worker
+	for _, w := range f.workers() {
+		if w.State != ateapi.WorkerDraining {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// residents are the actors that must be suspended before the flip: bound
+// to a worker on the node, or paused with their local state on it. The
+// workers' own assignments are cross-checked: an actor a worker says it
+// hosts counts even when the (soft) actor list missed it. Crashed ones are
+// returned apart: suspend refuses them.
+func (f nodeFacts) residents() (live, crashed []ateapi.Actor) {
+	onNode := map[string]bool{}
+	for _, w := range f.workers() {
+		onNode[w.Name] = true
+	}
+	seen := map[ateapi.ActorRef]bool{}
+	for _, a := range f.inv.Actors {
+		if seen[a.Ref()] || a.State == ateapi.ActorSuspended {
+			continue
+		}
+		bound := a.Worker != "" && onNode[a.Worker]
+		pinned := a.Worker == "" && (a.AssignedNode == f.node.Name || contains(a.SnapshotNodes, f.node.Name))
+		if !bound && !pinned {
+			continue
+		}
+		seen[a.Ref()] = true
+		if a.State == ateapi.ActorCrashed {
+			crashed = append(crashed, a)
+		} else {
+			live = append(live, a)
+		}
+	}
+	listed := map[ateapi.ActorRef]bool{}
+	for _, a := range f.inv.Actors {
+		listed[a.Ref()] = true
+	}
+	for _, w := range f.workers() {
+		for _, r := range w.Actors {
+			if !listed[r] && !seen[r] {
+				seen[r] = true
+				live = append(live, ateapi.Actor{Atespace: r.Atespace, Name: r.Name, State: ateapi.ActorUnspecified, Worker: w.Name,
+					Node: w.Node})
+			}
+		}
+	}
+	return live, crashed
+}
+
+// drained: every worker the node shows is draining, and it shows some when
+// worker pods run there (a list may leave out workers that just changed).
+// A pod that registers later is drained by the suspend step, and the flip
+// waits for it.
+func (f nodeFacts) drained() bool {
+	return len(f.undrained()) == 0 && (len(f.workers()) > 0 || len(f.podsOf(f.cfg.FromPools)) == 0)
+}
+
+// empty: no actor lives on the node, every worker is draining and
+// registered, and none says it hosts an actor (the suspend step's result).
+func (f nodeFacts) empty() bool {
+	live, crashed := f.residents()
+	return len(live)+len(crashed) == 0 && len(f.undrained()) == 0 && len(f.unregistered()) == 0 && len(f.hosting()) == 0
+}
+
+// hosting are the node's workers that say they host an actor.
+func (f nodeFacts) hosting() []string {
+	var out []string
+	for _, w := range f.workers() {
+		if w.Hosts() {
+			out = append(out, w.Name+" (pod "+w.Pod+")")
+		}
+	}
+	return out
+}
+
+// fromHosted are the actors the delete step would crash: bound to a worker
+// of the pools the node leaves, or named by such a worker. Paused actors
+// pinned to the node and actors on the target pools' workers live under
+// the new atelet and do not block the delete.
+func (f nodeFacts) fromHosted() []string {
+	from := poolSet(f.cfg.FromPools)
+	fromWorker := map[string]bool{}
+	var out []string
+	for _, w := range f.workers() {
+		if from[w.PoolKey()] {
+			fromWorker[w.Name] = true
+			if w.Hosts() {
+				out = append(out, "worker "+w.Name+" (pod "+w.Pod+")")
+			}
+		}
+	}
+	for _, a := range f.inv.Actors {
+		if a.State != ateapi.ActorSuspended && fromWorker[a.Worker] {
+			out = append(out, "actor "+a.Ref().String())
+		}
+	}
+	return out
+}
+
+// unregistered are the worker pods of the pools the node leaves that sit on
+// the node with no registered worker: the syncer registers a pod some time
+// after it runs, and an unregistered worker can still be handed an actor.
+func (f nodeFacts) unregistered() []string {
+	known := map[string]bool{}
+	for _, w := range f.inv.Workers {
+		known[w.Name] = true
+	}
+	var out []string
+	for _, p := range f.podsOf(f.cfg.FromPools) {
+		if !known[string(p.UID)] && p.DeletionTimestamp == nil {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	return out
+}
+
+// capacity weighs the node's live actors against free workers elsewhere.
+func (f nodeFacts) capacity() ([]Need, bool) {
+	live, _ := f.residents()
+	return Capacity(f.inv, f.cfg.Lineage, f.node.Name, live)
+}
+
+// toRecord is AnnResidents with the residents f shows added, and whether it
+// (or the moving mark) has to be written.
+func (f nodeFacts) toRecord() (string, bool) {
+	set := map[string]bool{}
+	for _, r := range strings.Split(f.node.Annotations[AnnResidents], ",") {
+		if r != "" {
+			set[r] = true
+		}
+	}
+	n := len(set)
+	live, crashed := f.residents()
+	for _, a := range append(live, crashed...) {
+		set[a.Ref().String()] = true
+	}
+	all := make([]string, 0, len(set))
+	for r := range set {
+		all = append(all, r)
+	}
+	sort.Strings(all)
+	return strings.Join(all, ","), len(set) > n || !f.markedTo()
+}
+
+// recorded are the actors AnnResidents names.
+func (f nodeFacts) recorded() []ateapi.ActorRef {
+	var out []ateapi.ActorRef
+	for _, r := range strings.Split(f.node.Annotations[AnnResidents], ",") {
+		if ns, name, ok := strings.Cut(r, "/"); ok {
+			out = append(out, ateapi.ActorRef{Atespace: ns, Name: name})
+		}
+	}
+	return out
+}
+
+// recordChange is the write record makes on f, if any.
+func (f nodeFacts) recordChange() []runbook.Change {
+	v, grow := f.toRecord()
+	if !grow {
+		return nil
+	}
+	return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate",
+		Detail: AnnMovingTo + "=" + f.cfg.To + ", " + AnnResidents + "=" + v}}
+}
+
+func (f nodeFacts) ateletReady() (bool, string) {
+	for _, p := range f.pods {
+		if p.Labels[AppLabel] == AteletApp && p.Labels[VersionLabel] == f.cfg.To {
+			if kube.PodReady(&p) {
+				return true, "atelet " + p.Name + " Ready"
+			}
+			return false, "atelet " + p.Name + " is " + string(p.Status.Phase)
+		}
+	}
+	return false, "no atelet for " + f.cfg.To + " on the node yet"
+}
+
+// toPodsReady counts the target pools' pods on the node and the Ready ones.
+func (f nodeFacts) toPodsReady() (ready, total int) {
+	for _, p := range f.podsOf(f.cfg.ToPools) {
+		total++
+		if kube.PodReady(&p) {
+			ready++
+		}
+	}
+	return ready, total
+}
+
+// toMustServeHere reports that the target pools want workers but none is
+// ACTIVE on another node (the canary, or every earlier one lost its own):
+// the node has moved only once one serves here, or the roll would go on
+// with the target version serving nowhere.
+func (f nodeFacts) toMustServeHere() bool {
+	var desired int64
+	for _, p := range f.cfg.ToPools {
+		desired += p.Desired
+	}
+	if desired == 0 {
+		return false
+	}
+	to := poolSet(f.cfg.ToPools)
+	for _, w := range f.inv.Workers {
+		if to[w.PoolKey()] && w.State == ateapi.WorkerActive && w.Node != f.node.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// toVerified is the verify step's verdict on pods and workers as shown.
+func (f nodeFacts) toVerified() (bool, string) {
+	ready, total := f.toPodsReady()
+	active := f.toWorkersActive()
+	why := fmt.Sprintf("%d of %d %s worker pod(s) on the node Ready, %d registered ACTIVE", ready, total, f.cfg.To, active)
+	if ready == total && active == 0 && f.toMustServeHere() {
+		return false, why + "; no " + f.cfg.To + " worker is ACTIVE on any other node, so one must come up here " +
+			"(the target pools' pods are Pending until the scheduler places them)"
+	}
+	return ready == total && active >= ready, why
+}
+
+func (f nodeFacts) toWorkersActive() int {
+	to := poolSet(f.cfg.ToPools)
+	n := 0
+	for _, w := range f.workers() {
+		if to[w.PoolKey()] && w.State == ateapi.WorkerActive {
+			n++
+		}
+	}
+	return n
+}
+
+// notes tells a person what a stopped move left on the node.
+func (f nodeFacts) notes() []string {
+	live, crashed := f.residents()
+	var notes []string
+	if !f.flipped() && len(f.workers()) > len(f.undrained()) {
+		notes = append(notes, fmt.Sprintf("workers on %s are DRAINING (there is no undrain); re-run to finish moving the "+
+			"node", f.node.Name))
+	}
+	if len(live)+len(crashed) > 0 && !f.flipped() {
+		notes = append(notes, fmt.Sprintf("%d actor(s) still live on %s", len(live)+len(crashed), f.node.Name))
+	}
+	return notes
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,246 @@
+package ate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
+)
+
+// The steps after the flip: the node comes up at the target version.
+
+func (b *nodeBuilder) ateletReady() runbook.Step[nodeFacts] {
+	o, cs := b.o, b.o.cs
+	return runbook.Step[nodeFacts]{
+		ID: "ate.node.atelet-ready", Title: "Wait for the atelet of the target version",
+		Doc: "Wait until the target version's atelet pod on the node is Ready. It stays Pending while the old one exits, " +
+			"because the old one holds the node's host ports. A node that has moved (at the target version, verified, " +
+			"neither marked nor cordoned by the flip, no pod of the pools it left) counts as done: a later restart of its " +
+			"atelet does not make it half-way again.",
+		Timeout: b.cfg.AteletTimeout,
+		Done: func(f nodeFacts) (bool, string) {
+			if f.moved() {
+				// Finished: a later restart of the atelet does not make
+				// the node half-way again.
+				return true, "node moved to " + f.cfg.To
+			}
+			if !f.flipped() {
+				return false, "node not flipped yet"
+			}
+			if why, down := kube.NodeNotReadyReason(f.node); down {
+				return false, "node NotReady: " + why
+			}
+			return f.ateletReady()
+		},
+		Act: func(context.Context, nodeFacts) error { return nil },
+		Wait: func(ctx context.Context, f nodeFacts) error {
+			// A node whose kubelet is down serves nothing, whatever its pods say: stop within seconds naming it
+			// rather than move on to the next node with this one out of service.
+			ctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			go kube.CancelOnNodeDown(ctx, cancel, cs, func(context.Context) string { return f.node.Name })
+			// The node's pods are watched, all of them, by the watch the
+			// delete and verify waits go on with: what it shows once the
+			// atelet is Ready is the step's look at them (the next step
+			// deletes from it).
+			g := f
+			var err error
+			g.pods, err = o.pods(ctx, f.node.Name).until(ctx, func(pods []corev1.Pod) bool {
+				h := f
+				h.pods = pods
+				ok, _ := h.ateletReady()
+				return ok
+			})
+			if err == nil {
+				if g.node, err = cs.CoreV1().Nodes().Get(ctx, f.node.Name, metav1.GetOptions{}); err == nil {
+					if kube.NodeReady(g.node) {
+						if g.inv, err = o.api.Inventory(ctx); err == nil {
+							o.saw(g)
+						}
+					} else {
+						err = kube.WaitForNodeReady(ctx, cs, f.node.Name)
+					}
+				}
+			}
+			var nd *kube.NodeNotReadyError
+			if errors.As(context.Cause(ctx), &nd) {
+				return runbook.Blocked(fmt.Errorf("%w: the %s atelet cannot serve there; bring the node back and run the same "+
+					"command again", nd, f.cfg.To))
+			}
+			if err != nil && ctx.Err() != nil {
+				return fmt.Errorf("the %s atelet on %s is not Ready: %w. If its log says the image cache \"has layout version\" "+
+					"it does not support, clear /var/lib/ate/image-cache on the node (kubectl debug node/%s --image=busybox -- "+
+					"rm -rf /host/var/lib/ate/image-cache) and delete the atelet pod", f.cfg.To, f.node.Name, context.Cause(ctx),
+					f.node.Name)
+			}
+			return err
+		},
+	}
+}
+
+func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {
+	o, cs, rec := b.o, b.o.cs, b.rec
+	return runbook.Step[nodeFacts]{
+		ID: "ate.node.delete-old-pods", Title: "Delete the node's worker pods of the version it left",
+		Doc: "Delete the node's pods of the pools pinned to the version the node left. They are empty (every actor was " +
+			"suspended) but still hold capacity; their Deployment cannot put them back on this node any more. Never before the " +
+			"flip: the old pool would reschedule them next to the new atelet.",
+		Done: func(f nodeFacts) (bool, string) {
+			left := f.podsOf(f.cfg.FromPools)
+			return f.flipped() && len(left) == 0, fmt.Sprintf("%d pod(s) of the %s pools on the node", len(left), f.cfg.From)
+		},
+		Guards: []runbook.Guard[nodeFacts]{
+			{Name: "the node's version label is already the target version", Check: func(f nodeFacts) (bool, string) {
+				return f.flipped(), "the node still carries " + VersionLabel + "=" + f.node.Labels[VersionLabel] +
+					"; deleting its worker pods now would bring them straight back next to the other atelet"
+			}},
+			{Name: "no actor lives on the node's workers of the pools it left", Check: func(f nodeFacts) (bool, string) {
+				h := f.fromHosted()
+				return len(h) == 0, fmt.Sprintf("%s on the workers of the %s pools; deleting their pods would crash them. "+
+					"Suspend them and re-run", short(h), f.cfg.From)
+			}},
+		},
+		Plan: func(f nodeFacts) []runbook.Change {
+			var out []runbook.Change
+			for _, p := range f.podsOf(f.cfg.FromPools) {
+				out = append(out, runbook.Change{Object: "pod/" + p.Namespace + "/" + p.Name, Action: "delete"})
+			}
+			return out
+		},
+		Act: func(ctx context.Context, f nodeFacts) error {
+			// One Event on the node names every pod deleted (also when a
+			// later delete fails), not one per pod.
+			deleted := &podNames{}
+			defer func() {
+				if len(deleted.names) > 0 {
+					rec.Record(ctx, kube.NodeRef(f.node), false, "Deleted", fmt.Sprintf("deleted worker pod(s) %s: node %s "+
+						"moved to %s; its %s worker pods are no longer needed", strings.Join(deleted.names, ", "), f.node.Name,
+						f.cfg.To, f.cfg.From))
+				}
+			}()
+			var pods []idlePod
+			for _, p := range f.podsOf(f.cfg.FromPools) {
+				pods = append(pods, idlePod{ref: kube.PodRef(&p), uid: p.UID})
+			}
+			return b.evacuation(nil).deleteIdle(ctx, cs, deleted, pods,
+				"Suspend those actors (kubectl ate suspend actor NAME -a ATESPACE) and re-run")
+		},
+		Wait: func(ctx context.Context, f nodeFacts) error {
+			// Watched until no pod of the pools left is there (a
+			// terminating one still counts); the watch's pods, the node as
+			// the step found it (nothing here writes it) and a fresh
+			// inventory are the step's result.
+			g := f
+			var err error
+			g.pods, err = o.pods(ctx, f.node.Name).until(ctx, func(pods []corev1.Pod) bool {
+				h := f
+				h.pods = pods
+				return len(h.podsOf(f.cfg.FromPools)) == 0
+			})
+			if err != nil {
+				return err
+			}
+			if g.inv, err = o.api.Inventory(ctx); err != nil {
+				return err
+			}
+			o.saw(g)
+			return nil
+		},
+	}
+}
+
+func (b *nodeBuilder) verify() runbook.Step[nodeFacts] {
+	o := b.o
+	return runbook.Step[nodeFacts]{
+		ID: "ate.node.verify", Title: "Verify the node serves the target version",
+		Doc: "Confirm no pod of the pools the node left remains there, and that every pod of the target version's pools on " +
+			"the node is Ready and registered as an ACTIVE worker. (Pods of the target pools may all run on nodes moved " +
+			"earlier: the scheduler, not the roll, places them. When no worker of the target pools is ACTIVE on any " +
+			"other node, as on the canary, one must come up here.) Then remove " + AnnVerifyPending + ": until then the " +
+			"node is not moved, and the next `roll next-node` finishes it before taking another node.",
+		Timeout: b.cfg.VerifyTimeout,
+		Done: func(f nodeFacts) (bool, string) {
+			if !f.flipped() || len(f.podsOf(f.cfg.FromPools)) > 0 {
+				return false, "not moved yet"
+			}
+			if !f.verifyPending() {
+				return true, "verified: " + AnnVerifyPending + " removed"
+			}
+			_, why := f.toVerified()
+			return false, why
+		},
+		Plan: func(f nodeFacts) []runbook.Change {
+			return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate",
+				Detail: AnnVerifyPending + "- (once the node serves " + f.cfg.To + ")"}}
+		},
+		Act: func(context.Context, nodeFacts) error { return nil },
+		Wait: func(ctx context.Context, f nodeFacts) error {
+			defer o.close() // the last step
+			if ok, why := f.toVerified(); ok {
+				return b.verified(ctx, f, why)
+			}
+			// The node's pods are watched the whole time (one request)
+			// while registration is polled (the substrate API has no
+			// watch), gently: the step ends on the pods as the watch shows
+			// them then and the inventory just read.
+			pw := o.pods(ctx, f.node.Name)
+			g := f
+			for delay := 100 * time.Millisecond; ; {
+				pods, err := pw.now(ctx)
+				if err != nil {
+					return fmt.Errorf("%s worker pods on %s are not Ready: %w", f.cfg.To, f.node.Name, err)
+				}
+				g.pods = pods
+				ready, total := g.toPodsReady()
+				if ready == total {
+					if g.inv, err = o.api.Inventory(ctx); err != nil {
+						return err
+					}
+					if ok, why := g.toVerified(); ok {
+						return b.verified(ctx, g, why)
+					}
+				}
+				select {
+				case <-ctx.Done():
+					if ready < total {
+						return fmt.Errorf("%s worker pods on %s are not Ready (%d of %d): %w", f.cfg.To, f.node.Name, ready, total,
+							context.Cause(ctx))
+					}
+					_, why := g.toVerified()
+					return fmt.Errorf("%s on %s: %w", why, f.node.Name, context.Cause(ctx))
+				case <-pw.changed: // a pod changed: look again
+				case <-time.After(delay):
+					delay = min(2*delay, 3*time.Second)
+				}
+			}
+		},
+	}
+}
+
+// verified removes the node's AnnVerifyPending now that f shows it serves
+// the target version (why), and hands f, brought up to that write, to the
+// engine's look.
+func (b *nodeBuilder) verified(ctx context.Context, f nodeFacts, why string) error {
+	if _, err := kube.SetNodeKeysRecorded(ctx, b.o.cs, b.rec, f.node.Name, kube.NodeChange{
+		Annotations: map[string]*string{AnnVerifyPending: nil}}, "NodeVerified", f.cfg.To+" serves here: "+why); err != nil {
+		return err
+	}
+	b.o.saw(f)
+	return nil
+}
+
+// podNames is a kube.Recorder that only collects the pods recorded
+// ("namespace/name (uid …)"), for one Event about them all.
+type podNames struct{ names []string }
+
+// Record implements kube.Recorder.
+func (p *podNames) Record(_ context.Context, obj corev1.ObjectReference, _ bool, _, _ string) {
+	p.names = append(p.names, fmt.Sprintf("%s/%s (uid %s)", obj.Namespace, obj.Name, obj.UID))
+}
