@@ -74,7 +74,8 @@ func ttFlash(t *tool) int {
 	for i, d := range st.Devices {
 		dir := bundleBoards[d.Board]
 		if !b.boards[dir] {
-			fmt.Fprintf(out, "Error: Could not find flash image for %s in tarfile; expected to see %s/image.bin\nFLASH FAILED\n", d.Board, dir)
+			fmt.Fprintf(out, "Error: Could not find flash image for %s in tarfile; expected to see %s/image.bin\nFLASH FAILED\n",
+				d.Board, dir)
 			return 1
 		}
 		running, tgt := major(d.Firmware), major(target)

@@ -147,7 +147,8 @@ func snapshotOf(root string, st *state) snapshotJSON {
 					"bus_id": bus, "board_type": d.Board, "board_id": fmt.Sprintf("10001451172%05d", i),
 					"coords": "N/A", "dram_status": "True", "dram_speed": "12G", "pcie_speed": speed, "pcie_width": width,
 				},
-				Telemetry: map[string]string{"voltage": "0.80", "current": "22.0", "power": "18.0", "aiclk": "500", "asic_temperature": "45.3"},
+				Telemetry: map[string]string{"voltage": "0.80", "current": "22.0", "power": "18.0", "aiclk": "500",
+					"asic_temperature": "45.3"},
 				Firmwares: map[string]string{
 					"fw_bundle_version": fw, "tt_flash_version": "3.6.5.0", "cm_fw": "0.0.0.0",
 					"cm_fw_date": "2025-01-01", "eth_fw": "6.10.0", "bm_bl_fw": "129.2.0.0", "bm_app_fw": "5.10.0.0",

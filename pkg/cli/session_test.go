@@ -244,8 +244,6 @@ func TestSessionTakesOverFromADeadRunOnThisHost(t *testing.T) {
 	}
 }
 
-func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
-
 // A run on another machine that stopped renewing is taken over once this
 // machine has watched its Lease unchanged for the Lease's own duration plus
 // a margin — no flag — and the takeover is printed and journaled.

@@ -17,8 +17,10 @@ import (
 // Blackhole (0xb140) devices that report tt_asic_id.
 const udevRule = "# installed by rollbook node-agent (as tt-kmd's udev-50-tenstorrent.rules)\n" +
 	"SUBSYSTEM==\"tenstorrent\", MODE=\"0666\"\n" +
-	"SUBSYSTEM==\"tenstorrent\", ATTRS{device}==\"0x401e\", ATTR{tt_asic_id}==\"?*\", SYMLINK+=\"tenstorrent/by-id/wormhole-%s{tt_asic_id}\"\n" +
-	"SUBSYSTEM==\"tenstorrent\", ATTRS{device}==\"0xb140\", ATTR{tt_asic_id}==\"?*\", SYMLINK+=\"tenstorrent/by-id/blackhole-%s{tt_asic_id}\"\n"
+	"SUBSYSTEM==\"tenstorrent\", ATTRS{device}==\"0x401e\", ATTR{tt_asic_id}==\"?*\", " +
+	"SYMLINK+=\"tenstorrent/by-id/wormhole-%s{tt_asic_id}\"\n" +
+	"SUBSYSTEM==\"tenstorrent\", ATTRS{device}==\"0xb140\", ATTR{tt_asic_id}==\"?*\", " +
+	"SYMLINK+=\"tenstorrent/by-id/blackhole-%s{tt_asic_id}\"\n"
 
 var deviceNodeRE = regexp.MustCompile(`^[0-9]+$`)
 

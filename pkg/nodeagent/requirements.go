@@ -12,9 +12,9 @@ import (
 type Where string
 
 const (
-	// InImage: in the helper image's own file system (the container's /).
+	// InImage is the helper image's own file system (the container's /).
 	InImage Where = "image"
-	// OnHost: on the node, under the host root the pod mounts.
+	// OnHost is the node, under the host root the pod mounts.
 	OnHost Where = "host"
 )
 
@@ -22,16 +22,17 @@ const (
 type Kind string
 
 const (
-	// KindExec: the agent executes it. Name is argv[0] (looked up on the
-	// image's PATH, or an absolute path); Path, when set, is where the
-	// lookup must land.
+	// KindExec is a program the agent executes. Name is argv[0] (looked up
+	// on the image's PATH, or an absolute path); Path, when set, is where
+	// the lookup must land.
 	KindExec Kind = "exec"
-	// KindUsedBy: a program the agent runs executes it in turn (tt-flash's
-	// and tt-smi's Galaxy resets run sudo ipmitool).
+	// KindUsedBy is a program a program the agent runs executes in turn
+	// (tt-flash's and tt-smi's Galaxy resets run sudo ipmitool).
 	KindUsedBy Kind = "used-by"
-	// KindRead and KindWrite: files or directories the agent reads or
-	// writes (globs and <kver> stand for what is found at run time).
-	KindRead  Kind = "read"
+	// KindRead is a file or directory the agent reads (globs and <kver>
+	// stand for what is found at run time).
+	KindRead Kind = "read"
+	// KindWrite is a file or directory the agent writes.
 	KindWrite Kind = "write"
 )
 

@@ -242,8 +242,6 @@ func mHelperPod(spec kube.HelperSpec, st uint8, result *nodeagent.Result) *corev
 	return p
 }
 
-func (m *tModel) helperName(i int) string { return m.helperSpec(tNodeName(i)).Pod().Name }
-
 // facts is what observer.observe reads for node i.
 func (m *tModel) facts(s *tState, i int) Facts {
 	nd := s.Nodes[i]

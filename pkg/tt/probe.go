@@ -109,7 +109,8 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 		ID: id, Title: "Probe the node",
 		Reads: readNode | readPods,
 		Doc: "Before the first cordon, run a short helper pod (node-agent probe) with the same image and namespace as the real " +
-			"task, unprivileged and with the host mounted read-only. It proves the image pulls and runs, and measures the kernel, DKMS state, headers and toolchain, " +
+			"task, unprivileged and with the host mounted read-only. It proves the image pulls and runs, and measures the kernel, " +
+			"DKMS state, headers and toolchain, " +
 			"the loaded module, firmware, tt-smi and every process holding the device. Anything that would fail the task " +
 			"stops the node here, before it is taken out of service.",
 		// No step clock (two node writes): a probe changes nothing, so a
