@@ -822,32 +822,40 @@ func (m *aModel) invariants() []modelcheck.Invariant[aState] {
 func (m *aModel) statusAgrees(s *aState) string {
 	c := m.cluster(s)
 	inv := m.inventory(s, false)
-	st := InferStatus(c, m.workerPods(s), inv)
 	var pods []corev1.Pod
 	for i := 0; i < m.nodes; i++ {
 		f := m.facts(s, &NodeConfig{}, i, inv)
 		pods = append(pods, f.pods...)
 	}
+	// What status reads: the pools' pods, and every pod of the nodes that
+	// stand half-way on those.
+	shown, err := WithPodsOfMovingNodes(c, m.workerPods(s), inv, func(node string) ([]corev1.Pod, error) {
+		return m.facts(s, &NodeConfig{}, nodeIndex(node), inv).pods, nil
+	})
+	if err != nil {
+		return err.Error()
+	}
+	st := InferStatus(c, shown, inv)
 	loc := NewLocator(c, pods, inv)
 	for _, way := range []struct {
 		name  string
 		sides Sides
 	}{{"roll", sides(c, oldPin, newPin)}, {"rollback", sides(c, newPin, oldPin)}} {
-		shown := ""
+		shown, shownStep := "", ""
 		for _, n := range st.Nodes {
 			if n.Direction == way.name {
-				shown = n.Node
+				shown, shownStep = n.Node, n.Step
 				break
 			}
 		}
 		next, err := loc.Next(way.sides)
-		taken := ""
-		if err == nil && len(loc.Halfway(way.sides)) > 0 {
-			taken = next
+		taken, takenStep := "", ""
+		if half := loc.Halfway(way.sides); err == nil && len(half) > 0 {
+			taken, takenStep = next, fmt.Sprintf("%s (%s)", half[0].StepID, half[0].Evidence)
 		}
-		if shown != taken {
-			return fmt.Sprintf("%s: status shows %q in progress, %s next-node would first take %q (err %v)", way.name, shown, way.name,
-				taken, err)
+		if shown != taken || shownStep != takenStep {
+			return fmt.Sprintf("%s: status shows %q in progress at %q, %s next-node would first take %q at %q (err %v)", way.name,
+				shown, shownStep, way.name, taken, takenStep, err)
 		}
 	}
 	return ""

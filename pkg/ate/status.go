@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 // Phase names where the roll stands.
@@ -77,8 +78,40 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 		if pods, err = PoolPods(ctx, cs, c.Pools); err != nil {
 			return nil, err
 		}
+		if pods, err = WithPodsOfMovingNodes(c, pods, inv, func(node string) ([]corev1.Pod, error) {
+			return kube.PodsOnNode(ctx, cs, node)
+		}); err != nil {
+			return nil, err
+		}
 	}
 	return InferStatus(c, pods, inv), nil
+}
+
+// WithPodsOfMovingNodes adds to pods (the pools' pods) every other pod of
+// the nodes that stand half-way, read with podsOn. Whether a node stands
+// half-way never depends on those pods (its marks, cordon, pool pods and
+// workers decide it), but the step it is at may (its atelet): status reads
+// them for those nodes only, so its cost grows with what is in progress,
+// not with the fleet, and it names the step next-node would act on.
+func WithPodsOfMovingNodes(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory,
+	podsOn func(node string) ([]corev1.Pod, error)) ([]corev1.Pod, error) {
+	seen := map[string]bool{}
+	for _, p := range pods {
+		seen[string(p.UID)] = true
+	}
+	for _, m := range NewLocator(c, pods, inv).Moves() {
+		more, err := podsOn(m.Node)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range more {
+			if !seen[string(p.UID)] {
+				seen[string(p.UID)] = true
+				pods = append(pods, p)
+			}
+		}
+	}
+	return pods, nil
 }
 
 // InferStatus says where the roll stands from the cluster, the pools' pods
