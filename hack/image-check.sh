@@ -25,6 +25,7 @@
 # overrides the mirror, which defaults to this machine's apt one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$SECONDS
 
 containerfile=${ROLLBOOK_CONTAINERFILE:-build/Containerfile}
 packages_file=${ROLLBOOK_PACKAGES_FILE:-build/packages.txt}
@@ -32,6 +33,8 @@ cache=${ROLLBOOK_IMAGE_CACHE:-.cache/node-agent-rootfs}
 rootfs=$cache/root
 
 fail() { echo "image-check: $*" >&2; exit 1; }
+# shellcheck source=lib/rootfs.sh
+. "$(dirname "$0")/lib/rootfs.sh"
 [ "$(id -u)" = 0 ] || fail "needs root (debootstrap and chroot)"
 
 # 1. Pins.
@@ -65,33 +68,7 @@ grep -q "build/packages.txt" "$containerfile" || fail "$containerfile does not i
 
 # 2. The root filesystem.
 mapfile -t packages < <(grep -v '^\s*#' "$packages_file" | grep -v '^\s*$')
-mirror=${DEBIAN_MIRROR:-}
-if [ -z "$mirror" ]; then
-  mirror=$( { cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {print $2; exit}'; } || true)
-fi
-if [ -z "$mirror" ]; then
-  mirror=$( { grep -hE '^deb\s' /etc/apt/sources.list 2>/dev/null | awk '{print $2; exit}'; } || true)
-fi
-[ -n "$mirror" ] || fail "no Debian mirror: set DEBIAN_MIRROR"
-
-key=$(printf '%s\n' "$suite" "${packages[@]}" | sha256sum | cut -c1-16)
-start=$SECONDS
-if [ "$(cat "$cache/key" 2>/dev/null)" != "$key" ]; then
-  command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
-  rm -rf "$cache"
-  mkdir -p "$cache"
-  echo "image-check: debootstrap $suite (${packages[*]}) into $rootfs"
-  include=$(IFS=,; echo "${packages[*]}")
-  if ! debootstrap --variant=minbase --include="$include" "$suite" "$rootfs" "$mirror" >"$cache/debootstrap.log" 2>&1; then
-    tail -n 30 "$cache/debootstrap.log" >&2
-    fail "debootstrap failed (log: $cache/debootstrap.log)"
-  fi
-  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-  echo "$key" >"$cache/key"
-  echo "image-check: root filesystem built in $((SECONDS - start))s"
-else
-  echo "image-check: cached root filesystem ($cache, key $key)"
-fi
+cached_rootfs image-check "$suite" "$cache" "${packages[@]}"
 
 in_image() { chroot "$rootfs" /usr/bin/env -i PATH="$image_path" "$@"; }
 
