@@ -96,25 +96,17 @@ func (c *Cluster) listed(name string) *corev1.Node {
 	return nil
 }
 
-// nodeOrStub is node as listed (what a position is decided on: its labels,
-// rollbook's annotations and, for a cordoned node, its cordon), or a node
-// carrying only what NodeInfo knows (a Cluster built by hand).
-func (c *Cluster) nodeOrStub(name string) *corev1.Node {
-	if n := c.listed(name); n != nil {
-		return n
-	}
+// stub is the node as NodeInfo knows it (a Cluster built by hand, not
+// listed): its version label, cordon and rollbook's marks.
+func (i NodeInfo) stub() *corev1.Node {
 	n := &corev1.Node{}
-	n.Name, n.Labels, n.Annotations = name, map[string]string{}, map[string]string{}
-	for _, i := range c.Nodes {
-		if i.Name == name {
-			n.Labels[VersionLabel], n.Spec.Unschedulable = i.Version, i.Cordoned
-			if i.MovingTo != "" {
-				n.Annotations[AnnMovingTo] = i.MovingTo
-			}
-			if i.VerifyPending != "" {
-				n.Annotations[AnnVerifyPending] = i.VerifyPending
-			}
-		}
+	n.Name, n.Labels, n.Annotations = i.Name, map[string]string{VersionLabel: i.Version}, map[string]string{}
+	n.Spec.Unschedulable = i.Cordoned
+	if i.MovingTo != "" {
+		n.Annotations[AnnMovingTo] = i.MovingTo
+	}
+	if i.VerifyPending != "" {
+		n.Annotations[AnnVerifyPending] = i.VerifyPending
 	}
 	return n
 }

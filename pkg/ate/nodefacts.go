@@ -20,6 +20,9 @@ type nodeFacts struct {
 	node *corev1.Node
 	pods []corev1.Pod
 	inv  *ateapi.Inventory
+	// here, when not nil, are inv's workers on the node, found once for
+	// many nodes (Locator) instead of by a scan per look.
+	here *[]ateapi.Worker
 }
 
 func (f nodeFacts) flipped() bool { return f.node.Labels[VersionLabel] == f.cfg.To }
@@ -93,7 +96,12 @@ func (f nodeFacts) podsOf(pools []Pool) []corev1.Pod {
 	return out
 }
 
-func (f nodeFacts) workers() []ateapi.Worker { return f.inv.WorkersOnNode(f.node.Name) }
+func (f nodeFacts) workers() []ateapi.Worker {
+	if f.here != nil {
+		return *f.here
+	}
+	return f.inv.WorkersOnNode(f.node.Name)
+}
 
 func (f nodeFacts) undrained() []ateapi.Worker {
 	var out []ateapi.Worker

@@ -41,9 +41,13 @@ type Locator struct {
 	c     *Cluster
 	pods  map[string][]corev1.Pod // by node
 	inv   *ateapi.Inventory
+	here  map[string][]ateapi.Worker // inv's workers by node
+	nodes map[string]*corev1.Node    // as listed, or NodeInfo.stub
 	steps *runbook.Runbook[nodeFacts]
 	// roll and back are the two ways, when there are two versions.
 	roll, back *Sides
+	moves      []NodeMove // once located
+	located    bool
 }
 
 // NewLocator locates the nodes of c; pods are (at least) the pods of every
@@ -54,6 +58,19 @@ func NewLocator(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Locator {
 		steps: nodeRunbook(newNodeObserver(nil, nil, &NodeConfig{}), nil)}
 	if l.inv == nil {
 		l.inv = &ateapi.Inventory{}
+	}
+	l.nodes = map[string]*corev1.Node{}
+	for i := range c.objects {
+		l.nodes[c.objects[i].Name] = &c.objects[i]
+	}
+	for _, n := range c.Nodes {
+		if l.nodes[n.Name] == nil {
+			l.nodes[n.Name] = n.stub()
+		}
+	}
+	l.here = map[string][]ateapi.Worker{}
+	for _, w := range l.inv.Workers {
+		l.here[w.Node] = append(l.here[w.Node], w)
 	}
 	for _, p := range pods {
 		if n := p.Spec.NodeName; n != "" {
@@ -67,10 +84,16 @@ func NewLocator(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Locator {
 	return l
 }
 
-// Locate is where node stands moving s.From → s.To.
+// Locate is where node stands moving s.From → s.To. Guards are not
+// decided: which node is half-way, and where, never depends on them.
 func (l *Locator) Locate(node string, s Sides) runbook.Position {
-	n := l.c.nodeOrStub(node)
-	return runbook.Locate(l.steps, nodeFacts{cfg: &NodeConfig{Sides: s}, node: n, pods: l.pods[node], inv: l.inv})
+	here := l.here[node]
+	n := l.nodes[node]
+	if n == nil {
+		n = NodeInfo{Name: node}.stub()
+	}
+	return runbook.LocateOnly(l.steps, nodeFacts{cfg: &NodeConfig{Sides: s}, node: n, pods: l.pods[node],
+		inv: l.inv, here: &here})
 }
 
 // Moves are the nodes half-way in a move, with the way each one goes. A
@@ -79,6 +102,9 @@ func (l *Locator) Locate(node string, s Sides) runbook.Position {
 func (l *Locator) Moves() []NodeMove {
 	if l.roll == nil {
 		return nil // one version: nothing can be half-way between two
+	}
+	if l.located {
+		return l.moves
 	}
 	var out []NodeMove
 	for _, n := range l.c.Nodes {
@@ -100,6 +126,7 @@ func (l *Locator) Moves() []NodeMove {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	l.moves, l.located = out, true
 	return out
 }
 

@@ -40,7 +40,16 @@ type Position struct {
 
 // Locate says where a target with facts f stands in rb.
 func Locate[F any](rb *Runbook[F], f F) Position {
-	p, _ := locate(rb, f, 0, AllParts)
+	p, _ := locate(rb, f, 0, AllParts, true)
+	return p
+}
+
+// LocateOnly is Locate without deciding the step's guards (Guard stays
+// empty): for readers that need only where targets stand — status across
+// a fleet — not whether the next step may act, which can cost far more
+// (a capacity guard weighs every actor).
+func LocateOnly[F any](rb *Runbook[F], f F) Position {
+	p, _ := locate(rb, f, 0, AllParts, false)
 	return p
 }
 
@@ -51,7 +60,7 @@ func HalfwayIn[F any](rb *Runbook[F], f F) bool { return Locate(rb, f).Stage == 
 // parts covered. It stops at the first step whose Done reads a part the
 // facts were not read for, and reports that step (ok false): the caller
 // observes again and locates from there.
-func locate[F any](rb *Runbook[F], f F, from int, covered Parts) (p Position, ok bool) {
+func locate[F any](rb *Runbook[F], f F, from int, covered Parts, guards bool) (p Position, ok bool) {
 	p.Step = len(rb.Steps)
 	for i := from; i < len(rb.Steps); i++ {
 		s := rb.Steps[i]
@@ -66,6 +75,9 @@ func locate[F any](rb *Runbook[F], f F, from int, covered Parts) (p Position, ok
 			continue
 		}
 		p.Step, p.StepID, p.Evidence = i, s.ID, ev
+		if !guards {
+			break
+		}
 		if g, reason := failingGuard(s.Guards, f); g != nil {
 			p.Guard, p.SharedBudget = reason, g.SharedBudget
 		}

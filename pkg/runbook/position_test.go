@@ -57,11 +57,11 @@ func TestLocateStopsAtAStepThatReadsUnobservedParts(t *testing.T) {
 		{ID: "b", Reads: partB, Done: func(int) (bool, string) { return true, "b done" }},
 		{ID: "c", Reads: partA, Done: func(int) (bool, string) { return false, "c not done" }},
 	}}
-	p, complete := locate(rb, 0, 0, partA)
+	p, complete := locate(rb, 0, 0, partA, true)
 	if complete || p.StepID != "b" || len(p.DoneEvidence) != 1 {
 		t.Fatalf("locate on part A only = %+v, complete %v; want it to stop at b after 1 done step", p, complete)
 	}
-	p, complete = locate(rb, 0, p.Step, AllParts)
+	p, complete = locate(rb, 0, p.Step, AllParts, true)
 	if !complete || p.StepID != "c" || !slices.Equal(p.DoneEvidence, []string{"b done"}) || p.Stage != StageHalfway {
 		t.Fatalf("locate from b = %+v, complete %v; want c, half-way, after b", p, complete)
 	}

@@ -50,7 +50,7 @@ func (r *targetRun[F]) run(ctx context.Context) TargetResult {
 	steps := r.rb.Steps
 	first := true
 	for i := 0; i < len(steps); {
-		pos, complete := locate(r.rb, r.facts, i, r.covered)
+		pos, complete := locate(r.rb, r.facts, i, r.covered, true)
 		if r.held >= 0 && r.held != pos.Step {
 			r.excl.leave() // the Exclusive step it was taken for is done already
 			r.held = -1
