@@ -138,20 +138,21 @@ func TestNextNodeResumesHalfMovedNodeFirst(t *testing.T) {
 	if got := next([]corev1.Pod{failed}, nil); got != "n0" {
 		t.Fatalf("a Failed old-pool pod object left on a flipped node does not make it half-moved: %s", got)
 	}
-	inv := &ateapi.Inventory{Workers: []ateapi.Worker{
-		{Name: "w-other", Namespace: "ns", Pool: "deleted-pool", Node: "n0", State: ateapi.WorkerDraining},
-		{Name: "w-elsewhere", Namespace: "other", Pool: "p", Node: "n0", State: ateapi.WorkerDraining},
-		{Name: "w", Namespace: "ns", Pool: "p", Node: "n1", State: ateapi.WorkerDraining},
-	}}
+	// Workers drained with no move recorded (by hand, a health check's
+	// drain) are not a move begun: the mark, written before the first
+	// DrainWorker, is the move's record. recover-node replaces them.
+	inv := &ateapi.Inventory{Workers: []ateapi.Worker{{Name: "w", Namespace: "ns", Pool: "p", Node: "n1",
+		State: ateapi.WorkerDraining}}}
 	livePod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-w", UID: "w", Labels: map[string]string{PoolLabel: "p"}},
 		Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	if got := next(nil, inv); got != "n0" {
-		t.Fatalf("a worker DRAINING after its pod was deleted (the eviction window) does not make its node half-moved: %s", got)
+	if got := next([]corev1.Pod{livePod}, inv); got != "n0" {
+		t.Fatalf("a node drained with no move recorded is not half-moved: %s", got)
 	}
+	c.Nodes[1].MovingTo = "v2"
 	if got := next([]corev1.Pod{livePod}, inv); got != "n1" {
-		t.Fatalf("a node whose serving workers drain must come first, not one with an unrelated draining worker (or a same-named pool "+
-			"elsewhere): %s", got)
+		t.Fatalf("a node whose move is recorded comes first: %s", got)
 	}
+	c.Nodes[1].MovingTo = ""
 	// A node half-way back (an interrupted rollback) is finished first, by
 	// the rollback: the roll refuses to take another node meanwhile.
 	c.Nodes[2].MovingTo = "v1"

@@ -42,36 +42,6 @@ func (f nodeFacts) marked() bool {
 	return moving && to == f.cfg.To || !moving && seen
 }
 
-// drainingFrom: the node's workers of the pools it leaves are all DRAINING
-// (at least one) — the node was drained as a whole, as a move drains it,
-// whether or not the move's mark was written (an older rollbook, a drain
-// by hand). There is no undrain, so such a node must be finished. One
-// worker drained among live ones (a health check's, recover-node's) is not
-// a move. Only those pools' workers count (one of a deleted or unrelated
-// pool may be draining for reasons of its own), and only those whose pod
-// is still on the node: a deleted pod's worker stays DRAINING through the
-// eviction window, after its node moved (and maybe moved back).
-func (f nodeFacts) drainingFrom() bool {
-	live := map[string]bool{}
-	for _, p := range f.podsOf(f.cfg.FromPools) {
-		if p.DeletionTimestamp == nil {
-			live[string(p.UID)] = true
-		}
-	}
-	from := poolSet(f.cfg.FromPools)
-	draining, active := 0, 0
-	for _, w := range f.workers() {
-		if !from[w.PoolKey()] || !live[w.Name] {
-			continue
-		}
-		if w.State == ateapi.WorkerDraining {
-			draining++
-		} else {
-			active++
-		}
-	}
-	return draining > 0 && active == 0
-}
 
 func (f nodeFacts) ourCordon() bool { return kube.CordonStateOf(f.node).Owner == CordonOwner }
 

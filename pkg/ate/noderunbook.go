@@ -140,10 +140,6 @@ func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 				return true, "node at " + f.cfg.To
 			case f.markedTo():
 				return true, AnnMovingTo + "=" + f.cfg.To
-			case f.drainingFrom():
-				// There is no undrain: a node drained as a whole is being
-				// moved, mark or not.
-				return true, "every worker of the pools it leaves is DRAINING"
 			}
 			return false, fmt.Sprintf("%s=%q", AnnMovingTo, f.node.Annotations[AnnMovingTo])
 		},

@@ -85,7 +85,7 @@ func TestNodeStepsFromFacts(t *testing.T) {
 			[]ateapi.Actor{running}, false, want{nil, "", 0}},
 		{"drained but not marked", node("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{all[:3], "", 0}}, // there is no undrain: the move has begun, and the drained, empty node may flip
+			want{nil, "", 0}}, // the mark is the move's record: drained by hand is not a move begun (recover-node)
 		{"drained, an actor still on it", marked("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
 			want{all[:2], "", 0}},

@@ -35,8 +35,10 @@ func TestInferStatus(t *testing.T) {
 			[]corev1.Pod{oldPod}, goneClone, PhaseNotStarted, 0},
 		{"prepared", cluster(twoDS, map[string]string{"n0": "v1", "n1": "v1"}, old), nil, nil, PhasePrepared, 0},
 		{"cloned", cluster(twoDS, map[string]string{"n0": "v1", "n1": "v1"}, old, clone), nil, nil, PhaseCloned, 0},
-		{"a node half-way: its serving workers drain", cluster(twoDS, map[string]string{"n0": "v1", "n1": "v1"}, old, clone),
-			[]corev1.Pod{oldPod}, drainingOld, PhaseRolling, 1},
+		{"a node half-way: its move recorded, its serving workers drain", marked(cluster(twoDS, map[string]string{"n0": "v1",
+			"n1": "v1"}, old, clone), "v2"), []corev1.Pod{oldPod}, drainingOld, PhaseRolling, 1},
+		{"serving workers drained with no move recorded are not a move", cluster(twoDS, map[string]string{"n0": "v1", "n1": "v1"},
+			old, clone), []corev1.Pod{oldPod}, drainingOld, PhaseCloned, 0},
 		{"a node moved without clones is a problem", cluster(twoDS, map[string]string{"n0": "v2", "n1": "v1"}, old), nil, nil,
 			PhaseBlocked, 0},
 		{"rolling", cluster(twoDS, map[string]string{"n0": "v2", "n1": "v1"}, old, clone), nil, nil, PhaseRolling, 0},
@@ -48,4 +50,14 @@ func TestInferStatus(t *testing.T) {
 			t.Errorf("%s: phase %q (%s), %d in progress; want %q, %d", tc.name, s.Phase, s.Summary, len(s.Nodes), tc.phase, tc.pending)
 		}
 	}
+}
+
+// marked records on the node the drained workers are on (the first old pod's) a move to version.
+func marked(c *Cluster, to string) *Cluster {
+	for i := range c.Nodes {
+		if c.Nodes[i].Name == "n0" {
+			c.Nodes[i].MovingTo = to
+		}
+	}
+	return c
 }
