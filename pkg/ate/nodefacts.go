@@ -42,7 +42,6 @@ func (f nodeFacts) marked() bool {
 	return moving && to == f.cfg.To || !moving && seen
 }
 
-
 func (f nodeFacts) ourCordon() bool { return kube.CordonStateOf(f.node).Owner == CordonOwner }
 
 // moved is the commit point: the node is at cfg.To, verified, unmarked,
