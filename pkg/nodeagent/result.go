@@ -41,13 +41,16 @@ const (
 	ReasonSMIHostIncompatible Reason = "SMIHostIncompatible"
 	ReasonReadbackFailed      Reason = "ReadbackFailed"
 	ReasonBundleFetchFailed   Reason = "BundleFetchFailed"
-	ReasonFlashFailed         Reason = "FlashFailed"
-	ReasonConfigSpaceReset    Reason = "ConfigSpaceResetNotCompleted"
-	ReasonFirmwareMismatch    Reason = "FirmwareMismatch"
-	ReasonDeviceMissing       Reason = "DeviceMissing"
-	ReasonToolMissing         Reason = "ToolMissing"
-	ReasonTimeout             Reason = "Timeout"
-	ReasonHostError           Reason = "HostError"
+	// ReasonBundleChecksumMismatch: the bundle's SHA-256 is not the
+	// --bundle-sha256 pin; nothing was flashed.
+	ReasonBundleChecksumMismatch Reason = "BundleChecksumMismatch"
+	ReasonFlashFailed            Reason = "FlashFailed"
+	ReasonConfigSpaceReset       Reason = "ConfigSpaceResetNotCompleted"
+	ReasonFirmwareMismatch       Reason = "FirmwareMismatch"
+	ReasonDeviceMissing          Reason = "DeviceMissing"
+	ReasonToolMissing            Reason = "ToolMissing"
+	ReasonTimeout                Reason = "Timeout"
+	ReasonHostError              Reason = "HostError"
 )
 
 // Install modes, as in the driver.tenstorrent.com/install-mode node label.

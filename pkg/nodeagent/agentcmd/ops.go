@@ -78,6 +78,7 @@ func newFlashCommand(c *common) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.Version, "version", "", "firmware bundle version")
 	f.StringVar(&o.BundleURL, "bundle-url", "", "bundle URL (https or file://); default the tt-system-firmware release asset")
+	f.StringVar(&o.BundleSHA256, "bundle-sha256", "", "SHA-256 the bundle must have (hex); a mismatch refuses before flashing")
 	f.StringVar(&o.ReadbackVersion, "readback-version", "", "version every device must report afterwards (default <version>.0)")
 	f.BoolVar(&o.ForceWrite, "force-write", false, "flash even if already at the readback version, with tt-flash --force")
 	f.BoolVar(&o.ContinueOnReadbackFailure, "continue-on-readback-failure", false,

@@ -118,6 +118,11 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "https://user:secret@host/fw"}, cli.ExitUsage,
 			"--bundle-url"},
 		{[]string{"upgrade", "firmware", "--version", "19.0;x", "--bundle-url", bundle(t, "19.0.0")}, cli.ExitUsage, "19.0;x"},
+		{fw("--bundle-sha256", "abc"), cli.ExitUsage, "--bundle-sha256"},
+		// A presigned URL would be readable in the helper's spec; the refusal
+		// does not repeat its signature ("secret" below).
+		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "https://host/fw?X-Amz-Signature=secret"},
+			cli.ExitUsage, "query string"},
 		{[]string{"upgrade", "frob"}, cli.ExitUsage, "frob"},
 		{[]string{"status", "-o", "xml"}, cli.ExitUsage, "--output"},
 		{[]string{"status", "--probe", "--watch"}, cli.ExitUsage, "--probe"},
