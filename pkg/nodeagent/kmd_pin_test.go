@@ -96,6 +96,8 @@ func TestKMDCommitPinWithRealGit(t *testing.T) {
 	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0", GitURL: url, Commit: reviewed, SkipPersist: true})
 	requireSuccess(t, r)
 	assert.Equal(t, reviewed, r.Commit)
+	assert.Contains(t, string(readFile(t, filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0/tenstorrent.ko.json"))), reviewed,
+		"the cache's record names the commit built")
 
 	// Someone moves the tag (a force-push of ttkmd-2.0.0 onto 2.1.0's commit).
 	out, err := exec.Command(gitPath, "-C", bare, "tag", "-f", "ttkmd-2.0.0", "ttkmd-2.1.0").CombinedOutput()
