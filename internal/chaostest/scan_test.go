@@ -30,6 +30,10 @@ func TestScanFindsPlantedSecrets(t *testing.T) {
 		{"fetching https://user:hunter2@example.com/fw.tar", "credentials in a URL"},
 		{"oops " + strings.Repeat("Q", 64), "client key of admin"},
 		{"token s3cr3t-static-token-value", "token of admin"},
+		{`"--bundle-url","https://b.s3.amazonaws.com/fw.tar?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=0badc0de"`,
+			"presigned URL's query"},
+		{"GET https://acct.blob.core.windows.net/fw/fw.tar?sv=2022-11-02&sig=abc%2Bdef", "presigned URL's query"},
+		{"https://storage.googleapis.com/b/fw.tar?X-Goog-Credential=sa%40p&x=1", "presigned URL's query"},
 	} {
 		var s Scan
 		s.Text("planted", c.text, sec)
@@ -38,7 +42,8 @@ func TestScanFindsPlantedSecrets(t *testing.T) {
 		}
 	}
 	var s Scan
-	s.Text("clean", "fetching https://example.com/fw.tar as user admin; node kwok-node-0 cordoned", sec)
+	s.Text("clean", "fetching https://example.com/fw.tar as user admin; node kwok-node-0 cordoned; "+
+		"downloaded https://b.example/fw.tar?REDACTED; ?page=2&limit=10", sec)
 	if len(s.Hits) != 0 {
 		t.Errorf("false positives: %v", s.Hits)
 	}

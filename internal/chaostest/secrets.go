@@ -22,6 +22,12 @@ var jwt = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-
 // urlCreds matches credentials put in a URL (scheme://user:password@host).
 var urlCreds = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@"']+:[^/\s@"']+@`)
 
+// presigned matches the signing parameters of a presigned URL's query (S3,
+// GCS, Azure SAS, CloudFront, a bare token): whoever holds them can fetch
+// the object. The redacted form ("?REDACTED") does not match.
+var presigned = regexp.MustCompile(`(?i)[?&](X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|X-Goog-Signature|` +
+	`X-Goog-Credential|sig|Signature|Key-Pair-Id|Policy|token|access_token)=[^&\s"'\\]+`)
+
 // Secrets are what must never appear in output or in cluster objects.
 type Secrets struct {
 	// Literals are exact secret values (kubeconfig keys, tokens).
@@ -71,6 +77,7 @@ func pemBody(b []byte) []string {
 type Scan struct {
 	Texts, Bytes               int
 	Events, Leases, ConfigMaps int
+	Pods                       int
 	Literals                   int // kubeconfig secrets looked for
 	Hits                       []string
 }
@@ -86,6 +93,9 @@ func (s *Scan) Text(where, text string, sec Secrets) {
 	if m := urlCreds.FindString(text); m != "" {
 		s.Hits = append(s.Hits, fmt.Sprintf("%s: credentials in a URL (%s…)", where, m[:strings.Index(m, "://")+3]))
 	}
+	if m := presigned.FindString(text); m != "" {
+		s.Hits = append(s.Hits, fmt.Sprintf("%s: a presigned URL's query (%s…)", where, m[:strings.Index(m, "=")+1]))
+	}
 	for v, what := range sec.Literals {
 		if strings.Contains(text, v) {
 			s.Hits = append(s.Hits, fmt.Sprintf("%s: %s", where, what))
@@ -93,7 +103,8 @@ func (s *Scan) Text(where, text string, sec Secrets) {
 	}
 }
 
-// Cluster scans every Event, Lease and ConfigMap in the cluster.
+// Cluster scans every Event, Lease, ConfigMap and Pod in the cluster (a
+// pod's command and env are readable by whoever may get pods).
 func (s *Scan) Cluster(ctx context.Context, cs kubernetes.Interface, sec Secrets) error {
 	evs, err := cs.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -122,17 +133,26 @@ func (s *Scan) Cluster(ctx context.Context, cs kubernetes.Interface, sec Secrets
 		s.ConfigMaps++
 		s.Text("configmap "+cm.Namespace+"/"+cm.Name, string(b), sec)
 	}
+	pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		b, _ := json.Marshal(p.Spec)
+		s.Pods++
+		s.Text("pod "+p.Namespace+"/"+p.Name, string(b), sec)
+	}
 	return nil
 }
 
 func (s *Scan) String() string {
-	return fmt.Sprintf("%d texts (%d bytes): %d events, %d leases, %d configmaps, the rest CLI output; "+
-		"checked for bearer tokens (JWT), credentials in URLs and %d kubeconfig secrets: %d hit(s)",
-		s.Texts, s.Bytes, s.Events, s.Leases, s.ConfigMaps, s.Literals, len(s.Hits))
+	return fmt.Sprintf("%d texts (%d bytes): %d events, %d leases, %d configmaps, %d pod specs, the rest CLI output; "+
+		"checked for bearer tokens (JWT), credentials in URLs, presigned URL queries and %d kubeconfig secrets: %d hit(s)",
+		s.Texts, s.Bytes, s.Events, s.Leases, s.ConfigMaps, s.Pods, s.Literals, len(s.Hits))
 }
 
 // ExpectNoSecrets scans everything the package's runs printed (outs) and
-// every Event, Lease and ConfigMap in the cluster for the kubeconfig's
+// every Event, Lease, ConfigMap and Pod in the cluster for the kubeconfig's
 // credentials, fails t on each hit, and returns the scan for its figures.
 func ExpectNoSecrets(t *testing.T, ctx context.Context, kubeconfig string, cs kubernetes.Interface, outs []string) *Scan {
 	t.Helper()

@@ -118,6 +118,20 @@ func TestContractKMDTools(t *testing.T) {
 			t.Errorf("%s git: cloned MODULE_VERSION %q, want 2.9.0", w.name, v)
 		}
 	})
+	// rev-parse HEAD of the clone: exit 0 and one full commit ID, which
+	// the agent records and checks against a pin.
+	fo = fake.run(t, "git", "-C", "HOST"+src, "rev-parse", "HEAD")
+	ro = real.run(t, "git", "-C", "HOST"+src, "rev-parse", "HEAD")
+	sameCode(t, "git rev-parse HEAD", fo, ro)
+	for _, o := range []outcome{fo, ro} {
+		if !regexp.MustCompile(`^[0-9a-f]{40}\n$`).MatchString(o.stdout) {
+			t.Errorf("git rev-parse HEAD printed %q, want one commit ID", o.stdout)
+		}
+	}
+	// Outside a clone: 128.
+	fo = fake.run(t, "git", "-C", "HOST/tmp", "rev-parse", "HEAD")
+	ro = real.run(t, "git", "-C", "HOST/tmp", "rev-parse", "HEAD")
+	sameCode(t, "git rev-parse HEAD outside a repository", fo, ro)
 	// git clone into the non-empty directory: 128, nothing changed.
 	fo = fake.run(t, "git", "clone", "--depth", "1", "--branch", "ttkmd-2.8.0", url, "HOST"+src)
 	ro = real.run(t, "git", "clone", "--depth", "1", "--branch", "ttkmd-2.8.0", url, "HOST"+src)

@@ -1,6 +1,8 @@
 package fakehost
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -190,7 +192,15 @@ func createCache(root string, s Spec) error {
 		if err := os.MkdirAll(filepath.Dir(ko), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(ko, KernelObject(v, s.Kernel), 0o644); err != nil {
+		obj := KernelObject(v, s.Kernel)
+		if err := os.WriteFile(ko, obj, 0o644); err != nil {
+			return err
+		}
+		// The record the agent keeps next to a module it built (its
+		// SHA-256 and commit), so a cached module is one it would trust.
+		sum := sha256.Sum256(obj)
+		rec := fmt.Sprintf(`{"sha256":%q,"commit":%q}`+"\n", hex.EncodeToString(sum[:]), FakeCommit("ttkmd-"+v))
+		if err := os.WriteFile(ko+".json", []byte(rec), 0o644); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,8 @@
 package fakehost
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,14 +12,18 @@ import (
 )
 
 // git clone [--depth N] [--branch TAG] [-q] URL DIR: "clones" tt-kmd at TAG
-// by writing a source tree whose MODULE_VERSION is the tag's version.
+// by writing a source tree whose MODULE_VERSION is the tag's version;
+// git -C DIR rev-parse HEAD prints the clone's commit.
 func git(t *tool) int {
 	args := t.args
 	for len(args) >= 2 && args[0] == "-c" { // git -c key=value clone …
 		args = args[2:]
 	}
+	if len(args) == 4 && args[0] == "-C" && args[2] == "rev-parse" && args[3] == "HEAD" {
+		return gitRevParse(t, args[1])
+	}
 	if len(args) == 0 || args[0] != "clone" {
-		return t.errorf(129, "fake git only supports clone, got %v", t.args)
+		return t.errorf(129, "fake git only supports clone and -C DIR rev-parse HEAD, got %v", t.args)
 	}
 	var branch string
 	var pos []string
@@ -59,9 +65,10 @@ func git(t *tool) int {
 		return t.errorf(128, "fatal: destination path '%s' already exists and is not an empty directory.", dir)
 	}
 	files := map[string]string{
-		"Makefile":  "obj-m += tenstorrent.o\n",
-		"module.c":  "MODULE_VERSION(\"" + version + "\");\n",
-		".git/HEAD": "ref: refs/heads/" + branch + "\n",
+		"Makefile": "obj-m += tenstorrent.o\n",
+		"module.c": "MODULE_VERSION(\"" + version + "\");\n",
+		// A clone of a tag is a detached HEAD at the tag's commit.
+		".git/HEAD": FakeCommit(branch) + "\n",
 	}
 	for name, content := range files {
 		if err := writeFile(filepath.Join(dir, name), content); err != nil {
@@ -184,5 +191,27 @@ func makeModules(t *tool) int {
 	}
 	fmt.Fprintf(t.stdout, "  CC [M]  %s/module.o\n  LD [M]  %s/tenstorrent.ko\n", src, src)
 	fmt.Fprintf(t.stdout, "make: Leaving directory '%s'\n", kdir)
+	return 0
+}
+
+// FakeCommit is the commit fake git's tag resolves to: stable per tag, as a
+// real remote's is until someone moves the tag.
+func FakeCommit(tag string) string {
+	sum := sha1.Sum([]byte("tt-kmd " + tag))
+	return hex.EncodeToString(sum[:])
+}
+
+// gitRevParse prints the commit checked out in dir, as git does for a
+// detached HEAD; outside a clone it fails as git does.
+func gitRevParse(t *tool, dir string) int {
+	d, err := t.inRoot(dir)
+	if err != nil {
+		return t.errorf(128, "fatal: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(d, ".git/HEAD"))
+	if err != nil {
+		return t.errorf(128, "fatal: not a git repository (or any of the parent directories): .git")
+	}
+	fmt.Fprintln(t.stdout, strings.TrimSpace(string(b)))
 	return 0
 }

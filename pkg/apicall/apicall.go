@@ -19,18 +19,29 @@ import (
 	"github.com/jhump/protoreflect/grpcreflect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/descriptorpb"
 )
 
-// ReadOnly reports whether a method, by its name, only reads: List*, Get*
-// and Describe*. Every other method is treated as a mutation.
-func ReadOnly(method string) bool {
-	name := method[strings.LastIndexAny(method, "/.")+1:]
-	for _, p := range []string{"List", "Get", "Describe"} {
-		if strings.HasPrefix(name, p) && (len(name) == len(p) || name[len(p)] >= 'A' && name[len(p)] <= 'Z') {
-			return true
-		}
+// readMethods are the Agent Substrate methods known to only read, by full
+// name: its proto does not mark them (no idempotency_level). A method's
+// name alone decides nothing: a ListAndPurge would be a mutation.
+var readMethods = map[string]bool{
+	"ateapi.Control/ListWorkers":                true,
+	"ateapi.Control/GetWorker":                  true,
+	"ateapi.Control/ListActors":                 true,
+	"ateapi.Control/GetActor":                   true,
+	"ateapi.Control/ListWorkerActorAssignments": true,
+}
+
+// ReadOnly reports whether md only reads: its descriptor says so
+// (option idempotency_level = NO_SIDE_EFFECTS, which gRPC also uses to
+// allow GET), or it is one of the substrate's known reading methods.
+// Every other method is treated as a mutation.
+func ReadOnly(md *desc.MethodDescriptor) bool {
+	if md.GetMethodOptions().GetIdempotencyLevel() == descriptorpb.MethodOptions_NO_SIDE_EFFECTS {
+		return true
 	}
-	return false
+	return readMethods[md.GetService().GetFullyQualifiedName()+"/"+md.GetName()]
 }
 
 // Method is one RPC of a service.
@@ -108,7 +119,7 @@ func (a *API) Methods(service string) ([]Method, error) {
 }
 
 func method(sd *desc.ServiceDescriptor, md *desc.MethodDescriptor) Method {
-	m := Method{Service: sd.GetFullyQualifiedName(), Name: md.GetName(), ReadOnly: ReadOnly(md.GetName()),
+	m := Method{Service: sd.GetFullyQualifiedName(), Name: md.GetName(), ReadOnly: ReadOnly(md),
 		Request: md.GetInputType().GetFullyQualifiedName(), Response: md.GetOutputType().GetFullyQualifiedName()}
 	switch {
 	case md.IsClientStreaming() && md.IsServerStreaming():

@@ -112,7 +112,8 @@ func Dial(ctx context.Context, o DialOptions) (*Client, error) {
 	if err != nil {
 		_ = conn.Close()
 		fwd.Close()
-		return nil, err
+		// Reflection already sent the token: a server may echo it.
+		return nil, &scrubbedError{msg: creds.scrub(err.Error()), err: err}
 	}
 	c.creds = creds
 	c.closers = append(c.closers, func() error { fwd.Close(); return nil }, conn.Close)
@@ -152,3 +153,13 @@ func (o DialOptions) tokenSource(kube kubernetes.Interface) (TokenSource, error)
 	}
 	return nil, errors.New("ateapi: no token: pass --token-file or a cluster to mint one from")
 }
+
+// scrubbedError is err printed without the tokens sent; errors.Is/As and
+// status.Code still see err.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
 	"time"
 )
@@ -27,6 +28,9 @@ type Agent struct {
 	Log io.Writer
 	// PollInterval paces refcount polling; 0 means 200ms.
 	PollInterval time.Duration
+	// Transport carries the agent's downloads; nil is
+	// http.DefaultTransport (tests trust a local TLS server with theirs).
+	Transport http.RoundTripper
 }
 
 func (a *Agent) hostPath(p string) string { return filepath.Join(a.Root, p) }

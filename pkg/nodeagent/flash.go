@@ -14,6 +14,9 @@ type FlashOptions struct {
 	Version string
 	// BundleURL defaults to the tt-system-firmware release asset.
 	BundleURL string
+	// BundleSHA256 pins the bundle's bytes (hex); a mismatch refuses
+	// before anything is written or flashed. Empty skips the check.
+	BundleSHA256 string
 	// ReadbackVersion is what every device must report afterwards;
 	// default "<Version>.0".
 	ReadbackVersion string
@@ -76,6 +79,9 @@ func (o FlashOptions) validate() error {
 	}
 	if err := ValidateSourceURL(o.BundleURL); err != nil {
 		return fail(ReasonInvalidInput, "--bundle-url: %v", err)
+	}
+	if err := ValidateSHA256(o.BundleSHA256); err != nil {
+		return fail(ReasonInvalidInput, "--bundle-sha256: %v", err)
 	}
 	return nil
 }

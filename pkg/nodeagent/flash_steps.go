@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -132,18 +133,37 @@ func (x *execution) readbackAfter(ctx context.Context) ([]DeviceFirmware, error)
 }
 
 // fetchBundle makes the bundle available as a local file: file:// URLs are
-// used in place, https is downloaded into WorkDir.
+// used in place, https is downloaded into WorkDir. With BundleSHA256 the
+// bytes are checked before tt-flash sees them: a download that does not
+// match never becomes a file, a local one is refused.
 func (x *execution) fetchBundle(ctx context.Context, o FlashOptions) (path, detail string, err error) {
+	shown := RedactURL(o.BundleURL)
 	u, err := url.Parse(o.BundleURL)
 	if err != nil {
-		return "", "", fail(ReasonInvalidInput, "--bundle-url: %v", err)
+		return "", "", fail(ReasonInvalidInput, "--bundle-url does not parse (not shown: it may hold credentials)")
+	}
+	pinned := ""
+	if o.BundleSHA256 != "" {
+		pinned = ", SHA-256 " + strings.ToLower(o.BundleSHA256) + " verified"
+	} else {
+		x.warn("no --bundle-sha256: the bundle's integrity rests on its URL alone")
 	}
 	if u.Scheme == "file" {
 		fi, err := os.Stat(u.Path)
 		if err != nil || !fi.Mode().IsRegular() {
 			return "", "", fail(ReasonBundleFetchFailed, "bundle %s is not a readable file: %v", u.Path, err)
 		}
-		return u.Path, "using " + u.Path, nil
+		if o.BundleSHA256 != "" {
+			got, err := fileHexSHA256(u.Path)
+			if err != nil {
+				return "", "", fail(ReasonBundleFetchFailed, "bundle %s: %v", u.Path, err)
+			}
+			if got != strings.ToLower(o.BundleSHA256) {
+				return "", "", fail(ReasonBundleChecksumMismatch, "bundle %s: %v; refusing to flash it",
+					u.Path, &digestMismatch{got: got, want: strings.ToLower(o.BundleSHA256)})
+			}
+		}
+		return u.Path, "using " + u.Path + pinned, nil
 	}
 	dir := o.WorkDir
 	if dir == "" {
@@ -152,18 +172,33 @@ func (x *execution) fetchBundle(ctx context.Context, o FlashOptions) (path, deta
 	dst := filepath.Join(dir, "fw_pack-"+o.Version+".fwbundle")
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.BundleURL, nil)
 	if err != nil {
-		return "", "", fail(ReasonBundleFetchFailed, "%v", err)
+		return "", "", fail(ReasonBundleFetchFailed, "download %s: the request cannot be made", shown)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := x.agent.httpClient().Do(req)
 	if err != nil {
-		return "", "", fail(ReasonBundleFetchFailed, "download %s: %v", o.BundleURL, err)
+		return "", "", fail(ReasonBundleFetchFailed, "download %s: %s", shown, scrubURLError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", "", fail(ReasonBundleFetchFailed, "download %s: HTTP %s", o.BundleURL, resp.Status)
+		return "", "", fail(ReasonBundleFetchFailed, "download %s: HTTP %s", shown, resp.Status)
 	}
-	if err := replaceFile(dst, io.LimitReader(resp.Body, maxBundleBytes), 0o644); err != nil {
-		return "", "", fail(ReasonBundleFetchFailed, "download %s: %v", o.BundleURL, err)
+	body := newCheckedReader(io.LimitReader(resp.Body, maxBundleBytes), o.BundleSHA256)
+	if err := replaceFile(dst, body, 0o644); err != nil {
+		var dm *digestMismatch
+		if errors.As(err, &dm) {
+			return "", "", fail(ReasonBundleChecksumMismatch, "download %s: %v; nothing was written or flashed", shown, dm)
+		}
+		return "", "", fail(ReasonBundleFetchFailed, "download %s: %s", shown, scrubURLError(err))
 	}
-	return dst, "downloaded " + o.BundleURL, nil
+	return dst, "downloaded " + shown + pinned, nil
+}
+
+// scrubURLError is err's message without the URL net/http puts in it
+// (a *url.Error quotes the full URL, query included).
+func scrubURLError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Op + " " + RedactURL(ue.URL) + ": " + ue.Err.Error()
+	}
+	return err.Error()
 }

@@ -29,6 +29,9 @@ type KMDOptions struct {
 	UnloadWait time.Duration
 	// SkipPersist leaves the module insmod-only, as the operator does.
 	SkipPersist bool
+	// Commit pins the commit tag ttkmd-<Version> must resolve to (40 hex
+	// digits); a tag moved elsewhere is refused before anything is built.
+	Commit string
 }
 
 func (o *KMDOptions) defaults() {
@@ -49,6 +52,9 @@ func (o KMDOptions) validate() error {
 	}
 	if err := ValidateSourceURL(o.GitURL); err != nil {
 		return fail(ReasonInvalidInput, "--git-url: %v", err)
+	}
+	if err := ValidateCommit(o.Commit); err != nil {
+		return fail(ReasonInvalidInput, "--commit: %v", err)
 	}
 	return nil
 }

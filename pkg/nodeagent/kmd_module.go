@@ -21,9 +21,12 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	cached := a.hostPath(filepath.Join(kmdCacheDir, kver, o.Version, kmdModuleFile))
 	hit := false
 	x.res.CacheHit = &hit
-	if fi, err := os.Stat(cached); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+	if rec, why := verifyCached(cached, o.Commit); why == nil {
 		hit = true
-		return cached, "cache hit " + cached, nil
+		x.res.Commit = rec.Commit
+		return cached, "cache hit " + cached + " (SHA-256 " + rec.SHA256[:12] + "…, commit " + rec.Commit + ")", nil
+	} else if !errors.Is(why, os.ErrNotExist) {
+		x.warn("cached module not used, rebuilding: %v", why)
 	}
 	buildDir, err := resolveInRoot(a.Root, filepath.Join("lib/modules", kver, "build"))
 	if err == nil {
@@ -49,6 +52,10 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	if clone.err != nil {
 		return "", "", toolFailure(ReasonCloneFailed, clone, "git clone of ttkmd-"+o.Version)
 	}
+	commit, err := x.resolveCommit(ctx, src, o)
+	if err != nil {
+		return "", "", err
+	}
 	build := x.run(ctx, a.buildCommand(kver, src))
 	if build.err != nil {
 		return "", "", toolFailure(ReasonBuildFailed, build, "building tt-kmd "+o.Version+" for "+kver)
@@ -66,7 +73,10 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	if err := os.Rename(built, cached); err != nil {
 		return "", "", err
 	}
-	return cached, "built from ttkmd-" + o.Version + " and cached at " + cached, nil
+	if err := recordCached(cached, commit); err != nil {
+		return "", "", err
+	}
+	return cached, "built from ttkmd-" + o.Version + " (commit " + commit + ") and cached at " + cached, nil
 }
 
 // checkBuilt reads the built module's MODULE_VERSION and vermagic with
@@ -196,8 +206,8 @@ func (x *execution) insmod(ctx context.Context, ko, previous string) (string, er
 		return "", err
 	}
 	old := a.hostPath(filepath.Join(kmdCacheDir, x.res.Kernel, previous, kmdModuleFile))
-	if _, serr := os.Stat(old); serr != nil {
-		return "", appendMsg(err, "; tt-kmd "+previous+" is not cached, the node has no driver loaded")
+	if _, serr := verifyCached(old, ""); serr != nil {
+		return "", appendMsg(err, "; tt-kmd "+previous+" is not cached (or fails its checksum), the node has no driver loaded")
 	}
 	if back := x.run(ctx, []string{"insmod", old}); back.err != nil {
 		return "", appendMsg(err, "; rollback to "+previous+" failed too, the node has no driver loaded")

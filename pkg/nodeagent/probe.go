@@ -85,8 +85,8 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 	}
 	p.Toolchain = hostToolchain(a.Root)
 	if o.KMDVersion != "" {
-		fi, err := os.Stat(a.hostPath(filepath.Join(kmdCacheDir, kver, o.KMDVersion, kmdModuleFile)))
-		p.Cached = err == nil && fi.Mode().IsRegular() && fi.Size() > 0
+		_, err := verifyCached(a.hostPath(filepath.Join(kmdCacheDir, kver, o.KMDVersion, kmdModuleFile)), "")
+		p.Cached = err == nil
 	}
 	if _, err := os.Stat(a.hostPath(hostSMIPath)); err == nil {
 		if v, err := x.hostBinaryVersion(ctx, hostSMIPath); err == nil {

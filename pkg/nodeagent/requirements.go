@@ -67,7 +67,7 @@ const TTFlashPath = "/opt/rollbook/venv/bin/tt-flash"
 // it and hack/image-check.sh checks every image entry inside the image.
 var Requirements = []Requirement{
 	// kmd
-	{OpKMD, KindExec, InImage, "git", "", "git", "clone tag ttkmd-<version>"},
+	{OpKMD, KindExec, InImage, "git", "", "git", "clone tag ttkmd-<version>; rev-parse HEAD: the commit built (--commit pin)"},
 	{OpKMD, KindRead, InImage, "ca-certificates", caBundle, "ca-certificates", "git clone over https"},
 	{OpKMD, KindExec, InImage, "chroot", "", "coreutils", "build in the host's root (its headers and compiler)"},
 	{OpKMD, KindExec, OnHost, "make", "/usr/bin/make", "", "kbuild: make -C /lib/modules/<kver>/build M=<src> modules"},
@@ -85,7 +85,8 @@ var Requirements = []Requirement{
 		"/sys/kernel/security/lockdown", "", "would the kernel load an unsigned module"},
 	{OpKMD, KindRead, OnHost, "headers", "/lib/modules/<kver>/build", "", "kernel build tree (symlink into /usr/src)"},
 	{OpKMD, KindRead, OnHost, "holders", "/proc/*/{fd,comm,cgroup}", "", "processes holding /dev/tenstorrent (hostPID)"},
-	{OpKMD, KindWrite, OnHost, "cache", "/var/cache/tt-kmd/<kver>/<version>/tenstorrent.ko", "", "build dir and module cache"},
+	{OpKMD, KindWrite, OnHost, "cache", "/var/cache/tt-kmd/<kver>/<version>/tenstorrent.ko{,.json}", "",
+		"build dir and module cache; .json: the SHA-256 and commit a cached module must match"},
 	{OpKMD, KindWrite, OnHost, "updates", "/lib/modules/<kver>/updates/tenstorrent.ko", "", "reboot persistence"},
 	{OpKMD, KindWrite, OnHost, "modules-load", "/etc/modules-load.d/tenstorrent.conf", "", "load at boot"},
 	{OpKMD, KindWrite, OnHost, "udev", "/etc/udev/rules.d/50-tenstorrent.rules, /dev/tenstorrent/*", "", "device permissions"},

@@ -30,24 +30,30 @@ const (
 	ReasonHoldersRemain     Reason = "HoldersRemain"
 	ReasonNoKernelHeaders   Reason = "NoKernelHeaders"
 	ReasonCloneFailed       Reason = "CloneFailed"
-	ReasonBuildFailed       Reason = "BuildFailed"
-	ReasonRmmodFailed       Reason = "RmmodFailed"
-	ReasonInsmodFailed      Reason = "InsmodFailed"
-	ReasonVersionMismatch   Reason = "VersionMismatch"
-	ReasonSMISourceInvalid  Reason = "SMISourceInvalid"
-	ReasonSMIInstallFailed  Reason = "SMIInstallFailed"
+	// ReasonCommitMismatch: the tt-kmd tag resolves to another commit
+	// than the --commit pin; nothing was built.
+	ReasonCommitMismatch   Reason = "CommitMismatch"
+	ReasonBuildFailed      Reason = "BuildFailed"
+	ReasonRmmodFailed      Reason = "RmmodFailed"
+	ReasonInsmodFailed     Reason = "InsmodFailed"
+	ReasonVersionMismatch  Reason = "VersionMismatch"
+	ReasonSMISourceInvalid Reason = "SMISourceInvalid"
+	ReasonSMIInstallFailed Reason = "SMIInstallFailed"
 	// ReasonSMIHostIncompatible: the image's tt-smi does not run with the
 	// host's libc (a flavour built for a newer OS release).
 	ReasonSMIHostIncompatible Reason = "SMIHostIncompatible"
 	ReasonReadbackFailed      Reason = "ReadbackFailed"
 	ReasonBundleFetchFailed   Reason = "BundleFetchFailed"
-	ReasonFlashFailed         Reason = "FlashFailed"
-	ReasonConfigSpaceReset    Reason = "ConfigSpaceResetNotCompleted"
-	ReasonFirmwareMismatch    Reason = "FirmwareMismatch"
-	ReasonDeviceMissing       Reason = "DeviceMissing"
-	ReasonToolMissing         Reason = "ToolMissing"
-	ReasonTimeout             Reason = "Timeout"
-	ReasonHostError           Reason = "HostError"
+	// ReasonBundleChecksumMismatch: the bundle's SHA-256 is not the
+	// --bundle-sha256 pin; nothing was flashed.
+	ReasonBundleChecksumMismatch Reason = "BundleChecksumMismatch"
+	ReasonFlashFailed            Reason = "FlashFailed"
+	ReasonConfigSpaceReset       Reason = "ConfigSpaceResetNotCompleted"
+	ReasonFirmwareMismatch       Reason = "FirmwareMismatch"
+	ReasonDeviceMissing          Reason = "DeviceMissing"
+	ReasonToolMissing            Reason = "ToolMissing"
+	ReasonTimeout                Reason = "Timeout"
+	ReasonHostError              Reason = "HostError"
 )
 
 // Install modes, as in the driver.tenstorrent.com/install-mode node label.
@@ -74,7 +80,9 @@ type Result struct {
 	Kernel      string `json:"kernel,omitempty"`
 	InstallMode string `json:"installMode,omitempty"`
 	CacheHit    *bool  `json:"cacheHit,omitempty"`
-	Persisted   bool   `json:"persisted,omitempty"`
+	// Commit is the tt-kmd commit the module was built from (kmd).
+	Commit    string `json:"commit,omitempty"`
+	Persisted bool   `json:"persisted,omitempty"`
 
 	Holders        []Holder `json:"holders,omitempty"`
 	HoldersOmitted int      `json:"holdersOmitted,omitempty"`

@@ -28,6 +28,9 @@ const AnnFirmwareResult = "rollbook.dev/tt-firmware-result"
 type FirmwareConfig struct {
 	Version   string
 	BundleURL string
+	// BundleSHA256 pins the bundle's bytes; the helper refuses to flash
+	// anything else.
+	BundleSHA256 string
 	// Readback is what every device must report afterwards; default V.0.
 	Readback     string
 	Drain        bool
@@ -73,6 +76,17 @@ func (c *FirmwareConfig) Validate() error {
 	}
 	if err := nodeagent.ValidateSourceURL(c.BundleURL); err != nil {
 		return fmt.Errorf("--bundle-url: %v", err)
+	}
+	if strings.Contains(c.BundleURL, "?") {
+		// A query string is where presigned URLs keep their signature, and
+		// the URL goes into the helper pod's command, which anyone who can
+		// read pods sees. Refused rather than half-hidden.
+		return fmt.Errorf("--bundle-url %s has a query string (a presigned URL?): it would be readable in the helper pod's spec; "+
+			"serve the bundle from a mirror the nodes reach without a credential, or a file:// path, and pin it with --bundle-sha256",
+			nodeagent.RedactURL(c.BundleURL))
+	}
+	if err := nodeagent.ValidateSHA256(c.BundleSHA256); err != nil {
+		return fmt.Errorf("--bundle-sha256: %v", err)
 	}
 	if c.FlashTimeout < time.Minute {
 		return fmt.Errorf("--flash-timeout %s is too short; a flash takes about 40 s and a Galaxy reset longer (minimum 1m)",
@@ -252,6 +266,9 @@ func flashCommand(cfg *FirmwareConfig) []string {
 	cmd := []string{"kubectl-tt", "node-agent", "flash", "--version", cfg.Version,
 		"--readback-version", cfg.Readback, "--bundle-url", cfg.BundleURL,
 		"--timeout", (cfg.FlashTimeout - 30*time.Second).String()}
+	if cfg.BundleSHA256 != "" {
+		cmd = append(cmd, "--bundle-sha256", strings.ToLower(cfg.BundleSHA256))
+	}
 	if cfg.ForceWrite {
 		cmd = append(cmd, "--force-write")
 	}

@@ -107,3 +107,29 @@ func TestSMISteps(t *testing.T) {
 		t.Error("labelled without a measurement")
 	}
 }
+
+// The checksum pin reaches the helper's command; a presigned URL never
+// gets that far.
+func TestFirmwareBundlePinAndQuery(t *testing.T) {
+	sum := strings.Repeat("AB", 32)
+	c := &FirmwareConfig{Version: "19.9.0", BundleSHA256: sum, FlashTimeout: 15 * time.Minute,
+		Helper: HelperConfig{Image: "registry.example/node-agent:1", Namespace: "rollbook-system"}}
+	c.Complete()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := strings.Join(flashCommand(c), " ")
+	if !strings.Contains(cmd, "--bundle-sha256 "+strings.ToLower(sum)) {
+		t.Errorf("pin missing from the helper command: %s", cmd)
+	}
+	c.BundleURL = "https://mirror.example/fw?X-Amz-Signature=sig0123"
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "query string") || strings.Contains(err.Error(), "sig0123") {
+		t.Errorf("want a refusal that does not echo the signature, got %v", err)
+	}
+	c.BundleURL, c.BundleSHA256 = "", "xyz"
+	c.Complete()
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--bundle-sha256") {
+		t.Errorf("a malformed pin: %v", err)
+	}
+}

@@ -23,7 +23,9 @@ const KMDRunbookName = "tt-kmd"
 
 // KMDConfig is what `kubectl tt upgrade kmd` was asked to do.
 type KMDConfig struct {
-	Version     string
+	Version string
+	// Commit pins the commit the tag ttkmd-<Version> must resolve to.
+	Commit      string
 	DeployGates []string
 	// Drain evicts device-holding pods (pass 1); FullNode also drains the
 	// rest of the node (pass 2), limited to PodSelector when set.
@@ -54,6 +56,9 @@ type HelperConfig struct {
 func (c *KMDConfig) Validate() error {
 	if err := nodeagent.ValidateKMDVersion(c.Version); err != nil {
 		return fmt.Errorf("--version: %v", err)
+	}
+	if err := nodeagent.ValidateCommit(c.Commit); err != nil {
+		return fmt.Errorf("--kmd-commit: %v", err)
 	}
 	for _, g := range c.DeployGates {
 		if errs := validateLabelKey(g); errs != "" {
@@ -273,6 +278,9 @@ func kmdProbeCommand(cfg *KMDConfig) []string {
 
 func kmdCommand(cfg *KMDConfig) []string {
 	cmd := []string{"kubectl-tt", "node-agent", "kmd", "--version", cfg.Version}
+	if cfg.Commit != "" {
+		cmd = append(cmd, "--commit", cfg.Commit)
+	}
 	if cfg.ForceUnload {
 		cmd = append(cmd, "--force-unload")
 	}
@@ -328,6 +336,9 @@ func describeHolders(holders []nodeagent.Holder, pods []corev1.Pod) string {
 
 func describeKMDResult(r *nodeagent.Result) string {
 	s := fmt.Sprintf("helper measured %s (was %s", r.After, orUnknown(r.Before))
+	if r.Commit != "" {
+		s += ", commit " + r.Commit[:12]
+	}
 	if r.CacheHit != nil {
 		s += map[bool]string{true: ", module cache hit", false: ", built from source"}[*r.CacheHit]
 	}
@@ -339,6 +350,7 @@ type kmdRecord struct {
 	Before    string `json:"before,omitempty"`
 	After     string `json:"after"`
 	Kernel    string `json:"kernel,omitempty"`
+	Commit    string `json:"commit,omitempty"`
 	CacheHit  *bool  `json:"cacheHit,omitempty"`
 	Persisted bool   `json:"persisted"`
 	Duration  int64  `json:"durationMs"`
@@ -352,7 +364,7 @@ func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Reco
 	if mode == "" {
 		mode = InstallModeContainer
 	}
-	b, _ := json.Marshal(kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, CacheHit: r.CacheHit,
+	b, _ := json.Marshal(kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, Commit: r.Commit, CacheHit: r.CacheHit,
 		Persisted: r.Persisted, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)})
 	_, err := kube.SetNodeKeysRecorded(ctx, cs, rec, node.Name, kube.NodeChange{
 		Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},

@@ -217,3 +217,19 @@ func TestHelperPodShape(t *testing.T) {
 		t.Errorf("--helper-on-control-plane kept the affinity: %+v", p.Spec.Affinity)
 	}
 }
+
+// The commit pin reaches the kmd helper's command; a short one is refused.
+func TestKMDCommitPin(t *testing.T) {
+	pin := strings.Repeat("c", 40)
+	c := &KMDConfig{Version: "2.8.0", Commit: pin, Helper: HelperConfig{Image: "registry.example/node-agent:1", Namespace: "ns"}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cmd := strings.Join(kmdCommand(c), " "); !strings.Contains(cmd, "--commit "+pin) {
+		t.Errorf("pin missing from the helper command: %s", cmd)
+	}
+	c.Commit = "cccccc"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--kmd-commit") {
+		t.Errorf("an abbreviated commit: %v", err)
+	}
+}

@@ -333,10 +333,23 @@ func firstLine(s, with string) string {
 	return ""
 }
 
+// A presigned bundle URL (its signature in the query) is refused before
+// any API call, and its refusal does not repeat the signature: the sweep
+// below reads this run's output too.
+func TestYPresignedBundleURLIsRefused(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, time.Minute)
+	url := "https://fw.s3.amazonaws.com/fw_pack-19.9.0.fwbundle?X-Amz-Credential=AKIAEXAMPLE&X-Amz-Signature=0123456789abcdef"
+	r := plugin(t).Run(ctx, chaostest.KillPoint{}, "upgrade", "firmware", "--version", "19.9.0", "--bundle-url", url)
+	if r.Code != 2 || !strings.Contains(r.Out, "query string") {
+		t.Fatalf("want exit 2 naming the query string; exit %d:\n%s", r.Code, r.Out)
+	}
+}
+
 // TestZSecretsNeverPrintedOrWritten runs last (tests run in file order):
-// nothing any run of this package printed, and no Event, Lease or ConfigMap
-// in the cluster, holds a bearer token, credentials in a URL or the
-// kubeconfig's keys.
+// nothing any run of this package printed, and no Event, Lease, ConfigMap
+// or Pod in the cluster, holds a bearer token, credentials in a URL, a
+// presigned URL's query or the kubeconfig's keys.
 func TestZSecretsNeverPrintedOrWritten(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)

@@ -25,6 +25,7 @@ func newKMDCommand(c *common) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.Version, "version", "", "tt-kmd version (git tag ttkmd-<version>)")
 	f.BoolVar(&o.ForceUnload, "force-unload", false, "SIGKILL processes holding /dev/tenstorrent (needs hostPID)")
+	f.StringVar(&o.Commit, "commit", "", "commit the tag ttkmd-<version> must resolve to (40 hex digits); refused otherwise")
 	f.StringVar(&o.GitURL, "git-url", nodeagent.DefaultKMDGitURL, "tt-kmd repository (https, or file:// for a local mirror)")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "overall deadline")
 	f.DurationVar(&o.UnloadWait, "unload-wait", 10*time.Second, "how long to wait for refcnt 0 after killing holders")
@@ -78,6 +79,7 @@ func newFlashCommand(c *common) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.Version, "version", "", "firmware bundle version")
 	f.StringVar(&o.BundleURL, "bundle-url", "", "bundle URL (https or file://); default the tt-system-firmware release asset")
+	f.StringVar(&o.BundleSHA256, "bundle-sha256", "", "SHA-256 the bundle must have (hex); a mismatch refuses before flashing")
 	f.StringVar(&o.ReadbackVersion, "readback-version", "", "version every device must report afterwards (default <version>.0)")
 	f.BoolVar(&o.ForceWrite, "force-write", false, "flash even if already at the readback version, with tt-flash --force")
 	f.BoolVar(&o.ContinueOnReadbackFailure, "continue-on-readback-failure", false,

@@ -21,6 +21,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/rollbook/rollbook/internal/apicount"
+	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/kube"
@@ -108,6 +109,7 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 		{kmd("--canary", "-1", "--soak", "1m"), cli.ExitUsage, "--canary"},
 		{kmd("-o", "xml"), cli.ExitUsage, "xml"},
 		{kmd("--frobnicate"), cli.ExitUsage, "frobnicate"},
+		{kmd("--kmd-commit", "abc123"), cli.ExitUsage, "--kmd-commit"},
 		{[]string{"upgrade", "smi", "--version", "5"}, cli.ExitUsage, "--version"},
 		{[]string{"upgrade", "smi", "--version", "5.2.0`id`"}, cli.ExitUsage, "5.2.0`id`"},
 		{fw("--max-parallel", "0"), cli.ExitUsage, "--max-parallel"},
@@ -118,6 +120,11 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "https://user:secret@host/fw"}, cli.ExitUsage,
 			"--bundle-url"},
 		{[]string{"upgrade", "firmware", "--version", "19.0;x", "--bundle-url", bundle(t, "19.0.0")}, cli.ExitUsage, "19.0;x"},
+		{fw("--bundle-sha256", "abc"), cli.ExitUsage, "--bundle-sha256"},
+		// A presigned URL would be readable in the helper's spec; the refusal
+		// does not repeat its signature ("secret" below).
+		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "https://host/fw?X-Amz-Signature=secret"},
+			cli.ExitUsage, "query string"},
 		{[]string{"upgrade", "frob"}, cli.ExitUsage, "frob"},
 		{[]string{"status", "-o", "xml"}, cli.ExitUsage, "--output"},
 		{[]string{"status", "--probe", "--watch"}, cli.ExitUsage, "--probe"},
@@ -193,6 +200,9 @@ func TestKMDUpgradeAndDowngrade(t *testing.T) {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(got.Annotations[tt.AnnKMDResult]), &rec); err != nil || rec["cacheHit"] != false {
 			t.Errorf("%s: 2.8.0 was never on the node, so it must have been built: %v (%v)", n, rec, err)
+		}
+		if want := fakehost.FakeCommit("ttkmd-2.8.0"); rec["commit"] != want {
+			t.Errorf("%s: the record names commit %v, want %s (what the tag resolved to)", n, rec["commit"], want)
 		}
 	}
 	helpers, _ := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper})

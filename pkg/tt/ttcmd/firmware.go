@@ -39,6 +39,8 @@ interrupted run resumes without re-flashing finished nodes. Nodes labelled
 firmware.tenstorrent.com/skip=true are skipped.`,
 		Example: `  kubectl tt upgrade firmware --version 19.9.0 --dry-run
   kubectl tt upgrade firmware --version 19.9.0 --max-parallel 2
+  # Pin the bundle's bytes (sha256sum fw_pack-19.9.0.fwbundle)
+  kubectl tt upgrade firmware --version 19.9.0 --bundle-sha256 <64 hex digits>
   # Recover a corrupted flash: re-flash nodes already at 19.9.0
   kubectl tt upgrade firmware --version 19.9.0 --force-write --nodes tt-node-7`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -52,6 +54,8 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	fs := cmd.Flags()
 	fs.StringVar(&o.cfg.Version, "version", "", "firmware bundle version, MAJOR.MINOR.PATCH (required)")
 	fs.StringVar(&o.cfg.BundleURL, "bundle-url", "", "bundle to flash (default: the public tt-system-firmware release of --version)")
+	fs.StringVar(&o.cfg.BundleSHA256, "bundle-sha256", "",
+		"SHA-256 of the bundle (sha256sum's hex); each node's helper refuses to flash a bundle that differs")
 	fs.StringVar(&o.cfg.Readback, "readback-version", "", "what every device must report afterwards (default: --version + \".0\")")
 	fs.IntVar(&o.maxParallel, "max-parallel", 1, "nodes out of service at once")
 	fs.DurationVar(&o.cfg.FlashTimeout, "flash-timeout", 15*time.Minute, "deadline of one node's flash, kept across re-runs")

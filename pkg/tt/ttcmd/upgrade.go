@@ -32,6 +32,7 @@ type kmdOptions struct {
 	sel         selectionFlags
 	helper      helperFlags
 	version     string
+	commit      string
 	gates       []string
 	drain       bool
 	fullNode    bool
@@ -64,7 +65,10 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
   kubectl tt upgrade kmd --version 2.8.0
 
   # Only two nodes; kill processes still holding the device
-  kubectl tt upgrade kmd --version 2.8.0 --nodes tt-a,tt-b --force-unload`,
+  kubectl tt upgrade kmd --version 2.8.0 --nodes tt-a,tt-b --force-unload
+
+  # Build only the reviewed commit of the tag (git ls-remote <repo> ttkmd-2.8.0)
+  kubectl tt upgrade kmd --version 2.8.0 --kmd-commit <40 hex digits>`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Complete(args); err != nil {
 				return err
@@ -77,6 +81,8 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.version, "version", "", "tt-kmd version to install, MAJOR.MINOR.PATCH (required)")
+	fs.StringVar(&o.commit, "kmd-commit", "",
+		"full commit ID the tag ttkmd-<version> must resolve to; each node's helper refuses to build a tag that moved")
 	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate},
 		"node labels set to \"false\" while a node is upgraded, so DaemonSets gated on them leave (empty to disable)")
 	fs.BoolVar(&o.drain, "drain", true, "evict pods that hold /dev/tenstorrent before swapping the module")
@@ -97,7 +103,7 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 
 // Complete turns the flags into the runbook's configuration.
 func (o *kmdOptions) Complete(args []string) error {
-	o.cfg = &tt.KMDConfig{Version: o.version, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
+	o.cfg = &tt.KMDConfig{Version: o.version, Commit: o.commit, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
 		ForceUnload: o.forceUnload, Force: o.force, Helper: o.helper.config()}
 	o.cfg.DeployGates = gateList(o.gates)
 	if o.podSelector != "" {

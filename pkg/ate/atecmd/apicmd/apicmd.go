@@ -82,8 +82,10 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Long: `Speaks the control API generically, from the server's own reflection, the way grpcurl
 does — through rollbook's connection: a port-forward to svc/api in ` + ate.Namespace + `, TLS verified
 against the live ClusterTrustBundles, and a short-lived token of ServiceAccount ate-client
-that is never printed. Methods that only read (List*, Get*, Describe*) run as they are;
-any other method changes the substrate, so it needs --yes and takes the roll's Lease.`,
+that is never printed. Methods that only read run as they are: those the server's descriptor
+marks idempotency_level = NO_SIDE_EFFECTS, and the substrate's known reading methods (ListWorkers,
+GetWorker, ListActors, GetActor, ListWorkerActorAssignments). A name decides nothing: any other
+method may change the substrate, so it needs --yes and takes the roll's Lease.`,
 	}
 	cmd.AddCommand(newListCommand(g), newDescribeCommand(g), newCallCommand(g))
 	return cmd
@@ -180,8 +182,8 @@ func newCallCommand(g *cli.Globals) *cobra.Command {
 		Short: "Call one method with a JSON request and print the response as JSON",
 		Long: `METHOD is a bare name (ListWorkers) or SERVICE/METHOD. The request is JSON in the method's
 input message (kubectl ate api describe METHOD shows a template); -d @FILE reads it from a
-file and -d @- from the input. A method that is not List*, Get* or Describe* changes the
-substrate: it needs --yes, and it holds the roll's Lease (` + ate.LockName + `) while it runs,
+file and -d @- from the input. A method not known to only read (see kubectl ate api list) may
+change the substrate: it needs --yes, and it holds the roll's Lease (` + ate.LockName + `) while it runs,
 so it never races a roll.`,
 		Example: `  kubectl ate api call ListWorkers
   kubectl ate api call GetActor -d '{"actor":{"atespace":"team-a","name":"counter-7"}}'
@@ -196,20 +198,21 @@ so it never races a roll.`,
 			if body != "" && !json.Valid([]byte(body)) {
 				return cli.UsageErrorf("-d is not valid JSON: give the request as a JSON object, e.g. -d '{\"name\":\"x\"}'")
 			}
-			readOnly := apicall.ReadOnly(method)
-			if !readOnly && !yes && !dryRun {
-				return cli.UsageErrorf("%s is not a List/Get/Describe method, so it changes the substrate: re-run with --yes to call it "+
-					"(or --dry-run to see what would be sent)", method)
-			}
 			ctx := cmd.Context()
 			s, err := conn.open(ctx, g)
 			if err != nil {
 				return err
 			}
 			defer s.close()
+			// Whether the method reads is the server's descriptor's word
+			// (or the known list), so it is asked first; asking changes nothing.
 			m, err := s.api.Resolve(method)
 			if err != nil {
 				return s.explain(err)
+			}
+			if !m.ReadOnly && !yes && !dryRun {
+				return cli.UsageErrorf("%s is not marked read-only (idempotency_level NO_SIDE_EFFECTS, or a known reading method), "+
+					"so it may change the substrate: re-run with --yes to call it (or --dry-run to see what would be sent)", m.FullName())
 			}
 			if m.ReadOnly {
 				return s.explain(s.api.Call(ctx, m, body, g.IOStreams.Out))
