@@ -31,13 +31,17 @@ func TestCanarySoakPausesOnHealthFailure(t *testing.T) {
 	go func() {
 		done <- runTo(t, ctx, &out, c.Kubeconfig, "roll", "next-node", "--all", "--wait", "--canary", "1", "--soak", "40s")
 	}()
-	for !strings.Contains(out.String(), "Soak") {
+	for {
+		text, more := out.next()
+		if strings.Contains(text, "Soak") {
+			break
+		}
 		select {
 		case code := <-done:
 			t.Fatalf("the roll ended (exit %d) before its soak:\n%s", code, out.String())
 		case <-ctx.Done():
 			t.Fatalf("no soak started:\n%s", out.String())
-		case <-time.After(200 * time.Millisecond):
+		case <-more:
 		}
 	}
 	var canary string // the node the canary roll moved
