@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/rollbook/rollbook/internal/fakesubstrate"
+	"github.com/rollbook/rollbook/pkg/atestate"
 )
 
 func main() {
@@ -74,11 +75,11 @@ func serve(srv *fakesubstrate.Server, dir, token string, caPEM []byte, nodes, wo
 		a := fakesubstrate.Actor{Atespace: fmt.Sprintf("team-%d", i%20), Name: fmt.Sprintf("actor-%06d", i)}
 		switch i % 10 {
 		case 0:
-			a.State = fakesubstrate.ActorPaused
+			a.State = atestate.ActorPaused
 		case 1:
-			a.State = fakesubstrate.ActorSuspended
+			a.State = atestate.ActorSuspended
 		default:
-			a.State, a.Worker = fakesubstrate.ActorRunning, fmt.Sprintf("w-%05d", i%workers)
+			a.State, a.Worker = atestate.ActorRunning, fmt.Sprintf("w-%05d", i%workers)
 		}
 		if err := srv.AddActor(a); err != nil {
 			return err

@@ -91,3 +91,30 @@ func rejectUnknownFields(ctx context.Context, req any, _ *grpc.UnaryServerInfo, 
 	}
 	return h(ctx, req)
 }
+
+// hasUnknown reports unknown fields anywhere in m, like upstream's
+// RejectUnknownFieldsUnaryInterceptor.
+func hasUnknown(m protoreflect.Message) bool {
+	if len(m.GetUnknown()) > 0 {
+		return true
+	}
+	found := false
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
+			l := v.List()
+			for i := 0; i < l.Len() && !found; i++ {
+				found = hasUnknown(l.Get(i).Message())
+			}
+		case fd.IsMap() && fd.MapValue().Kind() == protoreflect.MessageKind:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				found = hasUnknown(mv.Message())
+				return !found
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Kind() == protoreflect.MessageKind:
+			found = hasUnknown(v.Message())
+		}
+		return !found
+	})
+	return found
+}

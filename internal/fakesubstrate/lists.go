@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/rollbook/rollbook/pkg/protopath"
 )
 
 // page works out one List page: the [from, to) slice of n items, the next
@@ -19,7 +21,7 @@ import (
 // of "<kind>:<offset>:<seq>"; with EmptyPages, an "e" token is first
 // answered by an empty page.
 func (s *Server) page(req protoreflect.Message, n int) (from, to int, next string, start uint64, err error) {
-	size, _ := getInt(req, "page_size")
+	size := protopath.Int(req, "page_size")
 	switch {
 	case size < 0:
 		return 0, 0, "", 0, status.Error(codes.InvalidArgument, "page_size must not be negative")
@@ -31,7 +33,7 @@ func (s *Server) page(req protoreflect.Message, n int) (from, to int, next strin
 	if s.opts.SoftLists {
 		size = min(size, int64(s.opts.SoftPageSize))
 	}
-	kind, from, start, err := parseToken(getString(req, "page_token"))
+	kind, from, start, err := parseToken(protopath.String(req, "page_token"))
 	if err != nil {
 		return 0, 0, "", 0, err
 	}
@@ -125,12 +127,12 @@ func (s *Server) listWorkers(req, out *dynamicpb.Message) error {
 			s.appendItem(out, "workers", w, func(m protoreflect.Message) { s.encodeWorker(m, w) })
 		}
 	}
-	setFirst(out, next, "next_page_token")
+	protopath.SetFirst(out, next, "next_page_token")
 	return nil
 }
 
 func (s *Server) listActors(req, out *dynamicpb.Message) error {
-	all := s.sortedActors(getString(req, "atespace"))
+	all := s.sortedActors(protopath.String(req, "atespace"))
 	from, to, next, start, err := s.page(req, len(all))
 	if err != nil {
 		return err
@@ -140,7 +142,7 @@ func (s *Server) listActors(req, out *dynamicpb.Message) error {
 			s.appendItem(out, "actors", a, func(m protoreflect.Message) { s.encodeActor(m, a) })
 		}
 	}
-	setFirst(out, next, "next_page_token")
+	protopath.SetFirst(out, next, "next_page_token")
 	return nil
 }
 
@@ -156,12 +158,12 @@ func (s *Server) listAssignments(req, out *dynamicpb.Message) error {
 	}
 	for _, a := range bound[from:to] {
 		m := appendTo(out, "actor_assignments")
-		setFirst(m, a.UID, "metadata.name")
-		setFirst(m, a.Atespace, "actor.atespace")
-		setFirst(m, a.Name, "actor.name")
-		setFirst(m, a.UID, "actor_uid")
+		protopath.SetFirst(m, a.UID, "metadata.name")
+		protopath.SetFirst(m, a.Atespace, "actor.atespace")
+		protopath.SetFirst(m, a.Name, "actor.name")
+		protopath.SetFirst(m, a.UID, "actor_uid")
 	}
-	setFirst(out, next, "next_page_token")
+	protopath.SetFirst(out, next, "next_page_token")
 	return nil
 }
 

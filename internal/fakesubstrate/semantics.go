@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/rollbook/rollbook/pkg/atestate"
 )
 
 // The control API's RPC semantics, shared by the gRPC handlers and the
@@ -24,7 +26,7 @@ func (s *Server) findActorLocked(atespace, name string) (*Actor, error) {
 }
 
 // stateName spells a state the way this era's enum does, for error texts.
-func (s *Server) stateName(st ActorState) string {
+func (s *Server) stateName(st atestate.ActorState) string {
 	if s.era == EraB2 {
 		return "STATUS_" + string(st)
 	}
@@ -33,19 +35,19 @@ func (s *Server) stateName(st ActorState) string {
 
 func (s *Server) suspendLocked(a *Actor) error {
 	switch a.State {
-	case ActorSuspended:
+	case atestate.ActorSuspended:
 		return nil
-	case ActorSuspending:
+	case atestate.ActorSuspending:
 		if s.opts.TransitionTime > 0 {
 			return nil // in progress; the timer finishes it
 		}
-	case ActorRunning, ActorPaused:
+	case atestate.ActorRunning, atestate.ActorPaused:
 	default:
 		return status.Errorf(codes.FailedPrecondition,
 			"MarkSuspending prerequisite not met for actor %s (got: %s, want RUNNING or PAUSED)",
 			a.key(), s.stateName(a.State))
 	}
-	if a.State == ActorPaused {
+	if a.State == atestate.ActorPaused {
 		for _, n := range a.SnapshotNodes {
 			if s.ateletDown[n] {
 				return status.Errorf(codes.Unavailable, "atelet on node %s is unreachable", n)
@@ -57,12 +59,12 @@ func (s *Server) suspendLocked(a *Actor) error {
 		s.crashActorLocked(a, "checkpoint failed during suspend")
 		return status.Errorf(codes.DataLoss, "actor %s crashed", a.key())
 	}
-	if d := s.opts.TransitionTime; d > 0 && a.State != ActorSuspending {
+	if d := s.opts.TransitionTime; d > 0 && a.State != atestate.ActorSuspending {
 		// The snapshot upload takes time: SUSPENDING keeps the worker (or
 		// the local snapshot) until it finishes.
-		a.State = ActorSuspending
+		a.State = atestate.ActorSuspending
 		s.touch(a)
-		s.later(d, a, ActorSuspending, func() { s.finishSuspendLocked(a) })
+		s.later(d, a, atestate.ActorSuspending, func() { s.finishSuspendLocked(a) })
 		return nil
 	}
 	s.finishSuspendLocked(a)
@@ -70,7 +72,7 @@ func (s *Server) suspendLocked(a *Actor) error {
 }
 
 func (s *Server) finishSuspendLocked(a *Actor) {
-	a.State = ActorSuspended
+	a.State = atestate.ActorSuspended
 	s.setWorker(a, "")
 	a.AssignedNode = ""
 	a.SnapshotNodes = nil
@@ -80,7 +82,7 @@ func (s *Server) finishSuspendLocked(a *Actor) {
 
 // later runs f (under s.mu) after d if a is still in state st with the
 // version it has now, then tells OnChange.
-func (s *Server) later(d time.Duration, a *Actor, st ActorState, f func()) {
+func (s *Server) later(d time.Duration, a *Actor, st atestate.ActorState, f func()) {
 	v := a.Version
 	time.AfterFunc(d, func() {
 		s.mu.Lock()
@@ -99,7 +101,7 @@ func (s *Server) crashActorLocked(a *Actor, msg string) {
 	if w, ok := s.workers[a.Worker]; ok {
 		a.AssignedNode = w.Node
 	}
-	a.State = ActorCrashed
+	a.State = atestate.ActorCrashed
 	a.CrashMessage = msg
 	s.setWorker(a, "")
 	s.touch(a)
@@ -108,12 +110,12 @@ func (s *Server) crashActorLocked(a *Actor, msg string) {
 
 func (s *Server) revertLocked(a *Actor) error {
 	switch a.State {
-	case ActorRunning, ActorPaused, ActorCrashed, ActorReverting:
+	case atestate.ActorRunning, atestate.ActorPaused, atestate.ActorCrashed, atestate.ActorReverting:
 	default:
 		return status.Errorf(codes.FailedPrecondition,
 			"actor %s is not in a revertable state (got: %s)", a.key(), s.stateName(a.State))
 	}
-	a.State = ActorSuspended
+	a.State = atestate.ActorSuspended
 	s.setWorker(a, "")
 	a.AssignedNode = ""
 	a.SnapshotNodes = nil
@@ -126,9 +128,9 @@ func (s *Server) revertLocked(a *Actor) error {
 // room; it reports false for an actor that is already RUNNING.
 func (s *Server) resumeLocked(a *Actor) (bool, error) {
 	switch a.State {
-	case ActorRunning:
+	case atestate.ActorRunning:
 		return false, nil
-	case ActorSuspended, ActorPaused:
+	case atestate.ActorSuspended, atestate.ActorPaused:
 	default:
 		return false, status.Errorf(codes.FailedPrecondition,
 			"AssignWorker prerequisite not met for actor %s (got: %s)", a.key(), s.stateName(a.State))
@@ -146,16 +148,16 @@ func (s *Server) resumeLocked(a *Actor) (bool, error) {
 	if s.rand != nil {
 		w = fits[s.rand.Intn(len(fits))]
 	}
-	a.State = ActorRunning
+	a.State = atestate.ActorRunning
 	s.setWorker(a, w.Name)
 	a.AssignedNode = w.Node
 	a.SnapshotNodes = nil
 	if d := s.opts.TransitionTime; d > 0 {
 		// Bound to its worker at once (it holds the slot), RUNNING once the
 		// restore finishes; suspend refuses it meanwhile.
-		a.State = ActorResuming
+		a.State = atestate.ActorResuming
 		s.touch(a)
-		s.later(d, a, ActorResuming, func() { a.State = ActorRunning; s.touch(a) })
+		s.later(d, a, atestate.ActorResuming, func() { a.State = atestate.ActorRunning; s.touch(a) })
 		return true, nil
 	}
 	s.touch(a)
@@ -163,7 +165,7 @@ func (s *Server) resumeLocked(a *Actor) (bool, error) {
 }
 
 func (s *Server) canHostLocked(w *Worker, a *Actor) bool {
-	if w.State != WorkerActive || len(s.actorsOn(w.Name)) >= w.capacity() {
+	if w.State != atestate.WorkerActive || len(s.actorsOn(w.Name)) >= w.capacity() {
 		return false
 	}
 	for k, v := range a.WorkerSelector {
@@ -172,7 +174,7 @@ func (s *Server) canHostLocked(w *Worker, a *Actor) bool {
 		}
 	}
 	// A paused actor's state is on its snapshot nodes only.
-	return a.State != ActorPaused || slices.Contains(a.SnapshotNodes, w.Node)
+	return a.State != atestate.ActorPaused || slices.Contains(a.SnapshotNodes, w.Node)
 }
 
 // ResumeActor resumes an actor onto a free worker, as the router does on
@@ -208,7 +210,7 @@ func (s *Server) Resumable() []ActorRef {
 	defer s.mu.Unlock()
 	var out []ActorRef
 	for _, a := range s.sortedActors("") {
-		if a.State != ActorSuspended && a.State != ActorPaused {
+		if a.State != atestate.ActorSuspended && a.State != atestate.ActorPaused {
 			continue
 		}
 		for _, w := range s.workers {

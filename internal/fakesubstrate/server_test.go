@@ -13,6 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/rollbook/rollbook/pkg/atestate"
+	"github.com/rollbook/rollbook/pkg/protopath"
 )
 
 type bearer string
@@ -92,24 +95,24 @@ func TestRejectsUnknownFieldsAndBadPages(t *testing.T) {
 	}
 	// Era D's ListWorkerActorAssignmentsRequest has page_size=2, unknown to C's GetWorkerRequest.
 	req := request(t, EraD, "ListWorkerActorAssignments")
-	setPath(req, "worker.name", "w1")
-	setPath(req, "page_size", 5)
+	protopath.Set(req, "worker.name", "w1")
+	protopath.Set(req, "page_size", 5)
 	if _, err := call(t, s, conn, "GetWorker", req); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("unknown field: %v", err)
 	}
 	lw := request(t, EraC, "ListWorkers")
-	setPath(lw, "page_size", -1)
+	protopath.Set(lw, "page_size", -1)
 	if _, err := call(t, s, conn, "ListWorkers", lw); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("negative page size: %v", err)
 	}
 	lw = request(t, EraC, "ListWorkers")
-	setPath(lw, "page_token", "garbage!")
+	protopath.Set(lw, "page_token", "garbage!")
 	if _, err := call(t, s, conn, "ListWorkers", lw); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad token: %v", err)
 	}
 	gw := request(t, EraC, "GetWorker")
-	setPath(gw, "worker.atespace", "a")
-	setPath(gw, "worker.name", "w1")
+	protopath.Set(gw, "worker.atespace", "a")
+	protopath.Set(gw, "worker.name", "w1")
 	if _, err := call(t, s, conn, "GetWorker", gw); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("worker with atespace: %v", err)
 	}
@@ -136,8 +139,8 @@ func TestEvictionAndResumeSemantics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_ = s.AddActor(Actor{Atespace: "a", Name: "run", State: ActorRunning, Worker: "w1"})
-	_ = s.AddActor(Actor{Atespace: "a", Name: "done", State: ActorRunning, Worker: "w1"})
+	_ = s.AddActor(Actor{Atespace: "a", Name: "run", State: atestate.ActorRunning, Worker: "w1"})
+	_ = s.AddActor(Actor{Atespace: "a", Name: "done", State: atestate.ActorRunning, Worker: "w1"})
 	if _, err := s.SuspendActor("a", "done"); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +148,7 @@ func TestEvictionAndResumeSemantics(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Draining stops placement on w1 only.
-	_ = s.AddActor(Actor{Atespace: "a", Name: "wake", State: ActorSuspended, WorkerSelector: map[string]string{"pool": "old"}})
+	_ = s.AddActor(Actor{Atespace: "a", Name: "wake", State: atestate.ActorSuspended, WorkerSelector: map[string]string{"pool": "old"}})
 	if _, _, err := s.ResumeActor("a", "wake"); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("resume onto drained pool: %v", err)
 	}
@@ -154,10 +157,10 @@ func TestEvictionAndResumeSemantics(t *testing.T) {
 		t.Fatalf("crashed = %v, %v", crashed, err)
 	}
 	run, _ := s.GetActor("a", "run")
-	if run.State != ActorCrashed || run.Worker != "" || run.AssignedNode != "n1" || run.CrashMessage == "" {
+	if run.State != atestate.ActorCrashed || run.Worker != "" || run.AssignedNode != "n1" || run.CrashMessage == "" {
 		t.Errorf("crashed actor = %+v", run)
 	}
-	if done, _ := s.GetActor("a", "done"); done.State != ActorSuspended {
+	if done, _ := s.GetActor("a", "done"); done.State != atestate.ActorSuspended {
 		t.Errorf("suspended actor changed: %+v", done)
 	}
 	if _, _, err := s.ResumeActor("a", "run"); status.Code(err) != codes.FailedPrecondition {
@@ -165,7 +168,7 @@ func TestEvictionAndResumeSemantics(t *testing.T) {
 	}
 	// A paused actor resumes only where its snapshot is, and cannot be
 	// suspended once that node's atelet is gone.
-	_ = s.AddActor(Actor{Atespace: "a", Name: "paused", State: ActorPaused, SnapshotNodes: []string{"n1"}})
+	_ = s.AddActor(Actor{Atespace: "a", Name: "paused", State: atestate.ActorPaused, SnapshotNodes: []string{"n1"}})
 	if _, _, err := s.ResumeActor("a", "paused"); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("paused resumed off its node: %v", err)
 	}
@@ -174,18 +177,18 @@ func TestEvictionAndResumeSemantics(t *testing.T) {
 		t.Errorf("suspend paused without atelet: %v", err)
 	}
 	s.SetAteletUp("n1", true)
-	if a, err := s.SuspendActor("a", "paused"); err != nil || a.State != ActorSuspended || len(a.SnapshotNodes) != 0 {
+	if a, err := s.SuspendActor("a", "paused"); err != nil || a.State != atestate.ActorSuspended || len(a.SnapshotNodes) != 0 {
 		t.Errorf("suspend paused = %+v, %v", a, err)
 	}
 	if a, resumed, err := s.ResumeActor("a", "done"); err != nil || !resumed || a.Worker != "w2" {
 		t.Errorf("resume = %+v %v %v", a, resumed, err)
 	}
 	_ = s.AddWorker(Worker{Name: "w3", Node: "n2"})
-	_ = s.AddActor(Actor{Atespace: "a", Name: "flaky", State: ActorRunning, Worker: "w3", CrashOnSuspend: true})
+	_ = s.AddActor(Actor{Atespace: "a", Name: "flaky", State: atestate.ActorRunning, Worker: "w3", CrashOnSuspend: true})
 	if _, err := s.SuspendActor("a", "flaky"); status.Code(err) != codes.DataLoss {
 		t.Errorf("suspend with a checkpoint crash: %v", err)
 	}
-	if a, _ := s.GetActor("a", "flaky"); a.State != ActorCrashed || a.AssignedNode != "n2" {
+	if a, _ := s.GetActor("a", "flaky"); a.State != atestate.ActorCrashed || a.AssignedNode != "n2" {
 		t.Errorf("flaky = %+v", a)
 	}
 }

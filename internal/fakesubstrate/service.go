@@ -9,6 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/rollbook/rollbook/pkg/protopath"
 )
 
 // serviceDesc builds a grpc.ServiceDesc from the era's descriptor, so the
@@ -80,10 +82,10 @@ func (s *Server) dispatch(md protoreflect.MethodDescriptor, req *dynamicpb.Messa
 // workerName reads and validates a worker reference; workers are global, so
 // an atespace is refused as upstream does.
 func workerName(req protoreflect.Message) (string, error) {
-	if getString(req, "worker.atespace") != "" {
+	if protopath.String(req, "worker.atespace") != "" {
 		return "", status.Error(codes.InvalidArgument, "worker.atespace must be empty: workers are global")
 	}
-	name := getString(req, "worker.name")
+	name := protopath.String(req, "worker.name")
 	if name == "" {
 		return "", status.Error(codes.InvalidArgument, "worker.name is required")
 	}
@@ -134,8 +136,8 @@ func actorTarget(out protoreflect.Message) protoreflect.Message {
 }
 
 func actorRef(req protoreflect.Message) (string, string) {
-	return getString(req, "actor.atespace", "actor_ref.atespace", "atespace"),
-		getString(req, "actor.name", "actor_ref.name", "actor_id")
+	return protopath.String(req, "actor.atespace", "actor_ref.atespace", "atespace"),
+		protopath.String(req, "actor.name", "actor_ref.name", "actor_id")
 }
 
 func (s *Server) actorCall(req, out *dynamicpb.Message, op func(*Actor) error) error {
@@ -162,6 +164,6 @@ func (s *Server) resumeActor(req, out *dynamicpb.Message) error {
 		return err
 	}
 	s.encodeActor(actorTarget(out), a)
-	setFirst(out, resumed, "resumed")
+	protopath.SetFirst(out, resumed, "resumed")
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/rollbook/rollbook/pkg/atestate"
 )
 
 // Worker is a registered worker as the fake stores it. Name is the worker
@@ -22,7 +24,7 @@ type Worker struct {
 	Labels       map[string]string
 	// Capacity is the number of actors the worker may host; 0 means 1.
 	Capacity int
-	State    WorkerState
+	State    atestate.WorkerState
 	Version  int64
 	Created  time.Time
 
@@ -35,7 +37,7 @@ type Actor struct {
 	Atespace string
 	Name     string
 	UID      string // defaults to "uid-<atespace>-<name>"
-	State    ActorState
+	State    atestate.ActorState
 	Version  int64
 	// Worker is the bound worker's name; empty when not bound.
 	Worker string
@@ -137,7 +139,7 @@ func (s *Server) AddWorker(w Worker) error {
 	}
 	c := cloneWorker(&w)
 	if c.State == "" {
-		c.State = WorkerActive
+		c.State = atestate.WorkerActive
 	}
 	if c.Version == 0 {
 		c.Version = 1
@@ -166,8 +168,8 @@ func (s *Server) MarkWorkerDraining(name string) error {
 }
 
 func (s *Server) drainLocked(w *Worker) {
-	if w.State != WorkerDraining {
-		w.State = WorkerDraining
+	if w.State != atestate.WorkerDraining {
+		w.State = atestate.WorkerDraining
 		s.touchWorker(w)
 	}
 }
@@ -188,12 +190,12 @@ func (s *Server) crashOnLocked(name string) []ActorRef {
 		node = w.Node
 	}
 	for _, a := range s.actorsOn(name) {
-		if a.State == ActorSuspended {
+		if a.State == atestate.ActorSuspended {
 			s.setWorker(a, "")
 			continue
 		}
 		a.CrashMessage = fmt.Sprintf("worker %s was deleted while the actor was %s", name, a.State)
-		a.State = ActorCrashed
+		a.State = atestate.ActorCrashed
 		s.setWorker(a, "")
 		if node != "" {
 			a.AssignedNode = node
@@ -245,7 +247,7 @@ func (s *Server) AddActor(a Actor) error {
 		c.UID = "uid-" + a.Atespace + "-" + a.Name
 	}
 	if c.State == "" {
-		c.State = ActorSuspended
+		c.State = atestate.ActorSuspended
 	}
 	if c.Version == 0 {
 		c.Version = 1
@@ -258,7 +260,7 @@ func (s *Server) AddActor(a Actor) error {
 }
 
 // SetActorState forces an actor's state, for scenario setup.
-func (s *Server) SetActorState(atespace, name string, st ActorState) error {
+func (s *Server) SetActorState(atespace, name string, st atestate.ActorState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a, ok := s.actors[atespace+"/"+name]
@@ -353,11 +355,11 @@ func (s *Server) LoseLocalSnapshots(node string) []ActorRef {
 		if a.Worker != "" || !slices.Contains(a.SnapshotNodes, node) {
 			continue
 		}
-		if a.State != ActorPaused && a.State != ActorSuspending {
+		if a.State != atestate.ActorPaused && a.State != atestate.ActorSuspending {
 			continue
 		}
 		a.CrashMessage = fmt.Sprintf("local snapshot lost: the atelet on node %s was replaced while the actor was %s there", node, a.State)
-		a.State = ActorCrashed
+		a.State = atestate.ActorCrashed
 		a.AssignedNode = node
 		a.SnapshotNodes = nil
 		s.touch(a)

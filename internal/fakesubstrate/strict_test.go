@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rollbook/rollbook/pkg/atestate"
 )
 
 func TestTransitionsTakeTime(t *testing.T) {
@@ -16,24 +18,24 @@ func TestTransitionsTakeTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, ok, err := s.ResumeActor("a", "x")
-	if err != nil || !ok || a.State != ActorResuming || a.Worker != "w1" {
+	if err != nil || !ok || a.State != atestate.ActorResuming || a.Worker != "w1" {
 		t.Fatalf("resume: %+v %v %v; want RESUMING on w1", a, ok, err)
 	}
 	if _, err := s.SuspendActor("a", "x"); err == nil {
 		t.Fatal("suspend of a RESUMING actor must be refused (FailedPrecondition)")
 	}
 	<-changed
-	if a, _ := s.GetActor("a", "x"); a.State != ActorRunning {
+	if a, _ := s.GetActor("a", "x"); a.State != atestate.ActorRunning {
 		t.Fatalf("after the transition: %s, want RUNNING", a.State)
 	}
-	if a, err := s.SuspendActor("a", "x"); err != nil || a.State != ActorSuspending || a.Worker != "w1" {
+	if a, err := s.SuspendActor("a", "x"); err != nil || a.State != atestate.ActorSuspending || a.Worker != "w1" {
 		t.Fatalf("suspend: %+v %v; want SUSPENDING, still on w1", a, err)
 	}
-	if a, err := s.SuspendActor("a", "x"); err != nil || a.State != ActorSuspending {
+	if a, err := s.SuspendActor("a", "x"); err != nil || a.State != atestate.ActorSuspending {
 		t.Fatalf("suspend again while SUSPENDING: %+v %v", a, err)
 	}
 	<-changed
-	if a, _ := s.GetActor("a", "x"); a.State != ActorSuspended || a.Worker != "" {
+	if a, _ := s.GetActor("a", "x"); a.State != atestate.ActorSuspended || a.Worker != "" {
 		t.Fatalf("after the transition: %+v, want SUSPENDED and unbound", a)
 	}
 }
@@ -49,9 +51,9 @@ func TestFlipLosesPausedActors(t *testing.T) {
 		lost = append(lost, r.Atespace+"/"+r.Name+": "+why)
 	}})
 	for _, a := range []Actor{
-		{Atespace: "a", Name: "paused-here", State: ActorPaused, SnapshotNodes: []string{"n1"}},
-		{Atespace: "a", Name: "paused-there", State: ActorPaused, SnapshotNodes: []string{"n2"}},
-		{Atespace: "a", Name: "suspended", State: ActorSuspended},
+		{Atespace: "a", Name: "paused-here", State: atestate.ActorPaused, SnapshotNodes: []string{"n1"}},
+		{Atespace: "a", Name: "paused-there", State: atestate.ActorPaused, SnapshotNodes: []string{"n2"}},
+		{Atespace: "a", Name: "suspended", State: atestate.ActorSuspended},
 	} {
 		if err := s.AddActor(a); err != nil {
 			t.Fatal(err)
@@ -61,10 +63,10 @@ func TestFlipLosesPausedActors(t *testing.T) {
 	if len(got) != 1 || got[0].Name != "paused-here" {
 		t.Fatalf("lost %v, want only a/paused-here", got)
 	}
-	if a, _ := s.GetActor("a", "paused-here"); a.State != ActorCrashed || a.CrashMessage == "" {
+	if a, _ := s.GetActor("a", "paused-here"); a.State != atestate.ActorCrashed || a.CrashMessage == "" {
 		t.Fatalf("paused-here: %+v", a)
 	}
-	if a, _ := s.GetActor("a", "paused-there"); a.State != ActorPaused {
+	if a, _ := s.GetActor("a", "paused-there"); a.State != atestate.ActorPaused {
 		t.Fatalf("paused-there: %s", a.State)
 	}
 	if len(lost) != 1 {
@@ -80,7 +82,7 @@ func TestSoftListsMissChangingItems(t *testing.T) {
 		}
 	}
 	start := s.seq
-	if err := s.SetActorState("x", "c", ActorPaused); err != nil {
+	if err := s.SetActorState("x", "c", atestate.ActorPaused); err != nil {
 		t.Fatal(err)
 	}
 	a := s.actors["x/c"]

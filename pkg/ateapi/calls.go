@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/rollbook/rollbook/pkg/protopath"
 )
 
 // listAll follows next_page_token until it is empty, handing each item to
@@ -40,7 +42,7 @@ func (c *Client) listAll(ctx context.Context, method, target, field string,
 			}
 			// Read before the page is handed over: from then on it is the
 			// decoder's alone.
-			token = getStr(resp, "next_page_token")
+			token = protopath.String(resp, "next_page_token")
 			select {
 			case pages <- resp:
 			case <-ctx.Done():
@@ -56,7 +58,7 @@ func (c *Client) listAll(ctx context.Context, method, target, field string,
 		fd := resp.Descriptor().Fields().ByName(protoreflect.Name(field))
 		wm, ok := resp.(*wireMessage)
 		if !ok || fd == nil || !fd.IsList() || fd.Kind() != protoreflect.MessageKind {
-			for _, m := range getList(resp, field) {
+			for _, m := range protopath.List(resp, field) {
 				each(m)
 			}
 			continue
@@ -105,7 +107,7 @@ func (c *Client) fillAssignments(ctx context.Context, w *Worker) error {
 	}
 	var refs []ActorRef
 	err := c.listAll(ctx, "ListWorkerActorAssignments", w.Name, "actor_assignments", workerRef(w.Name), func(m protoreflect.Message) {
-		refs = append(refs, ActorRef{Atespace: getStr(m, "actor.atespace"), Name: getStr(m, "actor.name")})
+		refs = append(refs, ActorRef{Atespace: protopath.String(m, "actor.atespace"), Name: protopath.String(m, "actor.name")})
 	})
 	if errors.Is(err, ErrNotFound) {
 		return nil // the worker went away after the list
@@ -222,11 +224,7 @@ func (c *Client) ResumeActor(ctx context.Context, atespace, name string) (a Acto
 	if err != nil {
 		return Actor{}, false, c.withActorState(ctx, err, atespace, name)
 	}
-	parent, fd := lookup(resp, "resumed")
-	if fd != nil && fd.Kind() == protoreflect.BoolKind {
-		resumed = parent.Get(fd).Bool()
-	}
-	return decodeActor(unwrapOr(resp, "Actor", "actor")), resumed, nil
+	return decodeActor(unwrapOr(resp, "Actor", "actor")), protopath.Bool(resp, "resumed"), nil
 }
 
 func (c *Client) actorCall(ctx context.Context, method, atespace, name string) (Actor, error) {

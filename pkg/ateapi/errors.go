@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/rollbook/rollbook/pkg/atestate"
 )
 
 // Sentinels for errors.Is. Every error a Client returns for an RPC is an
@@ -118,7 +120,7 @@ var gotStateRE = regexp.MustCompile(`got:?\s*([A-Z][A-Z_]+)`)
 // stateFromMessage extracts "got: ACTOR_STATE_X" from upstream texts.
 func stateFromMessage(msg string) ActorState {
 	if m := gotStateRE.FindStringSubmatch(msg); m != nil {
-		return ParseActorState(m[1])
+		return atestate.ParseActorState(m[1])
 	}
 	return ""
 }

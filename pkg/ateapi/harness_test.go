@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rollbook/rollbook/internal/fakesubstrate"
+	"github.com/rollbook/rollbook/pkg/atestate"
 )
 
 const (
@@ -93,10 +94,10 @@ func seedFleet(t *testing.T, srv *fakesubstrate.Server) {
 		}
 	}
 	for _, a := range []fakesubstrate.Actor{
-		{Atespace: "team", Name: "running", State: fakesubstrate.ActorRunning, Worker: "uid-a", ExternalSnapshotURI: "gs://s/running/1"},
-		{Atespace: "team", Name: "paused", State: fakesubstrate.ActorPaused, SnapshotNodes: []string{"n1"}},
-		{Atespace: "team", Name: "suspended", State: fakesubstrate.ActorSuspended, ExternalSnapshotURI: "gs://s/suspended/1"},
-		{Atespace: "other", Name: "crashed", State: fakesubstrate.ActorCrashed, AssignedNode: "n2", CrashMessage: "worker deleted"},
+		{Atespace: "team", Name: "running", State: atestate.ActorRunning, Worker: "uid-a", ExternalSnapshotURI: "gs://s/running/1"},
+		{Atespace: "team", Name: "paused", State: atestate.ActorPaused, SnapshotNodes: []string{"n1"}},
+		{Atespace: "team", Name: "suspended", State: atestate.ActorSuspended, ExternalSnapshotURI: "gs://s/suspended/1"},
+		{Atespace: "other", Name: "crashed", State: atestate.ActorCrashed, AssignedNode: "n2", CrashMessage: "worker deleted"},
 	} {
 		if err := srv.AddActor(a); err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rollbook/rollbook/internal/fakesubstrate"
+	"github.com/rollbook/rollbook/pkg/atestate"
 )
 
 // BenchmarkInventory reads a fleet-sized inventory (5,000 workers, 50,000
@@ -22,7 +23,7 @@ func BenchmarkInventory(b *testing.B) {
 	}
 	for i := range actors {
 		a := fakesubstrate.Actor{Atespace: fmt.Sprintf("team-%d", i%20), Name: fmt.Sprintf("actor-%06d", i),
-			State: fakesubstrate.ActorRunning, Worker: fmt.Sprintf("w-%05d", i%workers)}
+			State: atestate.ActorRunning, Worker: fmt.Sprintf("w-%05d", i%workers)}
 		if err := h.srv.AddActor(a); err != nil {
 			b.Fatal(err)
 		}

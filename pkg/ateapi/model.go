@@ -1,68 +1,37 @@
 package ateapi
 
-import "strings"
+import "github.com/rollbook/rollbook/pkg/atestate"
 
-// WorkerState is a worker's lifecycle state, independent of era spelling
-// (STATE_DRAINING, WORKER_STATE_DRAINING).
-type WorkerState string
+// The states are pkg/atestate's, shared with the fake substrate; they are
+// re-exported because every caller of this client reads them from here.
+
+// WorkerState is a worker's lifecycle state, independent of era spelling.
+type WorkerState = atestate.WorkerState
+
+// ActorState is an actor's lifecycle state, independent of era spelling.
+type ActorState = atestate.ActorState
 
 // Worker states.
 const (
-	WorkerUnspecified WorkerState = "UNSPECIFIED"
-	WorkerActive      WorkerState = "ACTIVE"
-	WorkerDraining    WorkerState = "DRAINING"
-	WorkerOffline     WorkerState = "OFFLINE"
+	WorkerUnspecified = atestate.WorkerUnspecified
+	WorkerActive      = atestate.WorkerActive
+	WorkerDraining    = atestate.WorkerDraining
+	WorkerOffline     = atestate.WorkerOffline
 )
-
-// ActorState is an actor's lifecycle state, independent of era spelling
-// (STATUS_RUNNING, ACTOR_STATE_RUNNING).
-type ActorState string
 
 // Actor states.
 const (
-	ActorUnspecified ActorState = "UNSPECIFIED"
-	ActorResuming    ActorState = "RESUMING"
-	ActorRunning     ActorState = "RUNNING"
-	ActorSuspending  ActorState = "SUSPENDING"
-	ActorSuspended   ActorState = "SUSPENDED"
-	ActorPausing     ActorState = "PAUSING"
-	ActorPaused      ActorState = "PAUSED"
-	ActorCrashed     ActorState = "CRASHED"
-	ActorDeleting    ActorState = "DELETING"
-	ActorReverting   ActorState = "REVERTING"
+	ActorUnspecified = atestate.ActorUnspecified
+	ActorResuming    = atestate.ActorResuming
+	ActorRunning     = atestate.ActorRunning
+	ActorSuspending  = atestate.ActorSuspending
+	ActorSuspended   = atestate.ActorSuspended
+	ActorPausing     = atestate.ActorPausing
+	ActorPaused      = atestate.ActorPaused
+	ActorCrashed     = atestate.ActorCrashed
+	ActorDeleting    = atestate.ActorDeleting
+	ActorReverting   = atestate.ActorReverting
 )
-
-var actorStates = []ActorState{ActorResuming, ActorRunning, ActorSuspending, ActorSuspended,
-	ActorPausing, ActorPaused, ActorCrashed, ActorDeleting, ActorReverting, ActorUnspecified}
-
-var workerStates = []WorkerState{WorkerActive, WorkerDraining, WorkerOffline, WorkerUnspecified}
-
-// ParseActorState maps any era's enum name to an ActorState by suffix; an
-// unknown name is kept verbatim so it still prints.
-func ParseActorState(enumName string) ActorState {
-	for _, s := range actorStates {
-		if enumName == string(s) || strings.HasSuffix(enumName, "_"+string(s)) {
-			return s
-		}
-	}
-	if enumName == "" {
-		return ActorUnspecified
-	}
-	return ActorState(enumName)
-}
-
-// ParseWorkerState maps any era's enum name to a WorkerState by suffix.
-func ParseWorkerState(enumName string) WorkerState {
-	for _, s := range workerStates {
-		if enumName == string(s) || strings.HasSuffix(enumName, "_"+string(s)) {
-			return s
-		}
-	}
-	if enumName == "" {
-		return WorkerUnspecified
-	}
-	return WorkerState(enumName)
-}
 
 // ActorRef names an actor.
 type ActorRef struct {
@@ -135,16 +104,6 @@ type Actor struct {
 	SnapshotNodes       []string `json:"snapshotNodes,omitempty"`
 	ExternalSnapshotURI string   `json:"externalSnapshotURI,omitempty"`
 	CrashMessage        string   `json:"crashMessage,omitempty"`
-}
-
-// Transient reports a state an actor leaves on its own (a suspend refused
-// in it is worth retrying).
-func (s ActorState) Transient() bool {
-	switch s {
-	case ActorResuming, ActorSuspending, ActorPausing, ActorReverting:
-		return true
-	}
-	return false
 }
 
 // Ref returns the actor's reference.

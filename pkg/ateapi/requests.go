@@ -1,6 +1,10 @@
 package ateapi
 
-import "google.golang.org/protobuf/reflect/protoreflect"
+import (
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/rollbook/rollbook/pkg/protopath"
+)
 
 // Request builders set fields by name on the server's own request
 // descriptors, so renumbered or renamed request fields (actor_id → actor_ref
@@ -8,8 +12,8 @@ import "google.golang.org/protobuf/reflect/protoreflect"
 
 func workerRef(name string) func(protoreflect.Message) {
 	return func(req protoreflect.Message) {
-		if !setStr(req, "worker.name", name) {
-			setStr(req, "name", name)
+		if !protopath.Set(req, "worker.name", name) {
+			protopath.Set(req, "name", name)
 		}
 	}
 }
@@ -17,25 +21,25 @@ func workerRef(name string) func(protoreflect.Message) {
 func actorRef(atespace, name string) func(protoreflect.Message) {
 	return func(req protoreflect.Message) {
 		for _, p := range []string{"actor", "actor_ref"} {
-			if schemaHas(req.Descriptor(), p+".name") {
-				setStr(req, p+".atespace", atespace)
-				setStr(req, p+".name", name)
+			if protopath.Has(req.Descriptor(), p+".name") {
+				protopath.Set(req, p+".atespace", atespace)
+				protopath.Set(req, p+".name", name)
 				return
 			}
 		}
-		setStr(req, "actor_id", name)
-		setStr(req, "atespace", atespace)
+		protopath.Set(req, "actor_id", name)
+		protopath.Set(req, "atespace", atespace)
 	}
 }
 
 func pageRequest(size int32, token, atespace string) func(protoreflect.Message) {
 	return func(req protoreflect.Message) {
-		setInt32(req, "page_size", size)
+		protopath.Set(req, "page_size", size)
 		if token != "" {
-			setStr(req, "page_token", token)
+			protopath.Set(req, "page_token", token)
 		}
 		if atespace != "" {
-			setStr(req, "atespace", atespace)
+			protopath.Set(req, "atespace", atespace)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/jhump/protoreflect/grpcreflect"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/rollbook/rollbook/pkg/protopath"
 )
 
 // ServiceName is the control API's gRPC service.
@@ -74,11 +76,11 @@ func detectEra(svc protoreflect.ServiceDescriptor) Era {
 	}
 	worker := wf.Message()
 	switch {
-	case schemaHas(worker, "status.capacity"):
+	case protopath.Has(worker, "status.capacity"):
 		return EraD
-	case schemaHas(worker, "status.state"):
+	case protopath.Has(worker, "status.state"):
 		return EraC
-	case schemaHas(worker, "state"):
+	case protopath.Has(worker, "state"):
 		return EraB
 	}
 	return EraA

@@ -208,9 +208,9 @@ func (m *wireMessage) Get(fd protoreflect.FieldDescriptor) protoreflect.Value {
 	return v
 }
 
-// present returns a singular message field when it occurs, else nil (a
+// PresentMessage returns a singular message field when it occurs, else nil (a
 // nil *wireMessage would not compare equal to a nil interface).
-func (m *wireMessage) present(fd protoreflect.FieldDescriptor) protoreflect.Message {
+func (m *wireMessage) PresentMessage(fd protoreflect.FieldDescriptor) protoreflect.Message {
 	for _, f := range m.index() {
 		if f.num == fd.Number() && f.typ == protowire.BytesType {
 			return m.message(fd)
@@ -256,9 +256,9 @@ func (m *wireMessage) message(fd protoreflect.FieldDescriptor) *wireMessage {
 	return m.arena.message(fd.Message(), nil)
 }
 
-// strMap reads a map<string, string> field: repeated entries of key (1)
+// StringMap reads a map<string, string> field: repeated entries of key (1)
 // and value (2), a later key overriding an earlier one.
-func (m *wireMessage) strMap(fd protoreflect.FieldDescriptor) map[string]string {
+func (m *wireMessage) StringMap(fd protoreflect.FieldDescriptor) map[string]string {
 	var out map[string]string
 	m.occurrences(fd.Number(), func(typ protowire.Type, v []byte, _ uint64) {
 		if typ != protowire.BytesType {

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/rollbook/rollbook/internal/fakesubstrate"
+
+	"github.com/rollbook/rollbook/pkg/protopath"
 )
 
 // TestWireDecodingMatchesDynamic reads the same List pages of every era
@@ -38,7 +40,7 @@ func TestWireDecodingMatchesDynamic(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want, got := getList(dyn, l.field), getList(wire, l.field)
+				want, got := protopath.List(dyn, l.field), protopath.List(wire, l.field)
 				if len(want) == 0 || len(got) != len(want) {
 					t.Fatalf("%s: %d items on the wire, %d decoded dynamically", l.method, len(got), len(want))
 				}
@@ -72,10 +74,10 @@ func TestWireMessageMergesRepeatedOccurrences(t *testing.T) {
 		return b
 	}
 	b := append(part(func(m protoreflect.Message) {
-		setStr(m, "metadata.name", "first")
-		setStr(m, "metadata.atespace", "team")
+		protopath.Set(m, "metadata.name", "first")
+		protopath.Set(m, "metadata.atespace", "team")
 	}),
-		part(func(m protoreflect.Message) { setStr(m, "metadata.name", "second") })...)
+		part(func(m protoreflect.Message) { protopath.Set(m, "metadata.name", "second") })...)
 	a := decodeActor(newWireMessage(md, b))
 	if a.Name != "second" || a.Atespace != "team" {
 		t.Fatalf("got %s/%s, want team/second", a.Atespace, a.Name)

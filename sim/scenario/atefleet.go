@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/rollbook/rollbook/internal/fakesubstrate"
+	"github.com/rollbook/rollbook/pkg/atestate"
 	"github.com/rollbook/rollbook/sim/substrate"
 )
 
@@ -205,26 +206,26 @@ func seedActors(sub *substrate.Substrate) error {
 	if len(small) < 1 || len(large) < 1 || len(batch) < 1 {
 		return fmt.Errorf("ate-fleet: too few workers (small %d, large %d, batch %d)", len(small), len(large), len(batch))
 	}
-	chat2, chat2State := "", fakesubstrate.ActorSuspended // one node: chat-2 waits suspended
+	chat2, chat2State := "", atestate.ActorSuspended // one node: chat-2 waits suspended
 	if len(small) > 1 {
-		chat2, chat2State = small[1].Name, fakesubstrate.ActorRunning
+		chat2, chat2State = small[1].Name, atestate.ActorRunning
 	}
 	sel := func(size string) map[string]string { return map[string]string{"size": size} }
 	snap := func(ref string) string { return "gs://ate-snapshots/" + ref + "/v1" }
 	actors := []fakesubstrate.Actor{
-		{Atespace: "demo", Name: "chat-1", State: fakesubstrate.ActorRunning, Worker: small[0].Name,
+		{Atespace: "demo", Name: "chat-1", State: atestate.ActorRunning, Worker: small[0].Name,
 			WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-1")},
 		{Atespace: "demo", Name: "chat-2", State: chat2State, Worker: chat2,
 			WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-2")},
-		{Atespace: "batch", Name: "job-1", State: fakesubstrate.ActorRunning, Worker: batch[0].Name,
+		{Atespace: "batch", Name: "job-1", State: atestate.ActorRunning, Worker: batch[0].Name,
 			WorkerSelector: sel("batch"), ExternalSnapshotURI: snap("batch/job-1")},
 		{Atespace: "batch", Name: "job-2", WorkerSelector: sel("batch"), ExternalSnapshotURI: snap("batch/job-2")},
-		{Atespace: "team-a", Name: "etl-1", State: fakesubstrate.ActorRunning, Worker: large[0].Name,
+		{Atespace: "team-a", Name: "etl-1", State: atestate.ActorRunning, Worker: large[0].Name,
 			WorkerSelector: sel("large"), ExternalSnapshotURI: snap("team-a/etl-1")},
-		{Atespace: "demo", Name: "notebook-1", State: fakesubstrate.ActorPaused,
+		{Atespace: "demo", Name: "notebook-1", State: atestate.ActorPaused,
 			AssignedNode: small[0].Node, SnapshotNodes: []string{small[0].Node},
 			WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/notebook-1")},
-		{Atespace: "team-a", Name: "etl-2", State: fakesubstrate.ActorPaused, AssignedNode: large[0].Node,
+		{Atespace: "team-a", Name: "etl-2", State: atestate.ActorPaused, AssignedNode: large[0].Node,
 			SnapshotNodes:  []string{large[0].Node},
 			WorkerSelector: sel("large"), ExternalSnapshotURI: snap("team-a/etl-2")},
 		{Atespace: "demo", Name: "chat-3", WorkerSelector: sel("small"), ExternalSnapshotURI: snap("demo/chat-3")},

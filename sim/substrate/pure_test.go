@@ -14,6 +14,7 @@ import (
 	kwokv1 "sigs.k8s.io/kwok/pkg/apis/v1alpha1"
 
 	"github.com/rollbook/rollbook/internal/fakesubstrate"
+	"github.com/rollbook/rollbook/pkg/atestate"
 )
 
 func TestNameSuffix(t *testing.T) {
@@ -274,14 +275,14 @@ func TestTrafficTick(t *testing.T) {
 	}
 	x, _ := srv.GetActor("a", "x")
 	y, _ := srv.GetActor("a", "y")
-	if x.State != fakesubstrate.ActorRunning || x.Worker != "w1" || y.State != fakesubstrate.ActorSuspended {
+	if x.State != atestate.ActorRunning || x.Worker != "w1" || y.State != atestate.ActorSuspended {
 		t.Fatalf("x %+v y %+v", x, y)
 	}
 	o.Idle, o.Resume = 1, 1e-9 // nobody wakes; every running actor idles
 	if !trafficTick(srv, o, rand.New(rand.NewSource(1))) {
 		t.Fatal("nothing went idle")
 	}
-	if x, _ = srv.GetActor("a", "x"); x.State != fakesubstrate.ActorSuspended {
+	if x, _ = srv.GetActor("a", "x"); x.State != atestate.ActorSuspended {
 		t.Fatalf("x %+v", x)
 	}
 }

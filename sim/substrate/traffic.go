@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rollbook/rollbook/internal/fakesubstrate"
+	"github.com/rollbook/rollbook/pkg/atestate"
 )
 
 // TrafficOptions drive the traffic simulator: requests wake suspended and
@@ -73,7 +74,7 @@ func trafficTick(srv *fakesubstrate.Server, o TrafficOptions, rnd *rand.Rand) bo
 		return moved
 	}
 	for _, a := range srv.Actors() {
-		if a.State != fakesubstrate.ActorRunning || rnd.Float64() >= o.Idle {
+		if a.State != atestate.ActorRunning || rnd.Float64() >= o.Idle {
 			continue
 		}
 		if _, err := srv.SuspendActor(a.Atespace, a.Name); err == nil {

@@ -64,7 +64,11 @@ func nodeLabels(t *testing.T, ctx context.Context) map[string]string {
 // draining lists the workers in DRAINING on node ("" = any node).
 func draining(t *testing.T, ctx context.Context, node string) []string {
 	t.Helper()
-	time.Sleep(time.Second) // the simulated lists leave out items that just changed
+	// A duration of the simulated world, not synchronisation: the sim's
+	// lists leave out items that changed in the last half second, as a real
+	// substrate's eventually consistent lists may; waiting it out is how a
+	// reader sees every worker.
+	time.Sleep(time.Second)
 	inv, err := client(t, ctx).Inventory(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -103,10 +103,6 @@ func recordOldPools(t *testing.T, ctx context.Context) (map[string]oldPoolRecord
 	return out, l.GetResourceVersion()
 }
 
-// oldPoolsAtStart is shared with the retire test: the backup must recreate
-// the pool exactly as it was before any of this.
-var oldPoolsAtStart map[string]oldPoolRecord
-
 func TestRollbackInterruptedThenResumed(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
@@ -115,7 +111,6 @@ func TestRollbackInterruptedThenResumed(t *testing.T) {
 		t.Fatalf("TestFullRoll should leave every node at %s: %v", newV, s.Counts)
 	}
 	before, listRV := recordOldPools(t, ctx)
-	oldPoolsAtStart = before
 	edits := untouchedWatch(t, ctx, listRV, before)
 
 	// Every node reached NEW, so step 6 may have run: no node moves back
@@ -221,13 +216,18 @@ func TestRollbackInterruptedThenResumed(t *testing.T) {
 	}
 }
 
+// TestRetireAfterRollingForwardAgain starts where a finished rollback
+// leaves the fleet, which is also where the fleet starts: every node at
+// OLD, one atelet, no clones. It records the old pools itself (the rollback
+// test checks that the rollback left them as they were), so it runs alone.
 func TestRetireAfterRollingForwardAgain(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 4*time.Minute)
-	if oldPoolsAtStart == nil {
-		t.Skip("needs TestRollbackInterruptedThenResumed")
+	if s := statusOf(t, ctx); s.Counts[oldV] != 3 || s.Cluster.New != "" || s.Phase != ate.PhaseNotStarted {
+		t.Fatalf("needs every node at %s and no roll under way: phase %s counts %v", oldV, s.Phase, s.Counts)
 	}
+	oldPoolsAtStart, _ := recordOldPools(t, ctx)
 	sim, err := simtest.SimBinary()
 	if err != nil {
 		t.Fatal(err)

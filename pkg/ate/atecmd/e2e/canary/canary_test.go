@@ -20,6 +20,7 @@ import (
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 func TestMain(m *testing.M) {
@@ -65,22 +66,21 @@ func strandClones(t *testing.T, ctx context.Context, cs kubernetes.Interface, dy
 		patchPool(t, ctx, dyn, p, `{"spec":{"replicas":0,"template":{"nodeSelector":{"`+noSuchNode+`":"x"}}}}`)
 	}
 	for _, p := range cl {
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-			pods, err := cs.CoreV1().Pods(p.GetNamespace()).List(ctx, metav1.ListOptions{})
+		// At 0 replicas no pod of the pool is created any more: watch every
+		// one listed now until it is gone.
+		pods, err := cs.CoreV1().Pods(p.GetNamespace()).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pod := range pods.Items {
+			if !strings.HasPrefix(pod.Name, p.GetName()+"-") {
+				continue
+			}
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			err := kube.WaitForPodGone(wctx, cs, pod.Namespace, pod.Name)
+			cancel()
 			if err != nil {
-				t.Fatal(err)
-			}
-			left := 0
-			for _, pod := range pods.Items {
-				if strings.HasPrefix(pod.Name, p.GetName()+"-") {
-					left++
-				}
-			}
-			if left == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("pool %s/%s still has %d pod(s) at 0 replicas", p.GetNamespace(), p.GetName(), left)
+				t.Fatalf("pool %s/%s at 0 replicas: pod %s: %v", p.GetNamespace(), p.GetName(), pod.Name, err)
 			}
 		}
 		replicas, _, _ := unstructured.NestedInt64(p.Object, "spec", "replicas")

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 func TestMain(m *testing.M) {
@@ -85,13 +85,14 @@ func TestCapacityGuard(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The sim records the deletions once the pods are gone: wait for that
-	// here, so the next test starts from a quiet violations file.
+	// The sim records a deletion once its pod is gone: watch each go, then
+	// give its monitor the moment it takes to write, so the next test starts
+	// from a quiet violations file. That moment is kept as a sleep: whether
+	// a deletion counts depends on whether the ReplicaSet's replacement was
+	// already seen, so no condition names every line to wait for.
 	for _, w := range drained {
-		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-			if _, err := c.Client.CoreV1().Pods(w.Namespace).Get(ctx, w.Pod, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-				break
-			}
+		if err := kube.WaitForPodGone(ctx, c.Client, w.Namespace, w.Pod); err != nil {
+			t.Fatalf("drained pod %s/%s: %v", w.Namespace, w.Pod, err)
 		}
 	}
 	time.Sleep(2 * time.Second)

@@ -20,22 +20,28 @@ import (
 // gkePool is the GKE node pool the sim's nodes are put in.
 const gkePool = "ate-workers"
 
+// inGKEPool puts the sim's three nodes in GKE node pool gkePool, as GKE
+// labels them. It is idempotent; every test that reads the GKE text calls it.
+func inGKEPool(t *testing.T, ctx context.Context) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, ate.GKENodePoolLabel, gkePool)
+	for _, n := range []string{"kwok-node-0", "kwok-node-1", "kwok-node-2"} {
+		if _, err := simtest.Get(t).Client.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, []byte(patch),
+			metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // On a cluster whose nodes carry GKE's node-pool label, preflight prints the
 // runbook's "On GKE" commands filled in with the pool and the cluster and
 // zone of the gcloud context, and warns about a pool node without the
-// version label; status keeps the after-roll commands for later. The
-// labels stay for the following tests (TestKilledRollResumesWithNoFlag
-// checks the after-roll text).
+// version label; status keeps the after-roll commands for later.
 func TestGKEPreflightFillsInTheCommands(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 2*time.Minute)
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, ate.GKENodePoolLabel, gkePool)
-	for _, n := range []string{"kwok-node-0", "kwok-node-1", "kwok-node-2"} {
-		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	inGKEPool(t, ctx)
 	// A node GKE created from a pool that lacks the version label.
 	extra := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gke-ate-workers-extra",
 		Labels: map[string]string{ate.GKENodePoolLabel: gkePool}}}

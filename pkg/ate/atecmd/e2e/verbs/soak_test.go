@@ -13,9 +13,6 @@ import (
 	"github.com/rollbook/rollbook/pkg/ateapi"
 )
 
-// canary is the node TestCanarySoakPausesOnHealthFailure moved.
-var canary string
-
 // A canary roll soaks after its first node; a health failure injected
 // during the soak (one of the canary's new workers drained, as a wrongly
 // aimed DrainWorker does) pauses the roll with the reason, and the pause
@@ -24,6 +21,7 @@ func TestCanarySoakPausesOnHealthFailure(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 6*time.Minute)
+	inGKEPool(t, ctx) // so that the status check below could see GKE text
 	atetest.DeployAtelet(t, atetest.NewV)
 	atetest.MustRun(t, ctx, atetest.CloneArgs...)
 	cl := atetest.Client(t, ctx)
@@ -33,15 +31,20 @@ func TestCanarySoakPausesOnHealthFailure(t *testing.T) {
 	go func() {
 		done <- runTo(t, ctx, &out, c.Kubeconfig, "roll", "next-node", "--all", "--wait", "--canary", "1", "--soak", "40s")
 	}()
-	for !strings.Contains(out.String(), "Soak") {
+	for {
+		text, more := out.next()
+		if strings.Contains(text, "Soak") {
+			break
+		}
 		select {
 		case code := <-done:
 			t.Fatalf("the roll ended (exit %d) before its soak:\n%s", code, out.String())
 		case <-ctx.Done():
 			t.Fatalf("no soak started:\n%s", out.String())
-		case <-time.After(200 * time.Millisecond):
+		case <-more:
 		}
 	}
+	var canary string // the node the canary roll moved
 	for n, v := range atetest.NodeLabels(t, ctx) {
 		if v == atetest.NewV {
 			canary = n

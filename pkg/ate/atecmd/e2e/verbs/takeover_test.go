@@ -19,14 +19,16 @@ import (
 // the lock to a dead process; the same command, with no extra flag, takes
 // it over at once, finishes the half-moved node and the rest, loses no
 // actor and flips every node exactly once. Then, every node at NEW, status
-// prints the "After the roll, on GKE" commands.
+// prints the "After the roll, on GKE" commands. Whether or not the canary
+// test moved a node first, it sets up what it needs itself: the GKE node
+// pool, NEW's atelet and the clones (both idempotent).
 func TestKilledRollResumesWithNoFlag(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 8*time.Minute)
-	if canary == "" {
-		t.Fatal("needs TestCanarySoakPausesOnHealthFailure")
-	}
+	inGKEPool(t, ctx)
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
 	bin := kubectlAte(t)
 	args := []string{"roll", "next-node", "--all", "--wait"}
 

@@ -36,14 +36,30 @@ const gkeContext = "gke_rollbook-test_us-central1-a_ate-sim"
 
 // syncBuffer is a writer the test may read while a run writes to it.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	written chan struct{} // closed by the next write; nil until asked for
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.written != nil {
+		close(s.written)
+		s.written = nil
+	}
 	return s.b.Write(p)
+}
+
+// next returns what was written so far and a channel closed by the next
+// write, so a test waits for output instead of polling it.
+func (s *syncBuffer) next() (string, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.written == nil {
+		s.written = make(chan struct{})
+	}
+	return s.b.String(), s.written
 }
 
 func (s *syncBuffer) String() string {
@@ -109,7 +125,7 @@ func kubectlAte(t *testing.T) string {
 // leave out items that changed in the last half second).
 func settled(t *testing.T, ctx context.Context, cl *ateapi.Client) *ateapi.Inventory {
 	t.Helper()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the sim's list window: a duration of its world, not synchronisation
 	inv, err := cl.Inventory(ctx)
 	if err != nil {
 		t.Fatal(err)
