@@ -75,7 +75,7 @@ bench-fleet: sim ## per-node requests and seconds over a fleet: tt kmd and the a
 	  ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v -timeout 90m \
 	  ./pkg/tt/ttcmd/fleetcurve ./pkg/ate/atecmd/e2e/fleetcurve | grep -E 'curve_test|^ +[0-9]+  |^(---|ok|FAIL)'
 
-docs: ## regenerate runbooks/*.md from the step registry
+docs: ## regenerate runbooks/*.md from the step registry and docs/cli/*.md from the command trees
 	$(GO) run ./hack/gendocs
 
 # goreleaser is built from its Go module at this pinned version (no downloaded
