@@ -82,21 +82,50 @@ bench-fleet: sim ## per-node requests and seconds over a fleet: tt kmd and the a
 	  ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v -timeout 90m \
 	  ./pkg/tt/ttcmd/fleetcurve ./pkg/ate/atecmd/e2e/fleetcurve | grep -E 'curve_test|^ +[0-9]+  |^(---|ok|FAIL)'
 
-docs: ## regenerate runbooks/*.md from the step registry
+docs: ## regenerate runbooks/*.md from the step registry and docs/cli/*.md from the command trees
 	$(GO) run ./hack/gendocs
 
-# goreleaser is built from its Go module at this pinned version (no downloaded
-# binary), once, into .cache/tools (first build ~10 min).
-.PHONY: dist image-check
+# Release tools are built from their Go modules at these pinned versions (no
+# downloaded binary), once each, into .cache/tools (goreleaser's first build
+# ~10 min). docs/release.md says how a release uses them.
+.PHONY: dist image-check release release-check release-tools
 GORELEASER_VERSION ?= v2.15.1
-GORELEASER := $(CURDIR)/.cache/tools/goreleaser-$(GORELEASER_VERSION)/goreleaser
+ACTIONLINT_VERSION ?= v1.7.12
+COSIGN_VERSION     ?= v2.6.5
+SYFT_VERSION       ?= v1.57.2
+TOOLS      := $(CURDIR)/.cache/tools
+GORELEASER := $(TOOLS)/goreleaser-$(GORELEASER_VERSION)/goreleaser
+ACTIONLINT := $(TOOLS)/actionlint-$(ACTIONLINT_VERSION)/actionlint
+COSIGN     := $(TOOLS)/cosign-$(COSIGN_VERSION)/cosign
+SYFT       := $(TOOLS)/syft-$(SYFT_VERSION)/syft
 
 $(GORELEASER):
 	GOBIN=$(dir $@) $(GO) install -trimpath github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
+$(ACTIONLINT):
+	GOBIN=$(dir $@) $(GO) install -trimpath github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+$(COSIGN):
+	GOBIN=$(dir $@) $(GO) install -trimpath github.com/sigstore/cosign/v2/cmd/cosign@$(COSIGN_VERSION)
+$(SYFT):
+	GOBIN=$(dir $@) $(GO) install -trimpath github.com/anchore/syft/cmd/syft@$(SYFT_VERSION)
 
+release-check: $(ACTIONLINT) $(GORELEASER) ## lint .github/workflows (actionlint) and check .goreleaser.yaml
+	$(ACTIONLINT) -no-color
+	$(GORELEASER) check
+
+# The SBOM and signing steps need syft and cosign on PATH: release-tools puts
+# them in .cache/tools, and the release workflow adds those directories to PATH.
+release-tools: $(GORELEASER) $(COSIGN) $(SYFT) ## goreleaser, cosign and syft for a real release
+	@echo $(dir $(GORELEASER)) $(dir $(COSIGN)) $(dir $(SYFT))
+
+release: $(GORELEASER) ## publish the release of the current tag (the release workflow runs this; docs/release.md)
+	$(GORELEASER) release --clean
+
+# A snapshot signs nothing (there is no identity to sign with offline) and
+# writes SBOMs only where syft is on PATH.
 dist: $(GORELEASER) ## release snapshot into dist/: archives, checksums, krew manifests (the image only where docker buildx runs)
 	$(GORELEASER) check
-	ROLLBOOK_COMMIT=$$(git rev-parse HEAD) $(GORELEASER) release --snapshot --clean $$(docker buildx version >/dev/null 2>&1 || echo --skip=docker)
+	ROLLBOOK_COMMIT=$$(git rev-parse HEAD) $(GORELEASER) release --snapshot --clean --skip=sign \
+	  $$(command -v syft >/dev/null || echo --skip=sbom) $$(docker buildx version >/dev/null 2>&1 || echo --skip=docker)
 	ROLLBOOK_DIST=$(CURDIR)/dist $(GO) test -count=1 ./test/e2e/krew
 
 image-check: ## the node-agent image's pins, its root filesystem from Debian packages (stand-ins for tt-smi and tt-flash), every agent requirement checked in a chroot

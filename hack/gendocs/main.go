@@ -1,4 +1,5 @@
-// gendocs writes runbooks/*.md from the step registries (make docs).
+// gendocs writes runbooks/*.md from the step registries and docs/cli/*.md
+// from the command trees (make docs).
 package main
 
 import (
@@ -6,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/rollbook/rollbook/internal/clidocs"
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
@@ -19,11 +21,32 @@ func main() {
 	for name, md := range ate.Docs() {
 		docs[name] = md
 	}
-	for name, md := range docs {
+	write(dir, docs)
+
+	pages, err := clidocs.Pages()
+	if err != nil {
+		fail(err)
+	}
+	// The reference is rewritten whole: a removed command loses its page.
+	if err := os.RemoveAll(clidocs.Dir); err != nil {
+		fail(err)
+	}
+	if err := os.MkdirAll(clidocs.Dir, 0o755); err != nil {
+		fail(err)
+	}
+	write(clidocs.Dir, pages)
+}
+
+func write(dir string, files map[string]string) {
+	for name, md := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(md), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			fail(err)
 		}
 		fmt.Println("wrote", filepath.Join(dir, name))
 	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
 }

@@ -41,6 +41,10 @@ func TestExecuteExitCodes(t *testing.T) {
 	root.AddCommand(&cobra.Command{Use: "blocked", RunE: func(*cobra.Command, []string) error {
 		return WithExitCode(ExitBlocked, errors.New("a PDB blocks the drain"))
 	}})
+	lock := &cobra.Command{Use: "lock", RunE: func(*cobra.Command, []string) error { return nil }}
+	lock.Flags().String("lock-namespace", "kube-system", "")
+	root.AddCommand(lock, &cobra.Command{Use: "reads-ns", Annotations: map[string]string{UsesNamespace: "true"},
+		RunE: func(*cobra.Command, []string) error { return nil }})
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -51,6 +55,10 @@ func TestExecuteExitCodes(t *testing.T) {
 		{[]string{"nope"}, ExitUsage, `unknown command "nope"`},
 		{[]string{"version", "--bogus"}, ExitUsage, "unknown flag: --bogus"},
 		{[]string{"blocked"}, ExitBlocked, "a PDB blocks the drain"},
+		// -n would be ignored: refused, naming the command's own namespace flags.
+		{[]string{"blocked", "-n", "x"}, ExitUsage, `-n/--namespace means nothing to "kubectl tt blocked"`},
+		{[]string{"lock", "--namespace=x"}, ExitUsage, "its namespaces are chosen with --lock-namespace"},
+		{[]string{"reads-ns", "-n", "x"}, ExitOK, ""},
 	} {
 		out.Reset()
 		errOut.Reset()

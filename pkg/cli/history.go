@@ -45,7 +45,7 @@ so it outlives Events, which expire after an hour.`, plugin, journal.Name(plugin
 		},
 	}
 	cmd.Flags().StringVar(&o.LockNamespace, "lock-namespace", defaultNS, "namespace of the roll's Lease and history")
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "json|yaml")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: json|yaml|jsonpath=TEMPLATE")
 	cmd.Flags().StringVar(&o.RunID, "run", "", "only this run ID")
 	return cmd
 }
@@ -60,7 +60,7 @@ func (o *HistoryOptions) Complete(args []string) error {
 
 // Validate rejects bad flags before any API call.
 func (o *HistoryOptions) Validate() error {
-	if err := ui.ValidateOutput(o.Output, "json", "yaml"); err != nil {
+	if err := ui.ValidateOutput(o.Output, "json", "yaml", "jsonpath"); err != nil {
 		return UsageErrorf("%v", err)
 	}
 	return nil

@@ -18,6 +18,7 @@ type PauseOptions struct {
 	lockName      string
 	LockNamespace string
 	Reason        string
+	dry           RunFlags // only its --dry-run, spelled as the runs spell it
 	resume        bool
 }
 
@@ -43,6 +44,8 @@ is working on, starts no new one and exits 0 with "paused"; a new run starts not
 			cmd.Flags().StringVar(&o.Reason, "reason", "", "why the roll is paused (shown by status)")
 		}
 		cmd.Flags().StringVar(&o.LockNamespace, "lock-namespace", defaultNS, "namespace of the roll's Lease")
+		cmd.Flags().Var(dryRunValue{&o.dry}, "dry-run", "say what would change on the roll's Lease and change nothing")
+		cmd.Flags().Lookup("dry-run").NoOptDefVal = "client"
 		return cmd
 	}
 	return []*cobra.Command{mk(false), mk(true)}
@@ -50,12 +53,18 @@ is working on, starts no new one and exits 0 with "paused"; a new run starts not
 
 // Run sets or lifts the pause.
 func (o *PauseOptions) Run(ctx context.Context) error {
+	if o.dry.badDryRun != "" {
+		return UsageErrorf("--dry-run=%s: only client (the default) or none", o.dry.badDryRun)
+	}
 	cs, err := o.g.Factory.KubernetesClientSet()
 	if err != nil {
 		return err
 	}
 	out := o.g.IOStreams.Out
 	fmt.Fprintln(out, Where(o.g))
+	if o.dry.DryRun {
+		return o.dryRun(ctx, cs)
+	}
 	if o.resume {
 		if err := lease.SetPause(ctx, cs, o.LockNamespace, o.lockName, nil); err != nil {
 			return err
@@ -69,6 +78,31 @@ func (o *PauseOptions) Run(ctx context.Context) error {
 	}
 	fmt.Fprintf(out, "%s\nA running roll finishes the node in flight and starts no other; `kubectl %s resume` lifts the pause.\n",
 		p, o.plugin)
+	return nil
+}
+
+// dryRun says what pause or resume would do to the Lease, from what it
+// holds now, and writes nothing.
+func (o *PauseOptions) dryRun(ctx context.Context, cs kubernetes.Interface) error {
+	out := o.g.IOStreams.Out
+	cur, err := lease.ReadPause(ctx, cs, o.LockNamespace, o.lockName)
+	if err != nil {
+		return err
+	}
+	where := fmt.Sprintf("Lease %s/%s", o.LockNamespace, o.lockName)
+	switch {
+	case o.resume && cur == nil:
+		fmt.Fprintf(out, "(dry run) the roll is not paused; resume would change nothing on %s\n", where)
+	case o.resume:
+		fmt.Fprintf(out, "(dry run) would lift the pause on %s: %s\n", where, cur)
+	default:
+		p := &lease.Pause{By: lease.WhoAmI(ctx, cs), At: time.Now().UTC(), Reason: o.Reason}
+		if cur != nil {
+			fmt.Fprintf(out, "(dry run) already paused (%s); would replace it on %s with: %s\n", cur, where, p)
+		} else {
+			fmt.Fprintf(out, "(dry run) would pause the roll on %s: %s\n", where, p)
+		}
+	}
 	return nil
 }
 

@@ -4,7 +4,11 @@
 package cli
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -50,13 +54,43 @@ func NewRoot(plugin, short, long string, streams genericiooptions.IOStreams) (*c
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	flags.AddFlags(root.PersistentFlags())
-	root.PersistentPreRunE = func(*cobra.Command, []string) error { return checkContext(flags) }
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if err := refuseNamespace(c); err != nil {
+			return err
+		}
+		return checkContext(flags)
+	}
 	root.PersistentFlags().IntVarP(&g.Verbosity, "v", "v", 0,
 		"log client-go's requests to stderr: 6 each request, 7 with headers (capped at 7: bodies can carry minted tokens)")
 	root.AddCommand(NewVersionCommand(plugin, streams))
 	root.CompletionOptions.HiddenDefaultCmd = false
 	registerFlagCompletions(root, g)
 	return root, g
+}
+
+// UsesNamespace is the annotation of a command that reads -n/--namespace.
+// No command does today: each names its namespaces (--lock-namespace,
+// --helper-namespace, -a) because one -n cannot mean all of them.
+const UsesNamespace = "rollbook.dev/uses-namespace"
+
+// refuseNamespace turns a -n that would be ignored into a usage error
+// (exit 2, before anything connects), saying which flags do choose one.
+func refuseNamespace(c *cobra.Command) error {
+	f := c.Flags().Lookup("namespace")
+	if f == nil || !f.Changed || c.Annotations[UsesNamespace] != "" {
+		return nil
+	}
+	var own []string
+	c.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "namespace" && strings.HasSuffix(f.Name, "namespace") {
+			own = append(own, "--"+f.Name)
+		}
+	})
+	msg := fmt.Sprintf("-n/--namespace means nothing to %q", c.CommandPath())
+	if len(own) > 0 {
+		msg += "; its namespaces are chosen with " + strings.Join(own, ", ")
+	}
+	return UsageErrorf("%s", msg)
 }
 
 // checkContext refuses a --context the kubeconfig does not have: bad input

@@ -275,3 +275,40 @@ func TestSessionTakesOverFromASilentRunOnAnotherHost(t *testing.T) {
 		t.Errorf("the lease still names the old holder: %v %v", err, l.Spec.HolderIdentity)
 	}
 }
+
+// pause and resume --dry-run say what they would do to the Lease, from what
+// it holds, and leave it as it was.
+func TestPauseAndResumeDryRunChangeNothing(t *testing.T) {
+	c := simtest.Get(t)
+	ns := c.NewNamespace(t)
+	g, out := globals(t)
+	ctx := simtest.Context(t, time.Minute)
+	run := func(i int, args ...string) {
+		t.Helper()
+		cmd := NewPauseCommands(g, "test", "rollbook-test", ns)[i]
+		cmd.SetArgs(args)
+		if err := cmd.ExecuteContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(0, "--dry-run", "--reason", "soak")
+	if p, err := lease.ReadPause(ctx, c.Client, ns, "rollbook-test"); err != nil || p != nil {
+		t.Fatalf("pause --dry-run paused: %v %v", p, err)
+	}
+	if !strings.Contains(out.String(), "(dry run) would pause the roll on Lease "+ns+"/rollbook-test") || !strings.Contains(out.String(), "soak") {
+		t.Fatalf("pause --dry-run says:\n%s", out)
+	}
+	run(1, "--dry-run=client")
+	if !strings.Contains(out.String(), "not paused; resume would change nothing") {
+		t.Fatalf("resume --dry-run on no pause says:\n%s", out)
+	}
+	run(0, "--reason", "vendor")
+	out.Reset()
+	run(1, "--dry-run")
+	if p, _ := lease.ReadPause(ctx, c.Client, ns, "rollbook-test"); p == nil {
+		t.Fatal("resume --dry-run lifted the pause")
+	}
+	if !strings.Contains(out.String(), "would lift the pause") || !strings.Contains(out.String(), "vendor") {
+		t.Fatalf("resume --dry-run says:\n%s", out)
+	}
+}

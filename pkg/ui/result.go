@@ -8,12 +8,15 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"k8s.io/client-go/util/jsonpath"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
-// ValidateOutput checks an -o value; text is "".
+// ValidateOutput checks an -o value; text is "". "jsonpath" in allowed
+// admits -o jsonpath=TEMPLATE, whose template is parsed here so a typo is a
+// usage error before anything runs.
 func ValidateOutput(format string, allowed ...string) error {
 	if format == "" {
 		return nil
@@ -22,8 +25,82 @@ func ValidateOutput(format string, allowed ...string) error {
 		if format == a {
 			return nil
 		}
+		if a == "jsonpath" && strings.HasPrefix(format, jsonpathPrefix) {
+			_, err := parseJSONPath(format)
+			return err
+		}
 	}
-	return fmt.Errorf("--output must be one of %v, not %q", allowed, format)
+	shown := make([]string, len(allowed))
+	for i, a := range allowed {
+		shown[i] = a
+		if a == "jsonpath" {
+			shown[i] = "jsonpath=TEMPLATE"
+		}
+	}
+	return fmt.Errorf("--output must be one of %s, not %q", strings.Join(shown, "|"), format)
+}
+
+// Machine reports whether format is for scripts (json, yaml, name,
+// jsonpath=…) rather than a table for people ("" or wide).
+func Machine(format string) bool { return format != "" && format != "wide" }
+
+const jsonpathPrefix = "jsonpath="
+
+func parseJSONPath(format string) (*jsonpath.JSONPath, error) {
+	tmpl := strings.TrimPrefix(format, jsonpathPrefix)
+	// kubectl accepts the template quoted; so do we.
+	if len(tmpl) >= 2 && (tmpl[0] == '\'' || tmpl[0] == '"') && tmpl[len(tmpl)-1] == tmpl[0] {
+		tmpl = tmpl[1 : len(tmpl)-1]
+	}
+	jp := jsonpath.New("output")
+	if err := jp.Parse(tmpl); err != nil {
+		return nil, fmt.Errorf("-o jsonpath: %v", err)
+	}
+	return jp, nil
+}
+
+// Namer is what -o name prints: one kind/name per line, as kubectl does.
+type Namer interface{ Names() []string }
+
+// Named gives a value without names of its own the names -o name prints.
+func Named(v any, names []string) Namer { return named{v, names} }
+
+type named struct {
+	v     any
+	names []string
+}
+
+func (n named) Names() []string { return n.names }
+
+// names returns what -o name prints for v: a Namer's names, or each target
+// of a run result as the object it is.
+func names(v any) ([]string, error) {
+	switch v := v.(type) {
+	case Namer:
+		return v.Names(), nil
+	case runbook.Result:
+		return resultNames(v), nil
+	case *runbook.Result:
+		return resultNames(*v), nil
+	}
+	return nil, fmt.Errorf("-o name: %T has no names", v)
+}
+
+func resultNames(r runbook.Result) []string {
+	out := make([]string, 0, len(r.Targets))
+	for _, t := range r.Targets {
+		out = append(out, ObjectName(t.Ref.Kind, t.Ref.Name, t.Target))
+	}
+	return out
+}
+
+// ObjectName is kubectl's -o name form, "node/tt-node-1"; fallback when the
+// kind or the name is unknown.
+func ObjectName(kind, name, fallback string) string {
+	if kind == "" || name == "" {
+		return fallback
+	}
+	return strings.ToLower(kind) + "/" + name
 }
 
 // APIVersion stamps every -o json|yaml document, so scripts can tell its
@@ -32,10 +109,34 @@ const APIVersion = "rollbook.dev/v1alpha1"
 
 // PrintObject writes v as a JSON or YAML document carrying apiVersion and
 // kind (v's type name; a slice becomes a <Type>List with items).
+// -o name prints v's names (see Namer), -o jsonpath=… the template applied
+// to that document.
 func PrintObject(w io.Writer, format string, v any) error {
+	if format == "name" {
+		ns, err := names(v)
+		if err != nil {
+			return err
+		}
+		for _, n := range ns {
+			if _, err := fmt.Fprintln(w, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if n, ok := v.(named); ok {
+		v = n.v
+	}
 	doc, err := document(v)
 	if err != nil {
 		return err
+	}
+	if strings.HasPrefix(format, jsonpathPrefix) {
+		jp, err := parseJSONPath(format)
+		if err != nil {
+			return err
+		}
+		return jp.Execute(w, doc)
 	}
 	return printRaw(w, format, doc)
 }

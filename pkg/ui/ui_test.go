@@ -133,3 +133,46 @@ func TestTableAligns(t *testing.T) {
 		t.Fatalf("table:\n%s", b.String())
 	}
 }
+
+// -o name prints kind/name per target; -o jsonpath applies the template to
+// the same document -o json prints; a bad template is refused up front.
+func TestPrintNameAndJSONPath(t *testing.T) {
+	r := runbook.Result{Runbook: "tt-kmd", Outcome: runbook.OutcomeDone, Targets: []runbook.TargetResult{
+		{Target: "node/a", Ref: corev1.ObjectReference{Kind: "Node", Name: "a"}, State: "done"},
+		{Target: "fleet", State: "cordon"},
+	}}
+	var b bytes.Buffer
+	if err := PrintObject(&b, "name", r); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.String(); got != "node/a\nfleet\n" {
+		t.Errorf("-o name = %q", got)
+	}
+	b.Reset()
+	if err := ValidateOutput("jsonpath={.targets[*].state}", "json", "jsonpath"); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrintObject(&b, "jsonpath={.kind} {.targets[*].state}", r); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.String(); got != "RunResult done cordon" {
+		t.Errorf("-o jsonpath = %q", got)
+	}
+	b.Reset()
+	if err := PrintObject(&b, "name", Named(map[string]any{"x": 1}, []string{"node/n1"})); err != nil || b.String() != "node/n1\n" {
+		t.Errorf("-o name of Named = %q, %v", b.String(), err)
+	}
+	b.Reset()
+	if err := PrintObject(&b, "jsonpath='{.x}'", Named(map[string]any{"x": 1}, nil)); err != nil || b.String() != "1" {
+		t.Errorf("-o jsonpath of Named = %q, %v", b.String(), err)
+	}
+	if err := ValidateOutput("jsonpath={.targets[", "json", "jsonpath"); err == nil {
+		t.Error("a broken template was accepted")
+	}
+	if err := ValidateOutput("jsonpath={.x}", "json", "yaml"); err == nil {
+		t.Error("jsonpath accepted where it is not offered")
+	}
+	if err := ValidateOutput("table", "json", "jsonpath"); err == nil || !strings.Contains(err.Error(), "json|jsonpath=TEMPLATE") {
+		t.Errorf("error does not list the formats: %v", err)
+	}
+}

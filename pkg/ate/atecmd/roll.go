@@ -48,6 +48,9 @@ func (o *cloneOptions) Validate() error {
 }
 
 func (o *cloneOptions) Run(ctx context.Context, g *cli.Globals) error {
+	if err := requireSubstrate(ctx, g, o.run); err != nil {
+		return err
+	}
 	s, ctx, err := cli.StartSession(ctx, g, o.run, "ate", ate.LockName)
 	if err != nil {
 		return err
@@ -143,6 +146,9 @@ func (n *nodeOptions) Validate() error {
 
 // Run moves nodes in one session; again is the command that resumes.
 func (n *nodeOptions) Run(ctx context.Context, g *cli.Globals, again string) error {
+	if err := requireSubstrate(ctx, g, n.run); err != nil {
+		return err
+	}
 	if err := requireNode(ctx, g, n.move.Node); err != nil {
 		return err
 	}

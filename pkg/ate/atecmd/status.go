@@ -42,7 +42,7 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 		},
 	}
 	o.api.add(cmd.Flags())
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json|yaml")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json|yaml|name|jsonpath=TEMPLATE (name: the nodes in progress)")
 	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "redraw every 2 seconds")
 	cmd.Flags().BoolVar(&o.noAPI, "no-api", false, "do not contact the control API (Kubernetes facts only)")
 	return cmd
@@ -50,7 +50,7 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 
 // Validate rejects bad flags before any API call.
 func (o *statusOptions) Validate() error {
-	if err := ui.ValidateOutput(o.output, "json", "yaml"); err != nil {
+	if err := ui.ValidateOutput(o.output, "json", "yaml", "name", "jsonpath"); err != nil {
 		return cli.UsageErrorf("%v", err)
 	}
 	return nil
@@ -75,7 +75,11 @@ func (o *statusOptions) Run(ctx context.Context) error {
 			fmt.Fprint(out, "\033[H\033[2J")
 		}
 		if o.output != "" {
-			if err := ui.PrintObject(out, o.output, s); err != nil {
+			names := make([]string, len(s.Nodes))
+			for i, n := range s.Nodes {
+				names[i] = "node/" + n.Node
+			}
+			if err := ui.PrintObject(out, o.output, ui.Named(s, names)); err != nil {
 				return err
 			}
 		} else {

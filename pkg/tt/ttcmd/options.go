@@ -61,7 +61,7 @@ func defaultHelperImage() string {
 }
 
 func (h *helperFlags) add(fs *pflag.FlagSet, defaultTimeout time.Duration) {
-	fs.StringVar(&h.image, "helper-image", defaultHelperImage(), "image of the helper pods (it runs `kubectl-tt node-agent`); "+
+	fs.StringVar(&h.image, "helper-image", defaultHelperImage(), "image of the helper pods (it runs kubectl-tt node-agent); "+
 		"default: this release's node-agent image, or $"+HelperImageEnv)
 	fs.StringVar(&h.namespace, "helper-namespace", deploy.HelperNamespace,
 		"namespace of the helper pods (create it with deploy/"+deploy.NamespaceFile+")")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -48,7 +49,7 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 		},
 	}
 	o.sel.add(cmd, g)
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide|json|yaml")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide|json|yaml|name|jsonpath=TEMPLATE")
 	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "keep watching and redraw when nodes change")
 	cmd.Flags().BoolVar(&o.probe, "probe", false, "measure the nodes first (a probe helper pod each; nothing changes on them)")
 	o.helper.add(cmd.Flags(), 5*time.Minute)
@@ -60,7 +61,7 @@ func (o *statusOptions) Complete(args []string) { o.selection = o.sel.selection(
 
 // Validate rejects bad input before any API call.
 func (o *statusOptions) Validate() error {
-	if err := ui.ValidateOutput(o.output, "json", "yaml", "wide"); err != nil {
+	if err := ui.ValidateOutput(o.output, "json", "yaml", "wide", "name", "jsonpath"); err != nil {
 		return cli.UsageErrorf("%v", err)
 	}
 	if err := o.selection.Validate(); err != nil {
@@ -108,7 +109,7 @@ func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 		if err != nil {
 			return err
 		}
-		if o.watch && o.output != "json" && o.output != "yaml" && ui.IsTerminal(o.g.IOStreams.Out) {
+		if o.watch && !ui.Machine(o.output) && ui.IsTerminal(o.g.IOStreams.Out) {
 			fmt.Fprint(o.g.IOStreams.Out, "\033[H\033[2J")
 		}
 		if err := o.table(o.g.IOStreams.Out, rows); err != nil {
@@ -178,8 +179,16 @@ func waitForChange(ctx context.Context, w watch.Interface) {
 }
 
 func (o *statusOptions) table(out io.Writer, rows []tt.NodeStatus) error {
-	if o.output == "json" || o.output == "yaml" {
-		return ui.PrintObject(out, o.output, map[string]any{"nodes": rows})
+	if ui.Machine(o.output) {
+		names := make([]string, len(rows))
+		for i, r := range rows {
+			names[i] = "node/" + r.Node
+		}
+		return ui.PrintObject(out, o.output, ui.Named(map[string]any{"nodes": rows}, names))
+	}
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(out, noNodes(o.selection))
+		return err
 	}
 	// One write per 64 KiB, not per cell: 5,000 rows are otherwise
 	// tens of thousands of write calls.
@@ -199,4 +208,23 @@ func (o *statusOptions) table(out io.Writer, rows []tt.NodeStatus) error {
 		fmt.Fprintln(tw, line)
 	}
 	return tw.Flush()
+}
+
+// noNodes is what status says instead of an empty table: what it looked for.
+func noNodes(sel tt.Selection) string {
+	var want []string
+	if !sel.AnyNode {
+		want = append(want, "the NFD label "+tt.LabelPCIPresent+"=true (Node Feature Discovery's Tenstorrent PCI label)")
+	}
+	if sel.Selector != "" {
+		want = append(want, "the selector "+sel.Selector)
+	}
+	if len(want) == 0 {
+		return "No nodes in the cluster."
+	}
+	s := "No Tenstorrent node: no node has " + strings.Join(want, " and ") + "."
+	if !sel.AnyNode {
+		s += " Without NFD, --any-node (with -l to choose the nodes) selects nodes by your own labels."
+	}
+	return s
 }
