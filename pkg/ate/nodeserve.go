@@ -103,8 +103,8 @@ func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {
 			}},
 			{Name: "no actor lives on the node's workers of the pools it left", Check: func(f nodeFacts) (bool, string) {
 				h := f.fromHosted()
-				return len(h) == 0, fmt.Sprintf("%s on the workers of the %s pools; deleting their pods would crash them. "+
-					"Suspend them and re-run", short(h), f.cfg.From)
+				return len(h) == 0, fmt.Sprintf("%s on the workers of the %s pools; deleting their pods would crash them. %s",
+					short(h), f.cfg.From, resuspendAfterFlip(f))
 			}},
 		},
 		Plan: func(f nodeFacts) []runbook.Change {
@@ -129,8 +129,7 @@ func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {
 			for _, p := range f.podsOf(f.cfg.FromPools) {
 				pods = append(pods, idlePod{ref: kube.PodRef(&p), uid: p.UID})
 			}
-			return b.evacuation(nil).deleteIdle(ctx, cs, deleted, pods,
-				"Suspend those actors (kubectl ate suspend actor NAME -a ATESPACE) and re-run")
+			return b.evacuation(nil).deleteIdle(ctx, cs, deleted, pods, resuspendAfterFlip(f))
 		},
 		Wait: func(ctx context.Context, f nodeFacts) error {
 			// Watched until no pod of the pools left is there (a
@@ -154,6 +153,20 @@ func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {
 			return nil
 		},
 	}
+}
+
+// resuspendAfterFlip is what works for an actor found on a worker of the
+// pools a flipped node left: a suspend checkpoints through the atelet on the
+// worker's own node, and the flip took that version's atelet off the node,
+// so "suspend and re-run" cannot work until the node carries that version
+// again. Labelling it back brings that atelet back; the node is then
+// half-way (its workers are DRAINING) and the same command drains,
+// suspends and flips it again.
+func resuspendAfterFlip(f nodeFacts) string {
+	return fmt.Sprintf("A suspend needs the %s atelet on the worker's node, which the flip removed: put the label back "+
+		"(kubectl label node %s %s=%s --overwrite), wait for the %s atelet there to be Ready, then run the same command "+
+		"again: it suspends them and flips the node again. (kubectl ate revert discards their work instead.)",
+		f.cfg.From, f.node.Name, VersionLabel, f.cfg.From, f.cfg.From)
 }
 
 func (b *nodeBuilder) verify() runbook.Step[nodeFacts] {
