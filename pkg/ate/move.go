@@ -128,7 +128,7 @@ func (mv *Move) pick(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	pods, err := PoolPods(ctx, m.Client, c.Pools)
+	pods, err := PositionPods(ctx, m.Client, c.Pools)
 	if err != nil {
 		return "", err
 	}

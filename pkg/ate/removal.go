@@ -101,7 +101,7 @@ func observeRemoval(ctx context.Context, cs kubernetes.Interface, dyn dynamic.In
 	}
 	// Every pool's pods: the nodes' positions read them (a node half-way
 	// either way must be finished before a version goes).
-	pods, err := PoolPods(ctx, cs, c.Pools)
+	pods, err := PositionPods(ctx, cs, c.Pools)
 	if err != nil {
 		return f, err
 	}

@@ -93,7 +93,7 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *Cluster, inv
 	var pods []corev1.Pod
 	if len(c.Problems) == 0 {
 		var err error
-		if pods, err = PoolPods(ctx, cs, c.Pools); err != nil {
+		if pods, err = PositionPods(ctx, cs, c.Pools); err != nil {
 			return nil, err
 		}
 	}
@@ -202,6 +202,22 @@ func InferStatus(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Status {
 		s.Next = "upgrade the control plane (step 6), let it soak, then: kubectl ate retire (ends the rollback option)"
 	}
 	return s
+}
+
+// PositionPods are the pods a node's position is read from: the pools'
+// pods and the atelet pods (the node runbook's atelet step reads them). The
+// Locator gets the pods the node runbook's own observer sees, so status,
+// the pick and the run agree on the step, not only on the node.
+func PositionPods(ctx context.Context, cs kubernetes.Interface, pools []Pool) ([]corev1.Pod, error) {
+	pods, err := PoolPods(ctx, cs, pools)
+	if err != nil {
+		return nil, err
+	}
+	l, err := cs.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: AppLabel + "=" + AteletApp})
+	if err != nil {
+		return nil, fmt.Errorf("list atelet pods: %w", err)
+	}
+	return append(pods, l.Items...), nil
 }
 
 // PoolPods lists the pods of pools with one label-selected list.
