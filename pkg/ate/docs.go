@@ -5,7 +5,7 @@ import "time"
 // Docs renders the ate runbooks for runbooks/*.md, keyed by file name.
 func Docs() map[string]string {
 	node := &NodeConfig{Sides: Sides{From: "OLD", To: "NEW"}, MaxConcurrentSuspends: 4,
-		SuspendTimeout: 30 * time.Minute, AteletTimeout: 6 * time.Minute, VerifyTimeout: 5 * time.Minute}
+		SuspendTimeout: 30 * time.Minute, AteletTimeout: 6 * time.Minute, DeleteTimeout: 10 * time.Minute, VerifyTimeout: 5 * time.Minute}
 	return map[string]string{
 		"ate-clone-pools.md": CloneRunbook(nil, nil, nil, Images{}).Markdown(),
 		"ate-node.md":        NodeRunbook(nil, nil, nil, node).Markdown(),

@@ -37,7 +37,10 @@ type NodeConfig struct {
 	RevertCrashed         bool
 	SuspendTimeout        time.Duration
 	AteletTimeout         time.Duration
-	VerifyTimeout         time.Duration
+	// DeleteTimeout bounds the wait for the old-pool pods to go after the
+	// flip (a finalizer may hold one), kept across re-runs.
+	DeleteTimeout time.Duration
+	VerifyTimeout time.Duration
 	// RegisterTimeout bounds the wait for a worker pod on the node to
 	// register as a worker before the flip; then the run stops blocked.
 	RegisterTimeout time.Duration

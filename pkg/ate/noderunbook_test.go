@@ -106,7 +106,11 @@ func TestNodeStepsFromFacts(t *testing.T) {
 			want{all[:6], "", 0}},
 		{"flipped, the old pod's worker hosts an actor", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
-			want{all[:6], "no actor lives on the node's workers of the pools it left", 0}},
+			// A suspend goes through the atelet of the worker's own node, which the flip removed: the advice
+			// is to put that version back, not "suspend and re-run".
+			want{all[:6], "no actor lives on the node's workers of the pools it left: worker u1 (pod small-u1), actor a/x on the workers of the v1 pools; " +
+				"deleting their pods would crash them. A suspend needs the v1 atelet on the worker's node, which the flip " +
+				"removed: put the label back (kubectl label node n1 " + VersionLabel + "=v1 --overwrite)", 0}},
 		{"old pods gone, no new-pool pod placed yet, and no new-pool worker serves anywhere", unverified("v2"),
 			[]corev1.Pod{atelet}, nil, nil, false,
 			want{all[:7], "", -1}},

@@ -91,10 +91,17 @@ func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {
 		ID: "ate.node.delete-old-pods", Title: "Delete the node's worker pods of the version it left",
 		Doc: "Delete the node's pods of the pools pinned to the version the node left. They are empty (every actor was " +
 			"suspended) but still hold capacity; their Deployment cannot put them back on this node any more. Never before the " +
-			"flip: the old pool would reschedule them next to the new atelet.",
+			"flip: the old pool would reschedule them next to the new atelet. The wait for them to go has a budget, and stops " +
+			"within seconds when the node goes NotReady (only its kubelet finishes a deletion); it names each pod still " +
+			"there and what holds it (finalizers, the node down).",
+		Timeout: b.cfg.DeleteTimeout,
 		Done: func(f nodeFacts) (bool, string) {
 			left := f.podsOf(f.cfg.FromPools)
-			return f.flipped() && len(left) == 0, fmt.Sprintf("%d pod(s) of the %s pools on the node", len(left), f.cfg.From)
+			why := fmt.Sprintf("%d pod(s) of the %s pools on the node", len(left), f.cfg.From)
+			if len(left) > 0 {
+				why += ": " + podWaits(left, f.node)
+			}
+			return f.flipped() && len(left) == 0, why
 		},
 		Guards: []runbook.Guard[nodeFacts]{
 			{Name: "the node's version label is already the target version", Check: func(f nodeFacts) (bool, string) {
@@ -103,8 +110,8 @@ func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {
 			}},
 			{Name: "no actor lives on the node's workers of the pools it left", Check: func(f nodeFacts) (bool, string) {
 				h := f.fromHosted()
-				return len(h) == 0, fmt.Sprintf("%s on the workers of the %s pools; deleting their pods would crash them. "+
-					"Suspend them and re-run", short(h), f.cfg.From)
+				return len(h) == 0, fmt.Sprintf("%s on the workers of the %s pools; deleting their pods would crash them. %s",
+					short(h), f.cfg.From, resuspendAfterFlip(f))
 			}},
 		},
 		Plan: func(f nodeFacts) []runbook.Change {
@@ -129,22 +136,37 @@ func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {
 			for _, p := range f.podsOf(f.cfg.FromPools) {
 				pods = append(pods, idlePod{ref: kube.PodRef(&p), uid: p.UID})
 			}
-			return b.evacuation(nil).deleteIdle(ctx, cs, deleted, pods,
-				"Suspend those actors (kubectl ate suspend actor NAME -a ATESPACE) and re-run")
+			return b.evacuation(nil).deleteIdle(ctx, cs, deleted, pods, resuspendAfterFlip(f))
 		},
 		Wait: func(ctx context.Context, f nodeFacts) error {
 			// Watched until no pod of the pools left is there (a
 			// terminating one still counts); the watch's pods, the node as
 			// the step found it (nothing here writes it) and a fresh
 			// inventory are the step's result.
+			// A node whose kubelet is down finishes no deletion: stop within
+			// seconds naming it, as the atelet step does.
+			ctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			go kube.CancelOnNodeDown(ctx, cancel, cs, func(context.Context) string { return f.node.Name })
 			g := f
+			left := f.podsOf(f.cfg.FromPools)
 			var err error
 			g.pods, err = o.pods(ctx, f.node.Name).until(ctx, func(pods []corev1.Pod) bool {
 				h := f
 				h.pods = pods
-				return len(h.podsOf(f.cfg.FromPools)) == 0
+				left = h.podsOf(f.cfg.FromPools)
+				return len(left) == 0
 			})
+			var nd *kube.NodeNotReadyError
+			if errors.As(context.Cause(ctx), &nd) {
+				return runbook.Blocked(fmt.Errorf("%w: only its kubelet finishes the deletion of %s; bring the node back and "+
+					"run the same command again", nd, podWaits(left, nil)))
+			}
 			if err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("the %s worker pods on %s are not gone: %s: %w", f.cfg.From, f.node.Name,
+						podWaits(left, nil), context.Cause(ctx))
+				}
 				return err
 			}
 			if g.inv, err = o.api.Inventory(ctx); err != nil {
@@ -154,6 +176,55 @@ func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {
 			return nil
 		},
 	}
+}
+
+// podWaits names each pod and what keeps it there: a deletion not yet
+// finished (and the finalizers that hold it), the node down (node, when
+// given, is read for that).
+func podWaits(pods []corev1.Pod, node *corev1.Node) string {
+	down := ""
+	if node != nil {
+		if why, ok := kube.NodeNotReadyReason(node); ok {
+			down = "node " + node.Name + " NotReady (" + why + "): only its kubelet finishes a deletion"
+		}
+	}
+	var out []string
+	for _, p := range pods {
+		s := p.Namespace + "/" + p.Name
+		var why []string
+		if p.DeletionTimestamp != nil {
+			why = append(why, "Terminating since "+p.DeletionTimestamp.UTC().Format(time.RFC3339))
+			if len(p.Finalizers) > 0 {
+				why = append(why, "held by finalizer(s) "+strings.Join(p.Finalizers, ", ")+
+					" (whatever owns them must remove them)")
+			}
+		} else {
+			why = append(why, "not deleted yet")
+		}
+		out = append(out, s+" ("+strings.Join(why, "; ")+")")
+	}
+	if len(out) > 6 {
+		out = append(out[:6], fmt.Sprintf("and %d more", len(out)-6))
+	}
+	msg := strings.Join(out, ", ")
+	if down != "" {
+		msg += "; " + down
+	}
+	return msg
+}
+
+// resuspendAfterFlip is what works for an actor found on a worker of the
+// pools a flipped node left: a suspend checkpoints through the atelet on the
+// worker's own node, and the flip took that version's atelet off the node,
+// so "suspend and re-run" cannot work until the node carries that version
+// again. Labelling it back brings that atelet back; the node is then
+// half-way (its workers are DRAINING) and the same command drains,
+// suspends and flips it again.
+func resuspendAfterFlip(f nodeFacts) string {
+	return fmt.Sprintf("A suspend needs the %s atelet on the worker's node, which the flip removed: put the label back "+
+		"(kubectl label node %s %s=%s --overwrite), wait for the %s atelet there to be Ready, then run the same command "+
+		"again: it suspends them and flips the node again. (kubectl ate revert discards their work instead.)",
+		f.cfg.From, f.node.Name, VersionLabel, f.cfg.From, f.cfg.From)
 }
 
 func (b *nodeBuilder) verify() runbook.Step[nodeFacts] {

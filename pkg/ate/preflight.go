@@ -94,18 +94,7 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *a
 			out = append(out, ck)
 		}
 	}
-	// API
-	switch {
-	case apiErr != nil:
-		add("api", "the control API is reachable", false, apiErr.Error(),
-			"check svc/api in "+Namespace+", or pass --ate-endpoint/--ate-ca-file/--ate-token-file")
-	case caps != nil:
-		add("api", "DrainWorker is served and implemented", caps.DrainImplemented,
-			fmt.Sprintf("era %s, methods %s", caps.Era, strings.Join(caps.Methods, ",")),
-			"this install predates versioned builds: it needs a fresh install")
-		add("api", "RevertActor is served (crashed-actor recovery)", caps.Has("RevertActor"), "", "upgrade the API server first, or "+
-			"accept that crashed actors cannot be reverted")
-	}
+	out = append(out, apiChecks(caps, apiErr)...)
 	// GKE
 	nodes, _ := gkeFacts(ctx, cs)
 	gke, spot := nodes.gke, nodes.spot
@@ -168,4 +157,27 @@ func orNone(s string) string {
 		return "<none>"
 	}
 	return s
+}
+
+// apiChecks are preflight's checks of the control API: caps is nil when it
+// could not be reached (apiErr says why).
+func apiChecks(caps *ateapi.Capabilities, apiErr error) []Check {
+	var out []Check
+	add := func(group, name string, ok bool, detail, fix string) {
+		out = append(out, Check{Group: group, Name: name, OK: ok, Detail: detail, Fix: fix})
+	}
+	switch {
+	case apiErr != nil:
+		add("api", "the control API is reachable", false, apiErr.Error(),
+			"check svc/api in "+Namespace+", or pass --ate-endpoint/--ate-ca-file/--ate-token-file")
+	case caps != nil:
+		add("api", "DrainWorker is served and implemented", caps.DrainImplemented,
+			fmt.Sprintf("era %s, methods %s", caps.Era, strings.Join(caps.Methods, ",")),
+			"this install predates versioned builds: it needs a fresh install")
+		add("api", "RevertActor is served (crashed-actor recovery)", caps.Has("RevertActor"), "",
+			"the API server is upgraded last (step 6, after every node), never before the dataplane; until then a CRASHED "+
+				"actor cannot be reverted: keep it (do not delete it) and run kubectl ate revert after step 6. The roll "+
+				"suspends every actor before a pod is deleted, so it crashes none")
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package ate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -52,14 +53,32 @@ type Status struct {
 	Nodes   []NodeProgress `json:"inProgress,omitempty"`
 	// Counts of nodes per version label value ("" = unlabelled).
 	Counts map[string]int `json:"nodesPerVersion"`
-	// API facts; APIError says why they are missing.
+	// API facts; APIError says why they are missing. The two counts are
+	// facts only when ActorsRead (workers and actors were listed); the JSON
+	// shows them as null otherwise.
 	Capabilities       *ateapi.Capabilities `json:"capabilities,omitempty"`
+	ActorsRead         bool                 `json:"actorsRead"`
 	ActorsOnOldPools   int                  `json:"actorsOnOldPoolWorkers"`
 	FreeNewWorkers     int                  `json:"freeNewWorkers"`
 	APIError           string               `json:"apiError,omitempty"`
 	OldPoolPodsRunning int                  `json:"oldPoolPodsRunning"`
 	Unobservable       []string             `json:"unobservable"`
 	Next               string               `json:"next"`
+}
+
+// MarshalJSON writes the actor counts as null when they were not read: a 0
+// there would claim what no one observed.
+func (s Status) MarshalJSON() ([]byte, error) {
+	type plain Status
+	out := struct {
+		plain
+		ActorsOnOldPools *int `json:"actorsOnOldPoolWorkers"`
+		FreeNewWorkers   *int `json:"freeNewWorkers"`
+	}{plain: plain(s)}
+	if s.ActorsRead {
+		out.ActorsOnOldPools, out.FreeNewWorkers = &s.ActorsOnOldPools, &s.FreeNewWorkers
+	}
+	return json.Marshal(out)
 }
 
 // Unobservable are the runbook steps no probe can see.
@@ -135,6 +154,7 @@ func InferStatus(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Status {
 		}
 	}
 	if inv != nil {
+		s.ActorsRead = true
 		s.ActorsOnOldPools = len(actorsBoundTo(inv, c.OldPools()))
 		s.FreeNewWorkers = FreeWorkers(inv, c.PoolsPinnedTo(c.New), setOf(c.NodesAt(c.New)))
 	}
@@ -216,6 +236,7 @@ func InferStatus(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Status {
 	}
 	return s
 }
+
 
 // PoolPods lists the pods of pools with one label-selected list.
 func PoolPods(ctx context.Context, cs kubernetes.Interface, pools []Pool) ([]corev1.Pod, error) {

@@ -1,6 +1,8 @@
 package ate
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,4 +62,33 @@ func marked(c *Cluster, to string) *Cluster {
 		}
 	}
 	return c
+}
+
+// Nothing claims what it did not observe: without the control API (--no-api,
+// or unreachable) the status has no count of actors on old-pool workers or of
+// free new-pool workers, in its text or its JSON.
+func TestStatusWithoutTheAPIClaimsNoActorCounts(t *testing.T) {
+	old := wp("small", "v1", nil, nil)
+	clone := wp("small-v2", "v2", nil, nil)
+	clone.ClonedFrom = "ns/small"
+	c := cluster(twoDS, map[string]string{"n0": "v2", "n1": "v2"}, old, clone)
+	for _, tc := range []struct {
+		inv  *ateapi.Inventory
+		want string
+	}{
+		{nil, `"actorsOnOldPoolWorkers":null,"freeNewWorkers":null`},
+		{&ateapi.Inventory{}, `"actorsOnOldPoolWorkers":0,"freeNewWorkers":0`},
+	} {
+		s := InferStatus(c, nil, tc.inv)
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), tc.want) || s.ActorsRead != (tc.inv != nil) {
+			t.Errorf("inventory read %v: actorsRead %v, JSON %s; want %s", tc.inv != nil, s.ActorsRead, b, tc.want)
+		}
+		if tc.inv == nil && (s.Phase == PhaseRetireable || strings.Contains(s.Summary, "no actor on an old-pool worker")) {
+			t.Errorf("without the API: %s (%s)", s.Phase, s.Summary)
+		}
+	}
 }

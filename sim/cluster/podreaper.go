@@ -3,10 +3,12 @@ package cluster
 import (
 	"context"
 	"log"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -20,6 +22,10 @@ import (
 // alone, so a late delete of a gone pod could remove a new pod created under
 // the same name (a replaced helper, a StatefulSet pod): no kubelet does that.
 func reapDeletedPods(ctx context.Context, cs kubernetes.Interface) error {
+	nf := informers.NewSharedInformerFactory(cs, 0)
+	nodes := nf.Core().V1().Nodes().Lister()
+	nf.Start(ctx.Done())
+	nf.WaitForCacheSync(ctx.Done())
 	c := &podloop.Controller{
 		Name: "sim-pod-reaper", Client: cs, Logf: log.Printf,
 		Tweak: func(o *metav1.ListOptions) {
@@ -33,6 +39,12 @@ func reapDeletedPods(ctx context.Context, cs kubernetes.Interface) error {
 			p, err := pods.Pods(ns).Get(name)
 			if err != nil || p.DeletionTimestamp == nil {
 				return nil // gone, or not being deleted
+			}
+			// Only the node's kubelet finishes a deletion: on a node whose
+			// kubelet is down the pod stays Terminating until it is back.
+			// (Finalizers keep it too: a grace-0 delete does not remove them.)
+			if n, err := nodes.Get(p.Spec.NodeName); err == nil && n.Labels[NotReadyLabel] == "true" {
+				return podloop.RetryAfter{D: time.Second, Why: "node " + n.Name + " is down"}
 			}
 			err = cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
 				GracePeriodSeconds: new(int64),

@@ -111,6 +111,8 @@ func (n *nodeOptions) add(cmd *cobra.Command) {
 	fs.DurationVar(&c.SuspendTimeout, "suspend-timeout", 30*time.Minute, "how long emptying one node may take, kept across re-runs")
 	fs.DurationVar(&c.AteletTimeout, "atelet-timeout", 6*time.Minute,
 		"how long the new atelet may take to be Ready (the old one may hold host ports ~5 min)")
+	fs.DurationVar(&c.DeleteTimeout, "delete-timeout", 10*time.Minute,
+		"how long the node's old-pool pods may take to go after the flip (a finalizer may hold one), kept across re-runs")
 	fs.DurationVar(&c.VerifyTimeout, "verify-timeout", 5*time.Minute, "how long new workers may take to register")
 	fs.DurationVar(&c.RegisterTimeout, "register-timeout", 2*time.Minute,
 		"how long a worker pod on the node may take to register before the flip; then the run stops blocked")

@@ -100,6 +100,10 @@ func (o *statusOptions) Run(ctx context.Context) error {
 	}
 }
 
+// actorsUnknown is what status cannot say without the control API.
+const actorsUnknown = "actors on old-pool workers and free workers are unknown, and a node drained before its move was " +
+	"recorded on it is not seen"
+
 func printStatus(w io.Writer, s *ate.Status) {
 	st := ui.NewStyle(w)
 	c := s.Cluster
@@ -138,9 +142,12 @@ func printStatus(w io.Writer, s *ate.Status) {
 			fmt.Fprintf(w, "  %s (at %s, %s): %s\n    to finish it: %s\n", n.Node, n.Version, n.Direction, n.Step, n.Next)
 		}
 	}
-	if s.APIError != "" {
-		fmt.Fprintf(w, "\n%s control API not consulted: %s\n", st.Warn("!"), s.APIError)
-	} else if s.Capabilities != nil {
+	switch {
+	case s.APIError != "":
+		fmt.Fprintf(w, "\n%s control API not consulted: %s; %s\n", st.Warn("!"), s.APIError, actorsUnknown)
+	case !s.ActorsRead:
+		fmt.Fprintf(w, "\n%s control API not consulted (--no-api); %s\n", st.Warn("!"), actorsUnknown)
+	case s.Capabilities != nil:
 		fmt.Fprintf(w, "\nControl API: era %s, DrainWorker %v; %d actor(s) on old-pool workers, %d free new-pool worker(s)\n",
 			s.Capabilities.Era, s.Capabilities.DrainImplemented, s.ActorsOnOldPools, s.FreeNewWorkers)
 	}
