@@ -237,7 +237,6 @@ func InferStatus(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Status {
 	return s
 }
 
-
 // PoolPods lists the pods of pools with one label-selected list.
 func PoolPods(ctx context.Context, cs kubernetes.Interface, pools []Pool) ([]corev1.Pod, error) {
 	if len(pools) == 0 {
