@@ -223,7 +223,9 @@ func TestRollbackInterruptedThenResumed(t *testing.T) {
 func TestRetireAfterRollingForwardAgain(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
-	ctx := simtest.Context(t, 4*time.Minute)
+	// A whole roll of three nodes, with --wait for free workers as traffic
+	// wakes actors: minutes on a loaded machine.
+	ctx := simtest.Context(t, 10*time.Minute)
 	if s := statusOf(t, ctx); s.Counts[oldV] != 3 || s.Cluster.New != "" || s.Phase != ate.PhaseNotStarted {
 		t.Fatalf("needs every node at %s and no roll under way: phase %s counts %v", oldV, s.Phase, s.Counts)
 	}
