@@ -151,11 +151,22 @@ func (b *builder) evictDevicePods(id string, enabled, force bool, timeout time.D
 			return blockedIfDrain(err)
 		},
 		Wait: func(ctx context.Context, f Facts) error {
+			// Only a node's kubelet finishes a pod's deletion: on a node that
+			// went NotReady the holders never leave. Stop within seconds,
+			// naming the node, rather than wait out the budget. (Checked
+			// each second after the first: a quick drain costs no read.)
+			ctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			go kube.CancelOnNodeDown(ctx, cancel, b.cs, func(context.Context) string { return f.Node.Name })
 			measured := f.measuredHolders()
 			err := kube.WaitForNoPods(ctx, b.cs, f.Node.Name, func(p *corev1.Pod) bool {
 				return !isHelper(p) && holdReason(p,
 					measured) != ""
 			})
+			if nd, down := asNodeDown(ctx); down && err != nil {
+				return runbook.Blocked(fmt.Errorf("%w: the pods holding /dev/tenstorrent cannot leave it (%s); bring the node back, "+
+					"then re-run the same command", nd, b.remainingHolders(f)))
+			}
 			if err != nil && ctx.Err() != nil {
 				return runbook.Blocked(fmt.Errorf("pods still hold /dev/tenstorrent on %s: %s: %w", f.Node.Name, b.remainingHolders(f),
 					err))
