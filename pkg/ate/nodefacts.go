@@ -256,6 +256,9 @@ func (f nodeFacts) ateletReady() (bool, string) {
 // toPodsReady counts the target pools' pods on the node and the Ready ones.
 func (f nodeFacts) toPodsReady() (ready, total int) {
 	for _, p := range f.podsOf(f.cfg.ToPools) {
+		if p.DeletionTimestamp != nil {
+			continue // being deleted: not a worker the node will serve with (its Deployment replaces it)
+		}
 		total++
 		if kube.PodReady(&p) {
 			ready++
