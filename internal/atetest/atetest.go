@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/rollbook/rollbook/internal/simtest"
@@ -153,4 +155,38 @@ func NoActorLost(t *testing.T, ctx context.Context) {
 			t.Errorf("actor %s/%s CRASHED: %s", a.Atespace, a.Name, a.CrashMessage)
 		}
 	}
+}
+
+// RollUntilFlipped runs `roll next-node` and interrupts it once a node's
+// label flips; it returns that node.
+func RollUntilFlipped(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	c := simtest.Get(t)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := c.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flipped string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer w.Stop()
+		for e := range w.ResultChan() {
+			if n, ok := e.Object.(*corev1.Node); ok && e.Type == watch.Modified && n.Labels[ate.VersionLabel] == NewV &&
+				n.Annotations[ate.AnnVerifyPending] != "" {
+				flipped = n.Name
+				cancel()
+				return
+			}
+		}
+	}()
+	Run(t, runCtx, "roll", "next-node", "--wait")
+	cancel()
+	<-done
+	if flipped == "" {
+		t.Fatal("no node flipped")
+	}
+	return flipped
 }

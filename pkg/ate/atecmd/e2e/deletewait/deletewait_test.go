@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
@@ -31,40 +30,6 @@ const (
 	// notReady is the sim's "kubelet down" mark (sim/cluster/stages/node-not-ready.yaml).
 	notReady = "sim.rollbook.dev/not-ready"
 )
-
-// rollUntilFlipped runs `roll next-node` and interrupts it once a node's
-// label flips; it returns that node.
-func rollUntilFlipped(t *testing.T, ctx context.Context) string {
-	t.Helper()
-	c := simtest.Get(t)
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := c.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var flipped string
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer w.Stop()
-		for e := range w.ResultChan() {
-			if n, ok := e.Object.(*corev1.Node); ok && e.Type == watch.Modified && n.Labels[ate.VersionLabel] == atetest.NewV &&
-				n.Annotations[ate.AnnVerifyPending] != "" {
-				flipped = n.Name
-				cancel()
-				return
-			}
-		}
-	}()
-	atetest.Run(t, runCtx, "roll", "next-node", "--wait")
-	cancel()
-	<-done
-	if flipped == "" {
-		t.Fatal("no node flipped")
-	}
-	return flipped
-}
 
 // oldPoolPod is one pod of an OldV pool on node, not being deleted.
 func oldPoolPod(t *testing.T, ctx context.Context, node string) corev1.Pod {
@@ -130,7 +95,7 @@ func TestDeleteStepHasABudgetAndANodeDownCheck(t *testing.T) {
 
 	// 1. A finalizer holds one of the flipped node's old-pool pods: the
 	// step stops at its budget, naming the pod and the finalizer.
-	node := rollUntilFlipped(t, ctx)
+	node := atetest.RollUntilFlipped(t, ctx)
 	held := oldPoolPod(t, ctx, node)
 	patchPod(t, ctx, held, map[string]any{"metadata": map[string]any{"finalizers": []string{finalizer}}})
 	runCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
@@ -52,30 +51,7 @@ func TestEvictedOldPoolPodOnAFlippedNode(t *testing.T) {
 
 	// A roll of the first node, interrupted as soon as its label flips:
 	// its old-pool pods are still there, empty.
-	runCtx, cancel := context.WithCancel(ctx)
-	w, err := c.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var flipped string
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer w.Stop()
-		for e := range w.ResultChan() {
-			if n, ok := e.Object.(*corev1.Node); ok && e.Type == watch.Modified && n.Labels[ate.VersionLabel] == atetest.NewV {
-				flipped = n.Name
-				cancel()
-				return
-			}
-		}
-	}()
-	atetest.Run(t, runCtx, "roll", "next-node", "--wait")
-	cancel()
-	<-done
-	if flipped == "" {
-		t.Fatal("no node flipped")
-	}
+	flipped := atetest.RollUntilFlipped(t, ctx)
 	pods := oldPoolPods(t, ctx, flipped)
 	if len(pods) == 0 {
 		t.Fatalf("the interrupted roll left no old-pool pod on %s to evict", flipped)
