@@ -64,7 +64,7 @@ func ValidateSourceURL(raw string) error {
 		return fmt.Errorf("URL %q carries credentials: serve the bundle from a mirror the nodes reach without them "+
 			"(or a file:// path)", u.Redacted())
 	}
-	raw = u.Redacted()
+	raw = RedactURL(raw) // a presigned URL's query is a credential too
 	switch u.Scheme {
 	case "https":
 		if u.Host == "" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -77,14 +78,6 @@ func (c *FirmwareConfig) Validate() error {
 	if err := nodeagent.ValidateSourceURL(c.BundleURL); err != nil {
 		return fmt.Errorf("--bundle-url: %v", err)
 	}
-	if strings.Contains(c.BundleURL, "?") {
-		// A query string is where presigned URLs keep their signature, and
-		// the URL goes into the helper pod's command, which anyone who can
-		// read pods sees. Refused rather than half-hidden.
-		return fmt.Errorf("--bundle-url %s has a query string (a presigned URL?): it would be readable in the helper pod's spec; "+
-			"serve the bundle from a mirror the nodes reach without a credential, or a file:// path, and pin it with --bundle-sha256",
-			nodeagent.RedactURL(c.BundleURL))
-	}
 	if err := nodeagent.ValidateSHA256(c.BundleSHA256); err != nil {
 		return fmt.Errorf("--bundle-sha256: %v", err)
 	}
@@ -98,6 +91,52 @@ func (c *FirmwareConfig) Validate() error {
 		}
 	}
 	return c.Helper.validate()
+}
+
+// The Secret a presigned --bundle-url travels in. A query string is where
+// presigned URLs keep their signature; the helper's command, Events, the
+// journal and the Lease are readable by more people than the Secret, so
+// such a URL reaches the helper only as an env var from this Secret
+// (secretKeyRef; the admission policy admits exactly this reference).
+const (
+	BundleSecretName = "rollbook-tt-bundle-url"
+	BundleSecretKey  = "url"
+	// EnvBundleURL is the helper's env var holding the URL.
+	EnvBundleURL = "ROLLBOOK_BUNDLE_URL"
+	// SecretPurposeBundleURL labels the Secret (kube.LabelSecret).
+	SecretPurposeBundleURL = "bundle-url"
+)
+
+// Presigned says the bundle URL carries a query string (a presigned URL's
+// signature): it goes through BundleSecretName, never a pod's argv.
+func (c *FirmwareConfig) Presigned() bool {
+	u, err := url.Parse(c.BundleURL)
+	return err == nil && (u.RawQuery != "" || u.ForceQuery)
+}
+
+// bundleEnv is the helper's env var for a presigned URL, or none.
+func (c *FirmwareConfig) bundleEnv() []corev1.EnvVar {
+	if !c.Presigned() {
+		return nil
+	}
+	return []corev1.EnvVar{{Name: EnvBundleURL, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: BundleSecretName}, Key: BundleSecretKey}}}}
+}
+
+// StoreBundleSecret puts a presigned URL into BundleSecretName in the
+// helper namespace before any helper needs it; it returns the function
+// that deletes it when the run ends (the helpers read it at their start).
+// Without a query string it does nothing.
+func (c *FirmwareConfig) StoreBundleSecret(ctx context.Context, cs kubernetes.Interface) (remove func(context.Context) error, err error) {
+	if !c.Presigned() {
+		return func(context.Context) error { return nil }, nil
+	}
+	ns := c.Helper.Namespace
+	if err := kube.PutSecret(ctx, cs, ns, BundleSecretName, SecretPurposeBundleURL,
+		map[string][]byte{BundleSecretKey: []byte(c.BundleURL)}); err != nil {
+		return nil, fmt.Errorf("the presigned --bundle-url goes to the helpers through a Secret: %w", err)
+	}
+	return func(ctx context.Context) error { return kube.DeleteSecret(ctx, cs, ns, BundleSecretName) }, nil
 }
 
 // helperKey distinguishes a forced campaign's flash from earlier ones, so
@@ -215,7 +254,7 @@ happens to exist. The flash never runs while a process holds the device (unless
 			b.closeGates("tt.fw.close-gates", cfg.DeployGates),
 			b.evictDevicePods("tt.fw.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "firmware "+cfg.Version+" flash"),
 			b.helperTask(task{
-				id: "tt.fw.flash", title: "Flash the firmware", name: "flash", key: cfg.helperKey(), command: flashCommand(cfg),
+				id: "tt.fw.flash", title: "Flash the firmware", name: "flash", key: cfg.helperKey(), command: flashCommand(cfg), env: cfg.bundleEnv(),
 				doc: "Run the flash helper pod: refuse while any process holds the device (unless --force-unload), read every " +
 					"device's version (tt-smi -s, sysfs fallback, one reset-and-retry heal), skip when all already report the " +
 					"readback version unless --force-write, pass --force when chips disagree, run tt-flash, treat \"Config space " +
@@ -263,9 +302,13 @@ happens to exist. The flash never runs while a process holds the device (unless
 }
 
 func flashCommand(cfg *FirmwareConfig) []string {
-	cmd := []string{"kubectl-tt", "node-agent", "flash", "--version", cfg.Version,
-		"--readback-version", cfg.Readback, "--bundle-url", cfg.BundleURL,
-		"--timeout", (cfg.FlashTimeout - 30*time.Second).String()}
+	src := []string{"--bundle-url", cfg.BundleURL}
+	if cfg.Presigned() {
+		src = []string{"--bundle-url-env", EnvBundleURL}
+	}
+	cmd := append([]string{"kubectl-tt", "node-agent", "flash", "--version", cfg.Version,
+		"--readback-version", cfg.Readback}, src...)
+	cmd = append(cmd, "--timeout", (cfg.FlashTimeout - 30*time.Second).String())
 	if cfg.BundleSHA256 != "" {
 		cmd = append(cmd, "--bundle-sha256", strings.ToLower(cfg.BundleSHA256))
 	}

@@ -274,6 +274,7 @@ type task struct {
 	name           string // helper task label, e.g. "kmd"
 	key            string // what distinguishes runs (version, forced campaign)
 	command        []string
+	env            []corev1.EnvVar // added to the helper's env (a Secret's key)
 	hostPID        bool
 	timeout        time.Duration
 	guards         []runbook.Guard[Facts]
@@ -294,7 +295,9 @@ type task struct {
 func (b *builder) helperTask(t task) runbook.Step[Facts] {
 	name := func(node string) string { return kube.HelperName(t.name, node, t.key) }
 	spec := func(node string) kube.HelperSpec {
-		return helperSpec(b.helper, t.name, node, t.key, t.command, t.hostPID, b.run)
+		s := helperSpec(b.helper, t.name, node, t.key, t.command, t.hostPID, b.run)
+		s.Env = append(s.Env, t.env...)
+		return s
 	}
 	return runbook.Step[Facts]{
 		ID: t.id, Title: t.title, Doc: t.doc, Timeout: t.timeout, Guards: t.guards,

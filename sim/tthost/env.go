@@ -1,7 +1,12 @@
 package tthost
 
 import (
+	"context"
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Environment variables the node agent reads (pkg/nodeagent/agentcmd) and
@@ -19,10 +24,10 @@ const (
 // runner's, which win, so a pod can never point the fake tools or the
 // agent outside the node's host root. Nothing of the sim's own
 // environment leaks in.
-func helperEnv(pod *corev1.Pod, c corev1.Container, h *Hosts, root, termLog, workDir string) []string {
+func helperEnv(pod *corev1.Pod, c corev1.Container, h *Hosts, root, termLog, workDir string, secrets map[string]string) []string {
 	var env []string
 	for _, e := range c.Env {
-		if v, ok := envValue(pod, e); ok {
+		if v, ok := envValue(pod, e, secrets); ok {
 			env = append(env, e.Name+"="+v)
 		}
 	}
@@ -38,9 +43,13 @@ func helperEnv(pod *corev1.Pod, c corev1.Container, h *Hosts, root, termLog, wor
 	)
 }
 
-func envValue(pod *corev1.Pod, e corev1.EnvVar) (string, bool) {
+func envValue(pod *corev1.Pod, e corev1.EnvVar, secrets map[string]string) (string, bool) {
 	if e.ValueFrom == nil {
 		return e.Value, true
+	}
+	if r := e.ValueFrom.SecretKeyRef; r != nil {
+		v, ok := secrets[r.Name+"/"+r.Key]
+		return v, ok
 	}
 	if f := e.ValueFrom.FieldRef; f != nil {
 		switch f.FieldPath {
@@ -57,4 +66,36 @@ func envValue(pod *corev1.Pod, e corev1.EnvVar) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// secretEnv reads the Secret keys the pod's env refers to (secretKeyRef),
+// as the kubelet does before it starts a container: "name/key" → value.
+// A missing Secret or key that is not optional keeps the pod Pending
+// (why says which, as a kubelet's CreateContainerConfigError does).
+func secretEnv(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (vals map[string]string, why string) {
+	vals = map[string]string{}
+	for _, c := range pod.Spec.Containers {
+		for _, e := range c.Env {
+			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+				continue
+			}
+			r := e.ValueFrom.SecretKeyRef
+			s, err := cs.CoreV1().Secrets(pod.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+			if err != nil {
+				if r.Optional != nil && *r.Optional {
+					continue
+				}
+				return nil, fmt.Sprintf("CreateContainerConfigError: secret %q: %v", r.Name, err)
+			}
+			v, ok := s.Data[r.Key]
+			if !ok {
+				if r.Optional != nil && *r.Optional {
+					continue
+				}
+				return nil, fmt.Sprintf("CreateContainerConfigError: couldn't find key %s in Secret %s/%s", r.Key, pod.Namespace, r.Name)
+			}
+			vals[r.Name+"/"+r.Key] = string(v)
+		}
+	}
+	return vals, ""
 }

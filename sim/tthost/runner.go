@@ -169,6 +169,10 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 	if why != "" {
 		return r.refuse(ctx, pod, "", why)
 	}
+	secrets, why := secretEnv(ctx, r.Client, pod)
+	if why != "" {
+		return podloop.RetryAfter{D: notReadyRecheck, Why: why}
+	}
 	dir := filepath.Join(r.Hosts.Dir, ".runs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -186,7 +190,7 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	r.log.Printf("START %s node=%s argv=%q", key, pod.Spec.NodeName, argvs)
-	go r.execute(runCtx, updated, root, dir, argvs, running.StartTime.Time)
+	go r.execute(runCtx, updated, root, dir, argvs, running.StartTime.Time, secrets)
 	return nil
 }
 
@@ -212,7 +216,8 @@ func (r *Runner) commands(pod *corev1.Pod) ([][]string, string) {
 }
 
 // execute runs the containers, enforces the deadline and reports.
-func (r *Runner) execute(ctx context.Context, pod *corev1.Pod, root, dir string, argvs [][]string, started time.Time) {
+func (r *Runner) execute(ctx context.Context, pod *corev1.Pod, root, dir string, argvs [][]string, started time.Time,
+	secrets map[string]string) {
 	key := podKey(pod)
 	if ads := pod.Spec.ActiveDeadlineSeconds; ads != nil {
 		left := started.Add(time.Duration(*ads) * time.Second).Sub(r.Clock.Now())
@@ -230,7 +235,7 @@ func (r *Runner) execute(ctx context.Context, pod *corev1.Pod, root, dir string,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[i] = r.runContainer(ctx, pod, c, root, dir, argvs[i])
+			res[i] = r.runContainer(ctx, pod, c, root, dir, argvs[i], secrets)
 		}()
 	}
 	wg.Wait()
@@ -271,7 +276,8 @@ func (r *Runner) cancelRun(key string, uid types.UID, cause error) {
 	}
 }
 
-func (r *Runner) runContainer(ctx context.Context, pod *corev1.Pod, c corev1.Container, root, dir string, argv []string) result {
+func (r *Runner) runContainer(ctx context.Context, pod *corev1.Pod, c corev1.Container, root, dir string, argv []string,
+	secrets map[string]string) result {
 	cdir := filepath.Join(dir, c.Name)
 	res := result{name: c.Name, image: c.Image, started: r.Clock.Now()}
 	if err := os.MkdirAll(cdir, 0o755); err != nil {
@@ -280,7 +286,7 @@ func (r *Runner) runContainer(ctx context.Context, pod *corev1.Pod, c corev1.Con
 	}
 	termLog := filepath.Join(cdir, "termination-log")
 	p := proc{argv: argv, dir: cdir, outPath: filepath.Join(cdir, "output.log"),
-		env: helperEnv(pod, c, r.Hosts, root, termLog, cdir)}
+		env: helperEnv(pod, c, r.Hosts, root, termLog, cdir, secrets)}
 	code, err := p.run(ctx)
 	res.finished = r.Clock.Now()
 	if err != nil {

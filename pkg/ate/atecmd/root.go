@@ -25,6 +25,8 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		newRevertCommand(g))
 	root.AddCommand(newRecoverNodeCommand(g))
 	root.AddCommand(append(cli.NewPauseCommands(g, "ate", ate.LockName, ate.Namespace), cli.NewHistoryCommand(g, "ate", ate.Namespace))...)
+	root.AddCommand(cli.NewCleanupCommand(g, cli.CleanupSpec{Plugin: "ate", LockName: ate.LockName, DefaultLockNamespace: ate.Namespace,
+		NodeAnnotations: ate.CleanupAnnotations, HalfWay: ate.HalfWay, Finish: ate.FinishHint}))
 	root.AddCommand(apicmd.NewCommand(g))
 	return root
 }

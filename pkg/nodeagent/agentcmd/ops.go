@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -68,15 +69,26 @@ func newSMICommand(c *common) *cobra.Command {
 
 func newFlashCommand(c *common) *cobra.Command {
 	var o nodeagent.FlashOptions
+	var urlEnv string
 	cmd := &cobra.Command{
 		Use:   "flash --version X.Y.Z",
 		Short: "Flash firmware bundle X.Y.Z onto every Tenstorrent device of the node",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if urlEnv != "" {
+				// A presigned URL comes from a Secret through the env, never argv.
+				if o.BundleURL != "" {
+					return fmt.Errorf("--bundle-url and --bundle-url-env are exclusive")
+				}
+				if o.BundleURL = os.Getenv(urlEnv); o.BundleURL == "" {
+					return fmt.Errorf("--bundle-url-env %s: the variable is empty or unset", urlEnv)
+				}
+			}
 			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.Flash(ctx, o) })
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&urlEnv, "bundle-url-env", "", "read the bundle URL from this env var (a presigned URL, from a Secret)")
 	f.StringVar(&o.Version, "version", "", "firmware bundle version")
 	f.StringVar(&o.BundleURL, "bundle-url", "", "bundle URL (https or file://); default the tt-system-firmware release asset")
 	f.StringVar(&o.BundleSHA256, "bundle-sha256", "", "SHA-256 the bundle must have (hex); a mismatch refuses before flashing")

@@ -104,6 +104,18 @@ func (o *firmwareOptions) Run(ctx context.Context) error {
 	}
 	cfg := &o.cfg
 	cfg.RunID = s.RunID
+	if !s.DryRun() {
+		// Held only while this run's helpers may start: they read it then.
+		removeSecret, err := cfg.StoreBundleSecret(ctx, s.Client)
+		if err != nil {
+			return s.Fail(err)
+		}
+		defer func() {
+			if err := removeSecret(context.WithoutCancel(ctx)); err != nil {
+				s.Progress.Printf("could not delete the bundle URL's Secret (kubectl tt cleanup removes it): %v", err)
+			}
+		}()
+	}
 	var lease tt.Annotated
 	if l := s.Lock(); l != nil {
 		lease = l

@@ -1,0 +1,43 @@
+package ate
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rollbook/rollbook/pkg/kube"
+)
+
+// CleanupAnnotations are the ate runbooks' records on nodes that no re-run
+// needs once the node is not half-way: a residents list a move left when
+// its moving-to mark is already gone. The version label and the marks of
+// a move in progress are not bookkeeping.
+var CleanupAnnotations = []string{AnnResidents}
+
+// HalfWay says why node n is part-way through an ate runbook, or "": a
+// move begun (AnnMovingTo), a flip not yet verified (AnnVerifyPending),
+// ate's cordon, or a step clock.
+func HalfWay(n *corev1.Node) string {
+	var why []string
+	if v, ok := n.Annotations[AnnMovingTo]; ok {
+		why = append(why, "moving to "+v+" ("+AnnMovingTo+")")
+	}
+	if v, ok := n.Annotations[AnnVerifyPending]; ok {
+		why = append(why, "flipped to "+v+", not yet verified ("+AnnVerifyPending+")")
+	}
+	if by := n.Annotations[kube.AnnCordonedBy]; strings.HasPrefix(by, "ate-") {
+		why = append(why, "cordoned by "+by)
+	}
+	for k, v := range n.Annotations {
+		if strings.HasPrefix(k, kube.AnnotationPrefix+"ate-") && strings.HasSuffix(k, ".step-started") {
+			why = append(why, fmt.Sprintf("step %s in progress", strings.SplitN(v, "@", 2)[0]))
+		}
+	}
+	sort.Strings(why)
+	return strings.Join(why, ", ")
+}
+
+// FinishHint says how to finish a half-way node.
+const FinishHint = "Finish the move first: `kubectl ate status` prints the exact next command (`kubectl ate roll next-node`, or `kubectl ate rollback`), then clean up"

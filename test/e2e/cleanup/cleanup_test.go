@@ -1,0 +1,167 @@
+// Package cleanup proves `kubectl tt cleanup` on the sim: after a roll its
+// dry run lists what the run left and changes nothing, --yes removes it,
+// a second cleanup finds nothing; mid-roll and with a node half-way it is
+// refused and removes nothing. The README's "What a run leaves behind"
+// rests on this test.
+package cleanup
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/rollbook/rollbook/deploy"
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/journal"
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/tt"
+	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
+)
+
+func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 2, Scenario: "tt-fleet"}) }
+
+func tt_(t *testing.T, ctx context.Context, args ...string) (string, int) {
+	t.Helper()
+	c := simtest.Get(t)
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	code := cli.ExecuteContext(ctx, ttcmd.NewRootCommand(streams), append(args, "--kubeconfig", c.Kubeconfig), errOut)
+	all := out.String() + errOut.String()
+	t.Logf("kubectl tt %s → exit %d\n%s", strings.Join(args, " "), code, all)
+	return all, code
+}
+
+// TestCleanupAfterARoll: refused mid-roll (a run holds the Lease, its
+// helper runs) and with a node left half-way by a killed run; after the
+// roll finished, the dry run lists the Lease, the history and the nodes'
+// records and changes nothing, --yes removes exactly those, and a second
+// cleanup finds nothing.
+func TestCleanupAfterARoll(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 6*time.Minute)
+	const target = "kwok-node-0"
+
+	// Mid-roll: stop the roll once its kmd helper exists, and clean up
+	// while the run still holds the Lease.
+	w, err := c.Client.CoreV1().Pods(deploy.HelperNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper + "=kmd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan int, 1)
+	go func() {
+		_, code := tt_(t, runCtx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", target)
+		done <- code
+	}()
+	for e := range w.ResultChan() {
+		if p, ok := e.Object.(*corev1.Pod); ok && e.Type == watch.Added && p.Spec.NodeName == target {
+			break
+		}
+	}
+	w.Stop()
+	before := c.Snapshot(t)
+	out, code := tt_(t, ctx, "cleanup", "--yes")
+	if code != cli.ExitLocked || !strings.Contains(out, "a run holds Lease kube-system/"+tt.LockName) ||
+		!strings.Contains(out, "upgrade kmd --version 2.8.0") || !strings.Contains(out, "nothing was removed") {
+		t.Fatalf("cleanup mid-roll: want exit 4 naming the holder and its command; exit %d", code)
+	}
+	if after := c.Snapshot(t); after != before {
+		t.Fatalf("a refused cleanup changed the cluster:\nbefore %s\nafter  %s", before, after)
+	}
+	cancel()
+	<-done
+
+	// The killed run left the node cordoned: half-way, refused, named.
+	if n, _ := c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{}); tt.HalfWay(n) == "" {
+		t.Fatalf("the interrupted run left %s not half-way: %v", target, n.Annotations)
+	}
+	before = c.Snapshot(t)
+	out, code = tt_(t, ctx, "cleanup", "--yes")
+	if code != cli.ExitBlocked || !strings.Contains(out, "node "+target+" is half-way") || !strings.Contains(out, "Re-run the upgrade") {
+		t.Fatalf("cleanup with a half-way node: want exit 3 naming it and how to finish; exit %d", code)
+	}
+	if after := c.Snapshot(t); after != before {
+		t.Fatalf("a refused cleanup changed the cluster:\nbefore %s\nafter  %s", before, after)
+	}
+
+	// Finish the roll; now everything the runs left is listed.
+	if _, code := tt_(t, ctx, "upgrade", "kmd", "--version", "2.8.0"); code != 0 {
+		t.Fatalf("the roll: exit %d", code)
+	}
+	before = c.Snapshot(t)
+	out, code = tt_(t, ctx, "cleanup")
+	if code != 0 {
+		t.Fatalf("cleanup dry run: exit %d", code)
+	}
+	for _, want := range []string{
+		"would remove lease/kube-system/" + tt.LockName,
+		"would remove configmap/kube-system/" + journal.Name("tt"),
+		"would remove node/kwok-node-0: annotations", "would remove node/kwok-node-1: annotations",
+		tt.AnnKMDResult, "(dry run)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry run does not list %q", want)
+		}
+	}
+	if after := c.Snapshot(t); after != before {
+		t.Fatalf("the dry run changed the cluster:\nbefore %s\nafter  %s", before, after)
+	}
+	nodesBefore, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if out, code := tt_(t, ctx, "cleanup", "--yes"); code != 0 || !strings.Contains(out, "removed") {
+		t.Fatalf("cleanup --yes: exit %d", code)
+	}
+	if _, err := c.Client.CoordinationV1().Leases("kube-system").Get(ctx, tt.LockName, metav1.GetOptions{}); err == nil {
+		t.Error("the Lease is still there")
+	}
+	if _, err := c.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, journal.Name("tt"), metav1.GetOptions{}); err == nil {
+		t.Error("the history ConfigMap is still there")
+	}
+	for _, was := range nodesBefore.Items {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, was.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range tt.CleanupAnnotations {
+			if _, ok := n.Annotations[k]; ok {
+				t.Errorf("%s still has %s", n.Name, k)
+			}
+		}
+		// Only the bookkeeping went: the public labels DaemonSets select
+		// on, every other annotation and the cordon state are untouched.
+		if n.Labels[tt.LabelKMDVersion] != "2.8.0" || len(n.Labels) != len(was.Labels) || n.Spec.Unschedulable != was.Spec.Unschedulable {
+			t.Errorf("%s: labels %v → %v, unschedulable %v → %v", n.Name, was.Labels, n.Labels, was.Spec.Unschedulable, n.Spec.Unschedulable)
+		}
+		for k, v := range was.Annotations {
+			if _, gone := n.Annotations[k]; !gone && !contains(tt.CleanupAnnotations, k) || gone && n.Annotations[k] != v {
+				t.Errorf("%s: annotation %s changed (%q)", n.Name, k, v)
+			}
+		}
+	}
+	if out, code := tt_(t, ctx, "cleanup"); code != 0 || !strings.Contains(out, "nothing to clean up") {
+		t.Fatalf("a second cleanup: exit %d, want nothing to clean up", code)
+	}
+	// A roll after cleanup starts from scratch: it needs nothing removed.
+	if out, code := tt_(t, ctx, "status"); code != 0 || !strings.Contains(out, "2.8.0") {
+		t.Fatalf("status after cleanup: exit %d", code)
+	}
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
