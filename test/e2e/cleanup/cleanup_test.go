@@ -55,11 +55,12 @@ func TestCleanupAfterARoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan int, 1)
+	done := make(chan struct{})
 	go func() {
-		_, code := tt_(t, runCtx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", target)
-		done <- code
+		defer close(done)
+		tt_(t, runCtx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", target)
 	}()
+	defer func() { cancel(); <-done }() // never log after the test ended
 	for e := range w.ResultChan() {
 		if p, ok := e.Object.(*corev1.Pod); ok && e.Type == watch.Added && p.Spec.NodeName == target {
 			break
@@ -69,8 +70,8 @@ func TestCleanupAfterARoll(t *testing.T) {
 	before := c.Snapshot(t)
 	out, code := tt_(t, ctx, "cleanup", "--yes")
 	if code != cli.ExitLocked || !strings.Contains(out, "a run holds Lease kube-system/"+tt.LockName) ||
-		!strings.Contains(out, "upgrade kmd --version 2.8.0") || !strings.Contains(out, "nothing was removed") {
-		t.Fatalf("cleanup mid-roll: want exit 4 naming the holder and its command; exit %d", code)
+		!strings.Contains(out, "is Running; wait until it ends") || !strings.Contains(out, "nothing was removed") {
+		t.Fatalf("cleanup mid-roll: want exit 4 naming the holder and the running helper; exit %d", code)
 	}
 	if after := c.Snapshot(t); after != before {
 		t.Fatalf("a refused cleanup changed the cluster:\nbefore %s\nafter  %s", before, after)

@@ -108,6 +108,12 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 			t.Errorf("the %s helper: priority %v, requests %v, limits %v", task, got.Spec.Priority, res.Requests, res.Limits)
 		}
 	}
+	// A presigned URL reaches the flash helper from its Secret: admitted.
+	presigned := helper("flash")
+	presigned.Spec.Containers[0].Env = append(presigned.Spec.Containers[0].Env, secretEnv(tt.BundleSecretName, tt.BundleSecretKey))
+	if err := create(helperNS, presigned); err != nil {
+		t.Errorf("the flash helper reading the bundle URL's Secret was refused: %v", err)
+	}
 	yes := true
 	cases := []struct {
 		name string
@@ -132,6 +138,34 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 		{"args after the command", func() *corev1.Pod {
 			p := helper("kmd")
 			p.Spec.Containers[0].Args = []string{"--host-root", "/"}
+			return p
+		}},
+		{"another Secret in the env", func() *corev1.Pod {
+			p := helper("flash")
+			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, secretEnv("other", tt.BundleSecretKey))
+			return p
+		}},
+		{"another key of the bundle Secret", func() *corev1.Pod {
+			p := helper("flash")
+			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, secretEnv(tt.BundleSecretName, "token"))
+			return p
+		}},
+		{"the bundle Secret in a kmd helper", func() *corev1.Pod {
+			p := helper("kmd")
+			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, secretEnv(tt.BundleSecretName, tt.BundleSecretKey))
+			return p
+		}},
+		{"envFrom a Secret", func() *corev1.Pod {
+			p := helper("flash")
+			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: tt.BundleSecretName}}}}
+			return p
+		}},
+		{"a ConfigMap in the env", func() *corev1.Pod {
+			p := helper("flash")
+			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "X", ValueFrom: &corev1.EnvVarSource{
+				ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "rollbook-helper-policy"},
+					Key: "images"}}})
 			return p
 		}},
 		{"a ServiceAccount token", func() *corev1.Pod {
@@ -223,4 +257,9 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 			t.Errorf("operator creating a pod in %s: want Forbidden by RBAC, got %v", ns, err)
 		}
 	}
+}
+
+func secretEnv(name, key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: tt.EnvBundleURL, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}}}
 }
