@@ -133,6 +133,11 @@ func (o *CleanupOptions) Run(ctx context.Context) error {
 	}
 	out := o.g.IOStreams.Out
 	fmt.Fprintln(out, Where(o.g))
+	if o.Yes {
+		if err := CheckPermissions(ctx, cs, o.spec.Plugin, o.permissions()); err != nil {
+			return err
+		}
+	}
 	items, err := o.Plan(ctx, cs)
 	if err != nil {
 		return err
@@ -160,6 +165,24 @@ func (o *CleanupOptions) Run(ctx context.Context) error {
 	}
 	fmt.Fprintf(out, "removed %d items\n", len(items))
 	return nil
+}
+
+// permissions are what removing needs, checked before anything is removed
+// (the viewer has none of them).
+func (o *CleanupOptions) permissions() []Permission {
+	ns := o.LockNamespace
+	p := []Permission{
+		{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: ns, Name: o.spec.LockName},
+		{Verb: "delete", Resource: "configmaps", Namespace: ns, Name: journal.Name(o.spec.Plugin)},
+		{Verb: "patch", Resource: "nodes"},
+	}
+	if o.HelperNamespace != "" {
+		p = append(p, Permission{Verb: "delete", Resource: "pods", Namespace: o.HelperNamespace})
+		for _, s := range o.spec.Secrets {
+			p = append(p, Permission{Verb: "delete", Resource: "secrets", Namespace: o.HelperNamespace, Name: s})
+		}
+	}
+	return p
 }
 
 // Plan reads the cluster and returns what cleanup would remove, or a

@@ -108,8 +108,8 @@ func TestSMISteps(t *testing.T) {
 	}
 }
 
-// The checksum pin reaches the helper's command; a presigned URL never
-// gets that far.
+// The checksum pin reaches the helper's command; a presigned URL does not:
+// the helper reads it from the Secret, by name, through its env.
 func TestFirmwareBundlePinAndQuery(t *testing.T) {
 	sum := strings.Repeat("AB", 32)
 	c := &FirmwareConfig{Version: "19.9.0", BundleSHA256: sum, FlashTimeout: 15 * time.Minute,
@@ -122,9 +122,21 @@ func TestFirmwareBundlePinAndQuery(t *testing.T) {
 	if !strings.Contains(cmd, "--bundle-sha256 "+strings.ToLower(sum)) {
 		t.Errorf("pin missing from the helper command: %s", cmd)
 	}
+	if c.Presigned() || c.bundleEnv() != nil {
+		t.Errorf("a URL without a query goes in the command, not a Secret")
+	}
 	c.BundleURL = "https://mirror.example/fw?X-Amz-Signature=sig0123"
-	err := c.Validate()
-	if err == nil || !strings.Contains(err.Error(), "query string") || strings.Contains(err.Error(), "sig0123") {
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a presigned URL is accepted: %v", err)
+	}
+	cmd = strings.Join(flashCommand(c), " ")
+	env := c.bundleEnv()
+	if strings.Contains(cmd, "sig0123") || strings.Contains(cmd, "mirror.example") || !strings.Contains(cmd, "--bundle-url-env "+EnvBundleURL) ||
+		len(env) != 1 || env[0].ValueFrom.SecretKeyRef.Name != BundleSecretName || env[0].Value != "" {
+		t.Errorf("a presigned URL must reach the helper through Secret %s only: command %s, env %+v", BundleSecretName, cmd, env)
+	}
+	c.BundleURL = "file://host.example/fw?X-Amz-Signature=sig0123"
+	if err := c.Validate(); err == nil || strings.Contains(err.Error(), "sig0123") {
 		t.Errorf("want a refusal that does not echo the signature, got %v", err)
 	}
 	c.BundleURL, c.BundleSHA256 = "", "xyz"

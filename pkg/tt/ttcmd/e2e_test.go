@@ -121,10 +121,13 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 			"--bundle-url"},
 		{[]string{"upgrade", "firmware", "--version", "19.0;x", "--bundle-url", bundle(t, "19.0.0")}, cli.ExitUsage, "19.0;x"},
 		{fw("--bundle-sha256", "abc"), cli.ExitUsage, "--bundle-sha256"},
-		// A presigned URL would be readable in the helper's spec; the refusal
-		// does not repeat its signature ("secret" below).
-		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "https://host/fw?X-Amz-Signature=secret"},
-			cli.ExitUsage, "query string"},
+		// A presigned URL is accepted (it travels in a Secret), but a bad
+		// one's refusal does not repeat its signature ("secret" below).
+		{[]string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "file://host/fw?X-Amz-Signature=secret"},
+			cli.ExitUsage, "?REDACTED"},
+		{[]string{"cleanup", "--yes", "--dry-run"}, cli.ExitUsage, "contradict"},
+		{[]string{"cleanup", "--dry-run=server"}, cli.ExitUsage, "--dry-run=server"},
+		{[]string{"cleanup", "extra-arg"}, cli.ExitUsage, "extra-arg"},
 		{[]string{"upgrade", "frob"}, cli.ExitUsage, "frob"},
 		{[]string{"status", "-o", "xml"}, cli.ExitUsage, "--output"},
 		{[]string{"status", "--probe", "--watch"}, cli.ExitUsage, "--probe"},

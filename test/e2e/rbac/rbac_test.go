@@ -197,10 +197,16 @@ func TestTTOperatorUpgradesKMDAndViewerOnlyReads(t *testing.T) {
 		t.Fatalf("viewer status after the upgrade: exit %d", code)
 	}
 
-	// Firmware, same operator, same policy.
-	bundle := "file://" + filepath.Join(c.Dir, "bundles", "fw_pack-19.0.0.fwbundle")
-	if _, code := run(t, ctx, c, tcmd, operator, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle); code != 0 {
-		t.Fatalf("operator firmware flash: exit %d", code)
+	// Firmware, same operator, same policy, from a presigned URL: it reaches
+	// the helpers in the Secret the operator may write and the policy
+	// admits, and the Secret goes with the run.
+	bundle := "file://" + filepath.Join(c.Dir, "bundles", "fw_pack-19.0.0.fwbundle") + "?X-Amz-Signature=0badc0de"
+	if out, code := run(t, ctx, c, tcmd, operator, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle); code != 0 ||
+		strings.Contains(out, "0badc0de") {
+		t.Fatalf("operator firmware flash from a presigned URL: exit %d (or its signature printed)", code)
+	}
+	if _, err := c.Client.CoreV1().Secrets(helperNS).Get(ctx, tt.BundleSecretName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the flash left Secret %s behind: %v", tt.BundleSecretName, err)
 	}
 	nodes, err = c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -212,6 +218,21 @@ func TestTTOperatorUpgradesKMDAndViewerOnlyReads(t *testing.T) {
 		}
 	}
 	proveHelperPolicy(t, ctx, c)
+
+	// cleanup: the viewer may look but not remove; the operator removes.
+	if out, code := run(t, ctx, c, tcmd, viewer, "cleanup", "--yes"); code == 0 || !strings.Contains(out, "you lack") ||
+		!strings.Contains(out, "delete leases.coordination.k8s.io rollbook-tt") {
+		t.Fatalf("viewer cleanup --yes must be refused naming the missing permissions: exit %d", code)
+	}
+	if _, err := c.Client.CoordinationV1().Leases("kube-system").Get(ctx, tt.LockName, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the viewer's refused cleanup removed the Lease: %v", err)
+	}
+	if out, code := run(t, ctx, c, tcmd, operator, "cleanup", "--yes"); code != 0 || !strings.Contains(out, "lease/kube-system/"+tt.LockName) {
+		t.Fatalf("operator cleanup --yes: exit %d", code)
+	}
+	if out, code := run(t, ctx, c, tcmd, operator, "cleanup"); code != 0 || !strings.Contains(out, "nothing to clean up") {
+		t.Fatalf("operator cleanup after cleanup: exit %d", code)
+	}
 }
 
 func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
