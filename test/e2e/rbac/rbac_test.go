@@ -361,4 +361,29 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 			t.Errorf("old pool ate-workers/%s after the operator's retire: %v", name, err)
 		}
 	}
+
+	// cleanup after the whole roll: the viewer is refused, the operator's
+	// dry run lists the Lease and the history and changes nothing, --yes
+	// removes them, and a second cleanup finds nothing.
+	if out, code := run(t, ctx, c, acmd, viewer, "cleanup", "--yes"); code == 0 || !strings.Contains(out, "you lack") {
+		t.Fatalf("viewer cleanup --yes must be refused naming the missing permissions: exit %d", code)
+	}
+	before := c.Snapshot(t)
+	out, code = run(t, ctx, c, acmd, operator, "cleanup")
+	if code != 0 || !strings.Contains(out, "would remove lease/ate-system/"+ate.LockName) ||
+		!strings.Contains(out, "would remove configmap/ate-system/rollbook-ate-history") {
+		t.Fatalf("operator cleanup dry run: exit %d, want the Lease and the history listed", code)
+	}
+	if after := c.Snapshot(t); after != before {
+		t.Fatalf("the dry run changed the cluster:\nbefore %s\nafter  %s", before, after)
+	}
+	if _, code := run(t, ctx, c, acmd, operator, "cleanup", "--yes"); code != 0 {
+		t.Fatalf("operator cleanup --yes: exit %d", code)
+	}
+	if out, code := run(t, ctx, c, acmd, operator, "cleanup"); code != 0 || !strings.Contains(out, "nothing to clean up") {
+		t.Fatalf("operator cleanup after cleanup: exit %d", code)
+	}
+	if s := status(viewer); s.Counts[newV] != 3 {
+		t.Fatalf("cleanup changed the roll's outcome: %+v", s)
+	}
 }

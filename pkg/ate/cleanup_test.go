@@ -1,0 +1,58 @@
+package ate
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Every rollbook.dev/ key this package writes is classified for cleanup:
+// removed (CleanupAnnotations), a half-way mark (HalfWay refuses on it) or
+// not on a node. A new key fails here until someone decides which.
+func TestCleanupClassifiesEveryKey(t *testing.T) {
+	notOnNode := map[string]string{
+		AnnClonedFrom:            "on a cloned WorkerPool: how the roll pairs pools, not bookkeeping",
+		AnnRecoveringNode:        "on the Lease, which cleanup deletes",
+		"rollbook.dev/backup-of": "on retire's backup ConfigMaps, the user's backups",
+	}
+	halfWay := []string{AnnMovingTo, AnnVerifyPending}
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`"(rollbook\.dev/[a-z0-9.-]+)"`)
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			n++
+			if k := m[1]; !slices.Contains(CleanupAnnotations, k) && !slices.Contains(halfWay, k) && notOnNode[k] == "" {
+				t.Errorf("%s is not classified for cleanup (CleanupAnnotations, HalfWay, or not on a node)", k)
+			}
+		}
+	}
+	if n < 5 {
+		t.Fatalf("found only %d keys: the scan is broken", n)
+	}
+	for _, k := range halfWay {
+		if HalfWay(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{k: "v0.3.0"}}}) == "" {
+			t.Errorf("a node with %s is not half-way", k)
+		}
+	}
+	tt := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"rollbook.dev/cordoned-by": "tt-kmd"}}}
+	if why := HalfWay(tt); why != "" {
+		t.Errorf("tt's cordon makes a node half-way for ate: %s", why)
+	}
+}
