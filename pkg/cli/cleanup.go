@@ -48,7 +48,7 @@ type CleanupSpec struct {
 	// from the nodes read; nil for none.
 	Extra func(ctx context.Context, o *CleanupOptions, cs kubernetes.Interface, nodes []corev1.Node) ([]CleanupItem, error)
 	// ExtraFlags registers the flags Extra reads.
-	ExtraFlags func(cmd *cobra.Command, o *CleanupOptions)
+	ExtraFlags func(cmd *cobra.Command)
 }
 
 // CleanupItem is one thing cleanup removes: shown by the dry run, removed
@@ -67,13 +67,11 @@ type CleanupOptions struct {
 	dry             RunFlags
 	LockNamespace   string
 	HelperNamespace string
-	// Flags holds the plugin's own flags (ExtraFlags).
-	Flags map[string]*bool
 }
 
 // NewCleanupCommand returns `cleanup` for the plugin spec describes.
 func NewCleanupCommand(g *Globals, spec CleanupSpec) *cobra.Command {
-	o := &CleanupOptions{g: g, spec: spec, Flags: map[string]*bool{}, dry: RunFlags{DryRun: true}}
+	o := &CleanupOptions{g: g, spec: spec, dry: RunFlags{DryRun: true}}
 	cmd := &cobra.Command{
 		Use:   "cleanup",
 		Short: "Remove what finished runs left behind (a dry run unless --yes)",
@@ -106,9 +104,14 @@ node is half-way through a runbook: those records are what the re-run reads to f
 		cmd.Flags().StringVar(&o.HelperNamespace, "helper-namespace", spec.HelperNamespace, "namespace of the helper pods")
 	}
 	if spec.ExtraFlags != nil {
-		spec.ExtraFlags(cmd, o)
+		spec.ExtraFlags(cmd)
 	}
 	return cmd
+}
+
+// Printf prints a line of the cleanup's output (an Extra item's result).
+func (o *CleanupOptions) Printf(format string, a ...any) {
+	fmt.Fprintf(o.g.IOStreams.Out, format+"\n", a...)
 }
 
 // CleanupRefusedError: something cleanup would remove is still needed.

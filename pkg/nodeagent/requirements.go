@@ -109,6 +109,8 @@ var Requirements = []Requirement{
 	{OpFlash, KindRead, OnHost, "sysfs", "/sys/class/tenstorrent/*/{tt_fw_bundle_ver,tt_card_type}", "", "readback fallback"},
 	{OpFlash, KindRead, OnHost, "pci", "/sys/bus/pci/devices/*/{vendor,subsystem_device}", "", "Galaxy detection"},
 	{OpFlash, KindRead, OnHost, "holders", "/proc/*/{fd,comm,cgroup}, /sys/module/tenstorrent/refcnt", "", "device in use"},
+	// clean-cache (kubectl tt cleanup --host-caches)
+	{OpCleanCache, KindWrite, OnHost, "cache", "/var/cache/tt-kmd, /usr/local/bin/.tt-smi.new", "", "removed"},
 	// probe
 	{OpProbe, KindExec, InImage, "chroot", "", "coreutils", "run the host's tt-smi --version"},
 	{OpProbe, KindExec, OnHost, "tt-smi", "/" + hostSMIPath, "", "host tt-smi version"},

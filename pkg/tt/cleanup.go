@@ -1,13 +1,17 @@
 package tt
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
 )
 
 // CleanupAnnotations are the tt runbooks' records on nodes that no re-run
@@ -39,3 +43,44 @@ func HalfWay(n *corev1.Node) string {
 
 // FinishHint says how to finish a half-way node.
 const FinishHint = "Re-run the upgrade that started it (`kubectl tt status` names the step, `kubectl tt history NODE` the command), then clean up"
+
+// HostCacheNote is what a clean-cache helper removes, for the dry run.
+var HostCacheNote = "host caches /" + strings.Join(nodeagent.HostCaches, ", /") + " (a clean-cache helper pod)"
+
+// CleanHostCache runs a clean-cache helper on node, waits for it, deletes
+// it and returns what it removed.
+func CleanHostCache(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, h HelperConfig, node string) (string, error) {
+	timeout := h.Timeout
+	if timeout <= 0 {
+		timeout = 2 * time.Minute
+	}
+	h.Timeout = timeout
+	ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
+	defer cancel()
+	s := helperSpec(h, string(nodeagent.OpCleanCache), node, "host-caches",
+		[]string{"kubectl-tt", "node-agent", string(nodeagent.OpCleanCache)}, false, "cleanup")
+	pod, _, err := kube.EnsureHelper(ctx, cs, rec, s)
+	if err != nil {
+		return "", err
+	}
+	if pod, err = kube.WaitForHelper(ctx, cs, pod.Namespace, pod.Name); err != nil {
+		return "", fmt.Errorf("clean-cache helper %s/%s: %w", s.Namespace, pod.Name, err)
+	}
+	msg, _, _ := kube.TerminationMessage(pod)
+	r, perr := nodeagent.ParseResult([]byte(msg))
+	switch {
+	case perr != nil:
+		// Kept, as any failed helper, for `kubectl tt logs NODE`.
+		return "", fmt.Errorf("clean-cache helper %s/%s left no result (%s): %v", pod.Namespace, pod.Name, kube.HelperFailureReason(pod), perr)
+	case !r.Success && r.Error != nil:
+		return "", fmt.Errorf("clean-cache on %s: %s", node, r.Error.Message)
+	}
+	if _, err := kube.DeleteHelperIfUnchanged(ctx, cs, rec, pod, "deleted finished clean-cache helper"); err != nil {
+		return "", err
+	}
+	detail := "done"
+	if n := len(r.Steps); n > 0 {
+		detail = r.Steps[n-1].Detail
+	}
+	return detail, nil
+}

@@ -403,6 +403,8 @@ var helperResources = map[string]corev1.ResourceRequirements{
 	"kmd":   resources("500m", "512Mi", "2Gi"),
 	"smi":   resources("100m", "256Mi", "1Gi"),
 	"flash": resources("100m", "256Mi", "1Gi"),
+	// kubectl tt cleanup --host-caches: removes files, nothing more.
+	"clean-cache": resources("50m", "64Mi", "256Mi"),
 }
 
 func resources(cpu, mem, memLimit string) corev1.ResourceRequirements {

@@ -34,6 +34,17 @@ func newKMDCommand(c *common) *cobra.Command {
 	return cmd
 }
 
+func newCleanCacheCommand(c *common) *cobra.Command {
+	return &cobra.Command{
+		Use:   "clean-cache",
+		Short: "Remove the module cache (/var/cache/tt-kmd) and a staged tt-smi from the host",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.CleanCache(ctx) })
+		},
+	}
+}
+
 func newProbeCommand(c *common) *cobra.Command {
 	var o nodeagent.ProbeOptions
 	cmd := &cobra.Command{

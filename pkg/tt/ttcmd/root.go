@@ -6,7 +6,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/nodeagent/agentcmd"
 	"github.com/rollbook/rollbook/pkg/tt"
@@ -24,8 +23,7 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root, g := cli.NewRoot("tt", "Upgrade Tenstorrent drivers, tt-smi and firmware node by node", long, streams)
 	root.AddCommand(newUpgradeCommand(g), newStatusCommand(g), newReleaseCommand(g), newLogsCommand(g))
 	root.AddCommand(append(cli.NewPauseCommands(g, "tt", tt.LockName, "kube-system"), cli.NewHistoryCommand(g, "tt", "kube-system"))...)
-	root.AddCommand(cli.NewCleanupCommand(g, cli.CleanupSpec{Plugin: "tt", LockName: tt.LockName, DefaultLockNamespace: "kube-system",
-		HelperNamespace: deploy.HelperNamespace, Secrets: []string{tt.BundleSecretName}, NodeAnnotations: tt.CleanupAnnotations, HalfWay: tt.HalfWay, Finish: tt.FinishHint}))
+	root.AddCommand(newCleanupCommand(g))
 	agent := agentcmd.NewCommand()
 	agent.Hidden = true
 	root.AddCommand(agent)

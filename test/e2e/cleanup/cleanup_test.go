@@ -7,6 +7,8 @@ package cleanup
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -119,8 +121,35 @@ func TestCleanupAfterARoll(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The module cache on each host, which only --host-caches removes.
+	caches := map[string]string{}
+	for _, n := range nodesBefore.Items {
+		caches[n.Name] = filepath.Join(c.Dir, "hosts", n.Name, "var", "cache", "tt-kmd")
+		if _, err := os.Stat(caches[n.Name]); err != nil {
+			t.Fatalf("the roll left no module cache on %s: %v", n.Name, err)
+		}
+	}
+	if out, code := tt_(t, ctx, "cleanup", "--host-caches"); code != 0 || !strings.Contains(out, "would remove node/kwok-node-0: host caches") {
+		t.Fatalf("cleanup --host-caches dry run: exit %d, want the host caches listed", code)
+	}
+	if after := c.Snapshot(t); after != before {
+		t.Fatalf("the --host-caches dry run changed the cluster:\nbefore %s\nafter  %s", before, after)
+	}
 	if out, code := tt_(t, ctx, "cleanup", "--yes"); code != 0 || !strings.Contains(out, "removed") {
 		t.Fatalf("cleanup --yes: exit %d", code)
+	}
+	for node, dir := range caches {
+		if _, err := os.Stat(dir); err != nil {
+			t.Errorf("cleanup without --host-caches removed %s's module cache: %v", node, err)
+		}
+	}
+	if out, code := tt_(t, ctx, "cleanup", "--yes", "--host-caches"); code != 0 || !strings.Contains(out, "removed /var/cache/tt-kmd") {
+		t.Fatalf("cleanup --yes --host-caches: exit %d, want each node's removed cache named", code)
+	}
+	for node, dir := range caches {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s's module cache is still there: %v", node, err)
+		}
 	}
 	if _, err := c.Client.CoordinationV1().Leases("kube-system").Get(ctx, tt.LockName, metav1.GetOptions{}); err == nil {
 		t.Error("the Lease is still there")
@@ -151,6 +180,9 @@ func TestCleanupAfterARoll(t *testing.T) {
 	}
 	if out, code := tt_(t, ctx, "cleanup"); code != 0 || !strings.Contains(out, "nothing to clean up") {
 		t.Fatalf("a second cleanup: exit %d, want nothing to clean up", code)
+	}
+	if pods, err := c.Client.CoreV1().Pods(deploy.HelperNamespace).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("helpers left in %s after cleanup: %v %v", deploy.HelperNamespace, pods, err)
 	}
 	// A roll after cleanup starts from scratch: it needs nothing removed.
 	if out, code := tt_(t, ctx, "status"); code != 0 || !strings.Contains(out, "2.8.0") {

@@ -96,7 +96,7 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 		_, err := as.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}
-	for _, task := range []string{"probe", "kmd", "smi", "flash"} {
+	for _, task := range []string{"probe", "kmd", "smi", "flash", "clean-cache"} {
 		got, err := as.CoreV1().Pods(helperNS).Create(ctx, helper(task), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			t.Errorf("the %s helper as kubectl tt renders it was refused: %v", task, err)

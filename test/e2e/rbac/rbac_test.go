@@ -227,8 +227,9 @@ func TestTTOperatorUpgradesKMDAndViewerOnlyReads(t *testing.T) {
 	if _, err := c.Client.CoordinationV1().Leases("kube-system").Get(ctx, tt.LockName, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the viewer's refused cleanup removed the Lease: %v", err)
 	}
-	if out, code := run(t, ctx, c, tcmd, operator, "cleanup", "--yes"); code != 0 || !strings.Contains(out, "lease/kube-system/"+tt.LockName) {
-		t.Fatalf("operator cleanup --yes: exit %d", code)
+	if out, code := run(t, ctx, c, tcmd, operator, "cleanup", "--yes", "--host-caches"); code != 0 ||
+		!strings.Contains(out, "lease/kube-system/"+tt.LockName) || !strings.Contains(out, "removed /var/cache/tt-kmd") {
+		t.Fatalf("operator cleanup --yes --host-caches (its helpers through the policy): exit %d", code)
 	}
 	if out, code := run(t, ctx, c, tcmd, operator, "cleanup"); code != 0 || !strings.Contains(out, "nothing to clean up") {
 		t.Fatalf("operator cleanup after cleanup: exit %d", code)
