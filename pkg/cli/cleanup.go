@@ -163,7 +163,7 @@ func (o *CleanupOptions) Run(ctx context.Context) error {
 		}
 	}
 	if !o.Yes {
-		fmt.Fprintf(out, "(dry run) %d items; nothing changed. `kubectl %s cleanup --yes` removes them.\n", len(items), o.spec.Plugin)
+		fmt.Fprintf(out, "(dry run) %d items; nothing changed. The same command with --yes removes them.\n", len(items))
 		return nil
 	}
 	fmt.Fprintf(out, "removed %d items\n", len(items))
