@@ -101,6 +101,68 @@ func TestRunnerAndHolders(t *testing.T) {
 			t.Fatalf("status %+v", p.Status)
 		}
 	})
+	t.Run("env from a Secret", func(t *testing.T) {
+		// As a kubelet: a missing Secret keeps the pod Pending; once it
+		// exists its key is the container's env var.
+		pod := helper("secret-env", "kwok-node-0", AgentName, "fake", "env", "URL")
+		pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "URL", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "bundle"}, Key: "url"}}}}
+		create(t, ctx, cs, pod)
+		w, err := cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=secret-env"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two resyncs of the runner without the Secret: still Pending, nothing ran.
+		deadline := time.After(2 * time.Second) // a negative: bounded, not a wait for a condition
+	pending:
+		for {
+			select {
+			case e := <-w.ResultChan():
+				if p, ok := e.Object.(*corev1.Pod); ok && p.Status.Phase != corev1.PodPending && p.Status.Phase != "" {
+					t.Fatalf("started without its Secret: %+v", p.Status)
+				}
+			case <-deadline:
+				break pending
+			}
+		}
+		w.Stop()
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bundle", Namespace: "default"},
+			Data: map[string][]byte{"url": []byte("https://b.example/fw?sig=abc")}}
+		if _, err := cs.CoreV1().Secrets("default").Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p := until(t, ctx, cs, pod, terminal)
+		if term := p.Status.ContainerStatuses[0].State.Terminated; !strings.HasPrefix(term.Message, "URL=https://b.example/fw?sig=abc ") {
+			t.Fatalf("the Secret's key did not reach the env: %q", term.Message)
+		}
+	})
+	t.Run("node affinity the node fails", func(t *testing.T) {
+		// A kubelet rejects a pinned pod whose required node affinity its
+		// node does not match (Pod Predicate NodeAffinity): helpers kept
+		// off control-plane nodes never run on one.
+		n, err := cs.CoreV1().Nodes().Get(ctx, "kwok-node-0", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Labels["node-role.kubernetes.io/control-plane"] = ""
+		if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			n, _ := cs.CoreV1().Nodes().Get(ctx, "kwok-node-0", metav1.GetOptions{})
+			delete(n.Labels, "node-role.kubernetes.io/control-plane")
+			_, _ = cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		}()
+		pod := helper("on-cp", "kwok-node-0", AgentName, "fake")
+		pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "node-role.kubernetes.io/control-plane",
+					Operator: corev1.NodeSelectorOpDoesNotExist}}}}}}}
+		p := finished(t, ctx, cs, pod)
+		if p.Status.Phase != corev1.PodFailed || p.Status.Reason != "NodeAffinity" {
+			t.Fatalf("a helper whose affinity excludes its node ran: %+v", p.Status)
+		}
+	})
 	t.Run("other command", func(t *testing.T) {
 		p := finished(t, ctx, cs, helper("sh", "kwok-node-0", "/bin/sh", "-c", "true"))
 		if p.Status.Phase != corev1.PodFailed || !strings.Contains(p.Status.ContainerStatuses[0].State.Terminated.Message,

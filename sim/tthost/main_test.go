@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// fakeAgent: fake [exit N] [sleep DURATION] writes "<msg> root=<FAKEHOST_ROOT>
+// fakeAgent: fake [exit N] [sleep DURATION] [msg M | env NAME] writes "<msg> root=<FAKEHOST_ROOT>
 // node=<NODE_NAME>" to the termination log and exits N.
 func fakeAgent(args []string) int {
 	code, msg := 0, "fake agent"
@@ -46,6 +46,8 @@ func fakeAgent(args []string) int {
 			time.Sleep(d)
 		case "msg":
 			msg = args[i+1]
+		case "env": // msg becomes NAME=<its value>
+			msg = args[i+1] + "=" + os.Getenv(args[i+1])
 		}
 	}
 	fmt.Println("fake agent output")

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/utils/clock"
 
 	"github.com/rollbook/rollbook/sim/podloop"
@@ -155,6 +156,15 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 	}
 	if err == nil && node.Labels[NotReadyLabel] == "true" {
 		return podloop.RetryAfter{D: notReadyRecheck, Why: "node " + node.Name + " is down (" + NotReadyLabel + "=true)"}
+	}
+	if err == nil {
+		// A kubelet admits a pinned pod only when its node matches the
+		// pod's required node affinity (Pod Predicate NodeAffinity): a
+		// helper kept off control-plane nodes never runs on one.
+		if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); !ok {
+			return r.refuse(ctx, pod, "NodeAffinity", "Pod was rejected: Predicate NodeAffinity failed: node "+node.Name+
+				" does not match the pod's required node affinity")
+		}
 	}
 	root, ok := r.Hosts.Root(pod.Spec.NodeName)
 	if !ok {
