@@ -162,8 +162,9 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 		// pod's required node affinity (Pod Predicate NodeAffinity): a
 		// helper kept off control-plane nodes never runs on one.
 		if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); !ok {
-			return r.refuse(ctx, pod, "NodeAffinity", "Pod was rejected: Predicate NodeAffinity failed: node "+node.Name+
-				" does not match the pod's required node affinity")
+			why := "Pod was rejected: Predicate NodeAffinity failed: node " + node.Name + " does not match the pod's required node affinity"
+			r.log.Printf("REJECTED %s node=%s: %s", podKey(pod), node.Name, why)
+			return r.finish(ctx, pod, rejectedStatus("NodeAffinity", why, r.Clock.Now()))
 		}
 	}
 	root, ok := r.Hosts.Root(pod.Spec.NodeName)

@@ -112,6 +112,13 @@ func refusedStatus(pod *corev1.Pod, reason, why string, now time.Time) corev1.Po
 	return st
 }
 
+// rejectedStatus is a kubelet's admission rejection (e.g. NodeAffinity):
+// Failed with the reason, before any container was created, so there is
+// no container status and no termination message.
+func rejectedStatus(reason, why string, now time.Time) corev1.PodStatus {
+	return corev1.PodStatus{Phase: corev1.PodFailed, Reason: reason, Message: why, StartTime: &metav1.Time{Time: now}}
+}
+
 func baseStatus(start metav1.Time, phase corev1.PodPhase) corev1.PodStatus {
 	return corev1.PodStatus{
 		Phase:     phase,

@@ -251,3 +251,54 @@ func contains(l []string, s string) bool {
 	}
 	return false
 }
+
+// TestHelperNeverOnControlPlane: a helper kept off control-plane nodes is
+// refused by the node (the sim's runner, as a kubelet: NodeAffinity) when
+// pinned to one; the run stops before any change, and cleanup removes the
+// failed helper it kept.
+func TestHelperNeverOnControlPlane(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-1"
+	label := func(v *string) {
+		t.Helper()
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == nil {
+			delete(n.Labels, kube.LabelControlPlane)
+		} else {
+			n.Labels[kube.LabelControlPlane] = *v
+		}
+		if _, err := c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	empty := ""
+	label(&empty)
+	defer label(nil)
+	was, err := c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := tt_(t, ctx, "upgrade", "kmd", "--version", "2.7.0", "--nodes", target)
+	if code == 0 || !strings.Contains(out, "NodeAffinity") {
+		t.Fatalf("a helper pinned to a control-plane node: want the run stopped naming NodeAffinity; exit %d", code)
+	}
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != was.Labels[tt.LabelKMDVersion] {
+		t.Fatalf("the refused helper's run changed %s: unschedulable %v, kmd %q", target, n.Spec.Unschedulable, n.Labels[tt.LabelKMDVersion])
+	}
+	label(nil)
+	if out, code := tt_(t, ctx, "cleanup", "--yes"); code != 0 || !strings.Contains(out, "helper on "+target+" (Failed)") {
+		t.Fatalf("cleanup --yes: exit %d, want the failed helper removed", code)
+	}
+	if pods, err := c.Client.CoreV1().Pods(deploy.HelperNamespace).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("helpers left after cleanup: %v", err)
+	}
+}
