@@ -40,4 +40,5 @@ func HalfWay(n *corev1.Node) string {
 }
 
 // FinishHint says how to finish a half-way node.
-const FinishHint = "Finish the move first: `kubectl ate status` prints the exact next command (`kubectl ate roll next-node`, or `kubectl ate rollback`), then clean up"
+const FinishHint = "Finish the move first: `kubectl ate status` prints the exact next command " +
+	"(`kubectl ate roll next-node`, or `kubectl ate rollback`), then clean up"

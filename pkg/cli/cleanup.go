@@ -97,7 +97,8 @@ node is half-way through a runbook: those records are what the re-run reads to f
 		},
 	}
 	cmd.Flags().BoolVar(&o.Yes, "yes", false, "remove what the dry run lists (without it, nothing changes); the same as --dry-run=none")
-	cmd.Flags().Var(dryRunValue{&o.dry}, "dry-run", "print what would be removed and change nothing: the default (client); none removes, as --yes")
+	cmd.Flags().Var(dryRunValue{&o.dry}, "dry-run",
+		"print what would be removed and change nothing: the default (client); none removes, as --yes")
 	cmd.Flags().Lookup("dry-run").NoOptDefVal = "client"
 	cmd.Flags().StringVar(&o.LockNamespace, "lock-namespace", spec.DefaultLockNamespace, "namespace of the roll's Lease and history")
 	if spec.HelperNamespace != "" {
@@ -114,7 +115,7 @@ func (o *CleanupOptions) Printf(format string, a ...any) {
 	fmt.Fprintf(o.g.IOStreams.Out, format+"\n", a...)
 }
 
-// CleanupRefusedError: something cleanup would remove is still needed.
+// CleanupRefusedError says why cleanup removed nothing: something it would remove is still needed.
 type CleanupRefusedError struct {
 	Reasons []string
 	Code    int

@@ -42,7 +42,8 @@ func HalfWay(n *corev1.Node) string {
 }
 
 // FinishHint says how to finish a half-way node.
-const FinishHint = "Re-run the upgrade that started it (`kubectl tt status` names the step, `kubectl tt history NODE` the command), then clean up"
+const FinishHint = "Re-run the upgrade that started it (`kubectl tt status` names the step, " +
+	"`kubectl tt history NODE` the command), then clean up"
 
 // HostCacheNote is what a clean-cache helper removes, for the dry run.
 var HostCacheNote = "host caches /" + strings.Join(nodeagent.HostCaches, ", /") + " (a clean-cache helper pod)"
@@ -71,7 +72,8 @@ func CleanHostCache(ctx context.Context, cs kubernetes.Interface, rec kube.Recor
 	switch {
 	case perr != nil:
 		// Kept, as any failed helper, for `kubectl tt logs NODE`.
-		return "", fmt.Errorf("clean-cache helper %s/%s left no result (%s): %v", pod.Namespace, pod.Name, kube.HelperFailureReason(pod), perr)
+		return "", fmt.Errorf("clean-cache helper %s/%s left no result (%s): %v", pod.Namespace, pod.Name,
+			kube.HelperFailureReason(pod), perr)
 	case !r.Success && r.Error != nil:
 		return "", fmt.Errorf("clean-cache on %s: %s", node, r.Error.Message)
 	}

@@ -254,7 +254,8 @@ happens to exist. The flash never runs while a process holds the device (unless
 			b.closeGates("tt.fw.close-gates", cfg.DeployGates),
 			b.evictDevicePods("tt.fw.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "firmware "+cfg.Version+" flash"),
 			b.helperTask(task{
-				id: "tt.fw.flash", title: "Flash the firmware", name: "flash", key: cfg.helperKey(), command: flashCommand(cfg), env: cfg.bundleEnv(),
+				id: "tt.fw.flash", title: "Flash the firmware", name: "flash", key: cfg.helperKey(), command: flashCommand(cfg),
+				env: cfg.bundleEnv(),
 				doc: "Run the flash helper pod: refuse while any process holds the device (unless --force-unload), read every " +
 					"device's version (tt-smi -s, sysfs fallback, one reset-and-retry heal), skip when all already report the " +
 					"readback version unless --force-write, pass --force when chips disagree, run tt-flash, treat \"Config space " +
