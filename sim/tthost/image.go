@@ -76,17 +76,71 @@ func (r *Runner) imageProblem() string {
 // returning its path inside the image, "" when the image lacks it.
 func (r *Runner) inImage(name string) string {
 	if strings.HasPrefix(name, "/") {
-		if _, err := os.Lstat(filepath.Join(r.Image, name)); err == nil {
+		if r.isFile(name) {
 			return name
 		}
 		return ""
 	}
 	for _, d := range filepath.SplitList(nodeagent.ImagePATH) {
-		if fi, err := os.Stat(filepath.Join(r.Image, d, name)); err == nil && !fi.IsDir() {
-			return path.Join(d, name)
+		if p := path.Join(d, name); r.isFile(p) {
+			return p
 		}
 	}
 	return ""
+}
+
+// isFile reports whether p, inside the image, is a file once symlinks are
+// resolved inside the image (Debian links /usr/sbin/insmod to /bin/kmod,
+// which must be the image's kmod, not this machine's).
+func (r *Runner) isFile(p string) bool {
+	for hops := 0; hops < 40; hops++ {
+		outside := filepath.Join(r.Image, p)
+		fi, err := os.Lstat(outside)
+		if err != nil {
+			// A directory on the way may be a symlink (/bin -> usr/bin).
+			dir, err := r.resolveDir(path.Dir(p))
+			if err != nil || dir == path.Dir(p) {
+				return false
+			}
+			p = path.Join(dir, path.Base(p))
+			continue
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			return fi.Mode().IsRegular()
+		}
+		t, err := os.Readlink(outside)
+		if err != nil {
+			return false
+		}
+		if !path.IsAbs(t) {
+			t = path.Join(path.Dir(p), t)
+		}
+		p = path.Clean(t)
+	}
+	return false
+}
+
+// resolveDir resolves the symlinks of directory d inside the image.
+func (r *Runner) resolveDir(d string) (string, error) {
+	cur := "/"
+	for _, c := range strings.Split(strings.Trim(d, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		next := path.Join(cur, c)
+		for hops := 0; ; hops++ {
+			t, err := os.Readlink(filepath.Join(r.Image, next))
+			if err != nil || hops > 40 {
+				break
+			}
+			if !path.IsAbs(t) {
+				t = path.Join(path.Dir(next), t)
+			}
+			next = path.Clean(t)
+		}
+		cur = next
+	}
+	return cur, nil
 }
 
 // overrides are the fakes bound over the image's files, and the agent under

@@ -14,6 +14,12 @@ import (
 // procps has no kill, and the helper must see none.
 func TestOverridesOnlyWhatTheImageHas(t *testing.T) {
 	img := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(img, "usr/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("usr/bin", filepath.Join(img, "bin")); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{"usr/bin/kmod", "usr/bin/git", "usr/local/bin/kubectl-tt"} {
 		if err := os.MkdirAll(filepath.Join(img, filepath.Dir(f)), 0o755); err != nil {
 			t.Fatal(err)
@@ -26,7 +32,8 @@ func TestOverridesOnlyWhatTheImageHas(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range []string{"insmod", "rmmod"} {
-		if err := os.Symlink("../bin/kmod", filepath.Join(img, "usr/sbin", l)); err != nil {
+		// Absolute, as Debian's: resolved inside the image.
+		if err := os.Symlink("/bin/kmod", filepath.Join(img, "usr/sbin", l)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -48,8 +48,8 @@ type Runner struct {
 	// OutsideImage runs helpers as plain processes with the fake tools on
 	// PATH (EnvOutsideImage; a developer opt-out, logged loudly).
 	OutsideImage bool
-	Logf  func(format string, a ...any)
-	Clock clock.Clock
+	Logf         func(format string, a ...any)
+	Clock        clock.Clock
 	// Resync re-checks every helper this often; default 30s.
 	Resync time.Duration
 
