@@ -255,6 +255,7 @@ func helper(name, node string, argv ...string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{HelperLabel: "test"}},
 		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, Volumes: []corev1.Volume{host},
+			AutomountServiceAccountToken: new(bool),
 			Containers: []corev1.Container{{Name: "agent", Image: AgentImageRepo + ":latest", Command: argv,
 				VolumeMounts: []corev1.VolumeMount{{Name: "host", MountPath: "/host"}}}}},
 	}
