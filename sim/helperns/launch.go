@@ -93,11 +93,16 @@ func Main(args []string) int {
 		fmt.Fprintf(os.Stderr, "sim helper launcher: %s: %v\n", args[0], err)
 		return ExitSetup
 	}
+	// Opened before the chroot, which hides it (closed on exec).
+	var term *os.File
+	if s.TerminationLog != "" {
+		term, _ = os.OpenFile(s.TerminationLog, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	}
 	code, err := launch(&s)
 	msg := fmt.Sprintf("sim: container did not start inside the node-agent image: %v", err)
 	fmt.Fprintln(os.Stderr, msg)
-	if s.TerminationLog != "" {
-		_ = os.WriteFile(s.TerminationLog, []byte(msg), 0o644)
+	if term != nil {
+		_, _ = term.WriteString(msg)
 	}
 	return code
 }

@@ -257,6 +257,8 @@ func helper(name, node string, argv ...string) *corev1.Pod {
 		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, Volumes: []corev1.Volume{host},
 			AutomountServiceAccountToken: new(bool),
 			Containers: []corev1.Container{{Name: "agent", Image: AgentImageRepo + ":latest", Command: argv,
+				Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+					FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
 				VolumeMounts: []corev1.VolumeMount{{Name: "host", MountPath: "/host"}}}}},
 	}
 }
