@@ -110,7 +110,10 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 	}
 	holders := &tthost.HolderSync{Client: env.Client, Hosts: hosts, Logf: env.Logf}
 	runner := &tthost.Runner{Client: env.Client, Hosts: hosts, Agent: agent, Logf: env.Logf,
-		Image: TTImageRootfs, OutsideImage: os.Getenv(tthost.EnvOutsideImage) == "1"}
+		Image: TTImageRootfs, OutsideImage: os.Getenv(tthost.EnvOutsideImage) == "1",
+		// The firmware bundles' file:// URLs name this directory: a node
+		// fetching a URL reaches it.
+		Reachable: []string{filepath.Join(env.Dir, "bundles")}}
 	events := &tthost.HostEvents{Hosts: hosts, Report: env.Monitor}
 	env.Go("tt-holders", holders.Run)
 	env.Go("tt-helper-runner", runner.Run)

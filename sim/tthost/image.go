@@ -176,6 +176,9 @@ func (r *Runner) containerFS(pod *corev1.Pod, c corev1.Container, root, dir, ter
 		{Kind: helperns.KindDev, Target: "/dev"},
 		{Kind: helperns.KindBind, Source: termLog, Target: tp},
 	}
+	for _, d := range r.Reachable {
+		ms = append(ms, helperns.Mount{Kind: helperns.KindBind, Source: d, Target: d, ReadOnly: true})
+	}
 	for _, vm := range c.VolumeMounts {
 		var vol *corev1.Volume
 		for i := range pod.Spec.Volumes {

@@ -48,8 +48,12 @@ type Runner struct {
 	// OutsideImage runs helpers as plain processes with the fake tools on
 	// PATH (EnvOutsideImage; a developer opt-out, logged loudly).
 	OutsideImage bool
-	Logf         func(format string, a ...any)
-	Clock        clock.Clock
+	// Reachable are directories of this machine bound read-only at the same
+	// path inside every helper: what a node reaches by URL (the firmware
+	// bundles' file:// URLs name them).
+	Reachable []string
+	Logf      func(format string, a ...any)
+	Clock     clock.Clock
 	// Resync re-checks every helper this often; default 30s.
 	Resync time.Duration
 
