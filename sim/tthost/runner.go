@@ -270,7 +270,10 @@ func (r *Runner) execute(ctx context.Context, pod *corev1.Pod, root, dir string,
 	}
 	wg.Wait()
 	cause := context.Cause(ctx)
-	r.endRun(key, pod.UID)
+	// Forget the run only once its final status is written: a sync in
+	// between would find a Running helper with no run and fail it as lost
+	// (a probe's result was once replaced so).
+	defer r.endRun(key, pod.UID)
 	defer os.RemoveAll(dir)
 	switch {
 	case errors.Is(cause, errDeleted):
