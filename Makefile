@@ -36,11 +36,24 @@ check: lint ## gofmt, go vet (both modules) and golangci-lint
 REALHOST = $$( [ -n "$$ROLLBOOK_REALHOST_ROOTFS" ] && echo "$$ROLLBOOK_REALHOST_ROOTFS" || \
   { [ "$$(id -u)" = 0 ] && bash hack/realhost-rootfs.sh; } || true )
 
+# The node-agent image's root filesystem (build/packages.txt by debootstrap,
+# stand-ins for tt-smi and tt-flash, the static kubectl-tt) the sim runs every
+# helper pod in: built (cached, locked) when we are root. Without root the sim
+# refuses helpers, saying why.
+IMAGE_ROOTFS = $$( [ -n "$$ROLLBOOK_TT_IMAGE_ROOTFS" ] && echo "$$ROLLBOOK_TT_IMAGE_ROOTFS" || \
+  { [ "$$(id -u)" = 0 ] && bash hack/image-rootfs.sh; } || true )
+
+.PHONY: image-rootfs
+image-rootfs: ## the node-agent image's root filesystem the sim runs helpers in (needs root; cached in .cache/node-agent-rootfs)
+	bash hack/image-rootfs.sh
+
 test: check sim ## every test, on the real simulated control plane
-	$(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	ROLLBOOK_REALHOST_ROOTFS=$(REALHOST) ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
-	  $(GO) test $(GOTEST_FLAGS) ./...
-	$(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./...
+	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
+	img=$(IMAGE_ROOTFS); \
+	ROLLBOOK_REALHOST_ROOTFS=$(REALHOST) ROLLBOOK_TT_IMAGE_ROOTFS=$$img \
+	  ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
+	  $(GO) test $(GOTEST_FLAGS) ./... && \
+	ROLLBOOK_TT_IMAGE_ROOTFS=$$img $(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./...
 
 # make chaos SEED=n KILLS=n: the kill-anywhere tests with KILLS kills per
 # scenario (three scenarios; default 60 each), seeded (default: the clock).

@@ -17,4 +17,5 @@ mkdir -p "$(dirname "$out")"
 go -C "$root/sim" build -trimpath -ldflags "$LDF" -o "$out" .
 # The fake host tools alone, next to the sim: a tool call then costs a small
 # binary's start, not Kubernetes' package initialisation (sim/cmd/sim-tools).
-go -C "$root/sim" build -trimpath -o "$out-tools" ./cmd/sim-tools
+# Static: helper containers run it inside the node-agent image (sim/helperns).
+CGO_ENABLED=0 go -C "$root/sim" build -trimpath -o "$out-tools" ./cmd/sim-tools

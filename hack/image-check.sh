@@ -29,12 +29,8 @@ start=$SECONDS
 
 containerfile=${ROLLBOOK_CONTAINERFILE:-build/Containerfile}
 packages_file=${ROLLBOOK_PACKAGES_FILE:-build/packages.txt}
-cache=${ROLLBOOK_IMAGE_CACHE:-.cache/node-agent-rootfs}
-rootfs=$cache/root
 
 fail() { echo "image-check: $*" >&2; exit 1; }
-# shellcheck source=lib/rootfs.sh
-. "$(dirname "$0")/lib/rootfs.sh"
 [ "$(id -u)" = 0 ] || fail "needs root (debootstrap and chroot)"
 
 # 1. Pins.
@@ -55,42 +51,13 @@ fi
 mapfile -t placeholders < <(grep -oE '__PIN_[A-Z0-9_]+__' "$containerfile" | sort -u)
 echo "image-check: base $base; ${#placeholders[@]} pin(s) the release pipeline fills: ${placeholders[*]:-none}"
 
-# Where the Containerfile puts what only the release can fetch, and its PATH.
-smi_dest=$(sed -n 's/^COPY --from=tt-smi \/tt-smi \(\/[^ ]*\)$/\1/p' "$containerfile")
-[ -n "$smi_dest" ] || fail "$containerfile has no 'COPY --from=tt-smi /tt-smi <path>' line"
-venv=$(grep -oE 'python3 -m venv /[^ ]+' "$containerfile" | head -1 | cut -d' ' -f4)
-[ -n "$venv" ] || fail "$containerfile makes no virtualenv for tt-flash"
+# 2 and 3: the root filesystem, its stand-ins and the static agent
+# (hack/image-rootfs.sh, which the sim's helper runner uses too).
+rootfs=$(bash hack/image-rootfs.sh)
 image_path=$(sed -n 's/^ENV PATH=//p' "$containerfile" | head -1)
-[ -n "$image_path" ] || fail "$containerfile sets no ENV PATH"
-agent_dest=$(sed -n 's/^COPY \$TARGETPLATFORM\/kubectl-tt \(\/[^ ]*\)$/\1/p' "$containerfile")
-[ -n "$agent_dest" ] || fail "$containerfile does not copy \$TARGETPLATFORM/kubectl-tt"
-grep -q "build/packages.txt" "$containerfile" || fail "$containerfile does not install build/packages.txt"
-
-# 2. The root filesystem.
-mapfile -t packages < <(grep -v '^\s*#' "$packages_file" | grep -v '^\s*$')
-cached_rootfs image-check "$suite" "$cache" "${packages[@]}"
-
 in_image() { chroot "$rootfs" /usr/bin/env -i PATH="$image_path" "$@"; }
 
-# 3. Stand-ins, rewritten on every run (a moved path leaves none behind).
-while read -r old; do rm -rf "${rootfs:?}$old"; done < <(cat "$cache/stand-ins" 2>/dev/null || true)
-printf '%s\n' "$venv" "$smi_dest" "$agent_dest" >"$cache/stand-ins"
-in_image python3 -m venv "$venv" || fail "python3 -m venv $venv failed inside the image (python3-venv?)"
-stand_in() { # path version tool
-  mkdir -p "$rootfs$(dirname "$1")"
-  printf '#!/bin/sh\n# STAND-IN written by hack/image-check.sh: the release installs the real %s here.\n' "$3" >"$rootfs$1"
-  printf 'case "$1" in --version) echo "%s";; *) echo "%s stand-in: only --version" >&2; exit 2;; esac\n' "$2" "$3" >>"$rootfs$1"
-  chmod 0755 "$rootfs$1"
-}
-smi_version=$(sed -n 's/^ARG TT_SMI_VERSION=//p' "$containerfile")
-flash_version=$(sed -n 's/^ARG TT_FLASH_VERSION=//p' "$containerfile")
-stand_in "$smi_dest" "$smi_version" tt-smi
-stand_in "$venv/bin/tt-flash" "tt-flash $flash_version" tt-flash
-echo "image-check: STAND-INS (not the real tools): tt-smi $smi_version at $smi_dest, tt-flash $flash_version at $venv/bin/tt-flash"
-
-# 4. The agent, as the release builds it (static, no cgo), and its table.
-mkdir -p "$rootfs$(dirname "$agent_dest")"
-CGO_ENABLED=0 go build -trimpath -o "$rootfs$agent_dest" ./cmd/kubectl-tt
+# 4. The agent's requirements table, checked inside the image.
 in_image kubectl-tt node-agent --help | grep -q 'requirements' || fail "kubectl-tt node-agent --help does not list requirements"
 if ! in_image kubectl-tt node-agent requirements --check-image; then
   fail "the image lacks what the node agent runs (see MISSING above; the table: kubectl-tt node-agent requirements)"

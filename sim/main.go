@@ -21,6 +21,7 @@ import (
 	_ "time/tzdata"
 
 	"github.com/rollbook/rollbook/internal/fakehost"
+	"github.com/rollbook/rollbook/sim/helperns"
 )
 
 const usage = `usage:
@@ -34,6 +35,9 @@ const usage = `usage:
 func main() {
 	// The tt hosts' tool dir links rmmod, tt-smi, … to this binary, so the
 	// helper runner's agent reaches the fake tools under their real names.
+	if len(os.Args) > 1 && os.Args[1] == helperns.Subcommand {
+		os.Exit(helperns.Main(os.Args[2:]))
+	}
 	if fakehost.IsTool(filepath.Base(os.Args[0])) {
 		os.Exit(fakehost.Main(os.Args))
 	}

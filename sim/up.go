@@ -19,6 +19,7 @@ import (
 	"github.com/rollbook/rollbook/sim/monitor"
 	"github.com/rollbook/rollbook/sim/monitor/kubewatch"
 	"github.com/rollbook/rollbook/sim/scenario"
+	"github.com/rollbook/rollbook/sim/tthost"
 )
 
 // marker identifies a directory sim owns, so `up` only ever wipes its own.
@@ -38,6 +39,9 @@ func cmdUp(args []string) int {
 	logStderr := fs.Bool("log-stderr", false, "leave component logs on stderr instead of DIR/sim.log")
 	exitWithParent := fs.Bool("exit-with-parent", false, "stop when the process that started sim exits (for test harnesses)")
 	ttAgent := fs.String("tt-agent", "", "kubectl-tt binary the tt scenarios' helper runner executes for helper pods (default: kubectl-tt next to sim, else on PATH)")
+	ttImage := fs.String("tt-image-rootfs", os.Getenv(tthost.EnvImageRootfs),
+		"the node-agent image's root filesystem (hack/image-rootfs.sh) the helper runner runs helper pods in "+
+			"(env "+tthost.EnvImageRootfs+"); without it, or without root, helpers are refused")
 	apiFaults := fs.Float64("api-faults", 0, "put a proxy in front of the apiserver that fails this fraction of requests "+
 		"(429 with Retry-After, 500, 503, dropped connection, slow response); DIR/kubeconfig points at it")
 	faultSeed := fs.Uint64("api-faults-seed", 1, "seed of the --api-faults draws")
@@ -55,6 +59,7 @@ func cmdUp(args []string) int {
 		return 2
 	}
 	scenario.TTAgent = *ttAgent
+	scenario.TTImageRootfs = *ttImage
 	sc, err := scenario.Get(*scen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sim up:", err)

@@ -42,6 +42,10 @@ func parseKernelObject(b []byte) (version, kernel string, err error) {
 	return version, kernel, nil
 }
 
+// TTSMIEnv names the fake tt-smi tool a tt-smi file hands all but --version
+// to, when set (the sim's helpers, where the image's tt-smi is that file).
+const TTSMIEnv = "FAKEHOST_TTSMI"
+
 // WriteTTSMIBinary writes a stand-in for the tt-smi PyInstaller binary of
 // the ubuntu-22.04 flavour (needs glibc DefaultGlibc).
 func WriteTTSMIBinary(path, version string) error {
@@ -56,6 +60,9 @@ func WriteTTSMIBinary(path, version string) error {
 func WriteTTSMIBinaryFor(path, version, glibc string) error {
 	script := "#!/bin/sh\n# fake tt-smi " + version + " (rollbook fakehost)\n# needs GLIBC_" + glibc + "\n" +
 		"case \"$1\" in -v|--version) echo " + version + "; exit 0 ;; esac\n" +
+		// Inside a helper the sim puts the fake card tool here (the image's
+		// tt-smi is this file): snapshots and resets go to it.
+		"[ -n \"$" + TTSMIEnv + "\" ] && exec \"$" + TTSMIEnv + "\" \"$@\"\n" +
 		"echo 'fake tt-smi: only --version is supported here' >&2\nexit 2\n"
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err

@@ -33,6 +33,10 @@ import (
 // else on PATH.
 var TTAgent string
 
+// TTImageRootfs is the node-agent image's root filesystem the helper runner
+// runs helpers in (`sim up --tt-image-rootfs`, env ROLLBOOK_TT_IMAGE_ROOTFS).
+var TTImageRootfs string
+
 // Objects of the tt scenarios.
 const (
 	ttSystemNS    = "tt-system"
@@ -105,12 +109,16 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 			len(p.Spec.Devices), p.Spec.LoadedKMD, hosts.Dir, p.Node)
 	}
 	holders := &tthost.HolderSync{Client: env.Client, Hosts: hosts, Logf: env.Logf}
-	runner := &tthost.Runner{Client: env.Client, Hosts: hosts, Agent: agent, Logf: env.Logf}
+	runner := &tthost.Runner{Client: env.Client, Hosts: hosts, Agent: agent, Logf: env.Logf,
+		Image: TTImageRootfs, OutsideImage: os.Getenv(tthost.EnvOutsideImage) == "1",
+		// The firmware bundles' file:// URLs name this directory: a node
+		// fetching a URL reaches it.
+		Reachable: []string{filepath.Join(env.Dir, "bundles")}}
 	events := &tthost.HostEvents{Hosts: hosts, Report: env.Monitor}
 	env.Go("tt-holders", holders.Run)
 	env.Go("tt-helper-runner", runner.Run)
 	env.Go("tt-host-events", events.Run)
-	env.Logf("tt helper runner: agent %s, runs logged to %s/runner.log", agent, hosts.Dir)
+	env.Logf("tt helper runner: agent %s, %s, runs logged to %s/runner.log", agent, runner.Mode(), hosts.Dir)
 	if err := writeBundles(env.Dir); err != nil {
 		return err
 	}

@@ -16,6 +16,9 @@ type Hosts struct {
 	Dir       string // <simdir>/hosts
 	ToolsDir  string // PATH of every helper: the fake node tools
 	SMISource string // the tt-smi binary helpers deliver (ROLLBOOK_TT_SMI_SOURCE)
+	// ToolExe is the multi-call binary of the fake tools, and the helper
+	// launcher (sim-tools __helper-launch).
+	ToolExe string
 
 	mu    sync.RWMutex
 	roots map[string]string
@@ -33,6 +36,7 @@ func NewHosts(simDir, toolExe, smiVersion string) (*Hosts, error) {
 		Dir:       dir,
 		ToolsDir:  filepath.Join(dir, ".tools"),
 		SMISource: filepath.Join(dir, ".image", "tt-smi"),
+		ToolExe:   toolExe,
 		roots:     map[string]string{},
 	}
 	if err := fakehost.InstallTools(h.ToolsDir, toolExe); err != nil {

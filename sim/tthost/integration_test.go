@@ -63,7 +63,10 @@ func TestRunnerAndHolders(t *testing.T) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	r := &Runner{Client: c.Client, Hosts: hosts, Agent: agent, Logf: t.Logf}
+	r := &Runner{Client: c.Client, Hosts: hosts, Agent: agent, Logf: t.Logf, Image: os.Getenv(EnvImageRootfs)}
+	if why := r.imageProblem(); why != "" {
+		t.Skipf("helpers run only inside the node-agent image: %s", why)
+	}
 	hs := &HolderSync{Client: c.Client, Hosts: hosts, Logf: t.Logf, Resync: 500 * time.Millisecond}
 	go func() { _ = r.Run(runCtx) }()
 	go func() { _ = hs.Run(runCtx) }()
@@ -73,7 +76,7 @@ func TestRunnerAndHolders(t *testing.T) {
 		p := finished(t, ctx, cs, helper("ok", "kwok-node-0", AgentName, "fake", "msg", "hello"))
 		term := p.Status.ContainerStatuses[0].State.Terminated
 		if p.Status.Phase != corev1.PodSucceeded || term.ExitCode != 0 || term.Reason != "Completed" ||
-			term.Message != "hello root="+root+" node=kwok-node-0" || p.Status.PodIP != hostIP {
+			term.Message != "hello root=/host node=kwok-node-0" || p.Status.PodIP != hostIP {
 			t.Fatalf("status %+v", p.Status)
 		}
 	})
@@ -93,6 +96,14 @@ func TestRunnerAndHolders(t *testing.T) {
 		}
 		if o, _ := fakehost.Inspect(root); o.LoadedKMD != "2.8.0" {
 			t.Fatalf("host runs kmd %q", o.LoadedKMD)
+		}
+	})
+	t.Run("command the image lacks", func(t *testing.T) {
+		p := finished(t, ctx, cs, helper("lacks", "kwok-node-0", "/opt/nowhere/kubectl-tt", "fake"))
+		term := p.Status.ContainerStatuses[0].State.Terminated
+		if p.Status.Phase != corev1.PodFailed || term.ExitCode != 127 || !strings.Contains(term.Message, "not found in the image") &&
+			!strings.Contains(term.Message, "no such file") {
+			t.Fatalf("status %+v", p.Status)
 		}
 	})
 	t.Run("node without host root", func(t *testing.T) {
@@ -300,11 +311,17 @@ func TestRunnerAndHolders(t *testing.T) {
 	})
 }
 
+// helper is a helper pod as kubectl tt makes them: the host's / at /host.
 func helper(name, node string, argv ...string) *corev1.Pod {
+	host := corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{HelperLabel: "test"}},
-		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "agent", Image: AgentImageRepo + ":latest", Command: argv}}},
+		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, Volumes: []corev1.Volume{host},
+			AutomountServiceAccountToken: new(bool),
+			Containers: []corev1.Container{{Name: "agent", Image: AgentImageRepo + ":latest", Command: argv,
+				Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+					FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "host", MountPath: "/host"}}}}},
 	}
 }
 

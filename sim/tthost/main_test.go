@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/rollbook/rollbook/internal/fakehost"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
 	"github.com/rollbook/rollbook/pkg/nodeagent/agentcmd"
+	"github.com/rollbook/rollbook/sim/helperns"
 )
 
 // The test binary is also the fake node tools (like the sim binary) and,
@@ -18,6 +20,8 @@ import (
 // message and duration the test chooses.
 func TestMain(m *testing.M) {
 	switch name := filepath.Base(os.Args[0]); {
+	case len(os.Args) > 1 && os.Args[1] == helperns.Subcommand:
+		os.Exit(helperns.Main(os.Args[2:]))
 	case fakehost.IsTool(name):
 		os.Exit(fakehost.Main(os.Args))
 	case name == AgentName && len(os.Args) > 1 && os.Args[1] == "node-agent":
@@ -52,7 +56,11 @@ func fakeAgent(args []string) int {
 	}
 	fmt.Println("fake agent output")
 	out := fmt.Sprintf("%s root=%s node=%s", msg, os.Getenv(envFakeRoot), os.Getenv(envNodeName))
-	if err := os.WriteFile(os.Getenv(envTerminationLog), []byte(out), 0o644); err != nil {
+	termLog := os.Getenv(envTerminationLog) // outside the image only
+	if termLog == "" {
+		termLog = nodeagent.DefaultTerminationLog
+	}
+	if err := os.WriteFile(termLog, []byte(out), 0o644); err != nil {
 		return 99
 	}
 	return code

@@ -18,6 +18,8 @@ type proc struct {
 	env     []string
 	dir     string // working directory
 	outPath string // stdout+stderr
+	// newNS starts it in a mount namespace of its own (the helper launcher).
+	newNS bool
 }
 
 // exitKilled is the exit code of a process ended by SIGKILL (128+9), as
@@ -37,6 +39,9 @@ func (p proc) run(ctx context.Context) (code int, err error) {
 	cmd := exec.CommandContext(ctx, p.argv[0], p.argv[1:]...)
 	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = p.env, p.dir, w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if p.newNS {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS
+	}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/utils/clock"
 
+	"github.com/rollbook/rollbook/sim/helperns"
 	"github.com/rollbook/rollbook/sim/podloop"
 )
 
@@ -26,6 +27,9 @@ import (
 // rollbook.dev/helper) bound to simulated tt nodes: kwok leaves their
 // status alone, and the runner executes their command for real against
 // the node's host root and reports the outcome in the pod status.
+// Each container runs inside the node-agent image's root filesystem (Image)
+// in a mount namespace of its own (image.go, sim/helperns); without the
+// image or root, helpers are refused with the reason.
 //
 // Guarantees: a pod is started at most once (Pending → Running → Succeeded
 // or Failed) and never leaves a terminal phase; every status write is
@@ -40,8 +44,17 @@ type Runner struct {
 	// Agent is the kubectl-tt binary run for a helper's `kubectl-tt …`
 	// command; empty fails such helpers with a message.
 	Agent string
-	Logf  func(format string, a ...any)
-	Clock clock.Clock
+	// Image is the node-agent image's root filesystem helpers run in.
+	Image string
+	// OutsideImage runs helpers as plain processes with the fake tools on
+	// PATH (EnvOutsideImage; a developer opt-out, logged loudly).
+	OutsideImage bool
+	// Reachable are directories of this machine bound read-only at the same
+	// path inside every helper: what a node reaches by URL (the firmware
+	// bundles' file:// URLs name them).
+	Reachable []string
+	Logf      func(format string, a ...any)
+	Clock     clock.Clock
 	// Resync re-checks every helper this often; default 30s.
 	Resync time.Duration
 
@@ -176,6 +189,11 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 	if _, bad := unknownImage(pod); bad {
 		return r.pullFailed(ctx, pod)
 	}
+	if !r.OutsideImage {
+		if why := r.imageProblem(); why != "" {
+			return r.refuse(ctx, pod, "SimNoImage", why)
+		}
+	}
 	argvs, why := r.commands(pod)
 	if why != "" {
 		return r.refuse(ctx, pod, "", why)
@@ -187,6 +205,14 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 	dir := filepath.Join(r.Hosts.Dir, ".runs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if !r.OutsideImage {
+		for _, c := range pod.Spec.Containers {
+			if _, _, why := r.containerFS(pod, c, root, dir, ""); why != "" {
+				_ = os.RemoveAll(dir)
+				return r.refuse(ctx, pod, "", why)
+			}
+		}
 	}
 	now := r.Clock.Now()
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -200,7 +226,12 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 		r.endRun(key, pod.UID)
 		return err
 	}
-	r.log.Printf("START %s node=%s argv=%q", key, pod.Spec.NodeName, argvs)
+	where := "image"
+	if r.OutsideImage {
+		where = "OUTSIDE-THE-IMAGE"
+		r.Logf("tt-helper-runner: %s runs OUTSIDE the node-agent image (%s=1)", key, EnvOutsideImage)
+	}
+	r.log.Printf("START %s node=%s in=%s argv=%q", key, pod.Spec.NodeName, where, argvs)
 	go r.execute(runCtx, updated, root, dir, argvs, running.StartTime.Time, secrets)
 	return nil
 }
@@ -217,6 +248,10 @@ func (r *Runner) commands(pod *corev1.Pod) ([][]string, string) {
 		if len(argv) == 0 || filepath.Base(argv[0]) != AgentName {
 			return nil, fmt.Sprintf("sim: the helper runner only runs `%s …` on simulated tt hosts; container %s has command %q",
 				AgentName, c.Name, argv)
+		}
+		if !r.OutsideImage {
+			out = append(out, argv) // run from the image's PATH
+			continue
 		}
 		if r.Agent == "" {
 			return nil, fmt.Sprintf("sim: no %s binary to run (start the sim with --tt-agent PATH)", AgentName)
@@ -251,7 +286,10 @@ func (r *Runner) execute(ctx context.Context, pod *corev1.Pod, root, dir string,
 	}
 	wg.Wait()
 	cause := context.Cause(ctx)
-	r.endRun(key, pod.UID)
+	// Forget the run only once its final status is written: a sync in
+	// between would find a Running helper with no run and fail it as lost
+	// (a probe's result was once replaced so).
+	defer r.endRun(key, pod.UID)
 	defer os.RemoveAll(dir)
 	switch {
 	case errors.Is(cause, errDeleted):
@@ -298,6 +336,14 @@ func (r *Runner) runContainer(ctx context.Context, pod *corev1.Pod, c corev1.Con
 	termLog := filepath.Join(cdir, "termination-log")
 	p := proc{argv: argv, dir: cdir, outPath: filepath.Join(cdir, "output.log"),
 		env: helperEnv(pod, c, r.Hosts, root, termLog, cdir, secrets)}
+	if !r.OutsideImage {
+		spec, why := r.launchSpec(pod, c, root, dir, cdir, termLog, secrets)
+		if why != "" {
+			res.exitCode, res.startErr, res.finished = exitStartError, why, r.Clock.Now()
+			return res
+		}
+		p.argv, p.env, p.newNS = []string{r.Hosts.ToolExe, helperns.Subcommand, spec}, []string{}, true
+	}
 	code, err := p.run(ctx)
 	res.finished = r.Clock.Now()
 	if err != nil {

@@ -1,0 +1,271 @@
+package tthost
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rollbook/rollbook/internal/fakehost"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/sim/helperns"
+)
+
+// Environment of the sim's helper runner.
+const (
+	// EnvImageRootfs is the node-agent image's root filesystem
+	// (hack/image-rootfs.sh prints it); `sim up --tt-image-rootfs`.
+	EnvImageRootfs = "ROLLBOOK_TT_IMAGE_ROOTFS"
+	// EnvOutsideImage=1 is the developer's opt-out on a machine without
+	// root: helpers run as plain processes with the fake tools on PATH,
+	// logged loudly. make test as root never sets it.
+	EnvOutsideImage = "ROLLBOOK_SIM_HELPERS_OUTSIDE_IMAGE"
+	// envFakeTTSMI is where, inside a helper, the fake tt-smi the image's
+	// tt-smi file hands everything but --version to lives.
+	envFakeTTSMI = fakehost.TTSMIEnv
+)
+
+// fakeTTSMIPath is a sim-private path inside helpers (not on PATH, not in
+// the image): the card tool behind the image's tt-smi.
+const fakeTTSMIPath = "/.rollbook-sim/bin/tt-smi"
+
+// Only what needs a kernel or a card is simulated inside the image: the
+// runner binds the fake tools over these of the image's own files, and only
+// where the image has them. kernelAndCard are the module load and unload
+// syscalls, signals to simulated /proc holders, and the card's tools.
+var kernelAndCard = []string{"insmod", "rmmod", "kill"}
+
+// remainingFakes are image tools that cannot work against a fake host root
+// yet (docs/tt.md, "How the sim runs helpers"): chroot would run the fake
+// host's make and tt-smi, which are not executables; git needs a real
+// repository of the module; modinfo, depmod and modprobe need a real .ko.
+var remainingFakes = []string{"chroot", "git", "modinfo", "depmod", "modprobe"}
+
+// Mode describes how helpers run, for the sim's log.
+func (r *Runner) Mode() string {
+	switch {
+	case r.OutsideImage:
+		return "helpers OUTSIDE the image (" + EnvOutsideImage + "=1: a developer opt-out; tools of the image are not checked)"
+	case r.imageProblem() != "":
+		return "helpers REFUSED: " + r.imageProblem()
+	}
+	return "helpers inside the node-agent image " + r.Image
+}
+
+// imageProblem says why helpers cannot run inside the image, "" when they can.
+func (r *Runner) imageProblem() string {
+	switch {
+	case r.Image == "":
+		return "sim: no node-agent image root filesystem to run helpers in (sim up --tt-image-rootfs DIR or $" + EnvImageRootfs +
+			"; `bash hack/image-rootfs.sh` builds it, as root); the helper runner never runs helpers outside the image"
+	case os.Geteuid() != 0:
+		return "sim: running helpers inside the node-agent image needs root (a mount namespace, an overlay, chroot); " +
+			"the helper runner never runs helpers outside the image"
+	}
+	if fi, err := os.Stat(filepath.Join(r.Image, "usr/bin")); err != nil || !fi.IsDir() {
+		return fmt.Sprintf("sim: %s is not a root filesystem (no usr/bin)", r.Image)
+	}
+	return ""
+}
+
+// inImage finds name on the image's PATH as the container's lookup would,
+// returning its path inside the image, "" when the image lacks it.
+func (r *Runner) inImage(name string) string {
+	if strings.HasPrefix(name, "/") {
+		if r.isFile(name) {
+			return name
+		}
+		return ""
+	}
+	for _, d := range filepath.SplitList(nodeagent.ImagePATH) {
+		if p := path.Join(d, name); r.isFile(p) {
+			return p
+		}
+	}
+	return ""
+}
+
+// isFile reports whether p, inside the image, is a file once symlinks are
+// resolved inside the image (Debian links /usr/sbin/insmod to /bin/kmod,
+// which must be the image's kmod, not this machine's).
+func (r *Runner) isFile(p string) bool {
+	for hops := 0; hops < 40; hops++ {
+		outside := filepath.Join(r.Image, p)
+		fi, err := os.Lstat(outside)
+		if err != nil {
+			// A directory on the way may be a symlink (/bin -> usr/bin).
+			dir, err := r.resolveDir(path.Dir(p))
+			if err != nil || dir == path.Dir(p) {
+				return false
+			}
+			p = path.Join(dir, path.Base(p))
+			continue
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			return fi.Mode().IsRegular()
+		}
+		t, err := os.Readlink(outside)
+		if err != nil {
+			return false
+		}
+		if !path.IsAbs(t) {
+			t = path.Join(path.Dir(p), t)
+		}
+		p = path.Clean(t)
+	}
+	return false
+}
+
+// resolveDir resolves the symlinks of directory d inside the image.
+func (r *Runner) resolveDir(d string) (string, error) {
+	cur := "/"
+	for _, c := range strings.Split(strings.Trim(d, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		next := path.Join(cur, c)
+		for hops := 0; ; hops++ {
+			t, err := os.Readlink(filepath.Join(r.Image, next))
+			if err != nil || hops > 40 {
+				break
+			}
+			if !path.IsAbs(t) {
+				t = path.Join(path.Dir(next), t)
+			}
+			next = path.Clean(t)
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// overrides are the fakes bound over the image's files, and the agent under
+// test over the image's kubectl-tt.
+func (r *Runner) overrides() []helperns.Override {
+	var out []helperns.Override
+	add := func(src, name string) {
+		if p := r.inImage(name); p != "" {
+			out = append(out, helperns.Override{Source: src, Target: p})
+		}
+	}
+	for _, t := range append(append([]string(nil), kernelAndCard...), remainingFakes...) {
+		add(r.Hosts.ToolExe, t)
+	}
+	add(r.Hosts.SMISource, nodeagent.DefaultSMISource)
+	add(r.Hosts.ToolExe, nodeagent.TTFlashPath)
+	if r.Agent != "" {
+		add(r.Agent, AgentName)
+	}
+	return out
+}
+
+// containerFS is a container's mounts; fakeRoot is where it sees the node's
+// host root ("" when it does not mount it); why says why the runner cannot
+// provide a volume.
+func (r *Runner) containerFS(pod *corev1.Pod, c corev1.Container, root, dir, termLog string) (ms []helperns.Mount, fakeRoot, why string) {
+	tp := c.TerminationMessagePath
+	if tp == "" {
+		tp = corev1.TerminationMessagePathDefault
+	}
+	ms = []helperns.Mount{
+		{Kind: helperns.KindProc, Target: "/proc"},
+		{Kind: helperns.KindDev, Target: "/dev"},
+		{Kind: helperns.KindBind, Source: termLog, Target: tp},
+	}
+	for _, d := range r.Reachable {
+		ms = append(ms, helperns.Mount{Kind: helperns.KindBind, Source: d, Target: d, ReadOnly: true})
+	}
+	for _, vm := range c.VolumeMounts {
+		var vol *corev1.Volume
+		for i := range pod.Spec.Volumes {
+			if pod.Spec.Volumes[i].Name == vm.Name {
+				vol = &pod.Spec.Volumes[i]
+			}
+		}
+		if vol == nil {
+			return nil, "", fmt.Sprintf("sim: container %s mounts volume %s, which the pod does not have", c.Name, vm.Name)
+		}
+		if vm.SubPath != "" || vm.SubPathExpr != "" {
+			return nil, "", fmt.Sprintf("sim: the helper runner does not provide subPath mounts (volume %s)", vm.Name)
+		}
+		src, ok := r.volumeSource(pod, vol, root, dir)
+		if !ok {
+			return nil, "", fmt.Sprintf("sim: the helper runner cannot provide volume %s (it provides hostPath and emptyDir)", vm.Name)
+		}
+		if vol.HostPath != nil && path.Clean(vol.HostPath.Path) == "/" {
+			fakeRoot = path.Clean(vm.MountPath)
+		}
+		ms = append(ms, helperns.Mount{Kind: helperns.KindBind, Source: src, Target: vm.MountPath, ReadOnly: vm.ReadOnly})
+	}
+	return ms, fakeRoot, ""
+}
+
+// volumeSource is the directory outside that backs vol: the node's host root
+// for hostPath (the fake host is the node), a directory of the run for
+// emptyDir.
+func (r *Runner) volumeSource(pod *corev1.Pod, vol *corev1.Volume, root, dir string) (string, bool) {
+	switch {
+	case vol.HostPath != nil:
+		p := filepath.Join(root, filepath.Clean("/"+vol.HostPath.Path))
+		_, err := os.Stat(p)
+		return p, err == nil
+	case vol.EmptyDir != nil:
+		p := filepath.Join(dir, "volumes", vol.Name)
+		return p, os.MkdirAll(p, 0o755) == nil
+	}
+	_ = pod
+	return "", false
+}
+
+// imageEnv is a container's environment inside the image: the image's
+// (ENV PATH), then the pod's, then what only the fakes read.
+func imageEnv(pod *corev1.Pod, c corev1.Container, fakeRoot string, secrets map[string]string) []string {
+	env := []string{"PATH=" + nodeagent.ImagePATH, "HOME=/root", "HOSTNAME=" + pod.Name}
+	for _, e := range c.Env {
+		if v, ok := envValue(pod, e, secrets); ok {
+			env = append(env, e.Name+"="+v)
+		}
+	}
+	if fakeRoot != "" {
+		env = append(env, envFakeRoot+"="+fakeRoot)
+	}
+	return append(env, envFakeTTSMI+"="+fakeTTSMIPath)
+}
+
+// launchSpec writes the launcher's spec for container c into cdir.
+func (r *Runner) launchSpec(pod *corev1.Pod, c corev1.Container, root, dir, cdir, termLog string, secrets map[string]string) (string, string) {
+	ms, fakeRoot, why := r.containerFS(pod, c, root, dir, termLog)
+	if why != "" {
+		return "", why
+	}
+	s := helperns.Spec{
+		Image:          r.Image,
+		Scratch:        filepath.Join(cdir, "fs"),
+		Mounts:         ms,
+		Overrides:      r.overrides(),
+		Private:        []helperns.Override{{Source: r.Hosts.ToolExe, Target: fakeTTSMIPath}},
+		Env:            imageEnv(pod, c, fakeRoot, secrets),
+		Argv:           append(append([]string(nil), c.Command...), c.Args...),
+		Dir:            c.WorkingDir,
+		TerminationLog: termLog,
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return "", err.Error()
+	}
+	p := filepath.Join(cdir, "launch.json")
+	if err := os.MkdirAll(s.Scratch, 0o755); err != nil {
+		return "", err.Error()
+	}
+	if err := os.WriteFile(termLog, nil, 0o644); err != nil {
+		return "", err.Error()
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		return "", err.Error()
+	}
+	return p, ""
+}
