@@ -38,6 +38,9 @@ type Facts struct {
 	// OthersOut counts the other nodes rollbook has out of service
 	// (read only before the node's own cordon, when a budget applies).
 	OthersOut int
+	// OthersOutLabels are those nodes' labels, for the per-label budgets
+	// (--max-unavailable-per).
+	OthersOutLabels []map[string]string
 	// Finished: the runbook's result is measured and recorded on the node,
 	// so every disruptive step counts as done.
 	Finished bool
@@ -133,9 +136,10 @@ func (o observer) observeParts(ctx context.Context, node string, parts runbook.P
 		f.Skip = o.skip(n)
 	}
 	if parts&readOthersOut != 0 && o.countOut && !f.ourCordon() && !f.Finished && (o.run == "" || f.measuredFresh(o.run)) {
-		if f.OthersOut, err = countOutOfService(ctx, o.cs, n.Name); err != nil {
+		if f.OthersOutLabels, err = othersOutOfService(ctx, o.cs, n.Name); err != nil {
 			return f, err
 		}
+		f.OthersOut = len(f.OthersOutLabels)
 	}
 	if parts&readPods == 0 {
 		f.Pods, f.Helpers, f.helpersRead, f.Helper, f.Probe = prev.Pods, prev.Helpers, prev.helpersRead, prev.Helper, prev.Probe
@@ -172,10 +176,10 @@ func (o observer) readPods(ctx context.Context, f *Facts) error {
 	return nil
 }
 
-// countOutOfService counts the nodes other than node that a rollbook run
-// has out of service: a failed node that stays cordoned still uses its
-// slot, whichever tt runbook left it.
-func countOutOfService(ctx context.Context, cs kubernetes.Interface, node string) (int, error) {
+// othersOutOfService returns the labels of the nodes other than node that a
+// rollbook run has out of service: a failed node that stays cordoned still
+// uses its slot, whichever tt runbook left it.
+func othersOutOfService(ctx context.Context, cs kubernetes.Interface, node string) ([]map[string]string, error) {
 	// Only cordoned nodes: the cost follows what is out, not the fleet. A
 	// consistent read (not resourceVersion 0, which the watch cache may
 	// answer from before the cordon this run just made): an undercount
@@ -183,15 +187,15 @@ func countOutOfService(ctx context.Context, cs kubernetes.Interface, node string
 	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.unschedulable", "true").String()})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
+	out := []map[string]string{}
 	for i := range l.Items {
 		if st := kube.CordonStateOf(&l.Items[i]); l.Items[i].Name != node && st.Cordoned && st.Owner != "" {
-			n++
+			out = append(out, l.Items[i].Labels)
 		}
 	}
-	return n, nil
+	return out, nil
 }
 
 // helperNamed is the pod of pods that name gives for node, if any.

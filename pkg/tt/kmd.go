@@ -38,6 +38,12 @@ type KMDConfig struct {
 	Force  bool
 	Helper HelperConfig
 	RunID  string
+	// MaxParallel bounds the nodes out of service at once (cordon to
+	// uncordon), counted from the cluster; default 1, as the operator.
+	MaxParallel int
+	// MaxUnavailablePer bounds, per label key, the nodes sharing a value
+	// of it that are out of service at once.
+	MaxUnavailablePer map[string]int
 }
 
 // HelperConfig says how helper pods are run.
@@ -64,6 +70,12 @@ func (c *KMDConfig) Validate() error {
 		if errs := validateLabelKey(g); errs != "" {
 			return fmt.Errorf("--deploy-gate %q: %s", g, errs)
 		}
+	}
+	if c.MaxParallel < 0 {
+		return fmt.Errorf("--max-parallel must be at least 1, not %d", c.MaxParallel)
+	}
+	if err := ValidateUnavailablePer(c.MaxUnavailablePer); err != nil {
+		return err
 	}
 	return c.Helper.validate()
 }
@@ -159,8 +171,9 @@ the target version is measured on it, whatever its label says.`,
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
 			b.probe("tt.kmd.probe", kmdProbeCommand(cfg), blockers),
-			// One node at a time, like the operator's DaemonSet rollout.
-			b.cordon("tt.kmd.cordon", probeClear("tt-kmd", cfg.RunID, blockers), outOfServiceBudget(1)),
+			// One node at a time by default, like the operator's DaemonSet rollout.
+			b.cordon("tt.kmd.cordon", append([]runbook.Guard[Facts]{probeClear("tt-kmd", cfg.RunID, blockers),
+				outOfServiceBudget(max(cfg.MaxParallel, 1))}, perLabelBudget(cfg.MaxUnavailablePer)...)...),
 			b.closeGates("tt.kmd.close-gates", cfg.DeployGates),
 			b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "tt-kmd "+v+" upgrade"),
 			kmdDrainStep(cs, rec, cfg),
