@@ -55,8 +55,12 @@ func TestKMDSharedModuleIsCheckedThenUsed(t *testing.T) {
 	// A record whose checksum is not the bytes' (or another version's):
 	// refused with a warning, and the node builds its own.
 	for name, info := range map[string]nodeagent.ModuleInfo{
-		"checksum": func() nodeagent.ModuleInfo { i := *built.Module; i.SHA256 = string(bytes.Repeat([]byte("0"), 64)); return i }(),
-		"version":  func() nodeagent.ModuleInfo { i := *built.Module; i.Version = "2.0.1"; return i }(),
+		"checksum": func() nodeagent.ModuleInfo {
+			i := *built.Module
+			i.SHA256 = string(bytes.Repeat([]byte("0"), 64))
+			return i
+		}(),
+		"version": func() nodeagent.ModuleInfo { i := *built.Module; i.Version = "2.0.1"; return i }(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})

@@ -41,6 +41,9 @@ type Facts struct {
 	// OthersOutLabels are those nodes' labels, for the per-label budgets
 	// (--max-unavailable-per).
 	OthersOutLabels []map[string]string
+	// Shared is the module another node published for this node's kernel
+	// (kmd), read when a step asks for readShared and carried over after.
+	Shared *SharedModule
 	// Finished: the runbook's result is measured and recorded on the node,
 	// so every disruptive step counts as done.
 	Finished bool
@@ -86,6 +89,8 @@ type observer struct {
 	// once this run's probe is recorded (run), when the cordon is next.
 	countOut bool
 	run      string
+	// shared, when set, reads Facts.Shared (readShared).
+	shared func(ctx context.Context, f *Facts) (*SharedModule, error)
 }
 
 // The parts of Facts a step may ask for (runbook.Step.Reads).
@@ -96,6 +101,8 @@ const (
 	readPods
 	// readOthersOut: the nodes rollbook has out of service (before a cordon).
 	readOthersOut
+	// readShared: the module published for the node's kernel (kmd).
+	readShared
 )
 
 func (o observer) observe(ctx context.Context, node string) (Facts, error) {
@@ -134,6 +141,12 @@ func (o observer) observeParts(ctx context.Context, node string, parts runbook.P
 	f.Finished = o.finished(n)
 	if o.skip != nil {
 		f.Skip = o.skip(n)
+	}
+	f.Shared = prev.Shared
+	if parts&readShared != 0 && o.shared != nil && !f.Finished {
+		if f.Shared, err = o.shared(ctx, &f); err != nil {
+			return f, err
+		}
 	}
 	if parts&readOthersOut != 0 && o.countOut && !f.ourCordon() && !f.Finished && (o.run == "" || f.measuredFresh(o.run)) {
 		if f.OthersOutLabels, err = othersOutOfService(ctx, o.cs, n.Name); err != nil {

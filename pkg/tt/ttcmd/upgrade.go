@@ -160,6 +160,7 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 	if o.maxParallel > 1 {
 		opts.Prefetch = o.maxParallel
 	}
+	opts.Reporter = targetEnded{s.Progress, func(r runbook.TargetResult) { cfg.TargetEnded(r.Ref.Name) }}
 	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelKMDVersion, cfg.Version))
 	res := cli.Run(ctx, s, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets, opts)
 	next := "kubectl tt status"
@@ -218,6 +219,8 @@ func ttPermissions(lockNS, helperNS string) []cli.Permission {
 		{Verb: "list", Group: "policy", Resource: "poddisruptionbudgets"},
 		{Verb: "create", Resource: "events"},
 		{Verb: "create", Resource: "pods", Namespace: helperNS}, {Verb: "get", Resource: "pods", Namespace: helperNS},
+		{Verb: "get", Resource: "pods", Subresource: "log", Namespace: helperNS},
+		{Verb: "get", Resource: "configmaps", Namespace: helperNS}, {Verb: "create", Resource: "configmaps", Namespace: helperNS},
 		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: tt.LockName},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: tt.LockName},
@@ -263,4 +266,15 @@ func gateList(gates []string) []string {
 		}
 	}
 	return out
+}
+
+// targetEnded is a Reporter that also tells the runbook a target ended.
+type targetEnded struct {
+	runbook.Reporter
+	ended func(runbook.TargetResult)
+}
+
+func (t targetEnded) TargetDone(r runbook.TargetResult) {
+	t.ended(r)
+	t.Reporter.TargetDone(r)
 }
