@@ -197,8 +197,13 @@ func (m *moduleShare) waitStep() runbook.Step[Facts] {
 			"of its kernel group, which shares it. The others wait for that build before their cordon.",
 		Done: m.decide,
 		Plan: func(f Facts) []runbook.Change {
-			return []runbook.Change{{Object: "configmap/" + m.namespace + "/" + m.name(&f), Action: "wait",
-				Detail: "for the module the kernel group's builder shares"}}
+			key := m.name(&f)
+			if b := m.claim(key, f.Node.Name); b != f.Node.Name {
+				return []runbook.Change{{Object: "configmap/" + m.namespace + "/" + key, Action: "reuse",
+					Detail: "the module node/" + b + " builds for kernel " + nodeKernel(&f)}}
+			}
+			return []runbook.Change{{Object: "node/" + f.Node.Name, Action: "build",
+				Detail: "tt-kmd " + m.version + " for kernel " + nodeKernel(&f) + ", shared as configmap/" + m.namespace + "/" + key}}
 		},
 		Act: func(context.Context, Facts) error { return nil },
 		Wait: func(ctx context.Context, f Facts) error {

@@ -160,7 +160,12 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 	if o.maxParallel > 1 {
 		opts.Prefetch = o.maxParallel
 	}
-	opts.Reporter = targetEnded{s.Progress, func(r runbook.TargetResult) { cfg.TargetEnded(r.Ref.Name) }}
+	if s.DryRun() { // the plan in the roll's order: the first node of each kernel group is its builder
+		opts.Parallel, opts.Prefetch = 1, 0
+	}
+	if !s.DryRun() { // a plan keeps each kernel group's builder to the end: the plan names one per kernel
+		opts.Reporter = targetEnded{s.Progress, func(r runbook.TargetResult) { cfg.TargetEnded(r.Ref.Name) }}
+	}
 	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelKMDVersion, cfg.Version))
 	res := cli.Run(ctx, s, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets, opts)
 	next := "kubectl tt status"
