@@ -207,7 +207,20 @@ func (m *moduleShare) waitStep() runbook.Step[Facts] {
 		},
 		Act: func(context.Context, Facts) error { return nil },
 		Wait: func(ctx context.Context, f Facts) error {
-			return m.waitFor(ctx, m.name(&f))
+			// Until the module is shared, or this node is to build it (its
+			// builder ended without sharing, and no other waiter took over).
+			key := m.name(&f)
+			for {
+				if err := m.waitFor(ctx, key); err != nil {
+					return err
+				}
+				if sh, err := m.read(ctx, &f); err != nil || sh != nil {
+					return err
+				}
+				if m.claim(key, f.Node.Name) == f.Node.Name {
+					return nil
+				}
+			}
 		},
 	}
 }
