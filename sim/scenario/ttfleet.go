@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -136,7 +137,7 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 			return err
 		},
 		func() error {
-			_, err := env.Client.PolicyV1().PodDisruptionBudgets(ttWorkloadsNS).Create(ctx, inferencePDB(replicas-1),
+			_, err := env.Client.PolicyV1().PodDisruptionBudgets(ttWorkloadsNS).Create(ctx, inferencePDB(max(0, replicas-pdbDisruptions())),
 				metav1.CreateOptions{})
 			return err
 		},
@@ -294,6 +295,17 @@ func inferenceDeployment(replicas int32) *appsv1.Deployment {
 }
 
 // inferencePDB lets at most one replica be disrupted at a time.
+// EnvPDBDisruptions is how many inference replicas the PDB lets go at once
+// (default 1): a fleet sized for --max-parallel K drains allows K.
+const EnvPDBDisruptions = "ROLLBOOK_SIM_TT_PDB_DISRUPTIONS"
+
+func pdbDisruptions() int32 {
+	if n, err := strconv.Atoi(os.Getenv(EnvPDBDisruptions)); err == nil && n > 0 {
+		return int32(n)
+	}
+	return 1
+}
+
 func inferencePDB(minAvailable int32) *policyv1.PodDisruptionBudget {
 	m := intstr.FromInt32(minAvailable)
 	return &policyv1.PodDisruptionBudget{
