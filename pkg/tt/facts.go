@@ -143,7 +143,9 @@ func (o observer) observeParts(ctx context.Context, node string, parts runbook.P
 		f.Skip = o.skip(n)
 	}
 	f.Shared = prev.Shared
-	if parts&readShared != 0 && o.shared != nil && !f.Finished {
+	// Only once this run probed the node: before, the step that needs it
+	// cannot be reached (and the kernel is not measured).
+	if parts&readShared != 0 && o.shared != nil && !f.Finished && f.measuredFresh(o.run) {
 		if f.Shared, err = o.shared(ctx, &f); err != nil {
 			return f, err
 		}
