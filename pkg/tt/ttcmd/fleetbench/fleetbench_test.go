@@ -195,4 +195,3 @@ func median(v []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
-
