@@ -366,17 +366,19 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 				Detail: strings.Join(t.command[1:], " ")}}
 		},
 		Act: func(ctx context.Context, f Facts) error {
+			existing := f.Helper.Pod // one still running (an interrupted run's) is adopted as it was created
 			if f.Helper.finished() { // a failed earlier attempt: replace it
 				if err := deleteHelper(ctx, b.cs, b.rec, f.Helper.Pod); err != nil {
 					return err
 				}
+				existing = nil
 			}
 			if t.before != nil {
 				if err := t.before(ctx, f); err != nil {
 					return err
 				}
 			}
-			_, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec(f, nil))
+			_, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec(f, existing))
 			var foreign *kube.ForeignHelperError
 			if errors.As(err, &foreign) {
 				return runbook.Blocked(err)
