@@ -24,6 +24,8 @@ func Create(root string, spec Spec) error {
 		BrokenBuild:         s.BrokenBuild,
 		Galaxy:              s.galaxy(),
 		FlashDelay:          s.FlashDelay,
+		BuildDelay:          s.BuildDelay,
+		LoadDelay:           s.LoadDelay,
 		ConfigSpaceResetBug: s.ConfigSpaceResetBug,
 		SMISnapshotBroken:   s.SMISnapshotBroken,
 		FlashNoiseLines:     s.FlashNoiseLines,

@@ -76,6 +76,9 @@ type Spec struct {
 	ResetsToHeal int
 	// FlashDelay is how long tt-flash takes.
 	FlashDelay time.Duration
+	// BuildDelay is how long `make modules` takes, LoadDelay how long an
+	// insmod takes (the fleet benchmark's build and cache-hit times).
+	BuildDelay, LoadDelay time.Duration
 	// ConfigSpaceResetBug makes tt-flash print "Config space reset not
 	// completed for device 0" yet exit 0 (tt-smi #88).
 	ConfigSpaceResetBug bool

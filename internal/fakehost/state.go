@@ -26,6 +26,8 @@ type state struct {
 	ResetsNeeded        int           `json:"resetsNeeded,omitempty"` // 0 = healthy
 	Galaxy              bool          `json:"galaxy,omitempty"`
 	FlashDelay          time.Duration `json:"flashDelay,omitempty"`
+	BuildDelay          time.Duration `json:"buildDelay,omitempty"`
+	LoadDelay           time.Duration `json:"loadDelay,omitempty"`
 	ConfigSpaceResetBug bool          `json:"configSpaceResetBug,omitempty"`
 	SMISnapshotBroken   bool          `json:"smiSnapshotBroken,omitempty"`
 	FlashNoiseLines     int           `json:"flashNoiseLines,omitempty"`

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // git clone [--depth N] [--branch TAG] [-q] URL DIR: "clones" tt-kmd at TAG
@@ -186,6 +187,7 @@ func makeModules(t *tool) int {
 	if m == nil {
 		return t.errorf(2, "*** %s/module.c has no MODULE_VERSION", src)
 	}
+	time.Sleep(st.BuildDelay)
 	if err := os.WriteFile(filepath.Join(src, "tenstorrent.ko"), KernelObject(string(m[1]), kernel), 0o644); err != nil {
 		return t.errorf(2, "*** %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 const moduleName = "tenstorrent"
@@ -41,6 +42,9 @@ func insmod(t *tool) int {
 	files := nonFlags(t.args)
 	if len(files) < 1 {
 		return t.errorf(1, "ERROR: missing filename")
+	}
+	if st, err := loadState(t.root); err == nil {
+		time.Sleep(st.LoadDelay)
 	}
 	return t.loadFile(files[0])
 }

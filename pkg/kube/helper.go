@@ -39,6 +39,11 @@ type HostPathMount struct {
 	ReadOnly                  bool
 }
 
+// ConfigMapMount is a ConfigMap mounted read-only (a shared module).
+type ConfigMapMount struct {
+	Name, ConfigMap, MountPath string
+}
+
 // HelperSpec describes a short-lived pod that does one task on one node.
 type HelperSpec struct {
 	Task      string // e.g. "kmd"; becomes the rollbook.dev/helper label
@@ -57,6 +62,7 @@ type HelperSpec struct {
 	Capabilities []corev1.Capability
 	HostPID      bool
 	HostPaths    []HostPathMount
+	ConfigMaps   []ConfigMapMount
 	// PriorityClass keeps the helper from being preempted or evicted first
 	// (deploy/priorityclass.yaml).
 	PriorityClass string
@@ -101,6 +107,11 @@ func (s HelperSpec) Pod() *corev1.Pod {
 		mounts = append(mounts, corev1.VolumeMount{Name: m.Name, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
 		vols = append(vols, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
 			HostPath: &corev1.HostPathVolumeSource{Path: m.HostPath}}})
+	}
+	for _, m := range s.ConfigMaps {
+		mounts = append(mounts, corev1.VolumeMount{Name: m.Name, MountPath: m.MountPath, ReadOnly: true})
+		vols = append(vols, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: m.ConfigMap}}}})
 	}
 	zero := int64(0)
 	sc := &corev1.SecurityContext{Privileged: &priv}

@@ -30,7 +30,8 @@ type helperShape struct {
 
 type volumeShape struct {
 	Name, HostPath string
-	Other          bool // any source but hostPath
+	ConfigMap      string `json:",omitempty"`
+	Other          bool   // any source but hostPath
 }
 
 type containerShape struct {
@@ -73,6 +74,9 @@ func shapeOf(p *corev1.Pod) helperShape {
 		if v.HostPath != nil {
 			vs.HostPath = v.HostPath.Path
 		} else {
+			if v.ConfigMap != nil {
+				vs.ConfigMap = v.ConfigMap.Name
+			}
 			vs.Other = true
 		}
 		s.Volumes = append(s.Volumes, vs)

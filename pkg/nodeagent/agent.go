@@ -26,6 +26,8 @@ type Agent struct {
 	Env []string
 	// Log receives progress and tool output (the pod log); nil discards.
 	Log io.Writer
+	// Publish receives a module built here, framed (the pod's stdout).
+	Publish io.Writer
 	// PollInterval paces refcount polling; 0 means 200ms.
 	PollInterval time.Duration
 	// Transport carries the agent's downloads; nil is

@@ -32,6 +32,13 @@ type KMDOptions struct {
 	// Commit pins the commit tag ttkmd-<Version> must resolve to (40 hex
 	// digits); a tag moved elsewhere is refused before anything is built.
 	Commit string
+	// Publish prints a module built here on Agent.Publish, for the CLI to
+	// share with the other nodes of this kernel.
+	Publish bool
+	// ModuleFrom is a directory holding a module another node built and
+	// shared (a ConfigMap volume): used, after its checks, when this node's
+	// cache has none.
+	ModuleFrom string
 }
 
 func (o *KMDOptions) defaults() {

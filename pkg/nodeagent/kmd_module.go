@@ -24,9 +24,21 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	if rec, why := verifyCached(cached, o.Commit); why == nil {
 		hit = true
 		x.res.Commit = rec.Commit
+		rec.Source = "cache"
+		x.res.Module = &rec
 		return cached, "cache hit " + cached + " (SHA-256 " + rec.SHA256[:12] + "…, commit " + rec.Commit + ")", nil
 	} else if !errors.Is(why, os.ErrNotExist) {
 		x.warn("cached module not used, rebuilding: %v", why)
+	}
+	if o.ModuleFrom != "" {
+		info, err := x.fromCluster(ctx, o.ModuleFrom, cached, o)
+		if err == nil {
+			hit = true
+			x.res.Commit, x.res.Module = info.Commit, &info
+			return cached, fmt.Sprintf("cache hit from the cluster's copy built by %s (SHA-256 %s…, commit %s) at %s",
+				orDash(info.BuiltBy), info.SHA256[:12], info.Commit, cached), nil
+		}
+		x.warn("the cluster's shared module is not used, building here: %v", err)
 	}
 	buildDir, err := resolveInRoot(a.Root, filepath.Join("lib/modules", kver, "build"))
 	if err == nil {
@@ -64,7 +76,8 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	if _, err := os.Stat(built); err != nil {
 		return "", "", failOutput(ReasonBuildFailed, build, "make succeeded but produced no %s", kmdModuleFile)
 	}
-	if err := x.checkBuilt(ctx, built, o.Version, kver); err != nil {
+	vermagic, err := x.checkBuilt(ctx, built, o.Version, kver)
+	if err != nil {
 		return "", "", err
 	}
 	if err := os.MkdirAll(filepath.Dir(cached), 0o755); err != nil {
@@ -73,8 +86,21 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	if err := os.Rename(built, cached); err != nil {
 		return "", "", err
 	}
-	if err := recordCached(cached, commit); err != nil {
+	info := ModuleInfo{Version: o.Version, Vermagic: vermagic, Kernel: kver, Commit: commit, BuiltBy: a.Node, Source: "build"}
+	if err := recordCached(cached, info); err != nil {
 		return "", "", err
+	}
+	if rec, err := verifyCached(cached, o.Commit); err == nil {
+		rec.Source = "build"
+		x.res.Module = &rec
+		if o.Publish && a.Publish != nil {
+			// For the CLI to share with the nodes that run this kernel.
+			if n, err := writeModuleFrame(a.Publish, cached); err != nil {
+				x.warn("could not print the module for sharing: %v", err)
+			} else {
+				a.logf("kmd: module printed for sharing (%d bytes gzipped)", n)
+			}
+		}
 	}
 	return cached, "built from ttkmd-" + o.Version + " (commit " + commit + ") and cached at " + cached, nil
 }
@@ -82,19 +108,22 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 // checkBuilt reads the built module's MODULE_VERSION and vermagic with
 // modinfo: a tag whose source says another version, or a build against
 // another kernel's tree, must not enter the cache under this key.
-func (x *execution) checkBuilt(ctx context.Context, ko, version, kver string) error {
+// It returns the vermagic.
+func (x *execution) checkBuilt(ctx context.Context, ko, version, kver string) (string, error) {
+	vermagic := ""
 	for _, f := range []struct{ field, want string }{{"version", version}, {"vermagic", kver}} {
 		r := x.run(ctx, []string{"modinfo", "-F", f.field, ko})
 		if r.err != nil {
-			return toolFailure(ReasonBuildFailed, r, "modinfo -F "+f.field)
+			return "", toolFailure(ReasonBuildFailed, r, "modinfo -F "+f.field)
 		}
 		got := strings.Fields(r.stdout)
 		if len(got) == 0 || got[0] != f.want {
-			return failOutput(ReasonBuildFailed, r, "built %s has %s %q, expected %q", kmdModuleFile, f.field,
+			return "", failOutput(ReasonBuildFailed, r, "built %s has %s %q, expected %q", kmdModuleFile, f.field,
 				strings.TrimSpace(r.stdout), f.want)
 		}
+		vermagic = strings.TrimSpace(r.stdout)
 	}
-	return nil
+	return vermagic, nil
 }
 
 // buildCommand is the kbuild invocation. With the host mounted under Root

@@ -39,22 +39,26 @@ func (x *execution) resolveCommit(ctx context.Context, src string, o KMDOptions)
 	return commit, nil
 }
 
-// cacheRecord sits next to a cached module: the SHA-256 it had when built
-// and the commit it was built from. A module without one, or whose bytes
-// no longer match it, is not used.
-type cacheRecord struct {
-	SHA256 string `json:"sha256"`
-	Commit string `json:"commit"`
-}
+// cacheRecord sits next to a cached module: the SHA-256 it had when built,
+// the commit it was built from and, since modules are shared between nodes,
+// the rest of its ModuleInfo. A module without one, or whose bytes no
+// longer match it, is not used.
+type cacheRecord = ModuleInfo
 
 func cacheRecordPath(ko string) string { return ko + ".json" }
 
-func recordCached(ko, commit string) error {
+// recordCached writes ko's record: info with ko's own SHA-256 and size.
+func recordCached(ko string, info ModuleInfo) error {
 	sum, err := fileHexSHA256(ko)
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(cacheRecord{SHA256: sum, Commit: commit})
+	fi, err := os.Stat(ko)
+	if err != nil {
+		return err
+	}
+	info.SHA256, info.Size = sum, fi.Size()
+	b, _ := json.Marshal(info)
 	return replaceFile(cacheRecordPath(ko), strings.NewReader(string(b)+"\n"), 0o644)
 }
 

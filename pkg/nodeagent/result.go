@@ -83,6 +83,8 @@ type Result struct {
 	// Commit is the tt-kmd commit the module was built from (kmd).
 	Commit    string `json:"commit,omitempty"`
 	Persisted bool   `json:"persisted,omitempty"`
+	// Module is the module the kmd helper loaded and where it came from.
+	Module *ModuleInfo `json:"module,omitempty"`
 
 	Holders        []Holder `json:"holders,omitempty"`
 	HoldersOmitted int      `json:"holdersOmitted,omitempty"`

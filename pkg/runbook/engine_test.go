@@ -947,3 +947,28 @@ func (w *world) cordonedOthers(self string, names ...string) int {
 	}
 	return n
 }
+
+// A failure budget of 2: the first failure does not stop the roll, the
+// second does, and nothing starts after it.
+func TestMaxFailuresStopsAtTheBudget(t *testing.T) {
+	w := newWorld(allNodes...)
+	rb := testRunbook(w, "v5", newCounters(), nil)
+	act := rb.Steps[1].Act
+	rb.Steps[1].Act = func(ctx context.Context, f facts) error {
+		if f.name != allNodes[len(allNodes)-1] {
+			return errors.New("helper failed")
+		}
+		return act(ctx, f)
+	}
+	res := Run(context.Background(), rb, targets(w, allNodes...), Options{MaxFailures: 2})
+	got := []Outcome{}
+	for _, r := range res.Targets {
+		got = append(got, r.Outcome)
+	}
+	if res.Outcome != OutcomeFailed || got[0] != OutcomeFailed || got[1] != OutcomeFailed || got[2] != OutcomeSkipped {
+		t.Fatalf("want failed, failed, skipped: %v", got)
+	}
+	if !strings.Contains(res.Targets[2].Error, "failure budget of 2") {
+		t.Fatalf("the skipped target does not say why: %q", res.Targets[2].Error)
+	}
+}

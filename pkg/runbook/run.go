@@ -35,7 +35,11 @@ type Options struct {
 	// KeepGoing continues with other targets after one is blocked or fails;
 	// by default the run halts (targets in progress finish their step).
 	KeepGoing bool
-	Reporter  Reporter
+	// MaxFailures, when above 0, is the run's failure budget: once that
+	// many targets failed or blocked, no other starts (those in progress
+	// finish). It overrides KeepGoing: 1 halts at the first failure.
+	MaxFailures int
+	Reporter    Reporter
 	// Paused, when set, is asked before each target starts; a paused roll
 	// starts no new target (targets in progress finish) and ends "paused".
 	Paused func(ctx context.Context) (paused bool, why string)
@@ -163,6 +167,7 @@ type schedule struct {
 	// at the last soak.
 	acted, soaked int
 	inFlight      int
+	failures      int
 	why           string  // why the run stopped starting targets
 	by            Outcome // and the outcome that stop gives (skipped or paused)
 	unwatch       func() bool
@@ -193,6 +198,8 @@ func (s *schedule) waitForSlot(ctx context.Context) (string, Outcome) {
 		s.cond.Wait()
 	}
 	switch {
+	case s.halted && s.o.MaxFailures > 0:
+		return fmt.Sprintf("%d target(s) failed: the failure budget of %d is spent", s.failures, s.o.MaxFailures), OutcomeSkipped
 	case s.halted || ctx.Err() != nil:
 		return "", OutcomeSkipped
 	case s.held >= s.o.Parallel:
@@ -245,8 +252,11 @@ func (s *schedule) start(run func() TargetResult, r *TargetResult) {
 		if res.Outcome == OutcomeDone && actedOn(res) {
 			s.acted++
 		}
-		if !s.o.KeepGoing && (res.Outcome == OutcomeBlocked || res.Outcome == OutcomeFailed) {
-			s.halted = true
+		if res.Outcome == OutcomeBlocked || res.Outcome == OutcomeFailed {
+			s.failures++
+			if (s.o.MaxFailures > 0 && s.failures >= s.o.MaxFailures) || (s.o.MaxFailures <= 0 && !s.o.KeepGoing) {
+				s.halted = true
+			}
 		}
 		s.cond.Broadcast()
 	}()

@@ -38,6 +38,12 @@ type Facts struct {
 	// OthersOut counts the other nodes rollbook has out of service
 	// (read only before the node's own cordon, when a budget applies).
 	OthersOut int
+	// OthersOutLabels are those nodes' labels, for the per-label budgets
+	// (--max-unavailable-per).
+	OthersOutLabels []map[string]string
+	// Shared is the module another node published for this node's kernel
+	// (kmd), read when a step asks for readShared and carried over after.
+	Shared *SharedModule
 	// Finished: the runbook's result is measured and recorded on the node,
 	// so every disruptive step counts as done.
 	Finished bool
@@ -83,6 +89,8 @@ type observer struct {
 	// once this run's probe is recorded (run), when the cordon is next.
 	countOut bool
 	run      string
+	// shared, when set, reads Facts.Shared (readShared).
+	shared func(ctx context.Context, f *Facts) (*SharedModule, error)
 }
 
 // The parts of Facts a step may ask for (runbook.Step.Reads).
@@ -93,6 +101,8 @@ const (
 	readPods
 	// readOthersOut: the nodes rollbook has out of service (before a cordon).
 	readOthersOut
+	// readShared: the module published for the node's kernel (kmd).
+	readShared
 )
 
 func (o observer) observe(ctx context.Context, node string) (Facts, error) {
@@ -132,10 +142,19 @@ func (o observer) observeParts(ctx context.Context, node string, parts runbook.P
 	if o.skip != nil {
 		f.Skip = o.skip(n)
 	}
-	if parts&readOthersOut != 0 && o.countOut && !f.ourCordon() && !f.Finished && (o.run == "" || f.measuredFresh(o.run)) {
-		if f.OthersOut, err = countOutOfService(ctx, o.cs, n.Name); err != nil {
+	f.Shared = prev.Shared
+	// Only once this run probed the node: before, the step that needs it
+	// cannot be reached (and the kernel is not measured).
+	if parts&readShared != 0 && o.shared != nil && !f.Finished && f.measuredFresh(o.run) {
+		if f.Shared, err = o.shared(ctx, &f); err != nil {
 			return f, err
 		}
+	}
+	if parts&readOthersOut != 0 && o.countOut && !f.ourCordon() && !f.Finished && (o.run == "" || f.measuredFresh(o.run)) {
+		if f.OthersOutLabels, err = othersOutOfService(ctx, o.cs, n.Name); err != nil {
+			return f, err
+		}
+		f.OthersOut = len(f.OthersOutLabels)
 	}
 	if parts&readPods == 0 {
 		f.Pods, f.Helpers, f.helpersRead, f.Helper, f.Probe = prev.Pods, prev.Helpers, prev.helpersRead, prev.Helper, prev.Probe
@@ -172,10 +191,10 @@ func (o observer) readPods(ctx context.Context, f *Facts) error {
 	return nil
 }
 
-// countOutOfService counts the nodes other than node that a rollbook run
-// has out of service: a failed node that stays cordoned still uses its
-// slot, whichever tt runbook left it.
-func countOutOfService(ctx context.Context, cs kubernetes.Interface, node string) (int, error) {
+// othersOutOfService returns the labels of the nodes other than node that a
+// rollbook run has out of service: a failed node that stays cordoned still
+// uses its slot, whichever tt runbook left it.
+func othersOutOfService(ctx context.Context, cs kubernetes.Interface, node string) ([]map[string]string, error) {
 	// Only cordoned nodes: the cost follows what is out, not the fleet. A
 	// consistent read (not resourceVersion 0, which the watch cache may
 	// answer from before the cordon this run just made): an undercount
@@ -183,15 +202,15 @@ func countOutOfService(ctx context.Context, cs kubernetes.Interface, node string
 	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.unschedulable", "true").String()})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
+	out := []map[string]string{}
 	for i := range l.Items {
 		if st := kube.CordonStateOf(&l.Items[i]); l.Items[i].Name != node && st.Cordoned && st.Owner != "" {
-			n++
+			out = append(out, l.Items[i].Labels)
 		}
 	}
-	return n, nil
+	return out, nil
 }
 
 // helperNamed is the pod of pods that name gives for node, if any.

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,6 +50,9 @@ type FirmwareConfig struct {
 	// cluster (cordoned by tt-firmware), so a failed node that stays
 	// cordoned keeps its slot even when the run goes on.
 	MaxParallel int
+	// MaxUnavailablePer bounds, per label key, the nodes sharing a value
+	// of it that are out of service at once (--max-unavailable-per).
+	MaxUnavailablePer map[string]int
 	// ForceUnload kills processes holding the device before the flash.
 	ForceUnload bool
 	// Force evicts bare pods (no controller), as kubectl drain --force.
@@ -84,6 +89,9 @@ func (c *FirmwareConfig) Validate() error {
 	if c.FlashTimeout < time.Minute {
 		return fmt.Errorf("--flash-timeout %s is too short; a flash takes about 40 s and a Galaxy reset longer (minimum 1m)",
 			c.FlashTimeout)
+	}
+	if err := ValidateUnavailablePer(c.MaxUnavailablePer); err != nil {
+		return err
 	}
 	for _, g := range c.DeployGates {
 		if errs := validateLabelKey(g); errs != "" {
@@ -190,6 +198,49 @@ func outOfServiceBudget(limit int) runbook.Guard[Facts] {
 	}
 }
 
+// ValidateUnavailablePer checks --max-unavailable-per LABEL=N: a label
+// key and at least one node.
+func ValidateUnavailablePer(m map[string]int) error {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if errs := validateLabelKey(k); errs != "" {
+			return fmt.Errorf("--max-unavailable-per %s: %s", k, errs)
+		}
+		if m[k] < 1 {
+			return fmt.Errorf("--max-unavailable-per %s=%d: at least 1 node per label value must be allowed", k, m[k])
+		}
+	}
+	return nil
+}
+
+// perLabelBudget refuses a cordon that would put more than limits[L] nodes
+// sharing this node's value of label L out of service at once (at most one
+// node per rack, per zone): --max-unavailable-per L=N.
+func perLabelBudget(limits map[string]int) []runbook.Guard[Facts] {
+	var out []runbook.Guard[Facts]
+	for _, key := range slices.Sorted(maps.Keys(limits)) {
+		limit := limits[key]
+		out = append(out, runbook.Guard[Facts]{
+			Name:         fmt.Sprintf("no more than %d node(s) per %s out of service", limit, key),
+			SharedBudget: true,
+			Check: func(f Facts) (bool, string) {
+				v, ok := f.Node.Labels[key]
+				if !ok {
+					return true, ""
+				}
+				same := 0
+				for _, l := range f.OthersOutLabels {
+					if w, ok := l[key]; ok && w == v {
+						same++
+					}
+				}
+				return same < limit, fmt.Sprintf("%d node(s) with %s=%s are already out of service by rollbook (at most %d at once)",
+					same, key, v, limit)
+			},
+		})
+	}
+	return out
+}
+
 func allAt(vs []string, want string) bool {
 	for _, v := range vs {
 		if v != want {
@@ -250,7 +301,8 @@ happens to exist. The flash never runs while a process holds the device (unless
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
 			b.probe("tt.fw.probe", []string{"kubectl-tt", "node-agent", "probe"}, blockers),
-			b.cordon("tt.fw.cordon", probeClear("tt-firmware", cfg.RunID, blockers), outOfServiceBudget(cfg.MaxParallel)),
+			b.cordon("tt.fw.cordon", append([]runbook.Guard[Facts]{probeClear("tt-firmware", cfg.RunID, blockers),
+				outOfServiceBudget(cfg.MaxParallel)}, perLabelBudget(cfg.MaxUnavailablePer)...)...),
 			b.closeGates("tt.fw.close-gates", cfg.DeployGates),
 			b.evictDevicePods("tt.fw.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "firmware "+cfg.Version+" flash"),
 			b.helperTask(task{

@@ -38,6 +38,23 @@ type KMDConfig struct {
 	Force  bool
 	Helper HelperConfig
 	RunID  string
+	// MaxParallel bounds the nodes out of service at once (cordon to
+	// uncordon), counted from the cluster; default 1, as the operator.
+	MaxParallel int
+	// MaxUnavailablePer bounds, per label key, the nodes sharing a value
+	// of it that are out of service at once.
+	MaxUnavailablePer map[string]int
+
+	share *moduleShare
+}
+
+// TargetEnded tells the runbook a node's roll ended (any outcome): a
+// module it was to build for its kernel group will not come from it, so
+// the nodes waiting for it go on.
+func (c *KMDConfig) TargetEnded(node string) {
+	if c.share != nil {
+		c.share.release(node)
+	}
 }
 
 // HelperConfig says how helper pods are run.
@@ -64,6 +81,12 @@ func (c *KMDConfig) Validate() error {
 		if errs := validateLabelKey(g); errs != "" {
 			return fmt.Errorf("--deploy-gate %q: %s", g, errs)
 		}
+	}
+	if c.MaxParallel < 0 {
+		return fmt.Errorf("--max-parallel must be at least 1, not %d", c.MaxParallel)
+	}
+	if err := ValidateUnavailablePer(c.MaxUnavailablePer); err != nil {
+		return err
 	}
 	return c.Helper.validate()
 }
@@ -124,7 +147,7 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 			out = append(out, "tt-kmd is host-managed (DKMS) on this node: "+strings.Join(r.DKMS, "; ")+
 				"; it is now labelled "+LabelInstallMode+"=host and later runs skip it")
 		}
-		if r.KMD != cfg.Version && !r.Cached && (!r.Headers || !r.Toolchain) {
+		if r.KMD != cfg.Version && !r.Cached && f.Shared == nil && (!r.Headers || !r.Toolchain) {
 			out = append(out, fmt.Sprintf("tt-kmd %s is not cached for kernel %s and cannot be built here (headers %v, toolchain %v); "+
 				"install linux-headers-%s on the node", cfg.Version, r.Kernel, r.Headers, r.Toolchain, r.Kernel))
 		}
@@ -140,12 +163,16 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 	obs := observer{cs: cs, owner: KMDRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
 		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason, countOut: true, run: cfg.RunID}
+	share := newModuleShare(cs, rec, cfg)
+	cfg.share = share
+	obs.shared = share.read
 	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
 	blockers := kmdBlockers(cfg)
 	return &runbook.Runbook[Facts]{
 		Name:  KMDRunbookName,
 		Title: "Upgrade (or downgrade) the Tenstorrent kernel module, tt-kmd",
-		Doc: `One node at a time: probe it, cordon it, make the pods that hold the device leave
+		Doc: `One node at a time (or --max-parallel): probe it, wait for the module its kernel group's first node builds and
+shares (one build per kernel), cordon it, make the pods that hold the device leave
 (deploy-gate labels for sibling DaemonSets, then evictions), run a helper pod on the node
 that swaps the module, label the node with the version the helper measured, restore the
 gates and uncordon. Unlike the operator, the drain waits for the pods to be gone, and a
@@ -159,8 +186,10 @@ the target version is measured on it, whatever its label says.`,
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
 			b.probe("tt.kmd.probe", kmdProbeCommand(cfg), blockers),
-			// One node at a time, like the operator's DaemonSet rollout.
-			b.cordon("tt.kmd.cordon", probeClear("tt-kmd", cfg.RunID, blockers), outOfServiceBudget(1)),
+			share.waitStep(),
+			// One node at a time by default, like the operator's DaemonSet rollout.
+			b.cordon("tt.kmd.cordon", append([]runbook.Guard[Facts]{probeClear("tt-kmd", cfg.RunID, blockers),
+				outOfServiceBudget(max(cfg.MaxParallel, 1))}, perLabelBudget(cfg.MaxUnavailablePer)...)...),
 			b.closeGates("tt.kmd.close-gates", cfg.DeployGates),
 			b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "tt-kmd "+v+" upgrade"),
 			kmdDrainStep(cs, rec, cfg),
@@ -184,7 +213,15 @@ the target version is measured on it, whatever its label says.`,
 					_, err := kube.SetNodeKeys(ctx, cs, f.Node.Name, kube.NodeChange{Labels: map[string]*string{LabelKMDVersion: nil}})
 					return err
 				},
-				failed:  func(ctx context.Context, f Facts, h helperFacts) error { return kmdFailure(ctx, cs, rec, f, h) },
+				failed: func(ctx context.Context, f Facts, h helperFacts) error {
+					share.release(f.Node.Name)
+					return kmdFailure(ctx, cs, rec, f, h)
+				},
+				module: func(f Facts) (string, bool) {
+					name := share.name(&f)
+					return name, name != "" && f.Shared != nil && f.Shared.Name == name
+				},
+				after:   share.publish,
 				waiting: func(f Facts) string { return "module at " + orUnknown(f.Node.Labels[LabelKMDVersion]) },
 			}),
 			{
@@ -277,7 +314,7 @@ func kmdProbeCommand(cfg *KMDConfig) []string {
 }
 
 func kmdCommand(cfg *KMDConfig) []string {
-	cmd := []string{"kubectl-tt", "node-agent", "kmd", "--version", cfg.Version}
+	cmd := []string{"kubectl-tt", "node-agent", "kmd", "--version", cfg.Version, "--publish"}
 	if cfg.Commit != "" {
 		cmd = append(cmd, "--commit", cfg.Commit)
 	}

@@ -287,6 +287,35 @@ type task struct {
 	failed func(ctx context.Context, f Facts, h helperFacts) error
 	// waiting is the evidence while no helper has run yet.
 	waiting func(f Facts) string
+	// module, when set, names the ConfigMap of the shared module the node
+	// may use and says whether it is published (kmd): a helper created
+	// while it is gets it as a read-only volume.
+	module func(f Facts) (name string, published bool)
+	// after runs once a helper succeeded (kmd shares what it built).
+	after func(ctx context.Context, f Facts, h helperFacts)
+}
+
+// withModule is s with the shared module cm mounted and named to the agent.
+func withModule(s kube.HelperSpec, cm string) kube.HelperSpec {
+	if cm == "" {
+		return s
+	}
+	s.ConfigMaps = append(s.ConfigMaps, kube.ConfigMapMount{Name: sharedModuleVolume, ConfigMap: cm, MountPath: SharedModuleMount})
+	s.Command = append(append([]string(nil), s.Command...), "--module-from", SharedModuleMount)
+	return s
+}
+
+// mountedConfigMap is the ConfigMap p mounts as volume name, if any.
+func mountedConfigMap(p *corev1.Pod, name string) string {
+	if p == nil {
+		return ""
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.Name == name && v.ConfigMap != nil {
+			return v.ConfigMap.Name
+		}
+	}
+	return ""
 }
 
 // helperTask is the one helper-pod step kmd, smi and firmware share:
@@ -294,16 +323,34 @@ type task struct {
 // helper that cannot start within seconds) and read its measured result.
 func (b *builder) helperTask(t task) runbook.Step[Facts] {
 	name := func(node string) string { return kube.HelperName(t.name, node, t.key) }
-	spec := func(node string) kube.HelperSpec {
+	base := func(node string) kube.HelperSpec {
 		s := helperSpec(b.helper, t.name, node, t.key, t.command, t.hostPID, b.run)
 		s.Env = append(s.Env, t.env...)
 		return s
+	}
+	// spec is the helper the node's pod must be: with the shared module it
+	// was created with (the one for the node's kernel), or the one a helper
+	// created now gets.
+	spec := func(f Facts, existing *corev1.Pod) kube.HelperSpec {
+		s := base(f.Node.Name)
+		if t.module == nil {
+			return s
+		}
+		cm, published := t.module(f)
+		if existing != nil {
+			if mountedConfigMap(existing, sharedModuleVolume) != cm {
+				cm = ""
+			}
+		} else if !published {
+			cm = ""
+		}
+		return withModule(s, cm)
 	}
 	return runbook.Step[Facts]{
 		ID: t.id, Title: t.title, Doc: t.doc, Timeout: t.timeout, Guards: t.guards,
 		Reads: readNode | readPods,
 		Done: func(f Facts) (bool, string) {
-			switch h := trusted(f.Helper, spec(f.Node.Name)); {
+			switch h := trusted(f.Helper, spec(f, f.Helper.Pod)); {
 			case f.Finished:
 				return true, "measured at the target"
 			case h.finished() && t.succeeded(h):
@@ -322,17 +369,19 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 				Detail: strings.Join(t.command[1:], " ")}}
 		},
 		Act: func(ctx context.Context, f Facts) error {
+			existing := f.Helper.Pod // one still running (an interrupted run's) is adopted as it was created
 			if f.Helper.finished() { // a failed earlier attempt: replace it
 				if err := deleteHelper(ctx, b.cs, b.rec, f.Helper.Pod); err != nil {
 					return err
 				}
+				existing = nil
 			}
 			if t.before != nil {
 				if err := t.before(ctx, f); err != nil {
 					return err
 				}
 			}
-			_, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec(f.Node.Name))
+			_, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec(f, existing))
 			var foreign *kube.ForeignHelperError
 			if errors.As(err, &foreign) {
 				return runbook.Blocked(err)
@@ -348,8 +397,11 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 				}
 				return err
 			}
-			h = trusted(h, spec(f.Node.Name))
+			h = trusted(h, spec(f, h.Pod))
 			if t.succeeded(h) {
+				if t.after != nil {
+					t.after(ctx, f, h)
+				}
 				return nil
 			}
 			return t.failed(ctx, f, h)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -105,6 +106,9 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 		if err := labelNode(ctx, env, p.Node, p.Labels); err != nil {
 			return err
 		}
+		if err := reportKernel(ctx, env, p.Node, p.Spec.Kernel); err != nil {
+			return err
+		}
 		env.Logf("tt host %s: %s%s, %d devices, kmd %s (root %s/%s)", p.Node, p.Role, map[bool]string{true: " galaxy"}[p.Galaxy],
 			len(p.Spec.Devices), p.Spec.LoadedKMD, hosts.Dir, p.Node)
 	}
@@ -141,7 +145,7 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 			return err
 		},
 		func() error {
-			_, err := env.Client.PolicyV1().PodDisruptionBudgets(ttWorkloadsNS).Create(ctx, inferencePDB(replicas-1),
+			_, err := env.Client.PolicyV1().PodDisruptionBudgets(ttWorkloadsNS).Create(ctx, inferencePDB(max(0, replicas-pdbDisruptions())),
 				metav1.CreateOptions{})
 			return err
 		},
@@ -154,6 +158,20 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 		return err
 	}
 	return waitHolders(ctx, env, hosts, holders)
+}
+
+// reportKernel sets the node's status.nodeInfo.kernelVersion to its host's
+// kernel, as a kubelet reports uname -r.
+func reportKernel(ctx context.Context, env *Env, node, kernel string) error {
+	if kernel == "" {
+		kernel = fakehost.DefaultKernel
+	}
+	b, err := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"kernelVersion": kernel}}})
+	if err != nil {
+		return err
+	}
+	_, err = env.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, b, metav1.PatchOptions{}, "status")
+	return err
 }
 
 func labelNode(ctx context.Context, env *Env, node string, labels map[string]string) error {
@@ -285,6 +303,17 @@ func inferenceDeployment(replicas int32) *appsv1.Deployment {
 }
 
 // inferencePDB lets at most one replica be disrupted at a time.
+// EnvPDBDisruptions is how many inference replicas the PDB lets go at once
+// (default 1): a fleet sized for --max-parallel K drains allows K.
+const EnvPDBDisruptions = "ROLLBOOK_SIM_TT_PDB_DISRUPTIONS"
+
+func pdbDisruptions() int32 {
+	if n, err := strconv.Atoi(os.Getenv(EnvPDBDisruptions)); err == nil && n > 0 {
+		return int32(n)
+	}
+	return 1
+}
+
 func inferencePDB(minAvailable int32) *policyv1.PodDisruptionBudget {
 	m := intstr.FromInt32(minAvailable)
 	return &policyv1.PodDisruptionBudget{
@@ -405,7 +434,25 @@ const (
 	EnvFlashDelay = "ROLLBOOK_SIM_TT_FLASH_DELAY" // every tt-flash takes this long (Go duration)
 	EnvFailFlash  = "ROLLBOOK_SIM_TT_FAIL_FLASH"  // comma-separated nodes whose first chip fails to flash
 	EnvWedged     = "ROLLBOOK_SIM_TT_WEDGED"      // comma-separated nodes whose readback fails until one reset
+	// The fleet benchmark's knobs: how long a module build (make) and a
+	// module load (insmod, all a cache hit costs) take, and the kernels the
+	// nodes run (node i runs kernel i mod N: N kernel groups).
+	EnvBuildDelay = "ROLLBOOK_SIM_TT_BUILD_DELAY"
+	EnvLoadDelay  = "ROLLBOOK_SIM_TT_LOAD_DELAY"
+	EnvKernels    = "ROLLBOOK_SIM_TT_KERNELS"
 )
+
+func envDuration(env string) (time.Duration, error) {
+	v := os.Getenv(env)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s=%q: want a duration", env, v)
+	}
+	return d, nil
+}
 
 func applyHostFaults(plan []tthost.NodePlan, logf func(string, ...any)) error {
 	var delay time.Duration
@@ -424,9 +471,28 @@ func applyHostFaults(plan []tthost.NodePlan, logf func(string, ...any)) error {
 		}
 		return false
 	}
+	build, err := envDuration(EnvBuildDelay)
+	if err != nil {
+		return err
+	}
+	load, err := envDuration(EnvLoadDelay)
+	if err != nil {
+		return err
+	}
+	var kernels []string
+	for _, k := range strings.Split(os.Getenv(EnvKernels), ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			kernels = append(kernels, k)
+		}
+	}
 	for i := range plan {
 		p := &plan[i]
 		p.Spec.FlashDelay = delay
+		p.Spec.BuildDelay, p.Spec.LoadDelay = build, load
+		if len(kernels) > 0 && len(p.Spec.CachedKMD) > 0 {
+			// Another kernel: its cache and headers follow it.
+			p.Spec.Kernel = kernels[i%len(kernels)]
+		}
 		if in(EnvFailFlash, p.Node) && len(p.Spec.Devices) > 0 {
 			p.Spec.Devices[0].FailFlash = true
 			logf("tt host %s: chip 0 will fail to flash", p.Node)

@@ -166,7 +166,7 @@ func (r *Runner) overrides() []helperns.Override {
 // containerFS is a container's mounts; fakeRoot is where it sees the node's
 // host root ("" when it does not mount it); why says why the runner cannot
 // provide a volume.
-func (r *Runner) containerFS(pod *corev1.Pod, c corev1.Container, root, dir, termLog string) (ms []helperns.Mount, fakeRoot, why string) {
+func (r *Runner) containerFS(pod *corev1.Pod, c corev1.Container, root, dir, cdir, termLog string) (ms []helperns.Mount, fakeRoot, why string) {
 	tp := c.TerminationMessagePath
 	if tp == "" {
 		tp = corev1.TerminationMessagePathDefault
@@ -193,8 +193,13 @@ func (r *Runner) containerFS(pod *corev1.Pod, c corev1.Container, root, dir, ter
 			return nil, "", fmt.Sprintf("sim: the helper runner does not provide subPath mounts (volume %s)", vm.Name)
 		}
 		src, ok := r.volumeSource(pod, vol, root, dir)
+		if vol.ConfigMap != nil { // written by mountConfigMaps, as the kubelet's atomic writer would
+			src = filepath.Join(cdir, "volumes", filepath.Clean("/"+vm.MountPath))
+			_, err := os.Stat(src)
+			ok = cdir == "" || err == nil // cdir "": the check before the start, nothing written yet
+		}
 		if !ok {
-			return nil, "", fmt.Sprintf("sim: the helper runner cannot provide volume %s (it provides hostPath and emptyDir)", vm.Name)
+			return nil, "", fmt.Sprintf("sim: the helper runner cannot provide volume %s (it provides hostPath, emptyDir and configMap)", vm.Name)
 		}
 		if vol.HostPath != nil && path.Clean(vol.HostPath.Path) == "/" {
 			fakeRoot = path.Clean(vm.MountPath)
@@ -238,7 +243,7 @@ func imageEnv(pod *corev1.Pod, c corev1.Container, fakeRoot string, secrets map[
 
 // launchSpec writes the launcher's spec for container c into cdir.
 func (r *Runner) launchSpec(pod *corev1.Pod, c corev1.Container, root, dir, cdir, termLog string, secrets map[string]string) (string, string) {
-	ms, fakeRoot, why := r.containerFS(pod, c, root, dir, termLog)
+	ms, fakeRoot, why := r.containerFS(pod, c, root, dir, cdir, termLog)
 	if why != "" {
 		return "", why
 	}

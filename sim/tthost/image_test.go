@@ -70,7 +70,7 @@ func TestContainerFSMountsVolumesAtTheirPaths(t *testing.T) {
 	pod := helper("p", "n", AgentName, "fake")
 	c := pod.Spec.Containers[0]
 	c.VolumeMounts[0].MountPath = "/node"
-	ms, fakeRoot, why := (&Runner{}).containerFS(pod, c, root, dir, "/t")
+	ms, fakeRoot, why := (&Runner{}).containerFS(pod, c, root, dir, "", "/t")
 	if why != "" || fakeRoot != "/node" {
 		t.Fatalf("why %q root %q", why, fakeRoot)
 	}
@@ -83,7 +83,7 @@ func TestContainerFSMountsVolumesAtTheirPaths(t *testing.T) {
 	}
 	pod.Spec.Volumes[0].HostPath = nil
 	pod.Spec.Volumes[0].ConfigMap = nil
-	if _, _, why := (&Runner{}).containerFS(pod, c, root, dir, "/t"); !strings.Contains(why, "cannot provide volume host") {
+	if _, _, why := (&Runner{}).containerFS(pod, c, root, dir, "", "/t"); !strings.Contains(why, "cannot provide volume host") {
 		t.Fatalf("an unknown volume kind: %q", why)
 	}
 }

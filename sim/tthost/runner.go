@@ -208,7 +208,7 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 	}
 	if !r.OutsideImage {
 		for _, c := range pod.Spec.Containers {
-			if _, _, why := r.containerFS(pod, c, root, dir, ""); why != "" {
+			if _, _, why := r.containerFS(pod, c, root, dir, "", ""); why != "" {
 				_ = os.RemoveAll(dir)
 				return r.refuse(ctx, pod, "", why)
 			}
@@ -334,8 +334,13 @@ func (r *Runner) runContainer(ctx context.Context, pod *corev1.Pod, c corev1.Con
 		return res
 	}
 	termLog := filepath.Join(cdir, "termination-log")
+	vols, err := mountConfigMaps(ctx, r.Client, pod, c, cdir)
+	if err != nil {
+		res.exitCode, res.startErr, res.finished = exitStartError, err.Error(), r.Clock.Now()
+		return res
+	}
 	p := proc{argv: argv, dir: cdir, outPath: filepath.Join(cdir, "output.log"),
-		env: helperEnv(pod, c, r.Hosts, root, termLog, cdir, secrets)}
+		env: append(helperEnv(pod, c, r.Hosts, root, termLog, cdir, secrets), vols...)}
 	if !r.OutsideImage {
 		spec, why := r.launchSpec(pod, c, root, dir, cdir, termLog, secrets)
 		if why != "" {
@@ -346,6 +351,11 @@ func (r *Runner) runContainer(ctx context.Context, pod *corev1.Pod, c corev1.Con
 	}
 	code, err := p.run(ctx)
 	res.finished = r.Clock.Now()
+	if err == nil {
+		if lerr := r.serveLog(ctx, pod, c.Name, p.outPath); lerr != nil {
+			r.Logf("tt-helper-runner: %s: log: %v", podKey(pod), lerr)
+		}
+	}
 	if err != nil {
 		res.exitCode, res.startErr = exitStartError, fmt.Sprintf("failed to start %s: %v", argv[0], err)
 		return res

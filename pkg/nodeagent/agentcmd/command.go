@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +21,17 @@ const (
 	EnvTerminationLog = "ROLLBOOK_TERMINATION_LOG"
 	EnvSMISource      = "ROLLBOOK_TT_SMI_SOURCE"
 	EnvNodeName       = "NODE_NAME"
+	// EnvVolumeRoot is where a runner that is no kubelet (the simulator)
+	// put the pod's other volumes: a mount path P is read at root/P.
+	EnvVolumeRoot = "ROLLBOOK_VOLUME_ROOT"
 )
+
+func underVolumeRoot(p string) string {
+	if root := os.Getenv(EnvVolumeRoot); root != "" {
+		return filepath.Join(root, p)
+	}
+	return p
+}
 
 // common holds the flags every subcommand shares.
 type common struct {

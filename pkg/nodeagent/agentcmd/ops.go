@@ -20,7 +20,13 @@ func newKMDCommand(c *common) *cobra.Command {
 		Short: "Install tt-kmd X.Y.Z (build or cache, unload, insmod, verify, persist)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.KMD(ctx, o) })
+			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result {
+				a.Publish = cmd.OutOrStdout()
+				if o.ModuleFrom != "" {
+					o.ModuleFrom = underVolumeRoot(o.ModuleFrom)
+				}
+				return a.KMD(ctx, o)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -31,6 +37,9 @@ func newKMDCommand(c *common) *cobra.Command {
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "overall deadline")
 	f.DurationVar(&o.UnloadWait, "unload-wait", 10*time.Second, "how long to wait for refcnt 0 after killing holders")
 	f.BoolVar(&o.SkipPersist, "no-persist", false, "do not install into /lib/modules/<kver>/updates and modules-load.d")
+	f.BoolVar(&o.Publish, "publish", false, "print a module built here on stdout (gzip, base64) for kubectl tt to share")
+	f.StringVar(&o.ModuleFrom, "module-from", "", "directory of a module another node built and shared (a ConfigMap volume); "+
+		"used after its checks when the node's cache has none")
 	return cmd
 }
 

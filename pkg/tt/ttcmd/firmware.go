@@ -58,6 +58,7 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 		"SHA-256 of the bundle (sha256sum's hex); each node's helper refuses to flash a bundle that differs")
 	fs.StringVar(&o.cfg.Readback, "readback-version", "", "what every device must report afterwards (default: --version + \".0\")")
 	fs.IntVar(&o.maxParallel, "max-parallel", 1, "nodes out of service at once")
+	addPerLabelFlag(fs, &o.cfg.MaxUnavailablePer)
 	fs.DurationVar(&o.cfg.FlashTimeout, "flash-timeout", 15*time.Minute, "deadline of one node's flash, kept across re-runs")
 	fs.BoolVar(&o.cfg.Drain, "drain", true, "evict pods that hold /dev/tenstorrent before flashing")
 	fs.DurationVar(&o.cfg.DrainTimeout, "drain-timeout", 10*time.Minute, "how long the drain may take, kept across re-runs")

@@ -76,3 +76,10 @@ func (h *helperFlags) config() tt.HelperConfig {
 	return tt.HelperConfig{Image: h.image, Namespace: h.namespace, Timeout: h.timeout, PriorityClass: h.priorityClass,
 		OnControlPlane: h.onControlPlane}
 }
+
+// perLabelFlag is --max-unavailable-per LABEL=N, shared by the commands
+// that take nodes out of service in parallel.
+func addPerLabelFlag(fs *pflag.FlagSet, m *map[string]int) {
+	fs.StringToIntVar(m, "max-unavailable-per", nil, "at most N nodes sharing a value of label LABEL out of service at once, "+
+		"e.g. topology.kubernetes.io/zone=1 (LABEL=N, comma-separated or repeated); nodes without the label are not limited by it")
+}

@@ -41,6 +41,9 @@ type kmdOptions struct {
 	forceUnload bool
 	force       bool
 	soak        cli.SoakFlags
+	maxParallel int
+	perLabel    map[string]int
+	maxFailures int
 
 	cfg       *tt.KMDConfig
 	selection tt.Selection
@@ -50,8 +53,9 @@ func newUpgradeKMDCommand(g *cli.Globals) *cobra.Command {
 	o := &kmdOptions{g: g}
 	cmd := &cobra.Command{
 		Use:   "kmd --version X.Y.Z [NODE...]",
-		Short: "Upgrade (or downgrade) the Tenstorrent kernel module on every selected node, one at a time",
-		Long: `Upgrade (or downgrade) tt-kmd on every selected Tenstorrent node, one node at a time.
+		Short: "Upgrade (or downgrade) the Tenstorrent kernel module on every selected node, --max-parallel at a time",
+		Long: `Upgrade (or downgrade) tt-kmd on every selected Tenstorrent node, one node at a time by default
+(as the operator's DaemonSet rollout), or --max-parallel nodes out of service at once.
 
 Per node: cordon; set the deploy-gate labels to "false" so sibling DaemonSets holding
 /dev/tenstorrent leave; evict the pods that hold the device and, with --full-node, drain
@@ -59,6 +63,10 @@ the rest — waiting until they are gone; run a helper pod that swaps the module
 node with the version the helper measured; restore the gates; uncordon.
 
 Nodes labelled driver.tenstorrent.com/skip=true and host-managed (DKMS) nodes are skipped.
+--max-parallel counts nodes from cordon to uncordon, and --max-unavailable-per LABEL=N bounds
+them per rack or zone; after --max-failures failed nodes no other starts (those in progress
+finish). Raise --max-parallel only when the fleet's spare capacity allows that many nodes
+drained at once: the default of 1 is the operator's, which never drains two nodes together.
 Re-run the same command to continue after an interruption or a fixed failure.`,
 		Example: `  # See what would happen, then do it
   kubectl tt upgrade kmd --version 2.8.0 --dry-run
@@ -66,6 +74,9 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 
   # Only two nodes; kill processes still holding the device
   kubectl tt upgrade kmd --version 2.8.0 --nodes tt-a,tt-b --force-unload
+
+  # Ten nodes at a time, at most one per rack; stop starting nodes after 3 failures
+  kubectl tt upgrade kmd --version 2.8.0 --max-parallel 10 --max-unavailable-per example.com/rack=1 --max-failures 3
 
   # Build only the reviewed commit of the tag (git ls-remote <repo> ttkmd-2.8.0)
   kubectl tt upgrade kmd --version 2.8.0 --kmd-commit <40 hex digits>`,
@@ -93,6 +104,11 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 		"kill processes still holding the device before unloading (their in-flight work is lost)")
 	fs.BoolVar(&o.force, "force", false,
 		"also evict pods no controller manages (bare pods), as kubectl drain --force; they are not recreated")
+	fs.IntVar(&o.maxParallel, "max-parallel", 1, "nodes out of service at once, counted from cordon to uncordon "+
+		"(1, the operator's, drains one node at a time)")
+	addPerLabelFlag(fs, &o.perLabel)
+	fs.IntVar(&o.maxFailures, "max-failures", 1, "after this many nodes failed (or blocked) start no other node; "+
+		"nodes in progress finish")
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
@@ -104,7 +120,8 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 // Complete turns the flags into the runbook's configuration.
 func (o *kmdOptions) Complete(args []string) error {
 	o.cfg = &tt.KMDConfig{Version: o.version, Commit: o.commit, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
-		ForceUnload: o.forceUnload, Force: o.force, Helper: o.helper.config()}
+		ForceUnload: o.forceUnload, Force: o.force, Helper: o.helper.config(), MaxParallel: o.maxParallel,
+		MaxUnavailablePer: o.perLabel}
 	o.cfg.DeployGates = gateList(o.gates)
 	if o.podSelector != "" {
 		sel, err := labels.Parse(o.podSelector)
@@ -119,6 +136,12 @@ func (o *kmdOptions) Complete(args []string) error {
 
 // Validate rejects bad input before any API call.
 func (o *kmdOptions) Validate() error {
+	if o.maxParallel < 1 {
+		return cli.UsageErrorf("--max-parallel must be at least 1, not %d", o.maxParallel)
+	}
+	if o.maxFailures < 1 {
+		return cli.UsageErrorf("--max-failures must be at least 1, not %d", o.maxFailures)
+	}
 	return validateUpgrade(o.run, o.soak, o.cfg, o.selection)
 }
 
@@ -130,7 +153,19 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 	}
 	cfg := o.cfg
 	cfg.RunID = s.RunID
-	opts := runbook.Options{} // one node at a time, like the operator's DaemonSet rollout
+	// The next batch probes while this one works; the cordon's budget
+	// guards (an Exclusive step) keep --max-parallel nodes out at most.
+	// (At 1, nodes go strictly one after another, as they always have.)
+	opts := runbook.Options{Parallel: o.maxParallel, MaxFailures: o.maxFailures}
+	if o.maxParallel > 1 {
+		opts.Prefetch = o.maxParallel
+	}
+	if s.DryRun() { // the plan in the roll's order: the first node of each kernel group is its builder
+		opts.Parallel, opts.Prefetch = 1, 0
+	}
+	if !s.DryRun() { // a plan keeps each kernel group's builder to the end: the plan names one per kernel
+		opts.Reporter = targetEnded{s.Progress, func(r runbook.TargetResult) { cfg.TargetEnded(r.Ref.Name) }}
+	}
 	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelKMDVersion, cfg.Version))
 	res := cli.Run(ctx, s, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets, opts)
 	next := "kubectl tt status"
@@ -189,6 +224,8 @@ func ttPermissions(lockNS, helperNS string) []cli.Permission {
 		{Verb: "list", Group: "policy", Resource: "poddisruptionbudgets"},
 		{Verb: "create", Resource: "events"},
 		{Verb: "create", Resource: "pods", Namespace: helperNS}, {Verb: "get", Resource: "pods", Namespace: helperNS},
+		{Verb: "get", Resource: "pods", Subresource: "log", Namespace: helperNS},
+		{Verb: "get", Resource: "configmaps", Namespace: helperNS}, {Verb: "create", Resource: "configmaps", Namespace: helperNS},
 		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: tt.LockName},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: tt.LockName},
@@ -234,4 +271,15 @@ func gateList(gates []string) []string {
 		}
 	}
 	return out
+}
+
+// targetEnded is a Reporter that also tells the runbook a target ended.
+type targetEnded struct {
+	runbook.Reporter
+	ended func(runbook.TargetResult)
+}
+
+func (t targetEnded) TargetDone(r runbook.TargetResult) {
+	t.ended(r)
+	t.Reporter.TargetDone(r)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
 
@@ -113,6 +114,18 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 	presigned.Spec.Containers[0].Env = append(presigned.Spec.Containers[0].Env, secretEnv(tt.BundleSecretName, tt.BundleSecretKey))
 	if err := create(helperNS, presigned); err != nil {
 		t.Errorf("the flash helper reading the bundle URL's Secret was refused: %v", err)
+	}
+	// The kmd helper with a shared module (build once per kernel) is
+	// admitted: a second volume, ConfigMap tt-kmd-<16 hex>, read-only.
+	withModule := func(task, cm string, readOnly bool) *corev1.Pod {
+		s := tt.HelperSpecFor(h, task, "kwok-node-0", "k", []string{"kubectl-tt", "node-agent", task, "--version", "1.2.3"})
+		s.ConfigMaps = []kube.ConfigMapMount{{Name: "module", ConfigMap: cm, MountPath: tt.SharedModuleMount}}
+		p := s.Pod()
+		p.Spec.Containers[0].VolumeMounts[1].ReadOnly = readOnly
+		return p
+	}
+	if err := create(helperNS, withModule("kmd", tt.SharedModuleName("6.1.0-28-amd64", "2.8.1", ""), true)); err != nil {
+		t.Errorf("the kmd helper with a shared module, as kubectl tt renders it, was refused: %v", err)
 	}
 	yes := true
 	cases := []struct {
@@ -229,6 +242,13 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 			p := helper("kmd")
 			p.Spec.NodeName = ""
 			return p
+		}},
+		{"a shared module on a flash helper", func() *corev1.Pod {
+			return withModule("flash", tt.SharedModuleName("6.1.0-28-amd64", "2.8.1", ""), true)
+		}},
+		{"another ConfigMap as the module", func() *corev1.Pod { return withModule("kmd", "rollbook-helper-policy", true) }},
+		{"a writable module mount", func() *corev1.Pod {
+			return withModule("kmd", tt.SharedModuleName("6.1.0-28-amd64", "2.8.1", ""), false)
 		}},
 		{"control-plane nodes allowed", func() *corev1.Pod {
 			p := helper("flash")

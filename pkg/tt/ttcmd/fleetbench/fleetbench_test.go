@@ -1,0 +1,197 @@
+// Package fleetbench measures `kubectl tt upgrade kmd --max-parallel K` over
+// a simulated fleet in kernel groups against its ideal: one build per
+// kernel group (the groups build at once) plus ceil(N/K) × (drain + hit).
+// Sizes come from the environment (`make bench-fleet-kmd` sets them):
+// ROLLBOOK_FLEET_NODES (default 24), ROLLBOOK_FLEET_PARALLEL (20),
+// ROLLBOOK_FLEET_KERNELS (4), ROLLBOOK_FLEET_BUILD (30s), ROLLBOOK_FLEET_HIT
+// (5s). The issue's size is 1,000 nodes.
+package fleetbench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/rollbook/rollbook/internal/apicount"
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/tt"
+	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
+)
+
+func envInt(k string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(k)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+func envDur(k string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(k)); err == nil && d > 0 {
+		return d
+	}
+	return def
+}
+
+var (
+	nodes    = envInt("ROLLBOOK_FLEET_NODES", 24)
+	parallel = envInt("ROLLBOOK_FLEET_PARALLEL", 20)
+	groups   = envInt("ROLLBOOK_FLEET_KERNELS", 4)
+	build    = envDur("ROLLBOOK_FLEET_BUILD", 30*time.Second)
+	hit      = envDur("ROLLBOOK_FLEET_HIT", 5*time.Second)
+)
+
+func TestMain(m *testing.M) {
+	var ks []string
+	for i := range groups {
+		ks = append(ks, fmt.Sprintf("6.1.0-%d-amd64", 28+i))
+	}
+	_ = os.Setenv("ROLLBOOK_SIM_TT_KERNELS", strings.Join(ks, ","))
+	// The build path is make then insmod; the hit path insmod alone.
+	_ = os.Setenv("ROLLBOOK_SIM_TT_BUILD_DELAY", build.String())
+	_ = os.Setenv("ROLLBOOK_SIM_TT_LOAD_DELAY", hit.String())
+	// A fleet sized for K nodes drained at once: its PDB lets K replicas go
+	// (at the scenario's default of 1, K drains queue on one PDB).
+	_ = os.Setenv("ROLLBOOK_SIM_TT_PDB_DISRUPTIONS", strconv.Itoa(parallel))
+	// The tt-fleet scenario's last three nodes are awkward and not rolled.
+	simtest.Main(m, simtest.Options{Nodes: nodes + 3, Scenario: "tt-fleet"})
+}
+
+// progress marks each node's end and the durations of its drain steps.
+type progress struct {
+	mu     sync.Mutex
+	rc     *apicount.Counter
+	buf    bytes.Buffer
+	line   []byte
+	ends   []int // requests so far at each node's end
+	drains []time.Duration
+}
+
+var took = regexp.MustCompile(`\((\d+(?:\.\d+)?(?:ms|s|m))\)\s*$`)
+
+func (p *progress) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buf.Write(b)
+	for _, c := range b {
+		if c != '\n' {
+			p.line = append(p.line, c)
+			continue
+		}
+		l := string(p.line)
+		p.line = p.line[:0]
+		if !strings.Contains(l, "✓") {
+			continue
+		}
+		if strings.Contains(l, "Remove the helper pod") {
+			p.ends = append(p.ends, p.rc.Total())
+		}
+		if strings.Contains(l, "Move device-holding pods away") || strings.Contains(l, "Drain the rest of the node") {
+			if m := took.FindStringSubmatch(l); m != nil {
+				d, _ := time.ParseDuration(m[1])
+				p.drains = append(p.drains, d)
+			}
+		}
+	}
+	return len(b), nil
+}
+
+func TestKMDFleetInParallel(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	batches := int(math.Ceil(float64(nodes) / float64(parallel)))
+	ctx := simtest.Context(t, time.Duration(batches)*(build+hit+time.Minute)+5*time.Minute)
+	var names []string
+	for i := range nodes {
+		names = append(names, fmt.Sprintf("kwok-node-%d", i))
+	}
+	rc, stop := apicount.Start()
+	defer stop()
+	streams, _, _, _ := genericiooptions.NewTestIOStreams()
+	p := &progress{rc: rc}
+	streams.Out, streams.ErrOut = p, p
+	start := time.Now()
+	code := cli.ExecuteContext(ctx, ttcmd.NewRootCommand(streams), []string{"upgrade", "kmd", "--version", "2.8.1",
+		"--nodes", strings.Join(names, ","), "--max-parallel", strconv.Itoa(parallel), "--kubeconfig", c.Kubeconfig}, p)
+	total := time.Since(start)
+	if code != 0 {
+		t.Fatalf("kubectl tt upgrade kmd → exit %d\n%s", code, p.buf.String())
+	}
+	if len(p.ends) != nodes {
+		t.Fatalf("saw %d nodes finish, want %d", len(p.ends), nodes)
+	}
+
+	builds := 0
+	for _, name := range names {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec struct {
+			CacheHit *bool `json:"cacheHit"`
+		}
+		if json.Unmarshal([]byte(n.Annotations[tt.AnnKMDResult]), &rec) != nil || rec.CacheHit == nil {
+			t.Fatalf("node %s has no kmd result", name)
+		}
+		if !*rec.CacheHit {
+			builds++
+		}
+	}
+	reqs := make([]int, nodes)
+	prev := 0
+	for i, e := range p.ends {
+		reqs[i], prev = e-prev, e
+	}
+	drain := median(p.drains)
+	ideal := build + time.Duration(batches)*(drain+hit)
+	over := total.Seconds()/ideal.Seconds() - 1
+	// Flat: with K nodes in flight, finishes interleave, so compare the
+	// requests made while the first quarter of the nodes finished (the
+	// first node, which carries the run's start, left out) with those made
+	// while the last quarter did, per node.
+	q := max(3, nodes/4)
+	first := (p.ends[q] - p.ends[0]) / q
+	last := (p.ends[nodes-1] - p.ends[nodes-1-q]) / q
+	perNode := float64(rc.Total()) / float64(nodes)
+
+	t.Logf("%d nodes, %d kernel groups, --max-parallel %d, build %s, hit %s, median drain %s", nodes, groups, parallel, build, hit,
+		drain.Round(time.Millisecond))
+	t.Logf("roll in %s; ideal %s (one build round + %d × (drain + hit)): %+.1f %% (target ≤ +15 %%)", total.Round(time.Second),
+		ideal.Round(time.Second), batches, 100*over)
+	t.Logf("builds: %d (target exactly %d)", builds, groups)
+	t.Logf("requests: %d in all (+%d permission checks), %.1f per node (target ≤ 40); per node while the first quarter finished %d, "+
+		"while the last quarter did %d (flat within ±20 %%); %s", rc.Total(), rc.Preflight(), perNode, first, last, rc.Breakdown())
+	if builds != groups {
+		t.Errorf("%d builds, want exactly %d (one per kernel group)", builds, groups)
+	}
+	if perNode > 40 {
+		t.Errorf("%.1f requests per node, want ≤ 40", perNode)
+	}
+	if float64(last) > 1.2*float64(first) || float64(last) < 0.8*float64(first) {
+		t.Errorf("per-node cost is not flat: first quarter's median %d, last quarter's %d: %v", first, last, reqs)
+	}
+	if over > 0.15 {
+		t.Errorf("the roll took %s, %.1f %% over its ideal %s (target ≤ 15 %%)", total.Round(time.Second), 100*over, ideal.Round(time.Second))
+	}
+}
+
+func median(v []time.Duration) time.Duration {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
