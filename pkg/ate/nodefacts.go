@@ -42,6 +42,49 @@ func (f nodeFacts) marked() bool {
 	return moving && to == f.cfg.To || !moving && seen
 }
 
+// markedFrom: the node carries the other way's mark (AnnMovingTo naming
+// cfg.From), the record of a move toward the version this move leaves.
+// On a node still at cfg.To that move never flipped it: this move takes
+// the node back, and its own mark replaces that one.
+func (f nodeFacts) markedFrom() bool {
+	to, ok := f.node.Annotations[AnnMovingTo]
+	return ok && to == f.cfg.From
+}
+
+// takingBack: the node never left cfg.To, and a move the other way is
+// recorded on it (the other way's mark, or this one's written over it,
+// which leaves AnnVerifyPending naming cfg.To without a flip).
+func (f nodeFacts) takingBack() bool {
+	return f.flipped() && (f.markedFrom() || f.markedTo() && f.verifyPending())
+}
+
+// stale are the node's DRAINING workers of the pools its version pins
+// whose pod still runs there: a move the other way drained them and there
+// is no undrain, so the node serves again only once their pods are
+// replaced. After an ordinary flip there are none: the node's workers of
+// the target pools are new.
+func (f nodeFacts) stale() []ateapi.Worker {
+	live := map[string]bool{}
+	for _, p := range f.podsOf(f.cfg.ToPools) {
+		if p.DeletionTimestamp == nil {
+			live[string(p.UID)] = true
+		}
+	}
+	var out []ateapi.Worker
+	for _, w := range f.workers() {
+		if w.State == ateapi.WorkerDraining && live[w.Name] {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// staleView is the node narrowed to its stale workers (the evacuation then
+// suspends exactly the actors on them, as recover-node's does).
+func (f nodeFacts) staleView() nodeFacts {
+	return nodeFacts{cfg: &NodeConfig{}, node: f.node, inv: narrowTo(f.inv, f.node.Name, f.stale())}
+}
+
 func (f nodeFacts) ourCordon() bool { return kube.CordonStateOf(f.node).Owner == CordonOwner }
 
 // moved is the commit point: the node is at cfg.To, verified, unmarked,
@@ -217,7 +260,7 @@ func (f nodeFacts) toRecord() (string, bool) {
 		all = append(all, r)
 	}
 	sort.Strings(all)
-	return strings.Join(all, ","), len(set) > n || !f.markedTo()
+	return strings.Join(all, ","), len(set) > n || !f.markedTo() || f.flipped() && !f.verifyPending()
 }
 
 // recorded are the actors AnnResidents names.
@@ -237,8 +280,11 @@ func (f nodeFacts) recordChange() []runbook.Change {
 	if !grow {
 		return nil
 	}
-	return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate",
-		Detail: AnnMovingTo + "=" + f.cfg.To + ", " + AnnResidents + "=" + v}}
+	d := AnnMovingTo + "=" + f.cfg.To + ", " + AnnResidents + "=" + v
+	if f.flipped() {
+		d += ", " + AnnVerifyPending + "=" + f.cfg.To + " (taking back a node the move to " + f.cfg.From + " left half-way)"
+	}
+	return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate", Detail: d}}
 }
 
 func (f nodeFacts) ateletReady() (bool, string) {
