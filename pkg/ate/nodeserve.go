@@ -335,6 +335,11 @@ func (b *nodeBuilder) replaceStale() runbook.Step[nodeFacts] {
 			if !f.flipped() {
 				return false, "node not flipped yet"
 			}
+			if !f.takingBack() {
+				// Workers drained with no move recorded are recover-node's:
+				// the mark is a move's only record.
+				return true, "no move the other way recorded on the node"
+			}
 			s := f.stale()
 			return len(s) == 0, fmt.Sprintf("%d DRAINING worker(s) of the %s pools with their pod still on the node", len(s),
 				f.cfg.To)
