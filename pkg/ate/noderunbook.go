@@ -135,7 +135,7 @@ func capacityGuard() runbook.Guard[nodeFacts] {
 				return true, ""
 			}
 			needs, ok := f.capacity()
-			return ok, "not enough free ACTIVE workers for the actors this node would suspend (" + describeNeeds(needs) +
+			return ok, "not enough free actor slots on ACTIVE workers for the actors this node would suspend (" + describeNeeds(needs) +
 				"); they would have nowhere to resume. Wait for workers to free up (kubectl ate status), or pass --wait"
 		},
 	}
