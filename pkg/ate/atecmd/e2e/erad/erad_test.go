@@ -24,6 +24,18 @@ func TestRollAndRollbackEraD(t *testing.T) {
 	if s := atetest.Status(t, ctx); s.Capabilities == nil || s.Capabilities.Era != "D" {
 		t.Fatalf("want an era D API, got %+v", s.Capabilities)
 	}
+	// Era D workers host several actors: the sim's do too.
+	inv, err := atetest.Client(t, ctx).Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	multi := false
+	for _, w := range inv.Workers {
+		multi = multi || w.AllocatedActors > 1 && w.CapacityActors >= w.AllocatedActors
+	}
+	if !multi {
+		t.Fatalf("no era D worker hosts more than one actor: %+v", inv.Workers)
+	}
 	atetest.DeployAtelet(t, atetest.NewV)
 	atetest.ExpectRefused(t, ctx, "every serving pool has a clone pinned to NEW", "roll", "next-node")
 	atetest.MustRun(t, ctx, atetest.CloneArgs...)
