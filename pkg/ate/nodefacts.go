@@ -327,7 +327,7 @@ func (f nodeFacts) toMustServeHere() bool {
 	}
 	to := poolSet(f.cfg.ToPools)
 	for _, w := range f.inv.Workers {
-		if to[w.PoolKey()] && w.State == ateapi.WorkerActive && w.Node != f.node.Name {
+		if to[w.PoolKey()] && w.Serving() && w.Node != f.node.Name {
 			return false
 		}
 	}
@@ -338,19 +338,22 @@ func (f nodeFacts) toMustServeHere() bool {
 func (f nodeFacts) toVerified() (bool, string) {
 	ready, total := f.toPodsReady()
 	active := f.toWorkersActive()
-	why := fmt.Sprintf("%d of %d %s worker pod(s) on the node Ready, %d registered ACTIVE", ready, total, f.cfg.To, active)
+	why := fmt.Sprintf("%d of %d %s worker pod(s) on the node Ready, %d registered ACTIVE and serving (era D: capacity "+
+		"reported)", ready, total, f.cfg.To, active)
 	if ready == total && active == 0 && f.toMustServeHere() {
-		return false, why + "; no " + f.cfg.To + " worker is ACTIVE on any other node, so one must come up here " +
+		return false, why + "; no " + f.cfg.To + " worker serves on any other node, so one must come up here " +
 			"(the target pools' pods are Pending until the scheduler places them)"
 	}
 	return ready == total && active >= ready, why
 }
 
+// toWorkersActive counts the node's target-pool workers that serve:
+// ACTIVE, and in era D with their capacity reported.
 func (f nodeFacts) toWorkersActive() int {
 	to := poolSet(f.cfg.ToPools)
 	n := 0
 	for _, w := range f.workers() {
-		if to[w.PoolKey()] && w.State == ateapi.WorkerActive {
+		if to[w.PoolKey()] && w.Serving() {
 			n++
 		}
 	}

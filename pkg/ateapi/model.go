@@ -76,6 +76,13 @@ func (w Worker) PoolKey() string { return w.Namespace + "/" + w.Pool }
 // the cross-check of an actor list that may have missed an actor.
 func (w Worker) Hosts() bool { return len(w.Actors) > 0 || w.AllocatedActors > 0 }
 
+// Serving reports whether the worker takes actors at all: ACTIVE, and in
+// era D with its capacity reported (until its ateom reports it, upstream
+// hands it no actor).
+func (w Worker) Serving() bool {
+	return w.State == WorkerActive && (!w.Slots || w.CapacityActors > 0)
+}
+
 // Free reports whether the worker can take another actor.
 func (w Worker) Free() bool { return w.FreeSlots() > 0 }
 
