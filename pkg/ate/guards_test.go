@@ -80,11 +80,13 @@ func TestRollPreconditions(t *testing.T) {
 	clone.ClonedFrom = "ns/small"
 	unpinned := wp("scratch", "", nil, nil)
 	nodes := map[string]string{"n0": "v1", "n1": "v1"}
-	deps := map[string]int{"ns/small": 1, "ns/small-v2": 1}
+	deps := PoolDeployments{Count: map[string]int{"ns/small": 1, "ns/small-v2": 1}}
+	quota := PoolDeployments{Count: deps.Count, Failure: map[string]string{"ns/small-v2": "Deployment ns/small-v2: FailedCreate: " +
+		"pods \"small-v2-x\" is forbidden: exceeded quota: workers"}}
 	for _, tc := range []struct {
 		name  string
 		c     *Cluster
-		deps  map[string]int
+		deps  PoolDeployments
 		full  bool
 		fails string // "" = all pass
 	}{
@@ -93,8 +95,9 @@ func TestRollPreconditions(t *testing.T) {
 		{"no clone", cluster(twoDS, nodes, old), deps, false, "has a clone pinned to NEW"},
 		{"one pool without a clone", cluster(twoDS, nodes, old, clone, wp("large", "v1", nil, nil)), deps, false, "no clone: ns/large"},
 		{"an unpinned serving pool", cluster(twoDS, nodes, old, clone, unpinned), deps, false, "pinned to OLD"},
-		{"clone without Deployment", cluster(twoDS, nodes, old, clone), map[string]int{"ns/small": 1}, false,
+		{"clone without Deployment", cluster(twoDS, nodes, old, clone), PoolDeployments{Count: map[string]int{"ns/small": 1}}, false,
 			"every clone has its Deployment"},
+		{"a clone whose pods a ResourceQuota refuses", cluster(twoDS, nodes, old, clone), quota, false, "exceeded quota"},
 		{"single node", cluster(twoDS, map[string]string{"n0": "v1"}, old, clone), deps, false, "more than one node"},
 		{"single node, full stop accepted", cluster(twoDS, map[string]string{"n0": "v1"}, old, clone), deps, true, ""},
 	} {
