@@ -334,10 +334,45 @@ func (f nodeFacts) toMustServeHere() bool {
 	return true
 }
 
+// unservedLineages are the pool lineages (a serving pool and its clone)
+// that want workers but have none serving anywhere once this node has
+// moved (its workers of the pools it left do not count): their actors
+// would have nowhere to resume, whatever this node shows. A clone whose
+// pods a ResourceQuota, a taint or an image of another architecture keeps
+// from running leaves its lineage so after the last node.
+func (f nodeFacts) unservedLineages() []string {
+	want := map[string]bool{}
+	for _, p := range append(append([]Pool(nil), f.cfg.FromPools...), f.cfg.ToPools...) {
+		if l, ok := f.cfg.Lineage[p.Key()]; ok && p.Desired > 0 {
+			want[l] = true
+		}
+	}
+	from := poolSet(f.cfg.FromPools)
+	for _, w := range f.inv.Workers {
+		if from[w.PoolKey()] && w.Node == f.node.Name {
+			continue
+		}
+		if l, ok := f.cfg.Lineage[w.PoolKey()]; ok && w.Serving() {
+			delete(want, l)
+		}
+	}
+	out := make([]string, 0, len(want))
+	for l := range want {
+		out = append(out, l)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // toVerified is the verify step's verdict on pods and workers as shown.
 func (f nodeFacts) toVerified() (bool, string) {
 	ready, total := f.toPodsReady()
 	active := f.toWorkersActive()
+	if u := f.unservedLineages(); len(u) > 0 {
+		return false, fmt.Sprintf("no worker of pool %s or its clone serves anywhere (registered, ACTIVE, capacity reported): "+
+			"its actors would have nowhere to resume. Are the clone's pods Pending (kubectl get pods -n NS -l %s; a "+
+			"ResourceQuota, a taint, an image of another architecture)?", short(u), PoolLabel)
+	}
 	why := fmt.Sprintf("%d of %d %s worker pod(s) on the node Ready, %d registered ACTIVE and serving (era D: capacity "+
 		"reported)", ready, total, f.cfg.To, active)
 	if ready == total && active == 0 && f.toMustServeHere() {

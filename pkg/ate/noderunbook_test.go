@@ -157,3 +157,28 @@ func TestNodeStepsFromFacts(t *testing.T) {
 		}
 	}
 }
+
+// The last node is not verified while a pool lineage has no worker serving
+// anywhere: here the large pool's clone never came up (its pods could not
+// run), though the small pool's clone serves on the other node.
+func TestVerifyWantsEveryLineageServed(t *testing.T) {
+	small, large := Pool{Namespace: "ns", Name: "small", Pin: "v1", Desired: 1}, Pool{Namespace: "ns", Name: "large", Pin: "v1", Desired: 1}
+	smallV2, largeV2 := Pool{Namespace: "ns", Name: "small-v2", Pin: "v2", Desired: 1}, Pool{Namespace: "ns", Name: "large-v2", Pin: "v2",
+		Desired: 1}
+	cfg := &NodeConfig{Sides: Sides{From: "v1", To: "v2", FromPools: []Pool{small, large}, ToPools: []Pool{smallV2, largeV2},
+		Lineage: map[string]string{"ns/small": "ns/small", "ns/small-v2": "ns/small", "ns/large": "ns/large", "ns/large-v2": "ns/large"}}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{VersionLabel: "v2"},
+		Annotations: map[string]string{AnnVerifyPending: "v2"}}}
+	inv := &ateapi.Inventory{Workers: []ateapi.Worker{
+		{Name: "s2", Namespace: "ns", Pool: "small-v2", Node: "n0", State: ateapi.WorkerActive},
+		{Name: "l1", Namespace: "ns", Pool: "large", Node: "n1", State: ateapi.WorkerDraining},
+	}}
+	f := nodeFacts{cfg: cfg, node: n, inv: inv}
+	if ok, why := f.toVerified(); ok || !strings.Contains(why, "ns/large") {
+		t.Fatalf("verified with the large lineage serving nowhere: %v %q", ok, why)
+	}
+	inv.Workers = append(inv.Workers, ateapi.Worker{Name: "l2", Namespace: "ns", Pool: "large-v2", Node: "n0", State: ateapi.WorkerActive})
+	if ok, why := f.toVerified(); !ok {
+		t.Fatalf("not verified with every lineage served: %q", why)
+	}
+}
