@@ -52,6 +52,32 @@ func FreeWorkers(inv *ateapi.Inventory, pools []Pool, nodes map[string]bool) int
 	return n
 }
 
+// UnservedClones are the pools among old whose clone wants workers (it or
+// the pool has desired replicas) but has none serving (registered, ACTIVE,
+// capacity reported in era D): once the old pools are gone their actors
+// would have nowhere to resume. Each is "pool → clone".
+func UnservedClones(inv *ateapi.Inventory, old []Pool, all []Pool) []string {
+	desired := map[string]int64{}
+	for _, p := range all {
+		desired[p.Key()] = p.Desired
+	}
+	serving := map[string]bool{}
+	for _, w := range inv.Workers {
+		if w.Serving() {
+			serving[w.PoolKey()] = true
+		}
+	}
+	var out []string
+	for _, p := range old {
+		clone := p.Namespace + "/" + p.CloneName
+		if p.CloneName != "" && (p.Desired > 0 || desired[clone] > 0) && !serving[clone] {
+			out = append(out, p.Key()+" → "+clone)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Lineages maps every pool key of a serving pool and of its clone to the
 // serving pool's key: an actor suspended off one may resume on either.
 func Lineages(c *Cluster) map[string]string {
