@@ -236,7 +236,13 @@ func (f nodeFacts) unregistered() []string {
 }
 
 // capacity weighs the node's live actors against free workers elsewhere.
+// Taking a node back suspends only the actors on its drained workers, and
+// the node keeps serving: they may resume on any free slot, its own too.
 func (f nodeFacts) capacity() ([]Need, bool) {
+	if f.takingBack() {
+		live, _ := f.staleView().residents()
+		return Capacity(f.inv, f.cfg.Lineage, "", live)
+	}
 	live, _ := f.residents()
 	return Capacity(f.inv, f.cfg.Lineage, f.node.Name, live)
 }

@@ -331,6 +331,7 @@ func (b *nodeBuilder) replaceStale() runbook.Step[nodeFacts] {
 			"then waits for the replacements on the node to serve. After an ordinary flip the node's workers of the target " +
 			"pools are new, and there is nothing to do.",
 		Timeout: b.cfg.SuspendTimeout,
+		Guards:  []runbook.Guard[nodeFacts]{capacityGuard()},
 		Done: func(f nodeFacts) (bool, string) {
 			if !f.flipped() {
 				return false, "node not flipped yet"

@@ -19,6 +19,7 @@ import (
 	"github.com/rollbook/rollbook/internal/recordtest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/kube"
 )
 
@@ -133,6 +134,19 @@ func TestRollbackTakesBackANodeAnInterruptedRollLeftHalfway(t *testing.T) {
 	}
 	if len(drained) == 0 {
 		t.Fatalf("no worker on %s to drain", node)
+	}
+	// The flip cordons a node only once its suspend step emptied it: the
+	// actors on the drained workers are suspended (and stay so: a drained
+	// worker takes no actor).
+	if inv, err = api.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range inv.Actors {
+		if drained[a.Worker] && a.State != ateapi.ActorSuspended {
+			if _, err := api.SuspendActor(ctx, a.Atespace, a.Name); err != nil {
+				t.Fatalf("suspend %s/%s: %v", a.Atespace, a.Name, err)
+			}
+		}
 	}
 	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
