@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
@@ -189,4 +190,14 @@ func RollUntilFlipped(t *testing.T, ctx context.Context) string {
 		t.Fatal("no node flipped")
 	}
 	return flipped
+}
+
+// Dynamic is a dynamic client of the package's simulated cluster.
+func Dynamic(t *testing.T) dynamic.Interface {
+	t.Helper()
+	d, err := dynamic.NewForConfig(simtest.Get(t).RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -29,7 +29,9 @@ func (s *Server) encodeWorker(m protoreflect.Message, w *Worker) {
 
 	bound := s.actorsOn(w.Name)
 	if protopath.Has(m.Descriptor(), "status.capacity.actors") { // era D: counts, no refs
-		protopath.SetFirst(m, w.capacity(), "status.capacity.actors")
+		if !w.CapacityPending { // unset until the worker's ateom reports it
+			protopath.SetFirst(m, w.capacity(), "status.capacity.actors")
+		}
 		protopath.SetFirst(m, len(bound), "status.allocated.actors")
 		return
 	}

@@ -165,7 +165,7 @@ func (s *Server) resumeLocked(a *Actor) (bool, error) {
 }
 
 func (s *Server) canHostLocked(w *Worker, a *Actor) bool {
-	if w.State != atestate.WorkerActive || len(s.actorsOn(w.Name)) >= w.capacity() {
+	if w.State != atestate.WorkerActive || w.CapacityPending || len(s.actorsOn(w.Name)) >= w.capacity() {
 		return false
 	}
 	for k, v := range a.WorkerSelector {

@@ -24,9 +24,13 @@ type Worker struct {
 	Labels       map[string]string
 	// Capacity is the number of actors the worker may host; 0 means 1.
 	Capacity int
-	State    atestate.WorkerState
-	Version  int64
-	Created  time.Time
+	// CapacityPending: the worker registered but its ateom has not
+	// reported its capacity yet (era D reports it unset); upstream it is
+	// handed no actor until then.
+	CapacityPending bool
+	State           atestate.WorkerState
+	Version         int64
+	Created         time.Time
 
 	seq     uint64    // the server's change counter at the last change
 	changed time.Time // when it last changed
@@ -164,6 +168,21 @@ func (s *Server) MarkWorkerDraining(name string) error {
 		return fmt.Errorf("fakesubstrate: worker %s not found", name)
 	}
 	s.drainLocked(w)
+	return nil
+}
+
+// ReportCapacity ends a worker's CapacityPending: its ateom reported.
+func (s *Server) ReportCapacity(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.workers[name]
+	if !ok {
+		return fmt.Errorf("fakesubstrate: worker %s not found", name)
+	}
+	if w.CapacityPending {
+		w.CapacityPending = false
+		s.touchWorker(w)
+	}
 	return nil
 }
 

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/rollbook/rollbook/pkg/atestate"
 )
 
@@ -92,5 +95,33 @@ func TestSoftListsMissChangingItems(t *testing.T) {
 	b := s.actors["x/b"]
 	if s.missed(b.seq, b.changed, start) {
 		t.Fatal("an unchanged actor must be listed")
+	}
+}
+
+// An era D worker whose ateom has not reported its capacity is handed no
+// actor; once it reports, it hosts as many as its capacity.
+func TestCapacityReportedLaterAndMultiActorWorkers(t *testing.T) {
+	s, _ := start(t, Options{Era: EraD})
+	if err := s.AddWorker(Worker{Name: "w1", Node: "n1", Capacity: 2, CapacityPending: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"x", "y", "z"} {
+		if err := s.AddActor(Actor{Atespace: "a", Name: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.ResumeActor("a", "x"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("resume onto a worker with no capacity reported: %v, want ResourceExhausted", err)
+	}
+	if err := s.ReportCapacity("w1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"x", "y"} {
+		if a, ok, err := s.ResumeActor("a", n); err != nil || !ok || a.Worker != "w1" {
+			t.Fatalf("resume %s: %+v %v %v, want it on w1", n, a, ok, err)
+		}
+	}
+	if _, _, err := s.ResumeActor("a", "z"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a third actor on a worker of capacity 2: %v, want ResourceExhausted", err)
 	}
 }

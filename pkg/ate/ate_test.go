@@ -152,7 +152,23 @@ func TestNextNodeResumesHalfMovedNodeFirst(t *testing.T) {
 	if got := next([]corev1.Pod{livePod}, inv); got != "n1" {
 		t.Fatalf("a node whose move is recorded comes first: %s", got)
 	}
-	c.Nodes[1].MovingTo = ""
+	// The rollback takes that node back first (it never flipped: its
+	// drained workers are replaced, the mark lifted); once the rollback has
+	// written its own mark over the roll's, the node is half-way back, and
+	// status and the roll say so.
+	back := sides(c, "v2", "v1")
+	if n, err := NewLocator(c, []corev1.Pod{livePod}, inv).Next(back); err != nil || n != "n1" {
+		t.Fatalf("rollback next-node with n1 half-way to v2: %q %v, want n1 taken back", n, err)
+	}
+	c.Nodes[1].MovingTo, c.Nodes[1].VerifyPending = "v1", "v1"
+	moves := NewLocator(c, []corev1.Pod{livePod}, inv).Moves()
+	if len(moves) != 1 || moves[0].Node != "n1" || moves[0].Direction != Rollback || moves[0].StepID != "ate.node.replace-drained" {
+		t.Fatalf("n1 taken back, its workers not yet replaced: %+v", moves)
+	}
+	if _, err := NewLocator(c, []corev1.Pod{livePod}, inv).Next(roll); err == nil {
+		t.Fatal("roll next-node took a node while n1 is being taken back")
+	}
+	c.Nodes[1].MovingTo, c.Nodes[1].VerifyPending = "", ""
 	// A node half-way back (an interrupted rollback) is finished first, by
 	// the rollback: the roll refuses to take another node meanwhile.
 	c.Nodes[2].MovingTo = "v1"

@@ -38,17 +38,44 @@ func actorsBoundTo(inv *ateapi.Inventory, pools []Pool) []ateapi.Actor {
 	return out
 }
 
-// FreeWorkers counts the ACTIVE workers of pools with room for an actor on
-// nodes (nil: any node).
+// FreeWorkers counts the free actor slots of the ACTIVE workers of pools
+// on nodes (nil: any node): one per free worker before era D, reported
+// capacity minus allocation in era D (Worker.FreeSlots).
 func FreeWorkers(inv *ateapi.Inventory, pools []Pool, nodes map[string]bool) int {
 	set := poolSet(pools)
 	n := 0
 	for _, w := range inv.Workers {
-		if set[w.PoolKey()] && (nodes == nil || nodes[w.Node]) && w.Free() {
-			n++
+		if set[w.PoolKey()] && (nodes == nil || nodes[w.Node]) {
+			n += w.FreeSlots()
 		}
 	}
 	return n
+}
+
+// UnservedClones are the pools among old whose clone wants workers (it or
+// the pool has desired replicas) but has none serving (registered, ACTIVE,
+// capacity reported in era D): once the old pools are gone their actors
+// would have nowhere to resume. Each is "pool → clone".
+func UnservedClones(inv *ateapi.Inventory, old []Pool, all []Pool) []string {
+	desired := map[string]int64{}
+	for _, p := range all {
+		desired[p.Key()] = p.Desired
+	}
+	serving := map[string]bool{}
+	for _, w := range inv.Workers {
+		if w.Serving() {
+			serving[w.PoolKey()] = true
+		}
+	}
+	var out []string
+	for _, p := range old {
+		clone := p.Namespace + "/" + p.CloneName
+		if p.CloneName != "" && (p.Desired > 0 || desired[clone] > 0) && !serving[clone] {
+			out = append(out, p.Key()+" → "+clone)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Lineages maps every pool key of a serving pool and of its clone to the
@@ -68,7 +95,7 @@ func Lineages(c *Cluster) map[string]string {
 type Need struct {
 	Lineage string `json:"lineage"` // the serving pool's key; "" for paused actors (any lineage)
 	Actors  int    `json:"actors"`  // to suspend on the node
-	Free    int    `json:"free"`    // free ACTIVE workers of the lineage on other nodes
+	Free    int    `json:"free"`    // free actor slots of the lineage's ACTIVE workers on other nodes
 }
 
 func (n Need) String() string {
@@ -76,13 +103,16 @@ func (n Need) String() string {
 	if n.Lineage == "" {
 		what = "any pool (paused actors)"
 	}
-	return fmt.Sprintf("%s: %d actor(s) to suspend, %d free worker(s) elsewhere", what, n.Actors, n.Free)
+	return fmt.Sprintf("%s: %d actor(s) to suspend, %d free actor slot(s) elsewhere", what, n.Actors, n.Free)
 }
 
 // Capacity compares, per pool lineage, the actors living on node with the
-// free ACTIVE workers of the same lineage on other nodes: the runbook's
-// "take the next node once a free worker exists", made exact. Paused actors
-// have no worker, so they are weighed against every lineage's free workers.
+// free actor slots of the same lineage's ACTIVE workers on other nodes: the
+// runbook's "take the next node once a free worker exists", made exact. A
+// slot is a free worker before era D; in era D a worker hosts several
+// actors, and its slots are its reported capacity minus its allocation
+// (none while its capacity is unset: it is not serving yet). Paused actors
+// have no worker, so they are weighed against every lineage's free slots.
 // It returns every lineage and whether each has enough.
 func Capacity(inv *ateapi.Inventory, lineage map[string]string, node string, residents []ateapi.Actor) (needs []Need, ok bool) {
 	pool := map[string]string{} // worker → its pool key
@@ -90,9 +120,9 @@ func Capacity(inv *ateapi.Inventory, lineage map[string]string, node string, res
 	total := 0
 	for _, w := range inv.Workers {
 		pool[w.Name] = w.PoolKey()
-		if l, in := lineage[w.PoolKey()]; in && w.Node != node && w.Free() {
-			free[l]++
-			total++
+		if l, in := lineage[w.PoolKey()]; in && w.Node != node {
+			free[l] += w.FreeSlots()
+			total += w.FreeSlots()
 		}
 	}
 	want := map[string]int{}

@@ -24,6 +24,13 @@ func TestCapacityPerLineage(t *testing.T) {
 		return ateapi.Actor{Atespace: "x", Name: "on-" + worker, Worker: worker}
 	}
 	paused := ateapi.Actor{Atespace: "x", Name: "p", State: ateapi.ActorPaused}
+	// d is an era D worker: capacity and allocation counted in actor slots
+	// (capacity 0: its ateom has not reported yet).
+	d := func(name, ns, pool, node string, capacity, allocated int) ateapi.Worker {
+		x := w(name, ns, pool, node, 0)
+		x.Slots, x.CapacityActors, x.AllocatedActors = true, capacity, allocated
+		return x
+	}
 	for _, tc := range []struct {
 		name      string
 		workers   []ateapi.Worker
@@ -46,6 +53,18 @@ func TestCapacityPerLineage(t *testing.T) {
 		{"paused actors and bound ones share the free workers", []ateapi.Worker{w("w1", "b", "small", "n1", 1), w("w2", "b", "small-v2",
 			"n2", 0)},
 			[]ateapi.Actor{paused, bound("w1")}, false, ""},
+		{"era D: a multi-actor worker elsewhere takes as many actors as it has free slots",
+			[]ateapi.Worker{d("w1", "a", "small", "n1", 4, 3), d("w2", "a", "small-v2", "n2", 4, 1)},
+			[]ateapi.Actor{bound("w1"), bound("w1"), bound("w1")}, true, "3 actor(s) to suspend, 3 free"},
+		{"era D: slots, not workers: one free worker with one slot left is not room for two",
+			[]ateapi.Worker{d("w1", "a", "small", "n1", 4, 2), d("w2", "a", "small-v2", "n2", 4, 3)},
+			[]ateapi.Actor{bound("w1"), bound("w1")}, false, "2 actor(s) to suspend, 1 free"},
+		{"era D: a worker whose capacity is not reported yet is not serving",
+			[]ateapi.Worker{d("w1", "a", "small", "n1", 2, 1), d("w2", "a", "small-v2", "n2", 0, 0)},
+			[]ateapi.Actor{bound("w1")}, false, "1 actor(s) to suspend, 0 free"},
+		{"era D: paused actors weigh on every lineage's free slots",
+			[]ateapi.Worker{d("w2", "b", "small-v2", "n2", 3, 0)},
+			[]ateapi.Actor{paused, paused, paused}, true, "any pool (paused actors): 3 actor(s) to suspend, 3 free"},
 	} {
 		inv := &ateapi.Inventory{Workers: tc.workers}
 		needs, ok := Capacity(inv, lineage, "n1", tc.residents)
@@ -61,11 +80,13 @@ func TestRollPreconditions(t *testing.T) {
 	clone.ClonedFrom = "ns/small"
 	unpinned := wp("scratch", "", nil, nil)
 	nodes := map[string]string{"n0": "v1", "n1": "v1"}
-	deps := map[string]int{"ns/small": 1, "ns/small-v2": 1}
+	deps := PoolDeployments{Count: map[string]int{"ns/small": 1, "ns/small-v2": 1}}
+	quota := PoolDeployments{Count: deps.Count, Failure: map[string]string{"ns/small-v2": "Deployment ns/small-v2: FailedCreate: " +
+		"pods \"small-v2-x\" is forbidden: exceeded quota: workers"}}
 	for _, tc := range []struct {
 		name  string
 		c     *Cluster
-		deps  map[string]int
+		deps  PoolDeployments
 		full  bool
 		fails string // "" = all pass
 	}{
@@ -74,8 +95,9 @@ func TestRollPreconditions(t *testing.T) {
 		{"no clone", cluster(twoDS, nodes, old), deps, false, "has a clone pinned to NEW"},
 		{"one pool without a clone", cluster(twoDS, nodes, old, clone, wp("large", "v1", nil, nil)), deps, false, "no clone: ns/large"},
 		{"an unpinned serving pool", cluster(twoDS, nodes, old, clone, unpinned), deps, false, "pinned to OLD"},
-		{"clone without Deployment", cluster(twoDS, nodes, old, clone), map[string]int{"ns/small": 1}, false,
+		{"clone without Deployment", cluster(twoDS, nodes, old, clone), PoolDeployments{Count: map[string]int{"ns/small": 1}}, false,
 			"every clone has its Deployment"},
+		{"a clone whose pods a ResourceQuota refuses", cluster(twoDS, nodes, old, clone), quota, false, "exceeded quota"},
 		{"single node", cluster(twoDS, map[string]string{"n0": "v1"}, old, clone), deps, false, "more than one node"},
 		{"single node, full stop accepted", cluster(twoDS, map[string]string{"n0": "v1"}, old, clone), deps, true, ""},
 	} {

@@ -197,7 +197,7 @@ func waitForCapacity(ctx context.Context, o *nodeObserver, node string, limit ti
 		if err != nil {
 			return false, err
 		}
-		if f.flipped() || f.drained() {
+		if !f.takingBack() && (f.flipped() || f.drained()) {
 			o.saw(f)
 			return true, nil // the drain step is done: its guard no longer applies
 		}

@@ -42,6 +42,49 @@ func (f nodeFacts) marked() bool {
 	return moving && to == f.cfg.To || !moving && seen
 }
 
+// markedFrom: the node carries the other way's mark (AnnMovingTo naming
+// cfg.From), the record of a move toward the version this move leaves.
+// On a node still at cfg.To that move never flipped it: this move takes
+// the node back, and its own mark replaces that one.
+func (f nodeFacts) markedFrom() bool {
+	to, ok := f.node.Annotations[AnnMovingTo]
+	return ok && to == f.cfg.From
+}
+
+// takingBack: the node never left cfg.To, and a move the other way is
+// recorded on it (the other way's mark, or this one's written over it,
+// which leaves AnnVerifyPending naming cfg.To without a flip).
+func (f nodeFacts) takingBack() bool {
+	return f.flipped() && (f.markedFrom() || f.markedTo() && f.verifyPending())
+}
+
+// stale are the node's DRAINING workers of the pools its version pins
+// whose pod still runs there: a move the other way drained them and there
+// is no undrain, so the node serves again only once their pods are
+// replaced. After an ordinary flip there are none: the node's workers of
+// the target pools are new.
+func (f nodeFacts) stale() []ateapi.Worker {
+	live := map[string]bool{}
+	for _, p := range f.podsOf(f.cfg.ToPools) {
+		if p.DeletionTimestamp == nil {
+			live[string(p.UID)] = true
+		}
+	}
+	var out []ateapi.Worker
+	for _, w := range f.workers() {
+		if w.State == ateapi.WorkerDraining && live[w.Name] {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// staleView is the node narrowed to its stale workers (the evacuation then
+// suspends exactly the actors on them, as recover-node's does).
+func (f nodeFacts) staleView() nodeFacts {
+	return nodeFacts{cfg: &NodeConfig{}, node: f.node, inv: narrowTo(f.inv, f.node.Name, f.stale())}
+}
+
 func (f nodeFacts) ourCordon() bool { return kube.CordonStateOf(f.node).Owner == CordonOwner }
 
 // moved is the commit point: the node is at cfg.To, verified, unmarked,
@@ -193,7 +236,13 @@ func (f nodeFacts) unregistered() []string {
 }
 
 // capacity weighs the node's live actors against free workers elsewhere.
+// Taking a node back suspends only the actors on its drained workers, and
+// the node keeps serving: they may resume on any free slot, its own too.
 func (f nodeFacts) capacity() ([]Need, bool) {
+	if f.takingBack() {
+		live, _ := f.staleView().residents()
+		return Capacity(f.inv, f.cfg.Lineage, "", live)
+	}
 	live, _ := f.residents()
 	return Capacity(f.inv, f.cfg.Lineage, f.node.Name, live)
 }
@@ -217,7 +266,7 @@ func (f nodeFacts) toRecord() (string, bool) {
 		all = append(all, r)
 	}
 	sort.Strings(all)
-	return strings.Join(all, ","), len(set) > n || !f.markedTo()
+	return strings.Join(all, ","), len(set) > n || !f.markedTo() || f.flipped() && !f.verifyPending()
 }
 
 // recorded are the actors AnnResidents names.
@@ -237,8 +286,11 @@ func (f nodeFacts) recordChange() []runbook.Change {
 	if !grow {
 		return nil
 	}
-	return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate",
-		Detail: AnnMovingTo + "=" + f.cfg.To + ", " + AnnResidents + "=" + v}}
+	d := AnnMovingTo + "=" + f.cfg.To + ", " + AnnResidents + "=" + v
+	if f.flipped() {
+		d += ", " + AnnVerifyPending + "=" + f.cfg.To + " (taking back a node the move to " + f.cfg.From + " left half-way)"
+	}
+	return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate", Detail: d}}
 }
 
 func (f nodeFacts) ateletReady() (bool, string) {
@@ -281,30 +333,68 @@ func (f nodeFacts) toMustServeHere() bool {
 	}
 	to := poolSet(f.cfg.ToPools)
 	for _, w := range f.inv.Workers {
-		if to[w.PoolKey()] && w.State == ateapi.WorkerActive && w.Node != f.node.Name {
+		if to[w.PoolKey()] && w.Serving() && w.Node != f.node.Name {
 			return false
 		}
 	}
 	return true
 }
 
+// unservedLineages are the pool lineages (a serving pool and its clone)
+// that want workers but have none serving anywhere once this node has
+// moved (its workers of the pools it left do not count): their actors
+// would have nowhere to resume, whatever this node shows. A clone whose
+// pods a ResourceQuota, a taint or an image of another architecture keeps
+// from running leaves its lineage so after the last node.
+func (f nodeFacts) unservedLineages() []string {
+	want := map[string]bool{}
+	for _, p := range append(append([]Pool(nil), f.cfg.FromPools...), f.cfg.ToPools...) {
+		if l, ok := f.cfg.Lineage[p.Key()]; ok && p.Desired > 0 {
+			want[l] = true
+		}
+	}
+	from := poolSet(f.cfg.FromPools)
+	for _, w := range f.inv.Workers {
+		if from[w.PoolKey()] && w.Node == f.node.Name {
+			continue
+		}
+		if l, ok := f.cfg.Lineage[w.PoolKey()]; ok && w.Serving() {
+			delete(want, l)
+		}
+	}
+	out := make([]string, 0, len(want))
+	for l := range want {
+		out = append(out, l)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // toVerified is the verify step's verdict on pods and workers as shown.
 func (f nodeFacts) toVerified() (bool, string) {
 	ready, total := f.toPodsReady()
 	active := f.toWorkersActive()
-	why := fmt.Sprintf("%d of %d %s worker pod(s) on the node Ready, %d registered ACTIVE", ready, total, f.cfg.To, active)
+	if u := f.unservedLineages(); len(u) > 0 {
+		return false, fmt.Sprintf("no worker of pool %s or its clone serves anywhere (registered, ACTIVE, capacity reported): "+
+			"its actors would have nowhere to resume. Are the clone's pods Pending (kubectl get pods -n NS -l %s; a "+
+			"ResourceQuota, a taint, an image of another architecture)?", short(u), PoolLabel)
+	}
+	why := fmt.Sprintf("%d of %d %s worker pod(s) on the node Ready, %d registered ACTIVE and serving (era D: capacity "+
+		"reported)", ready, total, f.cfg.To, active)
 	if ready == total && active == 0 && f.toMustServeHere() {
-		return false, why + "; no " + f.cfg.To + " worker is ACTIVE on any other node, so one must come up here " +
+		return false, why + "; no " + f.cfg.To + " worker serves on any other node, so one must come up here " +
 			"(the target pools' pods are Pending until the scheduler places them)"
 	}
 	return ready == total && active >= ready, why
 }
 
+// toWorkersActive counts the node's target-pool workers that serve:
+// ACTIVE, and in era D with their capacity reported.
 func (f nodeFacts) toWorkersActive() int {
 	to := poolSet(f.cfg.ToPools)
 	n := 0
 	for _, w := range f.workers() {
-		if to[w.PoolKey()] && w.State == ateapi.WorkerActive {
+		if to[w.PoolKey()] && w.Serving() {
 			n++
 		}
 	}

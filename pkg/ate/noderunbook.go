@@ -45,6 +45,11 @@ type NodeConfig struct {
 	// register as a worker before the flip; then the run stops blocked.
 	RegisterTimeout time.Duration
 	RunID           string
+	// ReplaceInPlace (nil: nothing to say) declares, for anyone watching
+	// for pinned pods deleted before a flip, that the run deletes node's
+	// drained worker pods so their pools replace them there (the
+	// take-back); the returned func takes the declaration back.
+	ReplaceInPlace func(ctx context.Context, node string) (func(), error) `json:"-"`
 }
 
 // API is the part of the substrate client the node runbook uses.
@@ -91,7 +96,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 		},
 		Notes: nodeFacts.notes,
 		Steps: []runbook.Step[nodeFacts]{
-			b.mark(), b.drain(), b.suspend(), b.flip(), b.release(), b.ateletReady(), b.deleteOldPods(), b.verify(),
+			b.mark(), b.drain(), b.suspend(), b.flip(), b.replaceStale(), b.release(), b.ateletReady(), b.deleteOldPods(), b.verify(),
 		},
 	}
 }
@@ -110,8 +115,13 @@ func (b *nodeBuilder) record(ctx context.Context, f nodeFacts) error {
 	if !grow {
 		return nil
 	}
-	_, err := kube.SetNodeKeys(ctx, b.o.cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{
-		AnnMovingTo: ptr.To(f.cfg.To), AnnResidents: ptr.To(v)}})
+	ann := map[string]*string{AnnMovingTo: ptr.To(f.cfg.To), AnnResidents: ptr.To(v)}
+	if f.flipped() {
+		// Taking back a node that never left To: no flip will mark it for
+		// the verify, so the mark does (the replaced workers must serve).
+		ann[AnnVerifyPending] = ptr.To(f.cfg.To)
+	}
+	_, err := kube.SetNodeKeys(ctx, b.o.cs, f.node.Name, kube.NodeChange{Annotations: ann})
 	return err
 }
 
@@ -125,7 +135,7 @@ func capacityGuard() runbook.Guard[nodeFacts] {
 				return true, ""
 			}
 			needs, ok := f.capacity()
-			return ok, "not enough free ACTIVE workers for the actors this node would suspend (" + describeNeeds(needs) +
+			return ok, "not enough free actor slots on ACTIVE workers for the actors this node would suspend (" + describeNeeds(needs) +
 				"); they would have nowhere to resume. Wait for workers to free up (kubectl ate status), or pass --wait"
 		},
 	}
@@ -139,6 +149,8 @@ func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 			"the flip reads each recorded actor directly.",
 		Done: func(f nodeFacts) (bool, string) {
 			switch {
+			case f.flipped() && f.markedFrom():
+				return false, fmt.Sprintf("node at %s, half-way to %s: taken back", f.cfg.To, f.cfg.From)
 			case f.flipped():
 				return true, "node at " + f.cfg.To
 			case f.markedTo():

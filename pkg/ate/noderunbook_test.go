@@ -54,7 +54,7 @@ func TestNodeStepsFromFacts(t *testing.T) {
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready}}
 	restarting := atelet // the same atelet after a restart, not Ready yet
 	restarting.Status = corev1.PodStatus{Phase: corev1.PodPending}
-	all := []string{"ate.node.mark", "ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release",
+	all := []string{"ate.node.mark", "ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.replace-drained", "ate.node.release",
 		"ate.node.atelet-ready", "ate.node.delete-old-pods", "ate.node.verify"}
 	worker := func(uid, pool string, st ateapi.WorkerState, node string) ateapi.Worker {
 		return ateapi.Worker{Name: uid, Namespace: "ns", Pool: pool, Pod: pool + "-" + uid, Node: node, State: st}
@@ -94,32 +94,32 @@ func TestNodeStepsFromFacts(t *testing.T) {
 			want{all[:3], "", 0}},
 		{"flipped, the flip's cordon still on", cordoned("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{all[:4], "", 0}},
+			want{all[:5], "", 0}},
 		{"flipped, atelet Ready, old pod left", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{all[:6], "", 0}},
+			want{all[:7], "", 0}},
 		{"flipped, a paused actor pinned there and one on a new-pool worker: the delete goes", node("v2"),
 			[]corev1.Pod{pod("u1", "small", true), pod("u2", "small-v2", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1"), worker("u2", "small-v2", ateapi.WorkerActive, "n1")},
 			[]ateapi.Actor{{Atespace: "a", Name: "p", State: ateapi.ActorPaused, AssignedNode: "n1", SnapshotNodes: []string{"n1"}},
 				{Atespace: "a", Name: "y", State: ateapi.ActorRunning, Worker: "u2"}}, false,
-			want{all[:6], "", 0}},
+			want{all[:7], "", 0}},
 		{"flipped, the old pod's worker hosts an actor", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, []ateapi.Actor{running}, false,
 			// A suspend goes through the atelet of the worker's own node, which the flip removed: the advice
 			// is to put that version back, not "suspend and re-run".
-			want{all[:6], "no actor lives on the node's workers of the pools it left: worker u1 (pod small-u1), actor a/x on the workers of the v1 pools; " +
+			want{all[:7], "no actor lives on the node's workers of the pools it left: worker u1 (pod small-u1), actor a/x on the workers of the v1 pools; " +
 				"deleting their pods would crash them. A suspend needs the v1 atelet on the worker's node, which the flip " +
 				"removed: put the label back (kubectl label node n1 " + VersionLabel + "=v1 --overwrite)", 0}},
 		{"old pods gone, no new-pool pod placed yet, and no new-pool worker serves anywhere", unverified("v2"),
 			[]corev1.Pod{atelet}, nil, nil, false,
-			want{all[:7], "", -1}},
+			want{all[:8], "", -1}},
 		{"old pods gone, no new-pool pod here: they serve on nodes moved earlier", unverified("v2"), []corev1.Pod{atelet},
 			[]ateapi.Worker{worker("u7", "small-v2", ateapi.WorkerActive, "n0")}, nil, false,
-			want{all[:7], "", 1}},
+			want{all[:8], "", 1}},
 		{"serving, the verify mark not yet removed", unverified("v2"), []corev1.Pod{pod("u2", "small-v2", true), atelet},
 			[]ateapi.Worker{worker("u2", "small-v2", ateapi.WorkerActive, "n1")}, nil, false,
-			want{all[:7], "", 1}},
+			want{all[:8], "", 1}},
 		{"moved: verified", node("v2"), []corev1.Pod{pod("u2", "small-v2", true), atelet},
 			[]ateapi.Worker{worker("u2", "small-v2", ateapi.WorkerActive, "n1")}, nil, false,
 			want{all, "", 0}},
@@ -129,9 +129,9 @@ func TestNodeStepsFromFacts(t *testing.T) {
 			want{all, "", 0}},
 		{"moved but for a pod of the old pool left: the atelet's restart counts", node("v2"),
 			[]corev1.Pod{pod("u1", "small", true), restarting}, nil, nil, false,
-			want{all[:5], "", 0}},
+			want{all[:6], "", 0}},
 		{"flipped, not yet verified, its atelet restarting", unverified("v2"), []corev1.Pod{restarting}, nil, nil, false,
-			want{all[:5], "", 0}},
+			want{all[:6], "", 0}},
 		{"marked, killed before the first DrainWorker: past the first step", marked("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerActive, "n1")}, []ateapi.Actor{running}, true,
 			want{all[:1], "", 0}},
@@ -155,5 +155,30 @@ func TestNodeStepsFromFacts(t *testing.T) {
 		if ok, why := f.toVerified(); tc.want.serves != 0 && ok != (tc.want.serves > 0) {
 			t.Errorf("%s: serves %v (%s); want %v", tc.name, ok, why, tc.want.serves > 0)
 		}
+	}
+}
+
+// The last node is not verified while a pool lineage has no worker serving
+// anywhere: here the large pool's clone never came up (its pods could not
+// run), though the small pool's clone serves on the other node.
+func TestVerifyWantsEveryLineageServed(t *testing.T) {
+	small, large := Pool{Namespace: "ns", Name: "small", Pin: "v1", Desired: 1}, Pool{Namespace: "ns", Name: "large", Pin: "v1", Desired: 1}
+	smallV2, largeV2 := Pool{Namespace: "ns", Name: "small-v2", Pin: "v2", Desired: 1}, Pool{Namespace: "ns", Name: "large-v2", Pin: "v2",
+		Desired: 1}
+	cfg := &NodeConfig{Sides: Sides{From: "v1", To: "v2", FromPools: []Pool{small, large}, ToPools: []Pool{smallV2, largeV2},
+		Lineage: map[string]string{"ns/small": "ns/small", "ns/small-v2": "ns/small", "ns/large": "ns/large", "ns/large-v2": "ns/large"}}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{VersionLabel: "v2"},
+		Annotations: map[string]string{AnnVerifyPending: "v2"}}}
+	inv := &ateapi.Inventory{Workers: []ateapi.Worker{
+		{Name: "s2", Namespace: "ns", Pool: "small-v2", Node: "n0", State: ateapi.WorkerActive},
+		{Name: "l1", Namespace: "ns", Pool: "large", Node: "n1", State: ateapi.WorkerDraining},
+	}}
+	f := nodeFacts{cfg: cfg, node: n, inv: inv}
+	if ok, why := f.toVerified(); ok || !strings.Contains(why, "ns/large") {
+		t.Fatalf("verified with the large lineage serving nowhere: %v %q", ok, why)
+	}
+	inv.Workers = append(inv.Workers, ateapi.Worker{Name: "l2", Namespace: "ns", Pool: "large-v2", Node: "n0", State: ateapi.WorkerActive})
+	if ok, why := f.toVerified(); !ok {
+		t.Fatalf("not verified with every lineage served: %q", why)
 	}
 }

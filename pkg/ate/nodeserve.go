@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
@@ -314,4 +315,81 @@ type podNames struct{ names []string }
 // Record implements kube.Recorder.
 func (p *podNames) Record(_ context.Context, obj corev1.ObjectReference, _ bool, _, _ string) {
 	p.names = append(p.names, fmt.Sprintf("%s/%s (uid %s)", obj.Namespace, obj.Name, obj.UID))
+}
+
+// replaceStale is the take-back's own step: a move the other way drained
+// the node's workers and never flipped it, so they must be replaced before
+// the node serves its version again (there is no undrain). After an
+// ordinary flip it has nothing to do.
+func (b *nodeBuilder) replaceStale() runbook.Step[nodeFacts] {
+	o, cs, rec := b.o, b.o.cs, b.rec
+	return runbook.Step[nodeFacts]{
+		ID: "ate.node.replace-drained", Title: "Replace the node's drained workers of its own version",
+		Doc: "For a node a move the other way left half-way before its flip (its workers DRAINING, maybe the flip's cordon " +
+			"on): lift the flip's cordon, suspend the actors still on the drained workers (as the suspend step does), and " +
+			"delete those workers' pods, so their Deployments replace them with workers that take actors; the verify step " +
+			"then waits for the replacements on the node to serve. After an ordinary flip the node's workers of the target " +
+			"pools are new, and there is nothing to do.",
+		Timeout: b.cfg.SuspendTimeout,
+		Guards:  []runbook.Guard[nodeFacts]{capacityGuard()},
+		Done: func(f nodeFacts) (bool, string) {
+			if !f.flipped() {
+				return false, "node not flipped yet"
+			}
+			if !f.takingBack() {
+				// Workers drained with no move recorded are recover-node's:
+				// the mark is a move's only record.
+				return true, "no move the other way recorded on the node"
+			}
+			s := f.stale()
+			return len(s) == 0, fmt.Sprintf("%d DRAINING worker(s) of the %s pools with their pod still on the node", len(s),
+				f.cfg.To)
+		},
+		Plan: func(f nodeFacts) []runbook.Change {
+			var out []runbook.Change
+			if f.ourCordon() {
+				out = append(out, runbook.Change{Object: "node/" + f.node.Name, Action: "uncordon", Detail: "the flip's cordon"})
+			}
+			live, crashed := f.staleView().residents()
+			out = append(out, suspendPlan(live, crashed)...)
+			for _, w := range f.stale() {
+				out = append(out, runbook.Change{Object: "pod/" + w.Namespace + "/" + w.Pod, Action: "delete",
+					Detail: "worker " + w.Name + " DRAINING"})
+			}
+			return out
+		},
+		Act: func(ctx context.Context, f nodeFacts) error {
+			// The node stays at its version: its replacements may land on it.
+			if _, err := kube.UncordonNode(ctx, cs, rec, f.node, CordonOwner); err != nil {
+				return err
+			}
+			stale := f.stale()
+			evac := b.evacuation(func(ctx context.Context, _ nodeFacts) (nodeFacts, error) {
+				g, err := o.read(ctx, f.node.Name, partPods|partInv)
+				if err != nil {
+					return g, err
+				}
+				// Narrowed to the workers first found: the ones to delete.
+				return nodeFacts{cfg: &NodeConfig{}, node: g.node, inv: narrowTo(g.inv, f.node.Name, stale)}, nil
+			})
+			evac.record, evac.settled = nil, nil
+			if err := evac.empty(ctx, f.staleView()); err != nil {
+				return err
+			}
+			var pods []idlePod
+			for _, w := range stale {
+				pods = append(pods, idlePod{ref: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: w.Namespace,
+					Name: w.Pod}, uid: types.UID(w.Name), why: fmt.Sprintf("worker %s on node %s was drained by a move to %s that "+
+					"is being taken back, and there is no undrain; its pool replaces the pod", w.Name, f.node.Name, f.cfg.From)})
+			}
+			if b.cfg.ReplaceInPlace != nil && len(pods) > 0 {
+				undo, err := b.cfg.ReplaceInPlace(ctx, f.node.Name)
+				if err != nil {
+					return err
+				}
+				defer undo()
+			}
+			return evac.deleteIdle(ctx, cs, rec, pods, "Re-run to suspend it")
+		},
+	}
 }

@@ -143,12 +143,14 @@ func (l *Locator) Halfway(s Sides) []NodeMove {
 
 // Next picks the node to move s.From → s.To: a node half-way that way
 // first (there is no undrain, so a drained node must be finished), else the
-// first node still at s.From; "" when every node is at s.To. It refuses
-// while a node is half-way the other way: finishing that one comes first.
+// first node still at s.From; "" when every node is at s.To. The rollback
+// takes a node the roll left half-way back first (the node runbook, run
+// NEW → OLD, undoes what the roll did there); the roll refuses while a
+// node is half-way back: finishing that one comes first.
 func (l *Locator) Next(s Sides) (string, error) {
 	moves := l.Moves()
 	for _, m := range moves {
-		if m.To == s.To {
+		if m.To == s.To || s.From == l.c.New && m.Direction == Roll {
 			return m.Node, nil
 		}
 	}

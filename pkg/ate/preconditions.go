@@ -3,21 +3,39 @@ package ate
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
-// Deployments counts the Deployments of each pool ("namespace/pool").
-func Deployments(ctx context.Context, cs kubernetes.Interface) (map[string]int, error) {
+// PoolDeployments are the worker pool Deployments by pool key
+// ("namespace/pool"): how many, and why the Deployment controller cannot
+// create a pool's pods, when it says so (its ReplicaFailure condition: a
+// ResourceQuota, a LimitRange, an admission webhook refused them).
+type PoolDeployments struct {
+	Count   map[string]int
+	Failure map[string]string
+}
+
+// Deployments reads the worker pool Deployments (one list).
+func Deployments(ctx context.Context, cs kubernetes.Interface) (PoolDeployments, error) {
+	out := PoolDeployments{Count: map[string]int{}, Failure: map[string]string{}}
 	deps, err := cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: PoolLabel})
 	if err != nil {
-		return nil, fmt.Errorf("list worker pool Deployments: %w", err)
+		return out, fmt.Errorf("list worker pool Deployments: %w", err)
 	}
-	out := map[string]int{}
 	for _, d := range deps.Items {
-		out[d.Namespace+"/"+d.Labels[PoolLabel]]++
+		key := d.Namespace + "/" + d.Labels[PoolLabel]
+		out.Count[key]++
+		for _, c := range d.Status.Conditions {
+			if c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue {
+				out.Failure[key] = fmt.Sprintf("Deployment %s/%s: %s: %s", d.Namespace, d.Name, c.Reason, c.Message)
+			}
+		}
 	}
 	return out, nil
 }
@@ -28,7 +46,7 @@ func Deployments(ctx context.Context, cs kubernetes.Interface) (map[string]int, 
 // and has a clone pinned to NEW whose Deployment exists (else the actors
 // suspended off a node have nowhere to resume), and more than one node
 // unless a full stop is accepted.
-func RollPreconditions(c *Cluster, deployments map[string]int, allowFullStop bool) []Check {
+func RollPreconditions(c *Cluster, deployments PoolDeployments, allowFullStop bool) []Check {
 	var out []Check
 	add := func(name string, ok bool, detail, fix string) {
 		out = append(out, Check{Group: "roll", Name: name, OK: ok, Detail: detail, Fix: fix})
@@ -39,7 +57,8 @@ func RollPreconditions(c *Cluster, deployments map[string]int, allowFullStop boo
 	if c.New == "" {
 		return out
 	}
-	var unpinned, unpaired, undeployed []string
+	var unpinned, unpaired, undeployed, failing []string
+	failingNS := map[string]bool{}
 	for _, p := range c.ServingPools() {
 		if p.Pin != c.Old {
 			unpinned = append(unpinned, p.Key()+" (pin "+orNone(p.Pin)+")")
@@ -49,8 +68,13 @@ func RollPreconditions(c *Cluster, deployments map[string]int, allowFullStop boo
 			unpaired = append(unpaired, p.Key())
 			continue
 		}
-		if clone := p.Namespace + "/" + p.CloneName; deployments[clone] == 0 {
+		clone := p.Namespace + "/" + p.CloneName
+		if deployments.Count[clone] == 0 {
 			undeployed = append(undeployed, clone)
+		}
+		if why := deployments.Failure[clone]; why != "" {
+			failing = append(failing, why)
+			failingNS[p.Namespace] = true
 		}
 	}
 	add("every serving pool is pinned to OLD ("+c.Old+")", len(unpinned) == 0, short(unpinned),
@@ -59,6 +83,17 @@ func RollPreconditions(c *Cluster, deployments map[string]int, allowFullStop boo
 		"kubectl ate roll clone-pools --image CLASS=REF@sha256:… (the actors suspended off a node need a new-pool worker to resume on)")
 	add("every clone has its Deployment", len(undeployed) == 0, "no Deployment: "+short(undeployed),
 		"is ate-controller running? It renders each WorkerPool into a Deployment")
+	// A clone whose pods cannot even be created serves nowhere once nodes
+	// flip: the actors suspended off them would have no worker to resume
+	// on. (Its pods are Pending until a node is at NEW: that is expected.)
+	var quotas []string
+	for ns := range failingNS {
+		quotas = append(quotas, "kubectl describe resourcequota -n "+ns)
+	}
+	sort.Strings(quotas)
+	add("every clone's Deployment can create its pods", len(failing) == 0, strings.Join(failing, "; "),
+		"make room for the clones' pods, then re-run: "+orNone(strings.Join(quotas, "; "))+" (raise the quota, or lower the "+
+			"pools' resources); kubectl get events shows what else refused them")
 	add("more than one node, or --allow-full-stop", len(c.Nodes) > 1 || allowFullStop, fmt.Sprintf("%d node(s)", len(c.Nodes)),
 		"on a single node the roll suspends every actor at once; pass --allow-full-stop to accept that")
 	return out

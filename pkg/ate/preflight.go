@@ -26,7 +26,7 @@ type Check struct {
 type PreflightOptions struct {
 	AllowFullStop bool
 	// Deployments per pool key, for the roll's preconditions once NEW exists.
-	Deployments map[string]int
+	Deployments PoolDeployments
 }
 
 // Preflight checks everything the runbook asks to confirm before the first

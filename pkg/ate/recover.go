@@ -73,26 +73,31 @@ func (f recoverFacts) stale() []ateapi.Worker {
 // workers: the roll's suspend loop then empties exactly those, and neither
 // drains the node's other workers nor touches actors merely paused there.
 func (f recoverFacts) nodeView() nodeFacts {
+	return nodeFacts{cfg: &NodeConfig{}, node: f.node, inv: narrowTo(f.inv, f.node.Name, f.stale())}
+}
+
+// narrowTo is inv with node's workers narrowed to stale: the actors of the
+// node's other workers are not residents of that view, and actors merely
+// paused on the node (on no worker) are left out, as deleting worker pods
+// does not touch them.
+func narrowTo(all *ateapi.Inventory, node string, stale []ateapi.Worker) *ateapi.Inventory {
 	inv := &ateapi.Inventory{}
-	stale := map[string]bool{}
-	for _, w := range f.stale() {
-		stale[w.Name] = true
+	keep := map[string]bool{}
+	for _, w := range stale {
+		keep[w.Name] = true
 	}
-	for _, w := range f.inv.Workers {
-		if w.Node != f.node.Name || stale[w.Name] {
+	for _, w := range all.Workers {
+		if w.Node != node || keep[w.Name] {
 			inv.Workers = append(inv.Workers, w)
 		}
 	}
-	for _, a := range f.inv.Actors {
-		// Paused (or long crashed) here, on no worker: deleting worker pods
-		// does not touch it. Actors of the node's other workers are not
-		// residents of this view, as those workers are not in it.
-		if a.Worker == "" && a.OnNode(f.node.Name) {
+	for _, a := range all.Actors {
+		if a.Worker == "" && a.OnNode(node) {
 			continue
 		}
 		inv.Actors = append(inv.Actors, a)
 	}
-	return nodeFacts{cfg: &NodeConfig{}, node: f.node, inv: inv}
+	return inv
 }
 
 // residents are the actors on the stale workers, live and crashed.

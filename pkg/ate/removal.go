@@ -67,6 +67,8 @@ type removalFacts struct {
 	backup BackupOptions
 	// moves are the nodes half-way in a move, either way (Locator).
 	moves []NodeMove
+	// unserved are the pools whose clone serves nowhere (UnservedClones).
+	unserved []string
 }
 
 func (f removalFacts) nodesAt() []string {
@@ -117,6 +119,7 @@ func observeRemoval(ctx context.Context, cs kubernetes.Interface, dyn dynamic.In
 		}
 	}
 	f.bound = actorsBoundTo(inv, f.pools)
+	f.unserved = UnservedClones(inv, f.pools, c.Pools)
 	return f, nil
 }
 

@@ -53,6 +53,11 @@ func RetireRunbook(cs kubernetes.Interface, dyn dynamic.Interface, api Inventori
 			return len(unpaired) == 0, fmt.Sprintf("without a clone: %s; clone it first (kubectl ate roll clone-pools): retiring "+
 				"it would leave its actors no worker", short(unpaired))
 		}},
+		{Name: "every clone has a worker serving (registered, ACTIVE, capacity reported)", Check: func(f removalFacts) (bool, string) {
+			return len(f.unserved) == 0, fmt.Sprintf("no worker serves for %s: retiring the old pool would leave its actors "+
+				"nowhere to resume. Are the clone's pods Pending (kubectl get pods -n NS -l %s; a ResourceQuota, a taint, an "+
+				"image of another architecture)?", short(f.unserved), PoolLabel)
+		}},
 	}
 	// The backup step refuses on every guard the delete refuses on: a
 	// refused retire writes nothing.

@@ -230,6 +230,12 @@ func InferStatus(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Status {
 		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; whether an actor is still on an old-pool worker is "+
 			"unknown: the control API was not read", c.New)
 		s.Next = "kubectl ate status with the control API reachable (no --no-api), before retiring"
+	case len(UnservedClones(inv, c.PoolsPinnedTo(c.Old), c.Pools)) > 0:
+		u := UnservedClones(inv, c.PoolsPinnedTo(c.Old), c.Pools)
+		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; no worker serves for %s (registered, ACTIVE, capacity "+
+			"reported)", c.New, short(u))
+		s.Next = "find why the clone's pods do not serve (kubectl get pods -l " + PoolLabel + "; a ResourceQuota, a taint, an " +
+			"image of another architecture) before retiring"
 	default:
 		s.Phase, s.Summary = PhaseRetireable, fmt.Sprintf("every node at %s; no actor on an old-pool worker", c.New)
 		s.Next = "upgrade the control plane (step 6), let it soak, then: kubectl ate retire (ends the rollback option)"

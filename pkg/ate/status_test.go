@@ -44,8 +44,11 @@ func TestInferStatus(t *testing.T) {
 		{"a node moved without clones is a problem", cluster(twoDS, map[string]string{"n0": "v2", "n1": "v1"}, old), nil, nil,
 			PhaseBlocked, 0},
 		{"rolling", cluster(twoDS, map[string]string{"n0": "v2", "n1": "v1"}, old, clone), nil, nil, PhaseRolling, 0},
-		{"every node moved", cluster(twoDS, map[string]string{"n0": "v2", "n1": "v2"}, old, clone), nil, &ateapi.Inventory{},
+		{"every node moved", cluster(twoDS, map[string]string{"n0": "v2", "n1": "v2"}, old, clone), nil, &ateapi.Inventory{
+			Workers: []ateapi.Worker{{Name: "w", Namespace: "ns", Pool: "small-v2", Node: "n0", State: ateapi.WorkerActive}}},
 			PhaseRetireable, 0},
+		{"every node moved, the clone serving nowhere (its pods cannot run): not ready to retire",
+			cluster(twoDS, map[string]string{"n0": "v2", "n1": "v2"}, old, clone), nil, &ateapi.Inventory{}, PhaseRolled, 0},
 	} {
 		s := InferStatus(tc.c, tc.pods, tc.inv)
 		if s.Phase != tc.phase || len(s.Nodes) != tc.pending {

@@ -25,6 +25,7 @@ func decodeWorker(m protoreflect.Message) Worker {
 		Version:         protopath.Int(m, "metadata.version", "version"),
 		CapacityActors:  int(protopath.Int(m, "status.capacity.actors")),
 		AllocatedActors: int(protopath.Int(m, "status.allocated.actors")),
+		Slots:           protopath.Has(m.Descriptor(), "status.capacity.actors"),
 	}
 	for _, p := range []string{"status.assignment.actor", "assignment.actor"} {
 		if ref := protopath.Message(m, p); ref != nil {

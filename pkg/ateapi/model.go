@@ -61,6 +61,10 @@ type Worker struct {
 	// CapacityActors/AllocatedActors exist from era D on; 0 capacity means unset.
 	CapacityActors  int `json:"capacityActors,omitempty"`
 	AllocatedActors int `json:"allocatedActors,omitempty"`
+	// Slots: the era counts a worker's room in actor slots (era D: it
+	// has status.capacity), so an unset capacity is a worker whose ateom
+	// has not reported yet, not one slot.
+	Slots bool `json:"slots,omitempty"`
 }
 
 // PoolKey is "namespace/pool": pool names repeat across namespaces, so a
@@ -72,17 +76,30 @@ func (w Worker) PoolKey() string { return w.Namespace + "/" + w.Pool }
 // the cross-check of an actor list that may have missed an actor.
 func (w Worker) Hosts() bool { return len(w.Actors) > 0 || w.AllocatedActors > 0 }
 
-// Free reports whether the worker can take another actor: ACTIVE and with
-// room (no assignment before era D; allocated < capacity, unset = 1, in D).
-func (w Worker) Free() bool {
+// Serving reports whether the worker takes actors at all: ACTIVE, and in
+// era D with its capacity reported (until its ateom reports it, upstream
+// hands it no actor).
+func (w Worker) Serving() bool {
+	return w.State == WorkerActive && (!w.Slots || w.CapacityActors > 0)
+}
+
+// Free reports whether the worker can take another actor.
+func (w Worker) Free() bool { return w.FreeSlots() > 0 }
+
+// FreeSlots is how many more actors the worker can take: none unless
+// ACTIVE; before era D one while it hosts none; in era D its reported
+// capacity minus its allocation, and none while the capacity is unset
+// (upstream such a worker waits for its ateom's capacity report before it
+// is handed an actor).
+func (w Worker) FreeSlots() int {
 	if w.State != WorkerActive {
-		return false
+		return 0
 	}
-	capacity := w.CapacityActors
-	if capacity <= 0 {
-		capacity = 1
+	used := max(len(w.Actors), w.AllocatedActors)
+	if !w.Slots {
+		return max(0, 1-used)
 	}
-	return max(len(w.Actors), w.AllocatedActors) < capacity
+	return max(0, w.CapacityActors-used)
 }
 
 // Actor is an actor and where it lives.

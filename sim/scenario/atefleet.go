@@ -90,9 +90,15 @@ func setupAteFleet(ctx context.Context, env *Env, era fakesubstrate.Era) error {
 	if len(env.Nodes) < 1 {
 		return fmt.Errorf("ate-fleet needs at least 1 node")
 	}
-	opts, err := substrate.Options{Era: era, Traffic: &substrate.TrafficOptions{
+	o := substrate.Options{Era: era, Traffic: &substrate.TrafficOptions{
 		Interval: 3 * time.Second, Resume: 0.15, Idle: 0.1,
-	}, TransitionTime: time.Second, RegisterDelay: 2 * time.Second, SoftLists: true}.FromEnv()
+	}, TransitionTime: time.Second, RegisterDelay: 2 * time.Second, SoftLists: true}
+	if era == fakesubstrate.EraD {
+		// Multi-actor workers that report their capacity a while after
+		// they register, as an ateom does once it is up.
+		o.WorkerCapacity, o.CapacityDelay = 3, 2*time.Second
+	}
+	opts, err := o.FromEnv()
 	if err != nil {
 		return err
 	}
@@ -130,12 +136,18 @@ func setupAteFleet(ctx context.Context, env *Env, era fakesubstrate.Era) error {
 	for _, p := range pools {
 		want += int(p.Spec.Replicas)
 	}
-	if err := sub.WaitFor(wctx, "every worker pod registered", func(ws []fakesubstrate.Worker, _ []fakesubstrate.Actor) bool {
+	if err := sub.WaitFor(wctx, "every worker pod registered, its capacity reported", func(ws []fakesubstrate.Worker,
+		_ []fakesubstrate.Actor) bool {
+		for _, w := range ws {
+			if w.CapacityPending {
+				return false
+			}
+		}
 		return len(ws) == want
 	}); err != nil {
 		return err
 	}
-	if err := seedActors(sub); err != nil {
+	if err := seedActors(sub, opts.WorkerCapacity); err != nil {
 		return err
 	}
 	sub.Changed()
@@ -192,7 +204,7 @@ func createPools(ctx context.Context, env *Env, dyn dynamic.Interface, pools []*
 
 // seedActors binds the running actors to workers and pins the paused ones
 // to the nodes of running actors, so a roll's first node has both kinds.
-func seedActors(sub *substrate.Substrate) error {
+func seedActors(sub *substrate.Substrate, capacity int) error {
 	byPool := map[string][]fakesubstrate.Worker{}
 	for _, w := range sub.Server.Workers() {
 		byPool[w.Namespace+"/"+w.Pool] = append(byPool[w.Namespace+"/"+w.Pool], w)
@@ -207,7 +219,10 @@ func seedActors(sub *substrate.Substrate) error {
 		return fmt.Errorf("ate-fleet: too few workers (small %d, large %d, batch %d)", len(small), len(large), len(batch))
 	}
 	chat2, chat2State := "", atestate.ActorSuspended // one node: chat-2 waits suspended
-	if len(small) > 1 {
+	switch {
+	case capacity > 1: // multi-actor workers: chat-2 shares chat-1's worker
+		chat2, chat2State = small[0].Name, atestate.ActorRunning
+	case len(small) > 1:
 		chat2, chat2State = small[1].Name, atestate.ActorRunning
 	}
 	sel := func(size string) map[string]string { return map[string]string{"size": size} }

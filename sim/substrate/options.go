@@ -3,6 +3,7 @@ package substrate
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -45,6 +46,13 @@ type Options struct {
 	// SoftLists makes List RPCs page at 5 items whatever the client asks
 	// and leave out items that changed while the list ran.
 	SoftLists bool
+	// WorkerCapacity is how many actors a worker hosts (era D's
+	// multi-actor workers); 0: one.
+	WorkerCapacity int
+	// CapacityDelay is how long after it registers an era D worker reports
+	// its capacity (unset until then: upstream the ateom reports it once it
+	// is up, and the worker is handed no actor before).
+	CapacityDelay time.Duration
 }
 
 // DefaultEvictionWindow keeps the sim quick while leaving a person time to
@@ -69,6 +77,8 @@ const (
 	EnvTraffic        = "ROLLBOOK_SIM_ATE_TRAFFIC"         // "off" disables, a duration sets the tick
 	EnvTransition     = "ROLLBOOK_SIM_ATE_TRANSITION"      // Go duration of SUSPENDING/RESUMING
 	EnvRegisterDelay  = "ROLLBOOK_SIM_ATE_REGISTER_DELAY"  // Go duration
+	EnvCapacityDelay  = "ROLLBOOK_SIM_ATE_CAPACITY_DELAY"  // Go duration
+	EnvWorkerCapacity = "ROLLBOOK_SIM_ATE_WORKER_CAPACITY" // actors per worker (era D)
 )
 
 // FromEnv applies the ROLLBOOK_SIM_ATE_* overrides to o.
@@ -91,7 +101,15 @@ func (o Options) fromLookup(lookup func(string) (string, bool)) (Options, error)
 		}
 		o.EvictionWindow = d
 	}
-	for env, d := range map[string]*time.Duration{EnvTransition: &o.TransitionTime, EnvRegisterDelay: &o.RegisterDelay} {
+	if v, ok := lookup(EnvWorkerCapacity); ok && v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("%s=%q: want a positive number of actors", EnvWorkerCapacity, v)
+		}
+		o.WorkerCapacity = n
+	}
+	for env, d := range map[string]*time.Duration{EnvTransition: &o.TransitionTime, EnvRegisterDelay: &o.RegisterDelay,
+		EnvCapacityDelay: &o.CapacityDelay} {
 		if v, ok := lookup(env); ok && v != "" {
 			x, err := time.ParseDuration(v)
 			if err != nil || x < 0 {

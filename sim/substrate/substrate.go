@@ -105,6 +105,7 @@ func (s *Substrate) Run(ctx context.Context) error {
 	w := newWatches(s.cfg.Client, s.dyn)
 	pc := newPoolController(s.dyn, w)
 	ws := newWorkerSyncer(s.Server, w, s.cfg.EvictionWindow, s.cfg.RegisterDelay, s.changed, s.cfg.Logf)
+	ws.capacity, ws.capacityDelay = s.cfg.WorkerCapacity, s.cfg.CapacityDelay
 	nw := newNodeWatch(s.cfg.Client, s.Server, s.changed, s.cfg.Logf)
 	nw.dir = s.cfg.Dir
 	if err := w.start(ctx); err != nil {

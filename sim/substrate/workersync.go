@@ -24,14 +24,18 @@ import (
 // drains; once the pod is gone, the worker is removed after the eviction
 // window, crashing the actors still bound to it (SUSPENDED ones survive).
 type workerSyncer struct {
-	srv     *fakesubstrate.Server
-	pods    corelisters.PodLister
-	pools   cache.GenericLister
-	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	window  time.Duration
-	delay   time.Duration // registration lag after the pod is Ready
-	changed *changes
-	logf    func(string, ...any)
+	srv    *fakesubstrate.Server
+	pods   corelisters.PodLister
+	pools  cache.GenericLister
+	queue  workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	window time.Duration
+	delay  time.Duration // registration lag after the pod is Ready
+	// capacity is each worker's actors, reported capacityDelay after it
+	// registers (era D; 0: at once).
+	capacity      int
+	capacityDelay time.Duration
+	changed       *changes
+	logf          func(string, ...any)
 	// byPod maps a pod's name to the UID its Worker was registered under;
 	// only the single queue worker touches it.
 	byPod map[cache.ObjectName]types.UID
@@ -117,8 +121,18 @@ func (s *workerSyncer) reconcile(ctx context.Context, key cache.ObjectName) erro
 	if err != nil {
 		return err
 	}
-	if err := s.srv.AddWorker(WorkerFor(pod, pool)); err != nil {
+	w := WorkerFor(pod, pool)
+	w.Capacity = s.capacity
+	w.CapacityPending = s.capacityDelay > 0 && s.srv.Era() == fakesubstrate.EraD
+	if err := s.srv.AddWorker(w); err != nil {
 		return err
+	}
+	if w.CapacityPending {
+		time.AfterFunc(s.capacityDelay, func() {
+			if s.srv.ReportCapacity(w.Name) == nil {
+				s.changed.fire()
+			}
+		})
 	}
 	s.byPod[key] = pod.UID
 	klog.Infof("substrate: worker %s registered (pod %s/%s on %s)", pod.UID, pod.Namespace, pod.Name, pod.Spec.NodeName)

@@ -54,24 +54,13 @@ func (o *recoverOptions) Run(ctx context.Context, g *cli.Globals) error {
 		return s.Fail(err)
 	}
 	defer func() { _ = api.Close() }()
-	lock := s.Lock()
-	if lock != nil {
-		// Say on the Lease that this run replaces the node's pods in place
-		// (taken back before the lock is released).
-		decl := s.RunID + "/" + o.node
-		if err := lock.SetAnnotation(ctx, ate.AnnRecoveringNode, &decl); err != nil {
-			return s.Fail(err)
-		}
+	undo, err := declareReplacing(ctx, s, o.node)
+	if err != nil {
+		return s.Fail(err)
 	}
 	res := cli.Run(ctx, s, ate.RecoverRunbook(s.Client, api, s.Recorder, &o.cfg),
 		[]runbook.Target{runbook.NodeTarget{Client: s.Client, Node: o.node}}, runbook.Options{})
-	if lock != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		if err := lock.SetAnnotation(cctx, ate.AnnRecoveringNode, nil); err != nil {
-			s.Progress.Printf("warning: could not take back the recovery declaration on the lease: %v", err)
-		}
-		cancel()
-	}
+	undo()
 	next := "kubectl ate status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl ate recover-node %s", o.node)
@@ -140,4 +129,27 @@ merely paused on the node are left alone. Re-run the same command to resume.`,
 	o.api.add(fs)
 	o.run.AddFlags(fs, ate.Namespace)
 	return cmd
+}
+
+// declareReplacing says on the session's Lease that the run deletes node's
+// drained worker pods so their pools replace them in place (not the roll's
+// step-5 mistake of deleting pinned pods before a flip); the returned func
+// takes it back.
+func declareReplacing(ctx context.Context, s *cli.Session, node string) (func(), error) {
+	lock := s.Lock()
+	if lock == nil {
+		return func() {}, nil
+	}
+	decl := s.RunID + "/" + node
+	if err := lock.SetAnnotation(ctx, ate.AnnRecoveringNode, &decl); err != nil {
+		return nil, err
+	}
+	return func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := lock.SetAnnotation(cctx, ate.AnnRecoveringNode, nil); err != nil {
+			s.Progress.Printf("warning: could not take back the declaration on the lease that %s's pods are replaced in place: %v",
+				node, err)
+		}
+	}, nil
 }

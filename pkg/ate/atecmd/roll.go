@@ -216,6 +216,9 @@ so an interrupted run resumes exactly where it stopped.`,
 // node runbook over the nodes ate.Move picks as each may start.
 func (n *nodeOptions) moveNodes(ctx context.Context, s *cli.Session, m ate.Mover) (runbook.Result, error) {
 	n.move.Config.RunID = s.RunID
+	n.move.Config.ReplaceInPlace = func(ctx context.Context, node string) (func(), error) {
+		return declareReplacing(ctx, s, node)
+	}
 	mv := ate.NewMove(m, n.move)
 	var o runbook.Options
 	s.ApplySoak(&o, n.soak, mv.Health)

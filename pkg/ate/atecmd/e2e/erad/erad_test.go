@@ -24,6 +24,18 @@ func TestRollAndRollbackEraD(t *testing.T) {
 	if s := atetest.Status(t, ctx); s.Capabilities == nil || s.Capabilities.Era != "D" {
 		t.Fatalf("want an era D API, got %+v", s.Capabilities)
 	}
+	// Era D workers host several actors: the sim's report room for more
+	// than one (traffic may have idled the two seeded on one worker).
+	inv, err := atetest.Client(t, ctx).Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range inv.Workers {
+		if !w.Slots || w.CapacityActors < 2 {
+			t.Fatalf("worker %s (%s) reports capacity %d (slots %v), want an era D multi-actor worker", w.Name, w.PoolKey(),
+				w.CapacityActors, w.Slots)
+		}
+	}
 	atetest.DeployAtelet(t, atetest.NewV)
 	atetest.ExpectRefused(t, ctx, "every serving pool has a clone pinned to NEW", "roll", "next-node")
 	atetest.MustRun(t, ctx, atetest.CloneArgs...)

@@ -16,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rollbook/rollbook/internal/atetest"
+	"github.com/rollbook/rollbook/internal/recordtest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/kube"
 )
 
@@ -99,6 +101,95 @@ func TestStatusAndTheNextCommandAgreeOnTheHalfwayNode(t *testing.T) {
 	}
 	if s := atetest.Status(t, ctx); len(s.Nodes) != 0 || s.Phase != ate.PhaseCloned {
 		t.Fatalf("after the rollback of the node: phase %s, in progress %+v", s.Phase, s.Nodes)
+	}
+	atetest.NoActorLost(t, ctx)
+}
+
+// A roll killed deep inside kwok-node-2's move, before its flip: the move
+// recorded, every worker on the node DRAINING with its actors still on
+// them (the suspend step had not finished), and the flip's cordon on. The
+// rollback takes that node back to serving OLD — its drained workers
+// replaced, the cordon and the mark lifted, no actor lost — before it
+// deletes the clones and the NEW atelet.
+func TestRollbackTakesBackANodeAnInterruptedRollLeftHalfway(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 8*time.Minute)
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+
+	const node = "kwok-node-2"
+	api := atetest.Client(t, ctx)
+	inv, err := api.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	markMoving(t, ctx, node, atetest.NewV)
+	drained := map[string]bool{}
+	for _, w := range inv.WorkersOnNode(node) {
+		if _, err := api.DrainWorker(ctx, w.Name); err != nil {
+			t.Fatal(err)
+		}
+		drained[w.Name] = true
+	}
+	if len(drained) == 0 {
+		t.Fatalf("no worker on %s to drain", node)
+	}
+	// The flip cordons a node only once its suspend step emptied it: the
+	// actors on the drained workers are suspended (and stay so: a drained
+	// worker takes no actor).
+	if inv, err = api.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range inv.Actors {
+		if drained[a.Worker] && a.State != ateapi.ActorSuspended {
+			if _, err := api.SuspendActor(ctx, a.Atespace, a.Name); err != nil {
+				t.Fatalf("suspend %s/%s: %v", a.Atespace, a.Name, err)
+			}
+		}
+	}
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CordonNode(ctx, c.Client, &recordtest.Recorder{}, n, ate.CordonOwner, "killed-roll"); err != nil {
+		t.Fatal(err)
+	}
+	// What a stopped run says about the cordon it leaves.
+	if _, err := kube.MarkLeftCordoned(ctx, c.Client, node, "the roll was interrupted inside the flip"); err != nil {
+		t.Fatal(err)
+	}
+	if _, p := inProgress(t, ctx); p.Node != node || p.Direction != "roll" {
+		t.Fatalf("status after the killed roll: %+v", p)
+	}
+
+	atetest.MustRun(t, ctx, "rollback", "--wait")
+
+	labels := atetest.NodeLabels(t, ctx)
+	for name, v := range labels {
+		if v != atetest.OldV {
+			t.Fatalf("after the rollback: %v; want every node at %s", labels, atetest.OldV)
+		}
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil || n.Spec.Unschedulable || n.Annotations[ate.AnnMovingTo] != "" || n.Annotations[ate.AnnResidents] != "" {
+			t.Fatalf("%s left cordoned or marked: %v %v", name, err, n.Annotations)
+		}
+	}
+	// No pod on the node still belongs to a drained worker: there is no
+	// undrain, so each was replaced.
+	pods, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: ate.PoolLabel,
+		FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if drained[string(p.UID)] && p.DeletionTimestamp == nil {
+			t.Errorf("pod %s/%s of a drained worker is still on %s", p.Namespace, p.Name, node)
+		}
+	}
+	s := atetest.Status(t, ctx)
+	if len(s.Nodes) != 0 || s.Phase != ate.PhaseNotStarted {
+		t.Fatalf("after the rollback: phase %s, in progress %+v", s.Phase, s.Nodes)
 	}
 	atetest.NoActorLost(t, ctx)
 }

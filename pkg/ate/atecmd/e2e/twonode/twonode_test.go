@@ -71,7 +71,7 @@ func TestCapacityGuard(t *testing.T) {
 			break
 		}
 	}
-	out := atetest.ExpectRefused(t, ctx, "not enough free ACTIVE workers", "roll", "next-node")
+	out := atetest.ExpectRefused(t, ctx, "not enough free actor slots on ACTIVE workers", "roll", "next-node")
 	if !strings.Contains(out, "ate-workers/python-small or its clone: 1 actor(s) to suspend, 0 free") {
 		t.Errorf("the refusal must say, per lineage, how many workers are needed and how many exist")
 	}
