@@ -2,6 +2,7 @@ package tt
 
 import (
 	"context"
+	"fmt"
 	"k8s.io/apimachinery/pkg/types"
 	"strings"
 
@@ -240,7 +241,10 @@ func helperOf(p *corev1.Pod) helperFacts {
 	}
 	r, err := nodeagent.ParseResult([]byte(msg))
 	if err != nil {
-		h.ResultErr = "unreadable helper result: " + err.Error()
+		// A message that is not the agent's is most often the runtime's own
+		// (a container that never started): show it, with the pod's reason.
+		h.ResultErr = fmt.Sprintf("unreadable helper result (%s): %v; the message begins %q",
+			kube.HelperFailureReason(p), err, firstLine(msg, 160))
 		return h
 	}
 	h.Result = &r
@@ -296,4 +300,13 @@ func withClockTakenAlong(n *corev1.Node, rb string, annotations map[string]*stri
 	}
 	annotations[runbook.TimerKey(rb)] = nil
 	return annotations
+}
+
+// firstLine is msg's first line, cut to at most n bytes.
+func firstLine(msg string, n int) string {
+	msg, _, _ = strings.Cut(strings.TrimSpace(msg), "\n")
+	if len(msg) > n {
+		msg = msg[:n] + "…"
+	}
+	return msg
 }
