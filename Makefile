@@ -15,14 +15,14 @@ GOLANGCI := $(CURDIR)/.cache/bin/golangci-lint-$(GOLANGCI_VERSION)
 
 all: build
 
-build: ## both plugins into bin/
-	$(GO) build -o $(BIN)/ ./cmd/kubectl-tt ./cmd/kubectl-ate
+build: ## both plugins into bin/ (static, as released: the sim runs kubectl-tt inside the image too)
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/kubectl-tt ./cmd/kubectl-ate
 
 sim: ## the simulated cluster into .cache/bin/sim (first build ~6 min, then seconds)
 	ROLLBOOK_SIM_BIN=$(SIM) bash hack/build-sim.sh
 
-demo: build sim ## both plugins against a 3-node simulated cluster
-	ROLLBOOK_SIM_BIN=$(SIM) bash hack/demo.sh
+demo: build sim ## both plugins against a 3-node simulated cluster (helpers inside the image when root)
+	ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) bash hack/demo.sh
 
 check: lint ## gofmt, go vet (both modules) and golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -48,6 +48,13 @@ run kubectl plugin list 2>/dev/null | grep -E 'kubectl-(tt|ate)$' || true
 run kubectl tt version
 
 # ---------------------------------------------------------------- kubectl tt
+# The sim runs each helper inside the node-agent image's root filesystem
+# (make demo builds it when root). Without root that cannot be done: say so
+# and use the sim's loudly-logged opt-out rather than fail every helper.
+if [ -z "${ROLLBOOK_TT_IMAGE_ROOTFS:-}" ]; then
+  echo "demo: no node-agent image root filesystem (it needs root: sudo make demo); helpers run OUTSIDE the image" >&2
+  export ROLLBOOK_SIM_HELPERS_OUTSIDE_IMAGE=1
+fi
 say "a simulated Tenstorrent fleet: 3 nodes at tt-kmd 2.7.0, telemetry and an inference workload holding /dev/tenstorrent"
 start_sim tt --nodes 3 --scenario tt-fleet --tt-agent "$root/bin/kubectl-tt"
 export KUBECONFIG=$base/tt/kubeconfig
