@@ -17,28 +17,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/internal/tttest"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/journal"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
-	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
 )
 
 func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 2, Scenario: "tt-fleet"}) }
 
-func tt_(t *testing.T, ctx context.Context, args ...string) (string, int) {
-	t.Helper()
-	c := simtest.Get(t)
-	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
-	code := cli.ExecuteContext(ctx, ttcmd.NewRootCommand(streams), append(args, "--kubeconfig", c.Kubeconfig), errOut)
-	all := out.String() + errOut.String()
-	t.Logf("kubectl tt %s → exit %d\n%s", strings.Join(args, " "), code, all)
-	return all, code
-}
+// tt_ runs kubectl tt against this package's simulated cluster.
+var tt_ = tttest.Run
 
 // TestCleanupAfterARoll: refused mid-roll (a run holds the Lease, its
 // helper runs) and with a node left half-way by a killed run; after the

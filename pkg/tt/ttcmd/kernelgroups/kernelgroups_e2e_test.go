@@ -18,14 +18,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/internal/tttest"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
-	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
 )
 
 // Node i runs kernel i mod 2; the tt-fleet scenario's last three nodes are
@@ -53,15 +52,8 @@ func nodes(n int) string {
 	return strings.Join(out, ",")
 }
 
-func run(t *testing.T, ctx context.Context, args ...string) (string, int) {
-	t.Helper()
-	c := simtest.Get(t)
-	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
-	code := cli.ExecuteContext(ctx, ttcmd.NewRootCommand(streams), append(args, "--kubeconfig", c.Kubeconfig), errOut)
-	all := out.String() + errOut.String()
-	t.Logf("kubectl tt %s → exit %d\n%s", strings.Join(args, " "), code, all)
-	return all, code
-}
+// run runs kubectl tt against this package's simulated cluster.
+var run = tttest.Run
 
 // After --max-failures nodes failed no other node is taken out of service
 // (those in flight finish); the failed ones stay cordoned, saying why, until

@@ -15,14 +15,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/rollbook/rollbook/internal/apicount"
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/internal/tttest"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/tt"
-	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
 )
 
 // The situations' values, as sim/tthost defines them (the sim is a separate
@@ -53,15 +52,8 @@ func TestMain(m *testing.M) {
 	simtest.Main(m, simtest.Options{Nodes: 4, Scenario: "tt-fleet"})
 }
 
-func run(t *testing.T, ctx context.Context, args ...string) (string, int) {
-	t.Helper()
-	c := simtest.Get(t)
-	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
-	code := cli.ExecuteContext(ctx, ttcmd.NewRootCommand(streams), append(args, "--kubeconfig", c.Kubeconfig), errOut)
-	all := out.String() + errOut.String()
-	t.Logf("kubectl tt %s → exit %d\n%s", strings.Join(args, " "), code, all)
-	return all, code
-}
+// run runs kubectl tt against this package's simulated cluster.
+var run = tttest.Run
 
 func node(t *testing.T, name string) *corev1.Node {
 	t.Helper()
