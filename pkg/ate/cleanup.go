@@ -1,13 +1,13 @@
 package ate
 
 import (
-	"fmt"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // CleanupAnnotations are the ate runbooks' records on nodes that no re-run
@@ -30,10 +30,8 @@ func HalfWay(n *corev1.Node) string {
 	if by := n.Annotations[kube.AnnCordonedBy]; strings.HasPrefix(by, "ate-") {
 		why = append(why, "cordoned by "+by)
 	}
-	for k, v := range n.Annotations {
-		if strings.HasPrefix(k, kube.AnnotationPrefix+"ate-") && strings.HasSuffix(k, ".step-started") {
-			why = append(why, fmt.Sprintf("step %s in progress", strings.SplitN(v, "@", 2)[0]))
-		}
+	for _, step := range runbook.StepsInProgress(n.Annotations, "ate-") {
+		why = append(why, "step "+step+" in progress")
 	}
 	sort.Strings(why)
 	return strings.Join(why, ", ")

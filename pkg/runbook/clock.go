@@ -2,6 +2,7 @@ package runbook
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 )
@@ -9,6 +10,23 @@ import (
 // TimerKey names the annotation holding the start of runbook rb's step in
 // progress on a target: "<step-id>@<RFC3339>".
 func TimerKey(rb string) string { return "rollbook.dev/" + rb + ".step-started" }
+
+// StepsInProgress lists, sorted, the steps whose clock is on annotations
+// for runbooks whose name starts with rbPrefix ("tt-" for all of tt's):
+// a target with one is half-way through that step.
+func StepsInProgress(annotations map[string]string, rbPrefix string) []string {
+	var steps []string
+	for k, v := range annotations {
+		rb, ok := strings.CutPrefix(k, "rollbook.dev/")
+		if !ok || !strings.HasPrefix(rb, rbPrefix) || !strings.HasSuffix(rb, ".step-started") {
+			continue
+		}
+		id, _, _ := strings.Cut(v, "@")
+		steps = append(steps, id)
+	}
+	slices.Sort(steps)
+	return steps
+}
 
 // StepClock reads runbook rb's step clock from a target's annotations: the
 // step in progress and when its budget started.

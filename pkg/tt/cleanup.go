@@ -12,6 +12,7 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // CleanupAnnotations are the tt runbooks' records on nodes that no re-run
@@ -32,10 +33,8 @@ func HalfWay(n *corev1.Node) string {
 	if _, ok := n.Annotations[AnnGatesPrior]; ok {
 		why = append(why, "deploy gates closed ("+AnnGatesPrior+")")
 	}
-	for k, v := range n.Annotations {
-		if strings.HasPrefix(k, kube.AnnotationPrefix+"tt-") && strings.HasSuffix(k, ".step-started") {
-			why = append(why, fmt.Sprintf("step %s in progress", strings.SplitN(v, "@", 2)[0]))
-		}
+	for _, step := range runbook.StepsInProgress(n.Annotations, "tt-") {
+		why = append(why, "step "+step+" in progress")
 	}
 	sort.Strings(why)
 	return strings.Join(why, ", ")

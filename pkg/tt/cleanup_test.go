@@ -15,7 +15,10 @@ import (
 // removed (CleanupAnnotations), a half-way mark (HalfWay refuses on it) or
 // not on a node. A new key fails here until someone decides which.
 func TestCleanupClassifiesEveryKey(t *testing.T) {
-	notOnNode := map[string]string{AnnForceCampaign: "on the Lease, which cleanup deletes"}
+	const sharedModule = "on a shared module's ConfigMap (build once per kernel), kept for later runs; no rollbook role deletes it (README)"
+	notOnNode := map[string]string{AnnForceCampaign: "on the Lease, which cleanup deletes",
+		LabelSharedModule: sharedModule, "rollbook.dev/tt-kmd-kernel": sharedModule,
+		"rollbook.dev/tt-kmd-commit": sharedModule, "rollbook.dev/tt-kmd-sha256": sharedModule}
 	halfWay := map[string]bool{AnnGatesPrior: true}
 	keys := keysIn(t, ".")
 	if len(keys) < 5 {
