@@ -60,8 +60,8 @@ test: check sim ## every test, on the real simulated control plane
 SEED  ?=
 KILLS ?= 60
 chaos: sim ## SIGKILL the plugins at random points, longer than make test (SEED=…, KILLS=… per scenario)
-	$(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	set -o pipefail; ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
+	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
+	set -o pipefail; ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
 	  ROLLBOOK_CHAOS_SEED=$(SEED) ROLLBOOK_CHAOS_KILLS=$(KILLS) \
 	  $(GO) test -count=1 -timeout 120m -v -run 'KilledAnywhere|Secrets' ./internal/chaostest/ttchaos ./internal/chaostest/atechaos \
 	  | tee $(CURDIR)/.cache/chaos.log | grep -E '^(---|ok|FAIL)|FIGURES|chaos seed'
@@ -79,8 +79,8 @@ bench: build sim ## every benchmark at a size that fits ~10 minutes; figures nex
 	FLASH=10s ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-firmware.sh
 	FLASH=3s STRESS=1 ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-firmware.sh
 	$(GO) test -run XXX -bench Inventory -benchtime 3x ./pkg/ateapi | grep -E 'Benchmark|ok'
-	$(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v \
+	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
+	ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v \
 	  -run 'TestKMDRequestsPerNode|TestFirmwareRequestsPerNode|TestFullRollAndRollbackOnSixNodes|TestPerNodeCost' \
 	  ./pkg/tt/ttcmd ./pkg/tt/ttcmd/situations ./pkg/ate/atecmd/e2e/fleet | grep -E 'roll in|requests|^(---|ok|FAIL)'
 	$(MAKE) --no-print-directory bench-fleet
@@ -99,15 +99,15 @@ FLEET_KMD_KERNELS ?= 4
 FLEET_KMD_BUILD ?= 30s
 FLEET_KMD_HIT ?= 5s
 bench-fleet-kmd: sim ## kmd --max-parallel over a fleet in kernel groups: time vs ideal, builds, requests per node
-	$(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
+	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
 	ROLLBOOK_FLEET_NODES=$(FLEET_KMD_NODES) ROLLBOOK_FLEET_PARALLEL=$(FLEET_KMD_PARALLEL) ROLLBOOK_FLEET_KERNELS=$(FLEET_KMD_KERNELS) \
-	  ROLLBOOK_FLEET_BUILD=$(FLEET_KMD_BUILD) ROLLBOOK_FLEET_HIT=$(FLEET_KMD_HIT) ROLLBOOK_SIM_BIN=$(SIM) \
+	  ROLLBOOK_FLEET_BUILD=$(FLEET_KMD_BUILD) ROLLBOOK_FLEET_HIT=$(FLEET_KMD_HIT) ROLLBOOK_FLEET_BENCH=1 ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) \
 	  ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v -timeout 600m ./pkg/tt/ttcmd/fleetbench \
 	  | grep -E 'fleetbench_test|^(---|ok|FAIL)'
 
 bench-fleet: sim ## per-node requests and seconds over a fleet: tt kmd and the ate node roll
-	$(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	ROLLBOOK_FLEET_NODES=$(FLEET_NODES) ROLLBOOK_SIM_ATE_EXTRA_ACTORS=$(ACTORS) ROLLBOOK_SIM_BIN=$(SIM) \
+	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
+	ROLLBOOK_FLEET_NODES=$(FLEET_NODES) ROLLBOOK_SIM_ATE_EXTRA_ACTORS=$(ACTORS) ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) \
 	  ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v -timeout 90m \
 	  ./pkg/tt/ttcmd/fleetcurve ./pkg/ate/atecmd/e2e/fleetcurve | grep -E 'curve_test|^ +[0-9]+  |^(---|ok|FAIL)'
 
