@@ -264,3 +264,47 @@ func notOnNode(node string) *corev1.Affinity {
 		},
 	}}
 }
+
+// A pod the node lifecycle controller marked not Ready while its node was
+// down is Ready again once the node is back, as a kubelet re-posting its
+// status makes it.
+func TestPodReadyAgainAfterItsNodeIsBack(t *testing.T) {
+	c := Get(t)
+	ctx := Context(t, 3*time.Minute)
+	ns := c.NewNamespace(t)
+	const node, notReady = "kwok-node-2", "sim.rollbook.dev/not-ready"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "survivor", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "c", Image: "example.com/c:1"}},
+		},
+	}
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ready := func(want bool) func(ctx context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p) == want, err
+		}
+	}
+	nodeReady := func(want bool) func(ctx context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			for _, cond := range mustNode(t, ctx, c, node).Status.Conditions {
+				if cond.Type == corev1.NodeReady {
+					return (cond.Status == corev1.ConditionTrue) == want, nil
+				}
+			}
+			return false, nil
+		}
+	}
+	eventually(t, ctx, "pod Ready", ready(true))
+	setNodeLabel(t, ctx, c, node, notReady, ptr.To("true"))
+	t.Cleanup(func() { setNodeLabel(t, context.Background(), c, node, notReady, nil) })
+	eventually(t, ctx, "node NotReady", nodeReady(false))
+	eventually(t, ctx, "the node lifecycle controller marks the pod not Ready", ready(false))
+	setNodeLabel(t, ctx, c, node, notReady, nil)
+	eventually(t, ctx, "node Ready again", nodeReady(true))
+	eventually(t, ctx, "pod Ready again once its node is back", ready(true))
+}

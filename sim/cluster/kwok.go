@@ -264,6 +264,11 @@ func runKwok(ctx context.Context, kubeconfig string, extraStageFiles []string, v
 			log.Printf("sim-pod-reaper: %v", err)
 		}
 	}()
+	go func() {
+		if err := resyncPodReadiness(ctx, typed); err != nil {
+			log.Printf("sim-pod-readiness: %v", err)
+		}
+	}()
 	if srv != nil {
 		var enable []string
 		for k := range kwokServerCRDs {
