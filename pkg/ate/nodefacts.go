@@ -319,6 +319,29 @@ func (f nodeFacts) toPodsReady() (ready, total int) {
 	return ready, total
 }
 
+// toPodsNotReady names the target pools' pods on the node that are not
+// Ready, with what their status says, so a wait that runs out of budget
+// says which pod to look at.
+func (f nodeFacts) toPodsNotReady() []string {
+	var out []string
+	for _, p := range f.podsOf(f.cfg.ToPools) {
+		if p.DeletionTimestamp != nil || kube.PodReady(&p) {
+			continue
+		}
+		why := string(p.Status.Phase)
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady || (c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue) {
+				why += fmt.Sprintf(", %s=%s", c.Type, c.Status)
+				if c.Reason != "" {
+					why += " " + c.Reason
+				}
+			}
+		}
+		out = append(out, p.Namespace+"/"+p.Name+" ("+why+")")
+	}
+	return out
+}
+
 // toMustServeHere reports that the target pools want workers but none is
 // ACTIVE on another node (the canary, or every earlier one lost its own):
 // the node has moved only once one serves here, or the roll would go on

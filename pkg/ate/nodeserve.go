@@ -282,8 +282,8 @@ func (b *nodeBuilder) verify() runbook.Step[nodeFacts] {
 				select {
 				case <-ctx.Done():
 					if ready < total {
-						return fmt.Errorf("%s worker pods on %s are not Ready (%d of %d): %w", f.cfg.To, f.node.Name, ready, total,
-							context.Cause(ctx))
+						return fmt.Errorf("%s worker pods on %s are not Ready (%d of %d; not Ready: %s): %w", f.cfg.To, f.node.Name,
+							ready, total, strings.Join(g.toPodsNotReady(), ", "), context.Cause(ctx))
 					}
 					_, why := g.toVerified()
 					return fmt.Errorf("%s on %s: %w", why, f.node.Name, context.Cause(ctx))
