@@ -250,3 +250,63 @@ func TestContractKbuildNeedsTheHeadersCompilerAndTree(t *testing.T) {
 	fo, ro = fake.run(t, build...), real.run(t, build...)
 	sameCode(t, "make without the build tree", fo, ro)
 }
+
+// depmod and modprobe run inside the host root (chroot) read the host's own
+// configuration: a host whose depmod.d searches extra/ before updates/ (a
+// DKMS-style layout) boots the extra/ copy, until the agent's override
+// names updates/ for tenstorrent.
+func TestContractDepmodReadsTheHostsConfiguration(t *testing.T) {
+	fake, real, kver := worlds(t)
+	url := realhost.ModuleRepo(t, "2.8.0")
+	src := "/var/cache/tt-kmd/build/tt-kmd"
+	build := []string{"chroot", "HOST", "make", "-j2", "-C", "/lib/modules/" + kver + "/build", "M=" + src, "modules"}
+	both(fake, real, func(w world) {
+		if o := w.run(t, "git", "clone", "--depth", "1", "--branch", "ttkmd-2.8.0", url, "HOST"+src); o.code != 0 {
+			t.Fatalf("%s git clone: %s", w.name, o.output)
+		}
+		if o := w.run(t, build...); o.code != 0 {
+			t.Fatalf("%s build: %s", w.name, o.output)
+		}
+		b, err := os.ReadFile(w.root + src + "/tenstorrent.ko")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{"updates", "extra"} {
+			dst := filepath.Join(w.root, "lib/modules", kver, d, "tenstorrent.ko")
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dst, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conf := filepath.Join(w.root, "etc/depmod.d/dkms-first.conf")
+		if err := os.MkdirAll(filepath.Dir(conf), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(conf, []byte("# the host's own order\nsearch extra updates built-in\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	dep := []string{"chroot", "HOST", "depmod", "-a", kver}
+	show := []string{"chroot", "HOST", "modprobe", "-S", kver, "--show-depends", "tenstorrent"}
+	resolves := func(what, dir string) {
+		t.Helper()
+		fo, ro := fake.run(t, dep...), real.run(t, dep...)
+		sameCode(t, what+": chroot depmod -a", fo, ro)
+		fo, ro = fake.run(t, show...), real.run(t, show...)
+		sameCode(t, what+": chroot modprobe --show-depends", fo, ro)
+		want := "insmod /lib/modules/" + kver + "/" + dir + "/tenstorrent.ko"
+		if strings.TrimSpace(fo.stdout) != want || strings.TrimSpace(ro.stdout) != want {
+			t.Errorf("%s: fake %q, real %q, want %q", what, fo.output, ro.output, want)
+		}
+	}
+	resolves("host searches extra first", "extra")
+	both(fake, real, func(w world) {
+		conf := filepath.Join(w.root, "etc/depmod.d/tenstorrent-rollbook.conf")
+		if err := os.WriteFile(conf, []byte("override tenstorrent * updates\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	resolves("with the override for tenstorrent", "updates")
+}

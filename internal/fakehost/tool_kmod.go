@@ -92,8 +92,11 @@ func (t *tool) loadFile(path string) int {
 }
 
 // depmod -a [-b basedir] [version]: writes modules.dep, listing for each
-// module name only the copy that wins by search order (updates > extra >
-// kernel), which is what modprobe then loads.
+// module name only the copy that wins: an override for it, else the first
+// directory of the search order, which is the configuration's (depmod.d
+// "search") or kmod's default, updates before the rest. Only a depmod run
+// inside the host root (chroot) reads the host's depmod.d; with -b the
+// configuration is the helper image's, which has none.
 func depmod(t *tool) int {
 	base, version := "/", ""
 	for i := 0; i < len(t.args); i++ {
@@ -111,7 +114,7 @@ func depmod(t *tool) int {
 			version = a
 		}
 	}
-	base, err := t.inRoot(base)
+	base, err := t.path(base)
 	if err != nil {
 		return t.errorf(1, "ERROR: %v", err)
 	}
@@ -121,6 +124,12 @@ func depmod(t *tool) int {
 			return t.errorf(1, "ERROR: %v", err)
 		}
 		version = st.Kernel
+	}
+	cfg := depmodConfig{}
+	if t.chrooted {
+		if cfg, err = readDepmodConfig(t.root); err != nil {
+			return t.errorf(1, "ERROR: %v", err)
+		}
 	}
 	dir := filepath.Join(base, "lib/modules", version)
 	winners := map[string]string{}
@@ -136,7 +145,7 @@ func depmod(t *tool) int {
 		}
 		rel, _ := filepath.Rel(dir, p)
 		name := filepath.Base(rel)
-		if cur, ok := winners[name]; !ok || searchRank(rel) < searchRank(cur) {
+		if cur, ok := winners[name]; !ok || cfg.rank(version, rel) < cfg.rank(version, cur) {
 			winners[name] = rel
 		}
 		return nil
@@ -155,19 +164,92 @@ func depmod(t *tool) int {
 	return 0
 }
 
-func searchRank(rel string) int {
-	switch strings.SplitN(rel, string(filepath.Separator), 2)[0] {
-	case "updates":
-		return 0
-	case "extra":
-		return 1
-	default:
-		return 2
+// depmodConfig is what depmod.d says about the search order: "search" lines
+// in order ("built-in" stands for every directory not named), and
+// "override MODULE KVER DIR".
+type depmodConfig struct {
+	search    []string
+	overrides []depmodOverride
+}
+
+type depmodOverride struct{ module, kernel, dir string }
+
+// depmodConfigDirs are kmod's, in priority order: a file name in an earlier
+// directory hides the same name in a later one; files apply sorted by name.
+var depmodConfigDirs = []string{"etc/depmod.d", "run/depmod.d", "usr/local/lib/depmod.d", "lib/depmod.d"}
+
+func readDepmodConfig(root string) (depmodConfig, error) {
+	files := map[string]string{}
+	for _, d := range depmodConfigDirs {
+		entries, err := os.ReadDir(filepath.Join(root, d))
+		if err != nil && !os.IsNotExist(err) {
+			return depmodConfig{}, err
+		}
+		for _, e := range entries {
+			if _, seen := files[e.Name()]; !seen && strings.HasSuffix(e.Name(), ".conf") {
+				files[e.Name()] = filepath.Join(root, d, e.Name())
+			}
+		}
 	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var cfg depmodConfig
+	for _, n := range names {
+		b, err := os.ReadFile(files[n])
+		if err != nil {
+			return depmodConfig{}, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 0 || strings.HasPrefix(f[0], "#"):
+			case f[0] == "search":
+				cfg.search = append(cfg.search, f[1:]...)
+			case f[0] == "override" && len(f) == 4:
+				cfg.overrides = append(cfg.overrides, depmodOverride{module: f[1], kernel: f[2], dir: f[3]})
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// rank orders copies of one module (lower wins): an override's directory
+// first, then the search order; among the rest ("built-in"), extra/ before
+// the kernel's own tree.
+func (c depmodConfig) rank(version, rel string) int {
+	dir := filepath.Dir(rel)
+	name := strings.TrimSuffix(filepath.Base(rel), ".ko")
+	for _, o := range c.overrides {
+		if o.module == name && (o.kernel == "*" || o.kernel == version) && dir == o.dir {
+			return -1
+		}
+	}
+	search := c.search
+	if len(search) == 0 {
+		search = []string{"updates", "built-in"}
+	}
+	builtin := len(search)
+	for i, s := range search {
+		if s == "built-in" {
+			builtin = i
+			continue
+		}
+		if dir == s || strings.HasPrefix(dir, s+"/") {
+			return 2 * i
+		}
+	}
+	if strings.HasPrefix(dir, "extra") {
+		return 2 * builtin
+	}
+	return 2*builtin + 1
 }
 
 // modprobe [-d dir] [-S version] [--show-depends] name: resolves name via
-// modules.dep; with --show-depends prints the insmod line instead of loading.
+// modules.dep; with --show-depends prints the insmod line (the path as the
+// process sees it) instead of loading.
 func modprobe(t *tool) int {
 	base, version, show, name := "/", "", false, ""
 	for i := 0; i < len(t.args); i++ {
@@ -191,7 +273,8 @@ func modprobe(t *tool) int {
 			name = a
 		}
 	}
-	base, err := t.inRoot(base)
+	seen := base // the directory as the process names it
+	base, err := t.path(base)
 	if err != nil {
 		return t.errorf(1, "FATAL: %v", err)
 	}
@@ -205,17 +288,16 @@ func modprobe(t *tool) int {
 	dir := filepath.Join(base, "lib/modules", version)
 	rel, err := lookupModulesDep(dir, name)
 	if err != nil {
-		return t.errorf(1, "FATAL: Module %s not found in directory %s", name, dir)
+		return t.errorf(1, "FATAL: Module %s not found in directory %s", name, filepath.Join(seen, "lib/modules", version))
 	}
-	path := filepath.Join(dir, rel)
 	if show {
-		fmt.Fprintf(t.stdout, "insmod %s \n", path)
+		fmt.Fprintf(t.stdout, "insmod %s \n", filepath.Join(seen, "lib/modules", version, rel))
 		return 0
 	}
 	if loadedVersion(t.root) != "" {
 		return 0 // modprobe is a no-op for a loaded module
 	}
-	return t.loadFile(path)
+	return t.loadFile(filepath.Join(dir, rel))
 }
 
 func lookupModulesDep(dir, name string) (string, error) {

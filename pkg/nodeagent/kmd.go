@@ -79,6 +79,9 @@ const (
 	kmdModuleFile   = "tenstorrent.ko"
 	rebootSafeDir   = "updates"
 	modulesLoadConf = "etc/modules-load.d/tenstorrent.conf"
+	// depmodOverrideConf names our updates/ copy for depmod, whatever the
+	// host's search order.
+	depmodOverrideConf = "etc/depmod.d/tenstorrent-rollbook.conf"
 	// The kernel's module-loading policy.
 	modulesDisabledPath = "proc/sys/kernel/modules_disabled"
 	sigEnforcePath      = "sys/module/module/parameters/sig_enforce"

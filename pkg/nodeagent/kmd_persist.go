@@ -51,10 +51,13 @@ func (x *execution) installUdev() (string, error) {
 }
 
 // persist makes the module load at boot, which the operator leaves to its
-// DaemonSet: install the .ko under /lib/modules/<kver>/updates (searched
-// before the in-tree and extra dirs), run depmod against the host root,
-// list it in modules-load.d, and check that modprobe now resolves to our
-// copy. A new kernel still needs a new build (the cache key includes it).
+// DaemonSet: install the .ko under /lib/modules/<kver>/updates, name that
+// copy in the host's depmod.d (an override: the host's own search order may
+// put extra/, where DKMS-style installs leave a copy, first, and the host
+// re-runs depmod on every kernel package), index with the host's own depmod
+// and configuration, list it in modules-load.d, and check that the host's
+// modprobe now resolves to our copy. A new kernel still needs a new build
+// (the cache key includes it).
 func (x *execution) persist(ctx context.Context, ko string) (string, error) {
 	a := x.agent
 	kver := x.res.Kernel
@@ -62,7 +65,12 @@ func (x *execution) persist(ctx context.Context, ko string) (string, error) {
 	if err := copyFileAtomic(dst, ko, 0o644); err != nil {
 		return "", err
 	}
-	dep := x.run(ctx, []string{"depmod", "-a", "-b", a.Root, kver})
+	override := "# written by rollbook node-agent: boot loads the tt-kmd it installed in " + rebootSafeDir + "/\n" +
+		"override " + kmdModuleName + " * " + rebootSafeDir + "\n"
+	if err := replaceFile(a.hostPath(depmodOverrideConf), strings.NewReader(override), 0o644); err != nil {
+		return "", err
+	}
+	dep := x.run(ctx, a.onHost("depmod", "-a", kver))
 	if dep.err != nil {
 		return "", toolFailure(ReasonHostError, dep, "depmod")
 	}
@@ -70,14 +78,23 @@ func (x *execution) persist(ctx context.Context, ko string) (string, error) {
 	if err := replaceFile(a.hostPath(modulesLoadConf), strings.NewReader(conf), 0o644); err != nil {
 		return "", err
 	}
-	probe := x.run(ctx, []string{"modprobe", "-d", a.Root, "-S", kver, "--show-depends", kmdModuleName})
+	probe := x.run(ctx, a.onHost("modprobe", "-S", kver, "--show-depends", kmdModuleName))
 	if probe.err != nil {
 		return "", toolFailure(ReasonHostError, probe, "modprobe --show-depends")
 	}
-	want := "/" + rebootSafeDir + "/" + kmdModuleFile
+	want := filepath.Join("/lib/modules", kver, rebootSafeDir, kmdModuleFile)
 	if !strings.Contains(probe.stdout, want) {
 		return "", fmt.Errorf("at boot modprobe would load %q, not our %s (stale DKMS or extra/ copy?)", strings.TrimSpace(probe.stdout),
 			want)
 	}
-	return "installed /lib/modules/" + kver + want + ", depmod, /" + modulesLoadConf, nil
+	return "installed " + want + ", /" + depmodOverrideConf + ", depmod, /" + modulesLoadConf, nil
+}
+
+// onHost is argv run as the host runs it: its own program, configuration
+// and paths (a chroot of the host root the pod mounts).
+func (a *Agent) onHost(argv ...string) []string {
+	if a.Root == "/" || a.Root == "" {
+		return argv
+	}
+	return append([]string{"chroot", a.Root}, argv...)
 }

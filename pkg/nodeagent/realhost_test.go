@@ -82,6 +82,45 @@ func TestKMDOnRealHostWithoutTheHeadersCompiler(t *testing.T) {
 	assert.Contains(t, r.OutputTail, "gcc-12")
 }
 
+// A host whose own depmod.d searches extra/ first (where DKMS-style
+// installs leave a copy) still boots the module the agent installed, also
+// after the host itself re-runs depmod (a kernel package, another DKMS
+// module): the agent indexes with the host's configuration and overrides
+// the search order for tenstorrent alone.
+func TestKMDOnRealHostBootsItsModuleUnderTheHostsSearchOrder(t *testing.T) {
+	rootfs := realhost.Rootfs(t)
+	host := realhost.Host(t, rootfs)
+	t.Setenv("PATH", realhost.Tools(t, rootfs))
+	kver := realhost.KernelRelease(t, rootfs)
+	url := realhost.ModuleRepo(t, "2.8.0", "2.9.0")
+	a := &nodeagent.Agent{Root: host, Node: "real-1", Env: []string{realhost.HostEnv(host)}, Log: testLog{t}, PollInterval: 10 * 1e6}
+	ctx := context.Background()
+	requireSuccess(t, a.KMD(ctx, nodeagent.KMDOptions{Version: "2.8.0", GitURL: url}))
+	modules := filepath.Join(host, "lib/modules", kver)
+	old, err := os.ReadFile(filepath.Join(modules, "updates/tenstorrent.ko"))
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Join(modules, "extra"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(modules, "extra/tenstorrent.ko"), old, 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(host, "etc/depmod.d"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(host, "etc/depmod.d/local.conf"), []byte("search extra updates built-in\n"), 0o644))
+
+	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.9.0", GitURL: url})
+	requireSuccess(t, r)
+	assert.True(t, r.Persisted)
+	onHost := func(argv ...string) string {
+		t.Helper()
+		cmd := exec.Command("chroot", append([]string{host}, argv...)...)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.TrimSpace(string(out))
+	}
+	want := "insmod /lib/modules/" + kver + "/updates/tenstorrent.ko"
+	assert.Equal(t, want, onHost("modprobe", "-S", kver, "--show-depends", "tenstorrent"), "after the agent's depmod")
+	onHost("depmod", "-a", kver)
+	assert.Equal(t, want, onHost("modprobe", "-S", kver, "--show-depends", "tenstorrent"), "after the host's own depmod")
+}
+
 func modinfo(t *testing.T, rootfs, field, ko string) string {
 	t.Helper()
 	argv := append(realhost.KmodArgv(rootfs, "modinfo"), "-F", field, ko)

@@ -379,7 +379,16 @@ func describeKMDResult(r *nodeagent.Result) string {
 	if r.CacheHit != nil {
 		s += map[bool]string{true: ", module cache hit", false: ", built from source"}[*r.CacheHit]
 	}
-	return s + ")"
+	s += ")"
+	if !r.Persisted {
+		// The driver runs, but a reboot would come back without it: say so
+		// on the node's event and in the step's line.
+		s += "; NOT reboot-persistent"
+	}
+	if len(r.Warnings) > 0 {
+		s += "; helper warnings: " + strings.Join(r.Warnings, "; ")
+	}
+	return s
 }
 
 // kmdRecord is the compact result kept on the node.

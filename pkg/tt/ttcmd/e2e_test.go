@@ -208,6 +208,9 @@ func TestKMDUpgradeAndDowngrade(t *testing.T) {
 		if rec["cacheHit"] == false {
 			built++
 		}
+		if rec["persisted"] != true {
+			t.Errorf("%s: the module was not made reboot-persistent (the helper's persist step warned): %v", n, rec)
+		}
 		if want := fakehost.FakeCommit("ttkmd-2.8.0"); rec["commit"] != want {
 			t.Errorf("%s: the record names commit %v, want %s (what the tag resolved to)", n, rec["commit"], want)
 		}
