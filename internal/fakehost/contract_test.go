@@ -310,3 +310,42 @@ func TestContractDepmodReadsTheHostsConfiguration(t *testing.T) {
 	})
 	resolves("with the override for tenstorrent", "updates")
 }
+
+// The host's module options (modprobe.d), as `modprobe -c` inside its root
+// prints them: what the agent passes to insmod, so the driver it loads now
+// runs as the one the host boots.
+func TestContractModprobeShowsTheHostsOptions(t *testing.T) {
+	fake, real, _ := worlds(t)
+	options := func(w world, o outcome) []string {
+		var out []string
+		for _, l := range strings.Split(o.stdout, "\n") {
+			if strings.HasPrefix(l, "options tenstorrent ") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	cfg := []string{"chroot", "HOST", "modprobe", "-c"}
+	fo, ro := fake.run(t, cfg...), real.run(t, cfg...)
+	sameCode(t, "modprobe -c without options", fo, ro)
+	if f, r := options(fake, fo), options(real, ro); len(f) != 0 || len(r) != 0 {
+		t.Errorf("modprobe -c without options: fake %q, real %q", f, r)
+	}
+	both(fake, real, func(w world) {
+		dir := filepath.Join(w.root, "etc/modprobe.d")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		conf := "# the admin's\noptions tenstorrent max_devices=32\noptions tenstorrent  reset_limit=5\noptions other x=1\n"
+		if err := os.WriteFile(filepath.Join(dir, "tenstorrent.conf"), []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	fo, ro = fake.run(t, cfg...), real.run(t, cfg...)
+	sameCode(t, "modprobe -c", fo, ro)
+	f, r := options(fake, fo), options(real, ro)
+	if strings.Join(f, "|") != strings.Join(r, "|") || len(r) == 0 {
+		t.Errorf("modprobe -c: fake %q, real %q", f, r)
+	}
+	t.Logf("real: %q", r)
+}

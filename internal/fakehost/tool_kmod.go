@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,11 +47,12 @@ func insmod(t *tool) int {
 	if st, err := loadState(t.root); err == nil {
 		time.Sleep(st.LoadDelay)
 	}
-	return t.loadFile(files[0])
+	return t.loadFile(files[0], files[1:]...)
 }
 
-// loadFile is the finit_module part shared by insmod and modprobe.
-func (t *tool) loadFile(path string) int {
+// loadFile is the finit_module part shared by insmod and modprobe; params
+// are the module's NAME=VALUE arguments.
+func (t *tool) loadFile(path string, params ...string) int {
 	p, err := t.inRoot(path)
 	if err != nil {
 		return t.errorf(1, "ERROR: %v", err)
@@ -85,6 +87,9 @@ func (t *tool) loadFile(path string) int {
 		return t.errorf(1, "ERROR: could not insert module %s: Unknown symbol in module", path)
 	}
 	if err := loadModule(t.root, version, 0, st); err != nil {
+		return t.errorf(1, "ERROR: %v", err)
+	}
+	if err := writeModuleParams(t.root, params); err != nil {
 		return t.errorf(1, "ERROR: %v", err)
 	}
 	t.recordOp(Op{Op: OpInsmod, Version: version})
@@ -174,31 +179,17 @@ type depmodConfig struct {
 
 type depmodOverride struct{ module, kernel, dir string }
 
-// depmodConfigDirs are kmod's, in priority order: a file name in an earlier
-// directory hides the same name in a later one; files apply sorted by name.
+// depmodConfigDirs are kmod's, in priority order (see configFiles).
 var depmodConfigDirs = []string{"etc/depmod.d", "run/depmod.d", "usr/local/lib/depmod.d", "lib/depmod.d"}
 
 func readDepmodConfig(root string) (depmodConfig, error) {
-	files := map[string]string{}
-	for _, d := range depmodConfigDirs {
-		entries, err := os.ReadDir(filepath.Join(root, d))
-		if err != nil && !os.IsNotExist(err) {
-			return depmodConfig{}, err
-		}
-		for _, e := range entries {
-			if _, seen := files[e.Name()]; !seen && strings.HasSuffix(e.Name(), ".conf") {
-				files[e.Name()] = filepath.Join(root, d, e.Name())
-			}
-		}
+	files, err := configFiles(root, depmodConfigDirs)
+	if err != nil {
+		return depmodConfig{}, err
 	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	var cfg depmodConfig
-	for _, n := range names {
-		b, err := os.ReadFile(files[n])
+	for _, f := range files {
+		b, err := os.ReadFile(f)
 		if err != nil {
 			return depmodConfig{}, err
 		}
@@ -266,6 +257,8 @@ func modprobe(t *tool) int {
 			}
 		case "--show-depends", "-D":
 			show = true
+		case "-c", "--showconfig", "--show-config":
+			return t.showModprobeConfig()
 		default:
 			if strings.HasPrefix(a, "-") {
 				return t.errorf(1, "ERROR: fake modprobe does not support %s", a)
@@ -300,6 +293,65 @@ func modprobe(t *tool) int {
 	return t.loadFile(filepath.Join(dir, rel))
 }
 
+// modprobeConfigDirs are kmod's, in priority order (as depmodConfigDirs).
+var modprobeConfigDirs = []string{"etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d", "lib/modprobe.d"}
+
+// showModprobeConfig is `modprobe -c`'s options part: one "options MODULE
+// REST" line per config line, REST as written after the module name and one
+// blank. Only inside the host root is the configuration the host's.
+func (t *tool) showModprobeConfig() int {
+	if !t.chrooted {
+		return 0
+	}
+	files, err := configFiles(t.root, modprobeConfigDirs)
+	if err != nil {
+		return t.errorf(1, "FATAL: %v", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return t.errorf(1, "FATAL: %v", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 || f[0] != "options" {
+				continue
+			}
+			i := strings.Index(line, f[1]) + len(f[1]) + 1
+			fmt.Fprintf(t.stdout, "options %s %s\n", f[1], line[i:])
+		}
+	}
+	return 0
+}
+
+// configFiles are the *.conf files of kmod's configuration directories
+// under root, sorted by name; a name in an earlier directory hides it in a
+// later one.
+func configFiles(root string, dirs []string) ([]string, error) {
+	files := map[string]string{}
+	for _, d := range dirs {
+		entries, err := os.ReadDir(filepath.Join(root, d))
+		if err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+		for _, e := range entries {
+			if _, seen := files[e.Name()]; !seen && strings.HasSuffix(e.Name(), ".conf") {
+				files[e.Name()] = filepath.Join(root, d, e.Name())
+			}
+		}
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = files[n]
+	}
+	return out, nil
+}
+
 func lookupModulesDep(dir, name string) (string, error) {
 	f, err := os.Open(filepath.Join(dir, "modules.dep"))
 	if err != nil {
@@ -314,6 +366,33 @@ func lookupModulesDep(dir, name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("not found")
+}
+
+// kmdParams are tt-kmd's module parameters and their defaults, each shown
+// in /sys/module/tenstorrent/parameters (tenstorrent/tt-kmd module.c:
+// module_param with mode 0444 or 0644).
+var kmdParams = map[string]string{
+	"max_devices": "32", "dma_address_bits": "0", "reset_limit": "10", "auto_reset_timeout": "10",
+	"power_policy": "Y", "idle_power_down_grace_ms": "5000",
+}
+
+// writeModuleParams shows the loaded module's parameters as the kernel
+// does; an unknown one is ignored (the kernel only logs "unknown parameter
+// ignored").
+func writeModuleParams(root string, params []string) error {
+	vals := maps.Clone(kmdParams)
+	for _, p := range params {
+		k, v, _ := strings.Cut(p, "=")
+		if _, ok := vals[k]; ok {
+			vals[k] = v
+		}
+	}
+	for k, v := range vals {
+		if err := writeFile(filepath.Join(root, moduleDir, "parameters", k), v+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func nonFlags(args []string) []string {

@@ -226,8 +226,12 @@ func (x *execution) killHolders(ctx context.Context, wait time.Duration, refs in
 // left without a driver.
 func (x *execution) insmod(ctx context.Context, ko, previous string) (string, error) {
 	a := x.agent
-	in := x.run(ctx, []string{"insmod", ko})
+	opts := x.hostModuleOptions(ctx)
+	in := x.run(ctx, append([]string{"insmod", ko}, opts...))
 	if in.err == nil {
+		if len(opts) > 0 {
+			return "insmod " + ko + " " + strings.Join(opts, " ") + " (the host's modprobe.d)", nil
+		}
 		return "insmod " + ko, nil
 	}
 	err := toolFailure(ReasonInsmodFailed, in, "insmod "+ko)
@@ -238,10 +242,29 @@ func (x *execution) insmod(ctx context.Context, ko, previous string) (string, er
 	if _, serr := verifyCached(old, ""); serr != nil {
 		return "", appendMsg(err, "; tt-kmd "+previous+" is not cached (or fails its checksum), the node has no driver loaded")
 	}
-	if back := x.run(ctx, []string{"insmod", old}); back.err != nil {
+	if back := x.run(ctx, append([]string{"insmod", old}, opts...)); back.err != nil {
 		return "", appendMsg(err, "; rollback to "+previous+" failed too, the node has no driver loaded")
 	}
 	return "", appendMsg(err, "; rolled back to tt-kmd "+previous)
+}
+
+// hostModuleOptions are the options the host's own modprobe would pass to
+// tenstorrent (its modprobe.d, read by `modprobe -c` inside its root), so
+// the driver loaded now runs as the one the host boots. Unreadable: none,
+// with a warning.
+func (x *execution) hostModuleOptions(ctx context.Context) []string {
+	cfg := x.run(ctx, x.agent.onHost("modprobe", "-c"))
+	if cfg.err != nil {
+		x.warn("the host's module options (modprobe -c) are unreadable, loading with the module's defaults: %v", cfg.err)
+		return nil
+	}
+	var opts []string
+	for _, line := range strings.Split(cfg.stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "options" && f[1] == kmdModuleName {
+			opts = append(opts, f[2:]...)
+		}
+	}
+	return opts
 }
 
 func appendMsg(err error, suffix string) error {

@@ -232,8 +232,9 @@ func TestKMDPersistWinsOverStaleExtraCopy(t *testing.T) {
 	requireSuccess(t, r)
 	assert.True(t, r.Persisted)
 	probe := callsTo(t, root, "modprobe")
-	require.Len(t, probe, 1)
-	assert.Equal(t, []string{"modprobe", "-S", kernel, "--show-depends", "tenstorrent"}, probe[0], "the host's modprobe, inside its root")
+	require.Len(t, probe, 2)
+	assert.Equal(t, []string{"modprobe", "-c"}, probe[0], "the host's module options, before the load")
+	assert.Equal(t, []string{"modprobe", "-S", kernel, "--show-depends", "tenstorrent"}, probe[1], "the host's modprobe, inside its root")
 	dep, err := os.ReadFile(filepath.Join(root, "lib/modules", kernel, "modules.dep"))
 	require.NoError(t, err)
 	assert.NotContains(t, string(dep), "extra/tenstorrent.ko")
@@ -339,4 +340,22 @@ func TestKMDUdevRuleGivesByIDLinks(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(root, "dev/tenstorrent/0"))
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o666), fi.Mode().Perm(), "by-id is skipped by the chmod of device nodes, 0 is not")
+}
+
+// The host's module options (its modprobe.d) reach the driver the agent
+// loads, as they reach the one the host boots through modprobe: insmod
+// alone would load it with tt-kmd's defaults (max_devices=32, reset_limit=10).
+func TestKMDLoadsWithTheHostsModuleOptions(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.34.0", KernelHeaders: true})
+	conf := filepath.Join(root, "etc/modprobe.d/tenstorrent.conf")
+	require.NoError(t, os.MkdirAll(filepath.Dir(conf), 0o755))
+	require.NoError(t, os.WriteFile(conf, []byte("options tenstorrent max_devices=8\noptions tenstorrent reset_limit=5\n"), 0o644))
+
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	requireSuccess(t, r)
+	for name, want := range map[string]string{"max_devices": "8", "reset_limit": "5"} {
+		got, err := os.ReadFile(filepath.Join(root, "sys/module/tenstorrent/parameters", name))
+		require.NoError(t, err, "the loaded module has no %s parameter", name)
+		assert.Equal(t, want, strings.TrimSpace(string(got)), name)
+	}
 }

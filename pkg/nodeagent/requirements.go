@@ -76,7 +76,7 @@ var Requirements = []Requirement{
 	{OpKMD, KindExec, InImage, "rmmod", "", "kmod", "unload the old module"},
 	{OpKMD, KindExec, InImage, "insmod", "", "kmod", "load the new module"},
 	{OpKMD, KindExec, OnHost, "depmod", "/usr/sbin/depmod", "", "index /lib/modules/<kver> for boot, with the host's depmod.d"},
-	{OpKMD, KindExec, OnHost, "modprobe", "/usr/sbin/modprobe", "", "check what the host's boot would load (--show-depends)"},
+	{OpKMD, KindExec, OnHost, "modprobe", "/usr/sbin/modprobe", "", "what the host's boot would load (--show-depends) and with which options (-c)"},
 	{OpKMD, KindExec, InImage, "kill", "", "procps", "--force-unload: SIGKILL device holders"},
 	{OpKMD, KindRead, OnHost, "osrelease", "/proc/sys/kernel/osrelease", "", "running kernel release"},
 	{OpKMD, KindRead, OnHost, "module", "/sys/module/tenstorrent/{version,refcnt}", "", "loaded version and users"},
