@@ -15,21 +15,37 @@ import (
 // 0600 and workloads run unprivileged), and stable
 // /dev/tenstorrent/by-id/<arch>-<asic id> links for Wormhole (0x401e) and
 // Blackhole (0xb140) devices that report tt_asic_id.
-const udevRule = "# installed by rollbook node-agent (as tt-kmd's udev-50-tenstorrent.rules)\n" +
+const udevRule = udevRuleHeader +
 	"SUBSYSTEM==\"tenstorrent\", MODE=\"0666\"\n" +
 	"SUBSYSTEM==\"tenstorrent\", ATTRS{device}==\"0x401e\", ATTR{tt_asic_id}==\"?*\", " +
 	"SYMLINK+=\"tenstorrent/by-id/wormhole-%s{tt_asic_id}\"\n" +
 	"SUBSYSTEM==\"tenstorrent\", ATTRS{device}==\"0xb140\", ATTR{tt_asic_id}==\"?*\", " +
 	"SYMLINK+=\"tenstorrent/by-id/blackhole-%s{tt_asic_id}\"\n"
 
+const (
+	udevRuleHeader = "# installed by rollbook node-agent (as tt-kmd's udev-50-tenstorrent.rules)\n"
+	udevRulePath   = "etc/udev/rules.d/50-tenstorrent.rules"
+)
+
 var deviceNodeRE = regexp.MustCompile(`^[0-9]+$`)
 
+// legacyUdevRule is what rollbook wrote at that path before it carried
+// upstream's symlinks: still ours to replace.
+const legacyUdevRule = "KERNEL==\"tenstorrent*\", MODE=\"0666\"\n"
+
 // installUdev installs the udev rule for future device nodes and fixes the
-// mode of the existing ones (the rule only applies to new events).
+// mode of the existing ones (the rule only applies to new events). A rule
+// at that path that rollbook did not write is the host's (DKMS's
+// post-install copies upstream's there; an admin may add symlinks, a group,
+// a stricter mode): it is kept as it is, and so are the device modes.
 func (x *execution) installUdev() (string, error) {
 	a := x.agent
-	rule := a.hostPath("etc/udev/rules.d/50-tenstorrent.rules")
-	if cur, err := os.ReadFile(rule); err != nil || !bytes.Equal(cur, []byte(udevRule)) {
+	rule := a.hostPath(udevRulePath)
+	cur, err := os.ReadFile(rule)
+	if err == nil && !bytes.HasPrefix(cur, []byte(udevRuleHeader)) && string(cur) != legacyUdevRule {
+		return "kept the host's own /" + udevRulePath, nil
+	}
+	if err != nil || !bytes.Equal(cur, []byte(udevRule)) {
 		if err := replaceFile(rule, strings.NewReader(udevRule), 0o644); err != nil {
 			return "", err
 		}

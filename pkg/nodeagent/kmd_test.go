@@ -359,3 +359,24 @@ func TestKMDLoadsWithTheHostsModuleOptions(t *testing.T) {
 		assert.Equal(t, want, strings.TrimSpace(string(got)), name)
 	}
 }
+
+// A udev rule the host put at tt-kmd's path (DKMS's post-install copies
+// upstream's there; an admin may add symlinks or a stricter mode) is the
+// host's: the agent keeps it as it is, and leaves device modes to it.
+func TestKMDKeepsTheHostsOwnUdevRule(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.34.0", KernelHeaders: true})
+	rule := filepath.Join(root, "etc/udev/rules.d/50-tenstorrent.rules")
+	own := "SUBSYSTEM==\"tenstorrent\", MODE=\"0660\", GROUP=\"render\"\n" +
+		"SUBSYSTEM==\"tenstorrent\", ATTR{tt_asic_id}==\"?*\", SYMLINK+=\"tenstorrent/by-asic/%s{tt_asic_id}\"\n"
+	require.NoError(t, os.MkdirAll(filepath.Dir(rule), 0o755))
+	require.NoError(t, os.WriteFile(rule, []byte(own), 0o644))
+
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	requireSuccess(t, r)
+	got, err := os.ReadFile(rule)
+	require.NoError(t, err)
+	assert.Equal(t, own, string(got), "the host's rule was rewritten")
+	fi, err := os.Stat(filepath.Join(root, "dev/tenstorrent/0"))
+	require.NoError(t, err)
+	assert.NotEqual(t, os.FileMode(0o666), fi.Mode().Perm(), "device mode set against the host's rule")
+}
