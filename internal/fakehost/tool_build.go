@@ -23,8 +23,11 @@ func git(t *tool) int {
 	if len(args) == 4 && args[0] == "-C" && args[2] == "rev-parse" && args[3] == "HEAD" {
 		return gitRevParse(t, args[1])
 	}
+	if len(args) > 0 && args[0] == "ls-remote" {
+		return gitLsRemote(t, args[1:])
+	}
 	if len(args) == 0 || args[0] != "clone" {
-		return t.errorf(129, "fake git only supports clone and -C DIR rev-parse HEAD, got %v", t.args)
+		return t.errorf(129, "fake git only supports clone, ls-remote and -C DIR rev-parse HEAD, got %v", t.args)
 	}
 	var branch string
 	var pos []string
@@ -193,6 +196,40 @@ func makeModules(t *tool) int {
 	}
 	fmt.Fprintf(t.stdout, "  CC [M]  %s/module.o\n  LD [M]  %s/tenstorrent.ko\n", src, src)
 	fmt.Fprintf(t.stdout, "make: Leaving directory '%s'\n", kdir)
+	return 0
+}
+
+// git ls-remote URL [PATTERN…]: the remote's tags whose name ends with a
+// pattern at a "/" boundary, as git matches them, one "<commit>\t<ref>" a
+// line; none matching is exit 0 with no output. The fake's tags are
+// lightweight (no peeled "^{}" lines).
+func gitLsRemote(t *tool, args []string) int {
+	var pos []string
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) == 0 {
+		return t.errorf(128, "fatal: No remote configured to list refs from.")
+	}
+	st, err := loadState(t.root)
+	if err != nil {
+		return t.errorf(128, "fatal: %v", err)
+	}
+	for _, tag := range RemoteTags {
+		if slices.Contains(st.MissingTags, tag) {
+			continue
+		}
+		ref := "refs/tags/" + tag
+		match := len(pos) == 1
+		for _, p := range pos[1:] {
+			match = match || ref == p || strings.HasSuffix(ref, "/"+p)
+		}
+		if match {
+			fmt.Fprintf(t.stdout, "%s\t%s\n", FakeCommit(tag), ref)
+		}
+	}
 	return 0
 }
 
