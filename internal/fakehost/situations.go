@@ -41,3 +41,14 @@ func PullCards(root string) error {
 	st.Devices = nil
 	return saveState(root, st)
 }
+
+// SetBrokenBuild makes `make modules` fail as with a compiler mismatch
+// (Spec.BrokenBuild), or build again.
+func SetBrokenBuild(root string, broken bool) error {
+	st, err := loadState(root)
+	if err != nil {
+		return err
+	}
+	st.BrokenBuild = broken
+	return saveState(root, st)
+}
