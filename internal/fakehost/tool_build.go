@@ -84,13 +84,17 @@ func git(t *tool) int {
 }
 
 // RemoteTags are the tags the fake tt-kmd remote has: tt-kmd's release tags
-// through 2.5.0, then the releases the simulated fleet's story moves
-// between. Any other version (a typo, 99.0.0) is not there, as upstream.
+// from 1.29 (before 2.0 upstream tagged two parts, ttkmd-1.34) through
+// 2.10.0, the releases the simulated fleet's story moves between (2.8.1 and
+// 2.9.1 are the story's), and 1.29.0–1.34.0, three-part stand-ins the
+// older tests use. Any other version (a typo, 99.0.0) is not there, as
+// upstream.
 var RemoteTags = func() []string {
 	var out []string
-	for _, v := range []string{"1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0",
+	for _, v := range []string{"1.29", "1.30", "1.31", "1.32", "1.33", "1.34",
+		"1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0",
 		"2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0", "2.4.1", "2.5.0",
-		"2.6.0", "2.7.0", "2.8.0", "2.8.1", "2.9.0", "2.9.1"} {
+		"2.6.0", "2.7.0", "2.8.0", "2.8.1", "2.9.0", "2.9.1", "2.10.0"} {
 		out = append(out, "ttkmd-"+v)
 	}
 	return out

@@ -75,3 +75,18 @@ func TestProbeMeasuresLoadPolicyAndDevices(t *testing.T) {
 	assert.Zero(t, *r.Probe.PCIDevices)
 	assert.Zero(t, r.Probe.BoundDevices)
 }
+
+// tt-kmd tagged its releases before 2.0 with two parts (ttkmd-1.34, whose
+// module reports version 1.34): such a version is cloned, built and
+// verified as it is.
+func TestKMDTwoPartVersion(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "2.7.0", KernelHeaders: true})
+	p := a.Probe(context.Background(), nodeagent.ProbeOptions{KMDVersion: "1.34"})
+	requireSuccess(t, p)
+	require.NotNil(t, p.Probe.Tag)
+	assert.True(t, p.Probe.Tag.Found)
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "1.34"})
+	requireSuccess(t, r)
+	assert.Equal(t, "1.34", r.After)
+	assert.Equal(t, "1.34", observe(t, root).LoadedKMD)
+}

@@ -124,7 +124,7 @@ func TestMissingTagStopsBeforeCordon(t *testing.T) {
 	simtest.Get(t).ExpectNoViolations(t)
 	ctx := simtest.Context(t, 3*time.Minute)
 	const target = "kwok-node-0"
-	blockedUncordoned(t, ctx, target, []string{"has no tag ttkmd-2.10.0", "git ls-remote --tags"}, "--version", "2.10.0")
+	blockedUncordoned(t, ctx, target, []string{"has no tag ttkmd-2.99.0", "git ls-remote --tags"}, "--version", "2.99.0")
 	const wrong = "0123456789abcdef0123456789abcdef01234567"
 	blockedUncordoned(t, ctx, target, []string{"names commit " + fakehost.FakeCommit("ttkmd-2.8.0"), "not the pinned " + wrong},
 		"--version", "2.8.0", "--kmd-commit", wrong)
