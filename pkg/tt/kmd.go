@@ -82,6 +82,9 @@ func (c *KMDConfig) Validate() error {
 			return fmt.Errorf("--deploy-gate %q: %s", g, errs)
 		}
 	}
+	if c.Helper.Timeout != 0 && c.Helper.Timeout < time.Minute {
+		return fmt.Errorf("--helper-timeout %s is too short: a module build takes minutes (at least 1m)", c.Helper.Timeout)
+	}
 	if c.MaxParallel < 0 {
 		return fmt.Errorf("--max-parallel must be at least 1, not %d", c.MaxParallel)
 	}
@@ -360,12 +363,21 @@ func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) ru
 	}
 }
 
+// helperWorkTimeout is the agent's deadline in a helper pod of deadline t:
+// 30s earlier, to write its result.
+func helperWorkTimeout(t time.Duration) time.Duration { return t - 30*time.Second }
+
 func kmdProbeCommand(cfg *KMDConfig) []string {
 	return []string{"kubectl-tt", "node-agent", "probe", "--kmd-version", cfg.Version}
 }
 
 func kmdCommand(cfg *KMDConfig) []string {
 	cmd := []string{"kubectl-tt", "node-agent", "kmd", "--version", cfg.Version, "--publish"}
+	if t := cfg.Helper.Timeout; t > 0 {
+		// The agent's own deadline, inside the pod's: it stops and reports
+		// (old module loaded) before the kubelet kills it mid-step.
+		cmd = append(cmd, "--timeout", helperWorkTimeout(t).String())
+	}
 	if cfg.Commit != "" {
 		cmd = append(cmd, "--commit", cfg.Commit)
 	}
