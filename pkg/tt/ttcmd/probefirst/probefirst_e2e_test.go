@@ -240,3 +240,20 @@ func TestAtTargetGetsOnlyTheLabel(t *testing.T) {
 		t.Errorf("helper pod %s left on the node", p.Name)
 	}
 }
+
+// tt-kmd tagged its releases before 2.0 with two parts (ttkmd-1.34, module
+// version 1.34): such a version is installed and labelled as it is.
+func TestTwoPartVersionInstalls(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-2"
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "1.34", "--nodes", target); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if h := host(t, target); h.LoadedKMD != "1.34" {
+		t.Errorf("the host runs %q, want 1.34", h.LoadedKMD)
+	}
+	if n := node(t, target); n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != "1.34" {
+		t.Errorf("unschedulable %v, label %q", n.Spec.Unschedulable, n.Labels[tt.LabelKMDVersion])
+	}
+}
