@@ -116,8 +116,9 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 		Reads: readNode | readPods,
 		Doc: "Before the first cordon, run a short helper pod (node-agent probe) with the same image and namespace as the real " +
 			"task, unprivileged and with the host mounted read-only. It proves the image pulls and runs, and measures the kernel, " +
-			"DKMS state, headers and toolchain, " +
-			"the loaded module, firmware, tt-smi and every process holding the device. Anything that would fail the task " +
+			"DKMS state, headers and the compiler they name, whether the kernel loads unsigned modules, the cards on the " +
+			"PCI bus, the loaded module, firmware, tt-smi and every process holding the device, and for tt-kmd (when it " +
+			"would be built) the release's tag at the git URL. Anything that would fail the task " +
 			"stops the node here, before it is taken out of service.",
 		// No step clock (two node writes): a probe changes nothing, so a
 		// re-run may start its budget afresh; Wait bounds it.
