@@ -36,7 +36,9 @@ func (x *execution) checkTag(ctx context.Context, url, tag string) *TagCheck {
 	ref := "refs/tags/" + tag
 	r := x.run(ctx, []string{"git", "ls-remote", url, ref, ref + "^{}"})
 	if r.err != nil {
-		c.Error = keepHead(strings.TrimSpace(toolFailure(ReasonCloneFailed, r, "git ls-remote").Error()), 300)
+		// git's last line says why (resolve, TLS, auth); no more is kept.
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		c.Error = keepHead(strings.TrimSpace(r.err.Error()+": "+lines[len(lines)-1]), 300)
 		return c
 	}
 	var direct, peeled string

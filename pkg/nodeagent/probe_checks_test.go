@@ -90,3 +90,19 @@ func TestKMDTwoPartVersion(t *testing.T) {
 	assert.Equal(t, "1.34", r.After)
 	assert.Equal(t, "1.34", observe(t, root).LoadedKMD)
 }
+
+// A remote git cannot reach is reported with git's reason, not as a
+// missing tag.
+func TestProbeReportsAnUnreachableRemote(t *testing.T) {
+	a, _ := newHost(t, fakehost.Spec{LoadedKMD: "2.7.0", KernelHeaders: true})
+	dir := t.TempDir()
+	script := "#!/bin/sh\necho \"fatal: unable to access 'https://git.example/tt-kmd.git/': Could not resolve host: git.example\" >&2\nexit 128\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "git"), []byte(script), 0o755))
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	r := a.Probe(context.Background(), nodeagent.ProbeOptions{KMDVersion: "2.8.0", GitURL: "https://git.example/tt-kmd.git"})
+	requireSuccess(t, r)
+	require.NotNil(t, r.Probe.Tag)
+	assert.False(t, r.Probe.Tag.Found)
+	assert.Contains(t, r.Probe.Tag.Error, "Could not resolve host")
+	assert.Contains(t, r.Probe.Tag.Error, "exit status 128")
+}
