@@ -128,6 +128,22 @@ func TestContractKMDTools(t *testing.T) {
 			t.Errorf("git rev-parse HEAD printed %q, want one commit ID", o.stdout)
 		}
 	}
+	// ls-remote of the tag (what the probe runs): exit 0 and one line naming
+	// the commit the clone checked out; of a missing tag, exit 0 and nothing.
+	heads := map[string]string{"fake": fo.stdout, "real": ro.stdout}
+	lsRemote := []string{"git", "ls-remote", url, "refs/tags/ttkmd-2.9.0", "refs/tags/ttkmd-2.9.0^{}"}
+	fo, ro = fake.run(t, lsRemote...), real.run(t, lsRemote...)
+	sameCode(t, "git ls-remote of a tag", fo, ro)
+	for name, o := range map[string]outcome{"fake": fo, "real": ro} {
+		if want := strings.TrimSpace(heads[name]) + "\trefs/tags/ttkmd-2.9.0\n"; o.stdout != want {
+			t.Errorf("%s git ls-remote printed %q, want %q", name, o.stdout, want)
+		}
+	}
+	fo, ro = fake.run(t, "git", "ls-remote", url, "refs/tags/ttkmd-99.0.0"), real.run(t, "git", "ls-remote", url, "refs/tags/ttkmd-99.0.0")
+	sameCode(t, "git ls-remote of a missing tag", fo, ro)
+	if fo.code != 0 || fo.stdout != "" || ro.stdout != "" {
+		t.Errorf("git ls-remote of a missing tag: fake %d %q, real %d %q", fo.code, fo.stdout, ro.code, ro.stdout)
+	}
 	// Outside a clone: 128.
 	fo = fake.run(t, "git", "-C", "HOST/tmp", "rev-parse", "HEAD")
 	ro = real.run(t, "git", "-C", "HOST/tmp", "rev-parse", "HEAD")

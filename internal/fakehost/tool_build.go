@@ -23,8 +23,11 @@ func git(t *tool) int {
 	if len(args) == 4 && args[0] == "-C" && args[2] == "rev-parse" && args[3] == "HEAD" {
 		return gitRevParse(t, args[1])
 	}
+	if len(args) > 0 && args[0] == "ls-remote" {
+		return gitLsRemote(t, args[1:])
+	}
 	if len(args) == 0 || args[0] != "clone" {
-		return t.errorf(129, "fake git only supports clone and -C DIR rev-parse HEAD, got %v", t.args)
+		return t.errorf(129, "fake git only supports clone, ls-remote and -C DIR rev-parse HEAD, got %v", t.args)
 	}
 	var branch string
 	var pos []string
@@ -81,13 +84,17 @@ func git(t *tool) int {
 }
 
 // RemoteTags are the tags the fake tt-kmd remote has: tt-kmd's release tags
-// through 2.5.0, then the releases the simulated fleet's story moves
-// between. Any other version (a typo, 99.0.0) is not there, as upstream.
+// from 1.29 (before 2.0 upstream tagged two parts, ttkmd-1.34) through
+// 2.10.0, the releases the simulated fleet's story moves between (2.8.1 and
+// 2.9.1 are the story's), and 1.29.0–1.34.0, three-part stand-ins the
+// older tests use. Any other version (a typo, 99.0.0) is not there, as
+// upstream.
 var RemoteTags = func() []string {
 	var out []string
-	for _, v := range []string{"1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0",
+	for _, v := range []string{"1.29", "1.30", "1.31", "1.32", "1.33", "1.34",
+		"1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0",
 		"2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0", "2.4.1", "2.5.0",
-		"2.6.0", "2.7.0", "2.8.0", "2.8.1", "2.9.0", "2.9.1"} {
+		"2.6.0", "2.7.0", "2.8.0", "2.8.1", "2.9.0", "2.9.1", "2.10.0"} {
 		out = append(out, "ttkmd-"+v)
 	}
 	return out
@@ -193,6 +200,40 @@ func makeModules(t *tool) int {
 	}
 	fmt.Fprintf(t.stdout, "  CC [M]  %s/module.o\n  LD [M]  %s/tenstorrent.ko\n", src, src)
 	fmt.Fprintf(t.stdout, "make: Leaving directory '%s'\n", kdir)
+	return 0
+}
+
+// git ls-remote URL [PATTERN…]: the remote's tags whose name ends with a
+// pattern at a "/" boundary, as git matches them, one "<commit>\t<ref>" a
+// line; none matching is exit 0 with no output. The fake's tags are
+// lightweight (no peeled "^{}" lines).
+func gitLsRemote(t *tool, args []string) int {
+	var pos []string
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) == 0 {
+		return t.errorf(128, "fatal: No remote configured to list refs from.")
+	}
+	st, err := loadState(t.root)
+	if err != nil {
+		return t.errorf(128, "fatal: %v", err)
+	}
+	for _, tag := range RemoteTags {
+		if slices.Contains(st.MissingTags, tag) {
+			continue
+		}
+		ref := "refs/tags/" + tag
+		match := len(pos) == 1
+		for _, p := range pos[1:] {
+			match = match || ref == p || strings.HasSuffix(ref, "/"+p)
+		}
+		if match {
+			fmt.Fprintf(t.stdout, "%s\t%s\n", FakeCommit(tag), ref)
+		}
+	}
 	return 0
 }
 

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 )
 
@@ -229,24 +228,11 @@ func (x *execution) checkNotHostManaged() (string, error) {
 // kernel.modules_disabled, module.sig_enforce, or lockdown (Secure Boot).
 // Otherwise the old driver would be unloaded and the new one refused.
 func (x *execution) checkLoadAllowed() (string, error) {
-	a := x.agent
-	disabled, _ := readOptional(a.hostPath(modulesDisabledPath))
-	enforce, _ := readOptional(a.hostPath(sigEnforcePath))
-	lockdown, _ := readOptional(a.hostPath(lockdownPath))
-	mode := ""
-	if i, j := strings.Index(lockdown, "["), strings.Index(lockdown, "]"); i >= 0 && j > i {
-		mode = lockdown[i+1 : j]
+	refused, allowed := x.agent.loadPolicy()
+	if refused != "" {
+		return "", fail(ReasonInsmodFailed, "%s; tt-kmd %q stays loaded", refused, x.res.Before)
 	}
-	switch {
-	case disabled == "1":
-		return "", fail(ReasonInsmodFailed, "kernel.modules_disabled is 1: the kernel loads and unloads no module until reboot; "+
-			"tt-kmd %q stays loaded", x.res.Before)
-	case enforce == "Y" || (mode != "" && mode != "none"):
-		return "", fail(ReasonInsmodFailed, "the kernel refuses unsigned modules (module.sig_enforce=%s, lockdown %q): "+
-			"a module built here would not load; sign tt-kmd with an enrolled key (DKMS/MOK) on this node; tt-kmd %q stays loaded",
-			orDash(enforce), orDash(mode), x.res.Before)
-	}
-	return "unsigned modules load (lockdown " + orDash(mode) + ", sig_enforce " + orDash(enforce) + ")", nil
+	return allowed, nil
 }
 
 func (x *execution) checkUnused(version string) (string, error) {

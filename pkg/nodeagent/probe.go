@@ -19,6 +19,9 @@ type ProbeOptions struct {
 	// AgentVersion is reported so the CLI can refuse a helper image of
 	// another release.
 	AgentVersion string
+	// GitURL is where the kmd helper would clone KMDVersion's tag from;
+	// default DefaultKMDGitURL.
+	GitURL string
 }
 
 // ProbeFacts is what a probe measured on the host (Result.Probe); device
@@ -33,6 +36,20 @@ type ProbeFacts struct {
 	// running kernel.
 	Cached bool   `json:"cached,omitempty"`
 	SMI    string `json:"smi,omitempty"`
+	// CC is the compiler the kernel headers name ("" when they name none);
+	// Toolchain is false without it.
+	CC string `json:"cc,omitempty"`
+	// LoadRefused says why the kernel would refuse an unsigned module (""
+	// when it loads one).
+	LoadRefused string `json:"loadRefused,omitempty"`
+	// Tag is the remote's tag for KMDVersion, looked at only when the
+	// module would be built.
+	Tag *TagCheck `json:"tag,omitempty"`
+	// PCIDevices are the Tenstorrent PCI functions present; BoundDevices
+	// the device nodes the loaded module made. nil: not measured (an older
+	// helper).
+	PCIDevices   *int `json:"pciDevices,omitempty"`
+	BoundDevices int  `json:"boundDevices"`
 }
 
 // Probe measures the running kernel, the loaded module, DKMS markers,
@@ -45,6 +62,12 @@ func (a *Agent) Probe(ctx context.Context, o ProbeOptions) Result {
 		if err := ValidateKMDVersion(o.KMDVersion); err != nil {
 			return x.finish(ctx, fail(ReasonInvalidInput, "--kmd-version: %v", err))
 		}
+	}
+	if o.GitURL == "" {
+		o.GitURL = DefaultKMDGitURL
+	}
+	if err := ValidateSourceURL(o.GitURL); err != nil {
+		return x.finish(ctx, fail(ReasonInvalidInput, "--git-url: %v", err))
 	}
 	return x.finish(ctx, x.probe(ctx, o))
 }
@@ -82,11 +105,18 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 	if build, err := resolveInRoot(a.Root, filepath.Join("lib/modules", kver, "build")); err == nil {
 		_, err = os.Stat(filepath.Join(build, "Makefile"))
 		p.Headers = err == nil
+		p.CC = headersCompiler(build)
 	}
-	p.Toolchain = hostToolchain(a.Root)
+	p.Toolchain = hostToolchain(a.Root) && (p.CC == "" || hostHas(a.Root, p.CC))
+	p.LoadRefused, _ = a.loadPolicy()
+	pci, bound := countDevices(a.Root)
+	p.PCIDevices, p.BoundDevices = &pci, bound
 	if o.KMDVersion != "" {
 		_, err := verifyCached(a.hostPath(filepath.Join(kmdCacheDir, kver, o.KMDVersion, kmdModuleFile)), "")
 		p.Cached = err == nil
+		if !p.Cached && x.res.Before != o.KMDVersion {
+			p.Tag = x.checkTag(ctx, o.GitURL, "ttkmd-"+o.KMDVersion)
+		}
 	}
 	if _, err := os.Stat(a.hostPath(hostSMIPath)); err == nil {
 		if v, err := x.hostBinaryVersion(ctx, hostSMIPath); err == nil {
@@ -106,7 +136,7 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 		x.res.Devices = devicesFrom(devs, nil, "")
 	}
 	return x.step("measure", func() (string, error) {
-		return fmt.Sprintf("kernel %s, kmd %q (refcnt %d), %d holder(s), %d device(s)", kver, x.res.Before, p.Refcnt,
-			len(x.res.Holders), len(x.res.Devices)), nil
+		return fmt.Sprintf("kernel %s, kmd %q (refcnt %d), %d holder(s), %d device(s), %d of %d PCI device(s) bound", kver,
+			x.res.Before, p.Refcnt, len(x.res.Holders), len(x.res.Devices), bound, pci), nil
 	})
 }

@@ -11,7 +11,7 @@ var (
 	versionRE = regexp.MustCompile(`^[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}$`)
 	// tt-kmd's MODULE_VERSION may carry a build suffix, which
 	// /sys/module/tenstorrent/version then shows (e.g. 2.4.0-rc1).
-	kmdVersionRE = regexp.MustCompile(`^[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}(-[0-9A-Za-z][0-9A-Za-z.]{0,31})?$`)
+	kmdVersionRE = regexp.MustCompile(`^[0-9]{1,6}\.[0-9]{1,6}(\.[0-9]{1,6})?(-[0-9A-Za-z][0-9A-Za-z.]{0,31})?$`)
 	readbackRE   = regexp.MustCompile(`^[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}(\.[0-9]{1,6})?$`)
 )
 
@@ -25,12 +25,14 @@ func ValidateVersion(v string) error {
 	return nil
 }
 
-// ValidateKMDVersion accepts a tt-kmd version: MAJOR.MINOR.PATCH with an
-// optional suffix as tt-kmd's module version carries it ("2.4.0-rc1"). The
-// suffix is letters, digits and dots, safe in git refs, paths and labels.
+// ValidateKMDVersion accepts a tt-kmd version: MAJOR.MINOR.PATCH, or
+// MAJOR.MINOR as tt-kmd tagged and versioned its releases before 2.0
+// (ttkmd-1.34, MODULE_VERSION "1.34"), with an optional suffix as tt-kmd's
+// module version carries it ("2.4.0-rc1"). The suffix is letters, digits
+// and dots, safe in git refs, paths and labels.
 func ValidateKMDVersion(v string) error {
 	if !kmdVersionRE.MatchString(v) {
-		return fmt.Errorf("version %q must look like 1.2.3 (or 1.2.3-suffix, as tt-kmd reports it)", v)
+		return fmt.Errorf("version %q must look like 2.8.0 or 1.34 (or with a -suffix, as tt-kmd reports it)", v)
 	}
 	return nil
 }

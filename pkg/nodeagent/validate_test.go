@@ -21,8 +21,9 @@ func TestValidateVersion(t *testing.T) {
 		assert.Equal(t, ok, nodeagent.ValidateVersion(v) == nil, "version %q", v)
 	}
 	for v, ok := range map[string]bool{
-		"2.4.0": true, "2.4.0-rc1": true, "2.2.0-1": true, "2.4.0-rc.1": true,
-		"2.4.0-": false, "2.4.0--x": false, "2.4.0-rc1;reboot": false, "2.4.0-a/b": false, "2.4.0-../x": false, "2.4": false,
+		"2.4.0": true, "2.4.0-rc1": true, "2.2.0-1": true, "2.4.0-rc.1": true, "1.34": true, "2.9.99-testing": true,
+		"2.4.0-": false, "2.4.0--x": false, "2.4.0-rc1;reboot": false, "2.4.0-a/b": false, "2.4.0-../x": false, "2": false,
+		"2.4.0.0": false, "1.34-": false, "1..34": false,
 	} {
 		assert.Equal(t, ok, nodeagent.ValidateKMDVersion(v) == nil, "kmd version %q", v)
 	}
@@ -65,7 +66,7 @@ func FuzzValidateVersion(f *testing.F) {
 func TestInvalidInputRunsNoTool(t *testing.T) {
 	ops := map[string]func(*nodeagent.Agent) nodeagent.Result{
 		"kmd bad version": func(a *nodeagent.Agent) nodeagent.Result {
-			return a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0"})
+			return a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2"})
 		},
 		"kmd injected version": func(a *nodeagent.Agent) nodeagent.Result {
 			return a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0 --upload-pack=x"})

@@ -361,7 +361,7 @@ func flashCommand(cfg *FirmwareConfig) []string {
 	}
 	cmd := append([]string{"kubectl-tt", "node-agent", "flash", "--version", cfg.Version,
 		"--readback-version", cfg.Readback}, src...)
-	cmd = append(cmd, "--timeout", (cfg.FlashTimeout - 30*time.Second).String())
+	cmd = append(cmd, "--timeout", helperWorkTimeout(cfg.FlashTimeout).String())
 	if cfg.BundleSHA256 != "" {
 		cmd = append(cmd, "--bundle-sha256", strings.ToLower(cfg.BundleSHA256))
 	}

@@ -82,6 +82,9 @@ func (c *KMDConfig) Validate() error {
 			return fmt.Errorf("--deploy-gate %q: %s", g, errs)
 		}
 	}
+	if c.Helper.Timeout != 0 && c.Helper.Timeout < time.Minute {
+		return fmt.Errorf("--helper-timeout %s is too short: a module build takes minutes (at least 1m)", c.Helper.Timeout)
+	}
 	if c.MaxParallel < 0 {
 		return fmt.Errorf("--max-parallel must be at least 1, not %d", c.MaxParallel)
 	}
@@ -126,7 +129,11 @@ func measuredKMD(n *corev1.Node, run string) (string, bool) {
 // kmdFinished: this run measured the target version on the node and its
 // label says so. A label alone (set by hand, from intent, or left from
 // before a reboot into another kernel) never counts: every run measures.
+// A node whose cards are gone is not done either: it is reported.
 func kmdFinished(n *corev1.Node, want, run string) bool {
+	if p := probeRecordOf(n); p != nil && p.Run == run && len(p.cardGone()) > 0 {
+		return false
+	}
 	v, ok := measuredKMD(n, run)
 	return ok && v == want && n.Labels[LabelKMDVersion] == want
 }
@@ -135,21 +142,56 @@ func (c *KMDConfig) drainSelects(p *corev1.Pod) bool {
 	return c.PodSelector == nil || c.PodSelector.Matches(labels.Set(p.Labels))
 }
 
-// kmdBlockers is what stops a probed node before its cordon.
+// kmdBlockers is what stops a probed node before its cordon: everything
+// the kmd helper would fail on that the probe can know without changing
+// the node.
 func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 	return func(f *Facts) []string {
 		r := f.Measured
 		if r == nil {
 			return []string{"no probe result"}
 		}
-		out := r.commonBlockers(cfg.ForceUnload)
+		atTarget := r.KMD == cfg.Version
+		// At the target nothing is unloaded: a host holder is no obstacle.
+		out := r.commonBlockers(cfg.ForceUnload || atTarget)
 		if len(r.DKMS) > 0 {
 			out = append(out, "tt-kmd is host-managed (DKMS) on this node: "+strings.Join(r.DKMS, "; ")+
 				"; it is now labelled "+LabelInstallMode+"=host and later runs skip it")
 		}
-		if r.KMD != cfg.Version && !r.Cached && f.Shared == nil && (!r.Headers || !r.Toolchain) {
-			out = append(out, fmt.Sprintf("tt-kmd %s is not cached for kernel %s and cannot be built here (headers %v, toolchain %v); "+
-				"install linux-headers-%s on the node", cfg.Version, r.Kernel, r.Headers, r.Toolchain, r.Kernel))
+		out = append(out, r.cardGone()...)
+		if atTarget {
+			return out
+		}
+		if r.LoadRefused != "" {
+			out = append(out, r.LoadRefused+"; tt-kmd "+orUnknown(r.KMD)+" stays loaded")
+		}
+		if r.Cached || f.Shared != nil {
+			return out
+		}
+		switch {
+		case !r.Headers:
+			out = append(out, fmt.Sprintf("tt-kmd %s is not cached for kernel %s and cannot be built here (no kernel headers); "+
+				"install linux-headers-%s on the node", cfg.Version, r.Kernel, r.Kernel))
+		case !r.Toolchain && r.CC != "":
+			out = append(out, fmt.Sprintf("tt-kmd %s is not cached for kernel %s and cannot be built here: the kernel headers name "+
+				"the compiler %s (in .kernelvariables), which the node lacks, or make is missing; install %s and make on the node",
+				cfg.Version, r.Kernel, r.CC, r.CC))
+		case !r.Toolchain:
+			out = append(out, fmt.Sprintf("tt-kmd %s is not cached for kernel %s and cannot be built here (no make or gcc); "+
+				"install build-essential on the node", cfg.Version, r.Kernel))
+		}
+		if t := r.Tag; t != nil {
+			switch {
+			case t.Error != "":
+				out = append(out, fmt.Sprintf("the node cannot list tag %s at %s (%s); the build clones it from there: let the "+
+					"helper namespace reach it", t.Tag, t.URL, t.Error))
+			case !t.Found:
+				out = append(out, fmt.Sprintf("%s has no tag %s: tt-kmd %s was never released (list them: git ls-remote --tags %s)",
+					t.URL, t.Tag, cfg.Version, t.URL))
+			case cfg.Commit != "" && t.Commit != cfg.Commit:
+				out = append(out, fmt.Sprintf("tag %s of %s names commit %s, not the pinned %s: the tag moved or the repository "+
+					"is not the one you pinned", t.Tag, t.URL, t.Commit, cfg.Commit))
+			}
 		}
 		return out
 	}
@@ -168,6 +210,18 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 	obs.shared = share.read
 	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
 	blockers := kmdBlockers(cfg)
+	// A node this run's probe found at the target, with nothing in the way,
+	// lacks only its label: no cordon, drain or helper for that.
+	labelOnly := func(s runbook.Step[Facts]) runbook.Step[Facts] {
+		done := s.Done
+		s.Done = func(f Facts) (bool, string) {
+			if !f.ourCordon() && f.measuredFresh(cfg.RunID) && f.Measured.KMD == v && len(blockers(&f)) == 0 {
+				return true, "tt-kmd " + v + " is loaded already (measured by the probe): only the label is written"
+			}
+			return done(f)
+		}
+		return s
+	}
 	return &runbook.Runbook[Facts]{
 		Name:  KMDRunbookName,
 		Title: "Upgrade (or downgrade) the Tenstorrent kernel module, tt-kmd",
@@ -188,12 +242,12 @@ the target version is measured on it, whatever its label says.`,
 			b.probe("tt.kmd.probe", kmdProbeCommand(cfg), blockers),
 			share.waitStep(),
 			// One node at a time by default, like the operator's DaemonSet rollout.
-			b.cordon("tt.kmd.cordon", append([]runbook.Guard[Facts]{probeClear("tt-kmd", cfg.RunID, blockers),
-				outOfServiceBudget(max(cfg.MaxParallel, 1))}, perLabelBudget(cfg.MaxUnavailablePer)...)...),
-			b.closeGates("tt.kmd.close-gates", cfg.DeployGates),
-			b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "tt-kmd "+v+" upgrade"),
-			kmdDrainStep(cs, rec, cfg),
-			b.helperTask(task{
+			labelOnly(b.cordon("tt.kmd.cordon", append([]runbook.Guard[Facts]{probeClear("tt-kmd", cfg.RunID, blockers),
+				outOfServiceBudget(max(cfg.MaxParallel, 1))}, perLabelBudget(cfg.MaxUnavailablePer)...)...)),
+			labelOnly(b.closeGates("tt.kmd.close-gates", cfg.DeployGates)),
+			labelOnly(b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "tt-kmd "+v+" upgrade")),
+			labelOnly(kmdDrainStep(cs, rec, cfg)),
+			labelOnly(b.helperTask(task{
 				id: "tt.kmd.install", title: "Swap the kernel module", name: "kmd", key: v, command: kmdCommand(cfg),
 				doc: "Run the kmd helper pod on the node: it checks that nothing holds the device (with --force-unload it kills " +
 					"the holders), unloads tt-kmd, loads the target version from the node's module cache or builds it, verifies " +
@@ -223,7 +277,7 @@ the target version is measured on it, whatever its label says.`,
 				},
 				after:   share.publish,
 				waiting: func(f Facts) string { return "module at " + orUnknown(f.Node.Labels[LabelKMDVersion]) },
-			}),
+			})),
 			{
 				ID: "tt.kmd.label", Title: "Label the node with the measured version",
 				Reads: readNode | readPods, DoneReads: readNode,
@@ -309,12 +363,21 @@ func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) ru
 	}
 }
 
+// helperWorkTimeout is the agent's deadline in a helper pod of deadline t:
+// 30s earlier, to write its result.
+func helperWorkTimeout(t time.Duration) time.Duration { return t - 30*time.Second }
+
 func kmdProbeCommand(cfg *KMDConfig) []string {
 	return []string{"kubectl-tt", "node-agent", "probe", "--kmd-version", cfg.Version}
 }
 
 func kmdCommand(cfg *KMDConfig) []string {
 	cmd := []string{"kubectl-tt", "node-agent", "kmd", "--version", cfg.Version, "--publish"}
+	if t := cfg.Helper.Timeout; t > 0 {
+		// The agent's own deadline, inside the pod's: it stops and reports
+		// (old module loaded) before the kubelet kills it mid-step.
+		cmd = append(cmd, "--timeout", helperWorkTimeout(t).String())
+	}
 	if cfg.Commit != "" {
 		cmd = append(cmd, "--commit", cfg.Commit)
 	}

@@ -26,18 +26,23 @@ const AnnProbe = "rollbook.dev/tt-probe"
 
 // ProbeRecord is what a probe helper measured, kept on the node.
 type ProbeRecord struct {
-	Run          string             `json:"run"`
-	At           time.Time          `json:"at"`
-	Kernel       string             `json:"kernel"`
-	KMD          string             `json:"kmd,omitempty"`
-	DKMS         []string           `json:"dkms,omitempty"`
-	Headers      bool               `json:"headers"`
-	Toolchain    bool               `json:"toolchain"`
-	Cached       bool               `json:"cached,omitempty"`
-	SMI          string             `json:"smi,omitempty"`
-	AgentVersion string             `json:"agentVersion,omitempty"`
-	Firmware     []string           `json:"firmware,omitempty"`
-	Holders      []nodeagent.Holder `json:"holders,omitempty"`
+	Run          string              `json:"run"`
+	At           time.Time           `json:"at"`
+	Kernel       string              `json:"kernel"`
+	KMD          string              `json:"kmd,omitempty"`
+	DKMS         []string            `json:"dkms,omitempty"`
+	Headers      bool                `json:"headers"`
+	Toolchain    bool                `json:"toolchain"`
+	Cached       bool                `json:"cached,omitempty"`
+	SMI          string              `json:"smi,omitempty"`
+	AgentVersion string              `json:"agentVersion,omitempty"`
+	Firmware     []string            `json:"firmware,omitempty"`
+	Holders      []nodeagent.Holder  `json:"holders,omitempty"`
+	CC           string              `json:"cc,omitempty"`
+	LoadRefused  string              `json:"loadRefused,omitempty"`
+	Tag          *nodeagent.TagCheck `json:"tag,omitempty"`
+	PCIDevices   *int                `json:"pciDevices,omitempty"`
+	BoundDevices int                 `json:"boundDevices,omitempty"`
 }
 
 func probeRecordOf(n *corev1.Node) *ProbeRecord {
@@ -57,6 +62,7 @@ func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
 	if p := r.Probe; p != nil {
 		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI,
 			p.AgentVersion
+		rec.CC, rec.LoadRefused, rec.Tag, rec.PCIDevices, rec.BoundDevices = p.CC, p.LoadRefused, p.Tag, p.PCIDevices, p.BoundDevices
 	}
 	for _, d := range r.Devices {
 		rec.Firmware = append(rec.Firmware, d.Before)
@@ -110,8 +116,9 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 		Reads: readNode | readPods,
 		Doc: "Before the first cordon, run a short helper pod (node-agent probe) with the same image and namespace as the real " +
 			"task, unprivileged and with the host mounted read-only. It proves the image pulls and runs, and measures the kernel, " +
-			"DKMS state, headers and toolchain, " +
-			"the loaded module, firmware, tt-smi and every process holding the device. Anything that would fail the task " +
+			"DKMS state, headers and the compiler they name, whether the kernel loads unsigned modules, the cards on the " +
+			"PCI bus, the loaded module, firmware, tt-smi and every process holding the device, and for tt-kmd (when it " +
+			"would be built) the release's tag at the git URL. Anything that would fail the task " +
 			"stops the node here, before it is taken out of service.",
 		// No step clock (two node writes): a probe changes nothing, so a
 		// re-run may start its budget afresh; Wait bounds it.
@@ -211,7 +218,21 @@ func probeSpec(h HelperConfig, node, run string, cmd []string) kube.HelperSpec {
 }
 
 func describeProbe(r *ProbeRecord) string {
-	return fmt.Sprintf("kernel %s, kmd %s, %d holder(s)", r.Kernel, orUnknown(r.KMD), len(r.Holders))
+	s := fmt.Sprintf("kernel %s, kmd %s, %d holder(s)", r.Kernel, orUnknown(r.KMD), len(r.Holders))
+	if r.PCIDevices != nil && r.KMD != "" && r.BoundDevices != *r.PCIDevices {
+		s += fmt.Sprintf("; the module bound %d of %d Tenstorrent PCI device(s)", r.BoundDevices, *r.PCIDevices)
+	}
+	return s
+}
+
+// cardGone is the blocker of a node whose Tenstorrent cards are not on the
+// PCI bus: no driver or firmware work can succeed there.
+func (r *ProbeRecord) cardGone() []string {
+	if r.PCIDevices == nil || *r.PCIDevices > 0 {
+		return nil
+	}
+	return []string{"no Tenstorrent PCI device (vendor 0x1e52) under /sys/bus/pci/devices: the card is gone or the kernel does " +
+		"not see it (check `lspci -d 1e52:` on the node); reseat or replace it, or take the node out of the selection"}
 }
 
 // waitHelper watches a helper until it ends, and notices within seconds a

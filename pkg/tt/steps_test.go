@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
@@ -108,6 +110,31 @@ func TestKMDBlockers(t *testing.T) {
 		}(), false, "pid 7777 (bench)"},
 		{"host process, --force-unload", func() ProbeRecord { r := clean; r.Holders = []nodeagent.Holder{{PID: 7777}}; return r }(), true,
 			""},
+		{"host process, at the target", func() ProbeRecord {
+			r := clean
+			r.KMD, r.Holders = "2.8.0", []nodeagent.Holder{{PID: 7777}}
+			return r
+		}(), false, ""},
+		{"no tag", func() ProbeRecord { r := clean; r.Tag = &nodeagent.TagCheck{Tag: "ttkmd-2.8.0", URL: "u"}; return r }(), false,
+			"u has no tag ttkmd-2.8.0"},
+		{"remote unreachable", func() ProbeRecord {
+			r := clean
+			r.Tag = &nodeagent.TagCheck{Tag: "ttkmd-2.8.0", URL: "u", Error: "exit 128"}
+			return r
+		}(), false, "cannot list tag ttkmd-2.8.0 at u (exit 128)"},
+		{"no tag, but cached", func() ProbeRecord { r := clean; r.Cached, r.Tag = true, &nodeagent.TagCheck{}; return r }(), false, ""},
+		{"headers name a missing compiler", func() ProbeRecord { r := clean; r.Toolchain, r.CC = false, "gcc-12"; return r }(), false,
+			"install gcc-12"},
+		{"unsigned modules refused", func() ProbeRecord { r := clean; r.LoadRefused = "kernel.modules_disabled is 1"; return r }(),
+			false, "kernel.modules_disabled is 1; tt-kmd 2.7.0 stays loaded"},
+		{"unsigned modules refused, at the target", func() ProbeRecord {
+			r := clean
+			r.KMD, r.LoadRefused = "2.8.0", "kernel.modules_disabled is 1"
+			return r
+		}(), false, ""},
+		{"cards gone", func() ProbeRecord { r := clean; r.KMD, r.PCIDevices = "2.8.0", ptr.To(0); return r }(), false,
+			"no Tenstorrent PCI device"},
+		{"cards there", func() ProbeRecord { r := clean; r.PCIDevices, r.BoundDevices = ptr.To(2), 2; return r }(), false, ""},
 	} {
 		f := &Facts{Measured: &tc.rec}
 		got := strings.Join(kmdBlockers(&KMDConfig{Version: "2.8.0", ForceUnload: tc.force})(f), "; ")
@@ -157,6 +184,21 @@ func TestKMDStepsDoneAndGuards(t *testing.T) {
 		tc.f.Owner = KMDRunbookName
 		if done, ev := steps[tc.step].Done(tc.f); done != tc.done {
 			t.Errorf("%s: %s done = %v (%s), want %v", tc.name, tc.step, done, ev, tc.done)
+		}
+	}
+	// At the target with nothing in the way, only the label is written.
+	atTarget := &ProbeRecord{Run: "r1", KMD: "2.8.0", PCIDevices: ptr.To(2), BoundDevices: 2}
+	for _, id := range []string{"tt.kmd.cordon", "tt.kmd.close-gates", "tt.kmd.evict-device-pods", "tt.kmd.drain", "tt.kmd.install"} {
+		f := Facts{Owner: KMDRunbookName, Node: nodeWith(map[string]string{DefaultDeployGate: "true"}, nil), Measured: atTarget,
+			Pods: []corev1.Pod{telemetry}}
+		if done, ev := steps[id].Done(f); !done || !strings.Contains(ev, "only the label") {
+			t.Errorf("at the target: %s done = %v (%s), want done for a label", id, done, ev)
+		}
+		gone := *atTarget
+		gone.PCIDevices = ptr.To(0)
+		f.Measured = &gone
+		if done, _ := steps[id].Done(f); done && id == "tt.kmd.cordon" {
+			t.Errorf("cards gone: %s done, want the cordon refused by the probe", id)
 		}
 	}
 	// A skip label written after the run started is honoured before the probe.
@@ -231,5 +273,20 @@ func TestKMDCommitPin(t *testing.T) {
 	c.Commit = "cccccc"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--kmd-commit") {
 		t.Errorf("an abbreviated commit: %v", err)
+	}
+}
+
+// --helper-timeout bounds the kmd agent too, inside the pod's deadline.
+func TestKMDHelperTimeout(t *testing.T) {
+	c := &KMDConfig{Version: "2.8.0", Helper: HelperConfig{Image: "img", Namespace: "ns", Timeout: 40 * time.Minute}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cmd := strings.Join(kmdCommand(c), " "); !strings.Contains(cmd, "--timeout 39m30s") {
+		t.Errorf("the helper's deadline is not the agent's: %s", cmd)
+	}
+	c.Helper.Timeout = 20 * time.Second
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--helper-timeout") {
+		t.Errorf("a 20s helper timeout: %v", err)
 	}
 }

@@ -65,7 +65,9 @@ func newProbeCommand(c *common) *cobra.Command {
 			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.Probe(ctx, o) })
 		},
 	}
-	cmd.Flags().StringVar(&o.KMDVersion, "kmd-version", "", "also check the module cache for this tt-kmd version")
+	cmd.Flags().StringVar(&o.KMDVersion, "kmd-version", "", "also check the module cache for this tt-kmd version and, "+
+		"when it would be built, that its tag exists (git ls-remote)")
+	cmd.Flags().StringVar(&o.GitURL, "git-url", nodeagent.DefaultKMDGitURL, "tt-kmd repository the tag is looked up in")
 	return cmd
 }
 

@@ -241,28 +241,29 @@ func TestRebootedIntoNewKernel(t *testing.T) {
 	}
 }
 
-// A version tt-kmd never released fails at the clone, and says so.
-func TestKMDUnknownVersionFails(t *testing.T) {
+// A version tt-kmd never released is refused by the probe (git ls-remote
+// finds no tag), before the node is cordoned; a real version then goes on.
+func TestKMDUnknownVersionIsRefusedBeforeCordon(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 3*time.Minute)
 	const target = "kwok-node-1"
 	out, code := run(t, ctx, "upgrade", "kmd", "--version", "99.0.0", "--nodes", target)
-	if code != cli.ExitFailed || !strings.Contains(out, "CloneFailed") {
-		t.Fatalf("want a failed clone of ttkmd-99.0.0; exit %d", code)
-	}
-	if n := node(t, target); n.Annotations[kube.AnnLeftCordoned] == "" {
-		t.Errorf("the failed node must say why it stays cordoned")
-	}
-	if o, _ := fakehost.Inspect(filepath.Join(c.Dir, "hosts", target)); o.LoadedKMD == "" {
-		t.Error("a failed build must keep the old module loaded")
-	}
-	// Going back to a real version recovers the node.
-	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.1", "--nodes", target); code != 0 {
-		t.Fatalf("recovery: exit %d", code)
+	if code != cli.ExitBlocked || !strings.Contains(out, "has no tag ttkmd-99.0.0") {
+		t.Fatalf("want ttkmd-99.0.0 refused as blocked; exit %d", code)
 	}
 	if n := node(t, target); n.Spec.Unschedulable || n.Annotations[kube.AnnLeftCordoned] != "" {
-		t.Fatal("the recovered node is still cordoned or marked")
+		t.Errorf("a refused version must leave the node in service: unschedulable %v, note %q", n.Spec.Unschedulable,
+			n.Annotations[kube.AnnLeftCordoned])
+	}
+	if o, _ := fakehost.Inspect(filepath.Join(c.Dir, "hosts", target)); o.LoadedKMD == "" {
+		t.Error("the old module must stay loaded")
+	}
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.8.1", "--nodes", target); code != 0 {
+		t.Fatalf("a released version: exit %d", code)
+	}
+	if n := node(t, target); n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != "2.8.1" {
+		t.Fatalf("after 2.8.1: unschedulable %v, label %q", n.Spec.Unschedulable, n.Labels[tt.LabelKMDVersion])
 	}
 }
 

@@ -91,7 +91,8 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.version, "version", "", "tt-kmd version to install, MAJOR.MINOR.PATCH (required)")
+	fs.StringVar(&o.version, "version", "", "tt-kmd version to install, MAJOR.MINOR.PATCH, or MAJOR.MINOR as tt-kmd tagged "+
+		"releases before 2.0 (ttkmd-1.34) (required)")
 	fs.StringVar(&o.commit, "kmd-commit", "",
 		"full commit ID the tag ttkmd-<version> must resolve to; each node's helper refuses to build a tag that moved")
 	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate},

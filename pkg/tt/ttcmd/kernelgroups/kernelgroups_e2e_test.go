@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/rollbook/rollbook/deploy"
+	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/internal/tttest"
 	"github.com/rollbook/rollbook/pkg/cli"
@@ -62,9 +64,17 @@ func TestMaxFailuresStopsStartingNodes(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 4*time.Minute)
+	// The build breaks (as with a compiler mismatch): something the probe
+	// cannot know, so every helper fails after its node's cordon.
+	for i := range 4 {
+		root := filepath.Join(c.Dir, "hosts", fmt.Sprintf("kwok-node-%d", i))
+		if err := fakehost.SetBrokenBuild(root, true); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = fakehost.SetBrokenBuild(root, false) })
+	}
 	w := watchOut(t, ctx)
-	// No tag ttkmd-9.9.9 upstream: every helper fails at its clone.
-	_, code := run(t, ctx, "upgrade", "kmd", "--version", "9.9.9", "--nodes", nodes(4), "--max-parallel", "2",
+	_, code := run(t, ctx, "upgrade", "kmd", "--version", "2.9.0", "--nodes", nodes(4), "--max-parallel", "2",
 		"--max-failures", "2")
 	if code != cli.ExitFailed {
 		t.Fatalf("exit %d, want %d", code, cli.ExitFailed)

@@ -1,0 +1,54 @@
+package fakehost
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// Changes a test makes to a running fake host, for situations a host gets
+// into after it was created (the sim's nodes are created once).
+
+// SetModulePolicy sets the kernel's module-loading policy as Spec's
+// Lockdown, SigEnforce and ModulesDisabled describe it.
+func SetModulePolicy(root string, s Spec) error { return createModulePolicy(root, s) }
+
+// InstallHeaders adds the kernel build tree for kernel, Debian's layout
+// when debian (its .kernelvariables names gcc-12), with make and gcc-12.
+func InstallHeaders(root, kernel string, debian bool) error {
+	return createHeaders(root, Spec{Kernel: kernel, KernelHeaders: true, DebianHeaders: debian})
+}
+
+// PullCards models every Tenstorrent card gone from the bus (removed, or
+// fallen off it): no PCI function, no device node, nothing for tt-smi.
+func PullCards(root string) error {
+	st, err := loadState(root)
+	if err != nil {
+		return err
+	}
+	dirs, _ := filepath.Glob(filepath.Join(root, pciDir, "*"))
+	for _, d := range dirs {
+		if v, _ := readTrim(filepath.Join(d, "vendor")); v == vendorTenstorrent {
+			if err := os.RemoveAll(d); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range []string{devDir, classDir} {
+		if err := os.RemoveAll(filepath.Join(root, p)); err != nil {
+			return err
+		}
+	}
+	st.Devices = nil
+	return saveState(root, st)
+}
+
+// SetBrokenBuild makes `make modules` fail as with a compiler mismatch
+// (Spec.BrokenBuild), or build again.
+func SetBrokenBuild(root string, broken bool) error {
+	st, err := loadState(root)
+	if err != nil {
+		return err
+	}
+	st.BrokenBuild = broken
+	return saveState(root, st)
+}

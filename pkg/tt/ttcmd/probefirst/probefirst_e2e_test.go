@@ -1,0 +1,259 @@
+// Package probefirst runs kubectl tt upgrade kmd against hosts in a state
+// the kmd helper would fail on, or need not run for, and that the probe can
+// know without touching the node: each must stop (or finish) the node
+// before its cordon.
+package probefirst
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rollbook/rollbook/internal/fakehost"
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/internal/tttest"
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/tt"
+)
+
+// fleetKMD is what the tt-fleet scenario's hosts run and cache (sim/tthost).
+const fleetKMD = "2.7.0"
+
+func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 4, Scenario: "tt-fleet"}) }
+
+var run = tttest.Run
+
+func node(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	n, err := simtest.Get(t).Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func hostRoot(t *testing.T, name string) string {
+	return filepath.Join(simtest.Get(t).Dir, "hosts", name)
+}
+
+func host(t *testing.T, name string) fakehost.Observed {
+	t.Helper()
+	o, err := fakehost.Inspect(hostRoot(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// neverOut watches target for the run and reports whether it was ever
+// cordoned (a later uncordon would hide it from a final Get).
+func neverOut(t *testing.T, ctx context.Context, target string) func() bool {
+	t.Helper()
+	w, err := simtest.Get(t).Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	cordoned := false
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if n, ok := ev.Object.(*corev1.Node); ok && n.Spec.Unschedulable {
+				mu.Lock()
+				cordoned = true
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() bool {
+		time.Sleep(500 * time.Millisecond) // the watch's last events
+		w.Stop()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return !cordoned
+	}
+}
+
+// blockedUncordoned runs the upgrade and checks what every probe refusal
+// must give: exit 3 with the reason, the node never cordoned, no note that
+// it was left cordoned, and the host's module untouched.
+func blockedUncordoned(t *testing.T, ctx context.Context, target string, want []string, args ...string) {
+	t.Helper()
+	before := host(t, target).LoadedKMD
+	ops, _ := fakehost.Ops(hostRoot(t, target))
+	untouched := neverOut(t, ctx, target)
+	out, code := run(t, ctx, append([]string{"upgrade", "kmd", "--nodes", target}, args...)...)
+	if code != cli.ExitBlocked {
+		t.Errorf("exit %d, want %d (blocked)", code, cli.ExitBlocked)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("the output does not say %q", w)
+		}
+	}
+	if !untouched() {
+		t.Error("the node was cordoned")
+	}
+	n := node(t, target)
+	if n.Spec.Unschedulable || n.Annotations[kube.AnnLeftCordoned] != "" {
+		t.Errorf("after the run: unschedulable %v, left-cordoned %q", n.Spec.Unschedulable, n.Annotations[kube.AnnLeftCordoned])
+	}
+	if got := host(t, target).LoadedKMD; got != before {
+		t.Errorf("the host's module is %q, was %q", got, before)
+	}
+	if after, _ := fakehost.Ops(hostRoot(t, target)); len(after) != len(ops) {
+		t.Errorf("the host changed: %v", after[len(ops):])
+	}
+}
+
+// A version tt-kmd never tagged, or a tag that names another commit than
+// the pin, is found by git ls-remote in the probe, not by the clone after
+// the drain.
+func TestMissingTagStopsBeforeCordon(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-0"
+	blockedUncordoned(t, ctx, target, []string{"has no tag ttkmd-2.99.0", "git ls-remote --tags"}, "--version", "2.99.0")
+	const wrong = "0123456789abcdef0123456789abcdef01234567"
+	blockedUncordoned(t, ctx, target, []string{"names commit " + fakehost.FakeCommit("ttkmd-2.8.0"), "not the pinned " + wrong},
+		"--version", "2.8.0", "--kmd-commit", wrong)
+}
+
+// Debian's headers name their compiler (gcc-12): a host with headers and
+// another gcc cannot build, so the node is not taken out; with gcc-12 it is
+// upgraded.
+func TestHeadersCompilerMissingStopsBeforeCordon(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 4*time.Minute)
+	const target, kernel = "kwok-node-1", "6.1.0-28-amd64"
+	root := hostRoot(t, target)
+	// Rebooted into a Debian kernel: nothing cached or loaded for it.
+	if err := fakehost.Reboot(root, kernel, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fakehost.InstallHeaders(root, kernel, true); err != nil {
+		t.Fatal(err)
+	}
+	gcc12 := filepath.Join(root, "usr/bin/gcc-12")
+	if err := os.Rename(gcc12, filepath.Join(root, "usr/bin/gcc-11")); err != nil {
+		t.Fatal(err)
+	}
+	blockedUncordoned(t, ctx, target, []string{"the compiler gcc-12", "install gcc-12"}, "--version", fleetKMD)
+	if err := os.WriteFile(gcc12, []byte("#!fake host toolchain\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", fleetKMD, "--nodes", target); code != 0 {
+		t.Fatalf("with gcc-12: exit %d", code)
+	}
+	if h := host(t, target); h.LoadedKMD != fleetKMD {
+		t.Fatalf("with gcc-12 the host runs %q", h.LoadedKMD)
+	}
+}
+
+// Under Secure Boot's lockdown, module.sig_enforce or modules_disabled the
+// kernel would refuse the module: the probe says so before the cordon.
+func TestUnsignedModuleRefusedStopsBeforeCordon(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-2"
+	root := hostRoot(t, target)
+	for name, s := range map[string]fakehost.Spec{
+		"sig_enforce":      {SigEnforce: true},
+		"lockdown":         {Lockdown: "integrity"},
+		"modules_disabled": {ModulesDisabled: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := fakehost.SetModulePolicy(root, s); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = fakehost.SetModulePolicy(root, fakehost.Spec{}) })
+			want := "the kernel refuses unsigned modules"
+			if s.ModulesDisabled {
+				want = "kernel.modules_disabled is 1"
+			}
+			blockedUncordoned(t, ctx, target, []string{want, "tt-kmd " + fleetKMD + " stays loaded"}, "--version", "2.8.0")
+		})
+	}
+}
+
+// A node whose cards are gone from the PCI bus is reported, not counted
+// done, even at the target version with its label.
+func TestCardGoneIsReported(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-3"
+	if err := fakehost.PullCards(hostRoot(t, target)); err != nil {
+		t.Fatal(err)
+	}
+	if l := node(t, target).Labels[tt.LabelKMDVersion]; l != fleetKMD {
+		t.Fatalf("the sim did not label the node %s: %q", fleetKMD, l)
+	}
+	blockedUncordoned(t, ctx, target, []string{"no Tenstorrent PCI device (vendor 0x1e52)", "reseat or replace"},
+		"--version", fleetKMD)
+}
+
+// A node already running the target whose label is missing gets the label
+// and nothing else: no cordon, no helper, no module reload.
+func TestAtTargetGetsOnlyTheLabel(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-0"
+	patch := `{"metadata":{"labels":{"` + tt.LabelKMDVersion + `":null}}}`
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, target, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if h := host(t, target); h.LoadedKMD != fleetKMD {
+		t.Fatalf("the host runs %q, want %s", h.LoadedKMD, fleetKMD)
+	}
+	ops, _ := fakehost.Ops(hostRoot(t, target))
+	untouched := neverOut(t, ctx, target)
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", fleetKMD, "--nodes", target); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !untouched() {
+		t.Error("the node was cordoned for a label")
+	}
+	if l := node(t, target).Labels[tt.LabelKMDVersion]; l != fleetKMD {
+		t.Errorf("label %q, want %s", l, fleetKMD)
+	}
+	if after, _ := fakehost.Ops(hostRoot(t, target)); len(after) != len(ops) {
+		t.Errorf("the host changed: %v", after[len(ops):])
+	}
+	pods, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper,
+		FieldSelector: "spec.nodeName=" + target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		t.Errorf("helper pod %s left on the node", p.Name)
+	}
+}
+
+// tt-kmd tagged its releases before 2.0 with two parts (ttkmd-1.34, module
+// version 1.34): such a version is installed and labelled as it is.
+func TestTwoPartVersionInstalls(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-2"
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "1.34", "--nodes", target); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if h := host(t, target); h.LoadedKMD != "1.34" {
+		t.Errorf("the host runs %q, want 1.34", h.LoadedKMD)
+	}
+	if n := node(t, target); n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != "1.34" {
+		t.Errorf("unschedulable %v, label %q", n.Spec.Unschedulable, n.Labels[tt.LabelKMDVersion])
+	}
+}
