@@ -3,12 +3,15 @@ package tt
 import (
 	"context"
 	"fmt"
-	"k8s.io/apimachinery/pkg/types"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/kube"
@@ -31,8 +34,14 @@ type Facts struct {
 	helpersRead bool
 	// Measured is the last probe recorded on the node.
 	Measured *ProbeRecord
-	// Pods on the node; listed only while the node is ours and unfinished.
+	// Pods on the node; listed only while the node is ours and unfinished,
+	// or once this run probed it.
 	Pods []corev1.Pod
+	// HolderTemplates are the pod templates of the DaemonSets whose pods
+	// hold the device ("namespace/name"), read before the cordon: a
+	// DaemonSet pod's own affinity names only its node, the template says
+	// whether the deploy gates move it.
+	HolderTemplates map[string]*corev1.PodTemplateSpec
 	// Skip is why the node is now excluded (skip label, host-managed),
 	// re-read at every observation: labels may change during a run.
 	Skip string
@@ -92,6 +101,10 @@ type observer struct {
 	run      string
 	// shared, when set, reads Facts.Shared (readShared).
 	shared func(ctx context.Context, f *Facts) (*SharedModule, error)
+	// daemonSets, when set, keeps the holders' DaemonSet templates read
+	// before the cordon for a short while (several observations of one
+	// node, and nodes of one fleet, share one read).
+	daemonSets *templateCache
 }
 
 // The parts of Facts a step may ask for (runbook.Step.Reads).
@@ -173,7 +186,7 @@ func (o observer) readPods(ctx context.Context, f *Facts) error {
 	}
 	// One list of the node's pods (cost follows the node, not the fleet)
 	// finds the task's and the probe's helpers (pinned to it) and, while the
-	// node is ours, what is still on it.
+	// node is ours or probed by this run, what is on it.
 	pods, err := kube.PodsOnNode(ctx, o.cs, n.Name)
 	if err != nil {
 		return err
@@ -186,10 +199,75 @@ func (o observer) readPods(ctx context.Context, f *Facts) error {
 	}
 	f.Helper, f.Probe = helperNamed(helpers, o.helper, n.Name), helperNamed(helpers, o.probe, n.Name)
 	f.Helpers, f.helpersRead = helpers, true
-	if f.ourCordon() && !f.Finished {
+	// Once this run probed it, the probe's blockers judge the holders too
+	// (before the cordon).
+	if !f.Finished && (f.ourCordon() || f.measuredFresh(o.run)) {
 		f.Pods = pods
 	}
+	if o.daemonSets != nil && !f.Finished && !f.ourCordon() && f.measuredFresh(o.run) {
+		return o.readHolderTemplates(ctx, f)
+	}
 	return nil
+}
+
+// readHolderTemplates reads the templates of the DaemonSets whose pods hold
+// the device on the node.
+func (o observer) readHolderTemplates(ctx context.Context, f *Facts) error {
+	for _, h := range f.deviceHolders() {
+		ds := daemonSetOf(&h.Pod)
+		if ds == "" {
+			continue
+		}
+		key := h.Pod.Namespace + "/" + ds
+		tpl, err := o.daemonSets.get(ctx, o.cs, h.Pod.Namespace, ds)
+		if apierrors.IsNotFound(err) {
+			continue // being deleted: its pods go too
+		}
+		if err != nil {
+			return err
+		}
+		if f.HolderTemplates == nil {
+			f.HolderTemplates = map[string]*corev1.PodTemplateSpec{}
+		}
+		f.HolderTemplates[key] = tpl
+	}
+	return nil
+}
+
+// templateCache keeps DaemonSet pod templates for templateTTL.
+type templateCache struct {
+	mu   sync.Mutex
+	byNS map[string]cachedTemplate
+}
+
+type cachedTemplate struct {
+	tpl *corev1.PodTemplateSpec
+	at  time.Time
+}
+
+// templateTTL bounds how stale a template may be: a DaemonSet given a
+// deploy gate mid-roll is seen within it.
+const templateTTL = 20 * time.Second
+
+func (c *templateCache) get(ctx context.Context, cs kubernetes.Interface, ns, name string) (*corev1.PodTemplateSpec, error) {
+	key := ns + "/" + name
+	c.mu.Lock()
+	e, ok := c.byNS[key]
+	c.mu.Unlock()
+	if ok && time.Since(e.at) < templateTTL {
+		return e.tpl, nil
+	}
+	ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.byNS == nil {
+		c.byNS = map[string]cachedTemplate{}
+	}
+	c.byNS[key] = cachedTemplate{tpl: &ds.Spec.Template, at: time.Now()}
+	c.mu.Unlock()
+	return &ds.Spec.Template, nil
 }
 
 // othersOutOfService returns the labels of the nodes other than node that a

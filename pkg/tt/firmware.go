@@ -268,6 +268,9 @@ func fwBlockers(cfg *FirmwareConfig) func(f *Facts) []string {
 			return []string{"no probe result"}
 		}
 		out := r.commonBlockers(cfg.ForceUnload)
+		if cfg.Drain {
+			out = append(out, f.holdersThatStay(cfg.DeployGates)...)
+		}
 		if r.KMD == "" {
 			out = append(out, "tt-kmd is not loaded on the node; tt-flash needs the kernel module — run `kubectl tt upgrade kmd` first")
 		}
@@ -281,7 +284,7 @@ func FirmwareRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *FirmwareCo
 	helperName := func(node string) string { return kube.HelperName("flash", node, cfg.helperKey()) }
 	obs := observer{cs: cs, owner: FirmwareRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
-		finished: cfg.fwFinished, skip: FirmwareSkipReason, countOut: cfg.MaxParallel > 0, run: cfg.RunID}
+		finished: cfg.fwFinished, skip: FirmwareSkipReason, countOut: cfg.MaxParallel > 0, run: cfg.RunID, daemonSets: &templateCache{}}
 	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
 	blockers := fwBlockers(cfg)
 	return &runbook.Runbook[Facts]{

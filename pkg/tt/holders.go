@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
 
 // DeviceResourcePrefix is the extended-resource namespace of Tenstorrent
@@ -86,6 +88,72 @@ func (f *Facts) deviceHolders() []holder {
 	return out
 }
 
+// holdersThatStay names the device holders that neither the cordon nor the
+// deploy gates take off the node, so the evict step would wait for them in
+// vain: a DaemonSet's pod whose node selection still matches with the
+// gates closed (its controller keeps one there), and a controller's pod
+// that tolerates the cordon and still selects the node (its replacement
+// may be placed here again). Killing their processes (--force-unload)
+// cannot help either: they come back. Knowable before the cordon.
+func (f *Facts) holdersThatStay(gates []string) []string {
+	gated := f.Node.DeepCopy()
+	if gated.Labels == nil {
+		gated.Labels = map[string]string{}
+	}
+	for _, g := range gates {
+		gated.Labels[g] = "false"
+	}
+	unschedulable := corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
+	var out []string
+	for _, h := range f.deviceHolders() {
+		p := &h.Pod
+		ds := daemonSetOf(p)
+		selects := p
+		if ds != "" {
+			// The DaemonSet controller replaces its pods' required affinity
+			// with their node's name: the template has the gate.
+			tpl := f.HolderTemplates[p.Namespace+"/"+ds]
+			if tpl == nil {
+				continue // not read (gone): nothing to judge by
+			}
+			selects = &corev1.Pod{Spec: tpl.Spec}
+		}
+		if ok, err := nodeaffinity.GetRequiredNodeAffinity(selects).Match(gated); err != nil || !ok {
+			continue // leaves once the gates close
+		}
+		pod := fmt.Sprintf("%s/%s (%s)", p.Namespace, p.Name, h.Why)
+		switch {
+		case ds != "":
+			gate := DefaultDeployGate
+			if len(gates) > 0 {
+				gate = gates[0]
+			}
+			out = append(out, fmt.Sprintf("DaemonSet %s/%s holds /dev/tenstorrent (pod %s) and stays on the node through the "+
+				"cordon: its pods select none of the deploy gates (%s). Give it a deploy gate (nodeAffinity %s NotIn [\"false\"]), "+
+				"or name a label it already selects on with --deploy-gate; --force-unload cannot help, the DaemonSet restarts it",
+				p.Namespace, ds, pod, strings.Join(gates, ", "), gate))
+		case metav1.GetControllerOf(p) != nil && tolerates(p, unschedulable):
+			out = append(out, fmt.Sprintf("pod %s holds /dev/tenstorrent and tolerates the cordon (%s), so its controller's "+
+				"replacement may be placed on the node again: drop that toleration, or scale its controller down while the node "+
+				"is upgraded", pod, corev1.TaintNodeUnschedulable))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// tolerates is the scheduler's toleration match for a taint without a
+// value (an empty key with Exists tolerates every taint).
+func tolerates(p *corev1.Pod, taint corev1.Taint) bool {
+	for _, t := range p.Spec.Tolerations {
+		if (t.Effect == "" || t.Effect == taint.Effect) && (t.Key == taint.Key || (t.Key == "" && t.Operator == corev1.TolerationOpExists)) &&
+			(t.Operator == corev1.TolerationOpExists || t.Value == taint.Value) {
+			return true
+		}
+	}
+	return false
+}
+
 // describeHolderPods names holders; DaemonSet pods, which neither a drain
 // nor an eviction moves, get the fix spelled out.
 func describeHolderPods(hs []holder) string {
@@ -94,7 +162,7 @@ func describeHolderPods(hs []holder) string {
 		s := fmt.Sprintf("%s/%s (%s)", h.Pod.Namespace, h.Pod.Name, h.Why)
 		if ds := daemonSetOf(&h.Pod); ds != "" {
 			s += fmt.Sprintf("; DaemonSet %s/%s does not leave when the node is cordoned: give it a deploy gate "+
-				"(nodeAffinity %s NotIn [\"false\"], then --deploy-gate %s) or re-run with --force-unload", h.Pod.Namespace, ds,
+				"(nodeAffinity %s NotIn [\"false\"], then --deploy-gate %s)", h.Pod.Namespace, ds,
 				DefaultDeployGate, DefaultDeployGate)
 		}
 		lines = append(lines, s)

@@ -162,6 +162,9 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 		if atTarget {
 			return out
 		}
+		if cfg.Drain {
+			out = append(out, f.holdersThatStay(cfg.DeployGates)...)
+		}
 		if r.LoadRefused != "" {
 			out = append(out, r.LoadRefused+"; tt-kmd "+orUnknown(r.KMD)+" stays loaded")
 		}
@@ -204,7 +207,7 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 	helperName := func(node string) string { return kube.HelperName("kmd", node, v) }
 	obs := observer{cs: cs, owner: KMDRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
-		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason, countOut: true, run: cfg.RunID}
+		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason, countOut: true, run: cfg.RunID, daemonSets: &templateCache{}}
 	share := newModuleShare(cs, rec, cfg)
 	cfg.share = share
 	obs.shared = share.read

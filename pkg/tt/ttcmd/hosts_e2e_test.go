@@ -150,10 +150,22 @@ func TestHoldersThatStayAreNamedWithTheFix(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := []string{"upgrade", "kmd", "--version", "2.8.1", "--nodes", target, "--drain-timeout", "8s"}
-	out, code := run(t, ctx, args...)
-	if code != cli.ExitBlocked || !strings.Contains(out, "DaemonSet "+ns+"/ungated does not leave") ||
-		!strings.Contains(out, "deploy gate") || !strings.Contains(out, "tolerates-all-") {
-		t.Fatalf("want blocked naming the ungated DaemonSet (with the fix) and the respawning pod; exit %d", code)
+	for _, extra := range [][]string{nil, {"--force-unload"}} {
+		// Knowable before the cordon: the DaemonSet's pods select no
+		// gate, and the Deployment's tolerate the cordon. Killing their
+		// processes (--force-unload) cannot help: they come back.
+		untouched := simtest.Get(t).NeverCordoned(t, ctx, target)
+		out, code := run(t, ctx, append(args, extra...)...)
+		if code != cli.ExitBlocked || !strings.Contains(out, "DaemonSet "+ns+"/ungated") || !strings.Contains(out, "deploy gate") ||
+			!strings.Contains(out, "tolerates-all-") || !strings.Contains(out, "tolerates the cordon") {
+			t.Fatalf("%v: want blocked naming the ungated DaemonSet (with the fix) and the respawning pod; exit %d", extra, code)
+		}
+		if strings.Contains(out, "re-run with --force-unload") {
+			t.Errorf("%v: the advice names --force-unload, which cannot move them", extra)
+		}
+		if !untouched() {
+			t.Errorf("%v: the node was cordoned although its holders cannot leave", extra)
+		}
 	}
 	if err := c.Client.AppsV1().DaemonSets(ns).Delete(ctx, "ungated", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -54,37 +53,6 @@ func host(t *testing.T, name string) fakehost.Observed {
 	return o
 }
 
-// neverOut watches target for the run and reports whether it was ever
-// cordoned (a later uncordon would hide it from a final Get).
-func neverOut(t *testing.T, ctx context.Context, target string) func() bool {
-	t.Helper()
-	w, err := simtest.Get(t).Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + target})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	cordoned := false
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			if n, ok := ev.Object.(*corev1.Node); ok && n.Spec.Unschedulable {
-				mu.Lock()
-				cordoned = true
-				mu.Unlock()
-			}
-		}
-	}()
-	return func() bool {
-		time.Sleep(500 * time.Millisecond) // the watch's last events
-		w.Stop()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return !cordoned
-	}
-}
-
 // blockedUncordoned runs the upgrade and checks what every probe refusal
 // must give: exit 3 with the reason, the node never cordoned, no note that
 // it was left cordoned, and the host's module untouched.
@@ -92,7 +60,7 @@ func blockedUncordoned(t *testing.T, ctx context.Context, target string, want []
 	t.Helper()
 	before := host(t, target).LoadedKMD
 	ops, _ := fakehost.Ops(hostRoot(t, target))
-	untouched := neverOut(t, ctx, target)
+	untouched := simtest.Get(t).NeverCordoned(t, ctx, target)
 	out, code := run(t, ctx, append([]string{"upgrade", "kmd", "--nodes", target}, args...)...)
 	if code != cli.ExitBlocked {
 		t.Errorf("exit %d, want %d (blocked)", code, cli.ExitBlocked)
@@ -218,7 +186,7 @@ func TestAtTargetGetsOnlyTheLabel(t *testing.T) {
 		t.Fatalf("the host runs %q, want %s", h.LoadedKMD, fleetKMD)
 	}
 	ops, _ := fakehost.Ops(hostRoot(t, target))
-	untouched := neverOut(t, ctx, target)
+	untouched := simtest.Get(t).NeverCordoned(t, ctx, target)
 	if _, code := run(t, ctx, "upgrade", "kmd", "--version", fleetKMD, "--nodes", target); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
