@@ -20,8 +20,8 @@ type Hosts struct {
 	// launcher (sim-tools __helper-launch).
 	ToolExe string
 
-	mu    sync.RWMutex
-	roots map[string]string
+	mu     sync.RWMutex
+	roots  map[string]string
 	real   map[string]bool // nodes whose root is a real OS (realhost.go)
 	mounts []string        // their overlays
 }
