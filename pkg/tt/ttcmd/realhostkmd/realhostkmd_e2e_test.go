@@ -8,6 +8,7 @@ package realhostkmd
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -93,6 +94,21 @@ func TestKMDUpgradeOnRealHosts(t *testing.T) {
 		if v, err := os.ReadFile(filepath.Join(host, "sys/module/tenstorrent/version")); err != nil || strings.TrimSpace(string(v)) != "2.8.0" {
 			t.Errorf("%s: loaded module version %q (%v), want 2.8.0", name, v, err)
 		}
+	}
+	// One real build per kernel: the second node installed the first's
+	// module from the cluster's share, after the real modinfo checked it
+	// (kmod reads only a name ending in .ko: the agent's temporary name
+	// once did not, and every node built again).
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, nodes[1], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		CacheHit *bool `json:"cacheHit"`
+		Commit   string
+	}
+	if err := json.Unmarshal([]byte(n.Annotations[tt.AnnKMDResult]), &res); err != nil || res.CacheHit == nil || !*res.CacheHit {
+		t.Errorf("%s: kmd result %s (%v): want a cache hit of the module %s built", nodes[1], n.Annotations[tt.AnnKMDResult], err, nodes[0])
 	}
 	// The real depmod -b indexed the persisted copy for boot.
 	dep, err := os.ReadFile(filepath.Join(c.Dir, "hosts", nodes[0], "lib/modules", kver, "modules.dep"))
