@@ -89,6 +89,25 @@ func TestKMDUpgradeOnRealHosts(t *testing.T) {
 		if v := modinfo(t, "vermagic", ko); !strings.HasPrefix(v, kver+" ") {
 			t.Errorf("%s: vermagic %q, want the headers' kernel %s", name, v, kver)
 		}
+		// Only what needs a kernel or a card ran as a fake (the fakes log
+		// every call there): git, chroot, make, modinfo, depmod and
+		// modprobe were the real ones.
+		calls, err := os.ReadFile(filepath.Join(host, ".fakehost/calls.log"))
+		if err != nil {
+			t.Errorf("%s: the fakes' call log: %v", name, err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(calls)), "\n") {
+			var argv []string
+			if err := json.Unmarshal([]byte(line), &argv); err != nil || len(argv) == 0 {
+				t.Errorf("%s: call log line %q: %v", name, line, err)
+				continue
+			}
+			switch filepath.Base(argv[0]) {
+			case "insmod", "rmmod", "kill", "tt-smi", "tt-flash":
+			default:
+				t.Errorf("%s: a fake %s ran on a real-host node: %q", name, argv[0], argv)
+			}
+		}
 		// The fake insmod loaded what kbuild built: the version it read
 		// from the module's .modinfo.
 		if v, err := os.ReadFile(filepath.Join(host, "sys/module/tenstorrent/version")); err != nil || strings.TrimSpace(string(v)) != "2.8.0" {
