@@ -134,6 +134,21 @@ func TestKMDUpgradeOnRealHosts(t *testing.T) {
 	if err != nil || !strings.Contains(string(dep), "updates/tenstorrent.ko:") {
 		t.Errorf("modules.dep %q (%v): want updates/tenstorrent.ko", dep, err)
 	}
+
+	// The next version on one node: the real modules of both stay in its
+	// cache, the persisted copy is 2.9.0.
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.9.0", "--git-url", remote(c), "--nodes", nodes[0]); code != 0 {
+		t.Fatalf("upgrade kmd 2.9.0: exit %d", code)
+	}
+	host := filepath.Join(c.Dir, "hosts", nodes[0])
+	if v := modinfo(t, "version", filepath.Join(host, "lib/modules", kver, "updates/tenstorrent.ko")); v != "2.9.0" {
+		t.Errorf("%s: persisted module at %q after the upgrade to 2.9.0", nodes[0], v)
+	}
+	for _, v := range []string{"2.8.0", "2.9.0"} {
+		if got := modinfo(t, "version", filepath.Join(host, "var/cache/tt-kmd", kver, v, "tenstorrent.ko")); got != v {
+			t.Errorf("%s: cached %s module says %q", nodes[0], v, got)
+		}
+	}
 	if v, err := c.Violations(); err != nil || len(v) != 0 {
 		t.Errorf("violations %v (%v), want none", v, err)
 	}
