@@ -49,11 +49,11 @@ image-rootfs: ## the node-agent image's root filesystem the sim runs helpers in 
 
 test: check sim ## every test, on the real simulated control plane
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	img=$(IMAGE_ROOTFS); \
-	ROLLBOOK_REALHOST_ROOTFS=$(REALHOST) ROLLBOOK_TT_IMAGE_ROOTFS=$$img \
+	img=$(IMAGE_ROOTFS); rh=$(REALHOST); \
+	ROLLBOOK_REALHOST_ROOTFS=$$rh ROLLBOOK_TT_IMAGE_ROOTFS=$$img \
 	  ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
 	  $(GO) test $(GOTEST_FLAGS) ./... && \
-	ROLLBOOK_TT_IMAGE_ROOTFS=$$img $(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./...
+	ROLLBOOK_REALHOST_ROOTFS=$$rh ROLLBOOK_TT_IMAGE_ROOTFS=$$img $(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./...
 
 # make chaos SEED=n KILLS=n: the kill-anywhere tests with KILLS kills per
 # scenario (three scenarios; default 60 each), seeded (default: the clock).

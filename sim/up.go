@@ -42,6 +42,10 @@ func cmdUp(args []string) int {
 	ttImage := fs.String("tt-image-rootfs", os.Getenv(tthost.EnvImageRootfs),
 		"the node-agent image's root filesystem (hack/image-rootfs.sh) the helper runner runs helper pods in "+
 			"(env "+tthost.EnvImageRootfs+"); without it, or without root, helpers are refused")
+	ttRealHost := fs.String("tt-realhost-rootfs", os.Getenv(tthost.EnvRealHostRootfs),
+		"a real-host root filesystem (hack/realhost-rootfs.sh): every tt node's host root is a writable overlay of it and "+
+			"helpers run the real git, kbuild and kmod tools, cloning DIR/"+tthost.KMDRemoteDir+"/tt-kmd.git (env "+
+			tthost.EnvRealHostRootfs+"; needs root)")
 	apiFaults := fs.Float64("api-faults", 0, "put a proxy in front of the apiserver that fails this fraction of requests "+
 		"(429 with Retry-After, 500, 503, dropped connection, slow response); DIR/kubeconfig points at it")
 	faultSeed := fs.Uint64("api-faults-seed", 1, "seed of the --api-faults draws")
@@ -60,6 +64,7 @@ func cmdUp(args []string) int {
 	}
 	scenario.TTAgent = *ttAgent
 	scenario.TTImageRootfs = *ttImage
+	scenario.TTRealHostRootfs = *ttRealHost
 	sc, err := scenario.Get(*scen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sim up:", err)
@@ -93,8 +98,12 @@ func cmdUp(args []string) int {
 		fmt.Fprintln(os.Stdout, "sim up: the cluster did not start:", err)
 		return 1
 	}
+	var onStop []func()
 	defer func() {
 		_ = os.Remove(filepath.Join(abs, "ready"))
+		for _, f := range onStop {
+			f()
+		}
 		c.Stop()
 		logf("stopped")
 		klog.Flush()
@@ -117,7 +126,7 @@ func cmdUp(args []string) int {
 	}
 	failed := make(chan error, 1)
 	env := &scenario.Env{Dir: abs, RESTConfig: c.RESTConfig, Client: c.Client, Logf: logf,
-		Nodes: nodeNames("kwok-node-", *nodes), Monitor: mon}
+		Nodes: nodeNames("kwok-node-", *nodes), Monitor: mon, OnStop: func(f func()) { onStop = append(onStop, f) }}
 	env.Go = func(name string, f func(context.Context) error) {
 		go func() {
 			if err := f(ctx); err != nil && ctx.Err() == nil {

@@ -3,6 +3,7 @@ package fakehost
 import (
 	"archive/tar"
 	"bytes"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,6 +24,9 @@ func KernelObject(version, kernel string) []byte {
 }
 
 func parseKernelObject(b []byte) (version, kernel string, err error) {
+	if bytes.HasPrefix(b, []byte(elf.ELFMAG)) {
+		return parseELFModule(b)
+	}
 	fields := strings.Fields(string(b))
 	if len(fields) == 0 || fields[0] != koMagic {
 		return "", "", fmt.Errorf("invalid module format")
@@ -38,6 +42,40 @@ func parseKernelObject(b []byte) (version, kernel string, err error) {
 	}
 	if version == "" || kernel == "" {
 		return "", "", fmt.Errorf("invalid module format")
+	}
+	return version, kernel, nil
+}
+
+// parseELFModule reads version and the vermagic's kernel release from a
+// real module's .modinfo section (NUL-separated key=value strings, what
+// modinfo prints): on a real-host node the fake insmod loads what kbuild
+// really built.
+func parseELFModule(b []byte) (version, kernel string, err error) {
+	f, err := elf.NewFile(bytes.NewReader(b))
+	if err != nil {
+		return "", "", fmt.Errorf("invalid module format: %w", err)
+	}
+	sec := f.Section(".modinfo")
+	if sec == nil {
+		return "", "", fmt.Errorf("invalid module format: no .modinfo")
+	}
+	info, err := sec.Data()
+	if err != nil {
+		return "", "", fmt.Errorf("invalid module format: %w", err)
+	}
+	for _, kv := range bytes.Split(info, []byte{0}) {
+		k, v, _ := strings.Cut(string(kv), "=")
+		switch k {
+		case "version":
+			version = v
+		case "vermagic":
+			if fs := strings.Fields(v); len(fs) > 0 {
+				kernel = fs[0]
+			}
+		}
+	}
+	if version == "" || kernel == "" {
+		return "", "", fmt.Errorf("invalid module format: no version or vermagic")
 	}
 	return version, kernel, nil
 }

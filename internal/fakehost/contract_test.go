@@ -188,6 +188,22 @@ func TestContractKMDTools(t *testing.T) {
 	}
 	fo, ro = fake.run(t, "modinfo", "-F", "version", "HOST/nonexistent.ko"), real.run(t, "modinfo", "-F", "version", "HOST/nonexistent.ko")
 	sameCode(t, "modinfo of a missing file", fo, ro)
+	// A module file by a name not ending in .ko is looked up as a module
+	// name, and not found (the agent once checked a shared module so).
+	both(fake, real, func(w world) {
+		b, err := os.ReadFile(w.root + ko)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(w.root+ko+".shared", b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	fo, ro = fake.run(t, "modinfo", "-F", "version", "HOST"+ko+".shared"), real.run(t, "modinfo", "-F", "version", "HOST"+ko+".shared")
+	sameCode(t, "modinfo of a file not named .ko", fo, ro)
+	if ro.code == 0 || !strings.Contains(fo.output, "not found") || !strings.Contains(ro.output, "not found") {
+		t.Errorf("modinfo of a file not named .ko: fake %d %q, real %d %q", fo.code, fo.output, ro.code, ro.output)
+	}
 
 	// Before depmod nothing resolves.
 	show := []string{"modprobe", "-d", "HOST", "-S", kver, "--show-depends", "tenstorrent"}

@@ -39,6 +39,12 @@ func Create(root string, spec Spec) error {
 			st.Unkillable = append(st.Unkillable, h.PID)
 		}
 	}
+	osFiles := func(f func() error) func() error {
+		if s.RealOS {
+			return func() error { return nil }
+		}
+		return f
+	}
 	steps := []func() error{
 		func() error { return saveState(root, st) },
 		func() error { return writeFile(filepath.Join(root, osreleasePath), s.Kernel+"\n") },
@@ -46,11 +52,11 @@ func Create(root string, spec Spec) error {
 		func() error { return createPCI(root, s.Devices) },
 		func() error { return createProcesses(root, s.Holders) },
 		func() error { return createModule(root, s, st) },
-		func() error { return createHeaders(root, s) },
+		osFiles(func() error { return createHeaders(root, s) }),
 		func() error { return createDKMS(root, s) },
-		func() error { return createCache(root, s) },
+		osFiles(func() error { return createCache(root, s) }),
 		func() error { return createTTSMI(root, s) },
-		func() error { return writeFile(filepath.Join(root, libcPath), libcContent(s.HostGlibc)) },
+		osFiles(func() error { return writeFile(filepath.Join(root, libcPath), libcContent(s.HostGlibc)) }),
 		func() error { return os.MkdirAll(filepath.Join(root, "etc/udev/rules.d"), 0o755) },
 		func() error { return createModulePolicy(root, s) },
 	}

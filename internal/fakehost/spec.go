@@ -88,6 +88,12 @@ type Spec struct {
 	// FlashNoiseLines adds that many progress lines to tt-flash's output,
 	// to exercise output truncation.
 	FlashNoiseLines int
+	// RealOS says root already holds a real OS (the sim's overlay of a
+	// real-host root filesystem): Create then writes only what the kernel
+	// and the cards expose (/proc, /sys, /dev, the fake state) and never an
+	// OS file (libc, kernel headers, toolchain, module cache), so the real
+	// ones stay; Kernel must be the release of its headers.
+	RealOS bool
 }
 
 // Holder is a process with Tenstorrent device files open.

@@ -434,7 +434,9 @@ func modinfo(t *tool) int {
 		return t.errorf(1, "ERROR: %v", err)
 	}
 	b, err := os.ReadFile(p)
-	if err != nil {
+	if err != nil || !strings.HasSuffix(file, ".ko") {
+		// kmod reads a file only by a name ending in .ko (or .ko.xz, …);
+		// any other argument is a module name to look up.
 		return t.errorf(1, "ERROR: Module %s not found.", file)
 	}
 	version, kernel, err := parseKernelObject(b)

@@ -171,7 +171,9 @@ func (x *execution) fromCluster(ctx context.Context, dir, cached string, o KMDOp
 	if err := os.MkdirAll(filepath.Dir(cached), 0o755); err != nil {
 		return info, err
 	}
-	tmp := cached + ".shared"
+	// kmod's modinfo takes an argument for a file only when it ends in .ko
+	// (else it looks up a module of that name and finds none).
+	tmp := filepath.Join(filepath.Dir(cached), ".shared-"+filepath.Base(cached))
 	if err := os.WriteFile(tmp, raw, 0o644); err != nil {
 		return info, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -25,7 +26,10 @@ const KMDRunbookName = "tt-kmd"
 type KMDConfig struct {
 	Version string
 	// Commit pins the commit the tag ttkmd-<Version> must resolve to.
-	Commit      string
+	Commit string
+	// GitURL is the tt-kmd repository the helpers clone; "" is the
+	// agent's default (upstream).
+	GitURL      string
 	DeployGates []string
 	// Drain evicts device-holding pods (pass 1); FullNode also drains the
 	// rest of the node (pass 2), limited to PodSelector when set.
@@ -76,6 +80,15 @@ func (c *KMDConfig) Validate() error {
 	}
 	if err := nodeagent.ValidateCommit(c.Commit); err != nil {
 		return fmt.Errorf("--kmd-commit: %v", err)
+	}
+	if c.GitURL != "" {
+		if err := nodeagent.ValidateSourceURL(c.GitURL); err != nil {
+			return fmt.Errorf("--git-url: %v", err)
+		}
+		if u, err := url.Parse(c.GitURL); err == nil && (u.RawQuery != "" || u.ForceQuery) {
+			// It goes into the helper's argv, readable by more people than a Secret.
+			return fmt.Errorf("--git-url %s: a git URL with a query string is not supported", nodeagent.RedactURL(c.GitURL))
+		}
 	}
 	for _, g := range c.DeployGates {
 		if errs := validateLabelKey(g); errs != "" {
@@ -383,6 +396,9 @@ func kmdCommand(cfg *KMDConfig) []string {
 	}
 	if cfg.Commit != "" {
 		cmd = append(cmd, "--commit", cfg.Commit)
+	}
+	if cfg.GitURL != "" {
+		cmd = append(cmd, "--git-url", cfg.GitURL)
 	}
 	if cfg.ForceUnload {
 		cmd = append(cmd, "--force-unload")

@@ -260,6 +260,26 @@ func TestHelperPodShape(t *testing.T) {
 	}
 }
 
+// --git-url reaches the kmd helper's command; without it the agent's
+// default (upstream) applies.
+func TestKMDGitURL(t *testing.T) {
+	c := &KMDConfig{Version: "2.8.0", Helper: HelperConfig{Image: "registry.example/node-agent:1", Namespace: "ns"}}
+	if cmd := strings.Join(kmdCommand(c), " "); strings.Contains(cmd, "--git-url") {
+		t.Errorf("no --git-url given, yet: %s", cmd)
+	}
+	c.GitURL = "file:///srv/mirror/tt-kmd.git"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cmd := strings.Join(kmdCommand(c), " "); !strings.Contains(cmd, "--git-url "+c.GitURL) {
+		t.Errorf("--git-url missing from the helper command: %s", cmd)
+	}
+	c.GitURL = "https://mirror.example/tt-kmd.git?token=secret"
+	if err := c.Validate(); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("a query string: %v", err)
+	}
+}
+
 // The commit pin reaches the kmd helper's command; a short one is refused.
 func TestKMDCommitPin(t *testing.T) {
 	pin := strings.Repeat("c", 40)

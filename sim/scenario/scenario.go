@@ -26,6 +26,8 @@ type Env struct {
 	Go func(name string, f func(ctx context.Context) error)
 	// Monitor records safety violations to Dir/violations.
 	Monitor *monitor.Monitor
+	// OnStop registers f to run when the sim stops (mounts to undo).
+	OnStop func(f func())
 }
 
 // Scenario is a named setup.

@@ -38,6 +38,11 @@ var TTAgent string
 // runs helpers in (`sim up --tt-image-rootfs`, env ROLLBOOK_TT_IMAGE_ROOTFS).
 var TTImageRootfs string
 
+// TTRealHostRootfs, when set, is the real-host root filesystem every tt
+// node's host root is an overlay of (`sim up --tt-realhost-rootfs`, env
+// tthost.EnvRealHostRootfs; tthost/realhost.go).
+var TTRealHostRootfs string
+
 // Objects of the tt scenarios.
 const (
 	ttSystemNS    = "tt-system"
@@ -99,8 +104,20 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 	if err != nil {
 		return err
 	}
+	reachable := []string{filepath.Join(env.Dir, "bundles")}
+	if TTRealHostRootfs != "" {
+		dir, err := realHosts(env, plan, hosts)
+		if err != nil {
+			return err
+		}
+		reachable = append(reachable, dir)
+	}
 	for _, p := range plan {
-		if _, err := hosts.Add(p.Node, p.Spec); err != nil {
+		add := func() (string, error) { return hosts.Add(p.Node, p.Spec) }
+		if TTRealHostRootfs != "" {
+			add = func() (string, error) { return hosts.AddReal(p.Node, p.Spec, TTRealHostRootfs) }
+		}
+		if _, err := add(); err != nil {
 			return err
 		}
 		if err := labelNode(ctx, env, p.Node, p.Labels); err != nil {
@@ -115,9 +132,9 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 	holders := &tthost.HolderSync{Client: env.Client, Hosts: hosts, Logf: env.Logf}
 	runner := &tthost.Runner{Client: env.Client, Hosts: hosts, Agent: agent, Logf: env.Logf,
 		Image: TTImageRootfs, OutsideImage: os.Getenv(tthost.EnvOutsideImage) == "1",
-		// The firmware bundles' file:// URLs name this directory: a node
-		// fetching a URL reaches it.
-		Reachable: []string{filepath.Join(env.Dir, "bundles")}}
+		// The firmware bundles' and the kmd remote's file:// URLs name
+		// these directories: a node fetching a URL reaches them.
+		Reachable: reachable}
 	events := &tthost.HostEvents{Hosts: hosts, Report: env.Monitor}
 	env.Go("tt-holders", holders.Run)
 	env.Go("tt-helper-runner", runner.Run)
@@ -158,6 +175,37 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 		return err
 	}
 	return waitHolders(ctx, env, hosts, holders)
+}
+
+// realHosts readies plan's nodes for real-host roots: each runs the
+// rootfs's kernel with nothing cached (a fake module would fail the real
+// modinfo), and the stand-in tt-kmd remote is written. It returns the
+// remote's directory, which helpers must reach.
+func realHosts(env *Env, plan []tthost.NodePlan, hosts *tthost.Hosts) (string, error) {
+	if os.Getenv(tthost.EnvOutsideImage) == "1" {
+		return "", fmt.Errorf("real-host nodes (%s) run helpers inside the image only; unset %s", tthost.EnvRealHostRootfs, tthost.EnvOutsideImage)
+	}
+	kver, err := tthost.RealHostKernel(TTRealHostRootfs)
+	if err != nil {
+		return "", err
+	}
+	for i := range plan {
+		plan[i].Spec.Kernel, plan[i].Spec.CachedKMD = kver, nil
+	}
+	if env.OnStop != nil {
+		env.OnStop(func() {
+			if err := hosts.Unmount(); err != nil {
+				env.Logf("%v", err)
+			}
+		})
+	}
+	url, err := tthost.WriteKMDRemote(env.Dir)
+	if err != nil {
+		return "", err
+	}
+	env.Logf("tt hosts: real-host roots (overlays of %s, kernel %s); the stand-in tt-kmd remote is --git-url %s",
+		TTRealHostRootfs, kver, url)
+	return filepath.Join(env.Dir, tthost.KMDRemoteDir), nil
 }
 
 // reportKernel sets the node's status.nodeInfo.kernelVersion to its host's

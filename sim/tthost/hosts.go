@@ -20,8 +20,10 @@ type Hosts struct {
 	// launcher (sim-tools __helper-launch).
 	ToolExe string
 
-	mu    sync.RWMutex
-	roots map[string]string
+	mu     sync.RWMutex
+	roots  map[string]string
+	real   map[string]bool // nodes whose root is a real OS (realhost.go)
+	mounts []string        // their overlays
 }
 
 // NewHosts prepares <simDir>/hosts: the tools dir, whose entries link to
@@ -50,6 +52,12 @@ func NewHosts(simDir, toolExe, smiVersion string) (*Hosts, error) {
 
 // Add creates node's host root from spec and returns it.
 func (h *Hosts) Add(node string, spec fakehost.Spec) (string, error) {
+	return h.add(node, spec, nil)
+}
+
+// add creates node's host root; prepare, when set, runs on the empty
+// directory before the fake host is laid out.
+func (h *Hosts) add(node string, spec fakehost.Spec, prepare func(root string) error) (string, error) {
 	if node == "" || strings.ContainsAny(node, `/\`) || strings.HasPrefix(node, ".") {
 		return "", fmt.Errorf("tt hosts: invalid node name %q", node)
 	}
@@ -57,11 +65,22 @@ func (h *Hosts) Add(node string, spec fakehost.Spec) (string, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", err
 	}
+	if prepare != nil {
+		if err := prepare(root); err != nil {
+			return "", err
+		}
+	}
 	if err := fakehost.Create(root, spec); err != nil {
 		return "", err
 	}
 	h.mu.Lock()
 	h.roots[node] = root
+	if spec.RealOS {
+		if h.real == nil {
+			h.real = map[string]bool{}
+		}
+		h.real[node] = true
+	}
 	h.mu.Unlock()
 	return root, nil
 }

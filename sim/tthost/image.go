@@ -40,9 +40,10 @@ const fakeTTSMIPath = "/.rollbook-sim/bin/tt-smi"
 var kernelAndCard = []string{"insmod", "rmmod", "kill"}
 
 // remainingFakes are image tools that cannot work against a fake host root
-// yet (docs/tt.md, "How the sim runs helpers"): chroot would run the fake
+// (docs/tt.md, "The fakes and the real tools"): chroot would run the fake
 // host's make and tt-smi, which are not executables; git needs a real
 // repository of the module; modinfo, depmod and modprobe need a real .ko.
+// On a real-host node (Hosts.AddReal) all of them are the image's own.
 var remainingFakes = []string{"chroot", "git", "modinfo", "depmod", "modprobe"}
 
 // Mode describes how helpers run, for the sim's log.
@@ -144,15 +145,20 @@ func (r *Runner) resolveDir(d string) (string, error) {
 }
 
 // overrides are the fakes bound over the image's files, and the agent under
-// test over the image's kubectl-tt.
-func (r *Runner) overrides() []helperns.Override {
+// test over the image's kubectl-tt; realHost leaves the image's chroot, git
+// and kmod tools real.
+func (r *Runner) overrides(realHost bool) []helperns.Override {
 	var out []helperns.Override
 	add := func(src, name string) {
 		if p := r.inImage(name); p != "" {
 			out = append(out, helperns.Override{Source: src, Target: p})
 		}
 	}
-	for _, t := range append(append([]string(nil), kernelAndCard...), remainingFakes...) {
+	fakes := append([]string(nil), kernelAndCard...)
+	if !realHost {
+		fakes = append(fakes, remainingFakes...)
+	}
+	for _, t := range fakes {
 		add(r.Hosts.ToolExe, t)
 	}
 	add(r.Hosts.SMISource, nodeagent.DefaultSMISource)
@@ -251,7 +257,7 @@ func (r *Runner) launchSpec(pod *corev1.Pod, c corev1.Container, root, dir, cdir
 		Image:          r.Image,
 		Scratch:        filepath.Join(cdir, "fs"),
 		Mounts:         ms,
-		Overrides:      r.overrides(),
+		Overrides:      r.overrides(r.Hosts.Real(pod.Spec.NodeName)),
 		Private:        []helperns.Override{{Source: r.Hosts.ToolExe, Target: fakeTTSMIPath}},
 		Env:            imageEnv(pod, c, fakeRoot, secrets),
 		Argv:           append(append([]string(nil), c.Command...), c.Args...),

@@ -38,12 +38,21 @@ func TestOverridesOnlyWhatTheImageHas(t *testing.T) {
 		}
 	}
 	r := &Runner{Image: img, Agent: "/agent", Hosts: &Hosts{ToolExe: "/tools", SMISource: "/smi"}}
-	got := map[string]string{}
-	for _, o := range r.overrides() {
-		got[o.Target] = o.Source
-	}
 	want := map[string]string{"/usr/sbin/insmod": "/tools", "/usr/sbin/rmmod": "/tools", "/usr/bin/git": "/tools",
 		"/usr/local/bin/kubectl-tt": "/agent"}
+	checkOverrides(t, r.overrides(false), want)
+	// A real-host node: the image's git is the real one; insmod and rmmod
+	// need a kernel and stay fake.
+	delete(want, "/usr/bin/git")
+	checkOverrides(t, r.overrides(true), want)
+}
+
+func checkOverrides(t *testing.T, os []helperns.Override, want map[string]string) {
+	t.Helper()
+	got := map[string]string{}
+	for _, o := range os {
+		got[o.Target] = o.Source
+	}
 	if len(got) != len(want) {
 		t.Fatalf("overrides %v, want %v (no kill, tt-smi, tt-flash, chroot: the image has none)", got, want)
 	}

@@ -9,12 +9,13 @@ package realhost
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/rollbook/rollbook/internal/fakehost/realhost/kmdrepo"
 )
 
 // RootfsEnv overrides where the real-host root filesystem is.
@@ -24,18 +25,28 @@ const RootfsEnv = "ROLLBOOK_REALHOST_ROOTFS"
 // saying why it cannot run (not root, no rootfs, no overlayfs).
 func Rootfs(t testing.TB) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("realhost: needs root (overlay mounts, chroot); CI runs as root")
+	root, why := Find()
+	if why != "" {
+		t.Skip(why)
 	}
-	root := os.Getenv(RootfsEnv)
+	return root
+}
+
+// Find is Rootfs for a TestMain: the root filesystem, or why there is none
+// to use here.
+func Find() (root, why string) {
+	if os.Geteuid() != 0 {
+		return "", "realhost: needs root (overlay mounts, chroot); CI runs as root"
+	}
+	root = os.Getenv(RootfsEnv)
 	if root == "" {
 		root = filepath.Join(repoRoot(), ".cache/realhost-rootfs/root")
 	}
 	if _, err := os.Stat(filepath.Join(root, "usr/bin/kmod")); err != nil {
-		t.Skipf("realhost: no real-host root filesystem at %s (build it with `bash hack/realhost-rootfs.sh`, or set %s): %v",
+		return "", fmt.Sprintf("realhost: no real-host root filesystem at %s (build it with `bash hack/realhost-rootfs.sh`, or set %s): %v",
 			root, RootfsEnv, err)
 	}
-	return root
+	return root, ""
 }
 
 func repoRoot() string {
@@ -122,15 +133,7 @@ const HostRootEnv = "REALHOST_ROOT"
 
 // SystemTool finds this machine's own name in the system directories,
 // never on PATH (tests put fake tools there).
-func SystemTool(name string) (string, error) {
-	for _, d := range []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin"} {
-		p := filepath.Join(d, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("no %s in this machine's system directories", name)
-}
+func SystemTool(name string) (string, error) { return kmdrepo.SystemTool(name) }
 
 // KmodArgv is argv running the rootfs's kmod as name (modinfo, depmod, …).
 func KmodArgv(rootfs, name string) []string {
@@ -190,58 +193,17 @@ func shellJoin(argv []string) string {
 	return strings.Join(q, " ")
 }
 
-// ModuleRepo creates a bare git repository of a stand-in tt-kmd: a real
-// kernel module named tenstorrent, one tag ttkmd-<v> per version whose
-// MODULE_VERSION is v. Returns its file:// URL.
+// ModuleRepo creates a bare git repository of a stand-in tt-kmd (kmdrepo):
+// a real kernel module named tenstorrent, one tag ttkmd-<v> per version
+// whose MODULE_VERSION is v. Returns its file:// URL.
 func ModuleRepo(t testing.TB, versions ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	src, bare := filepath.Join(dir, "src"), filepath.Join(dir, "tt-kmd.git")
-	gitPath, err := SystemTool("git")
-	if err != nil {
+	if _, err := SystemTool("git"); err != nil {
 		t.Skipf("realhost: %v", err)
 	}
-	git := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command(gitPath, args...)
-		cmd.Dir = src
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=rollbook", "GIT_AUTHOR_EMAIL=test@rollbook.dev",
-			"GIT_COMMITTER_NAME=rollbook", "GIT_COMMITTER_EMAIL=test@rollbook.dev", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	if err := os.Mkdir(src, 0o755); err != nil {
+	url, err := kmdrepo.Write(t.TempDir(), versions...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	git("init", "-q", "-b", "main")
-	for _, v := range versions {
-		write(t, filepath.Join(src, "Makefile"), moduleMakefile, 0o644)
-		write(t, filepath.Join(src, "module.c"), fmt.Sprintf(moduleSource, v), 0o644)
-		git("add", "-A")
-		git("commit", "-q", "-m", "tt-kmd stand-in "+v)
-		git("tag", "ttkmd-"+v)
-	}
-	cmd := exec.Command(gitPath, "clone", "-q", "--bare", src, bare)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git clone --bare: %v\n%s", err, out)
-	}
-	return "file://" + bare
+	return url
 }
-
-// The stand-in module: written for these tests (not tt-kmd's code); it
-// only has to build with kbuild and carry the version.
-const moduleMakefile = "obj-m += tenstorrent.o\ntenstorrent-y := module.o\n"
-
-const moduleSource = `// Stand-in for tt-kmd in rollbook's real-host tests.
-#include <linux/module.h>
-#include <linux/init.h>
-
-static int __init standin_init(void) { return 0; }
-static void __exit standin_exit(void) { }
-module_init(standin_init);
-module_exit(standin_exit);
-MODULE_LICENSE("GPL");
-MODULE_DESCRIPTION("rollbook stand-in for tt-kmd");
-MODULE_VERSION("%s");
-`

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/journal"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
@@ -33,6 +34,7 @@ type kmdOptions struct {
 	helper      helperFlags
 	version     string
 	commit      string
+	gitURL      string
 	gates       []string
 	drain       bool
 	fullNode    bool
@@ -95,6 +97,8 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 		"releases before 2.0 (ttkmd-1.34) (required)")
 	fs.StringVar(&o.commit, "kmd-commit", "",
 		"full commit ID the tag ttkmd-<version> must resolve to; each node's helper refuses to build a tag that moved")
+	fs.StringVar(&o.gitURL, "git-url", "", "tt-kmd repository the helpers clone the tag ttkmd-<version> from: https, or file:// "+
+		"for a mirror every node has at that path (default: upstream "+nodeagent.DefaultKMDGitURL+")")
 	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate},
 		"node labels set to \"false\" while a node is upgraded, so DaemonSets gated on them leave (empty to disable)")
 	fs.BoolVar(&o.drain, "drain", true, "evict pods that hold /dev/tenstorrent before swapping the module")
@@ -120,7 +124,7 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 
 // Complete turns the flags into the runbook's configuration.
 func (o *kmdOptions) Complete(args []string) error {
-	o.cfg = &tt.KMDConfig{Version: o.version, Commit: o.commit, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
+	o.cfg = &tt.KMDConfig{Version: o.version, Commit: o.commit, GitURL: o.gitURL, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
 		ForceUnload: o.forceUnload, Force: o.force, Helper: o.helper.config(), MaxParallel: o.maxParallel,
 		MaxUnavailablePer: o.perLabel}
 	o.cfg.DeployGates = gateList(o.gates)
