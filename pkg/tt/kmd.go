@@ -384,7 +384,11 @@ func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) ru
 func helperWorkTimeout(t time.Duration) time.Duration { return t - 30*time.Second }
 
 func kmdProbeCommand(cfg *KMDConfig) []string {
-	return []string{"kubectl-tt", "node-agent", "probe", "--kmd-version", cfg.Version}
+	cmd := []string{"kubectl-tt", "node-agent", "probe", "--kmd-version", cfg.Version}
+	if cfg.GitURL != "" {
+		cmd = append(cmd, "--git-url", cfg.GitURL) // the tag is looked up where the build clones
+	}
+	return cmd
 }
 
 func kmdCommand(cfg *KMDConfig) []string {

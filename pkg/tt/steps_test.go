@@ -274,6 +274,9 @@ func TestKMDGitURL(t *testing.T) {
 	if cmd := strings.Join(kmdCommand(c), " "); !strings.Contains(cmd, "--git-url "+c.GitURL) {
 		t.Errorf("--git-url missing from the helper command: %s", cmd)
 	}
+	if cmd := strings.Join(kmdProbeCommand(c), " "); !strings.Contains(cmd, "--git-url "+c.GitURL) {
+		t.Errorf("--git-url missing from the probe (it looks the tag up where the build clones): %s", cmd)
+	}
 	c.GitURL = "https://mirror.example/tt-kmd.git?token=secret"
 	if err := c.Validate(); err == nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("a query string: %v", err)
