@@ -12,12 +12,12 @@ import (
 
 	"github.com/rollbook/rollbook/internal/httpcount"
 	"github.com/rollbook/rollbook/pkg/cli"
-	"github.com/rollbook/rollbook/pkg/runbook"
+	"github.com/rollbook/rollbook/pkg/paced"
 )
 
 // Counter counts requests by "VERB resource". Permission checks
 // (SelfSubjectAccessReviews) are counted apart: once per run whatever the
-// fleet size. So are paced requests (runbook.Paced: Lease renewals, step
+// fleet size. So are paced requests (paced.Mark: Lease renewals, step
 // clocks, the journal's timed batches), a cost per second of the run that an
 // instantly acting cluster would not see; they are listed in Breakdown.
 type Counter struct {
@@ -50,7 +50,7 @@ func (rc *Counter) add(r *http.Request) {
 		return
 	}
 	key := requestKey(r)
-	if runbook.IsPaced(r.Context()) {
+	if paced.Is(r.Context()) {
 		rc.paced[key]++
 		return
 	}
@@ -131,7 +131,7 @@ func (rc *Counter) Paths() string {
 	return strings.Join(rc.paths, "\n")
 }
 
-// Paced is the number of paced requests counted apart (runbook.Paced).
+// Paced is the number of paced requests counted apart (paced.Mark).
 func (rc *Counter) Paced() int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/paced"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
@@ -106,7 +107,7 @@ func (w *Writer) Record(ctx context.Context, obj corev1.ObjectReference, warning
 
 func (w *Writer) flushLater() {
 	// Paced: the batch's timer, not a step, asks for this write.
-	ctx, cancel := context.WithTimeout(runbook.Paced(context.Background()), 5*time.Second)
+	ctx, cancel := context.WithTimeout(paced.Mark(context.Background()), 5*time.Second)
 	defer cancel()
 	_ = w.Flush(ctx)
 }

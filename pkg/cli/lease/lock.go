@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rollbook/rollbook/pkg/kube"
-	"github.com/rollbook/rollbook/pkg/runbook"
+	"github.com/rollbook/rollbook/pkg/paced"
 )
 
 // Lock is a held Lease, renewed in the background until Release.
@@ -74,7 +74,7 @@ func (l *Lock) renew(lastOK time.Time) {
 		// must not keep a holder that cannot renew acting past it.
 		fence := lastOK.Add(2 * l.duration / 3)
 		// Paced: a renewal is a cost per second of the run, not per node.
-		ctx, cancel := context.WithDeadline(runbook.Paced(context.Background()), minTime(sent.Add(l.duration/6), fence))
+		ctx, cancel := context.WithDeadline(paced.Mark(context.Background()), minTime(sent.Add(l.duration/6), fence))
 		err := l.modify(ctx, func(cur *coordv1.Lease) {
 			now := metav1.NewMicroTime(time.Now())
 			cur.Spec.RenewTime = &now

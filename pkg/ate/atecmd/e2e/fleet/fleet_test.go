@@ -17,7 +17,7 @@ import (
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/cli"
-	"github.com/rollbook/rollbook/pkg/runbook"
+	"github.com/rollbook/rollbook/pkg/paced"
 )
 
 func TestMain(m *testing.M) {
@@ -75,7 +75,7 @@ func TestPerNodeCost(t *testing.T) {
 	atetest.MustRun(t, ctx, atetest.CloneArgs...)
 
 	var mu sync.Mutex
-	counts, paced := map[string]int{}, map[string]int{}
+	counts, timed := map[string]int{}, map[string]int{}
 	total := 0
 	cli.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return httpcount.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
@@ -85,8 +85,8 @@ func TestPerNodeCost(t *testing.T) {
 			// are counted apart.
 			if !strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews") {
 				mu.Lock()
-				if runbook.IsPaced(r.Context()) {
-					paced[r.Method+" "+resourceOf(r.URL.Path)]++
+				if paced.Is(r.Context()) {
+					timed[r.Method+" "+resourceOf(r.URL.Path)]++
 				} else {
 					counts[r.Method+" "+resourceOf(r.URL.Path)]++
 					total++
@@ -103,7 +103,7 @@ func TestPerNodeCost(t *testing.T) {
 	var took []time.Duration
 	for i := range 6 {
 		mu.Lock()
-		total, counts, paced = 0, map[string]int{}, map[string]int{}
+		total, counts, timed = 0, map[string]int{}, map[string]int{}
 		mu.Unlock()
 		start := time.Now()
 		atetest.MustRun(t, ctx, "roll", "next-node", "--wait")
@@ -111,7 +111,7 @@ func TestPerNodeCost(t *testing.T) {
 		mu.Lock()
 		reqs = append(reqs, total)
 		t.Logf("node %d: %d requests in %s: %s; paced apart: %s", i+1, total, took[i].Round(time.Millisecond), breakdown(counts),
-			breakdown(paced))
+			breakdown(timed))
 		mu.Unlock()
 	}
 	t.Logf("per-node requests %v; times %v", reqs, took)
