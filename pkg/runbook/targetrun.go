@@ -64,6 +64,11 @@ func (r *targetRun[F]) run(ctx context.Context) TargetResult {
 		if !complete {
 			// The step before acted and the one after it was done already:
 			// this step decides on parts that observation did not read.
+			// When it spends a shared budget, the exclusion is taken first
+			// and this observation is the one made inside it (not a second).
+			if s := steps[i]; s.Exclusive && r.held < 0 && !r.o.DryRun {
+				r.heldSeen, r.held = r.excl.enter(ctx), i
+			}
 			if err := r.observe(ctx); err != nil {
 				return r.failed(steps[i].ID, err)
 			}

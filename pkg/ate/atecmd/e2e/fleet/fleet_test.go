@@ -118,12 +118,13 @@ func TestPerNodeCost(t *testing.T) {
 	// Nodes hold different numbers of workers and actors (two namespaces,
 	// two classes; the last node has no node after it to make room on), so
 	// the bound is against the median, not equality: no node may cost more
-	// than 1.5× the median node. And none more than maxPerNode: measured
-	// 37–41 (about 19 of them the run's own: lock, identity, history, the
-	// control API's port-forward and token, the cluster's lists, the pause
-	// check), plus a step clock's two PATCHes for a step that runs over a
-	// second and a journal or Lease write more on a slow machine.
-	const maxPerNode = 46
+	// than 1.5× the median node. And none more than maxPerNode, the issue's
+	// target: measured 37–38 (about 17 of them the run's own: lock,
+	// identity, history, the control API's port-forward and token, the
+	// cluster's lists), paced requests apart. Before those were counted
+	// apart, step clocks, Lease renewals and timed journal writes made it
+	// 39–46 by the machine's load, and 48–50 under a heavy one.
+	const maxPerNode = 40
 	sorted := slices.Sorted(slices.Values(reqs))
 	median := (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
 	if hi := sorted[len(sorted)-1]; hi > median*3/2 || hi > maxPerNode {
