@@ -974,9 +974,10 @@ func TestMaxFailuresStopsAtTheBudget(t *testing.T) {
 }
 
 // An Exclusive step reached past a step that was done already decides on
-// the full observation that step's unread parts call for, made inside its
-// exclusion, not on a second one after it (three requests a kmd node, whose
-// cordon follows the module step, done without acting).
+// the observation its unread parts call for, made inside its exclusion and
+// of what it reads, not on a full one and a second one after it (four
+// requests a kmd node, whose cordon follows the module step, done without
+// acting).
 func TestExclusiveStepPastADoneStepObservesOnce(t *testing.T) {
 	const (
 		partNode Parts = 1 << iota
@@ -1014,9 +1015,9 @@ func TestExclusiveStepPastADoneStepObservesOnce(t *testing.T) {
 		},
 	}
 	res := Run(context.Background(), rb, targets(w, "n1"), Options{})
-	// Initial; after a (a's and b's reads); the full one c's unread parts
-	// call for, inside c's exclusion; after c.
-	want := []Parts{AllParts, partNode, AllParts, partPods}
+	// Initial; after a (a's and b's reads); c's own parts (with those
+	// already read) inside c's exclusion; after c.
+	want := []Parts{AllParts, partNode, partNode | partPods, partPods}
 	if res.Outcome != OutcomeDone || !slices.Equal(asked, want) {
 		t.Errorf("observations asked for %v, want %v (outcome %s)", asked, want, res.Outcome)
 	}
