@@ -119,7 +119,7 @@ func TestPerNodeCost(t *testing.T) {
 	// two classes; the last node has no node after it to make room on), so
 	// the bound is against the median, not equality: no node may cost more
 	// than 1.5× the median node. And none more than maxPerNode, the issue's
-	// target: measured 37–38 (about 17 of them the run's own: lock,
+	// target: measured 35–38 (about 17 of them the run's own: lock,
 	// identity, history, the control API's port-forward and token, the
 	// cluster's lists), paced requests apart. Before those were counted
 	// apart, step clocks, Lease renewals and timed journal writes made it
