@@ -12,15 +12,19 @@ import (
 
 	"github.com/rollbook/rollbook/internal/httpcount"
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/paced"
 )
 
 // Counter counts requests by "VERB resource". Permission checks
 // (SelfSubjectAccessReviews) are counted apart: once per run whatever the
-// fleet size.
+// fleet size. So are paced requests (paced.Mark: Lease renewals, step
+// clocks, the journal's timed batches), a cost per second of the run that an
+// instantly acting cluster would not see; they are listed in Breakdown.
 type Counter struct {
 	mu        sync.Mutex
 	total     int
 	preflight int
+	paced     map[string]int
 	by        map[string]int
 	paths     []string
 }
@@ -28,7 +32,7 @@ type Counter struct {
 // Start wraps the CLI's transport (cli.WrapTransport) until the returned
 // stop is called. Not for parallel tests: the hook is global.
 func Start() (*Counter, func()) {
-	rc := &Counter{by: map[string]int{}}
+	rc := &Counter{by: map[string]int{}, paced: map[string]int{}}
 	cli.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return httpcount.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			rc.add(r)
@@ -45,8 +49,12 @@ func (rc *Counter) add(r *http.Request) {
 		rc.preflight++
 		return
 	}
-	rc.total++
 	key := requestKey(r)
+	if paced.Is(r.Context()) {
+		rc.paced[key]++
+		return
+	}
+	rc.total++
 	rc.by[key]++
 	rc.paths = append(rc.paths, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
 }
@@ -106,9 +114,12 @@ func (rc *Counter) Breakdown() string {
 		return keys[i] < keys[j]
 	})
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d requests (+%d permission checks):\n", rc.total, rc.preflight)
+	fmt.Fprintf(&b, "%d requests (+%d permission checks, +%d paced):\n", rc.total, rc.preflight, rc.pacedTotal())
 	for _, k := range keys {
 		fmt.Fprintf(&b, "  %4d  %s\n", rc.by[k], k)
+	}
+	for k, n := range rc.paced {
+		fmt.Fprintf(&b, "  (%d  %s, paced)\n", n, k)
 	}
 	return b.String()
 }
@@ -118,6 +129,21 @@ func (rc *Counter) Paths() string {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return strings.Join(rc.paths, "\n")
+}
+
+// Paced is the number of paced requests counted apart (paced.Mark).
+func (rc *Counter) Paced() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.pacedTotal()
+}
+
+func (rc *Counter) pacedTotal() int {
+	n := 0
+	for _, v := range rc.paced {
+		n += v
+	}
+	return n
 }
 
 // Preflight is the number of permission checks counted apart.

@@ -2,17 +2,20 @@ package ateapi
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -51,22 +54,39 @@ func TestSelectTrustBundles(t *testing.T) {
 	}
 }
 
-func TestServedTrustBundleVersion(t *testing.T) {
+// The newest served version is listed; one not served answers NotFound
+// (no discovery request); any other error stops at once.
+func TestListTrustBundlesAtTheNewestServedVersion(t *testing.T) {
+	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "certificates.k8s.io", Resource: "clustertrustbundles"}, "")
 	for _, tc := range []struct {
-		served []string
-		want   string
-	}{{[]string{"v1beta1"}, "v1beta1"}, {[]string{"v1beta1", "v1"}, "v1"}, {nil, ""}} {
-		cs := fake.NewClientset()
-		dc := cs.Discovery().(*fakediscovery.FakeDiscovery)
-		for _, v := range tc.served {
-			dc.Resources = append(dc.Resources, &metav1.APIResourceList{
-				GroupVersion: "certificates.k8s.io/" + v,
-				APIResources: []metav1.APIResource{{Name: "clustertrustbundles"}},
-			})
-		}
-		got, err := servedTrustBundleVersion(dc)
-		if got != tc.want || (tc.want == "") != (err != nil) {
-			t.Errorf("served %v: got %q, %v", tc.served, got, err)
+		served  []string
+		other   error // the answer for a version served but failing
+		want    string
+		wantErr string
+	}{
+		{served: []string{"v1beta1"}, want: "v1beta1"},
+		{served: []string{"v1beta1", "v1"}, want: "v1"},
+		{served: nil, wantErr: "--ate-ca-file"},
+		{served: []string{"v1"}, other: errors.New("forbidden"), wantErr: "forbidden"},
+	} {
+		var asked []string
+		items, err := listTrustBundles(func(v string) (*unstructured.UnstructuredList, error) {
+			asked = append(asked, v)
+			if !slices.Contains(tc.served, v) {
+				return nil, notFound
+			}
+			if tc.other != nil {
+				return nil, tc.other
+			}
+			return &unstructured.UnstructuredList{Items: []unstructured.Unstructured{ctb("at-"+v, TrustBundleSigner, "")}}, nil
+		})
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("served %v: err %v, want one naming %q", tc.served, err, tc.wantErr)
+			}
+		case err != nil || len(items) != 1 || items[0].GetName() != "at-"+tc.want:
+			t.Errorf("served %v: got %v, %v; want the list at %s (asked %v)", tc.served, items, err, tc.want, asked)
 		}
 	}
 }

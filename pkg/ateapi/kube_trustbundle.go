@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"sort"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
@@ -28,39 +28,35 @@ var trustBundleVersions = []string{"v1", "v1beta1"}
 
 // fetchTrustBundle reads the live CTBs through whichever version is served.
 func fetchTrustBundle(ctx context.Context, cfg *rest.Config) ([]byte, error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("ateapi: discovery: %w", err)
-	}
-	version, err := servedTrustBundleVersion(dc)
-	if err != nil {
-		return nil, err
-	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("ateapi: dynamic client: %w", err)
 	}
-	gvr := schema.GroupVersionResource{Group: "certificates.k8s.io", Version: version, Resource: "clustertrustbundles"}
-	list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: TrustBundleLabel})
+	items, err := listTrustBundles(func(version string) (*unstructured.UnstructuredList, error) {
+		gvr := schema.GroupVersionResource{Group: "certificates.k8s.io", Version: version, Resource: "clustertrustbundles"}
+		return dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: TrustBundleLabel})
+	})
 	if err != nil {
-		return nil, fmt.Errorf("ateapi: list ClusterTrustBundles (%s): %w", version, err)
+		return nil, err
 	}
-	return SelectTrustBundles(list.Items, TrustBundleSigner)
+	return SelectTrustBundles(items, TrustBundleSigner)
 }
 
-func servedTrustBundleVersion(dc discovery.DiscoveryInterface) (string, error) {
+// listTrustBundles lists the live CTBs at the newest version served. A
+// version not served answers the list itself with NotFound, so no
+// discovery request is spent on finding it (one request fewer per run).
+func listTrustBundles(list func(version string) (*unstructured.UnstructuredList, error)) ([]unstructured.Unstructured, error) {
 	for _, v := range trustBundleVersions {
-		rl, err := dc.ServerResourcesForGroupVersion("certificates.k8s.io/" + v)
+		l, err := list(v)
+		if apierrors.IsNotFound(err) {
+			continue // not served at this version; try the next
+		}
 		if err != nil {
-			continue // not served (404) or unreachable; try the next
+			return nil, fmt.Errorf("ateapi: list ClusterTrustBundles (%s): %w", v, err)
 		}
-		for _, r := range rl.APIResources {
-			if r.Name == "clustertrustbundles" {
-				return v, nil
-			}
-		}
+		return l.Items, nil
 	}
-	return "", fmt.Errorf("ateapi: the cluster serves no ClusterTrustBundle API (certificates.k8s.io %v); pass "+
+	return nil, fmt.Errorf("ateapi: the cluster serves no ClusterTrustBundle API (certificates.k8s.io %v); pass "+
 		"--ate-ca-file", trustBundleVersions)
 }
 

@@ -97,6 +97,7 @@ type Session struct {
 	plugin   string
 	lockName string
 	journal  *journal.Writer
+	pauses   *lease.PauseWatch // nil for a dry run
 }
 
 // DryRun reports whether the session only plans.
@@ -140,6 +141,7 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 		return nil, ctx, err
 	}
 	s.lock = lock
+	s.pauses = lease.NewPauseWatch(cs, f.LockNamespace, lockName, lock)
 	ctx, s.cancel = lock.WithLock(ctx)
 	s.journal = &journal.Writer{Client: cs, Namespace: f.LockNamespace, Name: journal.Name(plugin), Batch: journalBatch,
 		Base: journal.Entry{Run: s.RunID, User: holder.User, Host: holder.Host, Command: holder.Command}}
@@ -148,7 +150,9 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	if note := lock.TakeoverNote(); note != "" {
 		started += "; " + note
 	}
-	s.note(ctx, "RunStarted", started)
+	// The start goes with the run's first journal write rather than one
+	// of its own: every mutation after it is an Event at once anyway.
+	s.deferNote("RunStarted", started)
 	return s, ctx, nil
 }
 
@@ -180,6 +184,13 @@ func (f flushBeforeLongSteps) Step(target string, r runbook.StepResult) {
 // long step or two seconds of a run, however many steps and nodes they span,
 // instead of one per mutation. Events are written at once, so a SIGKILLed run's last records survive there.
 const journalBatch = 2 * time.Second
+
+// deferNote journals a line about the run itself with its next write.
+func (s *Session) deferNote(reason, message string) {
+	e := s.journal.Base
+	e.Object, e.Reason, e.Message = "lease/"+s.Flags.LockNamespace+"/"+s.lockName, reason, message
+	_ = s.journal.Defer(e) // encoding an Entry does not fail
+}
 
 // note journals a line about the run itself (its start and end).
 func (s *Session) note(ctx context.Context, reason, message string) {
@@ -264,7 +275,14 @@ func (s *Session) options(ctx context.Context, o runbook.Options) runbook.Option
 // Paused reports whether the roll is paused, and by whom. A pause that
 // cannot be read counts as none: the lock already guards against a second run.
 func (s *Session) Paused(ctx context.Context) (bool, string) {
-	p, err := lease.ReadPause(ctx, s.Client, s.Flags.LockNamespace, s.lockName)
+	var p *lease.Pause
+	var err error
+	if s.pauses != nil {
+		// Watched, not read per target: no request per node.
+		p, err = s.pauses.Current(ctx)
+	} else {
+		p, err = lease.ReadPause(ctx, s.Client, s.Flags.LockNamespace, s.lockName)
+	}
 	if err != nil || p == nil {
 		return false, ""
 	}
@@ -327,6 +345,9 @@ func (s *Session) end() {
 		cancel()
 	}
 	s.Progress.Close()
+	if s.pauses != nil {
+		s.pauses.Close()
+	}
 	if s.lock != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

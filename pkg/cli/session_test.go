@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +21,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 
+	"github.com/rollbook/rollbook/internal/httpcount"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/cli/lease"
 	"github.com/rollbook/rollbook/pkg/journal"
@@ -310,5 +316,79 @@ func TestPauseAndResumeDryRunChangeNothing(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "would lift the pause") || !strings.Contains(out.String(), "vendor") {
 		t.Fatalf("resume --dry-run says:\n%s", out)
+	}
+}
+
+// A pause written while the roll runs stops it before its next target, and
+// the run reads the Lease for it twice in all (the lock's acquisition
+// answers first, then one read and a watch), not once per target.
+func TestPauseMidRollIsWatchedNotReadPerTarget(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ns := c.NewNamespace(t)
+	g, out := globals(t)
+	ctx := simtest.Context(t, time.Minute)
+	var mu sync.Mutex
+	reads, watches := 0, 0
+	var seen []string
+	WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return httpcount.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/leases") {
+				mu.Lock()
+				if r.URL.Query().Get("watch") == "true" {
+					watches++
+				} else {
+					reads++
+				}
+				seen = append(seen, r.Method+" "+r.URL.RequestURI())
+				mu.Unlock()
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	defer func() { WrapTransport = nil }()
+	s, runCtx, err := StartSession(ctx, g, RunFlags{LockNamespace: ns}, "test", "rollbook-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started []string
+	rb := &runbook.Runbook[string]{Name: "test-pause",
+		Observe: func(_ context.Context, tg runbook.Target) (string, error) { return tg.Name(), nil },
+		Steps: []runbook.Step[string]{{ID: "test.pause", Title: "Pause at the fifth",
+			Done: func(name string) (bool, string) { return slices.Contains(started, name), "" },
+			Act: func(ctx context.Context, name string) error {
+				started = append(started, name)
+				if name != "t5" {
+					return nil
+				}
+				if err := lease.SetPause(ctx, c.Client, ns, "rollbook-test", &lease.Pause{By: "a test", At: time.Now()}); err != nil {
+					return err
+				}
+				// The watch brings it (asking reads nothing more).
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+					if paused, _ := s.Paused(ctx); paused {
+						return nil
+					}
+					if time.Now().After(deadline) {
+						return errors.New("the pause never reached the run")
+					}
+				}
+			}}},
+	}
+	var ts []runbook.Target
+	for i := range 8 {
+		ts = append(ts, runbook.ScopeTarget{Scope: fmt.Sprintf("t%d", i+1)})
+	}
+	res := Run(runCtx, s, rb, ts, runbook.Options{})
+	mu.Lock()
+	gotReads, gotWatches := reads, watches // the release re-reads the Lease the pause changed
+	mu.Unlock()
+	_ = s.Finish(res, "")
+	if res.Outcome != runbook.OutcomePaused || strings.Join(started, ",") != "t1,t2,t3,t4,t5" {
+		t.Fatalf("outcome %s, started %v; want paused after t5\n%s", res.Outcome, started, out)
+	}
+	// The acquisition's read, the second answer's read and its watch.
+	if gotReads != 2 || gotWatches != 1 {
+		t.Fatalf("%d reads and %d watches of the Lease for 8 targets; want 2 and 1: %v", gotReads, gotWatches, seen)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/paced"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
@@ -105,9 +106,25 @@ func (w *Writer) Record(ctx context.Context, obj corev1.ObjectReference, warning
 }
 
 func (w *Writer) flushLater() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Paced: the batch's timer, not a step, asks for this write.
+	ctx, cancel := context.WithTimeout(paced.Mark(context.Background()), 5*time.Second)
 	defer cancel()
 	_ = w.Flush(ctx)
+}
+
+// Defer keeps e (stamped now) for the next write, whatever triggers it,
+// without starting the batch's timer: a run's start needs no write of its
+// own (one request fewer per run), and a run that changes nothing has it
+// written with its end.
+func (w *Writer) Defer(e Entry) error {
+	line, err := encode(e, time.Now())
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending = append(w.pending, line...)
+	return nil
 }
 
 // Flush writes the records still pending, if any.

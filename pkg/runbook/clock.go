@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/rollbook/rollbook/pkg/paced"
 )
 
 // TimerKey names the annotation holding the start of runbook rb's step in
@@ -71,7 +73,7 @@ func (r *targetRun[F]) clearStaleClock(ctx context.Context) error {
 	}
 	clear, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	return r.t.SetAnnotation(clear, TimerKey(r.rb.Name), nil)
+	return r.t.SetAnnotation(paced.Mark(clear), TimerKey(r.rb.Name), nil)
 }
 
 // resumeClock returns when the step's budget started: the time stored on
@@ -117,7 +119,7 @@ func keepClock(ctx context.Context, t Target, rb, stepID string, started time.Ti
 		case <-timer.C:
 			val := stepID + "@" + started.UTC().Format(time.RFC3339)
 			// A failed write leaves the budget undurable, not the step wrong.
-			c.carried <- t.SetAnnotation(ctx, c.key, &val) == nil
+			c.carried <- t.SetAnnotation(paced.Mark(ctx), c.key, &val) == nil
 		}
 	}()
 	return c
@@ -138,7 +140,7 @@ func (c *stepClock) stop(ctx context.Context, keep bool) error {
 	// The step ended: its clock goes even when the run was cancelled.
 	clear, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	return c.t.SetAnnotation(clear, c.key, nil)
+	return c.t.SetAnnotation(paced.Mark(clear), c.key, nil)
 }
 
 func cut(v string) (id, at string, ok bool) {

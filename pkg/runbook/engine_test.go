@@ -972,3 +972,53 @@ func TestMaxFailuresStopsAtTheBudget(t *testing.T) {
 		t.Fatalf("the skipped target does not say why: %q", res.Targets[2].Error)
 	}
 }
+
+// An Exclusive step reached past a step that was done already decides on
+// the observation its unread parts call for, made inside its exclusion and
+// of what it reads, not on a full one and a second one after it (four
+// requests a kmd node, whose cordon follows the module step, done without
+// acting).
+func TestExclusiveStepPastADoneStepObservesOnce(t *testing.T) {
+	const (
+		partNode Parts = 1 << iota
+		partPods
+	)
+	w := newWorld("n1")
+	var asked []Parts
+	observe := func(tg Target, parts Parts) facts {
+		asked = append(asked, parts)
+		name := strings.TrimPrefix(tg.Name(), "node/")
+		return facts{name: name, node: w.snapshot(name)}
+	}
+	mark := func(key string) func(context.Context, facts) error {
+		return func(_ context.Context, f facts) error {
+			w.update(f.name, func(n *memNode) { n.annotations[key] = "yes" })
+			return nil
+		}
+	}
+	done := func(key string) func(facts) (bool, string) {
+		return func(f facts) (bool, string) { return f.node.annotations[key] == "yes", "" }
+	}
+	w.update("n1", func(n *memNode) { n.annotations["b"] = "yes" })
+	rb := &Runbook[facts]{
+		Name: owner,
+		Observe: func(_ context.Context, tg Target) (facts, error) {
+			return observe(tg, AllParts), nil
+		},
+		ObserveParts: func(_ context.Context, tg Target, parts Parts, _ facts) (facts, error) {
+			return observe(tg, parts), nil
+		},
+		Steps: []Step[facts]{
+			{ID: "a", Reads: partNode, Done: done("a"), Act: mark("a")},
+			{ID: "b", Reads: partNode, Done: done("b"), Act: mark("b")},
+			{ID: "c", Reads: partPods, Exclusive: true, Done: done("c"), Act: mark("c"), Guards: []Guard[facts]{{Name: "budget", SharedBudget: true, Check: func(facts) (bool, string) { return true, "" }}}},
+		},
+	}
+	res := Run(context.Background(), rb, targets(w, "n1"), Options{})
+	// Initial; after a (a's and b's reads); c's own parts (with those
+	// already read) inside c's exclusion; after c.
+	want := []Parts{AllParts, partNode, partNode | partPods, partPods}
+	if res.Outcome != OutcomeDone || !slices.Equal(asked, want) {
+		t.Errorf("observations asked for %v, want %v (outcome %s)", asked, want, res.Outcome)
+	}
+}

@@ -91,7 +91,8 @@ type Step[F any] struct {
 	// both pass on the same count. A failing SharedBudget guard waits while
 	// other targets of the run are in progress (one may free the budget) and
 	// blocks only when none is; any other failing guard blocks at once. Keep
-	// Act short: it runs inside the exclusion.
+	// Act short: it runs inside the exclusion (its Wait and the observation
+	// of its result do not; Act's writes must spend the budget).
 	Exclusive bool
 }
 

@@ -64,6 +64,19 @@ func (r *targetRun[F]) run(ctx context.Context) TargetResult {
 		if !complete {
 			// The step before acted and the one after it was done already:
 			// this step decides on parts that observation did not read.
+			// When it spends a shared budget, the exclusion is taken first
+			// and this observation, of what the step reads, is the one made
+			// inside it (not a second).
+			if s := steps[i]; s.Exclusive && r.held < 0 && !r.o.DryRun {
+				r.heldSeen, r.held = r.excl.enter(ctx), i
+				parts := r.covered | s.reads()
+				f, err := observeParts(ctx, r.rb, r.t, parts, r.facts)
+				if err != nil {
+					return r.failed(s.ID, fmt.Errorf("observe: %w", err))
+				}
+				r.facts, r.covered = f, parts
+				continue
+			}
 			if err := r.observe(ctx); err != nil {
 				return r.failed(steps[i].ID, err)
 			}
@@ -177,7 +190,20 @@ func (r *targetRun[F]) actAndVerify(ctx context.Context, i int, sr StepResult) (
 	if i+1 < len(rb.Steps) {
 		parts |= rb.Steps[i+1].reads()
 	}
-	sr, err := r.act(ctx, s, sr, enterNext, parts)
+	var afterAct func()
+	if s.Exclusive {
+		// The budget is spent once Act's writes are in (the next target's
+		// observation inside the exclusion sees them): the Wait and the
+		// observation of the result need not hold up the other targets.
+		left := false
+		afterAct = func() {
+			if !left {
+				left = true
+				r.excl.leave()
+			}
+		}
+	}
+	sr, err := r.act(ctx, s, sr, enterNext, afterAct, parts)
 	if r.staleClock != "" {
 		if cerr := r.clearStaleClock(ctx); cerr != nil && err == nil {
 			err = fmt.Errorf("clear the clock of the step before: %w", cerr)
@@ -186,8 +212,8 @@ func (r *targetRun[F]) actAndVerify(ctx context.Context, i int, sr StepResult) (
 	if sr.staleClock {
 		r.staleClock = s.ID
 	}
-	if s.Exclusive {
-		r.excl.leave()
+	if afterAct != nil {
+		afterAct() // Act did not run
 	}
 	if err == nil && wasOut && !rb.OutOfService(r.facts) {
 		// Back in service (uncordoned): a target waiting for the budget
@@ -213,9 +239,11 @@ func (r *targetRun[F]) actAndVerify(ctx context.Context, i int, sr StepResult) (
 }
 
 // act runs one step: start (or resume) its clock, act, wait, re-observe the
-// parts asked for and verify, then stop the clock. beforeObserve, when set,
-// runs just before the observation of the result.
-func (r *targetRun[F]) act(ctx context.Context, s Step[F], sr StepResult, beforeObserve func(), parts Parts) (StepResult, error) {
+// parts asked for and verify, then stop the clock. afterAct, when set, runs
+// as soon as Act returns; beforeObserve just before the observation of the
+// result.
+func (r *targetRun[F]) act(ctx context.Context, s Step[F], sr StepResult, beforeObserve, afterAct func(),
+	parts Parts) (StepResult, error) {
 	o := r.o
 	start := o.Now()
 	stepCtx := WithStep(ctx, s.ID)
@@ -244,6 +272,9 @@ func (r *targetRun[F]) act(ctx context.Context, s Step[F], sr StepResult, before
 	sr.Status = StepActing
 	o.Reporter.Step(r.t.Name(), sr)
 	err := s.Act(stepCtx, r.facts)
+	if afterAct != nil {
+		afterAct()
+	}
 	if err == nil && s.Wait != nil {
 		sr.Status = StepWaiting
 		o.Reporter.Step(r.t.Name(), sr)

@@ -84,11 +84,15 @@ type moduleShare struct {
 	mu       sync.Mutex
 	builders map[string]string        // key → node building it
 	released map[string]chan struct{} // closed when that node is done
+	// found keeps the modules read as published: a shared module's
+	// ConfigMap is immutable, so each is read once per run, not once per
+	// node of its kernel (two reads per node before).
+	found map[string]*SharedModule
 }
 
 func newModuleShare(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *moduleShare {
 	return &moduleShare{cs: cs, rec: rec, namespace: cfg.Helper.Namespace, version: cfg.Version, commit: cfg.Commit,
-		builders: map[string]string{}, released: map[string]chan struct{}{}}
+		builders: map[string]string{}, released: map[string]chan struct{}{}, found: map[string]*SharedModule{}}
 }
 
 func (m *moduleShare) name(f *Facts) string {
@@ -104,6 +108,12 @@ func (m *moduleShare) read(ctx context.Context, f *Facts) (*SharedModule, error)
 	if name == "" {
 		return nil, nil
 	}
+	m.mu.Lock()
+	sh := m.found[name]
+	m.mu.Unlock()
+	if sh != nil {
+		return sh, nil
+	}
 	cm, err := m.cs.CoreV1().ConfigMaps(m.namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 		return nil, nil // not published (or not visible): the node builds
@@ -115,7 +125,11 @@ func (m *moduleShare) read(ctx context.Context, f *Facts) (*SharedModule, error)
 	if json.Unmarshal([]byte(cm.Data[nodeagent.SharedInfoKey]), &info) != nil {
 		return nil, nil
 	}
-	return &SharedModule{Name: name, Info: info}, nil
+	sh = &SharedModule{Name: name, Info: info}
+	m.mu.Lock()
+	m.found[name] = sh
+	m.mu.Unlock()
+	return sh, nil
 }
 
 // claim makes node the builder of key unless another node of the run is;

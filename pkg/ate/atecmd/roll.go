@@ -148,18 +148,29 @@ func (n *nodeOptions) Validate() error {
 
 // Run moves nodes in one session; again is the command that resumes.
 func (n *nodeOptions) Run(ctx context.Context, g *cli.Globals, again string) error {
-	if err := requireSubstrate(ctx, g, n.run); err != nil {
+	// A missing substrate is named instead of what it makes fail: at once
+	// for a dry run (which takes no lock to fail on), after a failure
+	// otherwise (a read fewer for every node rolled).
+	orNoSubstrate := func(err error) error {
+		if serr := requireSubstrate(ctx, g, n.run); serr != nil {
+			return serr
+		}
 		return err
+	}
+	if n.run.DryRun {
+		if err := requireSubstrate(ctx, g, n.run); err != nil {
+			return err
+		}
 	}
 	if err := requireNode(ctx, g, n.move.Node); err != nil {
-		return err
+		return orNoSubstrate(err)
 	}
 	if err := checkMovePermissions(ctx, g, n.run); err != nil {
-		return err
+		return orNoSubstrate(err)
 	}
 	s, ctx, err := cli.StartSession(ctx, g, n.run, "ate", ate.LockName)
 	if err != nil {
-		return err
+		return orNoSubstrate(err)
 	}
 	m, closeAPI, err := mover(ctx, g, s, &n.api, n.run.DryRun)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/paced"
 )
 
 // Lock is a held Lease, renewed in the background until Release.
@@ -72,7 +73,8 @@ func (l *Lock) renew(lastOK time.Time) {
 		// No renewal may outlast the fencing deadline: a request that hangs
 		// must not keep a holder that cannot renew acting past it.
 		fence := lastOK.Add(2 * l.duration / 3)
-		ctx, cancel := context.WithDeadline(context.Background(), minTime(sent.Add(l.duration/6), fence))
+		// Paced: a renewal is a cost per second of the run, not per node.
+		ctx, cancel := context.WithDeadline(paced.Mark(context.Background()), minTime(sent.Add(l.duration/6), fence))
 		err := l.modify(ctx, func(cur *coordv1.Lease) {
 			now := metav1.NewMicroTime(time.Now())
 			cur.Spec.RenewTime = &now

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -91,4 +93,100 @@ func PauseOf(l *coordv1.Lease) *Pause {
 		return &Pause{By: "unknown", Reason: "unreadable pause record: " + v}
 	}
 	return &p
+}
+
+// Pause is the pause on the Lease as this lock last read or wrote it.
+func (l *Lock) Pause() *Pause {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return PauseOf(l.lease)
+}
+
+// PauseWatch answers, for a run holding the Lease, whether its roll is
+// paused without a read per target: the first answer is the Lease as the
+// lock acquired it (read and written a moment before), the second reads the
+// Lease and watches it from there, and every later one is the watch's. A
+// run asks the API server at most twice, however many targets it starts.
+// A pause written in the moment before an answer may be seen at the next
+// one, as if it came just after.
+type PauseWatch struct {
+	cs       kubernetes.Interface
+	ns, name string
+	lock     *Lock
+
+	mu     sync.Mutex
+	asked  bool
+	cur    *Pause
+	live   bool // the watch follows the Lease
+	stop   context.CancelFunc
+	closed bool
+}
+
+// NewPauseWatch follows the pause on ns/name, which lock holds.
+func NewPauseWatch(cs kubernetes.Interface, ns, name string, lock *Lock) *PauseWatch {
+	return &PauseWatch{cs: cs, ns: ns, name: name, lock: lock}
+}
+
+// Current is the pause on the Lease, or nil.
+func (w *PauseWatch) Current(ctx context.Context) (*Pause, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.asked {
+		w.asked = true
+		return w.lock.Pause(), nil
+	}
+	if w.live {
+		return w.cur, nil
+	}
+	leases := w.cs.CoordinationV1().Leases(w.ns)
+	l, err := leases.Get(ctx, w.name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("lease %s/%s: %w", w.ns, w.name, err)
+	}
+	w.cur = PauseOf(l)
+	if w.closed {
+		return w.cur, nil
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	watcher, err := leases.Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=" + w.name,
+		ResourceVersion: l.ResourceVersion})
+	if err != nil {
+		cancel()
+		return w.cur, nil // read again next time
+	}
+	w.live, w.stop = true, cancel
+	go w.follow(watcher)
+	return w.cur, nil
+}
+
+// follow keeps cur from the watch until it ends; the next answer then
+// reads the Lease again.
+func (w *PauseWatch) follow(watcher watch.Interface) {
+	defer watcher.Stop()
+	for ev := range watcher.ResultChan() {
+		l, ok := ev.Object.(*coordv1.Lease)
+		if !ok { // an error event: the watch is over
+			break
+		}
+		w.mu.Lock()
+		if ev.Type == watch.Deleted {
+			w.cur = nil
+		} else {
+			w.cur = PauseOf(l)
+		}
+		w.mu.Unlock()
+	}
+	w.mu.Lock()
+	w.live = false
+	w.mu.Unlock()
+}
+
+// Close stops the watch.
+func (w *PauseWatch) Close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	if w.stop != nil {
+		w.stop()
+	}
 }

@@ -440,14 +440,15 @@ func TestStatusOutputs(t *testing.T) {
 
 // One rolled node's API requests, by verb and resource (the breakdown is
 // printed so the next cut is visible; firmware's is measured in the
-// situations package, whose fleet it does not disturb). Measured on this
-// sim: kmd 62-66 (51-55 for the node plus 11 per run: lock, history,
-// operator check, node list), against 82-100 before observations reused
-// rollbook's own writes, the journal was written once per step and the
-// drain evicted from the observed pods. What is left per node: an
-// observation after every step (the engine's; a node read unless a write
-// just returned it, and a list of the node's pods), an Event and a history
-// line per mutation, and two step-clock writes per timed step.
+// situations package, whose fleet it does not disturb). Paced requests
+// (Lease renewals, step clocks, timed journal batches: a cost per second of
+// the run) are counted apart. Measured on this sim: 47 (about 11 of them
+// the run's own: lock, history, operator check, node list), 53 before the
+// pause was watched, the shared module's record kept for the run and the
+// cordon past the module step decided on one observation; 82-100 before
+// observations reused rollbook's own writes. What is left per node: an
+// observation after most steps (a node read unless a write just returned
+// it, and a list of the node's pods), and an Event per mutation.
 func TestKMDRequestsPerNode(t *testing.T) {
 	simtest.Get(t).ExpectNoViolations(t)
 	ctx := simtest.Context(t, 2*time.Minute)
@@ -461,8 +462,8 @@ func TestKMDRequestsPerNode(t *testing.T) {
 	if testing.Verbose() {
 		t.Logf("in order:\n%s", rc.Paths())
 	}
-	if got := rc.Total(); got > 72 {
-		t.Errorf("a one-node kmd roll made %d API requests (limit 72): %s\n%s", got, rc.Breakdown(), rc.Paths())
+	if got := rc.Total(); got > 50 {
+		t.Errorf("a one-node kmd roll made %d API requests (limit 50): %s\n%s", got, rc.Breakdown(), rc.Paths())
 	}
 }
 

@@ -4,7 +4,8 @@
 // Sizes come from the environment (`make bench-fleet-kmd` sets them):
 // ROLLBOOK_FLEET_NODES (default 24), ROLLBOOK_FLEET_PARALLEL (20),
 // ROLLBOOK_FLEET_KERNELS (4), ROLLBOOK_FLEET_BUILD (30s), ROLLBOOK_FLEET_HIT
-// (5s). The issue's size is 1,000 nodes.
+// (5s). The issue's size is 1,000 nodes. ROLLBOOK_FLEET_PROGRESS=FILE keeps
+// the run's progress output.
 package fleetbench
 
 import (
@@ -132,6 +133,11 @@ func TestKMDFleetInParallel(t *testing.T) {
 	code := cli.ExecuteContext(ctx, ttcmd.NewRootCommand(streams), []string{"upgrade", "kmd", "--version", "2.8.1",
 		"--nodes", strings.Join(names, ","), "--max-parallel", strconv.Itoa(parallel), "--kubeconfig", c.Kubeconfig}, p)
 	total := time.Since(start)
+	if name := os.Getenv("ROLLBOOK_FLEET_PROGRESS"); name != "" {
+		// The run's progress, for where its time went (each step's line
+		// ends with its duration).
+		_ = os.WriteFile(name, p.buf.Bytes(), 0o644)
+	}
 	if code != 0 {
 		t.Fatalf("kubectl tt upgrade kmd → exit %d\n%s", code, p.buf.String())
 	}

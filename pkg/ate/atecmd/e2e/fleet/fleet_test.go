@@ -17,6 +17,7 @@ import (
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/paced"
 )
 
 func TestMain(m *testing.M) {
@@ -74,14 +75,22 @@ func TestPerNodeCost(t *testing.T) {
 	atetest.MustRun(t, ctx, atetest.CloneArgs...)
 
 	var mu sync.Mutex
-	counts := map[string]int{}
+	counts, timed := map[string]int{}, map[string]int{}
 	total := 0
 	cli.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return httpcount.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if !strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews") { // permission checks: once per run
+			// Permission checks (once per run) are not counted; paced
+			// requests (Lease renewals, step clocks, timed journal
+			// batches: a cost per second, none with an instant cluster)
+			// are counted apart.
+			if !strings.HasSuffix(r.URL.Path, "/selfsubjectaccessreviews") {
 				mu.Lock()
-				counts[r.Method+" "+resourceOf(r.URL.Path)]++
-				total++
+				if paced.Is(r.Context()) {
+					timed[r.Method+" "+resourceOf(r.URL.Path)]++
+				} else {
+					counts[r.Method+" "+resourceOf(r.URL.Path)]++
+					total++
+				}
 				mu.Unlock()
 				trace(r)
 			}
@@ -94,26 +103,28 @@ func TestPerNodeCost(t *testing.T) {
 	var took []time.Duration
 	for i := range 6 {
 		mu.Lock()
-		total, counts = 0, map[string]int{}
+		total, counts, timed = 0, map[string]int{}, map[string]int{}
 		mu.Unlock()
 		start := time.Now()
 		atetest.MustRun(t, ctx, "roll", "next-node", "--wait")
 		took = append(took, time.Since(start))
 		mu.Lock()
 		reqs = append(reqs, total)
-		t.Logf("node %d: %d requests in %s: %s", i+1, total, took[i].Round(time.Millisecond), breakdown(counts))
+		t.Logf("node %d: %d requests in %s: %s; paced apart: %s", i+1, total, took[i].Round(time.Millisecond), breakdown(counts),
+			breakdown(timed))
 		mu.Unlock()
 	}
 	t.Logf("per-node requests %v; times %v", reqs, took)
 	// Nodes hold different numbers of workers and actors (two namespaces,
 	// two classes; the last node has no node after it to make room on), so
 	// the bound is against the median, not equality: no node may cost more
-	// than 1.5× the median node. And none more than maxPerNode: measured
-	// 37–41 (about 19 of them the run's own: lock, identity, history, the
-	// control API's port-forward and token, the cluster's lists, the pause
-	// check), plus a step clock's two PATCHes for a step that runs over a
-	// second and a journal or Lease write more on a slow machine.
-	const maxPerNode = 46
+	// than 1.5× the median node. And none more than maxPerNode, the issue's
+	// target: measured 35–38 (about 17 of them the run's own: lock,
+	// identity, history, the control API's port-forward and token, the
+	// cluster's lists), paced requests apart. Before those were counted
+	// apart, step clocks, Lease renewals and timed journal writes made it
+	// 39–46 by the machine's load, and 48–50 under a heavy one.
+	const maxPerNode = 40
 	sorted := slices.Sorted(slices.Values(reqs))
 	median := (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
 	if hi := sorted[len(sorted)-1]; hi > median*3/2 || hi > maxPerNode {
