@@ -89,6 +89,7 @@ type Server struct {
 	workerOrder []*Worker
 	actorOrder  []*Actor
 	ateletDown  map[string]bool
+	atelets     map[string][]string // node → versions of its Ready atelets, for the nodes the sim reports
 	calls       map[string]int
 	seq         uint64         // bumped on every change of a worker or actor
 	encoded     map[any][]byte // with EncodeCache: list items' encodings at encodedSeq

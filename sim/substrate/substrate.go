@@ -116,6 +116,9 @@ func (s *Substrate) Run(ctx context.Context) error {
 	if err := nw.start(ctx); err != nil {
 		return err
 	}
+	if err := watchAtelets(ctx, s.cfg.Client, s.Server); err != nil {
+		return err
+	}
 	if err := s.watchAPIRolls(ctx); err != nil {
 		return err
 	}
