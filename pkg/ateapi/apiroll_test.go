@@ -26,6 +26,14 @@ func TestOneClientAcrossAPIRolls(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := view(inv, fakesubstrate.EraC)
+	// No roll, no new connection: the descriptors of the dial serve on (one
+	// DrainWorker probe, the dial's).
+	if _, err := c.ListWorkers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.srv.Calls("DrainWorker"); n != 1 {
+		t.Errorf("%d DrainWorker calls before any roll, want the dial's probe alone", n)
+	}
 	for _, era := range []fakesubstrate.Era{fakesubstrate.EraD, fakesubstrate.EraC, fakesubstrate.EraD} {
 		if err := h.srv.Roll(era, 300*time.Millisecond); err != nil {
 			t.Fatal(err)

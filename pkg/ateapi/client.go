@@ -84,10 +84,13 @@ func newClient(ctx context.Context, conn grpc.ClientConnInterface, opts ClientOp
 // rolling answers nothing for a while, so each attempt waits (bounded) for
 // the channel to reconnect.
 func (c *Client) resolve(ctx context.Context) (*resolution, error) {
-	res := &resolution{conn: c.conns.count()}
+	res := &resolution{}
 	var err error
 	for attempt := 1; ; attempt++ {
 		if res.svc, err = c.discoverOnce(ctx, attempt > 1); err == nil {
+			// The connection reflection just used (the first one opens
+			// during the first discovery) is the one these describe.
+			res.conn = c.conns.count()
 			break
 		}
 		if !retryable(status.Code(err)) || attempt >= c.opts.Retry.MaxAttempts {
