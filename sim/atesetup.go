@@ -9,26 +9,33 @@ import (
 	"time"
 
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/rollbook/rollbook/internal/fakesubstrate"
 	"github.com/rollbook/rollbook/sim/substrate"
 )
 
+const ateSetupUsage = "usage: sim ate-setup deploy-atelet --dir D --version V\n       sim ate-setup deploy-apiserver --dir D --era E"
+
 // cmdAteSetup plays the parts of Agent Substrate's ate-setup that the
-// rolling upgrade runs outside rollbook (step 3: deploy the new atelet).
+// rolling upgrade runs outside rollbook (step 3: deploy the new atelet;
+// step 6: deploy the API server of another release).
 func cmdAteSetup(args []string) int {
-	if len(args) < 1 || args[0] != "deploy-atelet" {
-		fmt.Fprintln(os.Stderr, "usage: sim ate-setup deploy-atelet --dir D --version V")
+	if len(args) < 1 || (args[0] != "deploy-atelet" && args[0] != "deploy-apiserver") {
+		fmt.Fprintln(os.Stderr, ateSetupUsage)
 		return 2
 	}
-	fs := flag.NewFlagSet("ate-setup deploy-atelet", flag.ContinueOnError)
+	fs := flag.NewFlagSet("ate-setup "+args[0], flag.ContinueOnError)
 	dir := fs.String("dir", "", "state directory of the running sim (required)")
-	version := fs.String("version", "", "substrate version of the new atelet DaemonSet (required)")
+	version := fs.String("version", "", "substrate version of the new atelet DaemonSet (deploy-atelet)")
+	era := fs.String("era", "", "API era the new ate-api-server serves: "+fmt.Sprint(fakesubstrate.Eras())+" (deploy-apiserver)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	if *dir == "" || *version == "" {
-		fmt.Fprintln(os.Stderr, "sim ate-setup deploy-atelet: --dir and --version are required")
+	apiserver := args[0] == "deploy-apiserver"
+	if *dir == "" || (!apiserver && *version == "") || (apiserver && *era == "") {
+		fmt.Fprintln(os.Stderr, ateSetupUsage)
 		return 2
 	}
 	kubeconfig := filepath.Join(*dir, "kubeconfig")
@@ -47,6 +54,18 @@ func cmdAteSetup(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if apiserver {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err == nil {
+			err = substrate.DeployAPIServer(ctx, cs, fakesubstrate.Era(*era))
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sim ate-setup:", err)
+			return 1
+		}
+		fmt.Printf("deployment %s/%s rolls to an API server of era %s\n", substrate.Namespace, substrate.ServiceName, *era)
+		return 0
+	}
 	if err := substrate.DeployAtelet(ctx, dyn, *version); err != nil {
 		fmt.Fprintln(os.Stderr, "sim ate-setup:", err)
 		return 1

@@ -29,6 +29,7 @@ const usage = `usage:
   sim down --dir D
   sim add-nodes --dir D --count N [--start S] [--prefix P]
   sim ate-setup deploy-atelet --dir D --version V
+  sim ate-setup deploy-apiserver --dir D --era E
   sim scenarios
   sim violations --dir D`
 

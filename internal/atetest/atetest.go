@@ -92,6 +92,21 @@ func DeployAtelet(t *testing.T, version string) {
 	}
 }
 
+// DeployAPIServer plays step 6's `deploy apiserver` (or its rollback): the
+// sim's API server rolls to era, answering nothing for a while.
+func DeployAPIServer(t *testing.T, era string) {
+	t.Helper()
+	sim, err := simtest.SimBinary()
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	c := simtest.Get(t)
+	if out, err := exec.Command(sim, "ate-setup", "deploy-apiserver", "--dir", c.Dir, "--era", era).CombinedOutput(); err != nil {
+		t.Errorf("deploy apiserver: %v\n%s", err, out) // may run off the test's goroutine: no Fatal
+	}
+}
+
 // NodeLabels returns every node's version label.
 func NodeLabels(t *testing.T, ctx context.Context) map[string]string {
 	t.Helper()

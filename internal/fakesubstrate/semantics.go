@@ -47,6 +47,11 @@ func (s *Server) suspendLocked(a *Actor) error {
 			"MarkSuspending prerequisite not met for actor %s (got: %s, want RUNNING or PAUSED)",
 			a.key(), s.stateName(a.State))
 	}
+	if w, ok := s.workers[a.Worker]; ok && a.State == atestate.ActorRunning {
+		if err := s.checkpointerLocked(w); err != nil {
+			return err
+		}
+	}
 	if a.State == atestate.ActorPaused {
 		for _, n := range a.SnapshotNodes {
 			if s.ateletDown[n] {

@@ -77,6 +77,9 @@ type Server struct {
 	faults *faults
 	rand   *rand.Rand
 	done   chan struct{}
+	tls    *tls.Config
+	addr   string     // fixed at Start: Roll listens on it again
+	rollMu sync.Mutex // held by Roll and Stop: grpc, lis and done change in Roll
 
 	mu      sync.Mutex
 	workers map[string]*Worker
@@ -86,6 +89,7 @@ type Server struct {
 	workerOrder []*Worker
 	actorOrder  []*Actor
 	ateletDown  map[string]bool
+	atelets     map[string][]string // node → versions of its Ready atelets, for the nodes the sim reports
 	calls       map[string]int
 	seq         uint64         // bumped on every change of a worker or actor
 	encoded     map[any][]byte // with EncodeCache: list items' encodings at encodedSeq
@@ -127,25 +131,67 @@ func Start(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("fakesubstrate: listen: %w", err)
 	}
 	s := &Server{
-		era: opts.Era, opts: opts, schema: sch, lis: lis, faults: newFaults(), rand: opts.Rand,
-		done: make(chan struct{}), workers: map[string]*Worker{}, actors: map[string]*Actor{},
+		era: opts.Era, opts: opts, schema: sch, faults: newFaults(), rand: opts.Rand,
+		workers: map[string]*Worker{}, actors: map[string]*Actor{},
 		ateletDown: map[string]bool{}, calls: map[string]int{},
 	}
 	tlsCfg := &tls.Config{Certificates: []tls.Certificate{*opts.Certificate}, MinVersion: tls.VersionTLS13}
-	s.grpc = grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(tlsCfg)),
+	s.tls, s.addr = tlsCfg, lis.Addr().String()
+	s.serve(lis)
+	return s, nil
+}
+
+// serve starts a gRPC server of the current era on lis.
+func (s *Server) serve(lis net.Listener) {
+	g := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(s.tls)),
 		grpc.ChainUnaryInterceptor(s.authUnary, s.countAndFault, rejectUnknownFields),
 		grpc.ChainStreamInterceptor(s.authStream),
 	)
-	s.grpc.RegisterService(s.serviceDesc(), s)
-	ropts := reflection.ServerOptions{Services: s.grpc, DescriptorResolver: sch.files}
-	reflectionv1.RegisterServerReflectionServer(s.grpc, reflection.NewServerV1(ropts))
-	reflectionv1alpha.RegisterServerReflectionServer(s.grpc, reflection.NewServer(ropts))
+	g.RegisterService(s.serviceDesc(), s)
+	ropts := reflection.ServerOptions{Services: g, DescriptorResolver: s.schema.files}
+	reflectionv1.RegisterServerReflectionServer(g, reflection.NewServerV1(ropts))
+	reflectionv1alpha.RegisterServerReflectionServer(g, reflection.NewServer(ropts))
+	done := make(chan struct{})
+	s.grpc, s.lis, s.done = g, lis, done
 	go func() {
-		defer close(s.done)
-		_ = s.grpc.Serve(lis)
+		defer close(done)
+		_ = g.Serve(lis)
 	}()
-	return s, nil
+}
+
+// Roll replaces the API server by one of another era at the same address,
+// as `ate-setup deploy apiserver` does (runbook step 6, or its rollback):
+// every connection is closed, nothing listens for down, then the new era
+// serves the same workers and actors (the state lives in the store, not in
+// the API server).
+func (s *Server) Roll(era Era, down time.Duration) error {
+	sch, err := loadSchema(era)
+	if err != nil {
+		return err
+	}
+	s.rollMu.Lock()
+	defer s.rollMu.Unlock()
+	addr := s.addr
+	s.grpc.Stop()
+	<-s.done
+	time.Sleep(down)
+	s.mu.Lock()
+	s.era, s.schema = era, sch
+	s.encoded = nil // encodings of the old era's shapes
+	s.mu.Unlock()
+	var lis net.Listener
+	for attempt := 0; ; attempt++ { // the port was ours a moment ago; a lingering socket may hold it briefly
+		if lis, err = net.Listen("tcp", addr); err == nil || attempt == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("fakesubstrate: listen again on %s: %w", addr, err)
+	}
+	s.serve(lis)
+	return nil
 }
 
 func checkLoopback(addr string) error {
@@ -161,13 +207,19 @@ func checkLoopback(addr string) error {
 }
 
 // Addr is the host:port the server listens on.
-func (s *Server) Addr() string { return s.lis.Addr().String() }
+func (s *Server) Addr() string { return s.addr }
 
 // Era is the era being served.
-func (s *Server) Era() Era { return s.era }
+func (s *Server) Era() Era {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.era
+}
 
 // Stop closes the listener and every connection at once.
 func (s *Server) Stop() {
+	s.rollMu.Lock()
+	defer s.rollMu.Unlock()
 	s.grpc.Stop()
 	<-s.done
 }

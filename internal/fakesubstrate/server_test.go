@@ -192,3 +192,21 @@ func TestEvictionAndResumeSemantics(t *testing.T) {
 		t.Errorf("flaky = %+v", a)
 	}
 }
+
+func TestSuspendNeedsAnAteletOfTheWorkersVersion(t *testing.T) {
+	s, _ := start(t, Options{Era: EraC})
+	if err := s.AddWorker(Worker{Name: "w", Node: "n1", Dataplane: "v1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddActor(Actor{Atespace: "a", Name: "x", State: atestate.ActorRunning, Worker: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	s.SetAtelets("n1", []string{"v2"}) // the label flipped: v1's atelet left
+	if _, err := s.SuspendActor("a", "x"); status.Code(err) != codes.Unavailable {
+		t.Fatalf("suspend with only a v2 atelet on the v1 worker's node: %v, want Unavailable", err)
+	}
+	s.SetAtelets("n1", []string{"v1", "v2"})
+	if a, err := s.SuspendActor("a", "x"); err != nil || a.State != atestate.ActorSuspended {
+		t.Fatalf("suspend with v1's atelet back: %+v, %v", a, err)
+	}
+}

@@ -7,6 +7,9 @@ import (
 	"sort"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/rollbook/rollbook/pkg/atestate"
 )
 
@@ -28,9 +31,12 @@ type Worker struct {
 	// reported its capacity yet (era D reports it unset); upstream it is
 	// handed no actor until then.
 	CapacityPending bool
-	State           atestate.WorkerState
-	Version         int64
-	Created         time.Time
+	// Dataplane is the substrate version the worker's pool is pinned to:
+	// only an atelet of that version checkpoints it ("" is any).
+	Dataplane string
+	State     atestate.WorkerState
+	Version   int64
+	Created   time.Time
 
 	seq     uint64    // the server's change counter at the last change
 	changed time.Time // when it last changed
@@ -302,6 +308,29 @@ func (s *Server) SetAteletUp(node string, up bool) {
 	} else {
 		s.ateletDown[node] = true
 	}
+}
+
+// SetAtelets says which substrate versions have a Ready atelet on node. Once
+// a node is reported, suspending an actor bound to a worker there needs an
+// atelet of the worker's version: upstream the suspend checkpoints through
+// the atelet of the worker's node.
+func (s *Server) SetAtelets(node string, versions []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.atelets == nil {
+		s.atelets = map[string][]string{}
+	}
+	s.atelets[node] = slices.Clone(versions)
+}
+
+// checkpointerLocked refuses a suspend of an actor bound to w when no Ready
+// atelet on w's node serves w's version.
+func (s *Server) checkpointerLocked(w *Worker) error {
+	vs, known := s.atelets[w.Node]
+	if !known || (w.Dataplane == "" && len(vs) > 0) || slices.Contains(vs, w.Dataplane) {
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, "atelet on node %s is unreachable", w.Node)
 }
 
 // Workers returns a copy of every worker, sorted by name.

@@ -264,6 +264,16 @@ func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []at
 					"no further actor is touched. Find out why (kubectl ate get actors -a %s), then "+
 					"re-run", a.Atespace, a.Name, state, a.Atespace)))
 				mu.Unlock()
+			case errors.Is(err, ateapi.ErrUnavailable) && strings.Contains(err.Error(), "atelet"):
+				// A suspend checkpoints through the atelet of the worker's
+				// own node (a paused actor's: of its snapshot's node), of
+				// the worker's version; retrying cannot bring it back.
+				mu.Lock()
+				errs = append(errs, runbook.Blocked(fmt.Errorf("suspend %s/%s refused: %w. No atelet of its worker's version answers "+
+					"on node %s; no further actor is touched. If the node's %s label was changed, put it back to that version "+
+					"(kubectl label node %s %s=VERSION --overwrite), wait for that atelet to be Ready, then re-run",
+					a.Atespace, a.Name, err, node.Name, VersionLabel, node.Name, VersionLabel)))
+				mu.Unlock()
 			default:
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("suspend %s/%s: %w", a.Atespace, a.Name, err))

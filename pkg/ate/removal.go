@@ -3,6 +3,7 @@ package ate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -155,8 +156,24 @@ func noNodeHalfway() runbook.Guard[removalFacts] {
 func noActorBound(r removal) runbook.Guard[removalFacts] {
 	return runbook.Guard[removalFacts]{Name: "no actor is bound to a worker of the " + r.side + " pools",
 		Check: func(f removalFacts) (bool, string) {
-			return len(f.bound) == 0, fmt.Sprintf("%d actor(s) bound to a %s worker (%s); deleting the pool would crash them. "+
-				"Suspend them (kubectl ate suspend actor NAME -a ATESPACE) and re-run", len(f.bound), f.version, actorNames(f.bound))
+			msg := fmt.Sprintf("%d actor(s) bound to a %s worker (%s); deleting the pool would crash them. ", len(f.bound),
+				f.version, actorNames(f.bound))
+			at := f.nodesAt()
+			var off []string // their workers' nodes no longer carry the version
+			for _, a := range f.bound {
+				if a.Node != "" && !slices.Contains(at, a.Node) && !slices.Contains(off, a.Node) {
+					off = append(off, a.Node)
+				}
+			}
+			if len(off) == 0 {
+				return len(f.bound) == 0, msg + "Suspend them (kubectl ate suspend actor NAME -a ATESPACE) and re-run"
+			}
+			// A suspend checkpoints through the atelet of the worker's own
+			// node, of the worker's version: gone once the node flipped.
+			return false, msg + fmt.Sprintf("Node(s) %s no longer carry %s, so no %s atelet there can checkpoint them and a "+
+				"suspend cannot work: put the label back (kubectl label node NODE %s=%s --overwrite), wait for the %s atelet "+
+				"there to be Ready, suspend them (kubectl ate suspend actor NAME -a ATESPACE), then move the node again and re-run",
+				short(off), f.version, f.version, VersionLabel, f.version, f.version)
 		}}
 }
 

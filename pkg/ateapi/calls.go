@@ -81,6 +81,24 @@ func (c *Client) listAll(ctx context.Context, method, target, field string,
 // ListWorkers lists every worker. In era D each worker's actors come from
 // ListWorkerActorAssignments (one extra call per worker).
 func (c *Client) ListWorkers(ctx context.Context) ([]Worker, error) {
+	return relisted(c, func() ([]Worker, error) { return c.listWorkers(ctx) })
+}
+
+// relisted runs list again when the descriptors changed while it ran: its
+// pages (and, in era D, the assignments) must all come from one API server,
+// and a method the new one lacks (ListWorkerActorAssignments before era D)
+// fails the old plan, not the list.
+func relisted[T any](c *Client, list func() ([]T, error)) ([]T, error) {
+	for i := 0; ; i++ {
+		before := c.res.Load().sum
+		out, err := list()
+		if c.res.Load().sum == before || i == maxRelearn {
+			return out, err
+		}
+	}
+}
+
+func (c *Client) listWorkers(ctx context.Context) ([]Worker, error) {
 	seen := map[string]bool{}
 	var out []Worker
 	err := c.listAll(ctx, "ListWorkers", "", "workers", func(protoreflect.Message) {}, func(m protoreflect.Message) {
@@ -102,7 +120,7 @@ func (c *Client) ListWorkers(ctx context.Context) ([]Worker, error) {
 }
 
 func (c *Client) fillAssignments(ctx context.Context, w *Worker) error {
-	if !c.caps.Has("ListWorkerActorAssignments") {
+	if !c.Capabilities().Has("ListWorkerActorAssignments") {
 		return nil
 	}
 	var refs []ActorRef
@@ -122,6 +140,10 @@ func (c *Client) fillAssignments(ctx context.Context, w *Worker) error {
 // ListActors lists actors in atespace, or in all atespaces when empty,
 // de-duplicated by UID (or atespace/name).
 func (c *Client) ListActors(ctx context.Context, atespace string) ([]Actor, error) {
+	return relisted(c, func() ([]Actor, error) { return c.listActors(ctx, atespace) })
+}
+
+func (c *Client) listActors(ctx context.Context, atespace string) ([]Actor, error) {
 	seen := map[string]bool{}
 	// Pages of actors, joined once at the end: appending 50,000 actors to
 	// one slice reallocates it to about five times its final size in all.
@@ -169,7 +191,7 @@ func (c *Client) ListActors(ctx context.Context, atespace string) ([]Actor, erro
 // GetWorker returns one worker by name (pod UID). Servers without GetWorker
 // (era B) are answered from ListWorkers.
 func (c *Client) GetWorker(ctx context.Context, name string) (Worker, error) {
-	if !c.caps.Has("GetWorker") {
+	if !c.Capabilities().Has("GetWorker") {
 		all, err := c.ListWorkers(ctx)
 		if err != nil {
 			return Worker{}, err

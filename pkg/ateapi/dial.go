@@ -85,11 +85,13 @@ func Dial(ctx context.Context, o DialOptions) (*Client, error) {
 		return nil, err
 	}
 	creds := NewBearerCredentials(src)
+	conns := &connWatch{}
 	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 			RootCAs: roots, ServerName: o.ServerName, MinVersion: tls.VersionTLS13,
 		})),
 		grpc.WithPerRPCCredentials(creds),
+		grpc.WithStatsHandler(conns),
 	}
 	target := "passthrough:///" + o.Endpoint
 	var fwd *podForwarder
@@ -108,7 +110,7 @@ func Dial(ctx context.Context, o DialOptions) (*Client, error) {
 		fwd.Close()
 		return nil, fmt.Errorf("ateapi: %w", err)
 	}
-	c, err := NewClient(ctx, conn, o.Client)
+	c, err := newClient(ctx, conn, o.Client, conns)
 	if err != nil {
 		_ = conn.Close()
 		fwd.Close()

@@ -63,7 +63,7 @@ func TestWireDecodingMatchesDynamic(t *testing.T) {
 func TestWireMessageMergesRepeatedOccurrences(t *testing.T) {
 	h := startFake(t, fakesubstrate.Options{Era: fakesubstrate.EraC})
 	c := h.mustDial(t, nil)
-	md := c.svc.Methods().ByName("ListActors").Output().Fields().ByName("actors").Message()
+	md := c.res.Load().svc.Methods().ByName("ListActors").Output().Fields().ByName("actors").Message()
 	part := func(fill func(protoreflect.Message)) []byte {
 		a := dynamicpb.NewMessage(md)
 		fill(a)

@@ -12,13 +12,15 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	kwokv1 "sigs.k8s.io/kwok/pkg/apis/v1alpha1"
+
+	"github.com/rollbook/rollbook/internal/fakesubstrate"
 )
 
 // apiObjects are what a real install has in ate-system for the API server
 // (namespace, ate-client SA, Deployment and Service "api"), plus the
 // test-only kwok ClusterPortForward that sends container port 8443 of every
 // ate-system pod to the fake server at addr (host:port).
-func apiObjects(addr string) ([]applyItem, error) {
+func apiObjects(addr string, era fakesubstrate.Era) ([]applyItem, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
@@ -39,10 +41,10 @@ func apiObjects(addr string) ([]applyItem, error) {
 			Replicas: ptr.To[int32](1),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "api"}},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{EraAnnotation: string(era)}},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
 					Name:  "ate-api-server",
-					Image: "ghcr.io/agent-substrate/substrate/ateapi:sim",
+					Image: "ghcr.io/agent-substrate/substrate/ateapi:sim-era-" + string(era),
 					Args:  []string{"--grpc-listen-addr=0.0.0.0:" + strconv.Itoa(APIContainerPort)},
 					Ports: []corev1.ContainerPort{{Name: "grpc", ContainerPort: APIContainerPort, Protocol: corev1.ProtocolTCP}},
 				}}},
@@ -77,8 +79,8 @@ func apiObjects(addr string) ([]applyItem, error) {
 }
 
 // installAPI applies apiObjects in order.
-func installAPI(ctx context.Context, dyn dynamic.Interface, addr string) error {
-	items, err := apiObjects(addr)
+func installAPI(ctx context.Context, dyn dynamic.Interface, addr string, era fakesubstrate.Era) error {
+	items, err := apiObjects(addr, era)
 	if err != nil {
 		return err
 	}

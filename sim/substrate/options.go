@@ -53,6 +53,9 @@ type Options struct {
 	// its capacity (unset until then: upstream the ateom reports it once it
 	// is up, and the worker is handed no actor before).
 	CapacityDelay time.Duration
+	// APIRollDowntime is how long nothing answers while the API server rolls
+	// to another era (DeployAPIServer); default DefaultAPIRollDowntime.
+	APIRollDowntime time.Duration
 }
 
 // DefaultEvictionWindow keeps the sim quick while leaving a person time to
@@ -66,19 +69,23 @@ func (o Options) withDefaults() Options {
 	if o.EvictionWindow <= 0 {
 		o.EvictionWindow = DefaultEvictionWindow
 	}
+	if o.APIRollDowntime <= 0 {
+		o.APIRollDowntime = DefaultAPIRollDowntime
+	}
 	return o
 }
 
 // Environment variables that override Options in the sim (`sim up` has no
 // per-scenario flags; simtest passes its environment to the sim).
 const (
-	EnvEra            = "ROLLBOOK_SIM_ATE_ERA"             // b2 | c | c-stub | d
-	EnvEvictionWindow = "ROLLBOOK_SIM_ATE_EVICTION_WINDOW" // Go duration
-	EnvTraffic        = "ROLLBOOK_SIM_ATE_TRAFFIC"         // "off" disables, a duration sets the tick
-	EnvTransition     = "ROLLBOOK_SIM_ATE_TRANSITION"      // Go duration of SUSPENDING/RESUMING
-	EnvRegisterDelay  = "ROLLBOOK_SIM_ATE_REGISTER_DELAY"  // Go duration
-	EnvCapacityDelay  = "ROLLBOOK_SIM_ATE_CAPACITY_DELAY"  // Go duration
-	EnvWorkerCapacity = "ROLLBOOK_SIM_ATE_WORKER_CAPACITY" // actors per worker (era D)
+	EnvEra            = "ROLLBOOK_SIM_ATE_ERA"               // b2 | c | c-stub | d
+	EnvEvictionWindow = "ROLLBOOK_SIM_ATE_EVICTION_WINDOW"   // Go duration
+	EnvTraffic        = "ROLLBOOK_SIM_ATE_TRAFFIC"           // "off" disables, a duration sets the tick
+	EnvTransition     = "ROLLBOOK_SIM_ATE_TRANSITION"        // Go duration of SUSPENDING/RESUMING
+	EnvRegisterDelay  = "ROLLBOOK_SIM_ATE_REGISTER_DELAY"    // Go duration
+	EnvCapacityDelay  = "ROLLBOOK_SIM_ATE_CAPACITY_DELAY"    // Go duration
+	EnvWorkerCapacity = "ROLLBOOK_SIM_ATE_WORKER_CAPACITY"   // actors per worker (era D)
+	EnvAPIRollDown    = "ROLLBOOK_SIM_ATE_API_ROLL_DOWNTIME" // Go duration without an API server during a roll
 )
 
 // FromEnv applies the ROLLBOOK_SIM_ATE_* overrides to o.
@@ -109,7 +116,8 @@ func (o Options) fromLookup(lookup func(string) (string, bool)) (Options, error)
 		o.WorkerCapacity = n
 	}
 	for env, d := range map[string]*time.Duration{EnvTransition: &o.TransitionTime, EnvRegisterDelay: &o.RegisterDelay,
-		EnvCapacityDelay: &o.CapacityDelay} {
+		EnvCapacityDelay: &o.CapacityDelay,
+		EnvAPIRollDown:   &o.APIRollDowntime} {
 		if v, ok := lookup(env); ok && v != "" {
 			x, err := time.ParseDuration(v)
 			if err != nil || x < 0 {

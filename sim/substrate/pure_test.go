@@ -166,7 +166,7 @@ func TestTrustBundleName(t *testing.T) {
 }
 
 func TestAPIObjects(t *testing.T) {
-	items, err := apiObjects("127.0.0.1:4321")
+	items, err := apiObjects("127.0.0.1:4321", fakesubstrate.EraC)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestAPIObjects(t *testing.T) {
 		cpf.Spec.Selector.MatchNamespaces[0] != Namespace {
 		t.Errorf("forward %+v selector %+v", f, cpf.Spec.Selector)
 	}
-	if _, err := apiObjects("nope"); err == nil {
+	if _, err := apiObjects("nope", fakesubstrate.EraC); err == nil {
 		t.Error("bad address accepted")
 	}
 }

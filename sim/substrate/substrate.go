@@ -78,7 +78,7 @@ func Start(ctx context.Context, cfg Config) (*Substrate, error) {
 func (s *Substrate) install(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := installAPI(ctx, s.dyn, s.Server.Addr()); err != nil {
+	if err := installAPI(ctx, s.dyn, s.Server.Addr(), s.cfg.Era); err != nil {
 		return fmt.Errorf("install ate-system: %w", err)
 	}
 	version, err := publishTrustBundle(ctx, s.cfg.Client, s.PKI.CAPEM)
@@ -114,6 +114,12 @@ func (s *Substrate) Run(ctx context.Context) error {
 	go pc.run(ctx)
 	go ws.run(ctx)
 	if err := nw.start(ctx); err != nil {
+		return err
+	}
+	if err := watchAtelets(ctx, s.cfg.Client, s.Server); err != nil {
+		return err
+	}
+	if err := s.watchAPIRolls(ctx); err != nil {
 		return err
 	}
 	if t := s.cfg.Traffic; t != nil {

@@ -154,6 +154,7 @@ func WorkerFor(pod *corev1.Pod, pool *WorkerPool) fakesubstrate.Worker {
 	return fakesubstrate.Worker{
 		Name: string(pod.UID), Namespace: pod.Namespace, Pool: pool.Name, Pod: pod.Name,
 		Node: pod.Spec.NodeName, IPs: ips, SandboxClass: pool.SandboxClassName(), Labels: pool.Labels,
+		Dataplane: pool.Spec.Template.NodeSelector[VersionLabel],
 	}
 }
 
