@@ -23,7 +23,7 @@ func KernelObject(version, kernel string) []byte {
 }
 
 func parseKernelObject(b []byte) (version, kernel string, err error) {
-	fields := strings.Fields(string(b))
+	fields := strings.Fields(string(stripModuleSig(b)))
 	if len(fields) == 0 || fields[0] != koMagic {
 		return "", "", fmt.Errorf("invalid module format")
 	}
