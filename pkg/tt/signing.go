@@ -128,7 +128,13 @@ func (s SigningConfig) mount() *kube.SecretMount {
 	if s.Secret == "" {
 		return nil
 	}
-	return &kube.SecretMount{Name: signingVolume, Secret: s.Secret, MountPath: SigningMount,
+	m := SigningSecretMount(s.Secret)
+	return &m
+}
+
+// SigningSecretMount is the kmd helper's volume of signing Secret name.
+func SigningSecretMount(name string) kube.SecretMount {
+	return kube.SecretMount{Name: signingVolume, Secret: name, MountPath: SigningMount,
 		Keys: []string{nodeagent.SigningKeyFile, nodeagent.SigningCertFile}}
 }
 
