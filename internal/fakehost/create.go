@@ -195,6 +195,9 @@ func createHeaders(root string, s Spec) error {
 	if err := writeFile(filepath.Join(root, src, "scripts/sign-file"), "#!fake kernel sign-file\n"); err != nil {
 		return err
 	}
+	if err := os.Chmod(filepath.Join(root, src, "scripts/sign-file"), 0o755); err != nil {
+		return err
+	}
 	// Absolute, like Ubuntu's: resolving it needs the host root prefix.
 	return os.Symlink(src, filepath.Join(root, "lib/modules", s.Kernel, "build"))
 }
