@@ -91,10 +91,10 @@ var Requirements = []Requirement{
 		"sign the built module (--signing-*); the headers' own (Debian: linux-kbuild-<ver>/scripts)"},
 	{OpKMD, KindRead, OnHost, "module-sig-hash", "/lib/modules/<kver>/build/{include/config/auto.conf,.config}", "",
 		"CONFIG_MODULE_SIG_HASH: the hash sign-file signs with"},
-	{OpKMD, KindRead, InImage, "signing-secret", "/rollbook/signing/{" + SigningKeyFile + "," + SigningCertFile + "}", "",
-		"--signing-secret's key and certificate (Secret volume); the key is copied 0600 next to the module while sign-file runs"},
 	{OpKMD, KindRead, OnHost, "signing-key", "--signing-key-host-path, --signing-cert-host-path", "",
-		"the host's key and certificate (e.g. /var/lib/shim-signed/mok/MOK.priv, MOK.der)"},
+		"the host's key and certificate (e.g. /var/lib/shim-signed/mok/MOK.priv, MOK.der); a Secret's (" + SigningKeyFile + ", " +
+			SigningCertFile + ") are read from its volume (--signing-dir, not the image) and copied 0600 next to the module while " +
+			"sign-file runs"},
 	{OpKMD, KindWrite, OnHost, "updates", "/lib/modules/<kver>/updates/tenstorrent.ko", "", "reboot persistence"},
 	{OpKMD, KindWrite, OnHost, "modules-load", "/etc/modules-load.d/tenstorrent.conf", "", "load at boot"},
 	{OpKMD, KindWrite, OnHost, "depmod-override", "/etc/depmod.d/tenstorrent-rollbook.conf", "",
