@@ -226,3 +226,60 @@ func TestMissingSigningSecretIsBadInput(t *testing.T) {
 	}
 	c.ExpectNoViolations(t)
 }
+
+// With the key at the host's MOK paths (Ubuntu's shim-signed layout): a
+// path the node lacks is refused by the probe before the cordon, saying
+// what is missing; the right paths roll the node with a signed module.
+func TestSecureBootNodeRollsWithHostPathKey(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	const target = "kwok-node-1"
+	root := hostRoot(t, target)
+	mok := newKeyPair(t, "node MOK")
+	secureBoot(t, root, mok.cert)
+	dir := filepath.Join(root, "var/lib/shim-signed/mok")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"MOK.priv": mok.key, "MOK.der": mok.cert} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyArgs := func(cert string) []string {
+		return []string{"upgrade", "kmd", "--version", "2.8.0", "--nodes", target,
+			"--signing-key-host-path", "/var/lib/shim-signed/mok/MOK.priv", "--signing-cert-host-path", cert}
+	}
+
+	ops, _ := fakehost.Ops(root)
+	cordoned := watchCordon(t, ctx, target)
+	out, code := tttest.Run(t, ctx, keyArgs("/var/lib/shim-signed/mok/MOK.pem")...)
+	if code != cli.ExitBlocked || !strings.Contains(out, "cannot be signed") || !strings.Contains(out, "MOK.pem") {
+		t.Errorf("a certificate path the node lacks: exit %d, want %d saying it cannot be signed (MOK.pem)", code, cli.ExitBlocked)
+	}
+	if cordoned() {
+		t.Error("a certificate path the node lacks: the node was cordoned")
+	}
+	if after, _ := fakehost.Ops(root); len(after) != len(ops) {
+		t.Errorf("the host changed: %v", after[len(ops):])
+	}
+
+	if out, code := tttest.Run(t, ctx, keyArgs("/var/lib/shim-signed/mok/MOK.der")...); code != 0 {
+		t.Fatalf("with the host's MOK: exit %d\n%s", code, out)
+	}
+	n := node(t, target)
+	if h := host(t, target); h.LoadedKMD != "2.8.0" || n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != "2.8.0" {
+		t.Errorf("after the roll: the host runs %q, unschedulable %v, label %q", h.LoadedKMD, n.Spec.Unschedulable,
+			n.Labels[tt.LabelKMDVersion])
+	}
+	b, err := os.ReadFile(filepath.Join(root, "var/cache/tt-kmd", n.Status.NodeInfo.KernelVersion, "2.8.0", "signed-"+mok.sha[:16],
+		"tenstorrent.ko"))
+	if err != nil {
+		t.Fatalf("no signed cache entry: %v", err)
+	}
+	if err := fakehost.CheckModuleSignature(b, mok.cert); err != nil {
+		t.Errorf("the cached module: %v", err)
+	}
+	c.ExpectNoViolations(t)
+}
