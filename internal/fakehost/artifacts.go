@@ -24,6 +24,7 @@ func KernelObject(version, kernel string) []byte {
 }
 
 func parseKernelObject(b []byte) (version, kernel string, err error) {
+	b = stripModuleSig(b)
 	if bytes.HasPrefix(b, []byte(elf.ELFMAG)) {
 		return parseELFModule(b)
 	}

@@ -31,6 +31,15 @@ func Create(root string, spec Spec) error {
 		FlashNoiseLines:     s.FlashNoiseLines,
 		UnresolvedKMD:       s.UnresolvedKMD,
 	}
+	for _, b := range s.TrustedCerts {
+		certs, err := ParseCertificates(b)
+		if err != nil {
+			return fmt.Errorf("TrustedCerts: %v", err)
+		}
+		for _, c := range certs {
+			st.TrustedCerts = append(st.TrustedCerts, c.Raw)
+		}
+	}
 	if s.Wedged {
 		st.ResetsNeeded = s.ResetsToHeal
 	}
@@ -178,6 +187,21 @@ func createHeaders(root string, s Spec) error {
 		}
 	}
 	if err := writeFile(filepath.Join(root, src, "include/config/kernel.release"), s.Kernel+"\n"); err != nil {
+		return err
+	}
+	// The hash modules are signed with: Debian's kernels use sha256,
+	// Ubuntu's sha512.
+	hash := "sha512"
+	if s.DebianHeaders {
+		hash = "sha256"
+	}
+	if err := writeFile(filepath.Join(root, src, "include/config/auto.conf"), "CONFIG_MODULE_SIG=y\nCONFIG_MODULE_SIG_HASH=\""+hash+"\"\n"); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(root, src, "scripts/sign-file"), "#!fake kernel sign-file\n"); err != nil {
+		return err
+	}
+	if err := os.Chmod(filepath.Join(root, src, "scripts/sign-file"), 0o755); err != nil {
 		return err
 	}
 	// Absolute, like Ubuntu's: resolving it needs the host root prefix.

@@ -1,6 +1,7 @@
 package fakehost
 
 import (
+	"crypto/x509"
 	"os"
 	"path/filepath"
 )
@@ -51,4 +52,39 @@ func SetBrokenBuild(root string, broken bool) error {
 	}
 	st.BrokenBuild = broken
 	return saveState(root, st)
+}
+
+// TrustCerts sets the certificates (PEM or DER) the kernel trusts for
+// module signatures (Spec.TrustedCerts): an admin enrolled them as MOKs.
+func TrustCerts(root string, certs ...[]byte) error {
+	st, err := loadState(root)
+	if err != nil {
+		return err
+	}
+	st.TrustedCerts = nil
+	for _, b := range certs {
+		cs, err := ParseCertificates(b)
+		if err != nil {
+			return err
+		}
+		for _, c := range cs {
+			st.TrustedCerts = append(st.TrustedCerts, c.Raw)
+		}
+	}
+	return saveState(root, st)
+}
+
+// CheckModuleSignature is the fake kernel's signature check of a module
+// file's bytes against the certificates (PEM or DER) it trusts: nil when
+// one of them signed it.
+func CheckModuleSignature(module []byte, trusted ...[]byte) error {
+	var certs []*x509.Certificate
+	for _, b := range trusted {
+		cs, err := ParseCertificates(b)
+		if err != nil {
+			return err
+		}
+		certs = append(certs, cs...)
+	}
+	return checkModuleSig(module, certs)
 }

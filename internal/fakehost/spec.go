@@ -60,6 +60,10 @@ type Spec struct {
 	// modules a container build makes.
 	Lockdown   string
 	SigEnforce bool
+	// TrustedCerts are certificates (PEM or DER) the kernel trusts for
+	// module signatures (built in, or enrolled as MOKs): a module signed by
+	// one loads under enforcement and lockdown.
+	TrustedCerts [][]byte
 	// ModulesDisabled is kernel.modules_disabled=1: no module loads or
 	// unloads until reboot.
 	ModulesDisabled bool

@@ -1,6 +1,7 @@
 package fakehost
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,19 @@ type state struct {
 	FlashNoiseLines     int           `json:"flashNoiseLines,omitempty"`
 	Unkillable          []int         `json:"unkillable,omitempty"`
 	UnresolvedKMD       []string      `json:"unresolvedKMD,omitempty"`
+	// TrustedCerts are the certificates (DER) in the kernel's keyrings
+	// (built-in, secondary, platform/MOK): modules they signed load.
+	TrustedCerts [][]byte `json:"trustedCerts,omitempty"`
+}
+
+func (st *state) trusted() []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, der := range st.TrustedCerts {
+		if c, err := x509.ParseCertificate(der); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func statePath(root string) string { return filepath.Join(root, stateDir, "state.json") }
@@ -201,3 +215,5 @@ func unloadModule(root string) error {
 	}
 	return nil
 }
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }

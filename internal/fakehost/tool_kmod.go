@@ -2,6 +2,7 @@ package fakehost
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -61,13 +62,27 @@ func (t *tool) loadFile(path string, params ...string) int {
 	if err != nil {
 		return t.errorf(1, "ERROR: could not load module %s: No such file or directory", path)
 	}
-	version, vermagic, err := parseKernelObject(b)
-	if err != nil {
-		return t.errorf(1, "ERROR: could not insert module %s: Invalid module format", path)
-	}
 	st, err := loadState(t.root)
 	if err != nil {
 		return t.errorf(1, "ERROR: %v", err)
+	}
+	if readTrimOr(t.root, modulesDisabledPath) == "1" {
+		return t.errorf(1, "ERROR: could not insert module %s: Operation not permitted", path)
+	}
+	// module_sig_check, before the module is parsed: a bad signature is
+	// refused whatever the policy; an unsigned module or one by an unknown
+	// key only under enforcement (EKEYREJECTED) or lockdown (EPERM).
+	if err := checkModuleSig(b, st.trusted()); err != nil {
+		switch lockdown := readTrimOr(t.root, lockdownPath); {
+		case errors.Is(err, errBadSig), readTrimOr(t.root, sigEnforcePath) == "Y":
+			return t.errorf(1, "ERROR: could not insert module %s: Key was rejected by service", path)
+		case !strings.Contains(lockdown, "[none]") && lockdown != "":
+			return t.errorf(1, "ERROR: could not insert module %s: Operation not permitted", path)
+		}
+	}
+	version, vermagic, err := parseKernelObject(b)
+	if err != nil {
+		return t.errorf(1, "ERROR: could not insert module %s: Invalid module format", path)
 	}
 	if vermagic != st.Kernel {
 		return t.errorf(1, "ERROR: could not insert module %s: Invalid module format (built for %s, running %s)", path, vermagic, st.Kernel)
@@ -75,14 +90,7 @@ func (t *tool) loadFile(path string, params ...string) int {
 	if loadedVersion(t.root) != "" {
 		return t.errorf(1, "ERROR: could not insert module %s: File exists", path)
 	}
-	// The kernel's policy for an unsigned module (finit_module errors).
 	switch {
-	case readTrimOr(t.root, modulesDisabledPath) == "1":
-		return t.errorf(1, "ERROR: could not insert module %s: Operation not permitted", path)
-	case readTrimOr(t.root, sigEnforcePath) == "Y":
-		return t.errorf(1, "ERROR: could not insert module %s: Key was rejected by service", path)
-	case !strings.Contains(readTrimOr(t.root, lockdownPath), "[none]") && readTrimOr(t.root, lockdownPath) != "":
-		return t.errorf(1, "ERROR: could not insert module %s: Operation not permitted", path)
 	case slices.Contains(st.UnresolvedKMD, version):
 		return t.errorf(1, "ERROR: could not insert module %s: Unknown symbol in module", path)
 	}

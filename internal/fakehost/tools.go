@@ -61,6 +61,8 @@ var toolFuncs = map[string]toolFunc{
 	"tt-smi":   ttSMI,
 	"tt-flash": ttFlash,
 	"kill":     kill,
+	// Reached only as the headers' scripts/sign-file inside the chroot.
+	"sign-file": signFile,
 }
 
 // chroot dispatches to the other tools, so it joins the table at init.
@@ -140,6 +142,9 @@ func chroot(t *tool) int {
 	}
 	if !filepath.IsAbs(name) {
 		name = "/usr/bin/" + name
+	}
+	if p, err := (&tool{root: t.root, chrooted: true}).path(name); filepath.Base(name) == "sign-file" && (err != nil || !exists(p)) {
+		return t.errorf(127, "failed to run command '%s': No such file or directory", t.args[1])
 	}
 	if _, err := os.Stat(filepath.Join(t.root, name)); err != nil && filepath.Base(name) == "make" {
 		return t.errorf(127, "failed to run command '%s': No such file or directory", t.args[1])

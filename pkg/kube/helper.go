@@ -44,6 +44,13 @@ type ConfigMapMount struct {
 	Name, ConfigMap, MountPath string
 }
 
+// SecretMount is a Secret mounted read-only, only the keys listed
+// (the kmd helper's signing key), files mode 0400.
+type SecretMount struct {
+	Name, Secret, MountPath string
+	Keys                    []string
+}
+
 // HelperSpec describes a short-lived pod that does one task on one node.
 type HelperSpec struct {
 	Task      string // e.g. "kmd"; becomes the rollbook.dev/helper label
@@ -63,6 +70,7 @@ type HelperSpec struct {
 	HostPID      bool
 	HostPaths    []HostPathMount
 	ConfigMaps   []ConfigMapMount
+	Secrets      []SecretMount
 	// PriorityClass keeps the helper from being preempted or evicted first
 	// (deploy/priorityclass.yaml).
 	PriorityClass string
@@ -112,6 +120,16 @@ func (s HelperSpec) Pod() *corev1.Pod {
 		mounts = append(mounts, corev1.VolumeMount{Name: m.Name, MountPath: m.MountPath, ReadOnly: true})
 		vols = append(vols, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: m.ConfigMap}}}})
+	}
+	for _, m := range s.Secrets {
+		mode := int32(0o400)
+		items := make([]corev1.KeyToPath, 0, len(m.Keys))
+		for _, k := range m.Keys {
+			items = append(items, corev1.KeyToPath{Key: k, Path: k})
+		}
+		mounts = append(mounts, corev1.VolumeMount{Name: m.Name, MountPath: m.MountPath, ReadOnly: true})
+		vols = append(vols, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: m.Secret, Items: items, DefaultMode: &mode}}})
 	}
 	zero := int64(0)
 	sc := &corev1.SecurityContext{Privileged: &priv}

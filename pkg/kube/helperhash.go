@@ -31,6 +31,7 @@ type helperShape struct {
 type volumeShape struct {
 	Name, HostPath string
 	ConfigMap      string `json:",omitempty"`
+	Secret         string `json:",omitempty"`
 	Other          bool   // any source but hostPath
 }
 
@@ -76,6 +77,9 @@ func shapeOf(p *corev1.Pod) helperShape {
 		} else {
 			if v.ConfigMap != nil {
 				vs.ConfigMap = v.ConfigMap.Name
+			}
+			if v.Secret != nil {
+				vs.Secret = v.Secret.SecretName
 			}
 			vs.Other = true
 		}

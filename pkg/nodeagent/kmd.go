@@ -38,6 +38,11 @@ type KMDOptions struct {
 	// shared (a ConfigMap volume): used, after its checks, when this node's
 	// cache has none.
 	ModuleFrom string
+	// Signing signs a module built here (kernels that load only signed
+	// modules); the cache and a shared module are per signing key.
+	Signing Signing
+
+	signer string // Signing's certificate SHA-256, once read
 }
 
 func (o *KMDOptions) defaults() {
@@ -61,6 +66,9 @@ func (o KMDOptions) validate() error {
 	}
 	if err := ValidateCommit(o.Commit); err != nil {
 		return fail(ReasonInvalidInput, "--commit: %v", err)
+	}
+	if err := o.Signing.Validate(); err != nil {
+		return fail(ReasonInvalidInput, "signing: %v", err)
 	}
 	return nil
 }
@@ -99,6 +107,13 @@ func (a *Agent) KMD(ctx context.Context, o KMDOptions) Result {
 	if err := o.validate(); err != nil {
 		return x.finish(ctx, err)
 	}
+	if o.Signing.Enabled() {
+		signer, err := a.Signer(o.Signing)
+		if err != nil {
+			return x.finish(ctx, fail(ReasonSigningFailed, "%v", err))
+		}
+		o.signer = signer
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	err := x.kmd(ctx, o)
@@ -133,7 +148,7 @@ func (x *execution) kmd(ctx context.Context, o KMDOptions) error {
 	if loaded == o.Version {
 		return x.kmdAlreadyLoaded(ctx, o)
 	}
-	if err := x.step("load-allowed", func() (string, error) { return x.checkLoadAllowed() }); err != nil {
+	if err := x.step("load-allowed", func() (string, error) { return x.checkLoadAllowed(o.Signing.Enabled()) }); err != nil {
 		return err
 	}
 	if loaded != "" && !o.ForceUnload {
@@ -154,7 +169,7 @@ func (x *execution) kmd(ctx context.Context, o KMDOptions) error {
 		}
 	}
 	x.res.Changed = true
-	if err := x.step("insmod", func() (string, error) { return x.insmod(ctx, ko, loaded) }); err != nil {
+	if err := x.step("insmod", func() (string, error) { return x.insmod(ctx, ko, loaded, o.signer) }); err != nil {
 		return err
 	}
 	if err := x.step("verify", func() (string, error) { return x.verifyLoaded(o.Version) }); err != nil {
@@ -224,11 +239,14 @@ func (x *execution) checkNotHostManaged() (string, error) {
 }
 
 // checkLoadAllowed refuses before anything is unloaded when the kernel
-// would refuse the module the agent builds, which is unsigned: with
-// kernel.modules_disabled, module.sig_enforce, or lockdown (Secure Boot).
+// would refuse the module the agent builds: with kernel.modules_disabled,
+// or, unless it signs, with module.sig_enforce or lockdown (Secure Boot).
 // Otherwise the old driver would be unloaded and the new one refused.
-func (x *execution) checkLoadAllowed() (string, error) {
+func (x *execution) checkLoadAllowed(signing bool) (string, error) {
 	refused, allowed := x.agent.loadPolicy()
+	if refused != "" && signing && x.agent.signatureRequired() {
+		return "the kernel loads only signed modules; the module is signed with the configured key", nil
+	}
 	if refused != "" {
 		return "", fail(ReasonInsmodFailed, "%s; tt-kmd %q stays loaded", refused, x.res.Before)
 	}

@@ -18,7 +18,7 @@ import (
 func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail string, err error) {
 	a := x.agent
 	kver := x.res.Kernel
-	cached := a.hostPath(filepath.Join(kmdCacheDir, kver, o.Version, kmdModuleFile))
+	cached := a.cachedModule(kver, o.Version, o.signer)
 	hit := false
 	x.res.CacheHit = &hit
 	if rec, why := verifyCached(cached, o.Commit); why == nil {
@@ -80,13 +80,21 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	if err != nil {
 		return "", "", err
 	}
+	signed := ""
+	if o.Signing.Enabled() {
+		if signed, err = x.sign(ctx, built, work, o.Signing); err != nil {
+			return "", "", err
+		}
+		signed = ", " + signed
+	}
 	if err := os.MkdirAll(filepath.Dir(cached), 0o755); err != nil {
 		return "", "", err
 	}
 	if err := os.Rename(built, cached); err != nil {
 		return "", "", err
 	}
-	info := ModuleInfo{Version: o.Version, Vermagic: vermagic, Kernel: kver, Commit: commit, BuiltBy: a.Node, Source: "build"}
+	info := ModuleInfo{Version: o.Version, Vermagic: vermagic, Kernel: kver, Commit: commit, BuiltBy: a.Node, Source: "build",
+		Signer: o.signer}
 	if err := recordCached(cached, info); err != nil {
 		return "", "", err
 	}
@@ -102,7 +110,7 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 			}
 		}
 	}
-	return cached, "built from ttkmd-" + o.Version + " (commit " + commit + ") and cached at " + cached, nil
+	return cached, "built from ttkmd-" + o.Version + " (commit " + commit + ")" + signed + " and cached at " + cached, nil
 }
 
 // checkBuilt reads the built module's MODULE_VERSION and vermagic with
@@ -224,7 +232,7 @@ func (x *execution) killHolders(ctx context.Context, wait time.Duration, refs in
 // insmod loads ko. If that fails with the old module already gone, it
 // tries to put the previous version back from the cache so the node is not
 // left without a driver.
-func (x *execution) insmod(ctx context.Context, ko, previous string) (string, error) {
+func (x *execution) insmod(ctx context.Context, ko, previous, signer string) (string, error) {
 	a := x.agent
 	opts := x.hostModuleOptions(ctx)
 	in := x.run(ctx, append([]string{"insmod", ko}, opts...))
@@ -238,7 +246,7 @@ func (x *execution) insmod(ctx context.Context, ko, previous string) (string, er
 	if previous == "" {
 		return "", err
 	}
-	old := a.hostPath(filepath.Join(kmdCacheDir, x.res.Kernel, previous, kmdModuleFile))
+	old := a.cachedModule(x.res.Kernel, previous, signer)
 	if _, serr := verifyCached(old, ""); serr != nil {
 		return "", appendMsg(err, "; tt-kmd "+previous+" is not cached (or fails its checksum), the node has no driver loaded")
 	}

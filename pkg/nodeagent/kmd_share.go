@@ -39,6 +39,9 @@ type ModuleInfo struct {
 	BuiltBy string `json:"builtBy,omitempty"`
 	// Source is where this node got it: "build", "cache" or "cluster".
 	Source string `json:"source,omitempty"`
+	// Signer is the SHA-256 of the certificate it is signed with ("":
+	// unsigned).
+	Signer string `json:"signer,omitempty"`
 }
 
 // Names in a shared module's ConfigMap (and its volume).
@@ -159,6 +162,8 @@ func (x *execution) fromCluster(ctx context.Context, dir, cached string, o KMDOp
 		return info, fmt.Errorf("shared module was built for kernel %q, this node runs %s", info.Kernel, x.res.Kernel)
 	case o.Commit != "" && info.Commit != o.Commit:
 		return info, fmt.Errorf("shared module was built from commit %q, not the pinned %s", info.Commit, o.Commit)
+	case info.Signer != o.signer:
+		return info, fmt.Errorf("shared module is signed by certificate %q, this node signs with %q", orDash(info.Signer), orDash(o.signer))
 	}
 	gz, err := os.ReadFile(filepath.Join(dir, SharedModuleKey))
 	if err != nil {

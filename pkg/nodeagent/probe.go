@@ -22,6 +22,10 @@ type ProbeOptions struct {
 	// GitURL is where the kmd helper would clone KMDVersion's tag from;
 	// default DefaultKMDGitURL.
 	GitURL string
+	// Signing (host paths) or SignedBy (a Secret's certificate SHA-256):
+	// the key the kmd helper would sign with.
+	Signing  Signing
+	SignedBy string
 }
 
 // ProbeFacts is what a probe measured on the host (Result.Probe); device
@@ -42,6 +46,12 @@ type ProbeFacts struct {
 	// LoadRefused says why the kernel would refuse an unsigned module (""
 	// when it loads one).
 	LoadRefused string `json:"loadRefused,omitempty"`
+	// SignatureRequired: the refusal is of unsigned modules only
+	// (module.sig_enforce or lockdown), which a signed one passes.
+	SignatureRequired bool `json:"signatureRequired,omitempty"`
+	// Signing is what signing with the configured key would find; nil
+	// without one.
+	Signing *SigningCheck `json:"signing,omitempty"`
 	// Tag is the remote's tag for KMDVersion, looked at only when the
 	// module would be built.
 	Tag *TagCheck `json:"tag,omitempty"`
@@ -68,6 +78,12 @@ func (a *Agent) Probe(ctx context.Context, o ProbeOptions) Result {
 	}
 	if err := ValidateSourceURL(o.GitURL); err != nil {
 		return x.finish(ctx, fail(ReasonInvalidInput, "--git-url: %v", err))
+	}
+	if err := o.Signing.Validate(); err != nil {
+		return x.finish(ctx, fail(ReasonInvalidInput, "signing: %v", err))
+	}
+	if o.SignedBy != "" && !sha256RE.MatchString(o.SignedBy) {
+		return x.finish(ctx, fail(ReasonInvalidInput, "--signed-by %q is not a hex SHA-256", o.SignedBy))
 	}
 	return x.finish(ctx, x.probe(ctx, o))
 }
@@ -109,10 +125,16 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 	}
 	p.Toolchain = hostToolchain(a.Root) && (p.CC == "" || hostHas(a.Root, p.CC))
 	p.LoadRefused, _ = a.loadPolicy()
+	p.SignatureRequired = a.signatureRequired()
+	signer := ""
+	if o.Signing.Enabled() || o.SignedBy != "" {
+		p.Signing = a.checkSigning(kver, o.Signing, o.SignedBy)
+		signer = p.Signing.Signer
+	}
 	pci, bound := countDevices(a.Root)
 	p.PCIDevices, p.BoundDevices = &pci, bound
 	if o.KMDVersion != "" {
-		_, err := verifyCached(a.hostPath(filepath.Join(kmdCacheDir, kver, o.KMDVersion, kmdModuleFile)), "")
+		_, err := verifyCached(a.cachedModule(kver, o.KMDVersion, signer), "")
 		p.Cached = err == nil
 		if !p.Cached && x.res.Before != o.KMDVersion {
 			p.Tag = x.checkTag(ctx, o.GitURL, "ttkmd-"+o.KMDVersion)

@@ -77,7 +77,8 @@ func (a *Agent) loadPolicy() (refused, allowed string) {
 		return "kernel.modules_disabled is 1: the kernel loads and unloads no module until reboot", ""
 	case enforce == "Y" || (mode != "" && mode != "none"):
 		return "the kernel refuses unsigned modules (module.sig_enforce=" + orDash(enforce) + ", lockdown " + strconv.Quote(orDash(mode)) +
-			"): a module built here would not load; sign tt-kmd with an enrolled key (DKMS/MOK) on this node", ""
+			"): a module built here would not load unsigned; sign it with a key the kernel trusts (enrolled as a MOK): " +
+			"kubectl tt upgrade kmd --signing-secret NAME, or --signing-key-host-path and --signing-cert-host-path", ""
 	}
 	return "", "unsigned modules load (lockdown " + orDash(mode) + ", sig_enforce " + orDash(enforce) + ")"
 }
@@ -141,4 +142,13 @@ func countDevices(root string) (pci, bound int) {
 		}
 	}
 	return pci, bound
+}
+
+// signatureRequired: the kernel loads modules, but only signed ones
+// (module.sig_enforce or lockdown), so signing with a trusted key lets the
+// module load.
+func (a *Agent) signatureRequired() bool {
+	disabled, _ := readOptional(a.hostPath(modulesDisabledPath))
+	refused, _ := a.loadPolicy()
+	return refused != "" && disabled != "1"
 }

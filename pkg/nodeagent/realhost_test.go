@@ -3,6 +3,14 @@ package nodeagent_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/fakehost/realhost"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
 )
@@ -127,4 +136,85 @@ func modinfo(t *testing.T, rootfs, field, ko string) string {
 	out, err := exec.Command(argv[0], argv[1:]...).Output()
 	require.NoError(t, err)
 	return strings.TrimSpace(string(out))
+}
+
+// Signing on a real Debian host root: the agent signs the module it built
+// with the headers' own sign-file (/lib/modules/<kver>/build/scripts ->
+// linux-kbuild-6.1) in a chroot of the host, with the hash the headers name
+// (sha256), from the host's MOK paths and from a Secret's directory; the
+// fake kernel's checker accepts the result for the enrolled certificate
+// only. Each key has its own cache entry.
+func TestKMDOnRealHostSignsTheModule(t *testing.T) {
+	rootfs := realhost.Rootfs(t)
+	host := realhost.Host(t, rootfs)
+	t.Setenv("PATH", realhost.Tools(t, rootfs))
+	kver := realhost.KernelRelease(t, rootfs)
+	url := realhost.ModuleRepo(t, "2.8.0", "2.9.0")
+	mok, secret := testKeyPair(t, "host MOK"), testKeyPair(t, "Secret key")
+	writeFile(t, filepath.Join(host, "var/lib/shim-signed/mok/MOK.priv"), mok.key)
+	writeFile(t, filepath.Join(host, "var/lib/shim-signed/mok/MOK.der"), mok.der)
+	dir := t.TempDir() // the Secret volume, outside the host
+	writeFile(t, filepath.Join(dir, nodeagent.SigningKeyFile), secret.key)
+	writeFile(t, filepath.Join(dir, nodeagent.SigningCertFile), secret.pem)
+	a := &nodeagent.Agent{Root: host, Node: "real-1", Env: []string{realhost.HostEnv(host)}, Log: testLog{t}, PollInterval: 10 * 1e6}
+	ctx := context.Background()
+
+	for _, c := range []struct {
+		version         string
+		signing         nodeagent.Signing
+		enrolled, other keyPair
+	}{
+		{"2.8.0", nodeagent.Signing{KeyHostPath: "/var/lib/shim-signed/mok/MOK.priv", CertHostPath: "/var/lib/shim-signed/mok/MOK.der"}, mok, secret},
+		{"2.9.0", nodeagent.Signing{Dir: dir}, secret, mok},
+	} {
+		r := a.KMD(ctx, nodeagent.KMDOptions{Version: c.version, GitURL: url, Signing: c.signing})
+		requireSuccess(t, r)
+		require.NotNil(t, r.Module)
+		assert.Equal(t, c.enrolled.sha, r.Module.Signer)
+		cached := filepath.Join(host, "var/cache/tt-kmd", kver, c.version, "signed-"+c.enrolled.sha[:16], "tenstorrent.ko")
+		b, err := os.ReadFile(cached)
+		require.NoError(t, err)
+		require.True(t, bytes.HasSuffix(b, []byte("~Module signature appended~\n")), "a signature trailer")
+		assert.Equal(t, c.version, modinfo(t, rootfs, "version", cached), "real modinfo still reads the signed module")
+		assert.NoError(t, fakehost.CheckModuleSignature(b, c.enrolled.der), "signed by the configured key")
+		assert.Error(t, fakehost.CheckModuleSignature(b, c.other.pem), "not by another")
+		persisted, err := os.ReadFile(filepath.Join(host, "lib/modules", kver, "updates/tenstorrent.ko"))
+		require.NoError(t, err)
+		assert.Equal(t, b, persisted, "the signed module is the one persisted")
+	}
+	// Keys the agent copied for sign-file are gone from the host.
+	left, _ := filepath.Glob(filepath.Join(host, "var/cache/tt-kmd/.build-*"))
+	assert.Empty(t, left)
+
+	// Without sign-file in the headers: SigningFailed, the old module stays.
+	require.NoError(t, os.Remove(filepath.Join(host, "usr/lib/linux-kbuild-6.1/scripts/sign-file")))
+	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.8.0", GitURL: url, Signing: nodeagent.Signing{Dir: dir}})
+	requireFailure(t, r, nodeagent.ReasonSigningFailed)
+	assert.Equal(t, "2.9.0", r.After)
+}
+
+type keyPair struct {
+	key, pem, der []byte
+	sha           string
+}
+
+func testKeyPair(t *testing.T, cn string) keyPair {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	p8, err := x509.MarshalPKCS8PrivateKey(key)
+	require.NoError(t, err)
+	sum := sha256.Sum256(der)
+	return keyPair{key: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8}),
+		pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), der: der, sha: hex.EncodeToString(sum[:])}
+}
+
+func writeFile(t *testing.T, p string, b []byte) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, b, 0o600))
 }

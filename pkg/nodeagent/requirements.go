@@ -85,8 +85,16 @@ var Requirements = []Requirement{
 		"/sys/kernel/security/lockdown", "", "would the kernel load an unsigned module"},
 	{OpKMD, KindRead, OnHost, "headers", "/lib/modules/<kver>/build", "", "kernel build tree (symlink into /usr/src)"},
 	{OpKMD, KindRead, OnHost, "holders", "/proc/*/{fd,comm,cgroup}", "", "processes holding /dev/tenstorrent (hostPID)"},
-	{OpKMD, KindWrite, OnHost, "cache", "/var/cache/tt-kmd/<kver>/<version>/tenstorrent.ko{,.json}", "",
-		"build dir and module cache; .json: the SHA-256 and commit a cached module must match"},
+	{OpKMD, KindWrite, OnHost, "cache", "/var/cache/tt-kmd/<kver>/<version>/{,signed-<cert SHA-256>/}tenstorrent.ko{,.json}", "",
+		"build dir and module cache (a signed build apart, per key); .json: the SHA-256, commit and signer a cached module must match"},
+	{OpKMD, KindExec, OnHost, "sign-file", "/lib/modules/<kver>/build/scripts/sign-file", "",
+		"sign the built module (--signing-*); the headers' own (Debian: linux-kbuild-<ver>/scripts)"},
+	{OpKMD, KindRead, OnHost, "module-sig-hash", "/lib/modules/<kver>/build/{include/config/auto.conf,.config}", "",
+		"CONFIG_MODULE_SIG_HASH: the hash sign-file signs with"},
+	{OpKMD, KindRead, OnHost, "signing-key", "--signing-key-host-path, --signing-cert-host-path", "",
+		"the host's key and certificate (e.g. /var/lib/shim-signed/mok/MOK.priv, MOK.der); a Secret's (" + SigningKeyFile + ", " +
+			SigningCertFile + ") are read from its volume (--signing-dir, not the image) and copied 0600 next to the module while " +
+			"sign-file runs"},
 	{OpKMD, KindWrite, OnHost, "updates", "/lib/modules/<kver>/updates/tenstorrent.ko", "", "reboot persistence"},
 	{OpKMD, KindWrite, OnHost, "modules-load", "/etc/modules-load.d/tenstorrent.conf", "", "load at boot"},
 	{OpKMD, KindWrite, OnHost, "depmod-override", "/etc/depmod.d/tenstorrent-rollbook.conf", "",
@@ -122,6 +130,8 @@ var Requirements = []Requirement{
 		"/usr/bin/{make,gcc*}", "", "what an upgrade would need: headers and the compiler they name"},
 	{OpProbe, KindRead, OnHost, "module-policy", "/proc/sys/kernel/modules_disabled, /sys/module/module/parameters/sig_enforce, " +
 		"/sys/kernel/security/lockdown", "", "would the kernel load an unsigned module"},
+	{OpProbe, KindRead, OnHost, "signing", "/lib/modules/<kver>/build/{scripts/sign-file,include/config/auto.conf,.config}, " +
+		"--signing-cert-host-path, --signing-key-host-path (stat only)", "", "could a module built here be signed"},
 	{OpProbe, KindRead, OnHost, "devices", "/sys/bus/pci/devices/*/vendor, /dev/tenstorrent/*", "",
 		"the cards present and those the module bound"},
 }
@@ -156,10 +166,19 @@ func declared(task Op, where Where, prog string) bool {
 		}
 		switch {
 		case where == OnHost:
-			return prog == r.Path || prog == r.Name
+			return prog == r.Path || prog == r.Name || kverMatch(r.Path, prog)
 		case filepath.IsAbs(prog):
 			return prog == r.Path || filepath.Base(prog) == r.Name
 		}
 		return prog == r.Name
 	})
+}
+
+// kverMatch: path is pattern with <kver> standing for one kernel release.
+func kverMatch(pattern, path string) bool {
+	if !strings.Contains(pattern, "<kver>") {
+		return false
+	}
+	ok, _ := filepath.Match(strings.ReplaceAll(pattern, "<kver>", "*"), path)
+	return ok
 }

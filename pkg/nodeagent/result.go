@@ -54,6 +54,10 @@ const (
 	ReasonToolMissing            Reason = "ToolMissing"
 	ReasonTimeout                Reason = "Timeout"
 	ReasonHostError              Reason = "HostError"
+	// ReasonSigningFailed: the module could not be signed with the
+	// configured key (unreadable key or certificate, no sign-file or
+	// CONFIG_MODULE_SIG_HASH in the headers, sign-file failed).
+	ReasonSigningFailed Reason = "SigningFailed"
 )
 
 // Install modes, as in the driver.tenstorrent.com/install-mode node label.

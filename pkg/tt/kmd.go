@@ -48,6 +48,8 @@ type KMDConfig struct {
 	// MaxUnavailablePer bounds, per label key, the nodes sharing a value
 	// of it that are out of service at once.
 	MaxUnavailablePer map[string]int
+	// Signing signs the modules built (kernels that load only signed ones).
+	Signing SigningConfig
 
 	share *moduleShare
 }
@@ -102,6 +104,9 @@ func (c *KMDConfig) Validate() error {
 		return fmt.Errorf("--max-parallel must be at least 1, not %d", c.MaxParallel)
 	}
 	if err := ValidateUnavailablePer(c.MaxUnavailablePer); err != nil {
+		return err
+	}
+	if err := c.Signing.validate(); err != nil {
 		return err
 	}
 	return c.Helper.validate()
@@ -178,7 +183,10 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 		if cfg.Drain {
 			out = append(out, f.holdersThatStay(cfg.DeployGates)...)
 		}
-		if r.LoadRefused != "" {
+		switch {
+		case r.LoadRefused != "" && r.SignatureRequired && cfg.Signing.enabled():
+			out = append(out, cfg.Signing.blockers(r, cfg.Version)...) // a signed module loads
+		case r.LoadRefused != "":
 			out = append(out, r.LoadRefused+"; tt-kmd "+orUnknown(r.KMD)+" stays loaded")
 		}
 		if r.Cached || f.Shared != nil {
@@ -269,7 +277,7 @@ the target version is measured on it, whatever its label says.`,
 					"the holders), unloads tt-kmd, loads the target version from the node's module cache or builds it, verifies " +
 					"/sys/module/tenstorrent/version and makes the module load again after a reboot. Its measured result is " +
 					"read from the pod's termination message.",
-				hostPID: cfg.ForceUnload, timeout: cfg.Helper.Timeout,
+				hostPID: cfg.ForceUnload, timeout: cfg.Helper.Timeout, secret: cfg.Signing.mount(),
 				guards: []runbook.Guard[Facts]{{
 					Name: "the node is cordoned by tt-kmd",
 					Check: func(f Facts) (bool, string) {
@@ -384,7 +392,7 @@ func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) ru
 func helperWorkTimeout(t time.Duration) time.Duration { return t - 30*time.Second }
 
 func kmdProbeCommand(cfg *KMDConfig) []string {
-	cmd := []string{"kubectl-tt", "node-agent", "probe", "--kmd-version", cfg.Version}
+	cmd := append([]string{"kubectl-tt", "node-agent", "probe", "--kmd-version", cfg.Version}, cfg.Signing.probeArgs()...)
 	if cfg.GitURL != "" {
 		cmd = append(cmd, "--git-url", cfg.GitURL) // the tag is looked up where the build clones
 	}
@@ -407,7 +415,7 @@ func kmdCommand(cfg *KMDConfig) []string {
 	if cfg.ForceUnload {
 		cmd = append(cmd, "--force-unload")
 	}
-	return cmd
+	return append(cmd, cfg.Signing.kmdArgs()...)
 }
 
 // kmdFailure turns a failed helper into a clear error: device holders and

@@ -38,18 +38,23 @@ const (
 	// (deploy/admission/helper-policy.yaml admits exactly this mount).
 	SharedModuleMount  = "/rollbook/module"
 	sharedModuleVolume = "module"
-	// signingKey is part of the key: rollbook builds unsigned modules
-	// (nodes that enforce signatures refuse them before the build).
+	// signingKey is the key's part for an unsigned module; a signed one
+	// has its signing key's identity (SigningConfig.identity), so a signed
+	// and an unsigned build, or two keys' builds, are never mixed up.
 	signingKey = "unsigned"
 )
 
-// SharedModuleName is the ConfigMap of the module for (kernel, version,
-// pinned commit or none): tt-kmd-<16 hex digits>.
+// SharedModuleName is the ConfigMap of the unsigned module for (kernel,
+// version, pinned commit or none): tt-kmd-<16 hex digits>.
 func SharedModuleName(kernel, version, commit string) string {
+	return sharedModuleName(kernel, version, commit, signingKey)
+}
+
+func sharedModuleName(kernel, version, commit, signing string) string {
 	if commit == "" {
 		commit = "tag"
 	}
-	sum := sha256.Sum256([]byte(kernel + "\x00" + version + "\x00" + commit + "\x00" + signingKey))
+	sum := sha256.Sum256([]byte(kernel + "\x00" + version + "\x00" + commit + "\x00" + signing))
 	return "tt-kmd-" + hex.EncodeToString(sum[:])[:16]
 }
 
@@ -80,6 +85,7 @@ type moduleShare struct {
 	namespace string
 	version   string
 	commit    string
+	signing   string // SigningConfig.identity
 
 	mu       sync.Mutex
 	builders map[string]string        // key → node building it
@@ -92,12 +98,13 @@ type moduleShare struct {
 
 func newModuleShare(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *moduleShare {
 	return &moduleShare{cs: cs, rec: rec, namespace: cfg.Helper.Namespace, version: cfg.Version, commit: cfg.Commit,
+		signing:  cfg.Signing.identity(),
 		builders: map[string]string{}, released: map[string]chan struct{}{}, found: map[string]*SharedModule{}}
 }
 
 func (m *moduleShare) name(f *Facts) string {
 	if k := nodeKernel(f); k != "" {
-		return SharedModuleName(k, m.version, m.commit)
+		return sharedModuleName(k, m.version, m.commit, m.signing)
 	}
 	return ""
 }
@@ -252,7 +259,7 @@ func (m *moduleShare) publish(ctx context.Context, f Facts, h helperFacts) {
 	if info.BuiltBy == "" {
 		info.BuiltBy = f.Node.Name
 	}
-	name := SharedModuleName(info.Kernel, m.version, m.commit)
+	name := sharedModuleName(info.Kernel, m.version, m.commit, m.signing)
 	err := m.share(ctx, h.Pod, name, info)
 	if err != nil {
 		m.rec.Record(ctx, kube.NodeRef(f.Node), true, "KMDModuleNotShared",

@@ -43,6 +43,9 @@ type ProbeRecord struct {
 	Tag          *nodeagent.TagCheck `json:"tag,omitempty"`
 	PCIDevices   *int                `json:"pciDevices,omitempty"`
 	BoundDevices int                 `json:"boundDevices,omitempty"`
+	// SignatureRequired and Signing: see nodeagent.ProbeFacts.
+	SignatureRequired bool                    `json:"signatureRequired,omitempty"`
+	Signing           *nodeagent.SigningCheck `json:"signing,omitempty"`
 }
 
 func probeRecordOf(n *corev1.Node) *ProbeRecord {
@@ -63,6 +66,7 @@ func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
 		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI,
 			p.AgentVersion
 		rec.CC, rec.LoadRefused, rec.Tag, rec.PCIDevices, rec.BoundDevices = p.CC, p.LoadRefused, p.Tag, p.PCIDevices, p.BoundDevices
+		rec.SignatureRequired, rec.Signing = p.SignatureRequired, p.Signing
 	}
 	for _, d := range r.Devices {
 		rec.Firmware = append(rec.Firmware, d.Before)

@@ -274,7 +274,8 @@ type task struct {
 	name           string // helper task label, e.g. "kmd"
 	key            string // what distinguishes runs (version, forced campaign)
 	command        []string
-	env            []corev1.EnvVar // added to the helper's env (a Secret's key)
+	env            []corev1.EnvVar   // added to the helper's env (a Secret's key)
+	secret         *kube.SecretMount // mounted read-only (kmd's signing key)
 	hostPID        bool
 	timeout        time.Duration
 	guards         []runbook.Guard[Facts]
@@ -326,6 +327,9 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 	base := func(node string) kube.HelperSpec {
 		s := helperSpec(b.helper, t.name, node, t.key, t.command, t.hostPID, b.run)
 		s.Env = append(s.Env, t.env...)
+		if t.secret != nil {
+			s.Secrets = append(s.Secrets, *t.secret)
+		}
 		return s
 	}
 	// spec is the helper the node's pod must be: with the shared module it

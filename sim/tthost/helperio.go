@@ -30,14 +30,25 @@ const envVolumeRoot = "ROLLBOOK_VOLUME_ROOT"
 // start (a kubelet would hold the pod in ContainerCreating).
 func mountConfigMaps(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, c corev1.Container, dir string) ([]string, error) {
 	vols := map[string]*corev1.ConfigMapVolumeSource{}
+	secrets := map[string]*corev1.SecretVolumeSource{}
 	for _, v := range pod.Spec.Volumes {
 		if v.ConfigMap != nil {
 			vols[v.Name] = v.ConfigMap
+		}
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret
 		}
 	}
 	root := filepath.Join(dir, "volumes")
 	used := false
 	for _, m := range c.VolumeMounts {
+		if src, ok := secrets[m.Name]; ok {
+			if err := mountSecret(ctx, cs, pod.Namespace, src, filepath.Join(root, filepath.Clean("/"+m.MountPath))); err != nil {
+				return nil, fmt.Errorf("volume %s: %w", m.Name, err)
+			}
+			used = true
+			continue
+		}
 		src, ok := vols[m.Name]
 		if !ok {
 			continue
@@ -66,6 +77,37 @@ func mountConfigMaps(ctx context.Context, cs kubernetes.Interface, pod *corev1.P
 		return nil, nil
 	}
 	return []string{envVolumeRoot + "=" + root}, nil
+}
+
+// mountSecret writes a Secret volume's keys (its items, when listed) under
+// at, read-only to the owner, as the kubelet does with defaultMode 0400.
+func mountSecret(ctx context.Context, cs kubernetes.Interface, ns string, src *corev1.SecretVolumeSource, at string) error {
+	sec, err := cs.CoreV1().Secrets(ns).Get(ctx, src.SecretName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("secret %s/%s: %w", ns, src.SecretName, err)
+	}
+	files := map[string]string{}
+	for k := range sec.Data {
+		files[k] = k
+	}
+	if len(src.Items) > 0 {
+		files = map[string]string{}
+		for _, it := range src.Items {
+			if _, ok := sec.Data[it.Key]; !ok {
+				return fmt.Errorf("secret %s/%s has no key %s", ns, src.SecretName, it.Key)
+			}
+			files[it.Key] = it.Path
+		}
+	}
+	if err := os.MkdirAll(at, 0o755); err != nil {
+		return err
+	}
+	for k, p := range files {
+		if err := os.WriteFile(filepath.Join(at, filepath.Base(p)), sec.Data[k], 0o400); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // serveLog keeps container c's output as a CRI log file (what kwok's

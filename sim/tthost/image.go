@@ -199,13 +199,13 @@ func (r *Runner) containerFS(pod *corev1.Pod, c corev1.Container, root, dir, cdi
 			return nil, "", fmt.Sprintf("sim: the helper runner does not provide subPath mounts (volume %s)", vm.Name)
 		}
 		src, ok := r.volumeSource(pod, vol, root, dir)
-		if vol.ConfigMap != nil { // written by mountConfigMaps, as the kubelet's atomic writer would
+		if vol.ConfigMap != nil || vol.Secret != nil { // written by mountConfigMaps, as the kubelet's atomic writer would
 			src = filepath.Join(cdir, "volumes", filepath.Clean("/"+vm.MountPath))
 			_, err := os.Stat(src)
 			ok = cdir == "" || err == nil // cdir "": the check before the start, nothing written yet
 		}
 		if !ok {
-			return nil, "", fmt.Sprintf("sim: the helper runner cannot provide volume %s (it provides hostPath, emptyDir and configMap)", vm.Name)
+			return nil, "", fmt.Sprintf("sim: the helper runner cannot provide volume %s (it provides hostPath, emptyDir, configMap and secret)", vm.Name)
 		}
 		if vol.HostPath != nil && path.Clean(vol.HostPath.Path) == "/" {
 			fakeRoot = path.Clean(vm.MountPath)

@@ -25,6 +25,9 @@ func newKMDCommand(c *common) *cobra.Command {
 				if o.ModuleFrom != "" {
 					o.ModuleFrom = underVolumeRoot(o.ModuleFrom)
 				}
+				if o.Signing.Dir != "" {
+					o.Signing.Dir = underVolumeRoot(o.Signing.Dir)
+				}
 				return a.KMD(ctx, o)
 			})
 		},
@@ -40,7 +43,18 @@ func newKMDCommand(c *common) *cobra.Command {
 	f.BoolVar(&o.Publish, "publish", false, "print a module built here on stdout (gzip, base64) for kubectl tt to share")
 	f.StringVar(&o.ModuleFrom, "module-from", "", "directory of a module another node built and shared (a ConfigMap volume); "+
 		"used after its checks when the node's cache has none")
+	f.StringVar(&o.Signing.Dir, "signing-dir", "", "directory holding "+nodeagent.SigningKeyFile+" and "+nodeagent.SigningCertFile+
+		" (a Secret volume): sign a module built here with them")
+	signingHostFlags(cmd, &o.Signing)
 	return cmd
+}
+
+// signingHostFlags are the host paths of a signing key and certificate.
+func signingHostFlags(cmd *cobra.Command, s *nodeagent.Signing) {
+	cmd.Flags().StringVar(&s.KeyHostPath, "signing-key-host-path", "", "the host's PEM private key to sign modules with "+
+		"(e.g. /var/lib/shim-signed/mok/MOK.priv)")
+	cmd.Flags().StringVar(&s.CertHostPath, "signing-cert-host-path", "", "the host's certificate of that key, DER or PEM "+
+		"(e.g. /var/lib/shim-signed/mok/MOK.der)")
 }
 
 func newCleanCacheCommand(c *common) *cobra.Command {
@@ -68,6 +82,8 @@ func newProbeCommand(c *common) *cobra.Command {
 	cmd.Flags().StringVar(&o.KMDVersion, "kmd-version", "", "also check the module cache for this tt-kmd version and, "+
 		"when it would be built, that its tag exists (git ls-remote)")
 	cmd.Flags().StringVar(&o.GitURL, "git-url", nodeagent.DefaultKMDGitURL, "tt-kmd repository the tag is looked up in")
+	cmd.Flags().StringVar(&o.SignedBy, "signed-by", "", "SHA-256 of the certificate (a Secret's) the kmd helper would sign with")
+	signingHostFlags(cmd, &o.Signing)
 	return cmd
 }
 

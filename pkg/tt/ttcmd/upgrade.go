@@ -46,6 +46,7 @@ type kmdOptions struct {
 	maxParallel int
 	perLabel    map[string]int
 	maxFailures int
+	signing     tt.SigningConfig
 
 	cfg       *tt.KMDConfig
 	selection tt.Selection
@@ -114,6 +115,13 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 	addPerLabelFlag(fs, &o.perLabel)
 	fs.IntVar(&o.maxFailures, "max-failures", 1, "after this many nodes failed (or blocked) start no other node; "+
 		"nodes in progress finish")
+	fs.StringVar(&o.signing.Secret, "signing-secret", "", "sign the modules built with the key in this Secret of the helper "+
+		"namespace (keys signing_key.pem, signing_key.x509; the certificate enrolled as a MOK), for nodes that load only signed "+
+		"modules (Secure Boot lockdown, module.sig_enforce); the shipped policy admits "+tt.DefaultSigningSecret)
+	fs.StringVar(&o.signing.KeyHostPath, "signing-key-host-path", "", "sign with this PEM private key on each node "+
+		"(e.g. /var/lib/shim-signed/mok/MOK.priv, or DKMS's /var/lib/dkms/mok.key); with --signing-cert-host-path")
+	fs.StringVar(&o.signing.CertHostPath, "signing-cert-host-path", "", "the certificate of --signing-key-host-path, DER or PEM "+
+		"(e.g. /var/lib/shim-signed/mok/MOK.der, /var/lib/dkms/mok.pub)")
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
@@ -126,7 +134,7 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 func (o *kmdOptions) Complete(args []string) error {
 	o.cfg = &tt.KMDConfig{Version: o.version, Commit: o.commit, GitURL: o.gitURL, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
 		ForceUnload: o.forceUnload, Force: o.force, Helper: o.helper.config(), MaxParallel: o.maxParallel,
-		MaxUnavailablePer: o.perLabel}
+		MaxUnavailablePer: o.perLabel, Signing: o.signing}
 	o.cfg.DeployGates = gateList(o.gates)
 	if o.podSelector != "" {
 		sel, err := labels.Parse(o.podSelector)
@@ -152,6 +160,15 @@ func (o *kmdOptions) Validate() error {
 
 // Run upgrades the selected nodes through one session.
 func (o *kmdOptions) Run(ctx context.Context) error {
+	if o.cfg.Signing.Secret != "" { // before the lock: a missing key changes nothing
+		cs, err := o.g.Factory.KubernetesClientSet()
+		if err != nil {
+			return err
+		}
+		if err := o.cfg.Signing.Load(ctx, cs, o.cfg.Helper.Namespace); err != nil {
+			return cli.UsageErrorf("%v", err)
+		}
+	}
 	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, o.helper.config(), tt.DriverTargets)
 	if err != nil {
 		return err

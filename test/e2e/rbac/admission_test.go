@@ -127,6 +127,30 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 	if err := create(helperNS, withModule("kmd", tt.SharedModuleName("6.1.0-28-amd64", "2.8.1", ""), true)); err != nil {
 		t.Errorf("the kmd helper with a shared module, as kubectl tt renders it, was refused: %v", err)
 	}
+	// With --signing-secret: the named Secret's two keys, read-only at
+	// /rollbook/signing, alone or next to a shared module.
+	withSigning := func(task, secret string, module bool, edit func(*corev1.Pod)) *corev1.Pod {
+		s := tt.HelperSpecFor(h, task, "kwok-node-0", "k", []string{"kubectl-tt", "node-agent", task, "--version", "1.2.3"})
+		if module {
+			s.ConfigMaps = []kube.ConfigMapMount{{Name: "module", ConfigMap: tt.SharedModuleName("6.1.0-28-amd64", "2.8.1", ""),
+				MountPath: tt.SharedModuleMount}}
+		}
+		s.Secrets = []kube.SecretMount{tt.SigningSecretMount(secret)}
+		p := s.Pod()
+		if edit != nil {
+			edit(p)
+		}
+		return p
+	}
+	for _, module := range []bool{false, true} {
+		if err := create(helperNS, withSigning("kmd", tt.DefaultSigningSecret, module, nil)); err != nil {
+			t.Errorf("the kmd helper with the signing Secret (shared module %v), as kubectl tt renders it, was refused: %v", module, err)
+		}
+	}
+	lastMount := func(p *corev1.Pod) *corev1.VolumeMount {
+		m := p.Spec.Containers[0].VolumeMounts
+		return &m[len(m)-1]
+	}
 	yes := true
 	cases := []struct {
 		name string
@@ -249,6 +273,25 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 		{"another ConfigMap as the module", func() *corev1.Pod { return withModule("kmd", "rollbook-helper-policy", true) }},
 		{"a writable module mount", func() *corev1.Pod {
 			return withModule("kmd", tt.SharedModuleName("6.1.0-28-amd64", "2.8.1", ""), false)
+		}},
+		{"another Secret as the signing key", func() *corev1.Pod { return withSigning("kmd", "some-other-secret", true, nil) }},
+		{"the signing Secret on a flash helper", func() *corev1.Pod { return withSigning("flash", tt.DefaultSigningSecret, false, nil) }},
+		{"the signing Secret on a probe", func() *corev1.Pod { return withSigning("probe", tt.DefaultSigningSecret, false, nil) }},
+		{"a writable signing mount", func() *corev1.Pod {
+			return withSigning("kmd", tt.DefaultSigningSecret, false, func(p *corev1.Pod) { lastMount(p).ReadOnly = false })
+		}},
+		{"the signing Secret elsewhere", func() *corev1.Pod {
+			return withSigning("kmd", tt.DefaultSigningSecret, false, func(p *corev1.Pod) { lastMount(p).MountPath = "/etc" })
+		}},
+		{"every key of the signing Secret", func() *corev1.Pod {
+			return withSigning("kmd", tt.DefaultSigningSecret, false, func(p *corev1.Pod) {
+				p.Spec.Volumes[len(p.Spec.Volumes)-1].Secret.Items = nil
+			})
+		}},
+		{"another key of the signing Secret", func() *corev1.Pod {
+			return withSigning("kmd", tt.DefaultSigningSecret, false, func(p *corev1.Pod) {
+				p.Spec.Volumes[len(p.Spec.Volumes)-1].Secret.Items[1].Key = "token"
+			})
 		}},
 		{"control-plane nodes allowed", func() *corev1.Pod {
 			p := helper("flash")
