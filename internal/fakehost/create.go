@@ -195,7 +195,8 @@ func createHeaders(root string, s Spec) error {
 	if s.DebianHeaders {
 		hash = "sha256"
 	}
-	if err := writeFile(filepath.Join(root, src, "include/config/auto.conf"), "CONFIG_MODULE_SIG=y\nCONFIG_MODULE_SIG_HASH=\""+hash+"\"\n"); err != nil {
+	autoConf := "CONFIG_MODULE_SIG=y\nCONFIG_MODULE_SIG_HASH=\"" + hash + "\"\n"
+	if err := writeFile(filepath.Join(root, src, "include/config/auto.conf"), autoConf); err != nil {
 		return err
 	}
 	if err := writeFile(filepath.Join(root, src, "scripts/sign-file"), "#!fake kernel sign-file\n"); err != nil {

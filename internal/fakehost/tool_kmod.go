@@ -90,8 +90,7 @@ func (t *tool) loadFile(path string, params ...string) int {
 	if loadedVersion(t.root) != "" {
 		return t.errorf(1, "ERROR: could not insert module %s: File exists", path)
 	}
-	switch {
-	case slices.Contains(st.UnresolvedKMD, version):
+	if slices.Contains(st.UnresolvedKMD, version) {
 		return t.errorf(1, "ERROR: could not insert module %s: Unknown symbol in module", path)
 	}
 	if err := loadModule(t.root, version, 0, st); err != nil {

@@ -349,6 +349,7 @@ func (w *connWatch) HandleConn(_ context.Context, s stats.ConnStats) {
 // reflection, whose client takes no call options.
 type waitForReady struct{ grpc.ClientConnInterface }
 
-func (w waitForReady) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+func (w waitForReady) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string,
+	opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return w.ClientConnInterface.NewStream(ctx, desc, method, append(opts, grpc.WaitForReady(true))...)
 }

@@ -146,8 +146,9 @@ func (f *Facts) holdersThatStay(gates []string) []string {
 // value (an empty key with Exists tolerates every taint).
 func tolerates(p *corev1.Pod, taint corev1.Taint) bool {
 	for _, t := range p.Spec.Tolerations {
-		if (t.Effect == "" || t.Effect == taint.Effect) && (t.Key == taint.Key || (t.Key == "" && t.Operator == corev1.TolerationOpExists)) &&
-			(t.Operator == corev1.TolerationOpExists || t.Value == taint.Value) {
+		keyMatches := t.Key == taint.Key || (t.Key == "" && t.Operator == corev1.TolerationOpExists)
+		valueMatches := t.Operator == corev1.TolerationOpExists || t.Value == taint.Value
+		if (t.Effect == "" || t.Effect == taint.Effect) && keyMatches && valueMatches {
 			return true
 		}
 	}

@@ -139,6 +139,14 @@ func (m *moduleShare) read(ctx context.Context, f *Facts) (*SharedModule, error)
 	return sh, nil
 }
 
+// shared reports that the module of key is known to be published (this
+// run shared or read it).
+func (m *moduleShare) shared(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.found[key] != nil
+}
+
 // claim makes node the builder of key unless another node of the run is;
 // it returns the builder.
 func (m *moduleShare) claim(key, node string) string {
@@ -197,6 +205,11 @@ func (m *moduleShare) decide(f Facts) (bool, string) {
 	key := m.name(&f)
 	if key == "" {
 		return true, "builds (kernel unknown)"
+	}
+	if m.shared(key) {
+		// Shared since f was observed (its builder is done, so a claim
+		// would succeed): read it, do not build it again.
+		return false, fmt.Sprintf("tt-kmd %s for kernel %s was just shared: reuses it", m.version, nodeKernel(&f))
 	}
 	if b := m.claim(key, f.Node.Name); b != f.Node.Name {
 		return false, fmt.Sprintf("waits for node/%s to build tt-kmd %s for kernel %s, then reuses it", b, m.version, nodeKernel(&f))
@@ -260,27 +273,34 @@ func (m *moduleShare) publish(ctx context.Context, f Facts, h helperFacts) {
 		info.BuiltBy = f.Node.Name
 	}
 	name := sharedModuleName(info.Kernel, m.version, m.commit, m.signing)
-	err := m.share(ctx, h.Pod, name, info)
+	created, err := m.share(ctx, h.Pod, name, info)
 	if err != nil {
 		m.rec.Record(ctx, kube.NodeRef(f.Node), true, "KMDModuleNotShared",
 			fmt.Sprintf("the module built here is not shared (other nodes of kernel %s build their own): %v", info.Kernel, err))
 		return
+	}
+	if created {
+		m.mu.Lock() // before the release: a node deciding then reuses it
+		m.found[name] = &SharedModule{Name: name, Info: info}
+		m.mu.Unlock()
 	}
 	m.rec.Record(ctx, kube.NodeRef(f.Node), false, "KMDModuleShared",
 		fmt.Sprintf("shared tt-kmd %s for kernel %s as configmap %s/%s (SHA-256 %s…)", m.version, info.Kernel, m.namespace, name,
 			short(info.SHA256)))
 }
 
-func (m *moduleShare) share(ctx context.Context, pod *corev1.Pod, name string, info nodeagent.ModuleInfo) error {
+// share writes the ConfigMap; created is false when it was there already
+// (an earlier run's, which nodes read and check like any other).
+func (m *moduleShare) share(ctx context.Context, pod *corev1.Pod, name string, info nodeagent.ModuleInfo) (created bool, err error) {
 	if info.Version != m.version || (m.commit != "" && info.Commit != m.commit) {
-		return fmt.Errorf("the helper reports tt-kmd %s commit %s, not what was asked", info.Version, info.Commit)
+		return false, fmt.Errorf("the helper reports tt-kmd %s commit %s, not what was asked", info.Version, info.Commit)
 	}
 	gz, err := m.readModule(ctx, pod)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if _, err := nodeagent.CheckSharedModule(gz, info); err != nil {
-		return fmt.Errorf("the module in the log is not the one the helper measured: %w", err)
+		return false, fmt.Errorf("the module in the log is not the one the helper measured: %w", err)
 	}
 	meta, _ := json.Marshal(info)
 	immutable := true
@@ -295,9 +315,9 @@ func (m *moduleShare) share(ctx context.Context, pod *corev1.Pod, name string, i
 	}
 	_, err = m.cs.CoreV1().ConfigMaps(m.namespace).Create(ctx, cm, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return nil // published already (an earlier run); nodes check it anyway
+		return false, nil // published already (an earlier run); nodes check it anyway
 	}
-	return err
+	return err == nil, err
 }
 
 // readModule reads the module from the helper's log. A log that is not

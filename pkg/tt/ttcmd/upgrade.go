@@ -132,8 +132,8 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 
 // Complete turns the flags into the runbook's configuration.
 func (o *kmdOptions) Complete(args []string) error {
-	o.cfg = &tt.KMDConfig{Version: o.version, Commit: o.commit, GitURL: o.gitURL, Drain: o.drain, FullNode: o.fullNode, DrainTimeout: o.drainTO,
-		ForceUnload: o.forceUnload, Force: o.force, Helper: o.helper.config(), MaxParallel: o.maxParallel,
+	o.cfg = &tt.KMDConfig{Version: o.version, Commit: o.commit, GitURL: o.gitURL, Drain: o.drain, FullNode: o.fullNode,
+		DrainTimeout: o.drainTO, ForceUnload: o.forceUnload, Force: o.force, Helper: o.helper.config(), MaxParallel: o.maxParallel,
 		MaxUnavailablePer: o.perLabel, Signing: o.signing}
 	o.cfg.DeployGates = gateList(o.gates)
 	if o.podSelector != "" {
