@@ -14,27 +14,35 @@ import (
 	"github.com/rollbook/rollbook/internal/httpcount"
 )
 
-// Config returns a copy of cfg whose first request that match selects is
-// sent and answered by the server, then stop is called (the run is
-// interrupted) and the client sees only context.Canceled.
+// Config returns a copy of cfg whose first request that match selects and
+// the server applies (a 2xx answer) is sent and answered, then stop is
+// called (the run is interrupted) and the client sees only
+// context.Canceled. A matching request the server refused (a 409 on a
+// resourceVersion precondition, when a heartbeat changed the node) goes
+// back to the client as it is: it applied nothing, and its retry is the
+// one to cut.
 func Config(cfg *rest.Config, match func(*http.Request) bool, stop func()) *rest.Config {
-	var once sync.Once
+	var mu sync.Mutex
+	cut := false
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return httpcount.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
-			hit := false
-			if match(r) {
-				once.Do(func() { hit = true })
-			}
-			if !hit {
+			mu.Lock()
+			done := cut
+			mu.Unlock()
+			if done || !match(r) {
 				return rt.RoundTrip(r)
 			}
 			// The server must apply it whatever happens to the caller.
 			resp, err := rt.RoundTrip(r.WithContext(context.WithoutCancel(r.Context())))
-			if err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
+			if err != nil || resp.StatusCode < 200 || resp.StatusCode > 299 {
+				return resp, err
 			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			mu.Lock()
+			cut = true
+			mu.Unlock()
 			stop()
 			return nil, context.Canceled
 		})

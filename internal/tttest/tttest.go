@@ -4,11 +4,15 @@ package tttest
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
@@ -24,4 +28,29 @@ func Run(t *testing.T, ctx context.Context, args ...string) (string, int) {
 	all := out.String() + errOut.String()
 	t.Logf("kubectl tt %s → exit %d\n%s", strings.Join(args, " "), code, all)
 	return all, code
+}
+
+// Node is the node as the API server has it now.
+func Node(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	n, err := simtest.Get(t).Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// HostRoot is the simulated node's host root (the tt scenarios' fake hosts).
+func HostRoot(t *testing.T, name string) string {
+	return filepath.Join(simtest.Get(t).Dir, "hosts", name)
+}
+
+// Host is what the node's fake host shows now.
+func Host(t *testing.T, name string) fakehost.Observed {
+	t.Helper()
+	o, err := fakehost.Inspect(HostRoot(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }

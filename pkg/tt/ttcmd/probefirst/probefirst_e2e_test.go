@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -29,29 +28,10 @@ const fleetKMD = "2.7.0"
 
 func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 4, Scenario: "tt-fleet"}) }
 
+// The shared e2e helpers (internal/tttest).
+var node, host, hostRoot = tttest.Node, tttest.Host, tttest.HostRoot
+
 var run = tttest.Run
-
-func node(t *testing.T, name string) *corev1.Node {
-	t.Helper()
-	n, err := simtest.Get(t).Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func hostRoot(t *testing.T, name string) string {
-	return filepath.Join(simtest.Get(t).Dir, "hosts", name)
-}
-
-func host(t *testing.T, name string) fakehost.Observed {
-	t.Helper()
-	o, err := fakehost.Inspect(hostRoot(t, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o
-}
 
 // blockedUncordoned runs the upgrade and checks what every probe refusal
 // must give: exit 3 with the reason, the node never cordoned, no note that

@@ -17,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,27 +38,8 @@ const fleetKMD = "2.7.0"
 
 func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 2, Scenario: "tt-fleet"}) }
 
-func hostRoot(t *testing.T, name string) string {
-	return filepath.Join(simtest.Get(t).Dir, "hosts", name)
-}
-
-func host(t *testing.T, name string) fakehost.Observed {
-	t.Helper()
-	o, err := fakehost.Inspect(hostRoot(t, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o
-}
-
-func node(t *testing.T, name string) *corev1.Node {
-	t.Helper()
-	n, err := simtest.Get(t).Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+// The shared e2e helpers (internal/tttest).
+var node, host, hostRoot = tttest.Node, tttest.Host, tttest.HostRoot
 
 // keyPair is an admin's module-signing key and certificate, as made for
 // MOK enrolment (openssl req -x509 …; mokutil --import).
@@ -101,36 +81,6 @@ func secureBoot(t *testing.T, root string, trusted ...[]byte) {
 	t.Cleanup(func() { _ = fakehost.SetModulePolicy(root, fakehost.Spec{}) })
 }
 
-// watchCordon reports whether target was ever cordoned while it ran.
-func watchCordon(t *testing.T, ctx context.Context, target string) func() bool {
-	t.Helper()
-	w, err := simtest.Get(t).Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + target})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	cordoned := false
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			if n, ok := ev.Object.(*corev1.Node); ok && n.Spec.Unschedulable {
-				mu.Lock()
-				cordoned = true
-				mu.Unlock()
-			}
-		}
-	}()
-	return func() bool {
-		time.Sleep(500 * time.Millisecond)
-		w.Stop()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return cordoned
-	}
-}
-
 // A Secure-Boot node without a signing key is refused before its cordon
 // (exit 3, the fix named); with --signing-secret the module built there is
 // signed by the enrolled key, loads, and the node is labelled and back in
@@ -146,7 +96,7 @@ func TestSecureBootNodeRollsWithSigningSecret(t *testing.T) {
 
 	// No key: the probe stops it; nothing on the node changes.
 	ops, _ := fakehost.Ops(root)
-	cordoned := watchCordon(t, ctx, target)
+	untouched := simtest.Get(t).NeverCordoned(t, ctx, target)
 	out, code := tttest.Run(t, ctx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", target)
 	if code != cli.ExitBlocked {
 		t.Errorf("without a key: exit %d, want %d (blocked)", code, cli.ExitBlocked)
@@ -156,7 +106,7 @@ func TestSecureBootNodeRollsWithSigningSecret(t *testing.T) {
 			t.Errorf("without a key: the output does not say %q", want)
 		}
 	}
-	if cordoned() {
+	if !untouched() {
 		t.Error("without a key: the node was cordoned")
 	}
 	if after, _ := fakehost.Ops(root); len(after) != len(ops) {
@@ -253,12 +203,12 @@ func TestSecureBootNodeRollsWithHostPathKey(t *testing.T) {
 	}
 
 	ops, _ := fakehost.Ops(root)
-	cordoned := watchCordon(t, ctx, target)
+	untouched := simtest.Get(t).NeverCordoned(t, ctx, target)
 	out, code := tttest.Run(t, ctx, keyArgs("/var/lib/shim-signed/mok/MOK.pem")...)
 	if code != cli.ExitBlocked || !strings.Contains(out, "cannot be signed") || !strings.Contains(out, "MOK.pem") {
 		t.Errorf("a certificate path the node lacks: exit %d, want %d saying it cannot be signed (MOK.pem)", code, cli.ExitBlocked)
 	}
-	if cordoned() {
+	if !untouched() {
 		t.Error("a certificate path the node lacks: the node was cordoned")
 	}
 	if after, _ := fakehost.Ops(root); len(after) != len(ops) {

@@ -6,15 +6,11 @@
 package situations
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rollbook/rollbook/internal/apicount"
 	"github.com/rollbook/rollbook/internal/fakehost"
@@ -39,6 +35,9 @@ const (
 	plainNode    = "kwok-node-3"
 )
 
+// The shared e2e helpers (internal/tttest).
+var node, host = tttest.Node, tttest.Host
+
 func TestMain(m *testing.M) {
 	for k, v := range map[string]string{
 		"ROLLBOOK_SIM_TT_LYING_KMD": lyingNode,
@@ -54,24 +53,6 @@ func TestMain(m *testing.M) {
 
 // run runs kubectl tt against this package's simulated cluster.
 var run = tttest.Run
-
-func node(t *testing.T, name string) *corev1.Node {
-	t.Helper()
-	n, err := simtest.Get(t).Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func host(t *testing.T, name string) fakehost.Observed {
-	t.Helper()
-	o, err := fakehost.Inspect(filepath.Join(simtest.Get(t).Dir, "hosts", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o
-}
 
 // The sim labelled the node with a version its host does not run: status
 // --probe shows label against measurement, and an upgrade to the label's
