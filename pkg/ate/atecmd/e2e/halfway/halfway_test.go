@@ -8,12 +8,14 @@ package halfway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/recordtest"
@@ -138,15 +140,27 @@ func TestRollbackTakesBackANodeAnInterruptedRollLeftHalfway(t *testing.T) {
 	// The flip cordons a node only once its suspend step emptied it: the
 	// actors on the drained workers are suspended (and stay so: a drained
 	// worker takes no actor).
-	if inv, err = api.Inventory(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range inv.Actors {
-		if drained[a.Worker] && a.State != ateapi.ActorSuspended {
-			if _, err := api.SuspendActor(ctx, a.Atespace, a.Name); err != nil {
-				t.Fatalf("suspend %s/%s: %v", a.Atespace, a.Name, err)
+	// An actor in a transition (RESUMING) refuses a suspend until it is
+	// RUNNING again, as the roll's own suspend step waits for it.
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		inv, err := api.Inventory(ctx)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		all := true
+		for _, a := range inv.Actors {
+			if drained[a.Worker] && a.State != ateapi.ActorSuspended {
+				all = false
+				if _, err := api.SuspendActor(ctx, a.Atespace, a.Name); err != nil {
+					last = fmt.Errorf("suspend %s/%s: %w", a.Atespace, a.Name, err)
+				}
 			}
 		}
+		return all, nil
+	}); err != nil {
+		t.Fatalf("the drained workers' actors are not all suspended: %v (last: %v)", err, last)
 	}
 	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
