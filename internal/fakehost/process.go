@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // StartProcess adds a process holding h's devices to a running fake host,
@@ -34,8 +35,10 @@ func EndProcess(root string, pid int) error {
 		return nil
 	}
 	held := deviceFDs(dir)
-	if err := os.RemoveAll(filepath.Join(dir, "fd")); err != nil {
-		return err
+	for _, p := range []string{"fd", "fdinfo", "maps"} { // an exiting process's files and mappings go first
+		if err := os.RemoveAll(filepath.Join(dir, p)); err != nil {
+			return err
+		}
 	}
 	if held > 0 && loadedVersion(root) != "" {
 		if err := setRefcnt(root, refcnt(root)-held); err != nil {
@@ -80,10 +83,31 @@ func writeProcess(root string, h Holder) error {
 			return err
 		}
 	}
+	var maps []string
 	for i, dev := range devicesOf(h) {
-		if err := os.Symlink(devPrefix+strconv.Itoa(dev), filepath.Join(fdDir, strconv.Itoa(3+i))); err != nil {
-			return err
+		fd := strconv.Itoa(3 + i)
+		switch h.Via {
+		case HoldMmap: // the fd was closed; the mapping keeps the file
+			maps = append(maps, fmt.Sprintf("7f%02x00000000-7f%02x00100000 rw-s 00000000 00:05 %d                          %s%d",
+				i, i, 1000+dev, devPrefix, dev))
+		case HoldDmaBuf: // what the kernel names a dma-buf file, and its fdinfo
+			if err := os.Symlink(dmabufLink, filepath.Join(fdDir, fd)); err != nil {
+				return err
+			}
+			info := fmt.Sprintf("pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t%d\nsize:\t2097152\ncount:\t1\nexp_name:\t%s\nname:\t\n",
+				2000+dev, moduleName)
+			if err := writeFile(filepath.Join(tmp, "fdinfo", fd), info); err != nil {
+				return err
+			}
+		default:
+			if err := os.Symlink(devPrefix+strconv.Itoa(dev), filepath.Join(fdDir, fd)); err != nil {
+				return err
+			}
 		}
+	}
+	maps = append(maps, "7f5500000000-7f5500021000 r-xp 00000000 08:01 4242                       /usr/lib/x86_64-linux-gnu/libc.so.6")
+	if err := writeFile(filepath.Join(tmp, "maps"), strings.Join(maps, "\n")+"\n"); err != nil {
+		return err
 	}
 	if _, err := os.Lstat(dir); err == nil {
 		return fmt.Errorf("fakehost: process %d already exists", h.PID)

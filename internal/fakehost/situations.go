@@ -2,8 +2,11 @@ package fakehost
 
 import (
 	"crypto/x509"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 )
 
 // Changes a test makes to a running fake host, for situations a host gets
@@ -87,4 +90,41 @@ func CheckModuleSignature(module []byte, trusted ...[]byte) error {
 		certs = append(certs, cs...)
 	}
 	return checkModuleSig(module, certs)
+}
+
+// FailProbe makes tt-kmd versions' PCI probe of card index fail
+// (Device.ProbeFailsOn): loading one of them binds the other cards only.
+func FailProbe(root string, index int, versions ...string) error {
+	st, err := loadState(root)
+	if err != nil {
+		return err
+	}
+	if index < 0 || index >= len(st.Devices) {
+		return fmt.Errorf("fakehost: no card %d (the host has %d)", index, len(st.Devices))
+	}
+	st.Devices[index].ProbeFailsOn = append(st.Devices[index].ProbeFailsOn, versions...)
+	return saveState(root, st)
+}
+
+// BusID is the PCI address of the fake host's card index.
+func BusID(index int) string { return busID(index) }
+
+// SetDmaBufExporter renames the exporter of process pid's dma-bufs (their
+// fdinfo exp_name), e.g. to a GPU driver's: a dma-buf not tenstorrent's.
+func SetDmaBufExporter(root string, pid int, exporter string) error {
+	infos, _ := filepath.Glob(filepath.Join(root, "proc", strconv.Itoa(pid), "fdinfo", "*"))
+	for _, f := range infos {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		s := strings.Replace(string(b), "exp_name:\t"+moduleName+"\n", "exp_name:\t"+exporter+"\n", 1)
+		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
+			return err
+		}
+	}
+	if len(infos) == 0 {
+		return fmt.Errorf("fakehost: process %d has no dma-buf", pid)
+	}
+	return nil
 }

@@ -115,7 +115,18 @@ type Holder struct {
 	// Unkillable models a process stuck in uninterruptible sleep: SIGKILL is
 	// accepted but the process and its fds stay.
 	Unkillable bool
+	// Via is how it holds each device after tt-kmd >= 2.10's close():
+	// "" an open fd; HoldMmap a mapping of the device (in /proc/<pid>/maps,
+	// the fd closed); HoldDmaBuf a dma-buf fd tenstorrent exported (its
+	// fdinfo's exp_name, the device fd closed). Each keeps the module busy.
+	Via string
 }
+
+// How a Holder holds a device (Holder.Via).
+const (
+	HoldMmap   = "mmap"
+	HoldDmaBuf = "dmabuf"
+)
 
 // Device is one Tenstorrent PCI function.
 type Device struct {
@@ -139,6 +150,10 @@ type Device struct {
 	// BundleUnreadable: the running firmware does not report its bundle
 	// version (tt-smi prints N/A; no sysfs tt_fw_bundle_ver).
 	BundleUnreadable bool
+	// ProbeFailsOn are tt-kmd versions whose PCI probe of this card fails
+	// (enumerate.c: "Device initialization failed", -EIO): the module loads,
+	// but the card gets no driver binding and no /dev/tenstorrent node.
+	ProbeFailsOn []string
 }
 
 // remote is the number of remote chips behind d.

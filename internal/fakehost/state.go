@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -129,8 +130,10 @@ func setRefcnt(root string, n int) error {
 }
 
 // loadModule makes the module appear as the kernel would: sysfs module dir,
-// device nodes and per-device class attributes (which carry the firmware
-// telemetry, so they only exist while the driver is bound).
+// and for each card its probe binds (in bus order, the lowest free ordinal,
+// as tt-kmd's xa_alloc gives) the driver links, a device node and the class
+// attributes (which carry the firmware telemetry, so they only exist while
+// the driver is bound).
 func loadModule(root, version string, refs int, st *state) error {
 	if err := writeFile(filepath.Join(root, moduleDir, "version"), version+"\n"); err != nil {
 		return err
@@ -141,29 +144,67 @@ func loadModule(root, version string, refs int, st *state) error {
 	if err := setRefcnt(root, refs); err != nil {
 		return err
 	}
-	for i := range st.Devices {
-		if err := writeFile(filepath.Join(root, devDir, strconv.Itoa(i)), ""); err != nil {
+	bound := boundDevices(st, version)
+	for ord, i := range bound {
+		if err := writeFile(filepath.Join(root, devDir, strconv.Itoa(ord)), ""); err != nil {
 			return err
 		}
-		if err := os.Chmod(filepath.Join(root, devDir, strconv.Itoa(i)), 0o600); err != nil {
+		if err := os.Chmod(filepath.Join(root, devDir, strconv.Itoa(ord)), 0o600); err != nil {
+			return err
+		}
+		if err := bindDriver(root, busID(i)); err != nil {
 			return err
 		}
 	}
-	if err := renderDeviceAttrs(root, st); err != nil {
+	if err := renderDeviceAttrs(root, st, bound); err != nil {
 		return err
 	}
-	return udevByID(root, st)
+	return udevByID(root, st, bound)
+}
+
+// boundDevices are the indices of st.Devices that version's probe binds,
+// in ordinal order.
+func boundDevices(st *state, version string) []int {
+	var out []int
+	for i, d := range st.Devices {
+		if !slices.Contains(d.ProbeFailsOn, version) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// pciDriverDir is the driver's sysfs directory: a link per bound function.
+const pciDriverDir = "sys/bus/pci/drivers/tenstorrent"
+
+// bindDriver writes the links the driver core makes for a bound PCI
+// function: <dev>/driver to the driver, the driver's <bdf> to the device.
+func bindDriver(root, bdf string) error {
+	if err := os.MkdirAll(filepath.Join(root, pciDriverDir), 0o755); err != nil {
+		return err
+	}
+	links := map[string]string{
+		filepath.Join(root, pciDir, bdf, "driver"): "../../drivers/tenstorrent",
+		filepath.Join(root, pciDriverDir, bdf):     "../../devices/" + bdf,
+	}
+	for link, target := range links {
+		if err := os.Symlink(target, link); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // udevByID is what udev does for the devices when upstream tt-kmd's rule
 // (udev-50-tenstorrent.rules) is installed: /dev/tenstorrent/by-id/
 // <arch>-<asic id> links to each device node.
-func udevByID(root string, st *state) error {
+func udevByID(root string, st *state, bound []int) error {
 	rule, err := os.ReadFile(filepath.Join(root, udevRulePath))
 	if err != nil || !strings.Contains(string(rule), "tenstorrent/by-id/") {
 		return nil
 	}
-	for i, d := range st.Devices {
+	for ord, i := range bound {
+		d := st.Devices[i]
 		arch := "wormhole"
 		if strings.HasPrefix(d.Board, "p") || d.Board == "tt-galaxy-bh" {
 			arch = "blackhole"
@@ -172,7 +213,7 @@ func udevByID(root string, st *state) error {
 		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
 			return err
 		}
-		if err := os.Symlink("../"+strconv.Itoa(i), link); err != nil && !errors.Is(err, os.ErrExist) {
+		if err := os.Symlink("../"+strconv.Itoa(ord), link); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
 	}
@@ -182,9 +223,10 @@ func udevByID(root string, st *state) error {
 // udevRulePath is where the agent installs tt-kmd's udev rule.
 const udevRulePath = "etc/udev/rules.d/50-tenstorrent.rules"
 
-func renderDeviceAttrs(root string, st *state) error {
-	for i, d := range st.Devices {
-		dir := filepath.Join(root, classDir, "tenstorrent!"+strconv.Itoa(i))
+func renderDeviceAttrs(root string, st *state, bound []int) error {
+	for ord, i := range bound {
+		d := st.Devices[i]
+		dir := filepath.Join(root, classDir, "tenstorrent!"+strconv.Itoa(ord))
 		fw := filepath.Join(dir, "tt_fw_bundle_ver")
 		if st.ResetsNeeded > 0 || d.BundleUnreadable {
 			// A hung chip cannot answer telemetry: the attribute reads fail.
@@ -208,7 +250,15 @@ func renderDeviceAttrs(root string, st *state) error {
 }
 
 func unloadModule(root string) error {
-	for _, p := range []string{moduleDir, devDir, classDir} {
+	links, _ := filepath.Glob(filepath.Join(root, pciDir, "*", "driver"))
+	for _, l := range links {
+		if t, _ := os.Readlink(l); filepath.Base(t) == moduleName {
+			if err := os.Remove(l); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range []string{moduleDir, devDir, classDir, pciDriverDir} {
 		if err := os.RemoveAll(filepath.Join(root, p)); err != nil {
 			return err
 		}

@@ -15,6 +15,10 @@ import (
 // devPrefix is where a device fd's link points.
 const devPrefix = "/dev/tenstorrent/"
 
+// dmabufLink is what /proc/<pid>/fd/N reads for a dma-buf (the kernel's
+// dmabuffs_dname: "/dmabuf:" and the buffer's name, none here).
+const dmabufLink = "/dmabuf:"
+
 func kill(t *tool) int {
 	args := t.args
 	signal := ""
@@ -57,14 +61,25 @@ func kill(t *tool) int {
 }
 
 func deviceFDs(procDir string) int {
-	entries, err := os.ReadDir(filepath.Join(procDir, "fd"))
-	if err != nil {
-		return 0
-	}
 	n := 0
-	for _, e := range entries {
-		target, err := os.Readlink(filepath.Join(procDir, "fd", e.Name()))
-		if err == nil && strings.HasPrefix(target, devPrefix) {
+	if entries, err := os.ReadDir(filepath.Join(procDir, "fd")); err == nil {
+		for _, e := range entries {
+			target, err := os.Readlink(filepath.Join(procDir, "fd", e.Name()))
+			switch {
+			case err != nil:
+			case strings.HasPrefix(target, devPrefix):
+				n++
+			case target == dmabufLink:
+				info, _ := os.ReadFile(filepath.Join(procDir, "fdinfo", e.Name()))
+				if strings.Contains(string(info), "exp_name:\t"+moduleName+"\n") {
+					n++
+				}
+			}
+		}
+	}
+	maps, _ := os.ReadFile(filepath.Join(procDir, "maps"))
+	for _, line := range strings.Split(string(maps), "\n") {
+		if f := strings.Fields(line); len(f) == 6 && strings.HasPrefix(f[5], devPrefix) {
 			n++
 		}
 	}

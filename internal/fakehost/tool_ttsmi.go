@@ -99,7 +99,7 @@ func (t *tool) reset(st *state, galaxy bool) int {
 		if err := saveState(t.root, st); err != nil {
 			return t.errorf(1, "%v", err)
 		}
-		if err := renderDeviceAttrs(t.root, st); err != nil {
+		if err := renderDeviceAttrs(t.root, st, boundDevices(st, loadedVersion(t.root))); err != nil {
 			return t.errorf(1, "%v", err)
 		}
 	}

@@ -163,6 +163,7 @@ func (x *execution) kmd(ctx context.Context, o KMDOptions) error {
 	}); err != nil {
 		return err
 	}
+	bound := a.devicesBound() // what the previous module served: a restore must serve it again
 	if loaded != "" {
 		if err := x.step("unload", func() (string, error) { return x.unload(ctx, o) }); err != nil {
 			return err
@@ -173,6 +174,9 @@ func (x *execution) kmd(ctx context.Context, o KMDOptions) error {
 		return err
 	}
 	if err := x.step("verify", func() (string, error) { return x.verifyLoaded(o.Version) }); err != nil {
+		return err
+	}
+	if err := x.step("verify-devices", func() (string, error) { return x.verifyDevices(ctx, loaded, bound, o.signer) }); err != nil {
 		return err
 	}
 	x.afterInstall(ctx, o, ko)

@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,7 +17,8 @@ const devicePrefix = "/dev/tenstorrent/"
 
 // findHolders walks <root>/proc/*/fd for links into /dev/tenstorrent/, as
 // the operator's entrypoint does (fuser under hostPID silently missed
-// holders). Processes that vanish or deny access mid-walk are skipped.
+// holders), and the dma-bufs and mappings that hold it without one.
+// Processes that vanish or deny access mid-walk are skipped.
 func findHolders(root string) ([]Holder, error) {
 	entries, err := os.ReadDir(filepath.Join(root, "proc"))
 	if err != nil {
@@ -29,10 +31,11 @@ func findHolders(root string) ([]Holder, error) {
 			continue
 		}
 		dir := filepath.Join(root, "proc", e.Name())
-		if !holdsDevice(dir) {
+		via := holdsDevice(dir)
+		if via == "" {
 			continue
 		}
-		h := Holder{PID: pid}
+		h := Holder{PID: pid, Via: via}
 		h.Comm, _ = readTrimmed(filepath.Join(dir, "comm"))
 		cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
 		if err != nil && exited(dir) {
@@ -56,14 +59,71 @@ func exited(procDir string) bool {
 	return errors.Is(err, fs.ErrNotExist)
 }
 
-func holdsDevice(procDir string) bool {
-	fds, err := os.ReadDir(filepath.Join(procDir, "fd"))
+// holdsDevice says how the process at procDir holds a Tenstorrent device
+// ("" when it does not): an open fd; from tt-kmd 2.10 on also, after
+// close(), a dma-buf tenstorrent exported (its fd's fdinfo names the
+// exporter, KBUILD_MODNAME) or a mapping of the device (the vma keeps the
+// file): both keep the module busy with no /dev/tenstorrent fd left.
+func holdsDevice(procDir string) string {
+	fds, _ := os.ReadDir(filepath.Join(procDir, "fd"))
+	dmabuf := false
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(procDir, "fd", fd.Name()))
+		switch {
+		case err != nil:
+		case strings.HasPrefix(target, devicePrefix):
+			return HeldByFD
+		case !dmabuf && isDmaBuf(target):
+			dmabuf = exportedByTenstorrent(filepath.Join(procDir, "fdinfo", fd.Name()))
+		}
+	}
+	if dmabuf {
+		return HeldByDmaBuf
+	}
+	if mapsDevice(filepath.Join(procDir, "maps")) {
+		return HeldByMmap
+	}
+	return ""
+}
+
+// How a Holder holds the device (Holder.Via).
+const (
+	HeldByFD     = "fd"
+	HeldByDmaBuf = "dma-buf"
+	HeldByMmap   = "mmap"
+)
+
+// isDmaBuf: the kernel names a dma-buf's file "/dmabuf:<name>" (older
+// kernels "anon_inode:dmabuf").
+func isDmaBuf(link string) bool {
+	return strings.HasPrefix(link, "/dmabuf:") || link == "anon_inode:dmabuf"
+}
+
+func exportedByTenstorrent(fdinfo string) bool {
+	b, err := os.ReadFile(fdinfo)
 	if err != nil {
 		return false
 	}
-	for _, fd := range fds {
-		target, err := os.Readlink(filepath.Join(procDir, "fd", fd.Name()))
-		if err == nil && strings.HasPrefix(target, devicePrefix) {
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == "exp_name" && strings.TrimSpace(v) == kmdModuleName {
+			return true
+		}
+	}
+	return false
+}
+
+// mapsDevice reports a mapping of /dev/tenstorrent/* (the pathname is the
+// sixth field of a maps line).
+func mapsDevice(maps string) bool {
+	f, err := os.Open(maps)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 6 && strings.HasPrefix(f[5], devicePrefix) {
 			return true
 		}
 	}
@@ -108,6 +168,12 @@ func describeHolders(hs []Holder) string {
 	parts := make([]string, 0, len(hs))
 	for _, h := range hs {
 		s := fmt.Sprintf("pid %d (%s", h.PID, h.Comm)
+		switch h.Via {
+		case HeldByDmaBuf:
+			s += ", through a dma-buf after close"
+		case HeldByMmap:
+			s += ", through an mmap after close"
+		}
 		if h.PodUID != "" {
 			s += ", pod " + h.PodUID
 		} else {

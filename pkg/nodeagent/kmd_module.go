@@ -186,7 +186,11 @@ func (x *execution) killHolders(ctx context.Context, wait time.Duration, refs in
 	}
 	x.res.Holders = holders
 	if len(holders) == 0 {
-		return "", fail(ReasonHoldersNotVisible, "refcnt %d but no holders visible in /proc; the helper pod likely lacks hostPID", refs)
+		// fds, dma-bufs and mappings were all looked at: what is left holds
+		// the module from the kernel, or from where /proc does not show.
+		return "", fail(ReasonHoldersNotVisible, "refcnt %d but no process in /proc holds the device (no /dev/tenstorrent fd or "+
+			"mapping, no dma-buf exported by tenstorrent): a kernel user holds the module (e.g. another driver imported its "+
+			"dma-buf), or the helper does not see the host's processes (hostPID)", refs)
 	}
 	argv := []string{"kill", "-KILL"}
 	for _, h := range holders {

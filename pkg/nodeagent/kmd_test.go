@@ -103,9 +103,9 @@ func TestKMDHolderBlocksWithoutForce(t *testing.T) {
 		assert.Contains(t, r.Error.Message, want)
 	}
 	assert.Equal(t, []nodeagent.Holder{
-		{PID: pidA, Comm: "python3", PodUID: podA, ContainerID: cidA},
-		{PID: pidB, Comm: "tt-telemetry", PodUID: podB, ContainerID: cidB},
-		{PID: pidC, Comm: "pytest"},
+		{PID: pidA, Comm: "python3", Via: nodeagent.HeldByFD, PodUID: podA, ContainerID: cidA},
+		{PID: pidB, Comm: "tt-telemetry", Via: nodeagent.HeldByFD, PodUID: podB, ContainerID: cidB},
+		{PID: pidC, Comm: "pytest", Via: nodeagent.HeldByFD},
 	}, r.Holders)
 	assert.Empty(t, toolNames(t, root), "must fail before building or unloading")
 	assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD)

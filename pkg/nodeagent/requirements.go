@@ -85,7 +85,8 @@ var Requirements = []Requirement{
 	{OpKMD, KindRead, OnHost, "module-policy", "/proc/sys/kernel/modules_disabled, /sys/module/module/parameters/sig_enforce, " +
 		"/sys/kernel/security/lockdown", "", "would the kernel load an unsigned module"},
 	{OpKMD, KindRead, OnHost, "headers", "/lib/modules/<kver>/build", "", "kernel build tree (symlink into /usr/src)"},
-	{OpKMD, KindRead, OnHost, "holders", "/proc/*/{fd,comm,cgroup}", "", "processes holding /dev/tenstorrent (hostPID)"},
+	{OpKMD, KindRead, OnHost, "holders", "/proc/*/{fd,fdinfo,maps,comm,cgroup}", "",
+		"processes holding /dev/tenstorrent: fds, tenstorrent dma-bufs, mappings (hostPID)"},
 	{OpKMD, KindWrite, OnHost, "cache", "/var/cache/tt-kmd/<kver>/<version>/{,signed-<cert SHA-256>/}tenstorrent.ko{,.json}", "",
 		"build dir and module cache (a signed build apart, per key); .json: the SHA-256, commit and signer a cached module must match"},
 	{OpKMD, KindExec, OnHost, "sign-file", "/lib/modules/<kver>/build/scripts/sign-file", "",
@@ -119,7 +120,7 @@ var Requirements = []Requirement{
 	{OpFlash, KindUsedBy, InImage, "ipmitool", "", "ipmitool", "Galaxy tray power cycle"},
 	{OpFlash, KindRead, OnHost, "sysfs", "/sys/class/tenstorrent/*/{tt_fw_bundle_ver,tt_card_type}", "", "readback fallback"},
 	{OpFlash, KindRead, OnHost, "pci", "/sys/bus/pci/devices/*/{vendor,subsystem_device}", "", "Galaxy detection"},
-	{OpFlash, KindRead, OnHost, "holders", "/proc/*/{fd,comm,cgroup}, /sys/module/tenstorrent/refcnt", "", "device in use"},
+	{OpFlash, KindRead, OnHost, "holders", "/proc/*/{fd,fdinfo,maps,comm,cgroup}, /sys/module/tenstorrent/refcnt", "", "device in use"},
 	// clean-cache (kubectl tt cleanup --host-caches)
 	{OpCleanCache, KindWrite, OnHost, "cache", "/var/cache/tt-kmd, /usr/local/bin/.tt-smi.new", "", "removed"},
 	// probe

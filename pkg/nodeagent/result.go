@@ -58,6 +58,10 @@ const (
 	// configured key (unreadable key or certificate, no sign-file or
 	// CONFIG_MODULE_SIG_HASH in the headers, sign-file failed).
 	ReasonSigningFailed Reason = "SigningFailed"
+	// ReasonDevicesUnbound: the new module loaded but bound fewer of the
+	// node's Tenstorrent PCI devices than are present (Result.Restored says
+	// whether the previous module was put back).
+	ReasonDevicesUnbound Reason = "DevicesUnbound"
 )
 
 // Install modes, as in the driver.tenstorrent.com/install-mode node label.
@@ -89,6 +93,9 @@ type Result struct {
 	Persisted bool   `json:"persisted,omitempty"`
 	// Module is the module the kmd helper loaded and where it came from.
 	Module *ModuleInfo `json:"module,omitempty"`
+	// Restored is the version the kmd helper put back and verified after
+	// the new module failed its verify (it bound fewer cards).
+	Restored string `json:"restored,omitempty"`
 
 	Holders        []Holder `json:"holders,omitempty"`
 	HoldersOmitted int      `json:"holdersOmitted,omitempty"`
@@ -112,8 +119,11 @@ type Result struct {
 
 // Holder is a process that had a /dev/tenstorrent device open.
 type Holder struct {
-	PID         int    `json:"pid"`
-	Comm        string `json:"comm,omitempty"`
+	PID  int    `json:"pid"`
+	Comm string `json:"comm,omitempty"`
+	// Via is how: HeldByFD, HeldByDmaBuf or HeldByMmap ("" from an older
+	// helper: an fd).
+	Via         string `json:"via,omitempty"`
 	PodUID      string `json:"podUID,omitempty"`
 	ContainerID string `json:"containerID,omitempty"`
 	Killed      bool   `json:"killed,omitempty"`
