@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -443,8 +444,43 @@ func kmdFailure(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder,
 			helperError(h), describeHolders(r.Holders, pods)))
 	case nodeagent.ReasonNoKernelHeaders, nodeagent.ReasonHostManaged:
 		return runbook.Blocked(msg)
+	case nodeagent.ReasonDevicesUnbound:
+		if r.Restored != "" && r.After == r.Restored {
+			// The helper put the previous module back and verified it serves
+			// the cards it served: the node is as before, so give it back.
+			// It still failed; the run says so.
+			return restoredNode(ctx, cs, rec, f, msg)
+		}
 	}
 	return msg
+}
+
+// heldHow says how a holder holds the device when not by an open fd: from
+// tt-kmd 2.10 a dma-buf or a mapping keeps it busy after close().
+func heldHow(h nodeagent.Holder) string {
+	switch h.Via {
+	case nodeagent.HeldByDmaBuf:
+		return ", through a tenstorrent dma-buf"
+	case nodeagent.HeldByMmap:
+		return ", through an mmap of the device"
+	}
+	return ""
+}
+
+// restoredNode reopens the deploy gates and lifts our cordon of a node the
+// kmd helper restored to its previous, verified module, then returns err.
+func restoredNode(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, f Facts, err error) error {
+	if gerr := openGates(ctx, cs, rec, f.Node); gerr != nil {
+		return fmt.Errorf("%w; reopening the deploy gates failed, the node stays cordoned: %v", err, gerr)
+	}
+	n, gerr := cs.CoreV1().Nodes().Get(ctx, f.Node.Name, metav1.GetOptions{})
+	if gerr == nil {
+		_, gerr = kube.UncordonNode(ctx, cs, rec, n, KMDRunbookName)
+	}
+	if gerr != nil {
+		return fmt.Errorf("%w; uncordon failed, the node stays cordoned: %v", err, gerr)
+	}
+	return fmt.Errorf("%w (previous module restored: node uncordoned, deploy gates reopened)", err)
 }
 
 func describeHolders(holders []nodeagent.Holder, pods []corev1.Pod) string {
@@ -461,7 +497,7 @@ func describeHolders(holders []nodeagent.Holder, pods []corev1.Pod) string {
 				owner = "pod " + n
 			}
 		}
-		lines = append(lines, fmt.Sprintf("  holder pid %d (%s): %s", h.PID, h.Comm, owner))
+		lines = append(lines, fmt.Sprintf("  holder pid %d (%s%s): %s", h.PID, h.Comm, heldHow(h), owner))
 	}
 	return strings.Join(lines, "\n")
 }

@@ -96,7 +96,7 @@ func (r *ProbeRecord) commonBlockers(forceUnload bool) []string {
 	if hh := r.hostHolders(); len(hh) > 0 && !forceUnload {
 		var s []string
 		for _, h := range hh {
-			s = append(s, fmt.Sprintf("pid %d (%s)", h.PID, h.Comm))
+			s = append(s, fmt.Sprintf("pid %d (%s%s)", h.PID, h.Comm, heldHow(h)))
 		}
 		out = append(out, "host processes outside Kubernetes hold /dev/tenstorrent: "+strings.Join(s, ", ")+
 			"; stop them, or re-run with --force-unload to kill them (their work is lost)")
