@@ -277,7 +277,9 @@ the target version is measured on it, whatever its label says.`,
 				id: "tt.kmd.install", title: "Swap the kernel module", name: "kmd", key: v, command: kmdCommand(cfg),
 				doc: "Run the kmd helper pod on the node: it checks that nothing holds the device (with --force-unload it kills " +
 					"the holders), unloads tt-kmd, loads the target version from the node's module cache or builds it, verifies " +
-					"/sys/module/tenstorrent/version and makes the module load again after a reboot. Its measured result is " +
+					"/sys/module/tenstorrent/version and that the module bound every Tenstorrent PCI device (else it restores " +
+					"the previous module, and a verified restore gives the node back), and makes the module load again after " +
+					"a reboot. Its measured result is " +
 					"read from the pod's termination message.",
 				hostPID: cfg.ForceUnload, timeout: cfg.Helper.Timeout, secret: cfg.Signing.mount(),
 				guards: []runbook.Guard[Facts]{{
