@@ -482,6 +482,11 @@ func restoredNode(ctx context.Context, cs kubernetes.Interface, rec kube.Recorde
 	if gerr != nil {
 		return fmt.Errorf("%w; uncordon failed, the node stays cordoned: %v", err, gerr)
 	}
+	// Not half-way any more: nothing for cleanup or a re-run to resume.
+	if _, gerr := kube.SetNodeKeys(ctx, cs, f.Node.Name, kube.NodeChange{
+		Annotations: map[string]*string{runbook.TimerKey(KMDRunbookName): nil}}); gerr != nil {
+		return fmt.Errorf("%w; uncordoned, but its step clock stays: %v", err, gerr)
+	}
 	return fmt.Errorf("%w (previous module restored: node uncordoned, deploy gates reopened)", err)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/rollbook/rollbook/internal/tttest"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
 
@@ -58,7 +59,8 @@ func TestUnboundCardRestoresPreviousModule(t *testing.T) {
 		t.Errorf("the host runs %q, want the restored %s", h.LoadedKMD, fleetKMD)
 	}
 	n := node(t, target)
-	if n.Spec.Unschedulable || n.Annotations[kube.AnnLeftCordoned] != "" || n.Annotations[tt.AnnGatesPrior] != "" {
+	if n.Spec.Unschedulable || n.Annotations[kube.AnnLeftCordoned] != "" || n.Annotations[tt.AnnGatesPrior] != "" ||
+		n.Annotations[runbook.TimerKey(tt.KMDRunbookName)] != "" {
 		t.Errorf("restored node: unschedulable %v, left-cordoned %q, gates prior %q", n.Spec.Unschedulable,
 			n.Annotations[kube.AnnLeftCordoned], n.Annotations[tt.AnnGatesPrior])
 	}
