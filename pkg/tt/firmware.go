@@ -275,6 +275,7 @@ func fwBlockers(cfg *FirmwareConfig) func(f *Facts) []string {
 		out = append(out, cfg.Operators[f.Node.Name]...)
 		if cfg.Drain {
 			out = append(out, f.holdersThatStay(cfg.DeployGates)...)
+			out = append(out, barePodBlockers(f, fwEvicts, cfg.Force)...)
 		}
 		if r.KMD == "" {
 			out = append(out, "tt-kmd is not loaded on the node; tt-flash needs the kernel module — run `kubectl tt upgrade kmd` first")

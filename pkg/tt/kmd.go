@@ -185,6 +185,7 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 		}
 		if cfg.Drain {
 			out = append(out, f.holdersThatStay(cfg.DeployGates)...)
+			out = append(out, barePodBlockers(f, kmdEvicts(cfg), cfg.Force)...)
 		}
 		switch {
 		case r.LoadRefused != "" && r.SignatureRequired && cfg.Signing.enabled():

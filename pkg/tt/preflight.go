@@ -48,11 +48,10 @@ type Preflight struct {
 	ProbeCmd []string
 	Blockers func(*Facts) []string
 	Skip     func(*corev1.Node) string
-	// Drain: pods evicted (evicts decides which), and whether bare pods go
-	// too (--force).
-	Drain  bool
-	Force  bool
-	evicts func(f *Facts, p *corev1.Pod) bool
+	// Drain: pods are evicted (evicts decides which).
+	Drain   bool
+	evicts  func(f *Facts, p *corev1.Pod) bool
+	version string // kmd: at the target nothing is drained
 	// Operators reads the firmware operator's claims (firmware only).
 	Operators bool
 }
@@ -60,20 +59,51 @@ type Preflight struct {
 // KMDPreflight is upgrade kmd's checks.
 func KMDPreflight(c *KMDConfig) Preflight {
 	return Preflight{Component: "kmd", Helper: c.Helper, ProbeCmd: kmdProbeCommand(c), Blockers: kmdBlockers(c),
-		Skip: DriverSkipReason, Drain: c.Drain, Force: c.Force,
-		evicts: func(f *Facts, p *corev1.Pod) bool {
-			if f.Measured != nil && f.Measured.KMD == c.Version {
-				return false // at the target nothing is drained (the label is all it needs)
-			}
-			return holdReason(p, f.measuredHolders()) != "" || (c.FullNode && kube.Evictable(p) && c.drainSelects(p))
-		}}
+		Skip: DriverSkipReason, Drain: c.Drain, evicts: kmdEvicts(c), version: c.Version}
+}
+
+// kmdEvicts: the pods upgrade kmd's drain evicts from a node not at the
+// target (at the target only the label is written).
+func kmdEvicts(c *KMDConfig) func(f *Facts, p *corev1.Pod) bool {
+	return func(f *Facts, p *corev1.Pod) bool {
+		return holdReason(p, f.measuredHolders()) != "" || (c.FullNode && c.drainSelects(p))
+	}
 }
 
 // FirmwarePreflight is upgrade firmware's checks.
 func FirmwarePreflight(c *FirmwareConfig) Preflight {
 	return Preflight{Component: "firmware", Helper: c.Helper, ProbeCmd: []string{"kubectl-tt", "node-agent", "probe"},
-		Blockers: fwBlockers(c), Skip: FirmwareSkipReason, Drain: c.Drain, Force: c.Force, Operators: true,
-		evicts: func(f *Facts, p *corev1.Pod) bool { return holdReason(p, f.measuredHolders()) != "" }}
+		Blockers: fwBlockers(c), Skip: FirmwareSkipReason, Drain: c.Drain, Operators: true, evicts: fwEvicts}
+}
+
+// fwEvicts: the firmware drain evicts the device's holders only.
+func fwEvicts(f *Facts, p *corev1.Pod) bool { return holdReason(p, f.measuredHolders()) != "" }
+
+// barePodPrefix begins every bare-pod blocker (preflight names its check).
+const barePodPrefix = "bare pod "
+
+// barePodBlockers are the pods without a controller the drain would meet
+// (evicts): it refuses them, nothing would recreate them, unless --force.
+// Knowable before the cordon from the pods already read.
+func barePodBlockers(f *Facts, evicts func(*Facts, *corev1.Pod) bool, force bool) []string {
+	if force {
+		return nil
+	}
+	var out []string
+	for i := range f.Pods {
+		p := &f.Pods[i]
+		if !kube.Evictable(p) || metav1.GetControllerOf(p) != nil || !evicts(f, p) {
+			continue
+		}
+		s := barePodPrefix + p.Namespace + "/" + p.Name
+		if why := holdReason(p, f.measuredHolders()); why != "" {
+			s += " (" + why + ")"
+		}
+		out = append(out, s+" has no controller: the drain does not delete it (nothing would recreate it); move or delete it, "+
+			"or re-run with --force to evict it for good")
+	}
+	sort.Strings(out)
+	return out
 }
 
 // SMIPreflight is upgrade smi's checks: no cordon, so only what excludes a
@@ -191,14 +221,20 @@ func (p Preflight) node(ctx context.Context, cs kubernetes.Interface, n *corev1.
 	if err := o.readHolderTemplates(ctx, &f); err != nil {
 		return nil, err
 	}
-	add(CheckProbe, p.Blockers(&f)...)
-	if p.Drain {
-		pdb, bare, err := p.drainFindings(ctx, cs, &f)
+	for _, b := range p.Blockers(&f) {
+		if strings.HasPrefix(b, barePodPrefix) {
+			add(CheckBarePod, b)
+		} else {
+			add(CheckProbe, b)
+		}
+	}
+	atTarget := p.Component == "kmd" && f.Measured.KMD == p.version
+	if p.Drain && !atTarget {
+		pdb, err := p.pdbFindings(ctx, cs, &f)
 		if err != nil {
 			return nil, err
 		}
 		add(CheckPDB, pdb...)
-		add(CheckBarePod, bare...)
 	}
 	return out, nil
 }
@@ -229,42 +265,33 @@ func (p Preflight) probe(ctx context.Context, cs kubernetes.Interface, node, run
 	return &r, nil
 }
 
-// drainFindings are the pods the drain would evict that a PDB allowing no
-// disruption holds, and the bare pods it would refuse (or, with --force,
-// delete for good).
-func (p Preflight) drainFindings(ctx context.Context, cs kubernetes.Interface, f *Facts) (pdbs, bare []string, err error) {
+// pdbFindings are the pods the drain would evict that a PDB allowing no
+// disruption holds now (the drain would wait for it, cordoned).
+func (p Preflight) pdbFindings(ctx context.Context, cs kubernetes.Interface, f *Facts) ([]string, error) {
 	byNS := map[string][]policyv1.PodDisruptionBudget{}
+	var out []string
 	for i := range f.Pods {
 		pod := &f.Pods[i]
 		if !kube.Evictable(pod) || !p.evicts(f, pod) {
-			continue
-		}
-		if metav1.GetControllerOf(pod) == nil {
-			if p.Force {
-				continue // --force evicts it; it is not recreated (the plan says so)
-			}
-			bare = append(bare, fmt.Sprintf("pod %s/%s has no controller: the drain refuses to delete it (nothing would "+
-				"recreate it); move or delete it, or re-run with --force to evict it for good", pod.Namespace, pod.Name))
 			continue
 		}
 		l, ok := byNS[pod.Namespace]
 		if !ok {
 			list, err := cs.PolicyV1().PodDisruptionBudgets(pod.Namespace).List(ctx, metav1.ListOptions{})
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			l = list.Items
 			byNS[pod.Namespace] = l
 		}
 		if names := kube.BlockingPDBs(pod, l); len(names) > 0 {
-			pdbs = append(pdbs, fmt.Sprintf("pod %s/%s is covered by PodDisruptionBudget %s: the drain would wait for it "+
+			out = append(out, fmt.Sprintf("pod %s/%s is covered by PodDisruptionBudget %s: the drain would wait for it "+
 				"with the node cordoned; scale its workload up or relax the budget first", pod.Namespace, pod.Name,
 				strings.Join(names, ", ")))
 		}
 	}
-	sort.Strings(pdbs)
-	sort.Strings(bare)
-	return pdbs, bare, nil
+	sort.Strings(out)
+	return out, nil
 }
 
 type noRecorder struct{}
