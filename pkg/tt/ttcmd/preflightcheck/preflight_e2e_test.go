@@ -335,3 +335,44 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 		}
 	}
 }
+
+// kubectl-tt's proxy environment reaches the probe helper the API server
+// admitted (the helper namespace's admission policy is the sim's own).
+func TestProxyEnvironmentReachesTheProbeHelper(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 2*time.Minute)
+	t.Setenv("HTTPS_PROXY", "http://proxy.example:3128")
+	t.Setenv("no_proxy", ".svc,10.0.0.0/8")
+	w, err := c.Client.CoreV1().Pods(deploy.HelperNamespace).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan map[string]string, 1)
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && p.Labels[kube.LabelHelper] == "probe" {
+				env := map[string]string{}
+				for _, e := range p.Spec.Containers[0].Env {
+					env[e.Name] = e.Value
+				}
+				select {
+				case seen <- env:
+				default:
+				}
+			}
+		}
+	}()
+	if _, code := run(t, ctx, "preflight", "kmd", "--version", "2.8.0", "--nodes", "kwok-node-0"); code != 0 && code != cli.ExitBlocked {
+		t.Fatalf("exit %d", code)
+	}
+	w.Stop()
+	select {
+	case env := <-seen:
+		if env["HTTPS_PROXY"] != "http://proxy.example:3128" || env["no_proxy"] != ".svc,10.0.0.0/8" {
+			t.Errorf("the probe helper's env %v lacks kubectl-tt's proxy", env)
+		}
+	default:
+		t.Error("no probe helper was seen")
+	}
+}
