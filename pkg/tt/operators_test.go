@@ -13,7 +13,9 @@ func TestFirmwarePolicySelector(t *testing.T) {
 	tt := labels.Set{LabelPCIPresent: "true", "rack": "a"}
 	other := labels.Set{LabelPCIPresent: "true", "rack": "b"}
 	notTT := labels.Set{"rack": "a"}
-	sel := func(k string) map[string]any { return map[string]any{k: map[string]any{"matchLabels": map[string]any{"rack": "a"}}} }
+	sel := func(k string) map[string]any {
+		return map[string]any{k: map[string]any{"matchLabels": map[string]any{"rack": "a"}}}
+	}
 	for name, c := range map[string]struct {
 		spec             map[string]any
 		tt, other, notTT bool

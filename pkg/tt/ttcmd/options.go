@@ -77,7 +77,6 @@ func (h *helperFlags) config() tt.HelperConfig {
 		OnControlPlane: h.onControlPlane, Proxy: tt.ProxyFromEnv()}
 }
 
-
 // perLabelFlag is --max-unavailable-per LABEL=N, shared by the commands
 // that take nodes out of service in parallel.
 func addPerLabelFlag(fs *pflag.FlagSet, m *map[string]int) {
