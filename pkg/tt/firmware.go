@@ -59,6 +59,10 @@ type FirmwareConfig struct {
 	Force  bool
 	Helper HelperConfig
 	RunID  string
+	// Operators are the firmware operator's claims on nodes, read at the
+	// start of the run (ReadFirmwareOperatorClaims): a claimed node is
+	// refused before its cordon.
+	Operators OperatorClaims
 }
 
 // Complete fills defaults that depend on other fields.
@@ -268,8 +272,10 @@ func fwBlockers(cfg *FirmwareConfig) func(f *Facts) []string {
 			return []string{"no probe result"}
 		}
 		out := r.commonBlockers(cfg.ForceUnload)
+		out = append(out, cfg.Operators[f.Node.Name]...)
 		if cfg.Drain {
 			out = append(out, f.holdersThatStay(cfg.DeployGates)...)
+			out = append(out, barePodBlockers(f, fwEvicts, cfg.Force)...)
 		}
 		if r.KMD == "" {
 			out = append(out, "tt-kmd is not loaded on the node; tt-flash needs the kernel module — run `kubectl tt upgrade kmd` first")

@@ -74,6 +74,9 @@ type HelperConfig struct {
 	// OnControlPlane lets helpers run on control-plane nodes; the admission
 	// policy must allow it too (deploy/admission/helper-policy.yaml).
 	OnControlPlane bool
+	// Proxy is the proxy environment (ProxyEnvNames) the helpers that
+	// reach the network get: kubectl-tt's own, as git and curl read it.
+	Proxy map[string]string
 }
 
 // Validate rejects bad input before any API call.
@@ -183,6 +186,7 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 		}
 		if cfg.Drain {
 			out = append(out, f.holdersThatStay(cfg.DeployGates)...)
+			out = append(out, barePodBlockers(f, kmdEvicts(cfg), cfg.Force)...)
 		}
 		switch {
 		case r.LoadRefused != "" && r.SignatureRequired && cfg.Signing.enabled():

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -440,6 +441,13 @@ func helperSpec(h HelperConfig, task, node, key string, cmd []string, hostPID bo
 		PriorityClass: h.PriorityClass, AllowControlPlane: h.OnControlPlane,
 		Resources: helperResources[task],
 	}
+	if networkTasks[task] {
+		for _, k := range ProxyEnvNames {
+			if v, ok := h.Proxy[k]; ok {
+				s.Env = append(s.Env, corev1.EnvVar{Name: k, Value: v})
+			}
+		}
+	}
 	if task == "probe" {
 		// The probe only reads: the host read-only, no privileges but what
 		// reading it takes (other processes' /proc/<pid>/fd, a chroot to run
@@ -450,6 +458,27 @@ func helperSpec(h HelperConfig, task, node, key string, cmd []string, hostPID bo
 	}
 	return s
 }
+
+// ProxyEnvNames are the proxy variables passed on to helpers, in this
+// order: curl and git read either case (curl only the lower-case
+// http_proxy).
+var ProxyEnvNames = []string{"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
+
+// ProxyFromEnv is kubectl-tt's own proxy environment: the helpers that
+// reach the network go through the same proxy as the person running it.
+func ProxyFromEnv() map[string]string {
+	out := map[string]string{}
+	for _, k := range ProxyEnvNames {
+		if v := os.Getenv(k); v != "" { // an empty one says nothing
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// networkTasks reach the network: the probe and kmd (git ls-remote, clone),
+// flash (the bundle's download).
+var networkTasks = map[string]bool{"probe": true, "kmd": true, "flash": true}
 
 // helperResources are each task's requests (what the kubelet keeps for it
 // under pressure) and memory limits (a runaway never takes the node down).

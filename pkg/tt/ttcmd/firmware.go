@@ -26,6 +26,12 @@ type firmwareOptions struct {
 }
 
 func newUpgradeFirmwareCommand(g *cli.Globals) *cobra.Command {
+	cmd, _ := upgradeFirmwareCommand(g)
+	return cmd
+}
+
+// upgradeFirmwareCommand is the command and its options, which preflight shares.
+func upgradeFirmwareCommand(g *cli.Globals) (*cobra.Command, *firmwareOptions) {
 	o := &firmwareOptions{g: g}
 	cmd := &cobra.Command{
 		Use:   "firmware --version X.Y.Z [NODE...]",
@@ -77,7 +83,7 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	_ = fs.MarkHidden("helper-timeout") // the flash timeout is the helper's deadline
 	o.run.AddFlags(fs, "kube-system")
 	o.soak.AddFlags(fs)
-	return cmd
+	return cmd, o
 }
 
 // Complete fills the configuration from the flags and their defaults.
@@ -105,6 +111,9 @@ func (o *firmwareOptions) Run(ctx context.Context) error {
 	}
 	cfg := &o.cfg
 	cfg.RunID = s.RunID
+	if cfg.Operators, err = readOperatorClaims(ctx, o.g, s.Client, o.selection); err != nil {
+		return s.Fail(err)
+	}
 	if !s.DryRun() {
 		// Held only while this run's helpers may start: they read it then.
 		removeSecret, err := cfg.StoreBundleSecret(ctx, s.Client)

@@ -74,7 +74,7 @@ func (h *helperFlags) add(fs *pflag.FlagSet, defaultTimeout time.Duration) {
 
 func (h *helperFlags) config() tt.HelperConfig {
 	return tt.HelperConfig{Image: h.image, Namespace: h.namespace, Timeout: h.timeout, PriorityClass: h.priorityClass,
-		OnControlPlane: h.onControlPlane}
+		OnControlPlane: h.onControlPlane, Proxy: tt.ProxyFromEnv()}
 }
 
 // perLabelFlag is --max-unavailable-per LABEL=N, shared by the commands

@@ -21,7 +21,7 @@ command to continue.`
 // NewRootCommand returns `kubectl tt`.
 func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root, g := cli.NewRoot("tt", "Upgrade Tenstorrent drivers, tt-smi and firmware node by node", long, streams)
-	root.AddCommand(newUpgradeCommand(g), newStatusCommand(g), newReleaseCommand(g), newLogsCommand(g))
+	root.AddCommand(newUpgradeCommand(g), newPreflightCommand(g), newStatusCommand(g), newReleaseCommand(g), newLogsCommand(g))
 	root.AddCommand(append(cli.NewPauseCommands(g, "tt", tt.LockName, "kube-system"), cli.NewHistoryCommand(g, "tt", "kube-system"))...)
 	root.AddCommand(newCleanupCommand(g))
 	agent := agentcmd.NewCommand()

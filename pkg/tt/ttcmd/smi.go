@@ -22,7 +22,10 @@ type smiOptions struct {
 	selection tt.Selection
 }
 
-func newUpgradeSMICommand(g *cli.Globals) *cobra.Command {
+func newUpgradeSMICommand(g *cli.Globals) *cobra.Command { cmd, _ := upgradeSMICommand(g); return cmd }
+
+// upgradeSMICommand is the command and its options, which preflight shares.
+func upgradeSMICommand(g *cli.Globals) (*cobra.Command, *smiOptions) {
 	o := &smiOptions{g: g}
 	cmd := &cobra.Command{
 		Use:     "smi --version X.Y.Z [NODE...]",
@@ -43,7 +46,7 @@ func newUpgradeSMICommand(g *cli.Globals) *cobra.Command {
 	o.helper.add(fs, 5*time.Minute)
 	o.run.AddFlags(fs, "kube-system")
 	o.soak.AddFlags(fs)
-	return cmd
+	return cmd, o
 }
 
 // Complete turns the flags into the runbook's configuration.

@@ -52,7 +52,10 @@ type kmdOptions struct {
 	selection tt.Selection
 }
 
-func newUpgradeKMDCommand(g *cli.Globals) *cobra.Command {
+func newUpgradeKMDCommand(g *cli.Globals) *cobra.Command { cmd, _ := upgradeKMDCommand(g); return cmd }
+
+// upgradeKMDCommand is the command and its options, which preflight shares.
+func upgradeKMDCommand(g *cli.Globals) (*cobra.Command, *kmdOptions) {
 	o := &kmdOptions{g: g}
 	cmd := &cobra.Command{
 		Use:   "kmd --version X.Y.Z [NODE...]",
@@ -127,7 +130,7 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 	o.helper.add(fs, 15*time.Minute)
 	o.run.AddFlags(fs, "kube-system")
 	o.soak.AddFlags(fs)
-	return cmd
+	return cmd, o
 }
 
 // Complete turns the flags into the runbook's configuration.
@@ -244,6 +247,8 @@ func ttPermissions(lockNS, helperNS string) []cli.Permission {
 		{Verb: "list", Resource: "pods"}, {Verb: "watch", Resource: "pods"}, {Verb: "delete", Resource: "pods"},
 		{Verb: "create", Resource: "pods", Subresource: "eviction"},
 		{Verb: "list", Group: "policy", Resource: "poddisruptionbudgets"},
+		{Verb: "list", Group: "batch", Resource: "jobs"},
+		{Verb: "list", Group: tt.FirmwarePolicyResource.Group, Resource: tt.FirmwarePolicyResource.Resource},
 		{Verb: "create", Resource: "events"},
 		{Verb: "create", Resource: "pods", Namespace: helperNS}, {Verb: "get", Resource: "pods", Namespace: helperNS},
 		{Verb: "get", Resource: "pods", Subresource: "log", Namespace: helperNS},
@@ -304,4 +309,18 @@ type targetEnded struct {
 func (t targetEnded) TargetDone(r runbook.TargetResult) {
 	t.ended(r)
 	t.Reporter.TargetDone(r)
+}
+
+// readOperatorClaims reads the firmware operator's claims on the selected
+// nodes (its policies and unfinished flash Jobs).
+func readOperatorClaims(ctx context.Context, g *cli.Globals, cs kubernetes.Interface, sel tt.Selection) (tt.OperatorClaims, error) {
+	dyn, err := g.Factory.DynamicClient()
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := tt.ListNodes(ctx, cs, sel)
+	if err != nil {
+		return nil, err
+	}
+	return tt.ReadFirmwareOperatorClaims(ctx, cs, dyn, nodes)
 }

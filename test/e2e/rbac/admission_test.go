@@ -109,6 +109,16 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 			t.Errorf("the %s helper: priority %v, requests %v, limits %v", task, got.Spec.Priority, res.Requests, res.Limits)
 		}
 	}
+	// The proxy environment (kubectl-tt's own) reaches the helpers that go
+	// to the network: literal env, admitted.
+	proxied := h
+	proxied.Proxy = map[string]string{"HTTPS_PROXY": "http://proxy.example:3128", "no_proxy": "10.0.0.0/8,.svc"}
+	for _, task := range []string{"probe", "kmd", "flash"} {
+		p := tt.HelperSpecFor(proxied, task, "kwok-node-0", "k", []string{"kubectl-tt", "node-agent", task, "--version", "1.2.3"}).Pod()
+		if err := create(helperNS, p); err != nil {
+			t.Errorf("the %s helper with the proxy environment was refused: %v", task, err)
+		}
+	}
 	// A presigned URL reaches the flash helper from its Secret: admitted.
 	presigned := helper("flash")
 	presigned.Spec.Containers[0].Env = append(presigned.Spec.Containers[0].Env, secretEnv(tt.BundleSecretName, tt.BundleSecretKey))
