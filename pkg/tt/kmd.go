@@ -525,8 +525,8 @@ type kmdRecord struct {
 	// compares them with the kernel the node reports.
 	Kernels  []string `json:"kernels,omitempty"`
 	Duration int64    `json:"durationMs"`
-	Run       string `json:"run"`
-	At        string `json:"at"`
+	Run      string   `json:"run"`
+	At       string   `json:"at"`
 }
 
 func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, r *nodeagent.Result,
