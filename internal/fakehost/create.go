@@ -69,6 +69,9 @@ func Create(root string, spec Spec) error {
 		func() error { return os.MkdirAll(filepath.Join(root, "etc/udev/rules.d"), 0o755) },
 		func() error { return createModulePolicy(root, s) },
 	}
+	for _, k := range s.InstalledKernels {
+		steps = append(steps, osFiles(func() error { return InstallKernel(root, k) }))
+	}
 	if s.RebootedInto != "" {
 		steps = append(steps, func() error { return Reboot(root, s.RebootedInto, s.KernelHeaders) })
 	}

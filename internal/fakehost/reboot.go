@@ -6,6 +6,24 @@ import (
 	"strconv"
 )
 
+// InstallKernel installs kernel k on the host without booting it, as a
+// kernel package does: its module tree, and its build tree with Headers.
+func InstallKernel(root string, k InstalledKernel) error {
+	if err := os.MkdirAll(filepath.Join(root, "lib/modules", k.Release, "kernel"), 0o755); err != nil {
+		return err
+	}
+	if !k.Headers {
+		return nil
+	}
+	if err := createHeaders(root, Spec{Kernel: k.Release, KernelHeaders: true, DebianHeaders: k.DebianHeaders}); err != nil {
+		return err
+	}
+	if k.CC == "" {
+		return nil
+	}
+	return writeFile(filepath.Join(root, "usr/src/linux-headers-"+k.Release, ".kernelvariables"), "CC = $(CROSS_COMPILE)"+k.CC+"\n")
+}
+
 // Reboot models the host rebooting into kernel: every process is gone, the
 // running kernel changes, and tt-kmd comes back only when modules-load.d
 // names it and the new kernel's module tree has a copy (what a persisted

@@ -38,6 +38,9 @@ type Spec struct {
 	// loaded (nothing persisted it for the new kernel), headers for the new
 	// kernel only with KernelHeaders.
 	RebootedInto string
+	// InstalledKernels are kernels installed besides Kernel (the next boot's
+	// after an unattended upgrade), each with or without its headers.
+	InstalledKernels []InstalledKernel
 	// DKMS leaves the markers of a host-managed (DKMS) tt-kmd install.
 	DKMS bool
 	// CachedKMD lists tt-kmd versions already built in
@@ -98,6 +101,18 @@ type Spec struct {
 	// OS file (libc, kernel headers, toolchain, module cache), so the real
 	// ones stay; Kernel must be the release of its headers.
 	RealOS bool
+}
+
+// InstalledKernel is a kernel package on the host that is not running.
+type InstalledKernel struct {
+	Release string
+	// Headers installs its build tree (linux-headers-<Release>).
+	Headers bool
+	// DebianHeaders lays its tree out as Debian does, naming gcc-12.
+	DebianHeaders bool
+	// CC, with headers, is the compiler they name (Debian's
+	// .kernelvariables), e.g. a gcc-14 the host lacks; "" = none named.
+	CC string
 }
 
 // Holder is a process with Tenstorrent device files open.

@@ -4,17 +4,20 @@ package tttest
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/tt"
 	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
 )
 
@@ -53,4 +56,23 @@ func Host(t *testing.T, name string) fakehost.Observed {
 		t.Fatal(err)
 	}
 	return o
+}
+
+// Reboot boots the node's fake host into kernel (fakehost.Reboot) and
+// reports it as the cluster would see it: the kubelet's
+// status.nodeInfo.kernelVersion and NFD's kernel-version.full label.
+func Reboot(t *testing.T, ctx context.Context, name, kernel string) {
+	t.Helper()
+	if err := fakehost.Reboot(HostRoot(t, name), kernel, false); err != nil {
+		t.Fatal(err)
+	}
+	cs := simtest.Get(t).Client
+	status := fmt.Sprintf(`{"status":{"nodeInfo":{"kernelVersion":%q}}}`, kernel)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(status), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	label := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, tt.LabelNFDKernel, kernel)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(label), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -213,14 +213,18 @@ func (x *execution) afterInstall(ctx context.Context, o KMDOptions, ko string) {
 	if err := x.step("udev", func() (string, error) { return x.installUdev() }); err != nil {
 		x.warn("udev: %v", err)
 	}
-	if o.SkipPersist || ko == "" {
+	if o.SkipPersist {
 		return
 	}
-	if err := x.step("persist", func() (string, error) { return x.persist(ctx, ko) }); err != nil {
-		x.warn("persist: %v", err)
-		return
+	if ko != "" {
+		if err := x.step("persist", func() (string, error) { return x.persist(ctx, ko, x.res.Kernel) }); err != nil {
+			x.warn("persist: %v", err)
+		} else {
+			x.res.Persisted = true
+			x.res.PersistedKernels = append(x.res.PersistedKernels, x.res.Kernel)
+		}
 	}
-	x.res.Persisted = true
+	x.persistKernels(ctx, o)
 }
 
 func (x *execution) checkNotHostManaged() (string, error) {

@@ -16,21 +16,33 @@ import (
 // ttkmd-<version>, kbuild against the host's kernel tree, then store in the
 // cache so a later downgrade or re-install is a cache hit.
 func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail string, err error) {
+	return x.obtainFor(ctx, o, x.res.Kernel, true)
+}
+
+// obtainFor is obtainModule for kernel kver. Only the running kernel's
+// (primary) module is the result's, comes from the cluster's copy and is
+// printed for sharing; another installed kernel's is built or cached here.
+func (x *execution) obtainFor(ctx context.Context, o KMDOptions, kver string, primary bool) (ko, detail string, err error) {
 	a := x.agent
-	kver := x.res.Kernel
 	cached := a.cachedModule(kver, o.Version, o.signer)
 	hit := false
-	x.res.CacheHit = &hit
+	if primary {
+		x.res.CacheHit = &hit
+	} else {
+		defer func(commit string) { x.res.Commit = commit }(x.res.Commit) // resolveCommit records the primary's
+	}
 	if rec, why := verifyCached(cached, o.Commit); why == nil {
 		hit = true
-		x.res.Commit = rec.Commit
-		rec.Source = "cache"
-		x.res.Module = &rec
+		if primary {
+			x.res.Commit = rec.Commit
+			rec.Source = "cache"
+			x.res.Module = &rec
+		}
 		return cached, "cache hit " + cached + " (SHA-256 " + rec.SHA256[:12] + "…, commit " + rec.Commit + ")", nil
 	} else if !errors.Is(why, os.ErrNotExist) {
-		x.warn("cached module not used, rebuilding: %v", why)
+		x.warn("cached module not used, rebuilding (kernel %s): %v", kver, why)
 	}
-	if o.ModuleFrom != "" {
+	if o.ModuleFrom != "" && primary {
 		info, err := x.fromCluster(ctx, o.ModuleFrom, cached, o)
 		if err == nil {
 			hit = true
@@ -82,7 +94,7 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	}
 	signed := ""
 	if o.Signing.Enabled() {
-		if signed, err = x.sign(ctx, built, work, o.Signing); err != nil {
+		if signed, err = x.sign(ctx, built, work, o.Signing, kver); err != nil {
 			return "", "", err
 		}
 		signed = ", " + signed
@@ -98,7 +110,7 @@ func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail 
 	if err := recordCached(cached, info); err != nil {
 		return "", "", err
 	}
-	if rec, err := verifyCached(cached, o.Commit); err == nil {
+	if rec, err := verifyCached(cached, o.Commit); err == nil && primary {
 		rec.Source = "build"
 		x.res.Module = &rec
 		if o.Publish && a.Publish != nil {

@@ -73,10 +73,10 @@ func (x *execution) installUdev() (string, error) {
 // re-runs depmod on every kernel package), index with the host's own depmod
 // and configuration, list it in modules-load.d, and check that the host's
 // modprobe now resolves to our copy. A new kernel still needs a new build
-// (the cache key includes it).
-func (x *execution) persist(ctx context.Context, ko string) (string, error) {
+// (the cache key includes it): persistKernels makes it for the other
+// installed kernels.
+func (x *execution) persist(ctx context.Context, ko, kver string) (string, error) {
 	a := x.agent
-	kver := x.res.Kernel
 	dst := a.hostPath(filepath.Join("lib/modules", kver, rebootSafeDir, kmdModuleFile))
 	if err := copyFileAtomic(dst, ko, 0o644); err != nil {
 		return "", err

@@ -216,9 +216,8 @@ func isExecutable(p string) bool {
 // sign-file, run in a chroot of the host as the build is (it links the
 // host's libcrypto). A key from a Secret is copied next to the module for
 // the time of the signing (mode 0600, removed with work).
-func (x *execution) sign(ctx context.Context, ko, work string, s Signing) (string, error) {
+func (x *execution) sign(ctx context.Context, ko, work string, s Signing, kver string) (string, error) {
 	a := x.agent
-	kver := x.res.Kernel
 	signer, hash, err := a.signingReady(kver, s)
 	if err != nil {
 		return "", fail(ReasonSigningFailed, "cannot sign the module: %v", err)

@@ -60,6 +60,9 @@ type ProbeFacts struct {
 	// helper).
 	PCIDevices   *int `json:"pciDevices,omitempty"`
 	BoundDevices int  `json:"boundDevices"`
+	// Kernels are the installed kernels other than the running one, which
+	// the kmd helper builds for too.
+	Kernels []KernelFacts `json:"kernels,omitempty"`
 }
 
 // Probe measures the running kernel, the loaded module, DKMS markers,
@@ -133,10 +136,11 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 	}
 	pci, bound := countDevices(a.Root)
 	p.PCIDevices, p.BoundDevices = &pci, bound
+	p.Kernels = a.otherKernels(kver, o.KMDVersion, signer)
 	if o.KMDVersion != "" {
 		_, err := verifyCached(a.cachedModule(kver, o.KMDVersion, signer), "")
 		p.Cached = err == nil
-		if !p.Cached && x.res.Before != o.KMDVersion {
+		if (!p.Cached && x.res.Before != o.KMDVersion) || anyNeedsBuild(p.Kernels) {
 			p.Tag = x.checkTag(ctx, o.GitURL, "ttkmd-"+o.KMDVersion)
 		}
 	}

@@ -91,6 +91,12 @@ type Result struct {
 	// Commit is the tt-kmd commit the module was built from (kmd).
 	Commit    string `json:"commit,omitempty"`
 	Persisted bool   `json:"persisted,omitempty"`
+	// PersistedKernels are the installed kernels whose boot loads this
+	// version (the running one when Persisted, and every other kernel with
+	// headers it was built for); NoHeaders the installed kernels it could
+	// not be built for (kmd).
+	PersistedKernels []string `json:"persistedKernels,omitempty"`
+	NoHeaders        []string `json:"noHeaders,omitempty"`
 	// Module is the module the kmd helper loaded and where it came from.
 	Module *ModuleInfo `json:"module,omitempty"`
 	// Restored is the version the kmd helper put back and verified after

@@ -194,6 +194,7 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 		case r.LoadRefused != "":
 			out = append(out, r.LoadRefused+"; tt-kmd "+orUnknown(r.KMD)+" stays loaded")
 		}
+		out = append(out, otherKernelBlockers(r, cfg.Version)...)
 		if r.Cached || f.Shared != nil {
 			return out
 		}
@@ -224,6 +225,28 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 		}
 		return out
 	}
+}
+
+// otherKernelBlockers: an installed kernel (not running) with headers the
+// module cannot be built against, known before the cordon. The helper
+// would only warn, but a boot into that kernel would come back without
+// tt-kmd. A kernel without headers is no blocker: it is listed by the
+// helper's warnings.
+func otherKernelBlockers(r *ProbeRecord, version string) []string {
+	var out []string
+	for _, k := range r.Kernels {
+		if !k.NeedsBuild() || k.Toolchain {
+			continue
+		}
+		need := "make and gcc (build-essential)"
+		if k.CC != "" {
+			need = k.CC + " (named by its headers' .kernelvariables) and make"
+		}
+		out = append(out, fmt.Sprintf("installed kernel %s has headers but tt-kmd %s cannot be built for it: the node lacks %s, "+
+			"and a boot into it would come back without tt-kmd; install them on the node, or remove linux-headers-%s to skip "+
+			"that kernel", k.Release, version, need, k.Release))
+	}
+	return out
 }
 
 // KMDRunbook builds the tt-kmd upgrade runbook.
@@ -527,6 +550,9 @@ func describeKMDResult(r *nodeagent.Result) string {
 		// on the node's event and in the step's line.
 		s += "; NOT reboot-persistent"
 	}
+	if len(r.PersistedKernels) > 1 {
+		s += "; boots with it on kernels " + strings.Join(r.PersistedKernels, ", ")
+	}
 	if len(r.Warnings) > 0 {
 		s += "; helper warnings: " + strings.Join(r.Warnings, "; ")
 	}
@@ -541,9 +567,13 @@ type kmdRecord struct {
 	Commit    string `json:"commit,omitempty"`
 	CacheHit  *bool  `json:"cacheHit,omitempty"`
 	Persisted bool   `json:"persisted"`
-	Duration  int64  `json:"durationMs"`
-	Run       string `json:"run"`
-	At        string `json:"at"`
+	// Kernels are those whose boot loads After (the running one when
+	// persisted, and the other installed kernels built for): status
+	// compares them with the kernel the node reports.
+	Kernels  []string `json:"kernels,omitempty"`
+	Duration int64    `json:"durationMs"`
+	Run      string   `json:"run"`
+	At       string   `json:"at"`
 }
 
 func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, r *nodeagent.Result,
@@ -553,7 +583,7 @@ func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Reco
 		mode = InstallModeContainer
 	}
 	b, _ := json.Marshal(kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, Commit: r.Commit, CacheHit: r.CacheHit,
-		Persisted: r.Persisted, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)})
+		Persisted: r.Persisted, Kernels: r.PersistedKernels, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)})
 	_, err := kube.SetNodeKeysRecorded(ctx, cs, rec, node.Name, kube.NodeChange{
 		Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},
 		Annotations: withClockTakenAlong(node, KMDRunbookName, map[string]*string{AnnKMDResult: ptr.To(string(b))}),

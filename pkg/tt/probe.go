@@ -46,6 +46,8 @@ type ProbeRecord struct {
 	// SignatureRequired and Signing: see nodeagent.ProbeFacts.
 	SignatureRequired bool                    `json:"signatureRequired,omitempty"`
 	Signing           *nodeagent.SigningCheck `json:"signing,omitempty"`
+	// Kernels are the installed kernels besides the running one.
+	Kernels []nodeagent.KernelFacts `json:"kernels,omitempty"`
 }
 
 func probeRecordOf(n *corev1.Node) *ProbeRecord {
@@ -66,7 +68,7 @@ func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
 		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI,
 			p.AgentVersion
 		rec.CC, rec.LoadRefused, rec.Tag, rec.PCIDevices, rec.BoundDevices = p.CC, p.LoadRefused, p.Tag, p.PCIDevices, p.BoundDevices
-		rec.SignatureRequired, rec.Signing = p.SignatureRequired, p.Signing
+		rec.SignatureRequired, rec.Signing, rec.Kernels = p.SignatureRequired, p.Signing, p.Kernels
 	}
 	for _, d := range r.Devices {
 		rec.Firmware = append(rec.Firmware, d.Before)

@@ -162,6 +162,9 @@ func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 			r.Why = helperWhy(h)
 		}
 	}
+	if gap := kmdKernelGap(n); gap != "" && r.Why == "" && r.State == "idle" {
+		r.State, r.Why = "needs work", gap
+	}
 	if d := measuredDisagrees(n); d != "" && r.Why == "" {
 		r.Why = d
 	}

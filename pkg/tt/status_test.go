@@ -77,3 +77,37 @@ func TestNodeStatusInference(t *testing.T) {
 		}
 	}
 }
+
+// A node rebooted into a kernel its module was never built for needs
+// work, whatever its label says, and status names the command that fixes
+// it; a kernel it was built for, or no report of the kernel, is fine.
+func TestNodeStatusKernelWithoutModule(t *testing.T) {
+	rec := `{"after":"2.8.0","kernel":"5.15.0-91-generic","kernels":["5.15.0-91-generic","6.8.0-50-generic"],"persisted":true,` +
+		`"at":"2026-11-30T10:00:00Z","run":"r1"}`
+	for _, tc := range []struct {
+		name, kernel, state, whyHas string
+	}{
+		{"the running kernel", "5.15.0-91-generic", "idle", ""},
+		{"another kernel built for", "6.8.0-50-generic", "idle", ""},
+		{"a kernel installed after the roll", "6.8.0-60-generic", "needs work",
+			"runs kernel 6.8.0-60-generic (NFD label " + LabelNFDKernel + "), which tt-kmd 2.8.0 was never built for " +
+				"(it boots with it on 5.15.0-91-generic, 6.8.0-50-generic only): the driver is likely not loaded and the label is " +
+				"stale; fix: kubectl tt upgrade kmd --version 2.8.0 --nodes n1"},
+		{"kernel not reported", "", "idle", ""},
+	} {
+		labels := map[string]string{LabelKMDVersion: "2.8.0"}
+		if tc.kernel != "" {
+			labels[LabelNFDKernel] = tc.kernel
+		}
+		n := nodeWith(labels, map[string]string{AnnKMDResult: rec})
+		r := nodeStatus(n, nil)
+		if r.State != tc.state || (tc.whyHas == "") != (r.Why == "") || !strings.Contains(r.Why, tc.whyHas) {
+			t.Errorf("%s: state %q why %q; want %q %q", tc.name, r.State, r.Why, tc.state, tc.whyHas)
+		}
+	}
+	old := nodeWith(map[string]string{LabelNFDKernel: "6.8.0-60-generic"}, map[string]string{
+		AnnKMDResult: `{"after":"2.7.0","kernel":"5.15.0-91-generic","persisted":true,"at":"2026-11-30T10:00:00Z"}`})
+	if r := nodeStatus(old, nil); r.State != "needs work" || !strings.Contains(r.Why, "on 5.15.0-91-generic only") {
+		t.Errorf("a record from before every kernel was built for: state %q why %q", r.State, r.Why)
+	}
+}

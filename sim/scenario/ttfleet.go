@@ -209,10 +209,14 @@ func realHosts(env *Env, plan []tthost.NodePlan, hosts *tthost.Hosts) (string, e
 }
 
 // reportKernel sets the node's status.nodeInfo.kernelVersion to its host's
-// kernel, as a kubelet reports uname -r.
+// kernel, as a kubelet reports uname -r, and NFD's kernel-version.full
+// label, as nfd-worker does.
 func reportKernel(ctx context.Context, env *Env, node, kernel string) error {
 	if kernel == "" {
 		kernel = fakehost.DefaultKernel
+	}
+	if err := labelNode(ctx, env, node, map[string]string{"feature.node.kubernetes.io/kernel-version.full": kernel}); err != nil {
+		return err
 	}
 	b, err := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"kernelVersion": kernel}}})
 	if err != nil {
