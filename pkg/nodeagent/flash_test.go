@@ -282,6 +282,31 @@ func TestFlashResetsACardFlashedButNotReset(t *testing.T) {
 	}
 }
 
+// tt-flash killed after its SPI write, before its reset: the flash fails
+// naming the case; the re-run writes nothing and converges by one reset.
+func TestFlashKilledAfterTheWriteConvergesByReset(t *testing.T) {
+	a, root := flashHost(t, fakehost.Spec{Devices: devices("18.2.0.0", "18.2.0.0")})
+	require.NoError(t, fakehost.KillNextFlash(root))
+	o := flashOpts(t, "19.9.0")
+	r := a.Flash(context.Background(), o)
+	requireFailure(t, r, nodeagent.ReasonFlashFailed)
+	assert.Contains(t, r.Error.Message, "upgrade on 2 device(s)")
+	h := observe(t, root)
+	assert.Equal(t, []string{"18.2.0.0", "18.2.0.0"}, h.Firmware)
+	assert.Equal(t, []string{"19.9.0.0", "19.9.0.0"}, h.SPI)
+	requireSuccess(t, a.Flash(context.Background(), o))
+	assert.Equal(t, []string{"19.9.0.0", "19.9.0.0"}, observe(t, root).Firmware)
+	ops, err := fakehost.Ops(root)
+	require.NoError(t, err)
+	writes := map[int]int{}
+	for _, op := range ops {
+		if op.Op == fakehost.OpFlash {
+			writes[op.Chip]++
+		}
+	}
+	assert.Equal(t, map[int]int{0: 1, 1: 1}, writes, "each chip written once")
+}
+
 // tt-smi lists an n300's remote chip (bus_id N/A) and prints N/A for what
 // it cannot read; the agent's devices are the PCI ones sysfs lists, and an
 // unreadable version is unknown, not a version.
