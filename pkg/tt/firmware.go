@@ -452,6 +452,14 @@ func describeFlash(r *nodeagent.Result) string {
 	if !r.Changed {
 		return fmt.Sprintf("%d device(s) already at the readback version; not flashed", len(r.Devices))
 	}
+	for _, st := range r.Steps {
+		if st.Name == "reset-to-load" && st.OK {
+			// tt-flash found the bundle in the SPI already (an earlier flash
+			// was never reset): the reset alone loaded it.
+			return fmt.Sprintf("%d device(s) at the readback after a reset loaded their SPI (written by an earlier flash) in %.1fs",
+				len(r.Devices), float64(r.DurationMS)/1000)
+		}
+	}
 	return fmt.Sprintf("%d device(s) flashed in %.1fs", len(r.Devices), float64(r.DurationMS)/1000)
 }
 
