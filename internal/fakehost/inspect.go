@@ -15,6 +15,8 @@ type Observed struct {
 	Refcnt    int
 	// Firmware is the running fw bundle version per device, index order.
 	Firmware []string
+	// SPI is the bundle version each device boots on its next reset.
+	SPI []string
 	// PIDs are the fake processes still alive.
 	PIDs      []int
 	HostTTSMI string // version of <root>/usr/local/bin/tt-smi, "" if absent
@@ -42,6 +44,7 @@ func Inspect(root string) (Observed, error) {
 	}
 	for _, d := range st.Devices {
 		o.Firmware = append(o.Firmware, d.Firmware)
+		o.SPI = append(o.SPI, d.spi())
 	}
 	entries, err := os.ReadDir(filepath.Join(root, "proc"))
 	if err != nil {

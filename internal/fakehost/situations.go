@@ -128,3 +128,14 @@ func SetDmaBufExporter(root string, pid int, exporter string) error {
 	}
 	return nil
 }
+
+// KillNextFlash makes the next tt-flash die after writing the SPI and
+// before its reset: the flash reached the SPI, the cards run the old image.
+func KillNextFlash(root string) error {
+	st, err := loadState(root)
+	if err != nil {
+		return err
+	}
+	st.FlashKilledAfterWrite = true
+	return saveState(root, st)
+}

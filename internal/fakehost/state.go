@@ -33,8 +33,11 @@ type state struct {
 	ConfigSpaceResetBug bool          `json:"configSpaceResetBug,omitempty"`
 	SMISnapshotBroken   bool          `json:"smiSnapshotBroken,omitempty"`
 	FlashNoiseLines     int           `json:"flashNoiseLines,omitempty"`
-	Unkillable          []int         `json:"unkillable,omitempty"`
-	UnresolvedKMD       []string      `json:"unresolvedKMD,omitempty"`
+	// FlashKilledAfterWrite kills the next tt-flash after it wrote the SPI
+	// and before its reset (once): the chips keep running the old image.
+	FlashKilledAfterWrite bool     `json:"flashKilledAfterWrite,omitempty"`
+	Unkillable            []int    `json:"unkillable,omitempty"`
+	UnresolvedKMD         []string `json:"unresolvedKMD,omitempty"`
 	// TrustedCerts are the certificates (DER) in the kernel's keyrings
 	// (built-in, secondary, platform/MOK): modules they signed load.
 	TrustedCerts [][]byte `json:"trustedCerts,omitempty"`

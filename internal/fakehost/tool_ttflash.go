@@ -123,6 +123,17 @@ func ttFlash(t *tool) int {
 			written++
 		}
 	}
+	if written > 0 && st.FlashKilledAfterWrite {
+		// The helper was killed (timeout, eviction, node agent restart)
+		// between the SPI write and the reset: tt-flash ignores SIGINT
+		// there, not SIGKILL.
+		st.FlashKilledAfterWrite = false
+		if err := saveState(t.root, st); err != nil {
+			return t.errorf(1, "%v", err)
+		}
+		fmt.Fprintln(t.stderr, "Killed")
+		return 137
+	}
 	if rc != 0 {
 		fmt.Fprintln(out, "Errors detected on some chips; skipping reset\nFLASH FAILED")
 	} else if written > 0 && !noReset {

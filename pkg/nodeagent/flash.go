@@ -26,6 +26,10 @@ type FlashOptions struct {
 	// ContinueOnReadbackFailure flashes blind when the pre-flash readback
 	// still fails after one reset.
 	ContinueOnReadbackFailure bool
+	// AllowMajorDowngrade lets a chip running a newer major version be
+	// flashed: tt-flash --allow-major-downgrades (and --force, which its
+	// fwId check needs across majors). Without it the agent refuses first.
+	AllowMajorDowngrade bool
 	// Homogenize passes --force when the chips report different versions,
 	// so tt-flash does not skip the newer ones and leave the node mixed.
 	Homogenize bool
@@ -112,7 +116,17 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 			return "all devices already at " + o.ReadbackVersion + "; skipping flash", nil
 		})
 	}
-	force := o.ForceWrite || (o.Homogenize && mixed(versions))
+	down, major := downgrades(before, o.ReadbackVersion)
+	if major && !o.AllowMajorDowngrade {
+		return x.step("downgrade-check", func() (string, error) {
+			return "", fail(ReasonMajorDowngrade, "%s; tt-flash refuses a major downgrade without --allow-major-downgrades: "+
+				"re-run with --allow-major-downgrade if this bundle is really wanted (nothing was flashed)",
+				DescribeFirmwareCases(before, o.ReadbackVersion))
+		})
+	}
+	// A downgrade writes nothing without --force: tt-flash skips a chip
+	// whose SPI already holds a bundle at or above the one given.
+	force := o.ForceWrite || down || (o.Homogenize && mixed(versions))
 	if err := x.step("holders", func() (string, error) { return x.checkFlashHolders(ctx, o) }); err != nil {
 		return err
 	}
@@ -126,6 +140,9 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 	argv := []string{"tt-flash", "--no-color", "flash", "--fw-tar", bundle}
 	if force {
 		argv = append(argv, "--force")
+	}
+	if major {
+		argv = append(argv, "--allow-major-downgrades")
 	}
 	x.res.Changed = true
 	flashErr := x.step("tt-flash", func() (string, error) {
@@ -155,7 +172,7 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 		x.res.Devices = devicesFrom(before, after, o.ReadbackVersion)
 	}
 	if flashErr != nil {
-		return withDeviceDetail(flashErr, x.res.Devices)
+		return withDeviceDetail(flashErr, x.res.Devices, o.ReadbackVersion)
 	}
 	if readErr != nil {
 		return readErr
@@ -195,13 +212,14 @@ func verifyDevices(before, after []DeviceFirmware, want string, devs []Device) (
 		}
 	}
 	if len(bad) > 0 {
-		return "", fail(ReasonFirmwareMismatch, "expected %s on every device; %s", want, strings.Join(bad, "; "))
+		return "", fail(ReasonFirmwareMismatch, "expected %s on every device (%s); %s", want, describeCases(devs, want),
+			strings.Join(bad, "; "))
 	}
 	return fmt.Sprintf("%d device(s) read back %s", len(devs), want), nil
 }
 
 // withDeviceDetail names the devices that did not reach the target.
-func withDeviceDetail(err error, devs []Device) error {
+func withDeviceDetail(err error, devs []Device, want string) error {
 	var bad []string
 	for _, d := range devs {
 		if !d.OK {
@@ -217,7 +235,40 @@ func withDeviceDetail(err error, devs []Device) error {
 	if n := len(bad); n > 4 {
 		bad = append(bad[:4], fmt.Sprintf("and %d more", n-4))
 	}
-	return appendMsg(err, "; not at target: "+strings.Join(bad, ", "))
+	return appendMsg(err, "; not at target: "+strings.Join(bad, ", ")+" ("+describeCases(devs, want)+")")
+}
+
+// downgrades reports whether any chip runs a newer bundle than want, and
+// whether any runs a newer major version.
+func downgrades(devs []DeviceFirmware, want string) (anyDown, major bool) {
+	for _, d := range devs {
+		switch ClassifyFirmware(d.Version, want) {
+		case CaseMajorDowngrade:
+			anyDown, major = true, true
+		case CaseMinorDowngrade:
+			anyDown = true
+		}
+	}
+	return anyDown, major
+}
+
+// describeCases names the cases the devices were in before the flash,
+// "upgrade", "minor downgrade ×2", so a failure says which path it took.
+func describeCases(devs []Device, want string) string {
+	count := map[FirmwareCase]int{}
+	var order []FirmwareCase
+	for _, d := range devs {
+		c := ClassifyFirmware(d.Before, want)
+		if count[c] == 0 {
+			order = append(order, c)
+		}
+		count[c]++
+	}
+	var s []string
+	for _, c := range order {
+		s = append(s, fmt.Sprintf("%s on %d device(s)", c, count[c]))
+	}
+	return "before the flash: " + strings.Join(s, ", ")
 }
 
 // devicesFrom pairs before/after readbacks by position (tt-smi and sysfs

@@ -45,6 +45,7 @@ func TestFlashSkipsOrForces(t *testing.T) {
 		version    string
 		homogenize bool
 		forceWrite bool
+		allowMajor bool
 		wantFlash  bool
 		wantForce  bool
 		wantReason nodeagent.Reason // "" = success
@@ -58,19 +59,27 @@ func TestFlashSkipsOrForces(t *testing.T) {
 			wantFlash: true, wantFW: []string{"19.9.0.0", "19.9.0.0"}},
 		{name: "chips disagree: --force", fw: []string{"19.9.0.0", "19.2.0.0"}, version: "19.5.0", homogenize: true,
 			wantFlash: true, wantForce: true, wantFW: []string{"19.5.0.0", "19.5.0.0"}},
-		{name: "chips disagree without homogenize leaves the newer chip", fw: []string{"19.9.0.0", "19.2.0.0"}, version: "19.5.0",
-			wantFlash: true, wantReason: nodeagent.ReasonFirmwareMismatch, wantFW: []string{"19.9.0.0", "19.5.0.0"}},
-		// tt-flash refuses a major downgrade even with --force (it wants
-		// --allow-major-downgrades, which the agent never passes).
+		// Without --homogenize the newer chip is still a downgrade: --force.
+		{name: "chips disagree without homogenize: the newer chip's downgrade forces", fw: []string{"19.9.0.0", "19.2.0.0"},
+			version: "19.5.0", wantFlash: true, wantForce: true, wantFW: []string{"19.5.0.0", "19.5.0.0"}},
+		{name: "chips disagree without homogenize, none newer", fw: []string{"19.5.0.0", "19.2.0.0"}, version: "19.5.0",
+			wantFlash: true, wantFW: []string{"19.5.0.0", "19.5.0.0"}},
+		// tt-flash writes nothing for a downgrade without --force (the SPI
+		// holds a newer bundle), so the agent passes it.
+		{name: "minor downgrade: --force", fw: []string{"19.9.0.0", "19.9.0.0"}, version: "19.5.0",
+			wantFlash: true, wantForce: true, wantFW: []string{"19.5.0.0", "19.5.0.0"}},
+		// tt-flash refuses a major downgrade even with --force; the agent
+		// refuses first, naming the case, and runs nothing.
 		{name: "major downgrade is refused even with --force", fw: []string{"19.9.0.0", "19.9.0.0"}, version: "18.5.0",
-			forceWrite: true, wantFlash: true, wantForce: true, wantReason: nodeagent.ReasonFlashFailed,
-			wantFW: []string{"19.9.0.0", "19.9.0.0"}},
+			forceWrite: true, wantReason: nodeagent.ReasonMajorDowngrade, wantFW: []string{"19.9.0.0", "19.9.0.0"}},
+		{name: "major downgrade allowed", fw: []string{"19.9.0.0", "19.9.0.0"}, version: "18.5.0", allowMajor: true,
+			wantFlash: true, wantForce: true, wantFW: []string{"18.5.0.0", "18.5.0.0"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			a, root := flashHost(t, fakehost.Spec{Devices: devices(tc.fw...)})
 			o := flashOpts(t, tc.version)
-			o.Homogenize, o.ForceWrite = tc.homogenize, tc.forceWrite
+			o.Homogenize, o.ForceWrite, o.AllowMajorDowngrade = tc.homogenize, tc.forceWrite, tc.allowMajor
 			r := a.Flash(context.Background(), o)
 			if tc.wantReason == "" {
 				requireSuccess(t, r)
@@ -84,6 +93,7 @@ func TestFlashSkipsOrForces(t *testing.T) {
 			} else {
 				require.Len(t, flashes, 1)
 				assert.Equal(t, tc.wantForce, slices.Contains(flashes[0], "--force"), "argv %v", flashes[0])
+				assert.Equal(t, tc.allowMajor, slices.Contains(flashes[0], "--allow-major-downgrades"), "argv %v", flashes[0])
 				assert.Equal(t, []string{"tt-flash", "--no-color", "flash", "--fw-tar"}, flashes[0][:4])
 			}
 			assert.Equal(t, tc.wantFW, observe(t, root).Firmware)
@@ -270,6 +280,31 @@ func TestFlashResetsACardFlashedButNotReset(t *testing.T) {
 	for _, op := range ops {
 		assert.NotEqual(t, fakehost.OpFlash, op.Op, "nothing is written: the SPI already holds the bundle")
 	}
+}
+
+// tt-flash killed after its SPI write, before its reset: the flash fails
+// naming the case; the re-run writes nothing and converges by one reset.
+func TestFlashKilledAfterTheWriteConvergesByReset(t *testing.T) {
+	a, root := flashHost(t, fakehost.Spec{Devices: devices("18.2.0.0", "18.2.0.0")})
+	require.NoError(t, fakehost.KillNextFlash(root))
+	o := flashOpts(t, "19.9.0")
+	r := a.Flash(context.Background(), o)
+	requireFailure(t, r, nodeagent.ReasonFlashFailed)
+	assert.Contains(t, r.Error.Message, "upgrade on 2 device(s)")
+	h := observe(t, root)
+	assert.Equal(t, []string{"18.2.0.0", "18.2.0.0"}, h.Firmware)
+	assert.Equal(t, []string{"19.9.0.0", "19.9.0.0"}, h.SPI)
+	requireSuccess(t, a.Flash(context.Background(), o))
+	assert.Equal(t, []string{"19.9.0.0", "19.9.0.0"}, observe(t, root).Firmware)
+	ops, err := fakehost.Ops(root)
+	require.NoError(t, err)
+	writes := map[int]int{}
+	for _, op := range ops {
+		if op.Op == fakehost.OpFlash {
+			writes[op.Chip]++
+		}
+	}
+	assert.Equal(t, map[int]int{0: 1, 1: 1}, writes, "each chip written once")
 }
 
 // tt-smi lists an n300's remote chip (bus_id N/A) and prints N/A for what

@@ -50,10 +50,13 @@ const (
 	ReasonFlashFailed            Reason = "FlashFailed"
 	ReasonConfigSpaceReset       Reason = "ConfigSpaceResetNotCompleted"
 	ReasonFirmwareMismatch       Reason = "FirmwareMismatch"
-	ReasonDeviceMissing          Reason = "DeviceMissing"
-	ReasonToolMissing            Reason = "ToolMissing"
-	ReasonTimeout                Reason = "Timeout"
-	ReasonHostError              Reason = "HostError"
+	// ReasonMajorDowngrade: a chip runs a newer major version than the
+	// bundle and no --allow-major-downgrade was given; nothing was flashed.
+	ReasonMajorDowngrade Reason = "MajorDowngradeRefused"
+	ReasonDeviceMissing  Reason = "DeviceMissing"
+	ReasonToolMissing    Reason = "ToolMissing"
+	ReasonTimeout        Reason = "Timeout"
+	ReasonHostError      Reason = "HostError"
 	// ReasonSigningFailed: the module could not be signed with the
 	// configured key (unreadable key or certificate, no sign-file or
 	// CONFIG_MODULE_SIG_HASH in the headers, sign-file failed).

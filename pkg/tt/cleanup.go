@@ -20,7 +20,7 @@ import (
 // results and the last probe. Everything else tt writes on a node is
 // either public (the version labels DaemonSets select on, the deploy
 // gates, which are restored) or marks a node half-way.
-var CleanupAnnotations = []string{AnnKMDResult, AnnFirmwareResult, AnnProbe}
+var CleanupAnnotations = []string{AnnKMDResult, AnnFirmwareResult, AnnSMIResult, AnnProbe}
 
 // HalfWay says why node n is part-way through a tt runbook, or "": a
 // cordon a tt runbook made, deploy gates it closed and has not restored,

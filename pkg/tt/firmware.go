@@ -43,8 +43,11 @@ type FirmwareConfig struct {
 	// ForceWrite re-flashes nodes already at the readback version. A node
 	// counts as done only once flashed after ForceSince, which is kept on
 	// the lock's Lease so an interrupted forced run resumes, not restarts.
-	ForceWrite                bool
-	ForceSince                time.Time
+	ForceWrite bool
+	ForceSince time.Time
+	// AllowMajorDowngrade reaches tt-flash as --allow-major-downgrades;
+	// without it a node with a chip on a newer major stops at its probe.
+	AllowMajorDowngrade       bool
 	ContinueOnReadbackFailure bool
 	// MaxParallel bounds the nodes out of service at once, counted from the
 	// cluster (cordoned by tt-firmware), so a failed node that stays
@@ -280,8 +283,54 @@ func fwBlockers(cfg *FirmwareConfig) func(f *Facts) []string {
 		if r.KMD == "" {
 			out = append(out, "tt-kmd is not loaded on the node; tt-flash needs the kernel module — run `kubectl tt upgrade kmd` first")
 		}
+		if !cfg.AllowMajorDowngrade && !f.Finished {
+			out = append(out, majorDowngrades(r, cfg.Readback)...)
+		}
 		return out
 	}
+}
+
+// majorDowngrades names each board whose chips run a newer major version
+// than the bundle: tt-flash refuses them without --allow-major-downgrades.
+func majorDowngrades(r *ProbeRecord, target string) []string {
+	var bad []string
+	for i, v := range r.Firmware {
+		if nodeagent.ClassifyFirmware(v, target) == nodeagent.CaseMajorDowngrade {
+			bad = append(bad, fmt.Sprintf("device %d (%s) runs %s", i, orUnknown(at(r.Boards, i)), v))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("major downgrade to %s: %s; tt-flash refuses it without --allow-major-downgrades — re-run "+
+		"with --allow-major-downgrade if this bundle is really wanted (%s)", target, strings.Join(bad, ", "),
+		firmwareCases(r, target))}
+}
+
+// firmwareCases counts the devices per case (upgrade, same, minor or major
+// downgrade), "upgrade ×1, major downgrade ×1".
+func firmwareCases(r *ProbeRecord, target string) string {
+	count := map[nodeagent.FirmwareCase]int{}
+	var order []nodeagent.FirmwareCase
+	for _, v := range r.Firmware {
+		c := nodeagent.ClassifyFirmware(v, target)
+		if count[c] == 0 {
+			order = append(order, c)
+		}
+		count[c]++
+	}
+	var s []string
+	for _, c := range order {
+		s = append(s, fmt.Sprintf("%s ×%d", c, count[c]))
+	}
+	return strings.Join(s, ", ")
+}
+
+func at(s []string, i int) string {
+	if i < len(s) {
+		return s[i]
+	}
+	return ""
 }
 
 // FirmwareRunbook builds the firmware flash runbook.
@@ -377,6 +426,9 @@ func flashCommand(cfg *FirmwareConfig) []string {
 	if cfg.ForceWrite {
 		cmd = append(cmd, "--force-write")
 	}
+	if cfg.AllowMajorDowngrade {
+		cmd = append(cmd, "--allow-major-downgrade")
+	}
 	if cfg.ContinueOnReadbackFailure {
 		cmd = append(cmd, "--continue-on-readback-failure")
 	}
@@ -405,6 +457,14 @@ func recordFirmware(ctx context.Context, cs kubernetes.Interface, rec kube.Recor
 func describeFlash(r *nodeagent.Result) string {
 	if !r.Changed {
 		return fmt.Sprintf("%d device(s) already at the readback version; not flashed", len(r.Devices))
+	}
+	for _, st := range r.Steps {
+		if st.Name == "reset-to-load" && st.OK {
+			// tt-flash found the bundle in the SPI already (an earlier flash
+			// was never reset): the reset alone loaded it.
+			return fmt.Sprintf("%d device(s) at the readback after a reset loaded their SPI (written by an earlier flash) in %.1fs",
+				len(r.Devices), float64(r.DurationMS)/1000)
+		}
 	}
 	return fmt.Sprintf("%d device(s) flashed in %.1fs", len(r.Devices), float64(r.DurationMS)/1000)
 }

@@ -60,6 +60,11 @@ func TestFirmwareCordonGuards(t *testing.T) {
 			"pid 9 (x)"},
 		{"budget spent by nodes left cordoned", Facts{Measured: loaded, OthersOut: 2}, "already out of service"},
 		{"budget left", Facts{Measured: loaded, OthersOut: 1}, ""},
+		{"minor downgrade", Facts{Measured: &ProbeRecord{Run: "r1", KMD: "2.8.0", Firmware: []string{"19.10.0.0"}}}, ""},
+		{"major downgrade, per board with the case", Facts{Measured: &ProbeRecord{Run: "r1", KMD: "2.8.0",
+			Firmware: []string{"19.9.0.0", "20.1.0.0"}, Boards: []string{"n150", "p150a"}}},
+			"major downgrade to 19.9.0.0: device 1 (p150a) runs 20.1.0.0; tt-flash refuses it without --allow-major-downgrades — " +
+				"re-run with --allow-major-downgrade if this bundle is really wanted (same ×1, major downgrade ×1)"},
 	} {
 		tc.f.Owner, tc.f.Node = FirmwareRunbookName, nodeWith(nil, nil)
 		why := ""
@@ -105,6 +110,23 @@ func TestSMISteps(t *testing.T) {
 	}
 	if ok, _ := steps["tt.smi.label"].Guards[0].Check(Facts{Node: nodeWith(nil, nil)}); ok {
 		t.Error("labelled without a measurement")
+	}
+	// The probe measured the target binary: no helper, only the label.
+	atTarget := Facts{Node: nodeWith(nil, nil), Measured: &ProbeRecord{Run: "r1", SMI: "5.2.0"}}
+	if done, _ := steps["tt.smi.install"].Done(atTarget); !done {
+		t.Error("a host measured at the target gets a helper")
+	}
+	if ok, why := steps["tt.smi.label"].Guards[0].Check(atTarget); !ok {
+		t.Errorf("the probe's measurement does not allow the label: %s", why)
+	}
+	// A label at the target over another binary is work.
+	lying := Facts{Node: nodeWith(map[string]string{LabelSMIVersion: "5.2.0"}, nil), Measured: &ProbeRecord{Run: "r1", SMI: "5.0.0"}}
+	if done, _ := steps["tt.smi.install"].Done(lying); done {
+		t.Error("a label at the target hid the host's other tt-smi")
+	}
+	n := nodeWith(map[string]string{LabelSMIVersion: "5.2.0"}, map[string]string{AnnProbe: probeJSON(t, ProbeRecord{Run: "r1", SMI: "5.0.0"})})
+	if smiFinished(n, "5.2.0", "r1") {
+		t.Error("finished by the label alone")
 	}
 }
 

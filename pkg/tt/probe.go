@@ -37,6 +37,7 @@ type ProbeRecord struct {
 	SMI          string              `json:"smi,omitempty"`
 	AgentVersion string              `json:"agentVersion,omitempty"`
 	Firmware     []string            `json:"firmware,omitempty"`
+	Boards       []string            `json:"boards,omitempty"` // per device, as Firmware
 	Holders      []nodeagent.Holder  `json:"holders,omitempty"`
 	CC           string              `json:"cc,omitempty"`
 	LoadRefused  string              `json:"loadRefused,omitempty"`
@@ -72,6 +73,7 @@ func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
 	}
 	for _, d := range r.Devices {
 		rec.Firmware = append(rec.Firmware, d.Before)
+		rec.Boards = append(rec.Boards, d.Board)
 	}
 	return rec
 }

@@ -134,6 +134,8 @@ func newFlashCommand(c *common) *cobra.Command {
 	f.BoolVar(&o.ForceWrite, "force-write", false, "flash even if already at the readback version, with tt-flash --force")
 	f.BoolVar(&o.ContinueOnReadbackFailure, "continue-on-readback-failure", false,
 		"flash even if the pre-flash readback fails after one reset")
+	f.BoolVar(&o.AllowMajorDowngrade, "allow-major-downgrade", false,
+		"flash a bundle of an older major version than a chip runs (tt-flash --allow-major-downgrades --force)")
 	f.BoolVar(&o.Homogenize, "homogenize", true, "pass --force when the chips report different versions")
 	f.StringVar(&o.WorkDir, "work-dir", "", "where to download the bundle (default $TMPDIR)")
 	f.BoolVar(&o.ForceUnload, "force-unload", false, "SIGKILL processes holding /dev/tenstorrent before the flash (needs hostPID)")

@@ -70,6 +70,9 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	fs.DurationVar(&o.cfg.DrainTimeout, "drain-timeout", 10*time.Minute, "how long the drain may take, kept across re-runs")
 	fs.BoolVar(&o.halt, "halt-on-failure", true, "start no new node once one has failed (nodes in progress finish their step)")
 	fs.BoolVar(&o.cfg.ForceWrite, "force-write", false, "re-flash nodes already at the readback version (recovery); resumable")
+	fs.BoolVar(&o.cfg.AllowMajorDowngrade, "allow-major-downgrade", false,
+		"flash a bundle of an older major version than a chip runs (tt-flash --allow-major-downgrades); without it the probe "+
+			"refuses such a node before its cordon")
 	fs.BoolVar(&o.cfg.ForceUnload, "force-unload", false,
 		"kill processes still holding the device before flashing (their in-flight work is lost)")
 	fs.BoolVar(&o.cfg.Force, "force", false, "also evict bare pods that hold the device, as kubectl drain --force; they are not recreated")
