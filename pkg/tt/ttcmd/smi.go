@@ -33,7 +33,7 @@ func newUpgradeSMICommand(g *cli.Globals) *cobra.Command {
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			return o.Run(cmd.Context())
+			return runOrSubmit(cmd, o.g, o.helper.image, o.Run)
 		},
 	}
 	fs := cmd.Flags()
