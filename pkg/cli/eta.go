@@ -204,13 +204,24 @@ func RunNote(ctx context.Context, cs kubernetes.Interface, plugin, ns, name stri
 		lines = append(lines, fmt.Sprintf("PAUSED: %s — `kubectl %s resume` lifts it", p, plugin))
 	}
 	held := lease.RecordOf(l)
-	if held.Identity == "" {
+	var p RunProgress
+	if v := l.Annotations[AnnProgress]; v != "" {
+		_ = json.Unmarshal([]byte(v), &p) // an unreadable record shows no progress
+	}
+	var run string
+	switch h := held.Holder; {
+	case held.Identity != "":
+		run = fmt.Sprintf("RUN %s: held by %s on %s", h.RunID, h.User, h.Host)
+		if p.Run != h.RunID {
+			p = RunProgress{}
+		}
+	case p.Run != "" && p.Done+p.Failed < p.Total:
+		// A stopped run's progress stays on the Lease: re-running its command continues it.
+		run = fmt.Sprintf("LAST RUN %s stopped", p.Run)
+	default:
 		return strings.Join(lines, "\n")
 	}
-	h := held.Holder
-	run := fmt.Sprintf("RUN %s: held by %s on %s", h.RunID, h.User, h.Host)
-	var p RunProgress
-	if v := l.Annotations[AnnProgress]; v != "" && json.Unmarshal([]byte(v), &p) == nil && p.Run == h.RunID {
+	if p.Run != "" {
 		run += fmt.Sprintf("; %d done", p.Done)
 		if p.Total > 0 {
 			run += fmt.Sprintf(" of %d", p.Total)
@@ -222,7 +233,7 @@ func RunNote(ctx context.Context, cs kubernetes.Interface, plugin, ns, name stri
 		if len(p.NodeSeconds) == 0 && p.Total > 0 {
 			// Only until this run has measured a node: the journal is a larger read.
 			if entries, _, err := journal.Read(ctx, cs, ns, journal.Name(plugin)); err == nil {
-				earlier = JournalNodeDurations(entries, h.RunID)
+				earlier = JournalNodeDurations(entries, p.Run)
 			}
 		}
 		if eta, ok := EstimateETA(p, earlier); ok {

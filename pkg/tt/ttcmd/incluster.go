@@ -31,7 +31,7 @@ const (
 	// LabelInCluster marks the Jobs (and their pods) of in-cluster runs.
 	LabelInCluster = "rollbook.dev/in-cluster"
 	// annSubmittedBy says who submitted an in-cluster run.
-	annSubmittedBy = "rollbook.dev/submitted-by"
+	annSubmittedBy  = "rollbook.dev/submitted-by"
 	runnerContainer = "run"
 )
 
