@@ -63,7 +63,7 @@ func runOrSubmit(cmd *cobra.Command, g *cli.Globals, helperImage string, run fun
 // submit checks what a Job's run would refuse, then creates the Job.
 func submit(ctx context.Context, cmd *cobra.Command, g *cli.Globals, ns, image string) error {
 	fs := cmd.Flags()
-	if dry, _ := fs.GetString("dry-run"); dry == "client" {
+	if dry := fs.Lookup("dry-run"); dry != nil && dry.Value.String() == "client" {
 		return cli.UsageErrorf("--in-cluster with --dry-run: plan here (drop --in-cluster), then submit")
 	}
 	if steal, _ := fs.GetBool("steal-lock"); steal {
@@ -263,7 +263,7 @@ func inClusterNote(ctx context.Context, cs kubernetes.Interface) string {
 		return ""
 	}
 	j := &jobs[0]
-	line := fmt.Sprintf("\nIN-CLUSTER: job/%s in %s (submitted by %s): %s", j.Name, j.Namespace, j.Annotations[annSubmittedBy], jobState(j))
+	line := fmt.Sprintf("IN-CLUSTER: job/%s in %s (submitted by %s): %s", j.Name, j.Namespace, j.Annotations[annSubmittedBy], jobState(j))
 	if j.Status.Failed > 0 {
 		line += fmt.Sprintf(", %d pod(s) failed", j.Status.Failed)
 	}
