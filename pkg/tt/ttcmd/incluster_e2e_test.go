@@ -93,8 +93,13 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 			!strings.Contains(out, "job/"+j.Name) {
 			t.Fatalf("job %s: %+v", j.Name, pod)
 		}
-		if out, _ := run(t, ctx, "status"); !strings.Contains(out, "IN-CLUSTER: job/"+j.Name) {
-			t.Fatal("status does not show the in-cluster Job")
+		// Its pod is admitted (Pod Security "restricted" in the runner namespace) and status shows it.
+		var st string
+		if err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			st, _ = run(t, ctx, "status")
+			return strings.Contains(st, "IN-CLUSTER: job/"+j.Name) && strings.Contains(st, "; pod "+j.Name), nil
+		}); err != nil {
+			t.Fatalf("status never showed the in-cluster Job's pod:\n%s", st)
 		}
 		if out, code := run(t, ctx, "cancel"); code != 0 || !strings.Contains(out, "job/"+j.Name+" deleted") {
 			t.Fatalf("cancel: exit %d", code)
