@@ -39,6 +39,7 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 8*time.Minute)
+	began := time.Now()
 	bin, err := simtest.AgentBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -126,19 +127,25 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer helpers.Stop()
+	// Every kmd helper created, by node, in order, from the cluster.
+	added := make(chan string, 16)
+	go func() {
+		for e := range helpers.ResultChan() {
+			if p, ok := e.Object.(*corev1.Pod); ok && e.Type == watch.Added {
+				added <- p.Spec.NodeName
+			}
+		}
+	}()
 	var created []string
 	nextHelper := func() string {
 		t.Helper()
-		for {
-			select {
-			case e := <-helpers.ResultChan():
-				if p, ok := e.Object.(*corev1.Pod); ok && e.Type == watch.Added {
-					created = append(created, p.Spec.NodeName)
-					return p.Spec.NodeName
-				}
-			case <-ctx.Done():
-				t.Fatal("no kmd helper appeared")
-			}
+		select {
+		case n := <-added:
+			created = append(created, n)
+			return n
+		case <-ctx.Done():
+			t.Fatal("no kmd helper appeared")
+			return ""
 		}
 	}
 	// pod starts the Job's command as its pod would.
@@ -188,8 +195,14 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 
 	// A person's terminal takes the roll over; it is interrupted mid-node.
 	termCtx, stop := context.WithCancel(ctx)
+	third := make(chan string, 1)
 	go func() {
-		nextHelper()
+		select {
+		case n := <-added:
+			third <- n
+		case <-ctx.Done():
+			third <- ""
+		}
 		stop()
 	}()
 	local := make([]string, 0, len(jobArgs))
@@ -202,7 +215,8 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 		t.Fatal("the interrupted terminal run exited 0")
 	}
 	stop()
-	left := created[len(created)-1]
+	left := <-third
+	created = append(created, left)
 	if n := node(t, left); !n.Spec.Unschedulable || n.Annotations[kube.AnnLeftCordoned] == "" {
 		t.Fatalf("the interrupted run must leave %s cordoned and say why: %v", left, n.Annotations)
 	}
@@ -213,14 +227,14 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 		t.Fatalf("the re-submitted run: %v\n%s", err, out3)
 	}
 	t.Logf("pod 3:\n%s", out3)
-	start := time.Now().Add(-8 * time.Minute)
 	entries, _, err := journal.Read(ctx, c.Client, "kube-system", journal.Name("tt"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cordoned := map[string]int{}
 	for _, e := range entries {
-		if e.Reason == "Cordoned" && e.Time.After(start) && strings.Contains(e.Command, version) {
+		// Only this test's runs act meanwhile (the package's tests run one at a time).
+		if e.Reason == "Cordoned" && e.Time.After(began.Add(-time.Second)) {
 			cordoned[e.Object]++
 		}
 	}
@@ -233,6 +247,10 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 		if cordoned["node/"+n] != 1 {
 			t.Fatalf("%s cordoned %d times across the runs: %v", n, cordoned["node/"+n], cordoned)
 		}
+	}
+	helpers.Stop()
+	for n := range drain(added) {
+		created = append(created, n)
 	}
 	if len(created) != len(nodes) {
 		t.Fatalf("kmd helpers created on %v; want one per node", created)
@@ -268,4 +286,18 @@ func runnerKubeconfig(t *testing.T, ctx context.Context) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// drain is what is buffered in ch now.
+func drain(ch chan string) chan string {
+	out := make(chan string, cap(ch))
+	for {
+		select {
+		case v := <-ch:
+			out <- v
+		default:
+			close(out)
+			return out
+		}
+	}
 }
