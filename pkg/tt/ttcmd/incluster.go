@@ -93,7 +93,8 @@ func submit(ctx context.Context, cmd *cobra.Command, g *cli.Globals, ns, image s
 		}
 		return err
 	}
-	if err := cli.CheckPermissions(ctx, cs, "tt", []cli.Permission{{Verb: "create", Group: "batch", Resource: "jobs", Namespace: ns}}); err != nil {
+	jobs := []cli.Permission{{Verb: "create", Group: "batch", Resource: "jobs", Namespace: ns}}
+	if err := cli.CheckPermissions(ctx, cs, "tt", jobs); err != nil {
 		return err
 	}
 	who := lease.WhoAmI(ctx, cs)
