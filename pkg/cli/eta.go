@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -34,7 +33,7 @@ type RunProgress struct {
 	NodeSeconds []float64 `json:"nodeSeconds,omitempty"`
 }
 
-// keptDurations bounds the durations a run publishes: the median of the
+// keptDurations bounds the durations a run publishes: the mean of the
 // last 50 nodes follows a fleet's drift and keeps the annotation small.
 const keptDurations = 50
 
@@ -110,9 +109,12 @@ type ETA struct {
 }
 
 // EstimateETA is the time left of a run with p's progress: the nodes left,
-// in batches of its parallelism, each taking the median of this run's
+// in batches of its parallelism, each taking the mean of this run's
 // measured node durations, or of earlier (earlier runs') when this run has
-// none yet. ok is false when nothing is known to estimate from.
+// none yet. The mean, not the median: the total left is what is asked, and
+// a re-run's quick nodes (already at the version: a probe, a label) and its
+// slow ones both count for what they cost. ok is false when nothing is
+// known to estimate from.
 func EstimateETA(p RunProgress, earlier []time.Duration) (ETA, bool) {
 	if p.Total <= 0 {
 		return ETA{}, false
@@ -132,21 +134,19 @@ func EstimateETA(p RunProgress, earlier []time.Duration) (ETA, bool) {
 	if len(ds) == 0 {
 		return ETA{}, false
 	}
-	e.PerNode = median(ds)
+	e.PerNode = mean(ds)
 	par := max(p.Parallel, 1)
 	batches := (left + par - 1) / par
 	e.Left = time.Duration(batches) * e.PerNode
 	return e, true
 }
 
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
+func mean(ds []time.Duration) time.Duration {
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
 	}
-	return (s[n/2-1] + s[n/2]) / 2
+	return sum / time.Duration(len(ds))
 }
 
 // JournalNodeDurations are the per-node durations of the runs in entries
@@ -250,6 +250,6 @@ func (e ETA) String() string {
 	if e.Left == 0 {
 		return "ETA: nothing left"
 	}
-	return fmt.Sprintf("ETA %s (median %s per node over %d node(s) of %s)", e.Left.Round(time.Second),
+	return fmt.Sprintf("ETA %s (mean %s per node over %d node(s) of %s)", e.Left.Round(time.Second),
 		e.PerNode.Round(time.Second), e.Nodes, e.Basis)
 }

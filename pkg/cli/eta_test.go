@@ -17,10 +17,10 @@ func TestEstimateETA(t *testing.T) {
 		basis   string
 		ok      bool
 	}{
-		// 7 left, 2 at a time: 4 batches of the median 60 s (an odd count).
-		"this run, parallel": {RunProgress{Done: 3, Total: 10, Parallel: 2, NodeSeconds: []float64{50, 60, 300}}, nil, 240 * s, "this run", true},
-		// An even count: the mean of the middle two; failed nodes are not left.
-		"even median, failed": {RunProgress{Done: 2, Failed: 1, Total: 5, NodeSeconds: []float64{40, 80}}, nil, 120 * s, "this run", true},
+		// 7 left, 2 at a time: 4 batches of the mean 80 s (a re-run's quick node counts).
+		"this run, parallel": {RunProgress{Done: 3, Total: 10, Parallel: 2, NodeSeconds: []float64{0.5, 89.5, 150}}, nil, 320 * s, "this run", true},
+		// Failed nodes are not left.
+		"failed": {RunProgress{Done: 2, Failed: 1, Total: 5, NodeSeconds: []float64{40, 80}}, nil, 120 * s, "this run", true},
 		// This run has measured nothing yet: the journal's earlier runs.
 		"earlier runs":  {RunProgress{Total: 4, Parallel: 4}, []time.Duration{10 * s, 30 * s, 20 * s}, 20 * s, "earlier runs", true},
 		"this run wins": {RunProgress{Done: 1, Total: 2, NodeSeconds: []float64{5}}, []time.Duration{time.Hour}, 5 * s, "this run", true},
