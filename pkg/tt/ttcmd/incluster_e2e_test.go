@@ -181,7 +181,9 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 	if _, code := run(t, ctx, "pause", "--reason", "hand over"); code != 0 {
 		t.Fatal("pause failed")
 	}
-	if err := p2.Wait(); err != nil || !strings.Contains(out2.String(), "paused") {
+	err = p2.Wait()
+	t.Logf("pod 2 (restarted, paused):\n%s", out2)
+	if err != nil || !strings.Contains(out2.String(), "paused") {
 		t.Fatalf("the paused in-cluster run finishes its node and exits 0 paused: %v\n%s", err, out2)
 	}
 	// Paused mid-way: status shows the ETA from the two nodes this run measured.
@@ -236,6 +238,7 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 		// Only this test's runs act meanwhile (the package's tests run one at a time).
 		if e.Reason == "Cordoned" && e.Time.After(began.Add(-time.Second)) {
 			cordoned[e.Object]++
+			t.Logf("%s %s cordoned by run %s (%s)", e.Time.Format(time.RFC3339Nano), e.Object, e.Run, e.User)
 		}
 	}
 	for _, n := range nodes {

@@ -39,7 +39,7 @@ With --in-cluster, print (with -f, follow) the newest in-cluster run's output in
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.inCluster != (len(args) == 0) {
-				return cli.UsageErrorf("give a NODE, or --in-cluster for the in-cluster run's log")
+				return cli.UsageErrorf("requires a NODE argument, or --in-cluster for the in-cluster run's log")
 			}
 			if o.follow && !o.inCluster {
 				return cli.UsageErrorf("-f follows the in-cluster run's log (--in-cluster); a helper's log is printed whole")
