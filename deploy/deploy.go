@@ -27,6 +27,14 @@ const (
 	NamespaceFile     = "namespace.yaml"
 	PriorityClassFile = "priorityclass.yaml"
 	HelperPolicyFile  = "admission/helper-policy.yaml"
+	// RunnerFile is in-cluster runs' namespace, ServiceAccount and bindings.
+	RunnerFile = "runner.yaml"
+)
+
+// RunnerNamespace and RunnerServiceAccount are what RunnerFile creates.
+const (
+	RunnerNamespace      = "rollbook-runs"
+	RunnerServiceAccount = "tt-runner"
 )
 
 // HelperNamespace and HelperPriorityClass are what NamespaceFile and
@@ -72,8 +80,11 @@ var resources = map[schema.GroupKind]struct {
 	resource   string
 	namespaced bool
 }{
-	{Kind: "Namespace"}: {"namespaces", false},
-	{Kind: "ConfigMap"}: {"configmaps", true},
+	{Kind: "Namespace"}:      {"namespaces", false},
+	{Kind: "ConfigMap"}:      {"configmaps", true},
+	{Kind: "ServiceAccount"}: {"serviceaccounts", true},
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}:                  {"clusterrolebindings", false},
+	{Group: "rbac.authorization.k8s.io", Kind: "RoleBinding"}:                         {"rolebindings", true},
 	{Group: "scheduling.k8s.io", Kind: "PriorityClass"}:                               {"priorityclasses", false},
 	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}:                         {"clusterroles", false},
 	{Group: "rbac.authorization.k8s.io", Kind: "Role"}:                                {"roles", true},

@@ -19,7 +19,7 @@ func TestManifestsMatchDefaults(t *testing.T) {
 	if l := ns[0].GetLabels()["pod-security.kubernetes.io/enforce"]; l != "privileged" {
 		t.Errorf("helper namespace enforces Pod Security %q, want privileged", l)
 	}
-	for _, f := range []string{HelperPolicyFile, "rbac/tt-operator.yaml", "rbac/ate-operator.yaml", "rbac/rollbook-viewer.yaml"} {
+	for _, f := range []string{HelperPolicyFile, RunnerFile, "rbac/tt-operator.yaml", "rbac/ate-operator.yaml", "rbac/rollbook-viewer.yaml"} {
 		objs, err := Objects(f)
 		if err != nil || len(objs) == 0 {
 			t.Fatalf("%s: %d objects, %v", f, len(objs), err)

@@ -238,7 +238,7 @@ func Where(g *Globals) string {
 // Run runs rb over targets in this session. It honours a pause (kubectl
 // <plugin> pause) before each target starts.
 func Run[F any](ctx context.Context, s *Session, rb *runbook.Runbook[F], targets []runbook.Target, o runbook.Options) runbook.Result {
-	return runbook.Run(ctx, rb, targets, s.options(ctx, o))
+	return runbook.Run(ctx, rb, targets, s.options(ctx, o, len(targets)))
 }
 
 // RunSource runs rb over the targets src yields, each decided as it may
@@ -246,19 +246,26 @@ func Run[F any](ctx context.Context, s *Session, rb *runbook.Runbook[F], targets
 // and lock as Run.
 func RunSource[F any](ctx context.Context, s *Session, rb *runbook.Runbook[F], src iter.Seq[runbook.Target],
 	o runbook.Options) runbook.Result {
-	return runbook.RunSource(ctx, rb, src, s.options(ctx, o))
+	return runbook.RunSource(ctx, rb, src, s.options(ctx, o, 0))
 }
 
 // options are o as this session runs a runbook: its run ID and dry run,
 // its progress, the journal written before long steps, the pause on its
-// Lease, and the run's out-of-service allowance declared there.
-func (s *Session) options(ctx context.Context, o runbook.Options) runbook.Options {
+// Lease, the run's out-of-service allowance declared there and its progress
+// published there (total targets; 0 when not known up front).
+func (s *Session) options(ctx context.Context, o runbook.Options, total int) runbook.Options {
 	o.RunID, o.DryRun = s.RunID, s.DryRun()
 	if o.Reporter == nil {
 		o.Reporter = s.Progress
 	}
 	if s.journal != nil {
 		o.Reporter = flushBeforeLongSteps{o.Reporter, s.journal}
+	}
+	if s.lock != nil {
+		pr := &progressReporter{Reporter: o.Reporter, lock: s.lock,
+			p: RunProgress{Run: s.RunID, Total: total, Parallel: max(o.Parallel, 1)}}
+		pr.publish()
+		o.Reporter = pr
 	}
 	if o.Paused == nil {
 		o.Paused = s.Paused

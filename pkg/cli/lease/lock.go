@@ -25,10 +25,13 @@ type Lock struct {
 	mu    sync.Mutex // guards lease and err, and serialises writes
 	lease *coordv1.Lease
 	err   error
-	lost  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
-	once  sync.Once // closes stop
+	// published are annotations written with the next renewal (Publish).
+	pubMu     sync.Mutex
+	published map[string]string
+	lost      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	once      sync.Once // closes stop
 }
 
 // newLock starts renewing held, which a write sent at sent made ours.
@@ -75,10 +78,17 @@ func (l *Lock) renew(lastOK time.Time) {
 		fence := lastOK.Add(2 * l.duration / 3)
 		// Paced: a renewal is a cost per second of the run, not per node.
 		ctx, cancel := context.WithDeadline(paced.Mark(context.Background()), minTime(sent.Add(l.duration/6), fence))
+		pub := l.takePublished()
 		err := l.modify(ctx, func(cur *coordv1.Lease) {
 			now := metav1.NewMicroTime(time.Now())
 			cur.Spec.RenewTime = &now
+			for k, v := range pub {
+				metav1.SetMetaDataAnnotation(&cur.ObjectMeta, k, v)
+			}
 		})
+		if err != nil {
+			l.keepPublished(pub)
+		}
 		cancel()
 		var notHeld *notHeldError
 		taken := errors.As(err, &notHeld)
@@ -126,6 +136,41 @@ func (l *Lock) modify(ctx context.Context, change func(*coordv1.Lease)) error {
 	})
 }
 
+// Publish sets an annotation of the Lease with its next renewal: no
+// request of its own (a run's progress, rewritten per node, rides on the
+// renewals it makes anyway). A later Publish of the same key wins.
+func (l *Lock) Publish(key, value string) {
+	l.pubMu.Lock()
+	defer l.pubMu.Unlock()
+	if l.published == nil {
+		l.published = map[string]string{}
+	}
+	l.published[key] = value
+}
+
+func (l *Lock) takePublished() map[string]string {
+	l.pubMu.Lock()
+	defer l.pubMu.Unlock()
+	p := l.published
+	l.published = nil
+	return p
+}
+
+// keepPublished puts back what a failed renewal did not write, unless
+// published again since.
+func (l *Lock) keepPublished(p map[string]string) {
+	l.pubMu.Lock()
+	defer l.pubMu.Unlock()
+	for k, v := range p {
+		if _, newer := l.published[k]; !newer {
+			if l.published == nil {
+				l.published = map[string]string{}
+			}
+			l.published[k] = v
+		}
+	}
+}
+
 // Lost is closed when the lock was lost; the run must stop acting.
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
 
@@ -146,9 +191,13 @@ func (l *Lock) Release(ctx context.Context) error {
 		return nil
 	default:
 	}
+	pub := l.takePublished() // the run's last progress stays readable after it
 	err := l.modify(ctx, func(cur *coordv1.Lease) {
 		cur.Spec.HolderIdentity = nil
 		cur.Spec.RenewTime = nil
+		for k, v := range pub {
+			metav1.SetMetaDataAnnotation(&cur.ObjectMeta, k, v)
+		}
 	})
 	if notHeld := (*notHeldError)(nil); errors.As(err, &notHeld) {
 		return nil // someone else has it now

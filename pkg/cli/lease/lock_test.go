@@ -334,3 +334,29 @@ func TestForeignWritesSurviveRenewalsAndRelease(t *testing.T) {
 		}
 	})
 }
+
+// Publish costs no request: the annotation is written by the next renewal,
+// and the last value published before Release by the release.
+func TestPublishRidesOnTheRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		l := acquire(t, s, runOn("ci"), LockOptions{})
+		l.Publish("rollbook.dev/progress", "1")
+		synctest.Wait()
+		if cur, _ := s.Get(t.Context()); cur.Annotations["rollbook.dev/progress"] != "" {
+			t.Fatalf("published before a renewal: %v", cur.Annotations)
+		}
+		time.Sleep(d/6 + time.Second)
+		synctest.Wait()
+		if cur, _ := s.Get(t.Context()); cur.Annotations["rollbook.dev/progress"] != "1" {
+			t.Fatalf("the renewal did not publish: %v", cur.Annotations)
+		}
+		l.Publish("rollbook.dev/progress", "2")
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if cur, _ := s.Get(t.Context()); cur.Annotations["rollbook.dev/progress"] != "2" || cur.Spec.HolderIdentity != nil {
+			t.Fatalf("release did not publish the last value: %v", cur.Annotations)
+		}
+	})
+}

@@ -54,7 +54,7 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			return o.Run(cmd.Context())
+			return runOrSubmit(cmd, o.g, o.helper.image, o.Run)
 		},
 	}
 	fs := cmd.Flags()

@@ -22,24 +22,44 @@ type logsOptions struct {
 	g         *cli.Globals
 	node      string
 	namespace string
+	inCluster bool
+	runnerNS  string
+	follow    bool
 }
 
 func newLogsCommand(g *cli.Globals) *cobra.Command {
 	o := &logsOptions{g: g}
 	cmd := &cobra.Command{
-		Use:   "logs NODE",
+		Use:   "logs NODE | --in-cluster",
 		Short: "What the last helper on a node reported: its result, and its log while the pod exists",
 		Long: `Print what the last rollbook helper on NODE said. A failed helper is kept, so its
 container log and termination message are shown; a successful one is deleted, and its
-measured result stays recorded on the node (kmd, firmware, probe), which is shown instead.`,
-		Args: cobra.ExactArgs(1),
+measured result stays recorded on the node (kmd, firmware, probe), which is shown instead.
+With --in-cluster, print (with -f, follow) the newest in-cluster run's output instead.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.inCluster != (len(args) == 0) {
+				return cli.UsageErrorf("requires a NODE argument, or --in-cluster for the in-cluster run's log")
+			}
+			if o.follow && !o.inCluster {
+				return cli.UsageErrorf("-f follows the in-cluster run's log (--in-cluster); a helper's log is printed whole")
+			}
+			if o.inCluster {
+				cs, err := o.g.Factory.KubernetesClientSet()
+				if err != nil {
+					return err
+				}
+				return printInClusterLogs(cmd.Context(), cs, o.runnerNS, o.follow, o.g.IOStreams.Out)
+			}
 			o.node = args[0]
 			return o.Run(cmd.Context())
 		},
 		ValidArgsFunction: cli.NodeCompletion(g),
 	}
 	cmd.Flags().StringVar(&o.namespace, "helper-namespace", deploy.HelperNamespace, "namespace of the helper pods")
+	cmd.Flags().BoolVar(&o.inCluster, "in-cluster", false, "the newest in-cluster run's log (upgrade … --in-cluster)")
+	cmd.Flags().BoolVarP(&o.follow, "follow", "f", false, "with --in-cluster, keep printing as the run goes")
+	cmd.Flags().StringVar(&o.runnerNS, "runner-namespace", deploy.RunnerNamespace, "namespace of in-cluster runs' Jobs")
 	return cmd
 }
 

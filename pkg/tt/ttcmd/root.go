@@ -23,7 +23,7 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root, g := cli.NewRoot("tt", "Upgrade Tenstorrent drivers, tt-smi and firmware node by node", long, streams)
 	root.AddCommand(newUpgradeCommand(g), newPreflightCommand(g), newStatusCommand(g), newReleaseCommand(g), newLogsCommand(g))
 	root.AddCommand(append(cli.NewPauseCommands(g, "tt", tt.LockName, "kube-system"), cli.NewHistoryCommand(g, "tt", "kube-system"))...)
-	root.AddCommand(newCleanupCommand(g))
+	root.AddCommand(newCleanupCommand(g), newCancelCommand(g))
 	agent := agentcmd.NewCommand()
 	agent.Hidden = true
 	root.AddCommand(agent)

@@ -36,7 +36,7 @@ func upgradeSMICommand(g *cli.Globals) (*cobra.Command, *smiOptions) {
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			return o.Run(cmd.Context())
+			return runOrSubmit(cmd, o.g, o.helper.image, o.Run)
 		},
 	}
 	fs := cmd.Flags()

@@ -101,7 +101,7 @@ func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 		go func() {
 			note := ""
 			if o.output == "" || o.output == "wide" {
-				note = cli.PauseNote(ctx, cs, "tt", "kube-system", tt.LockName)
+				note = strings.TrimSpace(cli.RunNote(ctx, cs, "tt", "kube-system", tt.LockName) + "\n" + inClusterNote(ctx, cs))
 			}
 			pause <- note
 		}()

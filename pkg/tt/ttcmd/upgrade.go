@@ -24,6 +24,9 @@ func newUpgradeCommand(g *cli.Globals) *cobra.Command {
 		Short: "Upgrade tt-kmd, tt-smi or firmware node by node",
 	}
 	cmd.AddCommand(newUpgradeKMDCommand(g), newUpgradeSMICommand(g), newUpgradeFirmwareCommand(g))
+	for _, c := range cmd.Commands() {
+		addInClusterFlags(c)
+	}
 	return cmd
 }
 
@@ -93,7 +96,7 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			return o.Run(cmd.Context())
+			return runOrSubmit(cmd, o.g, o.helper.image, o.Run)
 		},
 	}
 	fs := cmd.Flags()

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ate/atecmd"
@@ -149,6 +150,42 @@ func forbidden(out string) bool {
 	return strings.Contains(strings.ToLower(out), "forbidden") || strings.Contains(out, "you lack")
 }
 
+// applyRunner applies deploy/runner.yaml as shipped: the in-cluster runs'
+// namespace, the tt-runner ServiceAccount bound to the tt-operator roles
+// and the Role that lets a tt-operator submit and cancel.
+func applyRunner(t *testing.T, ctx context.Context, c *simtest.Cluster) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := deploy.Apply(ctx, dyn, deploy.RunnerFile, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// proveInClusterSubmit: the viewer may not submit an in-cluster run; the
+// operator submits one and cancels it (pkg/tt/ttcmd's in-cluster e2e runs
+// a whole roll with tt-runner's own token).
+func proveInClusterSubmit(t *testing.T, ctx context.Context, c *simtest.Cluster) {
+	t.Helper()
+	tcmd := ttcmd.NewRootCommand
+	args := []string{"upgrade", "kmd", "--version", "2.8.0", "--nodes", "kwok-node-0", "--in-cluster"}
+	if out, code := run(t, ctx, c, tcmd, viewer, args...); code == 0 || !forbidden(out) {
+		t.Fatalf("the viewer submitted an in-cluster run: exit %d", code)
+	}
+	if out, code := run(t, ctx, c, tcmd, operator, args...); code != 0 || !strings.Contains(out, "created in "+deploy.RunnerNamespace) {
+		t.Fatalf("operator --in-cluster: exit %d", code)
+	}
+	if out, code := run(t, ctx, c, tcmd, operator, "cancel"); code != 0 || !strings.Contains(out, "deleted") {
+		t.Fatalf("operator cancel: exit %d", code)
+	}
+	sa := "system:serviceaccount:" + deploy.RunnerNamespace + ":" + deploy.RunnerServiceAccount
+	if out, code := run(t, ctx, c, tcmd, sa, "status"); code != 0 || forbidden(out) {
+		t.Fatalf("tt-runner status: exit %d", code)
+	}
+}
+
 func TestTTOperatorUpgradesKMDAndViewerOnlyReads(t *testing.T) {
 	c := start(t, simtest.Options{Nodes: 3, Scenario: "tt-fleet"})
 	ctx := simtest.Context(t, 8*time.Minute)
@@ -161,8 +198,10 @@ func TestTTOperatorUpgradesKMDAndViewerOnlyReads(t *testing.T) {
 	if out, code := run(t, ctx, c, tcmd, stranger, "status"); code == 0 || !forbidden(out) {
 		t.Fatalf("an unbound user read the fleet: exit %d", code)
 	}
+	applyRunner(t, ctx, c) // before bind: the operator's Role in the runner namespace is bound too
 	bind(t, ctx, c, operator, "tt-operator")
 	bind(t, ctx, c, viewer, "rollbook-viewer")
+	proveInClusterSubmit(t, ctx, c)
 
 	if _, code := run(t, ctx, c, tcmd, viewer, "status", "-o", "json"); code != 0 {
 		t.Fatalf("viewer status: exit %d", code)

@@ -1,0 +1,365 @@
+package ttcmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/rollbook/rollbook/deploy"
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/cli/lease"
+	"github.com/rollbook/rollbook/pkg/tt"
+)
+
+// An in-cluster run (`upgrade … --in-cluster`) is the same command as a Job
+// in deploy.RunnerNamespace under the ServiceAccount deploy.RunnerServiceAccount,
+// bound to the tt-operator roles (deploy/runner.yaml). It takes the same
+// Lease and writes the same journal as a terminal's run, so either takes
+// over from the other as two terminals do.
+const (
+	// LabelInCluster marks the Jobs (and their pods) of in-cluster runs.
+	LabelInCluster = "rollbook.dev/in-cluster"
+	// annSubmittedBy says who submitted an in-cluster run.
+	annSubmittedBy  = "rollbook.dev/submitted-by"
+	runnerContainer = "run"
+)
+
+// dropped are the flags an in-cluster run does not pass on: the submit's own,
+// and the kubeconfig's (the Job's pod uses its ServiceAccount).
+var dropped = map[string]bool{"in-cluster": true, "runner-namespace": true, "kubeconfig": true, "context": true,
+	"cluster": true, "user": true, "namespace": true, "server": true, "token": true, "as": true, "as-group": true,
+	"as-uid": true, "certificate-authority": true, "client-certificate": true, "client-key": true,
+	"insecure-skip-tls-verify": true, "tls-server-name": true, "username": true, "password": true, "cache-dir": true}
+
+// addInClusterFlags gives an upgrade command --in-cluster.
+func addInClusterFlags(cmd *cobra.Command) {
+	cmd.Flags().Bool("in-cluster", false, "run this same command as a Job in --runner-namespace under the tt-runner "+
+		"ServiceAccount (deploy/"+deploy.RunnerFile+"), so a long roll does not depend on this terminal; prints the Job "+
+		"and how to follow it (status, logs --in-cluster, pause, cancel)")
+	cmd.Flags().String("runner-namespace", deploy.RunnerNamespace, "namespace of in-cluster runs' Jobs")
+}
+
+// runOrSubmit runs the validated command here, or with --in-cluster
+// submits it as a Job instead.
+func runOrSubmit(cmd *cobra.Command, g *cli.Globals, helperImage string, run func(context.Context) error) error {
+	if in, _ := cmd.Flags().GetBool("in-cluster"); !in {
+		return run(cmd.Context())
+	}
+	ns, _ := cmd.Flags().GetString("runner-namespace")
+	return submit(cmd.Context(), cmd, g, ns, helperImage)
+}
+
+// submit checks what a Job's run would refuse, then creates the Job.
+func submit(ctx context.Context, cmd *cobra.Command, g *cli.Globals, ns, image string) error {
+	fs := cmd.Flags()
+	if dry := fs.Lookup("dry-run"); dry != nil && dry.Value.String() == "client" {
+		return cli.UsageErrorf("--in-cluster with --dry-run: plan here (drop --in-cluster), then submit")
+	}
+	if steal, _ := fs.GetBool("steal-lock"); steal {
+		return cli.UsageErrorf("--in-cluster with --steal-lock: a Job's restarted pod would steal again; stop the run " +
+			"holding the lock (Ctrl-C, or `kubectl tt cancel`), or let it be taken over once it stops renewing")
+	}
+	if image == "" {
+		return cli.UsageErrorf("--in-cluster needs an image: pass --helper-image (the node-agent image ships kubectl-tt)")
+	}
+	args := runnerArgs(cmd, image)
+	for _, a := range args {
+		if lease.RedactArgs([]string{a})[0] != a {
+			return cli.UsageErrorf("--in-cluster: %s would be readable in the Job's spec; pass it from the terminal", strings.SplitN(a, "=", 2)[0])
+		}
+	}
+	cs, err := g.Factory.KubernetesClientSet()
+	if err != nil {
+		return err
+	}
+	if err := checkNodesExist(ctx, cs, fs); err != nil {
+		return err
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, deploy.RunnerServiceAccount, metav1.GetOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return cli.UsageErrorf("no ServiceAccount %s/%s for in-cluster runs: a cluster admin applies deploy/%s",
+				ns, deploy.RunnerServiceAccount, deploy.RunnerFile)
+		}
+		return err
+	}
+	jobs := []cli.Permission{{Verb: "create", Group: "batch", Resource: "jobs", Namespace: ns}}
+	if err := cli.CheckPermissions(ctx, cs, "tt", jobs); err != nil {
+		return err
+	}
+	who := lease.WhoAmI(ctx, cs)
+	job, err := cs.BatchV1().Jobs(ns).Create(ctx, RunnerJob(ns, verbOf(cmd), image, args, who), metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create the in-cluster run's Job: %w", err)
+	}
+	out := g.IOStreams.Out
+	fmt.Fprintln(out, cli.Where(g))
+	fmt.Fprintf(out, "job/%s created in %s: kubectl-tt %s\n", job.Name, ns, strings.Join(args, " "))
+	fmt.Fprintf(out, `Follow it:
+  kubectl tt status                 # the run, its progress and ETA, the Job's pod
+  kubectl tt logs --in-cluster -f   # the run's output
+  kubectl tt pause / resume         # finish the node in flight and start no other / go on
+  kubectl tt cancel                 # stop it (the run stops between API calls, as on Ctrl-C)
+Take it over from a terminal: run the same command there with --steal-lock (the Job then ends).
+`)
+	return nil
+}
+
+// verbOf is "kmd", "smi" or "firmware".
+func verbOf(cmd *cobra.Command) string { return cmd.Name() }
+
+// runnerArgs are the command's arguments for the Job: its command path
+// below the root, every flag set (minus dropped), and the positional
+// arguments; --helper-image always, so the run uses the Job's own image.
+func runnerArgs(cmd *cobra.Command, image string) []string {
+	var path []string
+	for c := cmd; c.HasParent(); c = c.Parent() {
+		path = append([]string{c.Name()}, path...)
+	}
+	args := path
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if dropped[f.Name] || f.Name == "helper-image" {
+			return
+		}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			vals := sv.GetSlice()
+			if len(vals) == 0 {
+				args = append(args, "--"+f.Name+"=")
+			}
+			for _, v := range vals {
+				args = append(args, "--"+f.Name+"="+v)
+			}
+			return
+		}
+		v := f.Value.String()
+		if f.Value.Type() == "stringToInt" || f.Value.Type() == "stringToString" {
+			v = strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")
+		}
+		args = append(args, "--"+f.Name+"="+v)
+	})
+	args = append(args, "--helper-image="+image)
+	return append(args, cmd.Flags().Args()...)
+}
+
+// checkNodesExist refuses a node named in --nodes or as an argument that
+// does not exist, before a Job is made (the run would refuse it too).
+func checkNodesExist(ctx context.Context, cs kubernetes.Interface, fs *pflag.FlagSet) error {
+	nodes, _ := fs.GetStringSlice("nodes")
+	for _, n := range append(nodes, fs.Args()...) {
+		if _, err := cs.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return cli.UsageErrorf("node %q does not exist", n)
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RunnerJob is the Job of an in-cluster run of `kubectl-tt args…`.
+//
+// Its pod is retried after a kill or an eviction (a restarted run takes
+// over the Lease once the dead one's expires and continues from the
+// cluster's state), but not after bad input (2), a guard that needs a
+// person (3) or a live run holding the Lease (4: someone took it over):
+// those fail the Job. It prefers nodes without Tenstorrent cards, which
+// the roll itself drains; it runs unprivileged with a read-only root.
+func RunnerJob(ns, verb, image string, args []string, submittedBy string) *batchv1.Job {
+	labels := map[string]string{LabelInCluster: "tt", "app.kubernetes.io/managed-by": "rollbook"}
+	failJob := batchv1.PodFailurePolicyRule{Action: batchv1.PodFailurePolicyActionFailJob,
+		OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{ContainerName: ptr.To(runnerContainer),
+			Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{cli.ExitUsage, cli.ExitBlocked, cli.ExitLocked}}}
+	evicted := batchv1.PodFailurePolicyRule{Action: batchv1.PodFailurePolicyActionIgnore,
+		OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "tt-" + verb + "-", Namespace: ns, Labels: labels,
+			Annotations: map[string]string{annSubmittedBy: submittedBy}},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:            ptr.To(int32(6)),
+			TTLSecondsAfterFinished: ptr.To(int32(7 * 24 * 3600)),
+			PodFailurePolicy:        &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{failJob, evicted}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: deploy.RunnerServiceAccount,
+					RestartPolicy:      corev1.RestartPolicyNever,
+					// SIGTERM (cancel, a drain) stops the run between API calls; this is
+					// time for the step in flight and for marking nodes left cordoned.
+					TerminationGracePeriodSeconds: ptr.To(int64(600)),
+					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(65532)),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+						PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 100,
+							Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+								{Key: tt.LabelPCIPresent, Operator: corev1.NodeSelectorOpDoesNotExist}}}}}}},
+					Containers: []corev1.Container{{
+						Name: runnerContainer, Image: image, Command: []string{"kubectl-tt"}, Args: args,
+						Env: []corev1.EnvVar{{Name: "HOME", Value: "/tmp"}},
+						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+							ReadOnlyRootFilesystem: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+						VolumeMounts: []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}},
+					}},
+					Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+				},
+			},
+		},
+	}
+}
+
+// inClusterJobs are the in-cluster runs' Jobs in ns, newest first.
+func inClusterJobs(ctx context.Context, cs kubernetes.Interface, ns string) ([]batchv1.Job, error) {
+	l, err := cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelInCluster + "=tt"})
+	if err != nil {
+		return nil, err
+	}
+	jobs := l.Items
+	sort.Slice(jobs, func(i, j int) bool { return jobs[j].CreationTimestamp.Before(&jobs[i].CreationTimestamp) })
+	return jobs, nil
+}
+
+// newestPod is the Job's newest pod, or nil.
+func newestPod(ctx context.Context, cs kubernetes.Interface, j *batchv1.Job) (*corev1.Pod, error) {
+	l, err := cs.CoreV1().Pods(j.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + j.Name})
+	if err != nil || len(l.Items) == 0 {
+		return nil, err
+	}
+	pods := l.Items
+	sort.Slice(pods, func(i, k int) bool { return pods[k].CreationTimestamp.Before(&pods[i].CreationTimestamp) })
+	return &pods[0], nil
+}
+
+// jobState is "running", "succeeded", "failed: why" or "pending".
+func jobState(j *batchv1.Job) string {
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return "succeeded"
+		case batchv1.JobFailed:
+			return "failed: " + c.Reason + ": " + c.Message
+		}
+	}
+	if j.Status.Active > 0 {
+		return "active"
+	}
+	return "pending"
+}
+
+// inClusterNote is status's line about the newest in-cluster run, "" when
+// there is none (or its namespace cannot be read).
+func inClusterNote(ctx context.Context, cs kubernetes.Interface) string {
+	jobs, err := inClusterJobs(ctx, cs, deploy.RunnerNamespace)
+	if err != nil || len(jobs) == 0 {
+		return ""
+	}
+	j := &jobs[0]
+	line := fmt.Sprintf("IN-CLUSTER: job/%s in %s (submitted by %s): %s", j.Name, j.Namespace, j.Annotations[annSubmittedBy], jobState(j))
+	if j.Status.Failed > 0 {
+		line += fmt.Sprintf(", %d pod(s) failed", j.Status.Failed)
+	}
+	if p, err := newestPod(ctx, cs, j); err == nil && p != nil {
+		line += fmt.Sprintf("; pod %s %s", p.Name, p.Status.Phase)
+	}
+	return line + " — kubectl tt logs --in-cluster -f"
+}
+
+// printInClusterLogs prints (follow: streams) the newest in-cluster run's pod log.
+func printInClusterLogs(ctx context.Context, cs kubernetes.Interface, ns string, follow bool, out io.Writer) error {
+	jobs, err := inClusterJobs(ctx, cs, ns)
+	if err != nil {
+		return err
+	}
+	if len(jobs) == 0 {
+		return cli.UsageErrorf("no in-cluster run in %s (kubectl tt upgrade … --in-cluster submits one)", ns)
+	}
+	j := &jobs[0]
+	p, err := newestPod(ctx, cs, j)
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		fmt.Fprintf(out, "job/%s: %s, no pod yet\n", j.Name, jobState(j))
+		return nil
+	}
+	fmt.Fprintf(out, "job/%s (%s), pod %s (%s):\n", j.Name, jobState(j), p.Name, p.Status.Phase)
+	r, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: runnerContainer, Follow: follow}).Stream(ctx)
+	if err != nil {
+		return fmt.Errorf("log of pod %s: %w", p.Name, err)
+	}
+	defer r.Close()
+	_, err = io.Copy(out, r)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+type cancelOptions struct {
+	g         *cli.Globals
+	namespace string
+	dry       bool
+}
+
+func newCancelCommand(g *cli.Globals) *cobra.Command {
+	o := &cancelOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "cancel",
+		Short: "Stop the in-cluster run: its Job is deleted and its pod stops between API calls, as on Ctrl-C",
+		Long: `Delete the active in-cluster run's Job. Its pod gets SIGTERM and, as a terminal's run on Ctrl-C,
+stops between API calls, marks any node it leaves cordoned with why (status shows it) and releases
+the Lease. To stop after the node in flight instead, use "kubectl tt pause" (the Job then completes).
+Re-run the same upgrade (here or --in-cluster) to continue.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.Run(cmd.Context()) },
+	}
+	cmd.Flags().StringVar(&o.namespace, "runner-namespace", deploy.RunnerNamespace, "namespace of in-cluster runs' Jobs")
+	cmd.Flags().BoolVar(&o.dry, "dry-run", false, "say which Job would be deleted and delete nothing")
+	return cmd
+}
+
+// Run deletes every in-cluster Job still active.
+func (o *cancelOptions) Run(ctx context.Context) error {
+	cs, err := o.g.Factory.KubernetesClientSet()
+	if err != nil {
+		return err
+	}
+	jobs, err := inClusterJobs(ctx, cs, o.namespace)
+	if err != nil {
+		return err
+	}
+	out := o.g.IOStreams.Out
+	n := 0
+	for i := range jobs {
+		j := &jobs[i]
+		if s := jobState(j); s != "active" && s != "pending" {
+			continue
+		}
+		n++
+		if o.dry {
+			fmt.Fprintf(out, "(dry run) would delete job/%s in %s\n", j.Name, j.Namespace)
+			continue
+		}
+		err := cs.BatchV1().Jobs(j.Namespace).Delete(ctx, j.Name,
+			metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		fmt.Fprintf(out, "job/%s deleted: its run stops between API calls and releases the lock; kubectl tt status shows "+
+			"where it stopped\n", j.Name)
+	}
+	if n == 0 {
+		fmt.Fprintf(out, "no in-cluster run active in %s\n", o.namespace)
+	}
+	return nil
+}
