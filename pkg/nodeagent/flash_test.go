@@ -317,7 +317,8 @@ func TestFlashCountsPCIChipsAndReadsNAAsUnknown(t *testing.T) {
 	requireSuccess(t, r)
 	require.Len(t, r.Devices, 2)
 
-	out := []byte(`{"device_info": [{"board_info": {"bus_id": "0000:01:00.0", "board_type": "n300"}, "firmwares": {"fw_bundle_version": "N/A"}},
+	out := []byte(`{"device_info": [{"board_info": {"bus_id": "0000:01:00.0", "board_type": "n300"}, "firmwares":
+		{"fw_bundle_version": "N/A"}},
 	 {"board_info": {"bus_id": "N/A", "board_type": "n300"}, "firmwares": {"fw_bundle_version": "19.9.0.0"}}]}`)
 	got, err := nodeagent.ParseSMISnapshot(out)
 	require.NoError(t, err)

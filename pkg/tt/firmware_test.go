@@ -153,7 +153,8 @@ func TestFirmwareBundlePinAndQuery(t *testing.T) {
 	}
 	cmd = strings.Join(flashCommand(c), " ")
 	env := c.bundleEnv()
-	if strings.Contains(cmd, "sig0123") || strings.Contains(cmd, "mirror.example") || !strings.Contains(cmd, "--bundle-url-env "+EnvBundleURL) ||
+	if strings.Contains(cmd, "sig0123") || strings.Contains(cmd, "mirror.example") ||
+		!strings.Contains(cmd, "--bundle-url-env "+EnvBundleURL) ||
 		len(env) != 1 || env[0].ValueFrom.SecretKeyRef.Name != BundleSecretName || env[0].Value != "" {
 		t.Errorf("a presigned URL must reach the helper through Secret %s only: command %s, env %+v", BundleSecretName, cmd, env)
 	}
