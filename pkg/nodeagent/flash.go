@@ -255,18 +255,13 @@ func downgrades(devs []DeviceFirmware, want string) (anyDown, major bool) {
 // describeCases names the cases the devices were in before the flash,
 // "upgrade", "minor downgrade ×2", so a failure says which path it took.
 func describeCases(devs []Device, want string) string {
-	count := map[FirmwareCase]int{}
-	var order []FirmwareCase
-	for _, d := range devs {
-		c := ClassifyFirmware(d.Before, want)
-		if count[c] == 0 {
-			order = append(order, c)
-		}
-		count[c]++
+	before := make([]string, len(devs))
+	for i, d := range devs {
+		before[i] = d.Before
 	}
 	var s []string
-	for _, c := range order {
-		s = append(s, fmt.Sprintf("%s on %d device(s)", c, count[c]))
+	for _, c := range CountFirmwareCases(before, want) {
+		s = append(s, fmt.Sprintf("%s on %d device(s)", c.Case, c.N))
 	}
 	return "before the flash: " + strings.Join(s, ", ")
 }

@@ -76,3 +76,27 @@ func orQ(s string) string {
 	}
 	return s
 }
+
+// CaseCount is how many chips are in one case.
+type CaseCount struct {
+	Case FirmwareCase
+	N    int
+}
+
+// CountFirmwareCases counts running versions per case against target, in the
+// order the cases first appear.
+func CountFirmwareCases(running []string, target string) []CaseCount {
+	var out []CaseCount
+	at := map[FirmwareCase]int{}
+	for _, v := range running {
+		c := ClassifyFirmware(v, target)
+		i, ok := at[c]
+		if !ok {
+			i = len(out)
+			at[c] = i
+			out = append(out, CaseCount{Case: c})
+		}
+		out[i].N++
+	}
+	return out
+}

@@ -310,18 +310,9 @@ func majorDowngrades(r *ProbeRecord, target string) []string {
 // firmwareCases counts the devices per case (upgrade, same, minor or major
 // downgrade), "upgrade ×1, major downgrade ×1".
 func firmwareCases(r *ProbeRecord, target string) string {
-	count := map[nodeagent.FirmwareCase]int{}
-	var order []nodeagent.FirmwareCase
-	for _, v := range r.Firmware {
-		c := nodeagent.ClassifyFirmware(v, target)
-		if count[c] == 0 {
-			order = append(order, c)
-		}
-		count[c]++
-	}
 	var s []string
-	for _, c := range order {
-		s = append(s, fmt.Sprintf("%s ×%d", c, count[c]))
+	for _, c := range nodeagent.CountFirmwareCases(r.Firmware, target) {
+		s = append(s, fmt.Sprintf("%s ×%d", c.Case, c.N))
 	}
 	return strings.Join(s, ", ")
 }

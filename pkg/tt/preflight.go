@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -268,26 +267,16 @@ func (p Preflight) probe(ctx context.Context, cs kubernetes.Interface, node, run
 // pdbFindings are the pods the drain would evict that a PDB allowing no
 // disruption holds now (the drain would wait for it, cordoned).
 func (p Preflight) pdbFindings(ctx context.Context, cs kubernetes.Interface, f *Facts) ([]string, error) {
-	byNS := map[string][]policyv1.PodDisruptionBudget{}
+	blockers, err := kube.PodsDrainBlockers(ctx, cs, f.Pods, func(pod *corev1.Pod) bool { return p.evicts(f, pod) })
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	for i := range f.Pods {
-		pod := &f.Pods[i]
-		if !kube.Evictable(pod) || !p.evicts(f, pod) {
-			continue
-		}
-		l, ok := byNS[pod.Namespace]
-		if !ok {
-			list, err := cs.PolicyV1().PodDisruptionBudgets(pod.Namespace).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return nil, err
-			}
-			l = list.Items
-			byNS[pod.Namespace] = l
-		}
-		if names := kube.BlockingPDBs(pod, l); len(names) > 0 {
+	for _, b := range blockers {
+		if len(b.PDBs) > 0 {
 			out = append(out, fmt.Sprintf("pod %s/%s is covered by PodDisruptionBudget %s: the drain would wait for it "+
-				"with the node cordoned; scale its workload up or relax the budget first", pod.Namespace, pod.Name,
-				strings.Join(names, ", ")))
+				"with the node cordoned; scale its workload up or relax the budget first", b.Namespace, b.Name,
+				strings.Join(b.PDBs, ", ")))
 		}
 	}
 	sort.Strings(out)
