@@ -297,7 +297,9 @@ func DrainBlockers(ctx context.Context, cs kubernetes.Interface, node string, fi
 
 // PodsDrainBlockers is DrainBlockers for pods already read (one PDB list per
 // namespace they are in).
-func PodsDrainBlockers(ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod, filter func(*corev1.Pod) bool) ([]DrainBlocker, error) {
+func PodsDrainBlockers(
+	ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod, filter func(*corev1.Pod) bool,
+) ([]DrainBlocker, error) {
 	pdbsByNS := map[string][]policyv1.PodDisruptionBudget{}
 	var out []DrainBlocker
 	for i := range pods {

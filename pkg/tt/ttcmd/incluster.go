@@ -76,7 +76,8 @@ func submit(ctx context.Context, cmd *cobra.Command, g *cli.Globals, ns, image s
 	args := runnerArgs(cmd, image)
 	for _, a := range args {
 		if lease.RedactArgs([]string{a})[0] != a {
-			return cli.UsageErrorf("--in-cluster: %s would be readable in the Job's spec; pass it from the terminal", strings.SplitN(a, "=", 2)[0])
+			flag := strings.SplitN(a, "=", 2)[0]
+			return cli.UsageErrorf("--in-cluster: %s would be readable in the Job's spec; pass it from the terminal", flag)
 		}
 	}
 	cs, err := g.Factory.KubernetesClientSet()
