@@ -52,8 +52,10 @@ func patchPool(t *testing.T, ctx context.Context, dyn dynamic.Interface, p unstr
 	}
 }
 
-// noSuchNode is a node-selector key no node has.
-const noSuchNode = "example.com/no-such-node"
+// hostnameKey pinned to kwok-node-1: the clones fit a
+// node once it is at NEW (the roll's fleet-wide template check passes), but
+// not the canary, kwok-node-0, so the canary's verify is what must catch it.
+const hostnameKey = "kubernetes.io/hostname"
 
 // strandClones makes every new pool's pods unschedulable, as someone editing
 // the clones could: scaled to zero with a selector no node matches, then
@@ -63,7 +65,7 @@ func strandClones(t *testing.T, ctx context.Context, cs kubernetes.Interface, dy
 	t.Helper()
 	cl := clones(t, ctx, dyn)
 	for _, p := range cl {
-		patchPool(t, ctx, dyn, p, `{"spec":{"replicas":0,"template":{"nodeSelector":{"`+noSuchNode+`":"x"}}}}`)
+		patchPool(t, ctx, dyn, p, `{"spec":{"replicas":0,"template":{"nodeSelector":{"`+hostnameKey+`":"kwok-node-1"}}}}`)
 	}
 	for _, p := range cl {
 		// At 0 replicas no pod of the pool is created any more: watch every
@@ -115,7 +117,7 @@ func TestCanaryWaitsForANewWorkerHere(t *testing.T) {
 	}
 	// Once the new pools can schedule, the same command finishes the canary.
 	for _, p := range clones(t, ctx, dyn) {
-		patchPool(t, ctx, dyn, p, `{"spec":{"template":{"nodeSelector":{"`+noSuchNode+`":null}}}}`)
+		patchPool(t, ctx, dyn, p, `{"spec":{"template":{"nodeSelector":{"`+hostnameKey+`":null}}}}`)
 	}
 	atetest.MustRun(t, ctx, "roll", "next-node", "--verify-timeout", "2m")
 	labels := atetest.NodeLabels(t, ctx)
