@@ -87,6 +87,9 @@ func Host(t testing.TB, rootfs string) string {
 	})
 	kver := KernelRelease(t, rootfs)
 	write(t, filepath.Join(merged, "proc/sys/kernel/osrelease"), kver+"\n", 0o644)
+	// One Tenstorrent card on the bus, for the load stand-in to bind (the
+	// agent verifies that the module serves every card present).
+	write(t, filepath.Join(merged, "sys/bus/pci/devices", CardBusID, "vendor"), "0x1e52\n", 0o644)
 	return merged
 }
 
@@ -145,9 +148,14 @@ func kmodWrapper(rootfs, name string) string {
 	return "#!/bin/sh\n# the real " + name + " of the real-host rootfs (kmod)\nexec " + shellJoin(KmodArgv(rootfs, name)) + " \"$@\"\n"
 }
 
+// CardBusID is the PCI address of the one card Host puts on the bus.
+const CardBusID = "0000:01:00.0"
+
 // insmodStandIn loads nothing: it refuses a module whose vermagic is not
 // the host's running kernel (as the kernel does) and otherwise writes
-// /sys/module/tenstorrent/{version,refcnt} from the module's real modinfo.
+// /sys/module/tenstorrent/{version,refcnt} from the module's real modinfo
+// and binds every Tenstorrent PCI function as tt-kmd's probe does (the
+// function's driver link, /dev/tenstorrent/<ordinal>).
 // The host root is $REALHOST_ROOT.
 func insmodStandIn(tools string) string {
 	return `#!/bin/sh
@@ -169,11 +177,20 @@ fi
 mkdir -p "$root/sys/module/tenstorrent"
 ` + tools + `/modinfo -F version "$ko" >"$root/sys/module/tenstorrent/version"
 echo 0 >"$root/sys/module/tenstorrent/refcnt"
+mkdir -p "$root/dev/tenstorrent"
+n=0
+for d in "$root"/sys/bus/pci/devices/*; do
+  [ "$(cat "$d/vendor" 2>/dev/null)" = 0x1e52 ] || continue
+  ln -sfn ../../../bus/pci/drivers/tenstorrent "$d/driver"
+  : >"$root/dev/tenstorrent/$n"
+  n=$((n + 1))
+done
 `
 }
 
 // rmmodStandIn unloads nothing from the kernel: it refuses a held module
-// and otherwise removes /sys/module/tenstorrent under $REALHOST_ROOT.
+// and otherwise removes /sys/module/tenstorrent under $REALHOST_ROOT, with
+// the cards' bindings and device nodes.
 const rmmodStandIn = `#!/bin/sh
 # STAND-IN for rmmod (the module unload needs a kernel): realhost package.
 set -eu
@@ -183,6 +200,7 @@ m=$root/sys/module/$1
 [ -e "$m" ] || { echo "rmmod: ERROR: Module $1 is not currently loaded" >&2; exit 1; }
 [ "$(cat "$m/refcnt")" = 0 ] || { echo "rmmod: ERROR: Module $1 is in use" >&2; exit 1; }
 rm -rf "$m"
+rm -f "$root"/sys/bus/pci/devices/*/driver "$root"/dev/tenstorrent/[0-9]*
 `
 
 func shellJoin(argv []string) string {
