@@ -174,9 +174,6 @@ func (mv *Move) way(ctx context.Context, c *Cluster) (Sides, error) {
 	if err != nil {
 		return Sides{}, err
 	}
-	if deps.Nodes, err = c.fullNodes(ctx, mv.m.Client); err != nil {
-		return Sides{}, err
-	}
 	if failed := FailedChecks(RollPreconditions(c, deps, mv.o.AllowFullStop)); failed != "" {
 		return Sides{}, runbook.Blocked(fmt.Errorf("the roll cannot move a node; nothing was changed:\n%s", failed))
 	}
