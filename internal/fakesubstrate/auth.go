@@ -10,6 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/rollbook/rollbook/pkg/protopath"
 )
 
 // TokenReviewer authenticates a bearer token for an audience and returns the
@@ -89,4 +92,51 @@ func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 		return err
 	}
 	return h(srv, ss)
+}
+
+// SetHiddenAtespaces makes the atespaces in hidden unreadable for
+// principal: the actor calls naming one (ListActors of it, GetActor,
+// SuspendActor, RevertActor, ResumeActor) are PermissionDenied, and a
+// ListActors over every atespace leaves their actors out, as a
+// relationship-based authorizer filters a list to what the caller may see.
+// Workers are global and stay visible, their assignments too. nil or empty
+// lifts it.
+func (s *Server) SetHiddenAtespaces(principal string, hidden []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(hidden) == 0 {
+		delete(s.hidden, principal)
+		return
+	}
+	if s.hidden == nil {
+		s.hidden = map[string]map[string]bool{}
+	}
+	set := map[string]bool{}
+	for _, a := range hidden {
+		set[a] = true
+	}
+	s.hidden[principal] = set
+}
+
+func (s *Server) hiddenFrom(principal string) map[string]bool { return s.hidden[principal] }
+
+// authorizeAtespace refuses an actor call into an atespace hidden from the
+// caller. Called with s.mu held.
+func (s *Server) authorizeAtespace(ctx context.Context, method protoreflect.Name, req protoreflect.Message) error {
+	principal := PrincipalFrom(ctx)
+	hidden := s.hiddenFrom(principal)
+	if len(hidden) == 0 {
+		return nil
+	}
+	var atespace string
+	switch method {
+	case "ListActors":
+		atespace = protopath.String(req, "atespace")
+	case "GetActor", "SuspendActor", "RevertActor", "ResumeActor":
+		atespace, _ = actorRef(req)
+	}
+	if atespace != "" && hidden[atespace] {
+		return status.Errorf(codes.PermissionDenied, "%s may not call %s in atespace %s", principal, method, atespace)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package fakesubstrate
 
 import (
 	"encoding/base64"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -131,8 +132,11 @@ func (s *Server) listWorkers(req, out *dynamicpb.Message) error {
 	return nil
 }
 
-func (s *Server) listActors(req, out *dynamicpb.Message) error {
+func (s *Server) listActors(req, out *dynamicpb.Message, hidden map[string]bool) error {
 	all := s.sortedActors(protopath.String(req, "atespace"))
+	if len(hidden) > 0 {
+		all = slices.DeleteFunc(slices.Clone(all), func(a *Actor) bool { return hidden[a.Atespace] })
+	}
 	from, to, next, start, err := s.page(req, len(all))
 	if err != nil {
 		return err

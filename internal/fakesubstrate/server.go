@@ -88,12 +88,14 @@ type Server struct {
 	// the names in order, nil when the set changed (see sortedWorkers)
 	workerOrder []*Worker
 	actorOrder  []*Actor
-	ateletDown  map[string]bool
-	atelets     map[string][]string // node → versions of its Ready atelets, for the nodes the sim reports
-	calls       map[string]int
-	seq         uint64         // bumped on every change of a worker or actor
-	encoded     map[any][]byte // with EncodeCache: list items' encodings at encodedSeq
-	encodedSeq  uint64
+	// hidden are the atespaces each principal may not read (SetHiddenAtespaces).
+	hidden     map[string]map[string]bool
+	ateletDown map[string]bool
+	atelets    map[string][]string // node → versions of its Ready atelets, for the nodes the sim reports
+	calls      map[string]int
+	seq        uint64         // bumped on every change of a worker or actor
+	encoded    map[any][]byte // with EncodeCache: list items' encodings at encodedSeq
+	encodedSeq uint64
 }
 
 // Start listens on a loopback address and serves the chosen era until Stop.

@@ -37,7 +37,7 @@ func (s *Server) handler(md protoreflect.MethodDescriptor) grpc.MethodHandler {
 			return nil, err
 		}
 		call := func(ctx context.Context, r any) (any, error) {
-			return s.dispatch(md, r.(*dynamicpb.Message))
+			return s.dispatch(ctx, md, r.(*dynamicpb.Message))
 		}
 		if ic == nil {
 			return call(ctx, req)
@@ -46,10 +46,13 @@ func (s *Server) handler(md protoreflect.MethodDescriptor) grpc.MethodHandler {
 	}
 }
 
-func (s *Server) dispatch(md protoreflect.MethodDescriptor, req *dynamicpb.Message) (proto.Message, error) {
+func (s *Server) dispatch(ctx context.Context, md protoreflect.MethodDescriptor, req *dynamicpb.Message) (proto.Message, error) {
 	out := dynamicpb.NewMessage(md.Output())
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.authorizeAtespace(ctx, md.Name(), req); err != nil {
+		return nil, err
+	}
 	var err error
 	switch md.Name() {
 	case "ListWorkers":
@@ -61,7 +64,7 @@ func (s *Server) dispatch(md protoreflect.MethodDescriptor, req *dynamicpb.Messa
 	case "ListWorkerActorAssignments":
 		err = s.listAssignments(req, out)
 	case "ListActors":
-		err = s.listActors(req, out)
+		err = s.listActors(req, out, s.hiddenFrom(PrincipalFrom(ctx)))
 	case "GetActor":
 		err = s.actorCall(req, out, nil)
 	case "SuspendActor":

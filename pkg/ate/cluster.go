@@ -87,6 +87,19 @@ func (c *Cluster) nodeObject(name string) *corev1.Node {
 	return c.listed(name)
 }
 
+// fullNodes are the nodes in full (taints, labels): as listed, or listed
+// again when the cluster read them as metadata.
+func (c *Cluster) fullNodes(ctx context.Context, cs kubernetes.Interface) ([]corev1.Node, error) {
+	if c.listedFull {
+		return c.objects, nil
+	}
+	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return l.Items, nil
+}
+
 func (c *Cluster) listed(name string) *corev1.Node {
 	for i := range c.objects {
 		if c.objects[i].Name == name {

@@ -197,6 +197,8 @@ func (e *evacuation) confirm(ctx context.Context, node string, pending map[ateap
 		switch {
 		case errors.Is(err, ateapi.ErrNotFound):
 			delete(pending, r)
+		case errors.Is(err, ateapi.ErrPermissionDenied):
+			return runbook.Blocked(deniedErr(r, node, err))
 		case err != nil:
 			return err
 		case a.State == ateapi.ActorSuspended || !a.OnNode(node):
@@ -204,6 +206,14 @@ func (e *evacuation) confirm(ctx context.Context, node string, pending map[ateap
 		}
 	}
 	return nil
+}
+
+// deniedErr is a refused read or suspend of an actor living on node: the
+// node cannot be emptied with this client's token.
+func deniedErr(r ateapi.ActorRef, node string, err error) error {
+	return fmt.Errorf("actor %s on node %s: %w; the node cannot be emptied, so it does not flip. Allow the client's identity "+
+		"(the ate-client ServiceAccount, or the --ate-token-file token's) to list, get and suspend actors in atespace %s in the "+
+		"API server's authorization policy, or use a token that may, then re-run", r, node, err, r.Atespace)
 }
 
 // suspend suspends actors, a few at a time, and records the ones it
@@ -249,6 +259,10 @@ func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []at
 				suspended = append(suspended, fmt.Sprintf("%s/%s (was %s, now %s)", a.Atespace, a.Name, a.State, got.State))
 				mu.Unlock()
 			case errors.Is(err, ateapi.ErrNotFound):
+			case errors.Is(err, ateapi.ErrPermissionDenied):
+				mu.Lock()
+				errs = append(errs, runbook.Blocked(deniedErr(a.Ref(), node.Name, err)))
+				mu.Unlock()
 			case errors.Is(err, ateapi.ErrDataLoss):
 				// crashed: the next round reports it with the others
 			case errors.As(err, &ae) && (ae.ActorState.Transient() || ae.ActorState == ateapi.ActorCrashed):

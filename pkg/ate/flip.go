@@ -48,6 +48,7 @@ func (b *nodeBuilder) flip() runbook.Step[nodeFacts] {
 
 func flipGuards() []runbook.Guard[nodeFacts] {
 	return []runbook.Guard[nodeFacts]{
+		visibleGuard(),
 		{Name: "every worker on the node is draining", Check: func(f nodeFacts) (bool, string) {
 			return len(f.undrained()) == 0, fmt.Sprintf("%d worker(s) on the node are not draining", len(f.undrained()))
 		}},

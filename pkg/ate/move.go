@@ -174,6 +174,9 @@ func (mv *Move) way(ctx context.Context, c *Cluster) (Sides, error) {
 	if err != nil {
 		return Sides{}, err
 	}
+	if deps.Nodes, err = c.fullNodes(ctx, mv.m.Client); err != nil {
+		return Sides{}, err
+	}
 	if failed := FailedChecks(RollPreconditions(c, deps, mv.o.AllowFullStop)); failed != "" {
 		return Sides{}, runbook.Blocked(fmt.Errorf("the roll cannot move a node; nothing was changed:\n%s", failed))
 	}
@@ -203,7 +206,13 @@ func waitForCapacity(ctx context.Context, o *nodeObserver, node string, limit ti
 		}
 		needs, ok := f.capacity()
 		if !ok {
-			if d := describeNeeds(needs); d != last {
+			d := describeNeeds(needs)
+			if u, err := unplacedWorkerPods(ctx, o.cs, f.cfg.Sides, needs); err != nil {
+				return false, err
+			} else if u != "" {
+				d += "; " + u + ": they register as workers once a node at " + f.cfg.To + " has room for them"
+			}
+			if d != last {
 				say("waiting for free workers before draining %s: %s", node, d)
 				last = d
 			}

@@ -2,6 +2,7 @@ package ate
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -291,6 +292,55 @@ func (f nodeFacts) recordChange() []runbook.Change {
 		d += ", " + AnnVerifyPending + "=" + f.cfg.To + " (taking back a node the move to " + f.cfg.From + " left half-way)"
 	}
 	return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate", Detail: d}}
+}
+
+// stranded is the version whose atelet the node's live residents need and
+// lack: an actor bound to a worker of a pool pinned to a version other
+// than the node's label, with no Ready atelet of that version on the node
+// (a label changed by hand). A suspend checkpoints through that atelet, so
+// the label must go back first. "" when nothing is stranded, or the
+// node's pods were not read (no atelet pod of any version is known).
+func (f nodeFacts) stranded() string {
+	if f.inv == nil || !f.hasAteletPods() {
+		return ""
+	}
+	pin := map[string]string{}
+	for _, p := range append(slices.Clone(f.cfg.FromPools), f.cfg.ToPools...) {
+		pin[p.Key()] = p.Pin
+	}
+	byName := map[string]ateapi.Worker{}
+	for _, w := range f.workers() {
+		byName[w.Name] = w
+	}
+	live, _ := f.residents()
+	for _, a := range live {
+		w, ok := byName[a.Worker]
+		v := pin[w.PoolKey()]
+		if ok && v != "" && v != f.node.Labels[VersionLabel] && !f.ateletReadyOf(v) {
+			return v
+		}
+	}
+	return ""
+}
+
+func (f nodeFacts) hasAteletPods() bool {
+	for _, p := range f.pods {
+		if p.Labels[AppLabel] == AteletApp {
+			return true
+		}
+	}
+	return false
+}
+
+// ateletReadyOf: a Ready atelet of version runs on the node (a Terminating
+// one serves nothing).
+func (f nodeFacts) ateletReadyOf(version string) bool {
+	for _, p := range f.pods {
+		if p.Labels[AppLabel] == AteletApp && p.Labels[VersionLabel] == version && p.DeletionTimestamp == nil && kube.PodReady(&p) {
+			return true
+		}
+	}
+	return false
 }
 
 func (f nodeFacts) ateletReady() (bool, string) {

@@ -3,6 +3,7 @@ package ate
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -141,6 +142,32 @@ func capacityGuard() runbook.Guard[nodeFacts] {
 	}
 }
 
+// visibleGuard keeps a node from being started or flipped while an
+// atespace the substrate names cannot be read with the client's token: its
+// actors, paused ones with their local snapshot on the node included, are
+// not in the actor list, and the roll does not guess where they are.
+func visibleGuard() runbook.Guard[nodeFacts] {
+	return runbook.Guard[nodeFacts]{
+		Name: "every atespace the substrate names can be read with the client's token",
+		Check: func(f nodeFacts) (bool, string) {
+			if f.inv == nil || len(f.inv.Unreadable) == 0 {
+				return true, ""
+			}
+			return false, unreadableAdvice(f.inv, f.node.Name)
+		},
+	}
+}
+
+// unreadableAdvice says which atespaces cannot be read and how to fix it.
+func unreadableAdvice(inv *ateapi.Inventory, node string) string {
+	spaces := inv.UnreadableAtespaces()
+	return fmt.Sprintf("the control API refuses this client the actors of atespace(s) %s (%s), so the actors living on node %s "+
+		"cannot all be seen and it must not flip. Allow the client's identity (the ate-client ServiceAccount, or the "+
+		"--ate-token-file token's) to list, get and suspend actors in %s in the API server's authorization policy, "+
+		"or use a token that may, then re-run", strings.Join(spaces, ", "), inv.Unreadable[spaces[0]], node,
+		strings.Join(spaces, ", "))
+}
+
 func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 	return runbook.Step[nodeFacts]{
 		ID: "ate.node.mark", Title: "Record the move",
@@ -158,7 +185,7 @@ func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 			}
 			return false, fmt.Sprintf("%s=%q", AnnMovingTo, f.node.Annotations[AnnMovingTo])
 		},
-		Guards: []runbook.Guard[nodeFacts]{capacityGuard()},
+		Guards: []runbook.Guard[nodeFacts]{visibleGuard(), capacityGuard()},
 		Plan:   nodeFacts.recordChange,
 		Act: func(ctx context.Context, f nodeFacts) error {
 			if err := b.record(ctx, f); err != nil {
@@ -185,7 +212,7 @@ func (b *nodeBuilder) drain() runbook.Step[nodeFacts] {
 			return f.drained(), fmt.Sprintf("%d of %d worker(s) not draining, %d worker pod(s) not registered", len(u),
 				len(f.workers()), len(unreg))
 		},
-		Guards: []runbook.Guard[nodeFacts]{capacityGuard()},
+		Guards: []runbook.Guard[nodeFacts]{visibleGuard(), capacityGuard()},
 		Plan: func(f nodeFacts) []runbook.Change {
 			out := f.recordChange()
 			for _, w := range f.undrained() {
@@ -216,6 +243,7 @@ func (b *nodeBuilder) suspend() runbook.Step[nodeFacts] {
 			"few at a time; repeat until none is left (traffic may wake actors meanwhile), then drain again so workers " +
 			"registered since are covered. A CRASHED actor stops the run: revert it (kubectl ate revert) or pass --revert-crashed.",
 		Timeout: b.cfg.SuspendTimeout,
+		Guards:  []runbook.Guard[nodeFacts]{visibleGuard()},
 		Done: func(f nodeFacts) (bool, string) {
 			if f.flipped() {
 				return true, "node at " + f.cfg.To

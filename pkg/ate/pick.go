@@ -18,14 +18,24 @@ type NodeMove struct {
 	From      string    `json:"from"`
 	To        string    `json:"to"`
 	runbook.Position
+	// Relabel, when set, is the version the node's label must go back to
+	// first: actors there sit on workers of that version, whose atelet is
+	// not on the node, so no suspend can reach them (nodeFacts.stranded).
+	Relabel string `json:"relabel,omitempty"`
 }
 
-// Next is the command that finishes the move.
+// Next is the command that finishes the move, preceded by the label fix
+// when the node's actors have no atelet of their workers' version.
 func (m NodeMove) Next() string {
+	cmd := "kubectl ate roll next-node"
 	if m.Direction == Rollback {
-		return "kubectl ate rollback next-node"
+		cmd = "kubectl ate rollback next-node"
 	}
-	return "kubectl ate roll next-node"
+	if m.Relabel != "" {
+		return fmt.Sprintf("kubectl label node %s %s=%s --overwrite, wait for the %s atelet to be Ready on it, then: %s %s",
+			m.Node, VersionLabel, m.Relabel, m.Relabel, cmd, m.Node)
+	}
+	return cmd
 }
 
 // String says, for a person, what is half-way.
@@ -87,13 +97,16 @@ func NewLocator(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Locator {
 // Locate is where node stands moving s.From → s.To. Guards are not
 // decided: which node is half-way, and where, never depends on them.
 func (l *Locator) Locate(node string, s Sides) runbook.Position {
+	return runbook.LocateOnly(l.steps, l.facts(node, s))
+}
+
+func (l *Locator) facts(node string, s Sides) nodeFacts {
 	here := l.here[node]
 	n := l.nodes[node]
 	if n == nil {
 		n = NodeInfo{Name: node}.stub()
 	}
-	return runbook.LocateOnly(l.steps, nodeFacts{cfg: &NodeConfig{Sides: s}, node: n, pods: l.pods[node],
-		inv: l.inv, here: &here})
+	return nodeFacts{cfg: &NodeConfig{Sides: s}, node: n, pods: l.pods[node], inv: l.inv, here: &here}
 }
 
 // Moves are the nodes half-way in a move, with the way each one goes. A
@@ -115,7 +128,7 @@ func (l *Locator) Moves() []NodeMove {
 		}{{Roll, l.roll}, {Rollback, l.back}} {
 			if p := l.Locate(n.Name, *way.s); p.Stage == runbook.StageHalfway {
 				found = append(found, NodeMove{Node: n.Name, Version: n.Version, Direction: way.d, From: way.s.From, To: way.s.To,
-					Position: p})
+					Position: p, Relabel: l.facts(n.Name, *way.s).stranded()})
 			}
 		}
 		if len(found) == 2 && found[1].To == n.MovingTo {

@@ -19,11 +19,16 @@ import (
 type PoolDeployments struct {
 	Count   map[string]int
 	Failure map[string]string
+	// Template is each pool's pod template spec (one Deployment's).
+	Template map[string]corev1.PodSpec
+	// Nodes, when set, are the nodes in full (taints, labels): a clone
+	// whose template fits none of them once flipped serves nowhere.
+	Nodes []corev1.Node
 }
 
 // Deployments reads the worker pool Deployments (one list).
 func Deployments(ctx context.Context, cs kubernetes.Interface) (PoolDeployments, error) {
-	out := PoolDeployments{Count: map[string]int{}, Failure: map[string]string{}}
+	out := PoolDeployments{Count: map[string]int{}, Failure: map[string]string{}, Template: map[string]corev1.PodSpec{}}
 	deps, err := cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: PoolLabel})
 	if err != nil {
 		return out, fmt.Errorf("list worker pool Deployments: %w", err)
@@ -31,6 +36,7 @@ func Deployments(ctx context.Context, cs kubernetes.Interface) (PoolDeployments,
 	for _, d := range deps.Items {
 		key := d.Namespace + "/" + d.Labels[PoolLabel]
 		out.Count[key]++
+		out.Template[key] = d.Spec.Template.Spec
 		for _, c := range d.Status.Conditions {
 			if c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue {
 				out.Failure[key] = fmt.Sprintf("Deployment %s/%s: %s: %s", d.Namespace, d.Name, c.Reason, c.Message)
@@ -57,7 +63,7 @@ func RollPreconditions(c *Cluster, deployments PoolDeployments, allowFullStop bo
 	if c.New == "" {
 		return out
 	}
-	var unpinned, unpaired, undeployed, failing []string
+	var unpinned, unpaired, undeployed, failing, unplaceable []string
 	failingNS := map[string]bool{}
 	for _, p := range c.ServingPools() {
 		if p.Pin != c.Old {
@@ -75,6 +81,11 @@ func RollPreconditions(c *Cluster, deployments PoolDeployments, allowFullStop bo
 		if why := deployments.Failure[clone]; why != "" {
 			failing = append(failing, why)
 			failingNS[p.Namespace] = true
+		}
+		if spec, ok := deployments.Template[clone]; ok {
+			if why := unfit(spec, deployments.Nodes, c.New); why != "" {
+				unplaceable = append(unplaceable, clone+": "+why)
+			}
 		}
 	}
 	add("every serving pool is pinned to OLD ("+c.Old+")", len(unpinned) == 0, short(unpinned),
@@ -94,6 +105,14 @@ func RollPreconditions(c *Cluster, deployments PoolDeployments, allowFullStop bo
 	add("every clone's Deployment can create its pods", len(failing) == 0, strings.Join(failing, "; "),
 		"make room for the clones' pods, then re-run: "+orNone(strings.Join(quotas, "; "))+" (raise the quota, or lower the "+
 			"pools' resources); kubectl get events shows what else refused them")
+	// A clone whose pods no node admits once flipped (a taint without a
+	// toleration, a node selector or affinity for another architecture)
+	// serves nowhere either; before the first flip its pods are only
+	// Pending, so the template is checked against the nodes.
+	add("every clone's pods fit a node once it is at NEW", len(unplaceable) == 0, strings.Join(unplaceable, "; "),
+		"make the clone's WorkerPool template admit the nodes (kubectl edit workerpool -n NS NAME: add the toleration, or "+
+			"an image and node selector for the nodes' architecture), or remove the taint (kubectl taint node NODE KEY-), "+
+			"then re-run")
 	add("more than one node, or --allow-full-stop", len(c.Nodes) > 1 || allowFullStop, fmt.Sprintf("%d node(s)", len(c.Nodes)),
 		"on a single node the roll suspends every actor at once; pass --allow-full-stop to accept that")
 	return out

@@ -216,6 +216,7 @@ func InferStatus(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Status {
 		if len(s.Nodes) > 0 {
 			s.Summary += fmt.Sprintf("; node %s is half-way (%s)", s.Nodes[0].Node, s.Nodes[0].Step)
 		}
+
 	case s.OldPoolPodsRunning > 0 || inv != nil && s.ActorsOnOldPools > 0:
 		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; %d actor(s) still on old-pool workers, %d old-pool pod(s) "+
 			"Running", c.New, s.ActorsOnOldPools, s.OldPoolPodsRunning)
@@ -230,6 +231,10 @@ func InferStatus(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Status {
 		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; whether an actor is still on an old-pool worker is "+
 			"unknown: the control API was not read", c.New)
 		s.Next = "kubectl ate status with the control API reachable (no --no-api), before retiring"
+	case len(inv.Unreadable) > 0:
+		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; whether an actor is still on an old-pool worker is "+
+			"unknown: the actors of atespace(s) %s cannot be read with this client's token", c.New, short(inv.UnreadableAtespaces()))
+		s.Next = "allow the client's identity to list and get actors in those atespaces, then: kubectl ate status"
 	case len(UnservedClones(inv, c.PoolsPinnedTo(c.Old), c.Pools)) > 0:
 		u := UnservedClones(inv, c.PoolsPinnedTo(c.Old), c.Pools)
 		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; no worker serves for %s (registered, ACTIVE, capacity "+
@@ -239,6 +244,13 @@ func InferStatus(c *Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Status {
 	default:
 		s.Phase, s.Summary = PhaseRetireable, fmt.Sprintf("every node at %s; no actor on an old-pool worker", c.New)
 		s.Next = "upgrade the control plane (step 6), let it soak, then: kubectl ate retire (ends the rollback option)"
+	}
+	if (s.Phase == PhaseCloned || s.Phase == PhaseRolling) && inv != nil && len(inv.Unreadable) > 0 {
+		// The next command would refuse: say why, and the fix first.
+		s.Summary += fmt.Sprintf("; the actors of atespace(s) %s cannot be read with this client's token, so no node may flip",
+			short(inv.UnreadableAtespaces()))
+		s.Next = "allow the client's identity to list, get and suspend actors in " + short(inv.UnreadableAtespaces()) +
+			" (the API server's authorization policy), then: " + s.Next
 	}
 	return s
 }

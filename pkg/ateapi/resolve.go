@@ -2,6 +2,8 @@ package ateapi
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"slices"
 
 	"golang.org/x/sync/errgroup"
@@ -12,6 +14,12 @@ import (
 type Inventory struct {
 	Workers []Worker
 	Actors  []Actor
+	// Unreadable maps each atespace the client may not read (a worker
+	// names an actor there, and reading it is PermissionDenied) to the
+	// server's answer. An authorization policy may filter a list over
+	// every atespace to what the caller may see: the actors of such an
+	// atespace, paused ones included, are then missing from Actors.
+	Unreadable map[string]string `json:",omitempty"`
 }
 
 // Inventory lists all workers and actors and links them.
@@ -25,8 +33,48 @@ func (c *Client) Inventory(ctx context.Context) (*Inventory, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	unreadable, err := c.unreadableAtespaces(ctx, ws, as)
+	if err != nil {
+		return nil, err
+	}
 	Resolve(ws, as)
-	return &Inventory{Workers: ws, Actors: as}, nil
+	return &Inventory{Workers: ws, Actors: as, Unreadable: unreadable}, nil
+}
+
+// unreadableAtespaces reads one actor of each atespace that workers name
+// but the actor list has none of: an atespace listed is readable, and a
+// soft list rarely leaves out every actor of one, so this costs a call
+// only where the list may have been filtered.
+func (c *Client) unreadableAtespaces(ctx context.Context, ws []Worker, as []Actor) (map[string]string, error) {
+	listed := map[string]bool{}
+	for _, a := range as {
+		listed[a.Atespace] = true
+	}
+	var out map[string]string
+	for _, w := range ws {
+		for _, r := range w.Actors {
+			if listed[r.Atespace] {
+				continue
+			}
+			listed[r.Atespace] = true // one read per atespace
+			_, err := c.GetActor(ctx, r.Atespace, r.Name)
+			switch {
+			case errors.Is(err, ErrPermissionDenied):
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[r.Atespace] = err.Error()
+			case err != nil && !errors.Is(err, ErrNotFound):
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// UnreadableAtespaces lists inv.Unreadable's atespaces, sorted.
+func (inv *Inventory) UnreadableAtespaces() []string {
+	return slices.Sorted(maps.Keys(inv.Unreadable))
 }
 
 // Resolve fills the links each era leaves out: an actor's worker from the

@@ -3,6 +3,7 @@ package substrate
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,6 +21,16 @@ import (
 // ships. Changing it (`sim ate-setup deploy-apiserver`) rolls the fake
 // server to that era.
 const EraAnnotation = "sim.rollbook.dev/api-era"
+
+// HiddenAtespacesAnnotation on the api Deployment lists (comma-separated)
+// the atespaces the authorization policy keeps from ClientPrincipal, the
+// sim's stand-in for the embedded OpenFGA policy (rpcauthz) the server is
+// configured with. Its actor calls there are PermissionDenied, and a list
+// over every atespace leaves those actors out.
+const HiddenAtespacesAnnotation = "sim.rollbook.dev/hidden-atespaces"
+
+// ClientPrincipal is the identity of an ate-client token.
+const ClientPrincipal = "system:serviceaccount:" + Namespace + ":" + ClientSA
 
 // DefaultAPIRollDowntime is how long nothing answers while the API server
 // rolls (the old pod is gone, the new one not Ready yet).
@@ -51,6 +62,7 @@ func (s *Substrate) watchAPIRolls(ctx context.Context) error {
 		if !ok {
 			return
 		}
+		s.Server.SetHiddenAtespaces(ClientPrincipal, splitList(d.Annotations[HiddenAtespacesAnnotation]))
 		era := fakesubstrate.Era(d.Spec.Template.Annotations[EraAnnotation])
 		if era == "" || !validEra(era) {
 			return
@@ -88,4 +100,14 @@ func (s *Substrate) watchAPIRolls(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

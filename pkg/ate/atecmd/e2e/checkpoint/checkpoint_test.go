@@ -107,6 +107,21 @@ func TestSuspendNeedsTheWorkersAtelet(t *testing.T) {
 	if code != cli.ExitBlocked || !strings.Contains(out, "No atelet of its worker's version answers on node "+node) {
 		t.Fatalf("rollback next-node %s: exit %d, want %d and why the suspend cannot work", node, code, cli.ExitBlocked)
 	}
+	// Status, after that stop, names the node half-way and the exact next
+	// command: the label back first, then the same rollback.
+	st := atetest.Status(t, ctx)
+	var halfway *ate.NodeProgress
+	for i := range st.Nodes {
+		if st.Nodes[i].Node == node {
+			halfway = &st.Nodes[i]
+		}
+	}
+	fix := fmt.Sprintf("kubectl label node %s %s=%s --overwrite", node, ate.VersionLabel, atetest.OldV)
+	if halfway == nil || halfway.Direction != "rollback" || !strings.Contains(halfway.Next, fix) ||
+		!strings.Contains(st.Next, fix) || !strings.Contains(st.Next, "kubectl ate rollback next-node "+node) {
+		t.Fatalf("status after the rollback's stop: node %s %+v, next %q; want it half-way back with %q, then the rollback",
+			node, halfway, st.Next, fix)
+	}
 	// Its advice: the label back, that atelet Ready, the same command again
 	// (it deletes the new-pool pods that landed meanwhile); then the move.
 	label(t, ctx, node, atetest.OldV)

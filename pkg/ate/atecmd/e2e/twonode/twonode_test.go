@@ -5,12 +5,15 @@ package twonode
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
@@ -79,12 +82,23 @@ func TestCapacityGuard(t *testing.T) {
 
 	// Recover as the runbook says for a wrong drain: delete the drained,
 	// empty pods; their replacements register as fresh workers, and --wait
-	// sees them.
+	// sees them — once a node at NEW has room for them. The other clones'
+	// Pending pods are older, and the scheduler serves the oldest first, so
+	// the freed room is not the replacements'. Keep kwok-node-0 full first:
+	// the wait must name the pods it waits on and why they are not placed.
+	setCPU(t, ctx, c, "kwok-node-0", cpuKept(t, ctx, c, "kwok-node-0", drained))
 	for _, w := range drained {
 		if err := c.Client.CoreV1().Pods(w.Namespace).Delete(ctx, w.Pod, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	out = atetest.ExpectRefused(t, ctx, "not enough free workers", "roll", "next-node", "--wait", "--wait-timeout", "8s")
+	if !strings.Contains(out, "pod(s) of pool ate-workers/python-small-v0-3-0 not scheduled (0/2 nodes are available") ||
+		!strings.Contains(out, "Insufficient cpu") {
+		t.Errorf("the wait must name the lineage's unscheduled pods and the scheduler's reason")
+	}
+	// Make room for every pool's and clone's pods (3 × 2 workers), as the wait says.
+	setCPU(t, ctx, c, "kwok-node-0", 8)
 	// The sim records a deletion once its pod is gone: watch each go, then
 	// give its monitor the moment it takes to write, so the next test starts
 	// from a quiet violations file. That moment is kept as a sleep: whether
@@ -120,4 +134,37 @@ func TestRollAndRollbackAfterTheRecovery(t *testing.T) {
 		t.Errorf("the re-run must check for a third atelet DaemonSet")
 	}
 	atetest.NoActorLost(t, ctx)
+}
+
+// cpuKept is the cpu the pods on node request, the drained ones left out.
+func cpuKept(t *testing.T, ctx context.Context, c *simtest.Cluster, node string, drained []ateapi.Worker) int64 {
+	t.Helper()
+	pods, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := map[string]bool{}
+	for _, w := range drained {
+		gone[w.Namespace+"/"+w.Pod] = true
+	}
+	var milli int64
+	for _, p := range pods.Items {
+		if gone[p.Namespace+"/"+p.Name] || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, ct := range p.Spec.Containers {
+			milli += ct.Resources.Requests.Cpu().MilliValue()
+		}
+	}
+	return (milli + 999) / 1000
+}
+
+// setCPU gives node cpus of allocatable cpu: room for that many workers.
+func setCPU(t *testing.T, ctx context.Context, c *simtest.Cluster, node string, cpus int64) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"status":{"allocatable":{"cpu":"%d"},"capacity":{"cpu":"%d"}}}`, cpus, cpus)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{},
+		"status"); err != nil {
+		t.Fatal(err)
+	}
 }
