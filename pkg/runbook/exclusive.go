@@ -3,6 +3,7 @@ package runbook
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // exclusion runs a run's Exclusive steps one at a time and lets a step
@@ -64,20 +65,38 @@ func (e *exclusion) leave() {
 
 // waitForAnEnd gives up the exclusion until another target of the run has
 // ended since seen (an end the caller's observation may have missed counts),
-// then takes it again and returns the new count. It reports false, at once,
-// when no other target is in progress except ones waiting too: nothing will
-// free the budget.
-func (e *exclusion) waitForAnEnd(ctx context.Context, seen int) (int, bool) {
+// or, when settle is set, until it reports true, then takes it again and
+// returns the new count. It reports false, at once, when no other target
+// is in progress except ones waiting too and there is no settle: nothing
+// will free the budget; with a settle it waits for it to give up.
+func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(context.Context) bool) (int, bool) {
+	var settled, settling atomic.Bool
+	stop := func() {}
+	if settle != nil {
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		settling.Store(true)
+		go func() {
+			defer close(done)
+			settled.Store(settle(sctx))
+			settling.Store(false)
+			e.wake()
+		}()
+		stop = func() { cancel(); <-done }
+	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.busy = false
 	e.waiting++
 	e.cond.Broadcast()
-	for e.finishes == seen && e.running-e.waiting > 0 && ctx.Err() == nil {
+	for e.finishes == seen && !settled.Load() && (e.running-e.waiting > 0 || settling.Load()) && ctx.Err() == nil {
 		e.cond.Wait()
 	}
 	e.waiting--
-	ended := e.finishes != seen
+	ended := e.finishes != seen || settled.Load()
+	e.mu.Unlock()
+	stop() // outside the lock: the settle wakes the exclusion as it returns
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for e.busy && ctx.Err() == nil {
 		e.cond.Wait()
 	}
@@ -115,8 +134,13 @@ func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Ta
 			e.leave()
 			return facts, reason, nil
 		}
+		var settle func(context.Context) bool
+		if g.Settle != nil {
+			check, f := g.Settle, facts
+			settle = func(ctx context.Context) bool { return check(ctx, f) }
+		}
 		var ended bool
-		if seen, ended = e.waitForAnEnd(ctx, seen); !ended {
+		if seen, ended = e.waitForAnEnd(ctx, seen, settle); !ended {
 			e.leave()
 			return facts, reason, nil
 		}
