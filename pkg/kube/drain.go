@@ -394,11 +394,13 @@ func unhealthyEvictable(p *corev1.Pod, pdb *policyv1.PodDisruptionBudget) bool {
 
 // PDBMaySettle reports a PDB at no disruption allowed that may allow one
 // by itself: fewer of its pods are healthy than it expects (one is being
-// replaced, e.g. after an earlier node's drain), or its controller has not
-// yet observed its spec. All healthy at 0 (maxUnavailable 0, minAvailable
-// as many as there are pods) needs a person.
+// replaced, e.g. after an earlier node's drain), an eviction it admitted is
+// not yet counted (disruptedPods), or its controller has not yet observed
+// its spec. All healthy at 0 (maxUnavailable 0, minAvailable as many as
+// there are pods) needs a person.
 func PDBMaySettle(pdb *policyv1.PodDisruptionBudget) bool {
-	return pdb.Status.ObservedGeneration < pdb.Generation || pdb.Status.CurrentHealthy < pdb.Status.ExpectedPods
+	return pdb.Status.ObservedGeneration < pdb.Generation || pdb.Status.CurrentHealthy < pdb.Status.ExpectedPods ||
+		len(pdb.Status.DisruptedPods) > 0
 }
 
 // WaitDisruptionsAllowed watches, at most max, until for each of pods every

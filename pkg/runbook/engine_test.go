@@ -1072,8 +1072,12 @@ func TestSettleWaitsForABudgetFreedOutsideTheRun(t *testing.T) {
 						return nil
 					}}},
 			}
-			res := Run(context.Background(), rb, targets(w, "n1"), Options{})
+			rep := &waitRecorder{}
+			res := Run(context.Background(), rb, targets(w, "n1"), Options{Reporter: rep})
 			cordoned := w.snapshot("n1").cordonedBy == owner
+			if !slices.ContainsFunc(rep.lines, func(l string) bool { return strings.Contains(l, "waiting: budget: no disruption allowed") }) {
+				t.Errorf("the wait was not reported: %q", rep.lines)
+			}
 			switch {
 			case frees && (res.Outcome != OutcomeDone || !cordoned || settles != 1):
 				t.Errorf("freed: outcome %s, cordoned %v, %d settle(s); want done after one", res.Outcome, cordoned, settles)
@@ -1083,3 +1087,18 @@ func TestSettleWaitsForABudgetFreedOutsideTheRun(t *testing.T) {
 		})
 	}
 }
+
+// waitRecorder keeps what the engine reports of a step acting.
+type waitRecorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *waitRecorder) Step(target string, s StepResult) {
+	if s.Status == StepActing {
+		r.mu.Lock()
+		r.lines = append(r.lines, target+" "+s.Evidence)
+		r.mu.Unlock()
+	}
+}
+func (r *waitRecorder) TargetDone(TargetResult) {}

@@ -107,24 +107,26 @@ func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(cont
 // enterExclusive takes the exclusion for step s of target t and decides its
 // guards on a fresh observation of what s reads (see decideExclusive); prev
 // is the target's last observation.
-func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion, prev F) (F, string, error) {
+func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion, prev F,
+	waiting func(reason string)) (F, string, error) {
 	seen := e.enter(ctx)
 	facts, err := observeParts(ctx, rb, t, s.reads(), prev)
 	if err != nil {
 		e.leave()
 		return facts, "", err
 	}
-	return decideExclusive(ctx, rb, s, t, e, facts, seen)
+	return decideExclusive(ctx, rb, s, t, e, facts, seen, waiting)
 }
 
 // decideExclusive decides step s's guards on facts observed while holding
 // the exclusion (entered when seen ends had been counted); while a
 // SharedBudget guard fails and another target of the run may still free the
-// budget, it waits and observes again. It returns holding the exclusion when
-// the guards pass (the caller acts, then leaves) and without it when they
-// block (reason) or observing failed.
+// budget, it waits and observes again (saying so through waiting when the
+// guard has a Settle: such a wait may be long). It returns holding the
+// exclusion when the guards pass (the caller acts, then leaves) and without
+// it when they block (reason) or observing failed.
 func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion, facts F,
-	seen int) (F, string, error) {
+	seen int, waiting func(reason string)) (F, string, error) {
 	for {
 		g, reason := failingGuard(s.Guards, facts)
 		if g == nil {
@@ -138,6 +140,7 @@ func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Ta
 		if g.Settle != nil {
 			check, f := g.Settle, facts
 			settle = func(ctx context.Context) bool { return check(ctx, f) }
+			waiting(reason)
 		}
 		var ended bool
 		if seen, ended = e.waitForAnEnd(ctx, seen, settle); !ended {

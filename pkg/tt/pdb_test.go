@@ -33,6 +33,10 @@ func TestPDBGuardsRefuseOrWait(t *testing.T) {
 			Status: policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, CurrentHealthy: healthy, ExpectedPods: expected,
 				DesiredHealthy: desired}}
 	}
+	inFlight := func(p policyv1.PodDisruptionBudget) policyv1.PodDisruptionBudget {
+		p.Status.DisruptedPods = map[string]metav1.Time{"other": metav1.Now()}
+		return p
+	}
 	for _, c := range []struct {
 		name           string
 		pod            corev1.Pod
@@ -47,6 +51,7 @@ func TestPDBGuardsRefuseOrWait(t *testing.T) {
 		{"unready, the budget's healthy suffice", pod("p", "a", false), pdb("a", 2, 3, 2, nil), true, false, false},
 		{"unready, the budget short", pod("p", "a", false), pdb("a", 1, 3, 2, nil), true, false, true},
 		{"another app's PDB", pod("p", "a", true), pdb("b", 1, 1, 1, nil), true, false, false},
+		{"an eviction admitted, not yet counted", pod("p", "a", true), inFlight(pdb("a", 2, 2, 2, nil)), true, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := Facts{Node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, Pods: []corev1.Pod{c.pod},
