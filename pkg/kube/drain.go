@@ -58,6 +58,9 @@ type DrainBlocker struct {
 	Namespace, Name string
 	// PDBs whose disruption budget is exhausted for this pod.
 	PDBs []string
+	// Settles: every one of PDBs may allow a disruption by itself
+	// (PDBMaySettle).
+	Settles bool
 	// Reason is the last eviction error, if any.
 	Reason string
 }
@@ -222,7 +225,7 @@ func evictPod(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, o Dra
 			msg := fmt.Sprintf("error when evicting pods/%q -n %q (will retry when its PDB allows): %v", p.Name, p.Namespace, err)
 			fmt.Fprintln(o.Log, msg)
 			refused(msg)
-			admitted, werr := waitDisruptionAllowed(ctx, cs, p, o.RetryDelay)
+			admitted, _, werr := waitDisruptionAllowed(ctx, cs, p, o.RetryDelay)
 			if werr != nil {
 				return werr
 			}
@@ -248,9 +251,11 @@ func evictPod(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, o Dra
 // waitDisruptionAllowed watches the PDBs of p's namespace until one that
 // selects p allows a disruption (or none selects it any more), for at
 // most max. admitted reports a PDB selecting p that lists it among its
-// disrupted pods: an eviction of p was admitted already. It returns an
-// error only when ctx ends.
-func waitDisruptionAllowed(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, max time.Duration) (admitted bool, err error) {
+// disrupted pods: an eviction of p was admitted already; allowed, either
+// of the two seen (not the bound passing). It returns an error only when
+// ctx ends.
+func waitDisruptionAllowed(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, max time.Duration) (admitted, allowed bool,
+	err error) {
 	wctx, cancel := context.WithTimeout(ctx, max)
 	defer cancel()
 	pdbs := cs.PolicyV1().PodDisruptionBudgets(p.Namespace)
@@ -275,14 +280,14 @@ func waitDisruptionAllowed(ctx context.Context, cs kubernetes.Interface, p *core
 		return allowed // every PDB selecting p allows one now (or none selects it any more)
 	}
 	var store cache.Store
-	_, _ = watchtools.UntilWithSync(wctx, lw, &policyv1.PodDisruptionBudget{}, func(s cache.Store) (bool, error) {
+	_, werr := watchtools.UntilWithSync(wctx, lw, &policyv1.PodDisruptionBudget{}, func(s cache.Store) (bool, error) {
 		store = s
 		return allows(s.List()), nil
 	}, func(watch.Event) (bool, error) { return allows(store.List()), nil })
 	if ctx.Err() != nil {
-		return false, context.Cause(ctx)
+		return false, false, context.Cause(ctx)
 	}
-	return admitted, nil // allowed, admitted, or the bound passed: try again
+	return admitted, werr == nil, nil // allowed, admitted, or the bound passed: try again
 }
 
 // DrainBlockers lists the pods on node a drain would still evict, with the
@@ -300,44 +305,116 @@ func DrainBlockers(ctx context.Context, cs kubernetes.Interface, node string, fi
 func PodsDrainBlockers(
 	ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod, filter func(*corev1.Pod) bool,
 ) ([]DrainBlocker, error) {
-	pdbsByNS := map[string][]policyv1.PodDisruptionBudget{}
+	pdbs, err := ListPDBsFor(ctx, cs, pods, filter)
+	if err != nil {
+		return nil, err
+	}
+	return PDBBlockers(pods, pdbs, filter), nil
+}
+
+// PDBsByNamespace are the PodDisruptionBudgets of some namespaces, as read.
+type PDBsByNamespace map[string][]policyv1.PodDisruptionBudget
+
+// ListPDBsFor reads the PDBs of the namespaces of the pods a drain would
+// evict (filter): one list per namespace.
+func ListPDBsFor(ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod, filter func(*corev1.Pod) bool,
+) (PDBsByNamespace, error) {
+	out := PDBsByNamespace{}
+	for i := range pods {
+		p := &pods[i]
+		if _, ok := out[p.Namespace]; ok || !Evictable(p) || (filter != nil && !filter(p)) {
+			continue
+		}
+		l, err := cs.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		out[p.Namespace] = l.Items
+	}
+	return out, nil
+}
+
+// PDBBlockers decides, from PDBs already read (ListPDBsFor), each pod a
+// drain would evict (filter) with the PDBs allowing it no disruption now;
+// pure, so a guard decides on it.
+func PDBBlockers(pods []corev1.Pod, pdbs PDBsByNamespace, filter func(*corev1.Pod) bool) []DrainBlocker {
 	var out []DrainBlocker
 	for i := range pods {
 		p := &pods[i]
 		if !Evictable(p) || (filter != nil && !filter(p)) {
 			continue
 		}
-		pdbs, ok := pdbsByNS[p.Namespace]
-		if !ok {
-			l, err := cs.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return nil, err
-			}
-			pdbs = l.Items
-			pdbsByNS[p.Namespace] = pdbs
-		}
 		b := DrainBlocker{Namespace: p.Namespace, Name: p.Name}
-		b.PDBs = BlockingPDBs(p, pdbs)
+		b.PDBs, b.Settles = blockingPDBs(p, pdbs[p.Namespace])
 		out = append(out, b)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name })
-	return out, nil
+	return out
 }
 
 // BlockingPDBs names the PDBs selecting p that allow no disruption now.
 func BlockingPDBs(p *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) []string {
-	var names []string
-	for _, pdb := range pdbs {
+	names, _ := blockingPDBs(p, pdbs)
+	return names
+}
+
+// blockingPDBs names the PDBs selecting p that allow no disruption now, and
+// says whether every one of them may allow one without anyone changing it
+// (PDBMaySettle).
+func blockingPDBs(p *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) (names []string, settles bool) {
+	settles = true
+	for i := range pdbs {
+		pdb := &pdbs[i]
 		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 		if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
 			continue
 		}
-		if pdb.Status.DisruptionsAllowed < 1 {
+		if pdb.Status.DisruptionsAllowed < 1 && !unhealthyEvictable(p, pdb) {
 			names = append(names, fmt.Sprintf("%s (%d of %d healthy, %d disruptions allowed)",
 				pdb.Name, pdb.Status.CurrentHealthy, pdb.Status.ExpectedPods, pdb.Status.DisruptionsAllowed))
+			settles = settles && PDBMaySettle(pdb)
 		}
 	}
-	return names
+	return names, settles && len(names) > 0
+}
+
+// unhealthyEvictable: the eviction API lets an unready p go despite pdb at
+// 0 (its unhealthyPodEvictionPolicy: AlwaysAllow, or the default
+// IfHealthyBudget while the budget's healthy pods suffice).
+func unhealthyEvictable(p *corev1.Pod, pdb *policyv1.PodDisruptionBudget) bool {
+	if PodReady(p) {
+		return false
+	}
+	if pol := pdb.Spec.UnhealthyPodEvictionPolicy; pol != nil && *pol == policyv1.AlwaysAllow {
+		return true
+	}
+	return pdb.Status.ObservedGeneration >= pdb.Generation && pdb.Status.DesiredHealthy > 0 &&
+		pdb.Status.CurrentHealthy >= pdb.Status.DesiredHealthy
+}
+
+// PDBMaySettle reports a PDB at no disruption allowed that may allow one
+// by itself: fewer of its pods are healthy than it expects (one is being
+// replaced, e.g. after an earlier node's drain), an eviction it admitted is
+// not yet counted (disruptedPods), or its controller has not yet observed
+// its spec. All healthy at 0 (maxUnavailable 0, minAvailable as many as
+// there are pods) needs a person.
+func PDBMaySettle(pdb *policyv1.PodDisruptionBudget) bool {
+	return pdb.Status.ObservedGeneration < pdb.Generation || pdb.Status.CurrentHealthy < pdb.Status.ExpectedPods ||
+		len(pdb.Status.DisruptedPods) > 0
+}
+
+// WaitDisruptionsAllowed watches, at most max, until for each of pods every
+// PDB selecting it allows a disruption (or none selects it any more), and
+// reports whether that happened.
+func WaitDisruptionsAllowed(ctx context.Context, cs kubernetes.Interface, pods []*corev1.Pod, max time.Duration) bool {
+	wctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	for _, p := range pods {
+		if _, ok, err := waitDisruptionAllowed(wctx, cs, p, max); err != nil || !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // Evictable reports whether a drain would evict p: not terminal, not

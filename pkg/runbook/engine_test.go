@@ -1022,3 +1022,83 @@ func TestExclusiveStepPastADoneStepObservesOnce(t *testing.T) {
 		t.Errorf("observations asked for %v, want %v (outcome %s)", asked, want, res.Outcome)
 	}
 }
+
+// A SharedBudget guard with a Settle waits, with no other target in
+// progress, for the Settle to see its budget come back (something outside
+// the run frees it, a PDB's replaced pod becoming ready), observes again and
+// goes on; a Settle that gives up blocks the target, unchanged.
+func TestSettleWaitsForABudgetFreedOutsideTheRun(t *testing.T) {
+	for _, frees := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			w := newWorld("n1")
+			var mu sync.Mutex
+			allowed := false
+			freed := make(chan struct{})
+			go func() {
+				time.Sleep(time.Minute)
+				if frees {
+					mu.Lock()
+					allowed = true
+					mu.Unlock()
+					close(freed)
+				}
+			}()
+			settles := 0
+			rb := &Runbook[facts]{
+				Name: owner,
+				Observe: func(_ context.Context, tg Target) (facts, error) {
+					name := strings.TrimPrefix(tg.Name(), "node/")
+					mu.Lock()
+					defer mu.Unlock()
+					return facts{name: name, node: w.snapshot(name), target: fmt.Sprint(allowed)}, nil
+				},
+				Steps: []Step[facts]{{ID: "cordon", Exclusive: true,
+					Done: func(f facts) (bool, string) { return f.node.cordonedBy == owner, "" },
+					Guards: []Guard[facts]{{Name: "budget", SharedBudget: true,
+						Check: func(f facts) (bool, string) { return f.target == "true", "no disruption allowed" },
+						Settle: func(ctx context.Context, _ facts) bool {
+							settles++
+							select {
+							case <-freed:
+								return true
+							case <-time.After(2 * time.Minute):
+								return false
+							case <-ctx.Done():
+								return false
+							}
+						}}},
+					Act: func(_ context.Context, f facts) error {
+						w.update(f.name, func(n *memNode) { n.cordonedBy = owner })
+						return nil
+					}}},
+			}
+			rep := &waitRecorder{}
+			res := Run(context.Background(), rb, targets(w, "n1"), Options{Reporter: rep})
+			cordoned := w.snapshot("n1").cordonedBy == owner
+			if !slices.ContainsFunc(rep.lines, func(l string) bool { return strings.Contains(l, "waiting: budget: no disruption allowed") }) {
+				t.Errorf("the wait was not reported: %q", rep.lines)
+			}
+			switch {
+			case frees && (res.Outcome != OutcomeDone || !cordoned || settles != 1):
+				t.Errorf("freed: outcome %s, cordoned %v, %d settle(s); want done after one", res.Outcome, cordoned, settles)
+			case !frees && (res.Outcome != OutcomeBlocked || cordoned):
+				t.Errorf("not freed: outcome %s, cordoned %v; want blocked, uncordoned", res.Outcome, cordoned)
+			}
+		})
+	}
+}
+
+// waitRecorder keeps what the engine reports of a step acting.
+type waitRecorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *waitRecorder) Step(target string, s StepResult) {
+	if s.Status == StepActing {
+		r.mu.Lock()
+		r.lines = append(r.lines, target+" "+s.Evidence)
+		r.mu.Unlock()
+	}
+}
+func (r *waitRecorder) TargetDone(TargetResult) {}

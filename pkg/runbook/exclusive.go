@@ -3,6 +3,7 @@ package runbook
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // exclusion runs a run's Exclusive steps one at a time and lets a step
@@ -64,20 +65,38 @@ func (e *exclusion) leave() {
 
 // waitForAnEnd gives up the exclusion until another target of the run has
 // ended since seen (an end the caller's observation may have missed counts),
-// then takes it again and returns the new count. It reports false, at once,
-// when no other target is in progress except ones waiting too: nothing will
-// free the budget.
-func (e *exclusion) waitForAnEnd(ctx context.Context, seen int) (int, bool) {
+// or, when settle is set, until it reports true, then takes it again and
+// returns the new count. It reports false, at once, when no other target
+// is in progress except ones waiting too and there is no settle: nothing
+// will free the budget; with a settle it waits for it to give up.
+func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(context.Context) bool) (int, bool) {
+	var settled, settling atomic.Bool
+	stop := func() {}
+	if settle != nil {
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		settling.Store(true)
+		go func() {
+			defer close(done)
+			settled.Store(settle(sctx))
+			settling.Store(false)
+			e.wake()
+		}()
+		stop = func() { cancel(); <-done }
+	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.busy = false
 	e.waiting++
 	e.cond.Broadcast()
-	for e.finishes == seen && e.running-e.waiting > 0 && ctx.Err() == nil {
+	for e.finishes == seen && !settled.Load() && (e.running-e.waiting > 0 || settling.Load()) && ctx.Err() == nil {
 		e.cond.Wait()
 	}
 	e.waiting--
-	ended := e.finishes != seen
+	ended := e.finishes != seen || settled.Load()
+	e.mu.Unlock()
+	stop() // outside the lock: the settle wakes the exclusion as it returns
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for e.busy && ctx.Err() == nil {
 		e.cond.Wait()
 	}
@@ -88,24 +107,26 @@ func (e *exclusion) waitForAnEnd(ctx context.Context, seen int) (int, bool) {
 // enterExclusive takes the exclusion for step s of target t and decides its
 // guards on a fresh observation of what s reads (see decideExclusive); prev
 // is the target's last observation.
-func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion, prev F) (F, string, error) {
+func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion, prev F,
+	waiting func(reason string)) (F, string, error) {
 	seen := e.enter(ctx)
 	facts, err := observeParts(ctx, rb, t, s.reads(), prev)
 	if err != nil {
 		e.leave()
 		return facts, "", err
 	}
-	return decideExclusive(ctx, rb, s, t, e, facts, seen)
+	return decideExclusive(ctx, rb, s, t, e, facts, seen, waiting)
 }
 
 // decideExclusive decides step s's guards on facts observed while holding
 // the exclusion (entered when seen ends had been counted); while a
 // SharedBudget guard fails and another target of the run may still free the
-// budget, it waits and observes again. It returns holding the exclusion when
-// the guards pass (the caller acts, then leaves) and without it when they
-// block (reason) or observing failed.
+// budget, it waits and observes again (saying so through waiting when the
+// guard has a Settle: such a wait may be long). It returns holding the
+// exclusion when the guards pass (the caller acts, then leaves) and without
+// it when they block (reason) or observing failed.
 func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion, facts F,
-	seen int) (F, string, error) {
+	seen int, waiting func(reason string)) (F, string, error) {
 	for {
 		g, reason := failingGuard(s.Guards, facts)
 		if g == nil {
@@ -115,8 +136,14 @@ func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Ta
 			e.leave()
 			return facts, reason, nil
 		}
+		var settle func(context.Context) bool
+		if g.Settle != nil {
+			check, f := g.Settle, facts
+			settle = func(ctx context.Context) bool { return check(ctx, f) }
+			waiting(reason)
+		}
 		var ended bool
-		if seen, ended = e.waitForAnEnd(ctx, seen); !ended {
+		if seen, ended = e.waitForAnEnd(ctx, seen, settle); !ended {
 			e.leave()
 			return facts, reason, nil
 		}

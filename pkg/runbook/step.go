@@ -111,6 +111,13 @@ type Guard[F any] struct {
 	// share (nodes out of service): on an Exclusive step it waits for
 	// another target of the run to end instead of blocking at once.
 	SharedBudget bool
+	// Settle, on a SharedBudget guard, watches (bounded) for what the guard
+	// decides on to change outside the run too (a PodDisruptionBudget's
+	// replaced pod becoming ready): the step waits for another target's
+	// end or for Settle to report true, whichever comes first, then
+	// observes again; it blocks only when neither can come. Called outside
+	// the exclusion; ctx ends when another target ended first.
+	Settle func(ctx context.Context, f F) bool
 }
 
 // Change is one object the plan would change, and how.

@@ -156,12 +156,15 @@ func (r *targetRun[F]) decide(ctx context.Context, i int, pos Position, sr StepR
 	s := r.rb.Steps[i]
 	reason := pos.Guard
 	if s.Exclusive {
+		waiting := func(why string) {
+			r.o.Reporter.Step(r.t.Name(), StepResult{ID: s.ID, Title: s.Title, Status: StepActing, Evidence: "waiting: " + why})
+		}
 		var err error
 		if r.held == i {
 			r.held = -1 // decideExclusive leaves it, or actAndVerify does
-			r.facts, reason, err = decideExclusive(ctx, r.rb, s, r.t, r.excl, r.facts, r.heldSeen)
+			r.facts, reason, err = decideExclusive(ctx, r.rb, s, r.t, r.excl, r.facts, r.heldSeen, waiting)
 		} else {
-			r.facts, reason, err = enterExclusive(ctx, r.rb, s, r.t, r.excl, r.facts)
+			r.facts, reason, err = enterExclusive(ctx, r.rb, s, r.t, r.excl, r.facts, waiting)
 		}
 		if err != nil {
 			return r.failed(s.ID, fmt.Errorf("observe: %w", err)), false

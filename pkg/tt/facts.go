@@ -51,6 +51,9 @@ type Facts struct {
 	// OthersOutLabels are those nodes' labels, for the per-label budgets
 	// (--max-unavailable-per).
 	OthersOutLabels []map[string]string
+	// PDBs are the PodDisruptionBudgets of the namespaces of the pods the
+	// drain would evict, read only for the cordon's decision (readPDBs).
+	PDBs kube.PDBsByNamespace
 	// Shared is the module another node published for this node's kernel
 	// (kmd), read when a step asks for readShared and carried over after.
 	Shared *SharedModule
@@ -101,6 +104,9 @@ type observer struct {
 	run      string
 	// shared, when set, reads Facts.Shared (readShared).
 	shared func(ctx context.Context, f *Facts) (*SharedModule, error)
+	// evicts, when set, names the pods the runbook's drain evicts: their
+	// namespaces' PDBs are read before the cordon (readPDBs).
+	evicts func(f *Facts, p *corev1.Pod) bool
 	// daemonSets, when set, keeps the holders' DaemonSet templates read
 	// before the cordon for a short while (several observations of one
 	// node, and nodes of one fleet, share one read).
@@ -117,6 +123,8 @@ const (
 	readOthersOut
 	// readShared: the module published for the node's kernel (kmd).
 	readShared
+	// readPDBs: the PDBs over the pods the drain would evict (before a cordon).
+	readPDBs
 )
 
 func (o observer) observe(ctx context.Context, node string) (Facts, error) {
@@ -128,8 +136,30 @@ func (o observer) observePartsOf(ctx context.Context, t runbook.Target, parts ru
 	return o.observeParts(ctx, t.Name(), parts, prev)
 }
 
-// observeParts reads the parts asked for; the others keep prev's values.
+// observeParts reads the parts asked for; the others keep prev's values,
+// but the PDBs, which are read for the decision that asks for them only.
 func (o observer) observeParts(ctx context.Context, node string, parts runbook.Parts, prev Facts) (Facts, error) {
+	f, err := o.observeNodeParts(ctx, node, parts, prev)
+	f.PDBs = nil
+	if err != nil || parts&readPDBs == 0 {
+		return f, err
+	}
+	return f, o.readPDBs(ctx, &f)
+}
+
+// readPDBs reads the PDBs the node's drain would meet, once this run probed
+// the node and until its cordon.
+func (o observer) readPDBs(ctx context.Context, f *Facts) error {
+	// (preflight's observer has no owner, and no run: it reads them always)
+	if o.evicts == nil || f.Finished || (o.owner != "" && f.ourCordon()) || (o.run != "" && !f.measuredFresh(o.run)) {
+		return nil
+	}
+	var err error
+	f.PDBs, err = kube.ListPDBsFor(ctx, o.cs, f.Pods, func(p *corev1.Pod) bool { return o.evicts(f, p) })
+	return err
+}
+
+func (o observer) observeNodeParts(ctx context.Context, node string, parts runbook.Parts, prev Facts) (Facts, error) {
 	name := strings.TrimPrefix(node, "node/")
 	var n *corev1.Node
 	if w := kube.NodeWritesOf(o.cs); w != nil {

@@ -192,6 +192,14 @@ func (c *FirmwareConfig) fwFinished(n *corev1.Node) bool {
 	return p != nil && p.Run == c.RunID && len(p.Firmware) > 0 && allAt(p.Firmware, c.Readback)
 }
 
+// cordonGuards orders a cordon's guards: what refuses at once first (the
+// probe, a PDB only a person can change), then the budgets shared with the
+// run's other nodes, and last a PDB waited for, decided once a slot is free.
+func cordonGuards(probe runbook.Guard[Facts], pdb pdbGuardPair, budgets ...runbook.Guard[Facts]) []runbook.Guard[Facts] {
+	out := append([]runbook.Guard[Facts]{probe}, pdb.refuse...)
+	return append(append(out, budgets...), pdb.wait...)
+}
+
 // outOfServiceBudget refuses a cordon that would put more than max nodes
 // out of service.
 func outOfServiceBudget(limit int) runbook.Guard[Facts] {
@@ -331,6 +339,10 @@ func FirmwareRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *FirmwareCo
 	obs := observer{cs: cs, owner: FirmwareRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
 		finished: cfg.fwFinished, skip: FirmwareSkipReason, countOut: cfg.MaxParallel > 0, run: cfg.RunID, daemonSets: &templateCache{}}
+	if cfg.Drain {
+		obs.evicts = fwEvicts
+	}
+	pdb := pdbGuards(cs, "tt-firmware", cfg.Drain, fwEvicts, cfg.DrainTimeout)
 	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
 	blockers := fwBlockers(cfg)
 	return &runbook.Runbook[Facts]{
@@ -350,8 +362,8 @@ happens to exist. The flash never runs while a process holds the device (unless
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
 			b.probe("tt.fw.probe", []string{"kubectl-tt", "node-agent", "probe"}, blockers),
-			b.cordon("tt.fw.cordon", append([]runbook.Guard[Facts]{probeClear("tt-firmware", cfg.RunID, blockers),
-				outOfServiceBudget(cfg.MaxParallel)}, perLabelBudget(cfg.MaxUnavailablePer)...)...),
+			b.cordon("tt.fw.cordon", cordonGuards(probeClear("tt-firmware", cfg.RunID, blockers), pdb,
+				append([]runbook.Guard[Facts]{outOfServiceBudget(cfg.MaxParallel)}, perLabelBudget(cfg.MaxUnavailablePer)...)...)...),
 			b.closeGates("tt.fw.close-gates", cfg.DeployGates),
 			b.evictDevicePods("tt.fw.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "firmware "+cfg.Version+" flash"),
 			b.helperTask(task{

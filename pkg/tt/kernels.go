@@ -26,7 +26,7 @@ func reportedKernel(n *corev1.Node) (kernel, source string) {
 	if k := n.Labels[LabelNFDKernel]; k != "" {
 		return k, "NFD label " + LabelNFDKernel
 	}
-	if p := probeRecordOf(n); p != nil && p.Kernel != "" && !kmdRecordNewer(n, p.At) {
+	if p := probeRecordOf(n); p != nil && p.Kernel != "" && !kmdRecordNewer(n, p) {
 		return p.Kernel, "measured by the probe of " + p.At.Format(time.RFC3339)
 	}
 	return "", ""

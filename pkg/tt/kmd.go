@@ -258,6 +258,12 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
 		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason, countOut: true, run: cfg.RunID,
 		daemonSets: &templateCache{}}
+	if cfg.Drain {
+		obs.evicts = kmdEvicts(cfg)
+	}
+	// preflight's pdb check, decided at the cordon: one PDB that needs a
+	// person refuses; one whose pods are being replaced is waited for.
+	pdb := pdbGuards(cs, "tt-kmd", cfg.Drain, kmdEvicts(cfg), cfg.DrainTimeout)
 	share := newModuleShare(cs, rec, cfg)
 	cfg.share = share
 	obs.shared = share.read
@@ -295,8 +301,8 @@ the target version is measured on it, whatever its label says.`,
 			b.probe("tt.kmd.probe", kmdProbeCommand(cfg), blockers),
 			share.waitStep(),
 			// One node at a time by default, like the operator's DaemonSet rollout.
-			labelOnly(b.cordon("tt.kmd.cordon", append([]runbook.Guard[Facts]{probeClear("tt-kmd", cfg.RunID, blockers),
-				outOfServiceBudget(max(cfg.MaxParallel, 1))}, perLabelBudget(cfg.MaxUnavailablePer)...)...)),
+			labelOnly(b.cordon("tt.kmd.cordon", cordonGuards(probeClear("tt-kmd", cfg.RunID, blockers), pdb,
+				append([]runbook.Guard[Facts]{outOfServiceBudget(max(cfg.MaxParallel, 1))}, perLabelBudget(cfg.MaxUnavailablePer)...)...)...)),
 			labelOnly(b.closeGates("tt.kmd.close-gates", cfg.DeployGates)),
 			labelOnly(b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "tt-kmd "+v+" upgrade")),
 			labelOnly(kmdDrainStep(cs, rec, cfg)),

@@ -124,6 +124,14 @@ func CheckNoOperator(ctx context.Context, cs kubernetes.Interface) error {
 	for _, ds := range l.Items {
 		names = append(names, ds.Namespace+"/"+ds.Name)
 	}
-	return fmt.Errorf("the tt-k8s-driver-manager operator manages tt-kmd here (DaemonSet %s); running both would fight over the module. "+
-		"Upgrade through the operator (kubectl patch ttdp …), or uninstall it first", strings.Join(names, ", "))
+	return &OperatorError{DaemonSets: names}
+}
+
+// OperatorError is CheckNoOperator's refusal: a blocker that needs a person
+// (preflight's driver-operator), not a failure.
+type OperatorError struct{ DaemonSets []string }
+
+func (e *OperatorError) Error() string {
+	return fmt.Sprintf("the tt-k8s-driver-manager operator manages tt-kmd here (DaemonSet %s); running both would fight over the "+
+		"module. Upgrade through the operator (kubectl patch ttdp …), or uninstall it first", strings.Join(e.DaemonSets, ", "))
 }

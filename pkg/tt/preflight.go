@@ -216,7 +216,7 @@ func (p Preflight) node(ctx context.Context, cs kubernetes.Interface, n *corev1.
 		return nil, err
 	}
 	var tc templateCache
-	o := observer{cs: cs, daemonSets: &tc}
+	o := observer{cs: cs, daemonSets: &tc, evicts: p.evicts}
 	if err := o.readHolderTemplates(ctx, &f); err != nil {
 		return nil, err
 	}
@@ -229,11 +229,12 @@ func (p Preflight) node(ctx context.Context, cs kubernetes.Interface, n *corev1.
 	}
 	atTarget := p.Component == "kmd" && f.Measured.KMD == p.version
 	if p.Drain && !atTarget {
-		pdb, err := p.pdbFindings(ctx, cs, &f)
-		if err != nil {
+		// What the upgrade's cordon guards decide on (pdbGuards), read the same way.
+		if err := o.readPDBs(ctx, &f); err != nil {
 			return nil, err
 		}
-		add(CheckPDB, pdb...)
+		bl := pdbBlocked(&f, p.evicts)
+		add(CheckPDB, append(pdbMessages(bl, false), pdbMessages(bl, true)...)...)
 	}
 	return out, nil
 }
@@ -262,25 +263,6 @@ func (p Preflight) probe(ctx context.Context, cs kubernetes.Interface, node, run
 	}
 	r := probeRecord(h.Result, run, time.Now())
 	return &r, nil
-}
-
-// pdbFindings are the pods the drain would evict that a PDB allowing no
-// disruption holds now (the drain would wait for it, cordoned).
-func (p Preflight) pdbFindings(ctx context.Context, cs kubernetes.Interface, f *Facts) ([]string, error) {
-	blockers, err := kube.PodsDrainBlockers(ctx, cs, f.Pods, func(pod *corev1.Pod) bool { return p.evicts(f, pod) })
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, b := range blockers {
-		if len(b.PDBs) > 0 {
-			out = append(out, fmt.Sprintf("pod %s/%s is covered by PodDisruptionBudget %s: the drain would wait for it "+
-				"with the node cordoned; scale its workload up or relax the budget first", b.Namespace, b.Name,
-				strings.Join(b.PDBs, ", ")))
-		}
-	}
-	sort.Strings(out)
-	return out, nil
 }
 
 type noRecorder struct{}

@@ -343,7 +343,7 @@ func measuredDisagrees(n *corev1.Node) string {
 		return ""
 	}
 	var out []string
-	if label := n.Labels[LabelKMDVersion]; label != "" && label != p.KMD && !kmdRecordNewer(n, p.At) {
+	if label := n.Labels[LabelKMDVersion]; label != "" && label != p.KMD && !kmdRecordNewer(n, p) {
 		out = append(out, fmt.Sprintf("kmd label %s, measured %s", label, orUnknown(p.KMD)))
 	}
 	if label := n.Labels[LabelFirmware]; label != "" && len(p.Firmware) > 0 && !allAt(p.Firmware, label) {
@@ -357,11 +357,13 @@ func measuredDisagrees(n *corev1.Node) string {
 	return "label and measurement disagree (probe " + p.At.Format(time.RFC3339) + "): " + strings.Join(out, "; ")
 }
 
-func kmdRecordNewer(n *corev1.Node, than time.Time) bool {
+// kmdRecordNewer: the node's kmd result is newer than probe p. Both are
+// kept to the second: within one, the result of p's own run came after it.
+func kmdRecordNewer(n *corev1.Node, p *ProbeRecord) bool {
 	var r kmdRecord
 	if json.Unmarshal([]byte(n.Annotations[AnnKMDResult]), &r) != nil {
 		return false
 	}
 	at, err := time.Parse(time.RFC3339, r.At)
-	return err == nil && at.After(than)
+	return err == nil && (at.After(p.At) || (at.Equal(p.At) && r.Run == p.Run))
 }

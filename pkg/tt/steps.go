@@ -64,7 +64,7 @@ func foreignCordon(f *Facts) (bool, string) {
 func (b *builder) cordon(id string, guards ...runbook.Guard[Facts]) runbook.Step[Facts] {
 	return runbook.Step[Facts]{
 		ID: id, Title: "Cordon the node",
-		Reads: readNode | readOthersOut,
+		Reads: readNode | readOthersOut | readPDBs,
 		// The --max-parallel budget is shared by the run's targets: decide
 		// it one cordon at a time (see runbook.Step.Exclusive).
 		Exclusive: true,

@@ -220,6 +220,10 @@ func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selecti
 	if errors.As(err, &bad) {
 		return nil, ctx, nil, cli.UsageErrorf("%v", err)
 	}
+	var operator *tt.OperatorError
+	if errors.As(err, &operator) { // what preflight reports as driver-operator: blocked, nothing changed
+		return nil, ctx, nil, cli.WithExitCode(cli.ExitBlocked, err)
+	}
 	if err != nil {
 		return nil, ctx, nil, err
 	}
