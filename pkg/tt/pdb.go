@@ -77,7 +77,8 @@ func pdbGuards(cs kubernetes.Interface, rb string, enabled bool, evicts func(*Fa
 			return refuse(f, pdbMessages(pdbBlocked(&f, evicts), false))
 		},
 	}}, wait: []runbook.Guard[Facts]{{
-		Name:         "every PodDisruptionBudget over the pods to evict allows a disruption (waited for, uncordoned, up to --drain-timeout)",
+		Name: "every PodDisruptionBudget over the pods to evict allows a disruption " +
+			"(waited for, uncordoned, up to --drain-timeout)",
 		SharedBudget: true,
 		Check: func(f Facts) (bool, string) {
 			return refuse(f, pdbMessages(pdbBlocked(&f, evicts), true))
