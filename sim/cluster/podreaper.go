@@ -99,8 +99,10 @@ func exitingFor(p *corev1.Pod) (time.Duration, string) {
 	return 0, ""
 }
 
-// DeletionRequested is when the pod's deletion was asked for: the kubelet
-// sends SIGTERM then, and deletionTimestamp is that plus the grace period.
+// DeletionRequested is when the pod's deletion was asked for, at the
+// latest: the kubelet sends SIGTERM then, and deletionTimestamp is that plus
+// the grace period. The API keeps it to the second, truncated, so the end of
+// that second is taken: a window counted from it never ends early.
 func DeletionRequested(p *corev1.Pod) time.Time {
 	if p.DeletionTimestamp == nil {
 		return time.Time{}
@@ -108,6 +110,9 @@ func DeletionRequested(p *corev1.Pod) time.Time {
 	t := p.DeletionTimestamp.Time
 	if g := p.DeletionGracePeriodSeconds; g != nil {
 		t = t.Add(-time.Duration(*g) * time.Second)
+	}
+	if t.Equal(t.Truncate(time.Second)) {
+		t = t.Add(time.Second - time.Millisecond)
 	}
 	return t
 }
