@@ -173,6 +173,12 @@ func (s *Server) canHostLocked(w *Worker, a *Actor) bool {
 	if w.State != atestate.WorkerActive || w.CapacityPending || len(s.actorsOn(w.Name)) >= w.capacity() {
 		return false
 	}
+	// A resume restores through the atelet of the worker's node: none
+	// serves the worker's version there (the new one still Pending after
+	// a flip, say) means no placement.
+	if s.checkpointerLocked(w) != nil {
+		return false
+	}
 	for k, v := range a.WorkerSelector {
 		if w.Labels[k] != v {
 			return false

@@ -208,7 +208,33 @@ func (s *Server) CrashActorsOnWorker(name string) []ActorRef {
 	return s.crashOnLocked(name)
 }
 
+// LoseActorsOnWorker is CrashActorsOnWorker when the worker's ateom exited
+// (why) while the worker is still registered: its sandboxes are gone.
+func (s *Server) LoseActorsOnWorker(name, why string) []ActorRef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.crashWhyLocked(name, why)
+}
+
+// AwakeOn names the actors bound to the worker that are not SUSPENDED:
+// the ones its ateom's exit would lose.
+func (s *Server) AwakeOn(name string) []ActorRef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []ActorRef
+	for _, a := range s.actorsOn(name) {
+		if a.State != atestate.ActorSuspended {
+			out = append(out, ActorRef{Atespace: a.Atespace, Name: a.Name})
+		}
+	}
+	return out
+}
+
 func (s *Server) crashOnLocked(name string) []ActorRef {
+	return s.crashWhyLocked(name, "")
+}
+
+func (s *Server) crashWhyLocked(name, why string) []ActorRef {
 	var crashed []ActorRef
 	node := ""
 	if w, ok := s.workers[name]; ok {
@@ -220,6 +246,9 @@ func (s *Server) crashOnLocked(name string) []ActorRef {
 			continue
 		}
 		a.CrashMessage = fmt.Sprintf("worker %s was deleted while the actor was %s", name, a.State)
+		if why != "" {
+			a.CrashMessage = fmt.Sprintf("%s while the actor was %s", why, a.State)
+		}
 		a.State = atestate.ActorCrashed
 		s.setWorker(a, "")
 		if node != "" {

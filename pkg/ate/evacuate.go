@@ -320,7 +320,18 @@ func (e *evacuation) deleteIdle(ctx context.Context, cs kubernetes.Interface, re
 	hosts := hostsByWorker(inv)
 	var kept []string
 	for _, p := range pods {
-		if a := hosts[string(p.uid)]; a != "" {
+		a := hosts[string(p.uid)]
+		if a == "" {
+			// Lists may leave out a worker or actor that changed while they
+			// ran: the pod's own worker is read directly, drained first if it
+			// still takes actors, so none can land between this look and
+			// the delete (an ateom exits on SIGTERM with its awake actors
+			// lost, at the latest when the eviction window ends).
+			if a, err = e.directHost(ctx, string(p.uid)); err != nil {
+				return fmt.Errorf("worker of pod %s/%s: %w", p.ref.Namespace, p.ref.Name, err)
+			}
+		}
+		if a != "" {
 			kept = append(kept, p.ref.Namespace+"/"+p.ref.Name+" (hosts "+a+")")
 			continue
 		}
@@ -332,6 +343,36 @@ func (e *evacuation) deleteIdle(ctx context.Context, cs kubernetes.Interface, re
 		return runbook.Blocked(fmt.Errorf("not deleted, their worker hosts an actor: %s. %s", strings.Join(kept, ", "), hint))
 	}
 	return nil
+}
+
+// directHost reads worker (a pod's UID) directly and names what it hosts
+// ("" for none, or no such worker: the pod never registered). A worker
+// still ACTIVE is drained first, then read again.
+func (e *evacuation) directHost(ctx context.Context, worker string) (string, error) {
+	w, err := e.api.GetWorker(ctx, worker)
+	if errors.Is(err, ateapi.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if w.State != ateapi.WorkerDraining {
+		if _, err := e.api.DrainWorker(ctx, worker); err != nil && !errors.Is(err, ateapi.ErrNotFound) {
+			return "", err
+		}
+		if w, err = e.api.GetWorker(ctx, worker); errors.Is(err, ateapi.ErrNotFound) {
+			return "", nil
+		} else if err != nil {
+			return "", err
+		}
+	}
+	switch {
+	case len(w.Actors) > 0:
+		return w.Actors[0].String(), nil
+	case w.AllocatedActors > 0:
+		return fmt.Sprintf("%d actor(s)", w.AllocatedActors), nil
+	}
+	return "", nil
 }
 
 // suspendPlan is what emptying a node does to its residents: suspend the

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -343,16 +344,48 @@ func (f nodeFacts) ateletReadyOf(version string) bool {
 	return false
 }
 
+// ateletReady says whether the target version's atelet on the node is
+// Ready, and else what it waits on: the new pod stays Pending (unscheduled,
+// so not on the node yet) while another atelet pod there still holds the
+// node's host ports.
 func (f nodeFacts) ateletReady() (bool, string) {
-	for _, p := range f.pods {
-		if p.Labels[AppLabel] == AteletApp && p.Labels[VersionLabel] == f.cfg.To {
+	var mine *corev1.Pod
+	var holders []string
+	for i, p := range f.pods {
+		if p.Labels[AppLabel] != AteletApp {
+			continue
+		}
+		if p.Labels[VersionLabel] == f.cfg.To && p.DeletionTimestamp == nil {
 			if kube.PodReady(&p) {
 				return true, "atelet " + p.Name + " Ready"
 			}
-			return false, "atelet " + p.Name + " is " + string(p.Status.Phase)
+			mine = &f.pods[i]
+			continue
 		}
+		h := p.Name + " (" + p.Labels[VersionLabel]
+		if p.DeletionTimestamp != nil {
+			h += ", Terminating, deleted at " + p.DeletionTimestamp.Add(-gracePeriod(p)).UTC().Format(time.RFC3339)
+		}
+		holders = append(holders, h+")")
 	}
-	return false, "no atelet for " + f.cfg.To + " on the node yet"
+	why := "no atelet for " + f.cfg.To + " on the node yet"
+	if mine != nil {
+		why = "atelet " + mine.Name + " is " + string(mine.Status.Phase)
+	}
+	if len(holders) > 0 {
+		why += "; atelet pod " + strings.Join(holders, ", ") + " still holds the node's host ports (8085, 9090): the " +
+			f.cfg.To + " atelet stays Pending until it has exited"
+	}
+	return false, why
+}
+
+// gracePeriod is the grace the pod's deletion was given: its
+// deletionTimestamp minus this is when the deletion was asked for.
+func gracePeriod(p corev1.Pod) time.Duration {
+	if g := p.DeletionGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	return 0
 }
 
 // toPodsReady counts the target pools' pods on the node and the Ready ones.

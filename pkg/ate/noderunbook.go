@@ -57,6 +57,7 @@ type NodeConfig struct {
 type API interface {
 	Inventory(ctx context.Context) (*ateapi.Inventory, error)
 	DrainWorker(ctx context.Context, name string) (ateapi.Worker, error)
+	GetWorker(ctx context.Context, name string) (ateapi.Worker, error)
 	GetActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
 	SuspendActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
 	RevertActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)

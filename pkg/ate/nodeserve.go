@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
@@ -76,14 +78,67 @@ func (b *nodeBuilder) ateletReady() runbook.Step[nodeFacts] {
 					"command again", nd, f.cfg.To))
 			}
 			if err != nil && ctx.Err() != nil {
-				return fmt.Errorf("the %s atelet on %s is not Ready: %w. If its log says the image cache \"has layout version\" "+
+				// What it waited on, read once more past the budget.
+				lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer lcancel()
+				h := f
+				if pods, perr := o.pods(lctx, f.node.Name).now(lctx); perr == nil {
+					h.pods = pods
+				}
+				_, why := h.ateletReady()
+				if p := pendingAtelet(lctx, cs, f.node.Name, f.cfg.To); p != "" {
+					why += "; " + p
+				}
+				return fmt.Errorf("the %s atelet on %s is not Ready (%s): %w. It comes up once the node's old atelet has "+
+					"exited; the same command waits for it again. If its log says the image cache \"has layout version\" "+
 					"it does not support, clear /var/lib/ate/image-cache on the node (kubectl debug node/%s --image=busybox -- "+
-					"rm -rf /host/var/lib/ate/image-cache) and delete the atelet pod", f.cfg.To, f.node.Name, context.Cause(ctx),
-					f.node.Name)
+					"rm -rf /host/var/lib/ate/image-cache) and delete the atelet pod", f.cfg.To, f.node.Name, why,
+					context.Cause(ctx), f.node.Name)
 			}
 			return err
 		},
 	}
+}
+
+// pendingAtelet describes the version's atelet pod meant for node that the
+// scheduler has not placed yet (a DaemonSet pod names its node in its
+// affinity, not spec.nodeName, until then), with the scheduler's reason.
+func pendingAtelet(ctx context.Context, cs kubernetes.Interface, node, version string) string {
+	l, err := cs.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: AppLabel + "=" + AteletApp + "," + VersionLabel + "=" + version, FieldSelector: "spec.nodeName="})
+	if err != nil {
+		return ""
+	}
+	for _, p := range l.Items {
+		if !affinityNames(&p, node) {
+			continue
+		}
+		s := "atelet pod " + p.Name + " Pending, not scheduled"
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+				s += ": " + c.Message
+			}
+		}
+		return s
+	}
+	return ""
+}
+
+// affinityNames reports whether p's required node affinity names node by
+// metadata.name, as the DaemonSet controller writes it.
+func affinityNames(p *corev1.Pod, node string) bool {
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return false
+	}
+	for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, r := range t.MatchFields {
+			if r.Key == "metadata.name" && slices.Contains(r.Values, node) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {

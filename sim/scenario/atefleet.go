@@ -65,8 +65,10 @@ import (
 // roll then needs --allow-full-stop.
 //
 // ROLLBOOK_SIM_ATE_ERA, ROLLBOOK_SIM_ATE_EVICTION_WINDOW (default 20s),
-// ROLLBOOK_SIM_ATE_TRAFFIC (off | on | tick), ROLLBOOK_SIM_ATE_TRANSITION and
-// ROLLBOOK_SIM_ATE_REGISTER_DELAY override the defaults.
+// ROLLBOOK_SIM_ATE_TRAFFIC (off | on | tick), ROLLBOOK_SIM_ATE_TRANSITION,
+// ROLLBOOK_SIM_ATE_REGISTER_DELAY and the rest of substrate.FromEnv's
+// (ROLLBOOK_SIM_ATE_ATEOM_EXIT, ROLLBOOK_SIM_ATE_ATELET_HANDOFF, …) override
+// the defaults.
 const (
 	ateOldVersion = "v0.2.0"
 	ateWorkersNS  = "ate-workers"

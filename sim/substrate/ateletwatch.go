@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,7 +13,21 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/rollbook/rollbook/internal/fakesubstrate"
+	"github.com/rollbook/rollbook/sim/cluster"
 )
+
+// ateletHold keeps a deleted atelet pod Terminating for handoff after its
+// deletion (it drains, within its 330s grace period): it holds the node's
+// host ports 8085 and 9090 meanwhile, so the scheduler leaves the node's
+// new atelet pod Pending until it is gone.
+func ateletHold(handoff time.Duration) cluster.ExitHold {
+	return func(p *corev1.Pod) (time.Duration, string) {
+		if handoff <= 0 || p.Namespace != Namespace || p.Labels[AppLabel] != AteletApp {
+			return 0, ""
+		}
+		return time.Until(cluster.DeletionRequested(p).Add(handoff)), "atelet " + p.Name + " drains before it exits"
+	}
+}
 
 // watchAtelets tells the fake server which atelet versions are Ready on
 // each node: a suspend checkpoints through the atelet of the worker's node,

@@ -29,10 +29,20 @@ type Options struct {
 	// Era is the API era served; default fakesubstrate.EraC (resource-style
 	// Worker, DrainWorker and RevertActor).
 	Era fakesubstrate.Era
-	// EvictionWindow is how long after a worker pod is gone its actors may
-	// still be suspended before the rest crash (30 min on a real install).
-	// Default DefaultEvictionWindow.
+	// EvictionWindow is how long after a worker pod's deletion (SIGTERM,
+	// deletionTimestamp minus the grace period) its ateom keeps its actors
+	// suspendable before it exits and the awake ones are lost (ateom's
+	// workloadGracePeriod, 30 min on a real install). Default
+	// DefaultEvictionWindow.
 	EvictionWindow time.Duration
+	// AteomExit, when set, is how soon after SIGTERM the ateom exits
+	// whatever its actors do (an ateom or actor that quits on SIGTERM; the
+	// 1-minute budget before upstream #1565): its awake actors are lost then.
+	AteomExit time.Duration
+	// AteletHandoff is how long a deleted atelet pod takes to exit (its
+	// drain, at most its 330s grace period): its host ports stay taken
+	// meanwhile, so the node's new atelet pod stays Pending.
+	AteletHandoff time.Duration
 	// PageSize is the List page size for requests that ask for 0; default
 	// fakesubstrate's (2, so clients page).
 	PageSize int
@@ -86,6 +96,8 @@ const (
 	EnvCapacityDelay  = "ROLLBOOK_SIM_ATE_CAPACITY_DELAY"    // Go duration
 	EnvWorkerCapacity = "ROLLBOOK_SIM_ATE_WORKER_CAPACITY"   // actors per worker (era D)
 	EnvAPIRollDown    = "ROLLBOOK_SIM_ATE_API_ROLL_DOWNTIME" // Go duration without an API server during a roll
+	EnvAteomExit      = "ROLLBOOK_SIM_ATE_ATEOM_EXIT"        // Go duration: ateom exits that soon after SIGTERM
+	EnvAteletHandoff  = "ROLLBOOK_SIM_ATE_ATELET_HANDOFF"    // Go duration a deleted atelet takes to exit
 )
 
 // FromEnv applies the ROLLBOOK_SIM_ATE_* overrides to o.
@@ -117,7 +129,7 @@ func (o Options) fromLookup(lookup func(string) (string, bool)) (Options, error)
 	}
 	for env, d := range map[string]*time.Duration{EnvTransition: &o.TransitionTime, EnvRegisterDelay: &o.RegisterDelay,
 		EnvCapacityDelay: &o.CapacityDelay,
-		EnvAPIRollDown:   &o.APIRollDowntime} {
+		EnvAPIRollDown:   &o.APIRollDowntime, EnvAteomExit: &o.AteomExit, EnvAteletHandoff: &o.AteletHandoff} {
 		if v, ok := lookup(env); ok && v != "" {
 			x, err := time.ParseDuration(v)
 			if err != nil || x < 0 {

@@ -223,13 +223,18 @@ func TestOptionsFromEnv(t *testing.T) {
 		o.Traffic.Resume != 0.5 {
 		t.Fatalf("%+v %v", o, err)
 	}
+	if o, err := base.fromLookup(env(map[string]string{EnvAteomExit: "2s", EnvAteletHandoff: "40s"})); err != nil ||
+		o.AteomExit != 2*time.Second || o.AteletHandoff != 40*time.Second {
+		t.Fatalf("ateom exit and atelet hand-off: %+v %v", o, err)
+	}
 	if o, _ := base.fromLookup(env(map[string]string{EnvTraffic: "off"})); o.Traffic != nil {
 		t.Error("off kept traffic")
 	}
 	if o, _ := (Options{}).fromLookup(env(map[string]string{EnvTraffic: "on"})); o.Traffic == nil {
 		t.Error("on left traffic off")
 	}
-	for k, v := range map[string]string{EnvEra: "z", EnvEvictionWindow: "-1s", EnvTraffic: "sometimes"} {
+	for k, v := range map[string]string{EnvEra: "z", EnvEvictionWindow: "-1s", EnvTraffic: "sometimes", EnvAteomExit: "soon",
+		EnvAteletHandoff: "-3s"} {
 		if _, err := base.fromLookup(env(map[string]string{k: v})); err == nil {
 			t.Errorf("%s=%s accepted", k, v)
 		}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/rollbook/rollbook/internal/fakesubstrate"
+	"github.com/rollbook/rollbook/sim/cluster"
 	"github.com/rollbook/rollbook/sim/monitor"
 )
 
@@ -106,6 +107,11 @@ func (s *Substrate) Run(ctx context.Context) error {
 	pc := newPoolController(s.dyn, w)
 	ws := newWorkerSyncer(s.Server, w, s.cfg.EvictionWindow, s.cfg.RegisterDelay, s.changed, s.cfg.Logf)
 	ws.capacity, ws.capacityDelay = s.cfg.WorkerCapacity, s.cfg.CapacityDelay
+	ws.ateomExit = s.cfg.AteomExit
+	// The sim's kubelet finishes a deleted pod once its containers exit:
+	// an ateom with awake actors holds its window, an atelet drains.
+	cluster.HoldExits(ws.holdExit)
+	cluster.HoldExits(ateletHold(s.cfg.AteletHandoff))
 	nw := newNodeWatch(s.cfg.Client, s.Server, s.changed, s.cfg.Logf)
 	nw.dir = s.cfg.Dir
 	if err := w.start(ctx); err != nil {

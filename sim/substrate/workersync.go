@@ -3,6 +3,7 @@ package substrate
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,13 +17,18 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rollbook/rollbook/internal/fakesubstrate"
+	"github.com/rollbook/rollbook/sim/cluster"
 )
 
 // workerSyncer mirrors worker pods into the fake's Workers the way
 // atecontroller's workersync does (§5.3, §6): a Ready pod with an IP
 // registers as a Worker named by the pod's UID; a Terminating pod's worker
-// drains; once the pod is gone, the worker is removed after the eviction
-// window, crashing the actors still bound to it (SUSPENDED ones survive).
+// drains, and its ateom (SIGTERM at the deletion request) keeps its actors
+// suspendable for the eviction window, or until it exits early, then exits:
+// the actors still awake then are lost, whether or not the pod object is
+// gone (a finalizer may keep it). Once the pod is gone the worker is
+// removed (DeleteWorker), crashing the actors still bound to it
+// (SUSPENDED ones survive).
 type workerSyncer struct {
 	srv    *fakesubstrate.Server
 	pods   corelisters.PodLister
@@ -34,8 +40,12 @@ type workerSyncer struct {
 	// registers (era D; 0: at once).
 	capacity      int
 	capacityDelay time.Duration
-	changed       *changes
-	logf          func(string, ...any)
+	// ateomExit, when set, ends the window that soon after SIGTERM.
+	ateomExit time.Duration
+	changed   *changes
+	logf      func(string, ...any)
+	// exits holds the ateom exit timer per worker whose pod is Terminating.
+	exits sync.Map // worker name → struct{}
 	// byPod maps a pod's name to the UID its Worker was registered under;
 	// only the single queue worker touches it.
 	byPod map[cache.ObjectName]types.UID
@@ -104,6 +114,7 @@ func (s *workerSyncer) reconcile(ctx context.Context, key cache.ObjectName) erro
 		// Checked before readiness: a Terminating pod may lose its IP.
 		if tracked {
 			s.drain(string(uid))
+			s.exitLater(ctx, string(uid), pod)
 		}
 		return nil
 	case tracked || pod.Status.PodIP == "" || !podReady(pod):
@@ -164,23 +175,65 @@ func (s *workerSyncer) drain(worker string) {
 	}
 }
 
-// gone starts the eviction window of a worker whose pod has disappeared.
-func (s *workerSyncer) gone(ctx context.Context, worker string, pod cache.ObjectName) {
-	s.drain(worker)
-	klog.Infof("substrate: worker pod %s gone; worker %s is removed in %s", pod, worker, s.window)
-	time.AfterFunc(s.window, func() {
+// ateomExitAt is when the ateom of a Terminating worker pod exits with its
+// actors still awake: the eviction window (or its early exit) counted from
+// SIGTERM, the deletion request, not from when the syncer noticed; the
+// kubelet kills it at the deletionTimestamp at the latest.
+func (s *workerSyncer) ateomExitAt(pod *corev1.Pod) (time.Time, string) {
+	start := cluster.DeletionRequested(pod)
+	at, why := start.Add(s.window), "its eviction window ("+s.window.String()+" from SIGTERM) ended"
+	if s.ateomExit > 0 && s.ateomExit < s.window {
+		at, why = start.Add(s.ateomExit), "its ateom exited "+s.ateomExit.String()+" after SIGTERM"
+	}
+	if end := pod.DeletionTimestamp.Time; end.Before(at) {
+		at, why = end, "the kubelet killed it at the end of the pod's grace period"
+	}
+	return at, why
+}
+
+// exitLater loses the worker's awake actors when its ateom exits (once per
+// worker).
+func (s *workerSyncer) exitLater(ctx context.Context, worker string, pod *corev1.Pod) {
+	if _, dup := s.exits.LoadOrStore(worker, struct{}{}); dup {
+		return
+	}
+	at, why := s.ateomExitAt(pod)
+	time.AfterFunc(time.Until(at), func() {
 		if ctx.Err() != nil {
 			return
 		}
-		crashed, err := s.srv.RemoveWorker(worker)
-		if err != nil {
-			return // already removed
-		}
-		for _, a := range crashed {
-			s.logf("substrate: actor %s/%s CRASHED: its worker %s was deleted while it was awake", a.Atespace, a.Name, worker)
+		why := fmt.Sprintf("worker %s: pod %s/%s deleted, %s", worker, pod.Namespace, pod.Name, why)
+		for _, a := range s.srv.LoseActorsOnWorker(worker, why) {
+			s.logf("substrate: actor %s/%s CRASHED: %s", a.Atespace, a.Name, why)
 		}
 		s.changed.fire()
 	})
+}
+
+// holdExit keeps a deleted worker pod Terminating while its ateom runs: up
+// to its exit, as long as an actor on its worker is awake (the kubelet
+// then finishes the deletion).
+func (s *workerSyncer) holdExit(p *corev1.Pod) (time.Duration, string) {
+	if p.Labels[PoolLabel] == "" || p.DeletionTimestamp == nil || len(s.srv.AwakeOn(string(p.UID))) == 0 {
+		return 0, ""
+	}
+	at, _ := s.ateomExitAt(p)
+	return time.Until(at), "ateom of worker " + string(p.UID) + " holds its awake actors' eviction window"
+}
+
+// gone is the syncer's DeleteWorker once the worker's pod is gone: its
+// ateom exited with it, so the actors still awake are lost now.
+func (s *workerSyncer) gone(_ context.Context, worker string, pod cache.ObjectName) {
+	s.exits.Delete(worker)
+	crashed, err := s.srv.RemoveWorker(worker)
+	if err != nil {
+		return // already removed
+	}
+	klog.Infof("substrate: worker pod %s gone; worker %s removed", pod, worker)
+	for _, a := range crashed {
+		s.logf("substrate: actor %s/%s CRASHED: its worker %s was deleted while it was awake", a.Atespace, a.Name, worker)
+	}
+	s.changed.fire()
 }
 
 // RegisterDelayAnnotation on a worker pod overrides the registration lag

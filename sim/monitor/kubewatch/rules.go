@@ -164,11 +164,14 @@ func running(p *corev1.Pod) bool {
 }
 
 // skews returns, keyed "<worker ns/name> <atelet ns/name>", each Running
-// worker pod pinned to a version next to a Running atelet of another version.
+// worker pod pinned to a version next to a Running, not Terminating, atelet of
+// another version.
 func skews(workers, atelets []*corev1.Pod) map[string]string {
 	byNode := map[string][]*corev1.Pod{}
 	for _, a := range atelets {
-		if a.Status.Phase == corev1.PodRunning && a.Spec.NodeName != "" {
+		// A Terminating atelet is leaving (the flip's hand-off: it drains
+		// while the new version's workers start): it serves nothing new.
+		if a.Status.Phase == corev1.PodRunning && a.Spec.NodeName != "" && a.DeletionTimestamp == nil {
 			byNode[a.Spec.NodeName] = append(byNode[a.Spec.NodeName], a)
 		}
 	}

@@ -189,6 +189,8 @@ func TestSkews(t *testing.T) {
 			pods(pod("ate-system", "a", "n1", atelet("v2"))), 0},
 		{"atelet pending", pods(pod("w", "p", "n1", worker("small", "v1"))),
 			pods(pod("ate-system", "a", "n1", atelet("v2"), phase(corev1.PodPending))), 0},
+		{"atelet terminating (the flip's hand-off)", pods(pod("w", "p", "n1", worker("small", "v1"))),
+			pods(pod("ate-system", "a", "n1", atelet("v2"), terminating)), 0},
 		{"atelet version from image", pods(pod("w", "p", "n1", worker("small", "v1"))), []*corev1.Pod{imageOnly}, 1},
 		{"two atelets, one matches", pods(pod("w", "p", "n1", worker("small", "v1"))),
 			pods(pod("ate-system", "a", "n1", atelet("v1")), pod("ate-system", "b", "n1", atelet("v2"))), 1},
