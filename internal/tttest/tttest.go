@@ -17,6 +17,7 @@ import (
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
 	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
 )
@@ -75,4 +76,39 @@ func Reboot(t *testing.T, ctx context.Context, name, kernel string) {
 	if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(label), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// BlockedUncordoned runs kubectl tt with args and checks what every refusal
+// before a node's cordon must give: exit 3 with each of want in the output,
+// the node never cordoned (watched while the command runs), no note that it
+// was left cordoned, and its host untouched (the same module loaded, no
+// operation done). It returns the output.
+func BlockedUncordoned(t *testing.T, ctx context.Context, node string, want []string, args ...string) string {
+	t.Helper()
+	before := Host(t, node).LoadedKMD
+	ops, _ := fakehost.Ops(HostRoot(t, node))
+	untouched := simtest.Get(t).NeverCordoned(t, ctx, node)
+	out, code := Run(t, ctx, args...)
+	if code != cli.ExitBlocked {
+		t.Errorf("exit %d, want %d (blocked)", code, cli.ExitBlocked)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("the output does not say %q", w)
+		}
+	}
+	if !untouched() {
+		t.Error("the node was cordoned")
+	}
+	n := Node(t, node)
+	if n.Spec.Unschedulable || n.Annotations[kube.AnnLeftCordoned] != "" {
+		t.Errorf("after the run: unschedulable %v, left-cordoned %q", n.Spec.Unschedulable, n.Annotations[kube.AnnLeftCordoned])
+	}
+	if got := Host(t, node).LoadedKMD; got != before {
+		t.Errorf("the host's module is %q, was %q", got, before)
+	}
+	if after, _ := fakehost.Ops(HostRoot(t, node)); len(after) != len(ops) {
+		t.Errorf("the host changed: %v", after[len(ops):])
+	}
+	return out
 }

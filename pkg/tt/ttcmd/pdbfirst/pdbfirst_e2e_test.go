@@ -27,11 +27,9 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 
-	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/internal/tttest"
 	"github.com/rollbook/rollbook/pkg/cli"
-	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
 
@@ -110,34 +108,6 @@ func waitPDB(t *testing.T, ctx context.Context, ns, name string, cond func(*poli
 	}
 }
 
-// blockedUncordoned runs the upgrade and checks what a PDB refusal must
-// give: exit 3 naming the PDB with its fix, the node never cordoned (a
-// watch), no left-cordoned note, nothing done on the host.
-func blockedUncordoned(t *testing.T, ctx context.Context, nodeName string, want []string, args ...string) {
-	t.Helper()
-	ops, _ := fakehost.Ops(hostRoot(t, nodeName))
-	untouched := simtest.Get(t).NeverCordoned(t, ctx, nodeName)
-	out, code := run(t, ctx, args...)
-	if code != cli.ExitBlocked {
-		t.Errorf("exit %d, want %d (blocked)", code, cli.ExitBlocked)
-	}
-	for _, w := range want {
-		if !strings.Contains(out, w) {
-			t.Errorf("the output does not say %q", w)
-		}
-	}
-	if !untouched() {
-		t.Error("the node was cordoned")
-	}
-	n := node(t, nodeName)
-	if n.Spec.Unschedulable || n.Annotations[kube.AnnLeftCordoned] != "" {
-		t.Errorf("after the run: unschedulable %v, left-cordoned %q", n.Spec.Unschedulable, n.Annotations[kube.AnnLeftCordoned])
-	}
-	if after, _ := fakehost.Ops(hostRoot(t, nodeName)); len(after) != len(ops) {
-		t.Errorf("the host changed: %v", after[len(ops):])
-	}
-}
-
 // A PDB that allows no disruption with every pod healthy (maxUnavailable 0)
 // over a device holder is refused before the cordon by upgrade kmd and
 // upgrade firmware alike, as preflight reports it; once the budget is
@@ -156,9 +126,9 @@ func TestPDBAtZeroStopsBeforeCordon(t *testing.T) {
 		t.Errorf("preflight: exit %d, want %d naming precious-pdb", code, cli.ExitBlocked)
 	}
 	// (A short --drain-timeout: a drain that meets the PDB, cordoned, gives up soon.)
-	blockedUncordoned(t, ctx, n, want, "upgrade", "kmd", "--version", target, "--nodes", n, "--drain-timeout", "1m")
+	tttest.BlockedUncordoned(t, ctx, n, want, "upgrade", "kmd", "--version", target, "--nodes", n, "--drain-timeout", "1m")
 	bundle := "file://" + filepath.Join(c.Dir, "bundles", "fw_pack-19.0.0.fwbundle")
-	blockedUncordoned(t, ctx, n, want, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle, "--nodes", n,
+	tttest.BlockedUncordoned(t, ctx, n, want, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle, "--nodes", n,
 		"--drain-timeout", "1m")
 	if h := host(t, n); h.LoadedKMD != tttestFleetKMD {
 		t.Errorf("the host runs %q, want %s", h.LoadedKMD, tttestFleetKMD)

@@ -8,7 +8,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/internal/tttest"
-	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
@@ -33,36 +31,10 @@ var node, host, hostRoot = tttest.Node, tttest.Host, tttest.HostRoot
 
 var run = tttest.Run
 
-// blockedUncordoned runs the upgrade and checks what every probe refusal
-// must give: exit 3 with the reason, the node never cordoned, no note that
-// it was left cordoned, and the host's module untouched.
+// blockedUncordoned: upgrade kmd of target is refused before its cordon.
 func blockedUncordoned(t *testing.T, ctx context.Context, target string, want []string, args ...string) {
 	t.Helper()
-	before := host(t, target).LoadedKMD
-	ops, _ := fakehost.Ops(hostRoot(t, target))
-	untouched := simtest.Get(t).NeverCordoned(t, ctx, target)
-	out, code := run(t, ctx, append([]string{"upgrade", "kmd", "--nodes", target}, args...)...)
-	if code != cli.ExitBlocked {
-		t.Errorf("exit %d, want %d (blocked)", code, cli.ExitBlocked)
-	}
-	for _, w := range want {
-		if !strings.Contains(out, w) {
-			t.Errorf("the output does not say %q", w)
-		}
-	}
-	if !untouched() {
-		t.Error("the node was cordoned")
-	}
-	n := node(t, target)
-	if n.Spec.Unschedulable || n.Annotations[kube.AnnLeftCordoned] != "" {
-		t.Errorf("after the run: unschedulable %v, left-cordoned %q", n.Spec.Unschedulable, n.Annotations[kube.AnnLeftCordoned])
-	}
-	if got := host(t, target).LoadedKMD; got != before {
-		t.Errorf("the host's module is %q, was %q", got, before)
-	}
-	if after, _ := fakehost.Ops(hostRoot(t, target)); len(after) != len(ops) {
-		t.Errorf("the host changed: %v", after[len(ops):])
-	}
+	tttest.BlockedUncordoned(t, ctx, target, want, append([]string{"upgrade", "kmd", "--nodes", target}, args...)...)
 }
 
 // A version tt-kmd never tagged, or a tag that names another commit than
