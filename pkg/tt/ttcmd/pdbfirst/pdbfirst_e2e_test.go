@@ -38,7 +38,7 @@ import (
 // cordon.
 func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "tt-fleet"}) }
 
-var run, node, host, hostRoot = tttest.Run, tttest.Node, tttest.Host, tttest.HostRoot
+var run, node, host = tttest.Run, tttest.Node, tttest.Host
 
 const target = "2.8.0"
 
