@@ -56,9 +56,18 @@ func TestCleanupAfterARoll(t *testing.T) {
 		tt_(t, runCtx, "upgrade", "kmd", "--version", "2.8.0", "--nodes", target)
 	}()
 	defer func() { cancel(); <-done }() // never log after the test ended
+	// Wait for the helper to run, not just to exist: cleanup names a
+	// Pending helper differently, and a loaded node starts it late.
 	for e := range w.ResultChan() {
-		if p, ok := e.Object.(*corev1.Pod); ok && e.Type == watch.Added && p.Spec.NodeName == target {
+		p, ok := e.Object.(*corev1.Pod)
+		if !ok || e.Type == watch.Deleted || p.Spec.NodeName != target {
+			continue
+		}
+		if p.Status.Phase == corev1.PodRunning {
 			break
+		}
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			t.Fatalf("the kmd helper ended (%s) before the test saw it run", p.Status.Phase)
 		}
 	}
 	w.Stop()
