@@ -12,13 +12,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,10 +132,21 @@ func TestKMDFleetInParallel(t *testing.T) {
 	streams, _, _, _ := genericiooptions.NewTestIOStreams()
 	p := &progress{rc: rc}
 	streams.Out, streams.ErrOut = p, p
+	simCPU0, err := c.CPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	toolCPU0 := selfCPU()
 	start := time.Now()
 	code := cli.ExecuteContext(ctx, ttcmd.NewRootCommand(streams), []string{"upgrade", "kmd", "--version", "2.8.1",
 		"--nodes", strings.Join(names, ","), "--max-parallel", strconv.Itoa(parallel), "--kubeconfig", c.Kubeconfig}, p)
 	total := time.Since(start)
+	toolCPU := selfCPU() - toolCPU0
+	simCPU1, err := c.CPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	simCPU := simCPU1.Since(simCPU0)
 	if name := os.Getenv("ROLLBOOK_FLEET_PROGRESS"); name != "" {
 		// The run's progress, for where its time went (each step's line
 		// ends with its duration).
@@ -182,6 +196,12 @@ func TestKMDFleetInParallel(t *testing.T) {
 		drain.Round(time.Millisecond))
 	t.Logf("roll in %s; ideal %s (one build round + %d × (drain + hit)): %+.1f %% (target ≤ +15 %%)", total.Round(time.Second),
 		ideal.Round(time.Second), batches, 100*over)
+	// What the machine's cores had to give: when the CPU alone needs about
+	// the roll's time, the roll waited on the cores, not on its own waits.
+	cpu := toolCPU + simCPU.Total()
+	t.Logf("CPU: %s in all (%.2f s per node): the tool %s, the sim's processes %s (%s); on %d cores that alone is %s of the roll's %s",
+		cpu.Round(time.Second), cpu.Seconds()/float64(nodes), toolCPU.Round(time.Second), simCPU.Total().Round(time.Second),
+		topCPU(simCPU, 5), runtime.NumCPU(), (cpu / time.Duration(runtime.NumCPU())).Round(time.Second), total.Round(time.Second))
 	t.Logf("builds: %d (target exactly %d)", builds, groups)
 	t.Logf("requests: %d in all (+%d permission checks), %.1f per node (target ≤ 40); per node while the first quarter finished %d, "+
 		"while the last quarter did %d (flat within ±20 %%); %s", rc.Total(), rc.Preflight(), perNode, first, last, rc.Breakdown())
@@ -197,6 +217,26 @@ func TestKMDFleetInParallel(t *testing.T) {
 	if over > 0.15 {
 		t.Errorf("the roll took %s, %.1f %% over its ideal %s (target ≤ 15 %%)", total.Round(time.Second), 100*over, ideal.Round(time.Second))
 	}
+}
+
+// selfCPU is the CPU time this process (the tool runs in it) used so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// topCPU names the n processes that used the most.
+func topCPU(u simtest.CPUUse, n int) string {
+	names := slices.Collect(maps.Keys(u))
+	slices.SortFunc(names, func(a, b string) int { return int(u[b] - u[a]) })
+	var parts []string
+	for _, k := range names[:min(n, len(names))] {
+		parts = append(parts, fmt.Sprintf("%s %s", k, u[k].Round(100*time.Millisecond)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func median(v []time.Duration) time.Duration {
