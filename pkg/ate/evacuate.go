@@ -42,6 +42,42 @@ type evacuation struct {
 	// settled (nil: none) gets the facts of the round that found the work
 	// done: nothing changed after they were read.
 	settled func(nodeFacts)
+	// meter (nil: none) times the suspends; with a pace known, a suspend is
+	// started only while the actors left fit the step's budget (its
+	// context's deadline), and budget is the full --suspend-timeout a
+	// re-run gets, for the advice. measured (nil: none) records the pace.
+	meter    *paceMeter
+	budget   time.Duration
+	measured func(context.Context, Pace) error
+}
+
+// paceErr stops the evacuation before a suspend that the projection says
+// cannot end within what is left of the budget (ok false); nil while it fits
+// or no pace is known.
+func (e *evacuation) paceErr(ctx context.Context, node string, left int) error {
+	if e.meter == nil {
+		return nil
+	}
+	deadline, ok := ctx.Deadline()
+	pace := e.meter.pace()
+	if !ok || !pace.Known() {
+		return nil
+	}
+	p := Project(left, pace, e.maxSuspends, e.suspendInterval, time.Until(deadline))
+	if p.Fits() {
+		return nil
+	}
+	return runbook.Blocked(fmt.Errorf("suspending the actors left on node %s would outlast the budget: %s left of --suspend-timeout "+
+		"%s. Stopped before burning it; the node stays drained and its other actors keep running. To finish it, %s",
+		node, p.Describe(), e.budget, p.Fix(e.budget)))
+}
+
+// record writes the pace this run measured, if any.
+func (e *evacuation) recordPace(ctx context.Context) error {
+	if e.meter == nil || e.measured == nil || !e.meter.measured() {
+		return nil
+	}
+	return e.measured(ctx, e.meter.pace())
 }
 
 // drain drains workers one by one and records them in one Event on the
@@ -229,6 +265,9 @@ func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []at
 	)
 	defer func() {
 		wg.Wait()
+		if err := e.recordPace(ctx); err != nil {
+			e.rec.Record(ctx, kube.NodeRef(node), true, "SuspendPaceNotRecorded", err.Error())
+		}
 		if len(suspended) > 0 {
 			sort.Strings(suspended)
 			e.rec.Record(ctx, kube.NodeRef(node), false, "ActorSuspended", fmt.Sprintf("suspended %s to empty node %s",
@@ -247,14 +286,28 @@ func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []at
 			}
 		}
 		sem <- struct{}{}
+		if err := e.paceErr(ctx, node.Name, len(actors)-i); err != nil {
+			<-sem
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			return errors.Join(append(errs, err)...)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			start := time.Now()
 			got, err := e.api.SuspendActor(ctx, a.Atespace, a.Name)
 			var ae *ateapi.Error
 			switch {
 			case err == nil:
+				if e.meter != nil && got.State == ateapi.ActorSuspended && (a.State == ateapi.ActorRunning || a.State == ateapi.ActorPaused) {
+					// The call held its slot until SUSPENDED: that is what
+					// bounds the rate. A call answering SUSPENDING held it
+					// for less than the suspend takes, and is not a pace.
+					e.meter.observe(time.Since(start))
+				}
 				mu.Lock()
 				suspended = append(suspended, fmt.Sprintf("%s/%s (was %s, now %s)", a.Atespace, a.Name, a.State, got.State))
 				mu.Unlock()
