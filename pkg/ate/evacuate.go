@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -192,7 +193,8 @@ func (e *evacuation) empty(ctx context.Context, f nodeFacts) error {
 			}
 			pending[a.Ref()] = true
 		}
-		if err := e.suspend(ctx, f.node, todo); err != nil {
+		todo, urgent := goingFirst(f, todo)
+		if err := e.suspend(ctx, f.node, todo, urgent); err != nil {
 			return err
 		}
 		select { // suspends and registrations take a moment; actors keep waking
@@ -255,7 +257,11 @@ func deniedErr(r ateapi.ActorRef, node string, err error) error {
 // suspend suspends actors, a few at a time, and records the ones it
 // suspended in one Event on the node per round (naming each, with its
 // state before and after), written once the round's calls have returned.
-func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []ateapi.Actor) error {
+//
+// The first urgent actors sit on workers whose pods are already going:
+// the eviction window, not the budget, is what they race, and stopping
+// would leave them to it, so the pace check never stops a run before them.
+func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []ateapi.Actor, urgent int) error {
 	sem := make(chan struct{}, max(1, e.maxSuspends))
 	var (
 		wg        sync.WaitGroup
@@ -286,7 +292,7 @@ func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []at
 			}
 		}
 		sem <- struct{}{}
-		if err := e.paceErr(ctx, node.Name, len(actors)-i); err != nil {
+		if err := e.paceErr(ctx, node.Name, len(actors)-i); err != nil && i >= urgent {
 			<-sem
 			wg.Wait()
 			mu.Lock()
@@ -350,6 +356,38 @@ func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []at
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// goingFirst orders actors so those on workers whose pod is Terminating
+// (deleted by hand, say) come first, the earliest deletion first: each has
+// until its eviction window ends, counted from the deletion request. It
+// returns how many there are.
+func goingFirst(f nodeFacts, actors []ateapi.Actor) ([]ateapi.Actor, int) {
+	deleted := map[string]time.Time{}
+	for _, p := range f.pods {
+		if p.DeletionTimestamp != nil {
+			deleted[string(p.UID)] = p.DeletionTimestamp.Add(-gracePeriod(p))
+		}
+	}
+	if len(deleted) == 0 {
+		return actors, 0
+	}
+	out := slices.Clone(actors)
+	sort.SliceStable(out, func(i, j int) bool {
+		ti, gi := deleted[out[i].Worker]
+		tj, gj := deleted[out[j].Worker]
+		if gi != gj {
+			return gi
+		}
+		return gi && ti.Before(tj)
+	})
+	n := 0
+	for _, a := range out {
+		if _, ok := deleted[a.Worker]; ok {
+			n++
+		}
+	}
+	return out, n
 }
 
 // idlePod is a worker pod emptied by the evacuation, to be deleted: the

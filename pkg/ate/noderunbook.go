@@ -302,7 +302,10 @@ func (b *nodeBuilder) suspend() runbook.Step[nodeFacts] {
 		ID: "ate.node.suspend", Title: "Suspend every actor on the node",
 		Doc: "Suspend the actors bound to the node's workers and the paused actors whose local snapshot is on the node, a " +
 			"few at a time; repeat until none is left (traffic may wake actors meanwhile), then drain again so workers " +
-			"registered since are covered. A CRASHED actor stops the run: revert it (kubectl ate revert) or pass --revert-crashed.",
+			"registered since are covered. A CRASHED actor stops the run: revert it (kubectl ate revert) or pass --revert-crashed. " +
+			"Each suspend is timed (SuspendActor to SUSPENDED; the pace is recorded as " + AnnSuspendPace + "); once the actors " +
+			"left, at that pace and --max-concurrent-suspends at a time, cannot be suspended within what is left of " +
+			"--suspend-timeout, the run stops (blocked) with the numbers instead of spending the budget.",
 		Timeout: b.cfg.SuspendTimeout,
 		Guards:  []runbook.Guard[nodeFacts]{visibleGuard()},
 		Done: func(f nodeFacts) (bool, string) {
