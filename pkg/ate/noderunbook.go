@@ -145,6 +145,15 @@ func paceGuard() runbook.Guard[nodeFacts] {
 	}
 }
 
+// paceEvidence says what the suspends are projected from: a run (or a dry
+// run) shows that without a measurement nothing was checked.
+func (f nodeFacts) paceEvidence() string {
+	if p, _ := f.suspendProjection(); p.Pace.Known() {
+		return "suspends projected " + p.Describe()
+	}
+	return "no suspend pace measured yet, so --suspend-timeout is not checked before the drain"
+}
+
 // knownPace is the later of the node's own recorded pace and the fleet's.
 func (f nodeFacts) knownPace() Pace {
 	p := f.cfg.Pace
@@ -244,7 +253,7 @@ func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 			case f.markedTo():
 				return true, AnnMovingTo + "=" + f.cfg.To
 			}
-			return false, fmt.Sprintf("%s=%q", AnnMovingTo, f.node.Annotations[AnnMovingTo])
+			return false, fmt.Sprintf("%s=%q; %s", AnnMovingTo, f.node.Annotations[AnnMovingTo], f.paceEvidence())
 		},
 		Guards: []runbook.Guard[nodeFacts]{visibleGuard(), capacityGuard(), paceGuard()},
 		Plan:   nodeFacts.recordChange,
@@ -316,8 +325,8 @@ func (b *nodeBuilder) suspend() runbook.Step[nodeFacts] {
 				return true, "no actor lives on the node"
 			}
 			live, crashed := f.residents()
-			return false, fmt.Sprintf("%d live and %d crashed actor(s) on the node, %d unregistered worker pod(s)",
-				len(live), len(crashed), len(f.unregistered()))
+			return false, fmt.Sprintf("%d live and %d crashed actor(s) on the node, %d unregistered worker pod(s); %s",
+				len(live), len(crashed), len(f.unregistered()), f.paceEvidence())
 		},
 		Plan: func(f nodeFacts) []runbook.Change {
 			live, crashed := f.residents()

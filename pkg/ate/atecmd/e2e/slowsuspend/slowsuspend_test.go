@@ -44,6 +44,10 @@ func TestSlowSuspendsStopEarlyAndRefuseTheNextNodeBeforeItsDrain(t *testing.T) {
 	atetest.MustRun(t, ctx, atetest.CloneArgs...)
 	nodes := c.Client.CoreV1().Nodes()
 
+	if out := atetest.MustRun(t, ctx, "roll", "next-node", "--dry-run"); !strings.Contains(out, "no suspend pace measured yet") {
+		t.Error("the dry run does not say that without a measured pace nothing is checked before the drain")
+	}
+
 	// The first node: no pace known, so it is drained; its first suspend
 	// measures the pace, and the run stops once the rest cannot fit.
 	start := time.Now()
@@ -87,6 +91,9 @@ func TestSlowSuspendsStopEarlyAndRefuseTheNextNodeBeforeItsDrain(t *testing.T) {
 
 	// The second node: the pace is known, so it is refused before anything
 	// on it changes, with the numbers and the concurrency that fits.
+	if out := atetest.MustRun(t, ctx, "roll", "next-node", "--dry-run"); !strings.Contains(out, "suspends projected") {
+		t.Error("the dry run does not show the projection from the measured pace")
+	}
 	out = atetest.ExpectRefused(t, ctx, "would outlast --suspend-timeout", "roll", "next-node", "--suspend-timeout", budget,
 		"--max-concurrent-suspends", "1")
 	for _, want := range []string{"actor(s) at the measured pace", "1 at a time", "budget 20s", "--max-concurrent-suspends "} {
