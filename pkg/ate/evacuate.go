@@ -308,7 +308,8 @@ func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []at
 			var ae *ateapi.Error
 			switch {
 			case err == nil:
-				if e.meter != nil && got.State == ateapi.ActorSuspended && (a.State == ateapi.ActorRunning || a.State == ateapi.ActorPaused) {
+				awake := a.State == ateapi.ActorRunning || a.State == ateapi.ActorPaused
+				if e.meter != nil && got.State == ateapi.ActorSuspended && awake {
 					// The call held its slot until SUSPENDED: that is what
 					// bounds the rate. A call answering SUSPENDING held it
 					// for less than the suspend takes, and is not a pace.

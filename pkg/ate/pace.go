@@ -23,7 +23,7 @@ type Pace struct {
 	At   time.Time
 }
 
-// Known: at least one suspend was measured.
+// Known reports whether at least one suspend was measured.
 func (p Pace) Known() bool { return p.N > 0 && p.Mean > 0 }
 
 // Merge is the mean over both measurements, dated by the later.
@@ -111,8 +111,8 @@ func (p Projection) take(concurrency int) time.Duration {
 	return d
 }
 
-// Fits: no pace known (nothing to project), or the projection is within
-// the budget.
+// Fits reports whether no pace is known (nothing to project) or the
+// projection is within the budget.
 func (p Projection) Fits() bool { return !p.Pace.Known() || p.Projected <= p.Budget }
 
 // FitConcurrency is the least concurrency whose projection fits budget (0:
