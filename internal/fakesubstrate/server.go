@@ -48,6 +48,9 @@ type Options struct {
 	// TransitionTime, when set, makes SuspendActor and ResumeActor
 	// asynchronous: the actor is SUSPENDING or RESUMING for this long.
 	TransitionTime time.Duration
+	// SyncSuspend makes a SuspendActor call return only once the actor is
+	// SUSPENDED (after TransitionTime), as upstream's does.
+	SyncSuspend bool
 	// SoftLists makes List RPCs behave as the real ones may: pages of at
 	// most SoftPageSize items (default 5) whatever the client asks, and an
 	// item that changed after the list began (or within SoftWindow before

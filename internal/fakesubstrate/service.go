@@ -2,6 +2,7 @@ package fakesubstrate
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"github.com/rollbook/rollbook/pkg/atestate"
 	"github.com/rollbook/rollbook/pkg/protopath"
 )
 
@@ -47,6 +49,43 @@ func (s *Server) handler(md protoreflect.MethodDescriptor) grpc.MethodHandler {
 }
 
 func (s *Server) dispatch(ctx context.Context, md protoreflect.MethodDescriptor, req *dynamicpb.Message) (proto.Message, error) {
+	out, err := s.dispatchLocked(ctx, md, req)
+	if err != nil || md.Name() != "SuspendActor" || !s.opts.SyncSuspend {
+		return out, err
+	}
+	return s.awaitSuspended(ctx, md, req)
+}
+
+// awaitSuspended answers a SuspendActor once the actor has left SUSPENDING,
+// as upstream's workflow_suspend.go does: the call checkpoints and uploads
+// before it returns the SUSPENDED actor, so a client's concurrency bounds
+// how many suspends run at once.
+func (s *Server) awaitSuspended(ctx context.Context, md protoreflect.MethodDescriptor, req *dynamicpb.Message) (proto.Message, error) {
+	for {
+		s.mu.Lock()
+		a, err := s.findActorLocked(actorRef(req))
+		if err != nil || a.State != atestate.ActorSuspending {
+			defer s.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+			if a.State == atestate.ActorCrashed { // its worker went mid-suspend
+				return nil, status.Errorf(codes.DataLoss, "actor %s crashed", a.key())
+			}
+			out := dynamicpb.NewMessage(md.Output())
+			s.encodeActor(actorTarget(out), a)
+			return out, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-time.After(20 * time.Millisecond): // the transition's timer has no subscribers to tell
+		}
+	}
+}
+
+func (s *Server) dispatchLocked(ctx context.Context, md protoreflect.MethodDescriptor, req *dynamicpb.Message) (proto.Message, error) {
 	out := dynamicpb.NewMessage(md.Output())
 	s.mu.Lock()
 	defer s.mu.Unlock()

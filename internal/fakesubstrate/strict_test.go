@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rollbook/rollbook/pkg/atestate"
+	"github.com/rollbook/rollbook/pkg/protopath"
 )
 
 func TestTransitionsTakeTime(t *testing.T) {
@@ -123,5 +124,31 @@ func TestCapacityReportedLaterAndMultiActorWorkers(t *testing.T) {
 	}
 	if _, _, err := s.ResumeActor("a", "z"); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a third actor on a worker of capacity 2: %v, want ResourceExhausted", err)
+	}
+}
+
+// With SyncSuspend a SuspendActor call answers once the actor is SUSPENDED,
+// as upstream's does, so it lasts the transition.
+func TestSyncSuspendAnswersOnceSuspended(t *testing.T) {
+	const d = 200 * time.Millisecond
+	s, conn := start(t, Options{Era: EraC, TransitionTime: d, SyncSuspend: true})
+	if err := s.AddWorker(Worker{Name: "w1", Node: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddActor(Actor{Atespace: "a", Name: "x", State: atestate.ActorRunning, Worker: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	req := request(t, EraC, "SuspendActor")
+	protopath.Set(req, "actor.atespace", "a")
+	protopath.Set(req, "actor.name", "x")
+	start := time.Now()
+	if _, err := call(t, s, conn, "SuspendActor", req); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < d {
+		t.Fatalf("SuspendActor answered after %s, before the %s transition ended", took, d)
+	}
+	if a, _ := s.GetActor("a", "x"); a.State != atestate.ActorSuspended {
+		t.Fatalf("after the call: %s, want SUSPENDED", a.State)
 	}
 }

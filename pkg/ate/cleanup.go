@@ -12,9 +12,10 @@ import (
 
 // CleanupAnnotations are the ate runbooks' records on nodes that no re-run
 // needs once the node is not half-way: a residents list a move left when
-// its moving-to mark is already gone. The version label and the marks of
-// a move in progress are not bookkeeping.
-var CleanupAnnotations = []string{AnnResidents}
+// its moving-to mark is already gone, and the suspend pace measured (only
+// later moves read it: without it, nothing is projected). The version label
+// and the marks of a move in progress are not bookkeeping.
+var CleanupAnnotations = []string{AnnResidents, AnnSuspendPace}
 
 // HalfWay says why node n is part-way through an ate runbook, or "": a
 // move begun (AnnMovingTo), a flip not yet verified (AnnVerifyPending),

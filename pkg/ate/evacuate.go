@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -42,6 +43,42 @@ type evacuation struct {
 	// settled (nil: none) gets the facts of the round that found the work
 	// done: nothing changed after they were read.
 	settled func(nodeFacts)
+	// meter (nil: none) times the suspends; with a pace known, a suspend is
+	// started only while the actors left fit the step's budget (its
+	// context's deadline), and budget is the full --suspend-timeout a
+	// re-run gets, for the advice. measured (nil: none) records the pace.
+	meter    *paceMeter
+	budget   time.Duration
+	measured func(context.Context, Pace) error
+}
+
+// paceErr stops the evacuation before a suspend that the projection says
+// cannot end within what is left of the budget (ok false); nil while it fits
+// or no pace is known.
+func (e *evacuation) paceErr(ctx context.Context, node string, left int) error {
+	if e.meter == nil {
+		return nil
+	}
+	deadline, ok := ctx.Deadline()
+	pace := e.meter.pace()
+	if !ok || !pace.Known() {
+		return nil
+	}
+	p := Project(left, pace, e.maxSuspends, e.suspendInterval, time.Until(deadline))
+	if p.Fits() {
+		return nil
+	}
+	return runbook.Blocked(fmt.Errorf("suspending the actors left on node %s would outlast the budget: %s left of --suspend-timeout "+
+		"%s. Stopped before burning it; the node stays drained and its other actors keep running. To finish it, %s",
+		node, p.Describe(), e.budget, p.Fix(e.budget)))
+}
+
+// record writes the pace this run measured, if any.
+func (e *evacuation) recordPace(ctx context.Context) error {
+	if e.meter == nil || e.measured == nil || !e.meter.measured() {
+		return nil
+	}
+	return e.measured(ctx, e.meter.pace())
 }
 
 // drain drains workers one by one and records them in one Event on the
@@ -156,7 +193,8 @@ func (e *evacuation) empty(ctx context.Context, f nodeFacts) error {
 			}
 			pending[a.Ref()] = true
 		}
-		if err := e.suspend(ctx, f.node, todo); err != nil {
+		todo, urgent := goingFirst(f, todo)
+		if err := e.suspend(ctx, f.node, todo, urgent); err != nil {
 			return err
 		}
 		select { // suspends and registrations take a moment; actors keep waking
@@ -219,7 +257,11 @@ func deniedErr(r ateapi.ActorRef, node string, err error) error {
 // suspend suspends actors, a few at a time, and records the ones it
 // suspended in one Event on the node per round (naming each, with its
 // state before and after), written once the round's calls have returned.
-func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []ateapi.Actor) error {
+//
+// The first urgent actors sit on workers whose pods are already going:
+// the eviction window, not the budget, is what they race, and stopping
+// would leave them to it, so the pace check never stops a run before them.
+func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []ateapi.Actor, urgent int) error {
 	sem := make(chan struct{}, max(1, e.maxSuspends))
 	var (
 		wg        sync.WaitGroup
@@ -229,6 +271,9 @@ func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []at
 	)
 	defer func() {
 		wg.Wait()
+		if err := e.recordPace(ctx); err != nil {
+			e.rec.Record(ctx, kube.NodeRef(node), true, "SuspendPaceNotRecorded", err.Error())
+		}
 		if len(suspended) > 0 {
 			sort.Strings(suspended)
 			e.rec.Record(ctx, kube.NodeRef(node), false, "ActorSuspended", fmt.Sprintf("suspended %s to empty node %s",
@@ -247,14 +292,29 @@ func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []at
 			}
 		}
 		sem <- struct{}{}
+		if err := e.paceErr(ctx, node.Name, len(actors)-i); err != nil && i >= urgent {
+			<-sem
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			return errors.Join(append(errs, err)...)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			start := time.Now()
 			got, err := e.api.SuspendActor(ctx, a.Atespace, a.Name)
 			var ae *ateapi.Error
 			switch {
 			case err == nil:
+				awake := a.State == ateapi.ActorRunning || a.State == ateapi.ActorPaused
+				if e.meter != nil && got.State == ateapi.ActorSuspended && awake {
+					// The call held its slot until SUSPENDED: that is what
+					// bounds the rate. A call answering SUSPENDING held it
+					// for less than the suspend takes, and is not a pace.
+					e.meter.observe(time.Since(start))
+				}
 				mu.Lock()
 				suspended = append(suspended, fmt.Sprintf("%s/%s (was %s, now %s)", a.Atespace, a.Name, a.State, got.State))
 				mu.Unlock()
@@ -297,6 +357,38 @@ func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []at
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// goingFirst orders actors so those on workers whose pod is Terminating
+// (deleted by hand, say) come first, the earliest deletion first: each has
+// until its eviction window ends, counted from the deletion request. It
+// returns how many there are.
+func goingFirst(f nodeFacts, actors []ateapi.Actor) ([]ateapi.Actor, int) {
+	deleted := map[string]time.Time{}
+	for _, p := range f.pods {
+		if p.DeletionTimestamp != nil {
+			deleted[string(p.UID)] = p.DeletionTimestamp.Add(-gracePeriod(p))
+		}
+	}
+	if len(deleted) == 0 {
+		return actors, 0
+	}
+	out := slices.Clone(actors)
+	sort.SliceStable(out, func(i, j int) bool {
+		ti, gi := deleted[out[i].Worker]
+		tj, gj := deleted[out[j].Worker]
+		if gi != gj {
+			return gi
+		}
+		return gi && ti.Before(tj)
+	})
+	n := 0
+	for _, a := range out {
+		if _, ok := deleted[a.Worker]; ok {
+			n++
+		}
+	}
+	return out, n
 }
 
 // idlePod is a worker pod emptied by the evacuation, to be deleted: the

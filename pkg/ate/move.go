@@ -144,6 +144,7 @@ func (mv *Move) pick(ctx context.Context) (string, error) {
 	}
 	cfg := o.Config
 	cfg.Sides = mv.sides
+	cfg.Pace = LatestPace(c.objects)
 	// The node was just listed in full: the first look starts from it
 	// (its pods and the inventory are read then).
 	mv.obs.begin(&cfg, c.nodeObject(target))

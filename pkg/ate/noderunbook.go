@@ -45,7 +45,10 @@ type NodeConfig struct {
 	// RegisterTimeout bounds the wait for a worker pod on the node to
 	// register as a worker before the flip; then the run stops blocked.
 	RegisterTimeout time.Duration
-	RunID           string
+	// Pace is the suspend pace earlier runs measured on the fleet (the
+	// latest AnnSuspendPace on any node); unknown: nothing is projected.
+	Pace  Pace
+	RunID string
 	// ReplaceInPlace (nil: nothing to say) declares, for anyone watching
 	// for pinned pods deleted before a flip, that the run deletes node's
 	// drained worker pods so their pools replace them there (the
@@ -108,6 +111,72 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 func (b *nodeBuilder) evacuation(look func(context.Context, nodeFacts) (nodeFacts, error)) *evacuation {
 	return &evacuation{api: b.o.api, rec: b.rec, maxSuspends: b.cfg.MaxConcurrentSuspends, suspendInterval: b.cfg.SuspendInterval,
 		revertCrashed: b.cfg.RevertCrashed, registerTimeout: b.cfg.RegisterTimeout, look: look, record: b.record, settled: b.o.saw}
+}
+
+// pacedEvacuation is evacuation with the suspends timed against the step's
+// budget, from the pace known before (the node's own record or the
+// fleet's), the measurement recorded on the node.
+func (b *nodeBuilder) pacedEvacuation(f nodeFacts, look func(context.Context, nodeFacts) (nodeFacts, error)) *evacuation {
+	e := b.evacuation(look)
+	e.meter, e.budget = newPaceMeter(f.knownPace()), b.cfg.SuspendTimeout
+	node := f.node.Name
+	e.measured = func(ctx context.Context, p Pace) error {
+		_, err := kube.SetNodeKeys(ctx, b.o.cs, node, kube.NodeChange{Annotations: map[string]*string{AnnSuspendPace: ptr.To(p.String())}})
+		return err
+	}
+	return e
+}
+
+// paceGuard keeps a node from being started when, at the suspend pace
+// measured before, its actors cannot all be suspended within
+// --suspend-timeout: it would stop drained and half-emptied. With no pace
+// measured nothing is projected.
+func paceGuard() runbook.Guard[nodeFacts] {
+	return runbook.Guard[nodeFacts]{
+		Name: "the node's actors can be suspended within --suspend-timeout at the suspend pace measured before",
+		Check: func(f nodeFacts) (bool, string) {
+			p, ok := f.suspendProjection()
+			if ok {
+				return true, ""
+			}
+			return false, fmt.Sprintf("suspending the actors of node %s would outlast --suspend-timeout: %s. Nothing was changed "+
+				"on it; %s", f.node.Name, p.Describe(), p.Fix(f.cfg.SuspendTimeout))
+		},
+	}
+}
+
+// paceEvidence says what the suspends are projected from: a run (or a dry
+// run) shows that without a measurement nothing was checked.
+func (f nodeFacts) paceEvidence() string {
+	if p, _ := f.suspendProjection(); p.Pace.Known() {
+		return "suspends projected " + p.Describe()
+	}
+	return "no suspend pace measured yet, so --suspend-timeout is not checked before the drain"
+}
+
+// knownPace is the later of the node's own recorded pace and the fleet's.
+func (f nodeFacts) knownPace() Pace {
+	p := f.cfg.Pace
+	if q, ok := ParsePace(f.node.Annotations[AnnSuspendPace]); ok && (!p.Known() || q.At.After(p.At)) {
+		p = q
+	}
+	return p
+}
+
+// suspendProjection projects suspending the node's live actors from the
+// pace known before against the full --suspend-timeout; ok while it fits,
+// or nothing can be projected (no pace, no budget).
+func (f nodeFacts) suspendProjection() (Projection, bool) {
+	pace := f.knownPace()
+	if !pace.Known() || f.cfg.SuspendTimeout <= 0 {
+		return Projection{}, true
+	}
+	live, _ := f.residents()
+	if f.takingBack() {
+		live, _ = f.staleView().residents()
+	}
+	p := Project(len(live), pace, f.cfg.MaxConcurrentSuspends, f.cfg.SuspendInterval, f.cfg.SuspendTimeout)
+	return p, p.Fits()
 }
 
 // record writes AnnMovingTo and adds the residents f shows to
@@ -184,9 +253,9 @@ func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 			case f.markedTo():
 				return true, AnnMovingTo + "=" + f.cfg.To
 			}
-			return false, fmt.Sprintf("%s=%q", AnnMovingTo, f.node.Annotations[AnnMovingTo])
+			return false, fmt.Sprintf("%s=%q; %s", AnnMovingTo, f.node.Annotations[AnnMovingTo], f.paceEvidence())
 		},
-		Guards: []runbook.Guard[nodeFacts]{visibleGuard(), capacityGuard()},
+		Guards: []runbook.Guard[nodeFacts]{visibleGuard(), capacityGuard(), paceGuard()},
 		Plan:   nodeFacts.recordChange,
 		Act: func(ctx context.Context, f nodeFacts) error {
 			if err := b.record(ctx, f); err != nil {
@@ -213,7 +282,7 @@ func (b *nodeBuilder) drain() runbook.Step[nodeFacts] {
 			return f.drained(), fmt.Sprintf("%d of %d worker(s) not draining, %d worker pod(s) not registered", len(u),
 				len(f.workers()), len(unreg))
 		},
-		Guards: []runbook.Guard[nodeFacts]{visibleGuard(), capacityGuard()},
+		Guards: []runbook.Guard[nodeFacts]{visibleGuard(), capacityGuard(), paceGuard()},
 		Plan: func(f nodeFacts) []runbook.Change {
 			out := f.recordChange()
 			for _, w := range f.undrained() {
@@ -242,7 +311,10 @@ func (b *nodeBuilder) suspend() runbook.Step[nodeFacts] {
 		ID: "ate.node.suspend", Title: "Suspend every actor on the node",
 		Doc: "Suspend the actors bound to the node's workers and the paused actors whose local snapshot is on the node, a " +
 			"few at a time; repeat until none is left (traffic may wake actors meanwhile), then drain again so workers " +
-			"registered since are covered. A CRASHED actor stops the run: revert it (kubectl ate revert) or pass --revert-crashed.",
+			"registered since are covered. A CRASHED actor stops the run: revert it (kubectl ate revert) or pass --revert-crashed. " +
+			"Each suspend is timed (SuspendActor to SUSPENDED; the pace is recorded as " + AnnSuspendPace + "); once the actors " +
+			"left, at that pace and --max-concurrent-suspends at a time, cannot be suspended within what is left of " +
+			"--suspend-timeout, the run stops (blocked) with the numbers instead of spending the budget.",
 		Timeout: b.cfg.SuspendTimeout,
 		Guards:  []runbook.Guard[nodeFacts]{visibleGuard()},
 		Done: func(f nodeFacts) (bool, string) {
@@ -253,8 +325,8 @@ func (b *nodeBuilder) suspend() runbook.Step[nodeFacts] {
 				return true, "no actor lives on the node"
 			}
 			live, crashed := f.residents()
-			return false, fmt.Sprintf("%d live and %d crashed actor(s) on the node, %d unregistered worker pod(s)",
-				len(live), len(crashed), len(f.unregistered()))
+			return false, fmt.Sprintf("%d live and %d crashed actor(s) on the node, %d unregistered worker pod(s); %s",
+				len(live), len(crashed), len(f.unregistered()), f.paceEvidence())
 		},
 		Plan: func(f nodeFacts) []runbook.Change {
 			live, crashed := f.residents()
@@ -265,7 +337,7 @@ func (b *nodeBuilder) suspend() runbook.Step[nodeFacts] {
 			// shows the node empty of actors (the round may end the step:
 			// the pods say whether a worker pod has yet to register) or the
 			// last read showed such a pod.
-			return b.evacuation(func(ctx context.Context, prev nodeFacts) (nodeFacts, error) {
+			return b.pacedEvacuation(f, func(ctx context.Context, prev nodeFacts) (nodeFacts, error) {
 				g, err := b.o.read(ctx, f.node.Name, partInv)
 				if err != nil {
 					return g, err

@@ -220,7 +220,19 @@ of the node that are not draining, and actors merely paused on the node, are lef
 					return suspendPlan(live, crashed)
 				},
 				Act: func(ctx context.Context, f recoverFacts) error {
-					return evac.empty(ctx, f.nodeView())
+					// The roll's pace check: the drained workers' pods still
+					// run, so the budget is --suspend-timeout (no eviction
+					// window has started), and stopping leaves every actor
+					// running where it is.
+					e := *evac
+					pace, _ := ParsePace(f.node.Annotations[AnnSuspendPace])
+					e.meter, e.budget = newPaceMeter(pace), cfg.SuspendTimeout
+					e.measured = func(ctx context.Context, p Pace) error {
+						_, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{
+							AnnSuspendPace: ptr.To(p.String())}})
+						return err
+					}
+					return e.empty(ctx, f.nodeView())
 				},
 			},
 			{

@@ -48,7 +48,7 @@ func TestSuspendRefusals(t *testing.T) {
 	} {
 		api := &refusingAPI{state: tc.state}
 		e := &evacuation{api: api, rec: nopRecorder{}, maxSuspends: 2}
-		err := e.suspend(context.Background(), node, actors)
+		err := e.suspend(context.Background(), node, actors, 0)
 		if (err != nil) != tc.blocked || (err != nil && !runbook.IsBlocked(err)) || api.calls != 1 {
 			t.Errorf("state %q: err %v (blocked %v), %d call(s); want blocked=%v after 1 call", tc.state, err, runbook.IsBlocked(err),
 				api.calls, tc.blocked)

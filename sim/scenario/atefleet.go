@@ -256,6 +256,9 @@ func seedActors(sub *substrate.Substrate, capacity int) error {
 		actors = append(actors, fakesubstrate.Actor{Atespace: "bench", Name: fmt.Sprintf("idle-%05d", i),
 			WorkerSelector: sel("elsewhere"), ExternalSnapshotURI: snap(fmt.Sprintf("bench/idle-%05d", i))})
 	}
+	busy, _ := strconv.Atoi(os.Getenv(EnvBusyActors))
+	actors = append(actors, busyActors(busy, max(1, capacity), actors, [][]fakesubstrate.Worker{small, large, batch},
+		[]string{"small", "large", "batch"})...)
 	for _, a := range actors {
 		if err := sub.Server.AddActor(a); err != nil {
 			return err
@@ -266,6 +269,39 @@ func seedActors(sub *substrate.Substrate, capacity int) error {
 
 // EnvExtraActors adds this many idle actors to ate-fleet's inventory.
 const EnvExtraActors = "ROLLBOOK_SIM_ATE_EXTRA_ACTORS"
+
+// EnvBusyActors adds up to this many RUNNING actors per node, bound to the
+// node's workers as their free slots allow (many residents on one node: in
+// era D a worker hosts ROLLBOOK_SIM_ATE_WORKER_CAPACITY actors).
+const EnvBusyActors = "ROLLBOOK_SIM_ATE_BUSY_ACTORS"
+
+// busyActors binds up to n RUNNING actors to each node's workers (pools,
+// with the size each one's actors select), into the slots seeded leaves free.
+func busyActors(n, capacity int, seeded []fakesubstrate.Actor, pools [][]fakesubstrate.Worker, sizes []string) []fakesubstrate.Actor {
+	used := map[string]int{}
+	for _, a := range seeded {
+		used[a.Worker]++
+	}
+	perNode := map[string]int{}
+	var out []fakesubstrate.Actor
+	for free := true; free; {
+		free = false // one actor per worker per pass, so a node's actors spread over its pools
+		for i, ws := range pools {
+			for _, w := range ws {
+				if perNode[w.Node] >= n || used[w.Name] >= capacity {
+					continue
+				}
+				free = true
+				used[w.Name]++
+				perNode[w.Node]++
+				name := fmt.Sprintf("%s-%02d", w.Node, perNode[w.Node])
+				out = append(out, fakesubstrate.Actor{Atespace: "busy", Name: name, State: atestate.ActorRunning, Worker: w.Name,
+					WorkerSelector: map[string]string{"size": sizes[i]}, ExternalSnapshotURI: "gs://ate-snapshots/busy/" + name + "/v1"})
+			}
+		}
+	}
+	return out
+}
 
 // fakeDigest stands in for the image digest `crane digest` would print.
 func fakeDigest(ref string) string {

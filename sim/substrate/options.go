@@ -50,6 +50,10 @@ type Options struct {
 	Traffic *TrafficOptions
 	// TransitionTime is how long SUSPENDING and RESUMING last (0: instant).
 	TransitionTime time.Duration
+	// SyncSuspend makes a SuspendActor call last the whole SUSPENDING
+	// (upstream's call checkpoints and uploads before it answers), so the
+	// client's concurrency bounds how many suspends run at once.
+	SyncSuspend bool
 	// RegisterDelay is how long after its pod is Ready a worker registers
 	// (the syncer's lag on a real install).
 	RegisterDelay time.Duration
@@ -92,6 +96,7 @@ const (
 	EnvEvictionWindow = "ROLLBOOK_SIM_ATE_EVICTION_WINDOW"   // Go duration
 	EnvTraffic        = "ROLLBOOK_SIM_ATE_TRAFFIC"           // "off" disables, a duration sets the tick
 	EnvTransition     = "ROLLBOOK_SIM_ATE_TRANSITION"        // Go duration of SUSPENDING/RESUMING
+	EnvSyncSuspend    = "ROLLBOOK_SIM_ATE_SYNC_SUSPEND"      // on: SuspendActor answers once SUSPENDED
 	EnvRegisterDelay  = "ROLLBOOK_SIM_ATE_REGISTER_DELAY"    // Go duration
 	EnvCapacityDelay  = "ROLLBOOK_SIM_ATE_CAPACITY_DELAY"    // Go duration
 	EnvWorkerCapacity = "ROLLBOOK_SIM_ATE_WORKER_CAPACITY"   // actors per worker (era D)
@@ -136,6 +141,16 @@ func (o Options) fromLookup(lookup func(string) (string, bool)) (Options, error)
 				return o, fmt.Errorf("%s=%q: want a duration", env, v)
 			}
 			*d = x
+		}
+	}
+	if v, ok := lookup(EnvSyncSuspend); ok && v != "" {
+		switch v {
+		case "on", "true", "1":
+			o.SyncSuspend = true
+		case "off", "false", "0":
+			o.SyncSuspend = false
+		default:
+			return o, fmt.Errorf("%s=%q: want on or off", EnvSyncSuspend, v)
 		}
 	}
 	if v, ok := lookup(EnvTraffic); ok && v != "" {

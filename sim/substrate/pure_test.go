@@ -227,6 +227,9 @@ func TestOptionsFromEnv(t *testing.T) {
 		o.AteomExit != 2*time.Second || o.AteletHandoff != 40*time.Second {
 		t.Fatalf("ateom exit and atelet hand-off: %+v %v", o, err)
 	}
+	if o, err := base.fromLookup(env(map[string]string{EnvSyncSuspend: "on"})); err != nil || !o.SyncSuspend {
+		t.Fatalf("sync suspend: %+v %v", o, err)
+	}
 	if o, _ := base.fromLookup(env(map[string]string{EnvTraffic: "off"})); o.Traffic != nil {
 		t.Error("off kept traffic")
 	}
@@ -234,7 +237,7 @@ func TestOptionsFromEnv(t *testing.T) {
 		t.Error("on left traffic off")
 	}
 	for k, v := range map[string]string{EnvEra: "z", EnvEvictionWindow: "-1s", EnvTraffic: "sometimes", EnvAteomExit: "soon",
-		EnvAteletHandoff: "-3s"} {
+		EnvAteletHandoff: "-3s", EnvSyncSuspend: "maybe"} {
 		if _, err := base.fromLookup(env(map[string]string{k: v})); err == nil {
 			t.Errorf("%s=%s accepted", k, v)
 		}

@@ -56,7 +56,7 @@ func Start(ctx context.Context, cfg Config) (*Substrate, error) {
 		// Random placement, as the real scheduler: resumes land on old
 		// and new pools alike.
 		Rand:           rand.New(rand.NewSource(time.Now().UnixNano())),
-		TransitionTime: cfg.TransitionTime, SoftLists: cfg.SoftLists,
+		TransitionTime: cfg.TransitionTime, SyncSuspend: cfg.SyncSuspend, SoftLists: cfg.SoftLists,
 		OnChange: changed.fire,
 		// Every lost actor is a safety violation, whoever caused it.
 		OnLost: func(a fakesubstrate.ActorRef, why string) {

@@ -124,7 +124,7 @@ merely paused on the node are left alone. Re-run the same command to resume.`,
 	fs.BoolVar(&o.cfg.RevertCrashed, "revert-crashed", false,
 		"revert CRASHED actors to their last external snapshot instead of stopping (loses their work since then)")
 	fs.DurationVar(&o.cfg.SuspendTimeout, "suspend-timeout", 30*time.Minute, "how long emptying the drained workers may take, "+
-		"kept across re-runs")
+		"kept across re-runs; a run stops once the actors left cannot fit what is left at the suspend pace measured")
 	fs.DurationVar(&o.cfg.ReplaceTimeout, "replace-timeout", 5*time.Minute, "how long the replacements may take to register")
 	o.api.add(fs)
 	o.run.AddFlags(fs, ate.Namespace)

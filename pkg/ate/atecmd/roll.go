@@ -108,7 +108,9 @@ func (n *nodeOptions) add(cmd *cobra.Command) {
 	fs.DurationVar(&c.SuspendInterval, "suspend-interval", 0, "pause between starting two suspends (pace the snapshot uploads)")
 	fs.BoolVar(&c.RevertCrashed, "revert-crashed", false,
 		"revert CRASHED actors to their last external snapshot instead of stopping (loses their work since then)")
-	fs.DurationVar(&c.SuspendTimeout, "suspend-timeout", 30*time.Minute, "how long emptying one node may take, kept across re-runs")
+	fs.DurationVar(&c.SuspendTimeout, "suspend-timeout", 30*time.Minute, "how long emptying one node may take, kept across re-runs; "+
+		"at the suspend pace measured before, a node whose actors cannot fit is refused before its drain, and a run stops "+
+		"once the actors left cannot fit what is left")
 	fs.DurationVar(&c.AteletTimeout, "atelet-timeout", 6*time.Minute,
 		"how long the new atelet may take to be Ready (the old one may hold host ports ~5 min)")
 	fs.DurationVar(&c.DeleteTimeout, "delete-timeout", 10*time.Minute,
