@@ -136,7 +136,7 @@ func waitViolation(t *testing.T, from int, rule, obj string, within time.Duratio
 // long enough for every grace period to pass.
 func expectNone(t *testing.T, from int, why string) {
 	t.Helper()
-	time.Sleep(3 * testGrace)
+	time.Sleep(3*testGrace + lateDeclaration)
 	if vs := violations(t, from); len(vs) > 0 {
 		t.Fatalf("%s: unexpected violations %+v", why, vs)
 	}
@@ -289,7 +289,7 @@ func TestAteRulesOnFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(3 * testGrace)
+	time.Sleep(3*testGrace + lateDeclaration) // a deletion no declaration covers is reported after lateDeclaration
 	for _, v := range violations(t, from) {
 		if v.Rule == monitor.RuleOldPodBeforeFlip {
 			t.Fatalf("deleting workers of a flipped node recorded %+v", v)
@@ -314,7 +314,7 @@ func TestAteRulesOnFleet(t *testing.T) {
 	if !strings.Contains(v.Detail, "scaled down from 4 to 1") {
 		t.Errorf("pool detail: %q", v.Detail)
 	}
-	time.Sleep(3 * testGrace)
+	time.Sleep(3*testGrace + lateDeclaration) // a deletion no declaration covers is reported after lateDeclaration
 	for _, v := range violations(t, from) {
 		if v.Rule == monitor.RuleOldPodBeforeFlip {
 			t.Errorf("the controller's scale-down was blamed on a run: %+v", v)

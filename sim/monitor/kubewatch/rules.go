@@ -41,6 +41,17 @@ func recovering(leases []*coordv1.Lease, node string, now time.Time) bool {
 	return false
 }
 
+// declaredNodes are the nodes held Leases declare under recovery.
+func declaredNodes(leases []*coordv1.Lease, now time.Time) []string {
+	var out []string
+	for _, l := range leases {
+		if _, n, ok := strings.Cut(l.Annotations[AnnRecoveringNode], "/"); ok && recovering(leases, n, now) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // LeaseNames are the Leases rollbook's runs hold.
 var LeaseNames = []string{"rollbook-tt", "rollbook-ate"}
 

@@ -337,3 +337,30 @@ func TestRecoveringNodeDeclaredOnAHeldLease(t *testing.T) {
 		}
 	}
 }
+
+// A deletion is judged by the declaration in force when it was requested:
+// the declaration may be seen lifted before the last pod's Terminating
+// update (two unordered watches), and deletionTimestamp is kept to the
+// second.
+func TestDeletionJudgedByTheDeclarationWhenRequested(t *testing.T) {
+	from, to := t0, t0.Add(10*time.Second)
+	w := &watcher{recoveries: map[string][]span{"n1": {{from: from, to: to}}, "n2": {{from: from}}}}
+	for _, tc := range []struct {
+		name string
+		node string
+		at   time.Time
+		want bool
+	}{
+		{"requested inside, seen after the lift", "n1", to.Add(-300 * time.Millisecond).Truncate(time.Second), true},
+		{"requested at the lift", "n1", to, true},
+		{"requested after the lift", "n1", to.Add(time.Second), false},
+		{"requested just before the declaration was seen", "n1", from.Add(-time.Second), true},
+		{"requested well before", "n1", from.Add(-time.Minute), false},
+		{"declaration still in force", "n2", from.Add(time.Hour), true},
+		{"another node", "n3", from.Add(time.Second), false},
+	} {
+		if got := w.recoveringAt(tc.node, tc.at); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

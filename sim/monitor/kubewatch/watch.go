@@ -64,13 +64,27 @@ type watcher struct {
 	outNow  bool       // a too-many-out episode is open
 	cordons *episodes
 	skewEps *episodes
+	// recoveries are the spans, as this monitor saw them, in which a held
+	// Lease declared each node under recovery. A deletion is judged by the
+	// declaration in force when it was requested: the Lease's and the
+	// pods' watches are not ordered, so a declaration lifted right after
+	// the last delete can be seen before that pod's Terminating update.
+	recoveries map[string][]span
 }
+
+// span is one declaration's observed life; to is zero while it lasts.
+type span struct{ from, to time.Time }
+
+// lateDeclaration is how long a deletion no declaration covers waits for
+// one seen late (the other watch's lag) before it is reported; it also
+// covers deletionTimestamp's truncation to the second.
+const lateDeclaration = 2 * time.Second
 
 // Start runs the watchers until ctx ends and returns once their caches are
 // synced, so everything after it is observed.
 func Start(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	w := &watcher{cfg: cfg, cordons: newEpisodes(), skewEps: newEpisodes()}
+	w := &watcher{cfg: cfg, cordons: newEpisodes(), skewEps: newEpisodes(), recoveries: map[string][]span{}}
 	cs := cfg.Client
 	all := informers.NewSharedInformerFactory(cs, 0)
 	w.nodes = all.Core().V1().Nodes().Informer()
@@ -100,8 +114,11 @@ func Start(ctx context.Context, cfg Config) error {
 		DeleteFunc: func(any) { w.checkState(time.Now()) },
 	}
 	_, _ = w.nodes.AddEventHandler(state)
+	declared := func(any) { w.trackRecoveries(time.Now()) }
 	for _, l := range w.leases {
 		_, _ = l.AddEventHandler(state)
+		_, _ = l.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: declared,
+			UpdateFunc: func(_, n any) { declared(n) }, DeleteFunc: declared})
 	}
 	_, _ = w.workers.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(o, n any) {
@@ -258,18 +275,68 @@ func (w *watcher) podDeleted(p *corev1.Pod) {
 			live++ // gone from the cache already
 		}
 	}
-	if d := oldPodDeleted(p, w.node(p.Spec.NodeName), rs, live); d != "" {
+	d := oldPodDeleted(p, w.node(p.Spec.NodeName), rs, live)
+	if d == "" {
+		return
+	}
+	at := time.Now()
+	if p.DeletionTimestamp != nil {
+		at = p.DeletionTimestamp.Time
+	}
+	judge := func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		var leases []*coordv1.Lease
-		for _, l := range w.leases {
-			leases = append(leases, listOf[*coordv1.Lease](l)...)
-		}
-		if recovering(leases, p.Spec.NodeName, time.Now()) {
-			return
-		}
-		w.report(monitor.RuleOldPodBeforeFlip, "pod/"+p.Namespace+"/"+p.Name, d)
+		w.refreshRecoveries(time.Now()) // a Lease that expired since says so only here
+		return w.recoveringAt(p.Spec.NodeName, at)
 	}
+	if judge() {
+		return
+	}
+	time.AfterFunc(lateDeclaration, func() {
+		if !judge() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.report(monitor.RuleOldPodBeforeFlip, "pod/"+p.Namespace+"/"+p.Name, d)
+		}
+	})
+}
+
+// trackRecoveries opens a span for each node a held Lease now declares
+// under recovery and closes the spans of the others.
+func (w *watcher) trackRecoveries(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refreshRecoveries(now)
+}
+
+func (w *watcher) refreshRecoveries(now time.Time) {
+	var leases []*coordv1.Lease
+	for _, l := range w.leases {
+		leases = append(leases, listOf[*coordv1.Lease](l)...)
+	}
+	now = now.Truncate(0)
+	for _, n := range declaredNodes(leases, now) {
+		if sp := w.recoveries[n]; len(sp) == 0 || !sp[len(sp)-1].to.IsZero() {
+			w.recoveries[n] = append(sp, span{from: now})
+		}
+	}
+	for n, sp := range w.recoveries {
+		if last := &sp[len(sp)-1]; last.to.IsZero() && !recovering(leases, n, now) {
+			last.to = now
+		}
+	}
+}
+
+// recoveringAt says whether a declaration covered node at t (seen up to
+// lateDeclaration after t started: deletionTimestamp is kept to the
+// second and the Lease's watch may lag).
+func (w *watcher) recoveringAt(node string, t time.Time) bool {
+	for _, s := range w.recoveries[node] {
+		if !t.Before(s.from.Add(-lateDeclaration)) && (s.to.IsZero() || !t.After(s.to)) {
+			return true
+		}
+	}
+	return false
 }
 
 func containsUID(inf cache.SharedIndexInformer, p *corev1.Pod) bool {

@@ -94,7 +94,9 @@ func TestSlowSuspendsStopEarlyAndRefuseTheNextNodeBeforeItsDrain(t *testing.T) {
 	if out := atetest.MustRun(t, ctx, "roll", "next-node", "--dry-run"); !strings.Contains(out, "suspends projected") {
 		t.Error("the dry run does not show the projection from the measured pace")
 	}
-	out = atetest.ExpectRefused(t, ctx, "would outlast --suspend-timeout", "roll", "next-node", "--suspend-timeout", budget,
+	// --wait: the first node's new workers may not have registered their
+	// capacity yet (a loaded machine), and the capacity guard comes first.
+	out = atetest.ExpectRefused(t, ctx, "would outlast --suspend-timeout", "roll", "next-node", "--wait", "--suspend-timeout", budget,
 		"--max-concurrent-suspends", "1")
 	for _, want := range []string{"actor(s) at the measured pace", "1 at a time", "budget 20s", "--max-concurrent-suspends "} {
 		if !strings.Contains(out, want) {
@@ -110,7 +112,7 @@ func TestSlowSuspendsStopEarlyAndRefuseTheNextNodeBeforeItsDrain(t *testing.T) {
 			t.Fatalf("node %s marked as moving by a refused run", n.Name)
 		}
 	}
-	atetest.MustRun(t, ctx, "roll", "next-node", "--suspend-timeout", budget, "--max-concurrent-suspends", "4")
+	atetest.MustRun(t, ctx, "roll", "next-node", "--wait", "--suspend-timeout", budget, "--max-concurrent-suspends", "4")
 	for n, v := range atetest.NodeLabels(t, ctx) {
 		if v != atetest.NewV {
 			t.Fatalf("node %s at %s after the roll", n, v)
