@@ -51,8 +51,44 @@ func TestAnAwakeActorIsLostWhenItsAteomExits(t *testing.T) {
 	lost := c.ExpectViolation(t, "actor-lost")
 	ctx := simtest.Context(t, 3*time.Minute)
 	cl := atetest.Client(t, ctx)
-	var victim ateapi.Actor
-	var w ateapi.Worker
+	// The fleet's traffic may suspend the victim inside the window (which
+	// saves it) and resume it elsewhere: then the deletion proves nothing,
+	// and another awake actor is taken.
+	var (
+		victim    ateapi.Actor
+		w         ateapi.Worker
+		a         ateapi.Actor
+		requested time.Time
+	)
+	for attempt := 0; attempt < 5; attempt++ {
+		victim, w, a, requested = deleteUnderAwakeActor(t, ctx, c, cl)
+		if a.State == ateapi.ActorCrashed || a.Worker == w.Name {
+			break
+		}
+		t.Logf("actor %s left worker %s (now %s on %q) before its ateom exited: taking another", victim.Ref(), w.Name, a.State, a.Worker)
+	}
+	pods := c.Client.CoreV1().Pods(w.Namespace)
+	crashedAt := time.Now()
+	if a.State != ateapi.ActorCrashed {
+		t.Fatalf("actor %s is %s %s after its worker pod's deletion (ateom exits after %s): want CRASHED", victim.Ref(),
+			a.State, time.Since(requested), ateomExit)
+	}
+	if d := crashedAt.Sub(requested); d < ateomExit-time.Second || d > ateomExit+15*time.Second {
+		t.Fatalf("actor %s CRASHED %s after the deletion request; its ateom exits %s after SIGTERM", victim.Ref(), d, ateomExit)
+	}
+	if _, err := pods.Get(ctx, w.Pod, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the finalizer should still hold pod %s/%s: %v", w.Namespace, w.Pod, err)
+	}
+	t.Logf("actor %s CRASHED %s after the deletion request: %s", victim.Ref(), crashedAt.Sub(requested), a.CrashMessage)
+	lost()
+}
+
+// deleteUnderAwakeActor deletes, behind a finalizer, the pod of an ACTIVE
+// worker hosting a RUNNING actor and watches that actor until it is CRASHED
+// or off that worker, or ateomExit + 30 s passed since the deletion request.
+func deleteUnderAwakeActor(t *testing.T, ctx context.Context, c *simtest.Cluster, cl *ateapi.Client) (
+	victim ateapi.Actor, w ateapi.Worker, a ateapi.Actor, requested time.Time) {
+	t.Helper()
 	for deadline := time.Now().Add(time.Minute); victim.Name == "" && time.Now().Before(deadline); {
 		inv, err := cl.Inventory(ctx)
 		if err != nil {
@@ -96,27 +132,14 @@ func TestAnAwakeActorIsLostWhenItsAteomExits(t *testing.T) {
 	if err != nil || p.DeletionTimestamp == nil {
 		t.Fatalf("pod %s/%s not Terminating: %v", w.Namespace, w.Pod, err)
 	}
-	requested := p.DeletionTimestamp.Add(-time.Duration(*p.DeletionGracePeriodSeconds) * time.Second)
-	var a ateapi.Actor
+	requested = p.DeletionTimestamp.Add(-time.Duration(*p.DeletionGracePeriodSeconds) * time.Second)
 	for deadline := requested.Add(ateomExit + 30*time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if a, err = cl.GetActor(ctx, victim.Atespace, victim.Name); err != nil {
 			t.Fatal(err)
 		}
-		if a.State == ateapi.ActorCrashed {
+		if a.State == ateapi.ActorCrashed || a.Worker != w.Name {
 			break
 		}
 	}
-	crashedAt := time.Now()
-	if a.State != ateapi.ActorCrashed {
-		t.Fatalf("actor %s is %s %s after its worker pod's deletion (ateom exits after %s): want CRASHED", victim.Ref(),
-			a.State, time.Since(requested), ateomExit)
-	}
-	if d := crashedAt.Sub(requested); d < ateomExit-time.Second || d > ateomExit+15*time.Second {
-		t.Fatalf("actor %s CRASHED %s after the deletion request; its ateom exits %s after SIGTERM", victim.Ref(), d, ateomExit)
-	}
-	if _, err := pods.Get(ctx, w.Pod, metav1.GetOptions{}); err != nil {
-		t.Fatalf("the finalizer should still hold pod %s/%s: %v", w.Namespace, w.Pod, err)
-	}
-	t.Logf("actor %s CRASHED %s after the deletion request: %s", victim.Ref(), crashedAt.Sub(requested), a.CrashMessage)
-	lost()
+	return victim, w, a, requested
 }
