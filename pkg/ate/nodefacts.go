@@ -420,6 +420,9 @@ func (f nodeFacts) toPodsNotReady() []string {
 				}
 			}
 		}
+		if pull, _ := pullFailure(&p); pull != "" {
+			why += ", " + pull
+		}
 		out = append(out, p.Namespace+"/"+p.Name+" ("+why+")")
 	}
 	return out
