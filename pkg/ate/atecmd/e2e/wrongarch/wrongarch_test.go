@@ -72,4 +72,14 @@ func TestAnImageForAnotherArchitectureStopsTheRollAtTheCanaryWithTheFix(t *testi
 		t.Error("the stop names no pod whose image does not pull")
 	}
 	atetest.NoActorLost(t, ctx)
+
+	// The way back: rollback takes the canary back although its new pods
+	// never ran (they never register, so the drain does not wait for them).
+	atetest.MustRun(t, ctx, "rollback", "--wait")
+	for n, v := range atetest.NodeLabels(t, ctx) {
+		if v != atetest.OldV {
+			t.Errorf("node %s at %s after the rollback", n, v)
+		}
+	}
+	atetest.NoActorLost(t, ctx)
 }
