@@ -1,14 +1,15 @@
 // Package wrongarch rolls to a clone whose worker image exists for another
 // architecture only (the sim's registry holds the gvisor image for arm64,
-// every node is amd64): on the node it is scheduled to, the kubelet cannot
-// pull it and the pod waits in ErrImagePull / ImagePullBackOff. Nothing in
-// the cluster says an image's platform before a node pulls it, so the
-// canary's verify is where the roll learns it: it must stop at once,
-// blocked, naming the pod, the kubelet's message and the fix, not wait out
-// its budget; and no actor may be lost.
+// every node is amd64): a kubelet cannot pull it and the pod waits in
+// ErrImagePull / ImagePullBackOff. Nothing in the cluster says an image's
+// platform before a node pulls it, so the roll pulls each clone's images on
+// one node of each platform before the first node of that platform moves:
+// it must stop there, blocked, with nothing changed, naming the pull failure
+// and the fix; after the fix the same command rolls, and no actor is lost.
 package wrongarch
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -16,12 +17,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate"
-	"github.com/rollbook/rollbook/pkg/cli"
 )
+
+// multiArch is the gvisor image of another build whose index has amd64.
+const multiArch = "registry.example/ateom-gvisor:v0.3.1@sha256:" +
+	"1111111111111111111111111111111111111111111111111111111111111111"
 
 func TestMain(m *testing.M) {
 	os.Setenv("ROLLBOOK_SIM_SINGLE_ARCH_IMAGES", atetest.ImageGV+"=arm64")
@@ -29,57 +35,117 @@ func TestMain(m *testing.M) {
 	simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "ate-fleet"})
 }
 
-func TestAnImageForAnotherArchitectureStopsTheRollAtTheCanaryWithTheFix(t *testing.T) {
+func TestAnImageForAnotherArchitectureStopsTheRollBeforeTheFirstFlip(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 8*time.Minute)
 	atetest.DeployAtelet(t, atetest.NewV)
 	atetest.MustRun(t, ctx, atetest.CloneArgs...)
 
+	// Watch the probe pods: the gvisor clone's must really have waited in a
+	// pull failure on a node (not be judged from the template), and be gone.
+	w, err := c.Client.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{LabelSelector: ate.LabelPullProbe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	failedThenGone := make(chan struct{})
+	go func() {
+		failed := false
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			for _, s := range p.Status.ContainerStatuses {
+				if ws := s.State.Waiting; ws != nil && ws.Reason == "ErrImagePull" && s.Image == atetest.ImageGV {
+					failed = true
+				}
+			}
+			if failed && ev.Type == watch.Deleted {
+				close(failedThenGone)
+				return
+			}
+		}
+	}()
+
 	start := time.Now()
-	out, code := atetest.Run(t, ctx, "roll", "next-node")
-	if code != cli.ExitBlocked {
-		t.Fatalf("roll next-node: exit %d, want %d (blocked)", code, cli.ExitBlocked)
+	out := atetest.ExpectRefused(t, ctx, "no match for platform in manifest", "roll", "next-node")
+	if took := time.Since(start); took > 3*time.Minute {
+		t.Errorf("the stop took %s: it waited out the pull budget instead of stopping on the failure", took)
 	}
-	if took := time.Since(start); took > 4*time.Minute {
-		t.Errorf("the stop took %s: it waited out the verify budget instead of stopping on the pull failure", took)
-	}
-	for _, want := range []string{"no match for platform in manifest", "kubernetes.io/arch=amd64",
-		"an image built for the nodes' architecture", "nodeSelector/affinity"} {
+	for _, want := range []string{"linux/amd64", "multi-arch", "kubectl delete workerpool", "clone-pools --image", "nothing was changed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the stop does not say %q", want)
 		}
 	}
-	// It names the very pod that cannot pull, with the kubelet's reason.
-	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: ate.PoolLabel})
+	select {
+	case <-failedThenGone:
+	case <-time.After(time.Minute):
+		t.Error("no probe pod waited in ErrImagePull for the gvisor image and then went")
+	}
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var named int
-	for _, p := range pods.Items {
-		for _, s := range p.Status.ContainerStatuses {
-			if w := s.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
-				if p.Status.Phase != corev1.PodPending || s.Image != atetest.ImageGV {
-					t.Errorf("pod %s/%s: %s in phase %s with image %s", p.Namespace, p.Name, w.Reason, p.Status.Phase, s.Image)
-				}
-				if strings.Contains(out, p.Namespace+"/"+p.Name) {
-					named++
-				}
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable || n.Annotations[ate.AnnMovingTo] != "" {
+			t.Errorf("node %s was touched by a refused roll (cordoned %v, moving to %q)", n.Name, n.Spec.Unschedulable,
+				n.Annotations[ate.AnnMovingTo])
+		}
+	}
+	if l, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: ate.LabelPullProbe}); err != nil ||
+		len(l.Items) > 0 {
+		t.Errorf("pull probes left behind (%v): %v", err, l)
+	}
+
+	// The fix the stop names before any node moved: delete the clones of
+	// the image and clone again with one built for the nodes.
+	deleteClonesOf(t, atetest.ImageGV)
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: ate.PoolLabel})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range l.Items {
+			if p.Spec.Containers[0].Image == atetest.ImageGV {
+				return false, nil
 			}
 		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("the deleted clones keep pods: %v", err)
 	}
-	if named == 0 {
-		t.Error("the stop names no pod whose image does not pull")
-	}
-	atetest.NoActorLost(t, ctx)
-
-	// The way back: rollback takes the canary back although its new pods
-	// never ran (they never register, so the drain does not wait for them).
-	atetest.MustRun(t, ctx, "rollback", "--wait")
+	atetest.MustRun(t, ctx, "roll", "clone-pools", "--image", "gvisor="+multiArch, "--image", "microvm="+atetest.ImageVM)
+	atetest.MustRun(t, ctx, "roll", "next-node", "--all", "--wait")
 	for n, v := range atetest.NodeLabels(t, ctx) {
-		if v != atetest.OldV {
-			t.Errorf("node %s at %s after the rollback", n, v)
+		if v != atetest.NewV {
+			t.Errorf("node %s at %s after the roll", n, v)
 		}
 	}
 	atetest.NoActorLost(t, ctx)
+}
+
+// deleteClonesOf deletes every clone whose worker image is image.
+func deleteClonesOf(t *testing.T, image string) {
+	t.Helper()
+	ctx := simtest.Context(t, time.Minute)
+	dyn := atetest.Dynamic(t)
+	l, err := dyn.Resource(ate.WorkerPoolGVR).Namespace("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deleted int
+	for _, u := range l.Items {
+		if img, _ := u.Object["spec"].(map[string]any)["workerImage"].(string); img != image {
+			continue
+		}
+		if err := dyn.Resource(ate.WorkerPoolGVR).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		deleted++
+	}
+	if deleted == 0 {
+		t.Fatalf("no clone with image %s", image)
+	}
 }
