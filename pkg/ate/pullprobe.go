@@ -259,6 +259,21 @@ func probePulls(ctx context.Context, cs kubernetes.Interface, probes []pullProbe
 	}
 	pods := map[string]pullProbe{} // namespace/name
 	for _, p := range probes {
+		pods[p.set.namespace+"/"+p.podName()] = p
+	}
+	// A run killed mid-probe leaves its pods (they end at their deadline);
+	// those of another image set are removed here, ours are reused.
+	if l, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: LabelPullProbe}); err == nil {
+		stale := map[string]pullProbe{}
+		for _, p := range l.Items {
+			if _, ours := pods[p.Namespace+"/"+p.Name]; !ours {
+				stale[p.Namespace+"/"+p.Name] = pullProbe{}
+			}
+		}
+		removeProbes(cs, stale)
+	}
+	clear(pods)
+	for _, p := range probes {
 		say("pulling the images of %s on %s (%s) before its first node there moves: %s", p.set.pool, p.node.Name, p.platform,
 			strings.Join(p.set.images, ", "))
 		pod := p.probePod(timeout)
