@@ -473,3 +473,24 @@ func clonePullSets(ctx context.Context, cs kubernetes.Interface, c *Cluster, dep
 	}
 	return out, nil
 }
+
+// pullCheck is preflight's view of the pull probe (it changes nothing, so
+// it only says which pulls roll next-node will make first).
+func pullCheck(ctx context.Context, cs kubernetes.Interface, c *Cluster, deps PoolDeployments) Check {
+	ck := Check{Group: "roll", Name: "every clone's images pulled on each node platform still to move", OK: true}
+	sets, err := clonePullSets(ctx, cs, c, deps)
+	if err != nil {
+		ck.OK, ck.Detail = false, err.Error()
+		return ck
+	}
+	var todo []string
+	for _, p := range pullProbesNeeded(sets, deps.Nodes, c.New) {
+		todo = append(todo, fmt.Sprintf("%s on %s (%s)", p.set.pool, p.node.Name, p.platform))
+	}
+	if len(todo) > 0 {
+		ck.Warning, ck.OK = true, false
+		ck.Detail = "not pulled yet: " + strings.Join(todo, "; ") + "; roll next-node pulls them there before the " +
+			"first node of the platform moves and stops if one has no build for it"
+	}
+	return ck
+}

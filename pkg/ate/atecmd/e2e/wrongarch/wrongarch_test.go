@@ -42,6 +42,11 @@ func TestAnImageForAnotherArchitectureStopsTheRollBeforeTheFirstFlip(t *testing.
 	atetest.DeployAtelet(t, atetest.NewV)
 	atetest.MustRun(t, ctx, atetest.CloneArgs...)
 
+	// Preflight changes nothing: it says which pulls the roll makes first.
+	if out, _ := atetest.Run(t, ctx, "preflight"); !strings.Contains(out, "not pulled yet") || !strings.Contains(out, "linux/amd64") {
+		t.Errorf("preflight does not say the clones' images are still to be pulled on linux/amd64")
+	}
+
 	// Watch the probe pods: the gvisor clone's must really have waited in a
 	// pull failure on a node (not be judged from the template), and be gone.
 	w, err := c.Client.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{LabelSelector: ate.LabelPullProbe})
