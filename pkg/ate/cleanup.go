@@ -15,7 +15,7 @@ import (
 // its moving-to mark is already gone, and the suspend pace measured (only
 // later moves read it: without it, nothing is projected). The version label
 // and the marks of a move in progress are not bookkeeping.
-var CleanupAnnotations = []string{AnnResidents, AnnSuspendPace}
+var CleanupAnnotations = []string{AnnResidents, AnnSuspendPace, AnnImagePulls}
 
 // HalfWay says why node n is part-way through an ate runbook, or "": a
 // move begun (AnnMovingTo), a flip not yet verified (AnnVerifyPending),

@@ -17,9 +17,11 @@ import (
 // not on a node. A new key fails here until someone decides which.
 func TestCleanupClassifiesEveryKey(t *testing.T) {
 	notOnNode := map[string]string{
-		AnnClonedFrom:            "on a cloned WorkerPool: how the roll pairs pools, not bookkeeping",
-		AnnRecoveringNode:        "on the Lease, which cleanup deletes",
-		"rollbook.dev/backup-of": "on retire's backup ConfigMaps, the user's backups",
+		AnnClonedFrom:                    "on a cloned WorkerPool: how the roll pairs pools, not bookkeeping",
+		AnnRecoveringNode:                "on the Lease, which cleanup deletes",
+		"rollbook.dev/backup-of":         "on retire's backup ConfigMaps, the user's backups",
+		LabelPullProbe:                   "on the pull probe pods, which the roll deletes",
+		"rollbook.dev/ate-pull-probe-of": "on the pull probe pods, which the roll deletes",
 	}
 	halfWay := []string{AnnMovingTo, AnnVerifyPending}
 	files, err := filepath.Glob("*.go")

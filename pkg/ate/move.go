@@ -181,6 +181,18 @@ func (mv *Move) way(ctx context.Context, c *Cluster) (Sides, error) {
 	if failed := FailedChecks(RollPreconditions(c, deps, mv.o.AllowFullStop)); failed != "" {
 		return Sides{}, runbook.Blocked(fmt.Errorf("the roll cannot move a node; nothing was changed:\n%s", failed))
 	}
+	sets, err := clonePullSets(ctx, mv.m.Client, c, deps)
+	if err != nil {
+		return Sides{}, err
+	}
+	probes := pullProbesNeeded(sets, deps.Nodes, c.New)
+	if mv.m.DryRun {
+		for _, p := range probes {
+			mv.m.Say("would pull the images of %s on %s (%s) before its first node there moves", p.set.pool, p.node.Name, p.platform)
+		}
+	} else if err := probePulls(ctx, mv.m.Client, probes, mv.o.Config.PullTimeout, len(c.NodesAt(c.New)) == 0, mv.m.Say); err != nil {
+		return Sides{}, err
+	}
 	return RollSides(c)
 }
 

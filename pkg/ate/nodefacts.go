@@ -230,6 +230,9 @@ func (f nodeFacts) unregistered() []string {
 	}
 	var out []string
 	for _, p := range f.podsOf(f.cfg.FromPools) {
+		if _, wrongPlatform := pullFailure(&p); wrongPlatform {
+			continue // its image has no build for this node: it never runs, so it never registers or takes an actor
+		}
 		if !known[string(p.UID)] && p.DeletionTimestamp == nil {
 			out = append(out, p.Namespace+"/"+p.Name)
 		}
@@ -419,6 +422,9 @@ func (f nodeFacts) toPodsNotReady() []string {
 					why += " " + c.Reason
 				}
 			}
+		}
+		if pull, _ := pullFailure(&p); pull != "" {
+			why += ", " + pull
 		}
 		out = append(out, p.Namespace+"/"+p.Name+" ("+why+")")
 	}

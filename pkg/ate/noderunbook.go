@@ -42,6 +42,9 @@ type NodeConfig struct {
 	// flip (a finalizer may hold one), kept across re-runs.
 	DeleteTimeout time.Duration
 	VerifyTimeout time.Duration
+	// PullTimeout bounds the pull of a clone's images on a platform's
+	// first node, before any node of that platform moves to NEW.
+	PullTimeout time.Duration
 	// RegisterTimeout bounds the wait for a worker pod on the node to
 	// register as a worker before the flip; then the run stops blocked.
 	RegisterTimeout time.Duration

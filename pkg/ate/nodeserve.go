@@ -290,7 +290,8 @@ func (b *nodeBuilder) verify() runbook.Step[nodeFacts] {
 		Doc: "Confirm no pod of the pools the node left remains there, and that every pod of the target version's pools on " +
 			"the node is Ready and registered as an ACTIVE worker. (Pods of the target pools may all run on nodes moved " +
 			"earlier: the scheduler, not the roll, places them. When no worker of the target pools is ACTIVE on any " +
-			"other node, as on the canary, one must come up here.) Then remove " + AnnVerifyPending + ": until then the " +
+			"other node, as on the canary, one must come up here. A pod whose image has no build for the node's platform stops " +
+			"the wait at once, blocked: waiting cannot fix it.) Then remove " + AnnVerifyPending + ": until then the " +
 			"node is not moved, and the next `roll next-node` finishes it before taking another node.",
 		Timeout: b.cfg.VerifyTimeout,
 		Done: func(f nodeFacts) (bool, string) {
@@ -325,6 +326,9 @@ func (b *nodeBuilder) verify() runbook.Step[nodeFacts] {
 					return fmt.Errorf("%s worker pods on %s are not Ready: %w", f.cfg.To, f.node.Name, err)
 				}
 				g.pods = pods
+				if why := wrongPlatformPods(g.podsOf(g.cfg.ToPools), g.node); why != "" {
+					return runbook.Blocked(errors.New(why))
+				}
 				ready, total := g.toPodsReady()
 				if ready == total {
 					if g.inv, err = o.api.Inventory(ctx); err != nil {

@@ -93,6 +93,9 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *Cluster, caps *a
 			}
 			out = append(out, ck)
 		}
+		if countClones(c) > 0 {
+			out = append(out, pullCheck(ctx, cs, c, o.Deployments))
+		}
 	}
 	out = append(out, apiChecks(caps, apiErr)...)
 	// GKE

@@ -75,5 +75,8 @@ func ReadPreflight(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Int
 	if o.Deployments, err = Deployments(ctx, cs); err != nil {
 		return nil, err
 	}
+	if o.Deployments.Nodes, err = c.fullNodes(ctx, cs); err != nil {
+		return nil, err
+	}
 	return Preflight(ctx, cs, c, v.Caps, v.Err, o), nil
 }

@@ -71,3 +71,47 @@ func unschedulableReason(p *corev1.Pod) string {
 	}
 	return "not yet seen by the scheduler"
 }
+
+// pullFailure is a pod's image pull failure as its kubelet reports it
+// ("container C: ImagePullBackOff: message"), and whether the image has no
+// build for the node's platform at all: containerd's "no match for platform
+// in manifest", Docker's "no matching manifest for linux/arm64 in the
+// manifest list entries". Waiting cannot cure that one; the kubelet retries
+// every other pull failure (a registry that was down, credentials fixed).
+func pullFailure(p *corev1.Pod) (why string, wrongPlatform bool) {
+	for _, s := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		w := s.State.Waiting
+		if w == nil || (w.Reason != "ErrImagePull" && w.Reason != "ImagePullBackOff") {
+			continue
+		}
+		m := strings.ToLower(w.Message)
+		return fmt.Sprintf("container %s: %s: %s", s.Name, w.Reason, w.Message),
+			strings.Contains(m, "no match for platform") || strings.Contains(m, "no matching manifest for")
+	}
+	return "", false
+}
+
+// wrongPlatformPods names the target pools' pods on node whose image has no
+// build for its platform, with the kubelet's message and the fix; "" when none.
+func wrongPlatformPods(pods []corev1.Pod, node *corev1.Node) string {
+	var out, edits []string
+	seen := map[string]bool{}
+	for i := range pods {
+		p := &pods[i]
+		if why, wrong := pullFailure(p); wrong && p.DeletionTimestamp == nil {
+			out = append(out, p.Namespace+"/"+p.Name+" of pool "+p.Labels[PoolLabel]+" ("+why+")")
+			if e := "kubectl edit workerpool -n " + p.Namespace + " " + p.Labels[PoolLabel]; !seen[e] {
+				seen[e] = true
+				edits = append(edits, e)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("worker pod(s) on %s cannot pull their image for the node's platform (%s): %s. Waiting cannot fix this: "+
+		"give the pool an image built for the nodes' architecture (a multi-arch image), or a nodeSelector/affinity for the "+
+		"image's architecture (%s); then delete these pods (kubectl delete pod -n NS POD: they never ran, and they hold "+
+		"the room on the node that their replacements need) and re-run",
+		node.Name, archOf(node.Labels), strings.Join(out, ", "), strings.Join(edits, "; "))
+}

@@ -42,7 +42,7 @@ var extraStages embed.FS
 
 // loadStagesRaw returns the Stage documents: kwok's default "fast" node and
 // pod stages, our embedded stages/*.yaml, then any extra files.
-func loadStagesRaw(extraFiles []string) ([]string, error) {
+func loadStagesRaw(extraFiles []string, singleArch map[string]string) ([]string, error) {
 	// Pods labelled rollbook.dev/helper belong to the simulator's helper
 	// runner: no kwok pod stage may set their status. kwok's pod-delete stage
 	// is left out for every pod: it deletes by name, so reapDeletedPods
@@ -52,7 +52,7 @@ func loadStagesRaw(extraFiles []string) ([]string, error) {
 	raws := []string{
 		skipNotReadyNodes(nodefast.DefaultNodeInit),
 		skipNotReadyNodes(nodeheartbeatwithlease.DefaultNodeHeartbeatWithLease),
-		excludeHelperPods(podfast.DefaultPodReady),
+		awaitPull(excludeHelperPods(podfast.DefaultPodReady), singleArch),
 		excludeHelperPods(exclusivePodComplete()),
 	}
 	_ = fs.WalkDir(extraStages, "stages", func(p string, d fs.DirEntry, err error) error {
@@ -74,8 +74,8 @@ func loadStagesRaw(extraFiles []string) ([]string, error) {
 	return raws, nil
 }
 
-func loadStages(extraFiles []string) (map[internalversion.StageResourceRef][]*internalversion.Stage, error) {
-	raws, err := loadStagesRaw(extraFiles)
+func loadStages(extraFiles []string, singleArch map[string]string) (map[internalversion.StageResourceRef][]*internalversion.Stage, error) {
+	raws, err := loadStagesRaw(extraFiles, singleArch)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,11 @@ func runKwok(ctx context.Context, kubeconfig string, extraStageFiles []string, v
 	if err != nil {
 		return err
 	}
-	stages, err := loadStages(extraStageFiles)
+	singleArch, err := SingleArchImages()
+	if err != nil {
+		return err
+	}
+	stages, err := loadStages(extraStageFiles, singleArch)
 	if err != nil {
 		return err
 	}
@@ -264,6 +268,13 @@ func runKwok(ctx context.Context, kubeconfig string, extraStageFiles []string, v
 			log.Printf("sim-pod-reaper: %v", err)
 		}
 	}()
+	if len(singleArch) > 0 {
+		go func() {
+			if err := pullImages(ctx, typed, singleArch); err != nil {
+				log.Printf("sim-image-pull: %v", err)
+			}
+		}()
+	}
 	go func() {
 		if err := resyncPodReadiness(ctx, typed); err != nil {
 			log.Printf("sim-pod-readiness: %v", err)

@@ -116,6 +116,8 @@ func (n *nodeOptions) add(cmd *cobra.Command) {
 	fs.DurationVar(&c.DeleteTimeout, "delete-timeout", 10*time.Minute,
 		"how long the node's old-pool pods may take to go after the flip (a finalizer may hold one), kept across re-runs")
 	fs.DurationVar(&c.VerifyTimeout, "verify-timeout", 5*time.Minute, "how long new workers may take to register")
+	fs.DurationVar(&c.PullTimeout, "pull-timeout", ate.DefaultPullTimeout, "how long pulling a clone's images may take on the "+
+		"first node of each platform (os/arch), before a node of it moves; an image with no build for the platform stops the roll")
 	fs.DurationVar(&c.RegisterTimeout, "register-timeout", 2*time.Minute,
 		"how long a worker pod on the node may take to register before the flip; then the run stops blocked")
 	n.api.add(fs)
