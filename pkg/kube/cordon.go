@@ -55,33 +55,49 @@ func CordonNode(ctx context.Context, cs kubernetes.Interface, rec Recorder, cur 
 	node := cur.Name
 	var did bool
 	n, err := UpdateNodeFrom(ctx, cs, cur, func(n *corev1.Node) (NodeChange, error) {
-		did = false
-		if n.Spec.Unschedulable {
-			return NodeChange{}, nil
-		}
-		did = true
-		return NodeChange{
-			Unschedulable: ptr.To(true),
-			Annotations: map[string]*string{
-				AnnCordonedBy: ptr.To(owner),
-				AnnCordonedAt: ptr.To(time.Now().UTC().Format(time.RFC3339)),
-				AnnCordonRun:  ptr.To(run),
-			},
-		}, nil
+		var change NodeChange
+		change, did = CordonChange(n, owner, run)
+		return change, nil
 	})
-	message := fmt.Sprintf("cordoned by rollbook %s (run %s)", owner, run)
 	if err != nil {
-		err = RecordNodeWriteIfApplied(ctx, err, cs, rec, node, "Cordoned", message, func(n *corev1.Node) bool {
-			st := CordonStateOf(n)
-			return did && st.Owner == owner && st.Run == run
-		})
+		err = RecordNodeWriteIfApplied(ctx, err, cs, rec, node, "Cordoned", CordonedMessage(owner, run),
+			func(n *corev1.Node) bool { return did && CordonedBy(n, owner, run) })
 		return CordonState{}, fmt.Errorf("cordon %s: %w", node, err)
 	}
 	st := CordonStateOf(n)
 	if did {
-		rec.Record(ctx, NodeRef(n), false, "Cordoned", message)
+		rec.Record(ctx, NodeRef(n), false, "Cordoned", CordonedMessage(owner, run))
 	}
 	return st, nil
+}
+
+// CordonChange is CordonNode's write on n, and whether there is one: a
+// node already unschedulable (anyone's cordon) is left as it is. A caller
+// that sends it in a patch of its own records the Cordoned Event
+// (CordonedMessage) once it is in.
+func CordonChange(n *corev1.Node, owner, run string) (NodeChange, bool) {
+	if n.Spec.Unschedulable {
+		return NodeChange{}, false
+	}
+	return NodeChange{
+		Unschedulable: ptr.To(true),
+		Annotations: map[string]*string{
+			AnnCordonedBy: ptr.To(owner),
+			AnnCordonedAt: ptr.To(time.Now().UTC().Format(time.RFC3339)),
+			AnnCordonRun:  ptr.To(run),
+		},
+	}, true
+}
+
+// CordonedBy reports n cordoned by owner's run (a cordon write applied).
+func CordonedBy(n *corev1.Node, owner, run string) bool {
+	st := CordonStateOf(n)
+	return st.Owner == owner && st.Run == run
+}
+
+// CordonedMessage is the Cordoned Event's message.
+func CordonedMessage(owner, run string) string {
+	return fmt.Sprintf("cordoned by rollbook %s (run %s)", owner, run)
 }
 
 // UncordonNode undoes owner's cordon. A node cordoned by anyone else (another
@@ -91,32 +107,42 @@ func UncordonNode(ctx context.Context, cs kubernetes.Interface, rec Recorder, cu
 	node := cur.Name
 	var did bool
 	n, err := UpdateNodeFrom(ctx, cs, cur, func(n *corev1.Node) (NodeChange, error) {
-		did = false
-		st := CordonStateOf(n)
-		if !st.Cordoned {
-			// Our bookkeeping may outlive a cordon someone else lifted.
-			if _, ok := n.Annotations[AnnCordonedBy]; ok && n.Annotations[AnnCordonedBy] == owner {
-				return NodeChange{Annotations: clearCordonAnnotations()}, nil
-			}
-			return NodeChange{}, nil
-		}
-		if st.Owner != owner {
-			return NodeChange{}, nil
-		}
-		did = true
-		return NodeChange{Unschedulable: ptr.To(false), Annotations: clearCordonAnnotations()}, nil
+		var change NodeChange
+		change, did = UncordonChange(n, owner)
+		return change, nil
 	})
-	message := fmt.Sprintf("uncordoned by rollbook %s, which had cordoned it", owner)
 	if err != nil {
-		err = RecordNodeWriteIfApplied(ctx, err, cs, rec, node, "Uncordoned", message, func(n *corev1.Node) bool {
-			return did && !n.Spec.Unschedulable
-		})
+		err = RecordNodeWriteIfApplied(ctx, err, cs, rec, node, "Uncordoned", UncordonedMessage(owner),
+			func(n *corev1.Node) bool { return did && !n.Spec.Unschedulable })
 		return CordonState{}, fmt.Errorf("uncordon %s: %w", node, err)
 	}
 	if did {
-		rec.Record(ctx, NodeRef(n), false, "Uncordoned", message)
+		rec.Record(ctx, NodeRef(n), false, "Uncordoned", UncordonedMessage(owner))
 	}
 	return CordonStateOf(n), nil
+}
+
+// UncordonChange is UncordonNode's write on n: did reports owner's cordon
+// lifted (the Uncordoned Event to record, UncordonedMessage); a change
+// without it only drops owner's bookkeeping that outlived a cordon someone
+// else lifted. Anyone else's cordon gives no change.
+func UncordonChange(n *corev1.Node, owner string) (change NodeChange, did bool) {
+	st := CordonStateOf(n)
+	if !st.Cordoned {
+		if by, ok := n.Annotations[AnnCordonedBy]; ok && by == owner {
+			return NodeChange{Annotations: clearCordonAnnotations()}, false
+		}
+		return NodeChange{}, false
+	}
+	if st.Owner != owner {
+		return NodeChange{}, false
+	}
+	return NodeChange{Unschedulable: ptr.To(false), Annotations: clearCordonAnnotations()}, true
+}
+
+// UncordonedMessage is the Uncordoned Event's message.
+func UncordonedMessage(owner string) string {
+	return fmt.Sprintf("uncordoned by rollbook %s, which had cordoned it", owner)
 }
 
 func clearCordonAnnotations() map[string]*string {

@@ -53,3 +53,49 @@ func SetNodeKeysRecorded(ctx context.Context, cs kubernetes.Interface, rec Recor
 	rec.Record(ctx, NodeRef(n), false, reason, message)
 	return n, nil
 }
+
+// NodeRecord is one Event a node write stands for.
+type NodeRecord struct{ Reason, Message string }
+
+// UpdateNodeRecorded is UpdateNodeFrom whose mutate also names the Events
+// its change stands for (one per step whose write it carries), in order.
+// They are recorded once the change is in: on success, or when the run was
+// interrupted while the server applied it (the node shows all of it). The
+// patch's precondition is reads, the keys mutate decides from
+// (UpdateNodeKeysFrom), or cur's resourceVersion when reads is nil.
+func UpdateNodeRecorded(ctx context.Context, cs kubernetes.Interface, rec Recorder, cur *corev1.Node, reads *NodeKeys,
+	mutate func(*corev1.Node) (NodeChange, []NodeRecord)) (*corev1.Node, error) {
+	var sent NodeChange
+	var records []NodeRecord
+	decide := func(n *corev1.Node) (NodeChange, error) {
+		sent, records = mutate(n)
+		if sent.Empty() || sent.NoOpOn(n) {
+			records = nil // nothing is sent: nothing happened to record
+		}
+		return sent, nil
+	}
+	var n *corev1.Node
+	var err error
+	if reads != nil {
+		n, err = UpdateNodeKeysFrom(ctx, cs, cur, *reads, decide)
+	} else {
+		n, err = UpdateNodeFrom(ctx, cs, cur, decide)
+	}
+	if err != nil {
+		if len(records) == 0 || ctx.Err() == nil {
+			return nil, err
+		}
+		check, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if got, gerr := cs.CoreV1().Nodes().Get(check, cur.Name, metav1.GetOptions{}); gerr == nil && sent.NoOpOn(got) {
+			for _, r := range records {
+				rec.Record(check, NodeRef(got), false, r.Reason, r.Message+" (as the run was interrupted)")
+			}
+		}
+		return nil, err
+	}
+	for _, r := range records {
+		rec.Record(ctx, NodeRef(n), false, r.Reason, r.Message)
+	}
+	return n, nil
+}

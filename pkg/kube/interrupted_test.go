@@ -42,9 +42,20 @@ func TestNodeWriteInterruptedMidRequestStillRecordsWhatHappened(t *testing.T) {
 				"Labelled", "test label set")
 			return err
 		}, func(n *corev1.Node) bool { return n.Labels[testLabel] == "1" }},
+		// One patch standing for two steps' writes records both.
+		{"Relabelled", func(ctx context.Context, cs kubernetes.Interface, rec Recorder, n *corev1.Node) error {
+			reads := &NodeKeys{Unschedulable: true}
+			_, err := UpdateNodeRecorded(ctx, cs, rec, n, reads, func(n *corev1.Node) (NodeChange, []NodeRecord) {
+				change, _ := CordonChange(n, owner, "run-2")
+				return change.With(NodeChange{Labels: map[string]*string{testLabel: ptr.To("2")}}),
+					[]NodeRecord{{Reason: "Relabelled", Message: "label"}, {Reason: "Cordoned", Message: "cordon"}}
+			})
+			return err
+		}, func(n *corev1.Node) bool { return n.Labels[testLabel] == "2" && CordonedBy(n, owner, "run-2") }},
 	}
 	defer func() {
-		_, _ = SetNodeKeys(context.Background(), c.Client, node, NodeChange{Labels: map[string]*string{testLabel: nil}})
+		_, _ = SetNodeKeys(context.Background(), c.Client, node, NodeChange{Labels: map[string]*string{testLabel: nil},
+			Annotations: clearCordonAnnotations(), Unschedulable: ptr.To(false)})
 	}()
 	for _, s := range steps {
 		runCtx, stop := context.WithCancel(ctx)
@@ -65,6 +76,9 @@ func TestNodeWriteInterruptedMidRequestStillRecordsWhatHappened(t *testing.T) {
 		}
 		if got := rec.Count(s.reason); got != 1 {
 			t.Errorf("%d %s records for a write the server applied, want 1", got, s.reason)
+		}
+		if s.reason == "Relabelled" && rec.Count("Cordoned") != 1 {
+			t.Errorf("%d Cordoned records for the cordon carried in the same write, want 1", rec.Count("Cordoned"))
 		}
 	}
 }

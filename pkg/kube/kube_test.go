@@ -160,6 +160,38 @@ func TestUpdateNodeKeysFromTestsOnlyTheKeysItRead(t *testing.T) {
 	if err != nil || n.Labels[gate] != "false" || n.Annotations[record] != "maybe" {
 		t.Fatalf("after a write to a key read: labels %v annotations %v, %v", n.Labels, n.Annotations, err)
 	}
+
+	// A cordon decided from spec.unschedulable: someone cordons in between,
+	// and the cordon is decided again (not taken over); uncordoned, a
+	// write to anything else costs nothing.
+	t.Cleanup(func() { setUnschedulable(t, c.Client, node, false) })
+	cordon := func(n *corev1.Node) (NodeChange, error) {
+		ch, _ := CordonChange(n, "test-keys", "run-1")
+		return ch, nil
+	}
+	withCordon := NodeKeys{Annotations: []string{AnnCordonedBy}, Unschedulable: true}
+	stale = getNode(t, c.Client, node)
+	other := NodeChange{Labels: map[string]*string{"simtest/other": ptr.To("2")}}
+	if _, err := SetNodeKeys(ctx, c.Client, node, other); err != nil {
+		t.Fatal(err)
+	}
+	requests.Store(0)
+	n, err = UpdateNodeKeysFrom(ctx, cs, stale, withCordon, cordon)
+	if err != nil || !CordonedBy(n, "test-keys", "run-1") {
+		t.Fatalf("cordon after an unrelated write: %+v, %v", CordonStateOf(n), err)
+	}
+	if got := requests.Load(); got != 1 {
+		t.Errorf("a cordon after an unrelated write cost %d requests, want 1", got)
+	}
+	setUnschedulable(t, c.Client, node, false)
+	if _, err := SetNodeKeys(ctx, c.Client, node, NodeChange{Annotations: clearCordonAnnotations()}); err != nil {
+		t.Fatal(err)
+	}
+	stale = getNode(t, c.Client, node)
+	setUnschedulable(t, c.Client, node, true) // someone else's cordon
+	if n, err = UpdateNodeKeysFrom(ctx, cs, stale, withCordon, cordon); err != nil || CordonStateOf(n).Owner != "" {
+		t.Fatalf("a foreign cordon in between was taken over: %+v, %v", CordonStateOf(n), err)
+	}
 }
 
 func deployment(ns, name string, replicas int32, pod corev1.PodSpec) *appsv1.Deployment {

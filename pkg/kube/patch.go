@@ -26,6 +26,53 @@ func (c NodeChange) Empty() bool {
 	return len(c.Labels) == 0 && len(c.Annotations) == 0 && c.Unschedulable == nil
 }
 
+// With is c and o in one change; o's value wins for a key both set.
+func (c NodeChange) With(o NodeChange) NodeChange {
+	merge := func(a, b map[string]*string) map[string]*string {
+		if len(a)+len(b) == 0 {
+			return nil
+		}
+		out := make(map[string]*string, len(a)+len(b))
+		for k, v := range a {
+			out[k] = v
+		}
+		for k, v := range b {
+			out[k] = v
+		}
+		return out
+	}
+	out := NodeChange{Labels: merge(c.Labels, o.Labels), Annotations: merge(c.Annotations, o.Annotations),
+		Unschedulable: c.Unschedulable}
+	if o.Unschedulable != nil {
+		out.Unschedulable = o.Unschedulable
+	}
+	return out
+}
+
+// AppliedTo is a copy of n with c applied: what a step's Done would see
+// once c is in.
+func (c NodeChange) AppliedTo(n *corev1.Node) *corev1.Node {
+	out := n.DeepCopy()
+	apply := func(m *map[string]string, want map[string]*string) {
+		for k, v := range want {
+			switch {
+			case v == nil:
+				delete(*m, k)
+			case *m == nil:
+				*m = map[string]string{k: *v}
+			default:
+				(*m)[k] = *v
+			}
+		}
+	}
+	apply(&out.Labels, c.Labels)
+	apply(&out.Annotations, c.Annotations)
+	if c.Unschedulable != nil {
+		out.Spec.Unschedulable = *c.Unschedulable
+	}
+	return out
+}
+
 // NoOpOn reports whether applying c to n would change nothing.
 func (c NodeChange) NoOpOn(n *corev1.Node) bool {
 	same := func(cur map[string]string, want map[string]*string) bool {
@@ -139,6 +186,8 @@ func SetNodeKeys(ctx context.Context, cs kubernetes.Interface, node string, chan
 // NodeKeys names the labels and annotations a change was decided from.
 type NodeKeys struct {
 	Labels, Annotations []string
+	// Unschedulable: spec.unschedulable too (a cordon decided from it).
+	Unschedulable bool
 }
 
 // UpdateNodeKeysFrom is UpdateNodeFrom with a narrower precondition: the
@@ -193,6 +242,13 @@ func testedPatch(n *corev1.Node, reads NodeKeys, change NodeChange) []any {
 	}
 	test("/metadata/labels/", n.Labels, reads.Labels)
 	test("/metadata/annotations/", n.Annotations, reads.Annotations)
+	if reads.Unschedulable {
+		op := map[string]any{"op": "test", "path": "/spec/unschedulable", "value": nil} // false is omitted: absent
+		if n.Spec.Unschedulable {
+			op["value"] = true
+		}
+		ops = append(ops, op)
+	}
 	set := func(prefix string, m map[string]string, want map[string]*string) {
 		for k, v := range want {
 			path := prefix + JSONPointerEscape(k)

@@ -362,7 +362,7 @@ happens to exist. The flash never runs while a process holds the device (unless
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
 			b.probe("tt.fw.probe", []string{"kubectl-tt", "node-agent", "probe"}, blockers),
-			b.cordon("tt.fw.cordon", cordonGuards(probeClear("tt-firmware", cfg.RunID, blockers), pdb,
+			b.cordon("tt.fw.cordon", cfg.DeployGates, cordonGuards(probeClear("tt-firmware", cfg.RunID, blockers), pdb,
 				append([]runbook.Guard[Facts]{outOfServiceBudget(cfg.MaxParallel)}, perLabelBudget(cfg.MaxUnavailablePer)...)...)...),
 			b.closeGates("tt.fw.close-gates", cfg.DeployGates),
 			b.evictDevicePods("tt.fw.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "firmware "+cfg.Version+" flash"),
@@ -392,9 +392,13 @@ happens to exist. The flash never runs while a process holds the device (unless
 				waiting: func(f Facts) string { return "firmware at " + orUnknown(f.Node.Labels[LabelFirmware]) },
 			}),
 			{
-				ID: "tt.fw.record", Title: "Record the measured firmware", Reads: readNode | readPods, DoneReads: readNode,
+				ID: "tt.fw.record", Title: "Record the measured firmware", Reads: readNode | readPods,
+				// The observation after it serves the cleanup: the gates and
+				// uncordon steps between have nothing left to write (giveBack).
+				DoneReads: readNode | readPods,
 				Doc: "Label firmware.tenstorrent.com/fw-version with the version every device read back and keep the " +
-					"per-device result in an annotation.",
+					"per-device result in an annotation. The same write reopens the deploy gates and lifts the cordon (the next " +
+					"two steps), so those have nothing left to write.",
 				Done: func(f Facts) (bool, string) {
 					return f.Finished, LabelFirmware + "=" + orUnknown(f.Node.Labels[LabelFirmware])
 				},
@@ -405,7 +409,11 @@ happens to exist. The flash never runs while a process holds the device (unless
 					return []runbook.Change{{Object: "node/" + f.Node.Name, Action: "label", Detail: LabelFirmware + "=" + cfg.Readback}}
 				},
 				Act: func(ctx context.Context, f Facts) error {
-					return recordFirmware(ctx, cs, rec, f.Node, cfg, f.Helper.Result)
+					change, msg, err := firmwareResultChange(f.Node, cfg, f.Helper.Result)
+					if err != nil {
+						return err
+					}
+					return giveBack(ctx, cs, rec, f.Node, f.Owner, change, "FirmwareFlashed", msg, cfg.fwFinished)
 				},
 			},
 			b.openGates("tt.fw.open-gates"),
@@ -441,20 +449,23 @@ func flashCommand(cfg *FirmwareConfig) []string {
 	return cmd
 }
 
-func recordFirmware(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, cfg *FirmwareConfig,
-	r *nodeagent.Result) error {
+// firmwareResultChange is the write that records flash result r on node,
+// and the FirmwareFlashed Event's message; an error when a device does not
+// read back the target.
+func firmwareResultChange(node *corev1.Node, cfg *FirmwareConfig, r *nodeagent.Result) (
+	kube.NodeChange, string, error) {
 	measured := cfg.Readback
 	for _, d := range r.Devices {
 		if d.After != "" && d.After != cfg.Readback {
-			return fmt.Errorf("device %d reads back %s, want %s", d.Index, d.After, cfg.Readback)
+			return kube.NodeChange{}, "", fmt.Errorf("device %d reads back %s, want %s", d.Index, d.After, cfg.Readback)
 		}
 	}
 	b, _ := json.Marshal(firmwareRecord{Readback: measured, Devices: r.Devices, Forced: cfg.ForceWrite, Changed: r.Changed,
 		Duration: r.DurationMS, Run: cfg.RunID, At: time.Now().UTC()})
-	_, err := kube.SetNodeKeysRecorded(ctx, cs, rec, node.Name, kube.NodeChange{Labels: map[string]*string{LabelFirmware: &measured},
-		Annotations: withClockTakenAlong(node, FirmwareRunbookName, map[string]*string{AnnFirmwareResult: ptr.To(string(b))})},
-		"FirmwareFlashed", fmt.Sprintf("%s=%s (%s)", LabelFirmware, measured, describeFlash(r)))
-	return err
+	result := map[string]*string{AnnFirmwareResult: ptr.To(string(b))}
+	return kube.NodeChange{Labels: map[string]*string{LabelFirmware: &measured},
+			Annotations: withClockTakenAlong(node, FirmwareRunbookName, result)},
+		fmt.Sprintf("%s=%s (%s)", LabelFirmware, measured, describeFlash(r)), nil
 }
 
 func describeFlash(r *nodeagent.Result) string {

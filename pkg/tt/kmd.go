@@ -301,7 +301,7 @@ the target version is measured on it, whatever its label says.`,
 			b.probe("tt.kmd.probe", kmdProbeCommand(cfg), blockers),
 			share.waitStep(),
 			// One node at a time by default, like the operator's DaemonSet rollout.
-			labelOnly(b.cordon("tt.kmd.cordon", cordonGuards(probeClear("tt-kmd", cfg.RunID, blockers), pdb,
+			labelOnly(b.cordon("tt.kmd.cordon", cfg.DeployGates, cordonGuards(probeClear("tt-kmd", cfg.RunID, blockers), pdb,
 				append([]runbook.Guard[Facts]{outOfServiceBudget(max(cfg.MaxParallel, 1))},
 					perLabelBudget(cfg.MaxUnavailablePer)...)...)...)),
 			labelOnly(b.closeGates("tt.kmd.close-gates", cfg.DeployGates)),
@@ -342,9 +342,13 @@ the target version is measured on it, whatever its label says.`,
 			})),
 			{
 				ID: "tt.kmd.label", Title: "Label the node with the measured version",
-				Reads: readNode | readPods, DoneReads: readNode,
+				Reads: readNode | readPods,
+				// The observation after it serves the cleanup: the gates and
+				// uncordon steps between have nothing left to write (giveBack).
+				DoneReads: readNode | readPods,
 				Doc: "Write driver.tenstorrent.com/kmd-version from what was measured in /sys/module (never the intent) and " +
-					"install-mode=container, and keep the measurement in an annotation.",
+					"install-mode=container, and keep the measurement in an annotation. The same write reopens the deploy " +
+					"gates and lifts the cordon (the next two steps), so those have nothing left to write.",
 				Done: func(f Facts) (bool, string) {
 					return f.Finished, LabelKMDVersion + "=" + orUnknown(f.Node.Labels[LabelKMDVersion])
 				},
@@ -361,13 +365,13 @@ the target version is measured on it, whatever its label says.`,
 				},
 				Act: func(ctx context.Context, f Facts) error {
 					if f.Helper.reached(v) {
-						return recordKMDResult(ctx, cs, rec, f.Node, f.Helper.Result, cfg.RunID)
+						change, msg := kmdResultChange(f.Node, f.Helper.Result, cfg.RunID)
+						return giveBack(ctx, cs, rec, f.Node, f.Owner, change, "KMDUpgraded", msg, obs.finished)
 					}
 					mode := InstallModeContainer
-					_, err := kube.SetNodeKeys(ctx, cs, f.Node.Name, kube.NodeChange{
+					return giveBack(ctx, cs, rec, f.Node, f.Owner, kube.NodeChange{
 						Labels:      map[string]*string{LabelKMDVersion: &v, LabelInstallMode: &mode},
-						Annotations: withClockTakenAlong(f.Node, KMDRunbookName, nil)})
-					return err
+						Annotations: withClockTakenAlong(f.Node, KMDRunbookName, nil)}, "", "", obs.finished)
 				},
 			},
 			b.openGates("tt.kmd.open-gates"),
@@ -583,17 +587,17 @@ type kmdRecord struct {
 	At       string   `json:"at"`
 }
 
-func recordKMDResult(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, node *corev1.Node, r *nodeagent.Result,
-	run string) error {
+// kmdResultChange is the write that records helper result r on node, and
+// the KMDUpgraded Event's message.
+func kmdResultChange(node *corev1.Node, r *nodeagent.Result, run string) (kube.NodeChange, string) {
 	mode := r.InstallMode
 	if mode == "" {
 		mode = InstallModeContainer
 	}
 	b, _ := json.Marshal(kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, Commit: r.Commit, CacheHit: r.CacheHit,
 		Persisted: r.Persisted, Kernels: r.PersistedKernels, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)})
-	_, err := kube.SetNodeKeysRecorded(ctx, cs, rec, node.Name, kube.NodeChange{
+	return kube.NodeChange{
 		Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},
 		Annotations: withClockTakenAlong(node, KMDRunbookName, map[string]*string{AnnKMDResult: ptr.To(string(b))}),
-	}, "KMDUpgraded", fmt.Sprintf("%s=%s (%s)", LabelKMDVersion, r.After, describeKMDResult(r)))
-	return err
+	}, fmt.Sprintf("%s=%s (%s)", LabelKMDVersion, r.After, describeKMDResult(r))
 }

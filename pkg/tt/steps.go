@@ -61,15 +61,21 @@ func foreignCordon(f *Facts) (bool, string) {
 	return true, ""
 }
 
-func (b *builder) cordon(id string, guards ...runbook.Guard[Facts]) runbook.Step[Facts] {
+// cordon is the cordon step; its write also closes gates, the deploy gates
+// the close-gates step after it closes (cordonClosingGates).
+func (b *builder) cordon(id string, gates []string, guards ...runbook.Guard[Facts]) runbook.Step[Facts] {
 	return runbook.Step[Facts]{
 		ID: id, Title: "Cordon the node",
 		Reads: readNode | readOthersOut | readPDBs,
+		// The observation after it serves the drain's first step: the
+		// close-gates step between has nothing left to write.
+		DoneReads: readNode | readPods,
 		// The --max-parallel budget is shared by the run's targets: decide
 		// it one cordon at a time (see runbook.Step.Exclusive).
 		Exclusive: true,
 		Doc: "Mark the node unschedulable, recording which runbook owns the cordon so only that runbook lifts it. " +
-			"A node someone else (or another rollbook runbook) cordoned is left alone.",
+			"A node someone else (or another rollbook runbook) cordoned is left alone. The same write closes the deploy " +
+			"gates (the next step), so that step has nothing left to write.",
 		Done: func(f Facts) (bool, string) {
 			return f.Finished || f.ourCordon(), kube.CordonStateOf(f.Node).String()
 		},
@@ -82,8 +88,7 @@ func (b *builder) cordon(id string, guards ...runbook.Guard[Facts]) runbook.Step
 				Detail: "spec.unschedulable=true, " + kube.AnnCordonedBy + "=" + f.Owner}}
 		},
 		Act: func(ctx context.Context, f Facts) error {
-			_, err := kube.CordonNode(ctx, b.cs, b.rec, f.Node, f.Owner, b.run)
-			return err
+			return cordonClosingGates(ctx, b.cs, b.rec, f.Node, f.Owner, b.run, gates)
 		},
 	}
 }

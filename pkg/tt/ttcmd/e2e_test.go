@@ -462,9 +462,11 @@ func TestKMDRequestsPerNode(t *testing.T) {
 	if testing.Verbose() {
 		t.Logf("in order:\n%s", rc.Paths())
 	}
-	// 50, and the cordon's list of the PDBs over the pods it would evict (#27).
-	if got := rc.Total(); got > 51 {
-		t.Errorf("a one-node kmd roll made %d API requests (limit 51): %s\n%s", got, rc.Breakdown(), rc.Paths())
+	// 50, and the cordon's list of the PDBs over the pods it would evict
+	// (#27); three node writes fewer since the cordon closes the gates and
+	// the label reopens them and uncordons, each in one write (#29).
+	if got := rc.Total(); got > 48 {
+		t.Errorf("a one-node kmd roll made %d API requests (limit 48): %s\n%s", got, rc.Breakdown(), rc.Paths())
 	}
 }
 
