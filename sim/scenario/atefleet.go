@@ -107,7 +107,11 @@ func setupAteFleet(ctx context.Context, env *Env, era fakesubstrate.Era) error {
 	if _, err := substrate.LabelUnlabelledNodes(ctx, env.Client, ateOldVersion); err != nil {
 		return err
 	}
-	if err := substrate.SetWorkerSlots(ctx, env.Client, env.Nodes, WorkerSlots); err != nil {
+	slots := WorkerSlots
+	if v, err := strconv.Atoi(os.Getenv(EnvWorkerSlots)); err == nil && v > 0 {
+		slots = v
+	}
+	if err := substrate.SetWorkerSlots(ctx, env.Client, env.Nodes, slots); err != nil {
 		return err
 	}
 	sub, err := substrate.Start(ctx, substrate.Config{Dir: env.Dir, RESTConfig: env.RESTConfig,
@@ -266,6 +270,12 @@ func seedActors(sub *substrate.Substrate, capacity int) error {
 	}
 	return nil
 }
+
+// EnvWorkerSlots sets how many worker pods fit on one node (WorkerSlots
+// when unset). On a fleet of two, the first node flipped holds every
+// clone's pods: with fewer slots than they need, the scheduler's order
+// decides which lineage gets none, and the second node cannot move.
+const EnvWorkerSlots = "ROLLBOOK_SIM_ATE_WORKER_SLOTS"
 
 // EnvExtraActors adds this many idle actors to ate-fleet's inventory.
 const EnvExtraActors = "ROLLBOOK_SIM_ATE_EXTRA_ACTORS"

@@ -33,6 +33,10 @@ func TestMain(m *testing.M) {
 	os.Setenv("ROLLBOOK_SIM_ATE_TRANSITION", transition.String())
 	os.Setenv("ROLLBOOK_SIM_ATE_WORKER_CAPACITY", "6")
 	os.Setenv("ROLLBOOK_SIM_ATE_BUSY_ACTORS", "12")
+	// Room on the first node for every clone's pods: with the default 4 the
+	// scheduler's order could leave python-large's lineage no new worker,
+	// and the second node (its actors need one) could never move.
+	os.Setenv("ROLLBOOK_SIM_ATE_WORKER_SLOTS", "8")
 	simtest.Main(m, simtest.Options{Nodes: 2, Scenario: "ate-fleet-d"})
 }
 
