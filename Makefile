@@ -91,8 +91,8 @@ FLEET_NODES ?= 12
 ACTORS ?= 200
 # A parallel kmd roll over kernel groups against its ideal (one build round
 # + ceil(N/K) x (drain + hit)), its builds (one per group) and its requests
-# per node. The issue's size is FLEET_KMD_NODES=1000 (hours on 2 cores);
-# docs/performance.md records 100.
+# per node. The issue's size is FLEET_KMD_NODES=1000 (about 10 min on 2 cores);
+# docs/performance.md records 40, 200 and 1000.
 FLEET_KMD_NODES ?= 40
 FLEET_KMD_PARALLEL ?= 20
 FLEET_KMD_KERNELS ?= 4

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -147,6 +148,13 @@ func cmdUp(args []string) int {
 		return 1
 	}
 	logf("READY: %d nodes, scenario %s; export KUBECONFIG=%s", *nodes, sc.Name, c.Kubeconfig)
+	if name := os.Getenv("ROLLBOOK_SIM_CPUPROFILE"); name != "" {
+		// Where the simulated cluster's CPU goes once it is up (a fleet
+		// bench's roll), not its start: until it stops.
+		if f, err := os.Create(name); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+		}
+	}
 
 	select {
 	case <-ctx.Done():

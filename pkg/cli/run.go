@@ -97,6 +97,7 @@ type Session struct {
 	plugin   string
 	lockName string
 	journal  *journal.Writer
+	events   *kube.EventWriter // nil for a dry run
 	pauses   *lease.PauseWatch // nil for a dry run
 }
 
@@ -119,7 +120,6 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	}
 	s.Progress = ui.NewProgress(progressOut)
 	s.Progress.Printf("%s", Where(g))
-	s.Recorder = kube.Recorders{s.Progress, &kube.EventWriter{Client: cs, Component: "kubectl-" + plugin, Instance: s.RunID}}
 	if f.DryRun {
 		s.Recorder = s.Progress
 		if held, err := lease.Peek(ctx, cs, f.LockNamespace, lockName); err == nil && held != nil {
@@ -141,6 +141,8 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 		return nil, ctx, err
 	}
 	s.lock = lock
+	s.events = &kube.EventWriter{Client: cs, Component: "kubectl-" + plugin, Instance: s.RunID}
+	s.Recorder = kube.Recorders{s.Progress, s.events}
 	s.pauses = lease.NewPauseWatch(cs, f.LockNamespace, lockName, lock)
 	ctx, s.cancel = lock.WithLock(ctx)
 	s.journal = &journal.Writer{Client: cs, Namespace: f.LockNamespace, Name: journal.Name(plugin), Batch: journalBatch,
@@ -182,7 +184,9 @@ func (f flushBeforeLongSteps) Step(target string, r runbook.StepResult) {
 // journalBatch is how long recorded mutations wait to be journaled
 // together (unless a timed step starts first): one ConfigMap update per
 // long step or two seconds of a run, however many steps and nodes they span,
-// instead of one per mutation. Events are written at once, so a SIGKILLed run's last records survive there.
+// instead of one per mutation. Events are posted as they are recorded (in a
+// serial run at once, in a parallel one queued off the step's path), so a
+// SIGKILLed run's last records survive there.
 const journalBatch = 2 * time.Second
 
 // deferNote journals a line about the run itself with its next write.
@@ -270,6 +274,12 @@ func (s *Session) options(ctx context.Context, o runbook.Options, total int) run
 	if o.Paused == nil {
 		o.Paused = s.Paused
 	}
+	if o.Parallel > 1 && s.events != nil {
+		// Several nodes at once: a step's Events no longer hold up the
+		// next node's turn (a cordon decides one at a time). A serial run
+		// keeps them written at once, so an Event marks where it is.
+		s.events.Start()
+	}
 	if !s.DryRun() {
 		// Declare the run's out-of-service allowance where others can check it.
 		if err := s.SetMaxOutOfService(ctx, max(o.Parallel, 1)); err != nil {
@@ -343,6 +353,13 @@ func (s *Session) Fail(err error) error {
 }
 
 func (s *Session) end() {
+	if s.events != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.events.Close(ctx); err != nil {
+			s.Progress.Printf("warning: %v (the run's history has every record)", err)
+		}
+		cancel()
+	}
 	if s.journal != nil {
 		// Normally the run's last note wrote it; a failed write is retried.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

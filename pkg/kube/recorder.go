@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,67 @@ type EventWriter struct {
 	Component string
 	// Instance identifies this run, e.g. its run ID.
 	Instance string
+
+	// Set by Start: Events are posted in order by one goroutine.
+	mu     sync.Mutex
+	queue  chan queuedEvent
+	done   chan struct{}
+	closed bool
+}
+
+// eventQueue bounds the Events waiting to be posted; a run that records
+// faster than the API takes them waits (none is dropped).
+const eventQueue = 512
+
+// queuedEvent keeps the recording context's values (a paced request stays
+// counted as one), not its cancellation.
+type queuedEvent struct {
+	ctx context.Context
+	ev  *corev1.Event
+}
+
+// Start makes Record queue its Event and return, so a step's mutation is
+// not followed by one POST per record on a parallel roll's critical path (a
+// cordon's two are inside the section where cordons decide one at a time;
+// a node's label write records three before its slot is given back). One
+// goroutine posts them in order; Close waits for them. The window a SIGKILL
+// can lose is the queue's, a POST or two: the journal and the terminal
+// still have every record. Idempotent; after Close, Record posts at once.
+func (w *EventWriter) Start() *EventWriter {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.queue != nil {
+		return w // started already
+	}
+	w.queue, w.done = make(chan queuedEvent, eventQueue), make(chan struct{})
+	go func() {
+		defer close(w.done)
+		for q := range w.queue {
+			w.post(q.ctx, q.ev)
+		}
+	}()
+	return w
+}
+
+// Close posts what is queued, waiting at most until ctx ends, and makes
+// Record post at once again. It is a no-op without Start.
+func (w *EventWriter) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if w.queue == nil {
+		w.mu.Unlock()
+		return nil
+	}
+	if !w.closed {
+		w.closed = true
+		close(w.queue)
+	}
+	w.mu.Unlock()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%d Event(s) not written: %w", len(w.queue), ctx.Err())
+	}
 }
 
 // Record implements Recorder. An event that cannot be written is not worth
@@ -64,11 +126,23 @@ func (w *EventWriter) Record(ctx context.Context, obj corev1.ObjectReference, wa
 		ReportingInstance:   w.Instance,
 		Action:              reason,
 	}
-	// The mutation already happened: record it even when the run was just
-	// interrupted, within a short bound of its own.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx = context.WithoutCancel(ctx)
+	w.mu.Lock()
+	if w.queue != nil && !w.closed {
+		w.queue <- queuedEvent{ctx, ev} // the poster never takes mu: a full queue drains
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	w.post(ctx, ev)
+}
+
+// post writes ev. The mutation already happened: it is recorded even when
+// the run was just interrupted, within a short bound of its own.
+func (w *EventWriter) post(ctx context.Context, ev *corev1.Event) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, _ = w.Client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
+	_, _ = w.Client.CoreV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 }
 
 // Reasons of the records about rollbook's own helper pods.

@@ -139,47 +139,112 @@ func (o observer) observePartsOf(ctx context.Context, t runbook.Target, parts ru
 // observeParts reads the parts asked for; the others keep prev's values,
 // but the PDBs, which are read for the decision that asks for them only.
 func (o observer) observeParts(ctx context.Context, node string, parts runbook.Parts, prev Facts) (Facts, error) {
-	f, err := o.observeNodeParts(ctx, node, parts, prev)
+	f, early, err := o.observeNodeParts(ctx, node, parts, prev)
 	f.PDBs = nil
 	if err != nil || parts&readPDBs == 0 {
 		return f, err
 	}
-	return f, o.readPDBs(ctx, &f)
+	return f, o.readPDBs(ctx, &f, early)
+}
+
+// cordonReads are a cordon's reads besides the node, started alongside its
+// GET when the last observation says they will be needed. A cordon decides
+// one at a time (runbook.Step.Exclusive), so reads in a row there were the
+// serial section of a parallel roll: each added a round trip to every node's
+// turn. Each is used only if the fresh node still calls for it.
+type cordonReads struct {
+	out   *pending[[]map[string]string] // nil: read when needed
+	pdbs  *pending[kube.PDBsByNamespace]
+	pods  []corev1.Pod // the pods pdbs was read for
+	probe string       // and the probe record that chose them
+}
+
+func (o observer) startCordonReads(ctx context.Context, name string, parts runbook.Parts, prev *Facts) cordonReads {
+	var r cordonReads
+	if prev.Node == nil || prev.Node.Name != name {
+		return r
+	}
+	if parts&readOthersOut != 0 && o.needsOthersOut(prev) {
+		r.out = start(func() ([]map[string]string, error) { return othersOutOfService(ctx, o.cs, name) })
+	}
+	if parts&readPDBs != 0 && parts&readPods == 0 && o.needsPDBs(prev) {
+		f, pods := *prev, prev.Pods
+		r.pdbs, r.pods, r.probe = start(func() (kube.PDBsByNamespace, error) { return o.listPDBs(ctx, &f) }), pods,
+			prev.Node.Annotations[AnnProbe]
+	}
+	return r
+}
+
+func (o observer) needsOthersOut(f *Facts) bool {
+	return o.countOut && !f.ourCordon() && !f.Finished && (o.run == "" || f.measuredFresh(o.run))
+}
+
+func (o observer) needsPDBs(f *Facts) bool {
+	// (preflight's observer has no owner, and no run: it reads them always)
+	return o.evicts != nil && !f.Finished && (o.owner == "" || !f.ourCordon()) && (o.run == "" || f.measuredFresh(o.run))
 }
 
 // readPDBs reads the PDBs the node's drain would meet, once this run probed
 // the node and until its cordon.
-func (o observer) readPDBs(ctx context.Context, f *Facts) error {
-	// (preflight's observer has no owner, and no run: it reads them always)
-	if o.evicts == nil || f.Finished || (o.owner != "" && f.ourCordon()) || (o.run != "" && !f.measuredFresh(o.run)) {
+func (o observer) readPDBs(ctx context.Context, f *Facts, early cordonReads) error {
+	if !o.needsPDBs(f) {
 		return nil
 	}
 	var err error
-	f.PDBs, err = kube.ListPDBsFor(ctx, o.cs, f.Pods, func(p *corev1.Pod) bool { return o.evicts(f, p) })
+	if early.pdbs != nil && samePods(early.pods, f.Pods) && early.probe == f.Node.Annotations[AnnProbe] {
+		f.PDBs, err = early.pdbs.get()
+		return err
+	}
+	f.PDBs, err = o.listPDBs(ctx, f)
 	return err
 }
 
-func (o observer) observeNodeParts(ctx context.Context, node string, parts runbook.Parts, prev Facts) (Facts, error) {
+func (o observer) listPDBs(ctx context.Context, f *Facts) (kube.PDBsByNamespace, error) {
+	return kube.ListPDBsFor(ctx, o.cs, f.Pods, func(p *corev1.Pod) bool { return o.evicts(f, p) })
+}
+
+// samePods reports whether a and b are the same list (not a re-read).
+func samePods(a, b []corev1.Pod) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// pending is a read started in the background.
+type pending[T any] struct {
+	done chan struct{}
+	v    T
+	err  error
+}
+
+func start[T any](read func() (T, error)) *pending[T] {
+	p := &pending[T]{done: make(chan struct{})}
+	go func() { defer close(p.done); p.v, p.err = read() }()
+	return p
+}
+
+func (p *pending[T]) get() (T, error) { <-p.done; return p.v, p.err }
+
+func (o observer) observeNodeParts(ctx context.Context, node string, parts runbook.Parts, prev Facts,
+) (f Facts, early cordonReads, err error) {
 	name := strings.TrimPrefix(node, "node/")
 	var n *corev1.Node
 	if w := kube.NodeWritesOf(o.cs); w != nil {
 		n = w.Take(name) // the step just wrote it: its response is the observation
 	}
 	if n == nil && parts&readNode == 0 && prev.Node != nil {
-		f := prev // the node as last observed: the step asked not to re-read it
+		f = prev // the node as last observed: the step asked not to re-read it
 		if parts&readPods != 0 {
-			return f, o.readPods(ctx, &f)
+			return f, early, o.readPods(ctx, &f)
 		}
-		return f, nil
+		return f, early, nil
 	}
-	f := Facts{Owner: o.owner}
+	f = Facts{Owner: o.owner}
 	if n == nil {
-		var err error
+		// (a node just written is known: its reads follow from it exactly)
+		early = o.startCordonReads(ctx, name, parts, &prev)
 		if n, err = o.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return f, err
+			return f, early, err
 		}
 	}
-	var err error
 	f.Node = n
 	f.Measured = probeRecordOf(n)
 	f.Finished = o.finished(n)
@@ -191,20 +256,25 @@ func (o observer) observeNodeParts(ctx context.Context, node string, parts runbo
 	// cannot be reached (and the kernel is not measured).
 	if parts&readShared != 0 && o.shared != nil && !f.Finished && f.measuredFresh(o.run) {
 		if f.Shared, err = o.shared(ctx, &f); err != nil {
-			return f, err
+			return f, early, err
 		}
 	}
-	if parts&readOthersOut != 0 && o.countOut && !f.ourCordon() && !f.Finished && (o.run == "" || f.measuredFresh(o.run)) {
-		if f.OthersOutLabels, err = othersOutOfService(ctx, o.cs, n.Name); err != nil {
-			return f, err
+	if parts&readOthersOut != 0 && o.needsOthersOut(&f) {
+		if early.out != nil {
+			f.OthersOutLabels, err = early.out.get()
+		} else {
+			f.OthersOutLabels, err = othersOutOfService(ctx, o.cs, n.Name)
+		}
+		if err != nil {
+			return f, early, err
 		}
 		f.OthersOut = len(f.OthersOutLabels)
 	}
 	if parts&readPods == 0 {
 		f.Pods, f.Helpers, f.helpersRead, f.Helper, f.Probe = prev.Pods, prev.Helpers, prev.helpersRead, prev.Helper, prev.Probe
-		return f, nil
+		return f, early, nil
 	}
-	return f, o.readPods(ctx, &f)
+	return f, early, o.readPods(ctx, &f)
 }
 
 // readPods fills in the node's pods and helpers.

@@ -230,7 +230,7 @@ func (p Preflight) node(ctx context.Context, cs kubernetes.Interface, n *corev1.
 	atTarget := p.Component == "kmd" && f.Measured.KMD == p.version
 	if p.Drain && !atTarget {
 		// What the upgrade's cordon guards decide on (pdbGuards), read the same way.
-		if err := o.readPDBs(ctx, &f); err != nil {
+		if err := o.readPDBs(ctx, &f, cordonReads{}); err != nil {
 			return nil, err
 		}
 		bl := pdbBlocked(&f, p.evicts)

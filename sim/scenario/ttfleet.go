@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -155,6 +156,10 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 		},
 		func() error {
 			_, err := env.Client.AppsV1().DaemonSets(ttSystemNS).Create(ctx, csiNodeDS(), metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := env.Client.SchedulingV1().PriorityClasses().Create(ctx, inferencePriority(), metav1.CreateOptions{})
 			return err
 		},
 		func() error {
@@ -322,6 +327,20 @@ func csiNodeDS() *appsv1.DaemonSet {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// inferencePriority is the inference replicas' PriorityClass: priority 0,
+// as without one, and no preemption. A replica evicted by a drain waits
+// Pending for a node (one per node, one spare), and on every node change the
+// real scheduler retries it and, with preemption, dry-runs it on every node,
+// cloning the anti-affinity's per-node counts for each: O(nodes²) per
+// attempt. At priority 0 nothing can be preempted anyway, so that work finds
+// nothing; at 1,000 nodes it tripled the sim's CPU per node and slowed every
+// drain (docs/performance.md).
+func inferencePriority() *schedulingv1.PriorityClass {
+	never := corev1.PreemptNever
+	return &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ttInference}, Value: 0, PreemptionPolicy: &never,
+		Description: "tt-fleet inference replicas: priority 0, never preempting"}
+}
+
 // inferenceDeployment runs one replica per node at most (required
 // anti-affinity) and leaves one node free, so an evicted replica has
 // somewhere to go.
@@ -336,7 +355,8 @@ func inferenceDeployment(replicas int32) *appsv1.Deployment {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
 				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{tthost.LabelPCI: "true"},
+					NodeSelector:      map[string]string{tthost.LabelPCI: "true"},
+					PriorityClassName: ttInference,
 					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 							LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
