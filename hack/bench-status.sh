@@ -21,8 +21,18 @@ for _ in $(seq 600); do [ -f "$dir/ready" ] && break; sleep 0.1; done
 export KUBECONFIG=$dir/kubeconfig
 labels="feature.node.kubernetes.io/pci-1200_1e52.present=true,driver.tenstorrent.com/kmd-version=2.7.0"
 labels="$labels,tt-smi.driver.tenstorrent.com/version=3.0.5,firmware.tenstorrent.com/fw-version=18.3.0.0,driver.tenstorrent.com/install-mode=container"
-labels="$labels,ate.dev/substrate-version=v0.2.0"
-"$SIM" add-nodes --dir "$dir" --count "$NODES" --parallel 64 --labels "$labels"
+labels="$labels,ate.dev/substrate-version=v0.2.0,feature.node.kubernetes.io/kernel-version.full=6.1.0-29-amd64"
+# Every node carries what a kmd and a firmware roll leave on it (the probe's
+# record, the module's and the flash's results): status reads them on every
+# node, and a fleet no roll has been through would time less than a user's.
+cat >"$base/records.json" <<'JSON'
+{
+  "rollbook.dev/tt-probe": "{\"run\":\"20261204-120000-aaaaaa\",\"at\":\"2026-12-04T12:01:00Z\",\"kernel\":\"6.1.0-29-amd64\",\"kmd\":\"2.6.0\",\"headers\":true,\"toolchain\":true,\"smi\":\"3.0.5\",\"agentVersion\":\"v0.9.0\",\"firmware\":[\"18.3.0.0\",\"18.3.0.0\"],\"boards\":[\"n300\",\"n300\"],\"holders\":[{\"pid\":40718,\"comm\":\"inference\",\"via\":\"fd\",\"podUID\":\"ae42fc10-7b8a-4dbd-b561-414d601447f1\",\"containerID\":\"cfc2b282ae3dc52e2b7e6a6545c5c42351ba97f7245bdd8e69af08921d5ba64b\"},{\"pid\":41578,\"comm\":\"telemetry\",\"via\":\"fd\",\"podUID\":\"fc928715-980c-42ff-b98e-a6b164620065\",\"containerID\":\"9dc239dc31c0037e8bc76a1e8b6b920af8c2a4c1939f6ac65fe8e35ac952550b\"}],\"tag\":{\"tag\":\"ttkmd-2.7.0\",\"url\":\"https://github.com/tenstorrent/tt-kmd.git\",\"found\":true,\"commit\":\"6a8145181d14672aef0bc9ab6773cc9f49026eb2\"},\"pciDevices\":2,\"boundDevices\":2}",
+  "rollbook.dev/tt-kmd-result": "{\"before\":\"2.6.0\",\"after\":\"2.7.0\",\"kernel\":\"6.1.0-29-amd64\",\"commit\":\"6a8145181d14672aef0bc9ab6773cc9f49026eb2\",\"cacheHit\":true,\"persisted\":true,\"kernels\":[\"6.1.0-29-amd64\"],\"durationMs\":5449,\"run\":\"20261204-120000-aaaaaa\",\"at\":\"2026-12-04T12:01:30Z\"}",
+  "rollbook.dev/tt-firmware-result": "{\"readback\":\"18.3.0.0\",\"devices\":[{\"index\":0,\"board\":\"n300\",\"before\":\"18.2.0.0\",\"after\":\"18.3.0.0\",\"ok\":true},{\"index\":1,\"board\":\"n300\",\"before\":\"18.2.0.0\",\"after\":\"18.3.0.0\",\"ok\":true}],\"changed\":true,\"durationMs\":61000,\"run\":\"20261204-130000-bbbbbb\",\"at\":\"2026-12-04T13:01:00Z\"}"
+}
+JSON
+"$SIM" add-nodes --dir "$dir" --count "$NODES" --parallel 64 --labels "$labels" --annotations-file "$base/records.json"
 # a handful of nodes mid-roll, so status has something to explain
 kubectl label nodes kwok-node-0 kwok-node-1 driver.tenstorrent.com/kmd-version=2.8.0 --overwrite >/dev/null
 kubectl cordon kwok-node-2 >/dev/null

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -86,6 +87,8 @@ func cmdAddNodes(args []string) int {
 	prefix := fs.String("prefix", "kwok-node-", "node name prefix")
 	parallel := fs.Int("parallel", 32, "parallel creations")
 	labelsFlag := fs.String("labels", "", "extra node labels, k=v,k2=v2 (e.g. to make a fleet for benchmarks)")
+	annotationsFile := fs.String("annotations-file", "", "a JSON object of annotations every new node gets (e.g. the records "+
+		"a roll leaves, for a status benchmark)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -114,7 +117,18 @@ func cmdAddNodes(args []string) int {
 			return 2
 		}
 	}
-	if err := cluster.CreateNodes(context.Background(), cs, *prefix, *start, *count, *parallel, extra); err != nil {
+	var annotations map[string]string
+	if *annotationsFile != "" {
+		b, err := os.ReadFile(*annotationsFile)
+		if err == nil {
+			err = json.Unmarshal(b, &annotations)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sim add-nodes: --annotations-file:", err)
+			return 2
+		}
+	}
+	if err := cluster.CreateNodes(context.Background(), cs, *prefix, *start, *count, *parallel, extra, annotations); err != nil {
 		fmt.Fprintln(os.Stderr, "sim add-nodes:", err)
 		return 1
 	}

@@ -83,3 +83,18 @@ func (c *Cluster) CPU() (CPUUse, error) {
 	}
 	return u, nil
 }
+
+// PeakRSS is the sim process's peak resident memory (VmHWM), in bytes.
+func (c *Cluster) PeakRSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", c.cmd.Process.Pid)
+}

@@ -34,6 +34,9 @@ type Options struct {
 	Scenario string // sim scenario; default "empty"
 	// ExtraArgs are passed to `sim up` as they are.
 	ExtraArgs []string
+	// Env is added to the sim's environment only (and so its control
+	// plane's), not to the test process that runs the tool.
+	Env []string
 }
 
 // Cluster is the running sim of this test package.
@@ -130,6 +133,7 @@ func Start(o Options) (*Cluster, error) {
 	args := append([]string{"up", "--dir", dir, "--nodes", fmt.Sprint(o.Nodes), "--scenario", o.Scenario, "--exit-with-parent"},
 		o.ExtraArgs...)
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), o.Env...)
 	out, err := os.Create(filepath.Join(base, "sim.out"))
 	if err != nil {
 		return nil, err

@@ -297,14 +297,6 @@ func DrainBlockers(ctx context.Context, cs kubernetes.Interface, node string, fi
 	if err != nil {
 		return nil, err
 	}
-	return PodsDrainBlockers(ctx, cs, pods, filter)
-}
-
-// PodsDrainBlockers is DrainBlockers for pods already read (one PDB list per
-// namespace they are in).
-func PodsDrainBlockers(
-	ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod, filter func(*corev1.Pod) bool,
-) ([]DrainBlocker, error) {
 	pdbs, err := ListPDBsFor(ctx, cs, pods, filter)
 	if err != nil {
 		return nil, err

@@ -30,8 +30,28 @@ var nodesGVR = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 // the others carry no spec but Unschedulable=false and no status. With a
 // nil md, it falls back to listing full Nodes.
 func ListNodesLight(ctx context.Context, md metadata.Interface, cs kubernetes.Interface, selector string) ([]corev1.Node, error) {
+	return ListNodesLightThen(ctx, md, cs, selector, nil)
+}
+
+// ListNodesLightThen is ListNodesLight that hands the cordoned nodes to
+// then as soon as they are read, while the fleet's metadata list may still
+// be in flight: reads that only the cordoned nodes (what a roll changed)
+// need start at once instead of after the fleet's list. An error from then
+// fails the list.
+func ListNodesLightThen(ctx context.Context, md metadata.Interface, cs kubernetes.Interface, selector string,
+	then func(ctx context.Context, cordoned []corev1.Node) error) ([]corev1.Node, error) {
 	if md == nil {
-		return listNodes(ctx, cs, metav1.ListOptions{LabelSelector: selector})
+		all, err := listNodes(ctx, cs, metav1.ListOptions{LabelSelector: selector})
+		if err != nil || then == nil {
+			return all, err
+		}
+		var cordoned []corev1.Node
+		for _, n := range all {
+			if n.Spec.Unschedulable {
+				cordoned = append(cordoned, n)
+			}
+		}
+		return all, then(ctx, cordoned)
 	}
 	var metas []metav1.PartialObjectMetadata
 	var cordoned []corev1.Node
@@ -44,6 +64,12 @@ func ListNodesLight(ctx context.Context, md metadata.Interface, cs kubernetes.In
 			l, err := md.Resource(nodesGVR).List(gctx, opts)
 			if err != nil {
 				return err
+			}
+			for i := range l.Items {
+				// The server sends every node's managedFields; nothing here
+				// reads them, and dropped now they are collected before the
+				// rest of a status (an inventory) is read.
+				l.Items[i].ManagedFields = nil
 			}
 			if metas == nil {
 				metas = l.Items
@@ -59,7 +85,10 @@ func ListNodesLight(ctx context.Context, md metadata.Interface, cs kubernetes.In
 	g.Go(func() error {
 		var err error
 		cordoned, err = listNodes(gctx, cs, metav1.ListOptions{LabelSelector: selector, FieldSelector: "spec.unschedulable=true"})
-		return err
+		if err != nil || then == nil {
+			return err
+		}
+		return then(gctx, cordoned)
 	})
 	if err := g.Wait(); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)

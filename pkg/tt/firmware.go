@@ -268,7 +268,7 @@ func allAt(vs []string, want string) bool {
 func firmwareRecordOf(n *corev1.Node) (firmwareRecord, bool) {
 	var r firmwareRecord
 	raw, ok := n.Annotations[AnnFirmwareResult]
-	if !ok || json.Unmarshal([]byte(raw), &r) != nil {
+	if !ok || decodeRecord(raw, &r) != nil {
 		return r, false
 	}
 	return r, true

@@ -1,13 +1,10 @@
 package tt
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
 )
 
 // LabelNFDKernel is Node Feature Discovery's label of the running kernel
@@ -19,14 +16,15 @@ const LabelNFDKernel = "feature.node.kubernetes.io/kernel-version.full"
 // reportedKernel is the kernel the node runs as the cluster reports it:
 // the kubelet's nodeInfo when the node was read in full, else NFD's label,
 // else this node's last probe when it is newer than the module's record.
-func reportedKernel(n *corev1.Node) (kernel, source string) {
+func reportedKernel(rec *nodeRecords) (kernel, source string) {
+	n := rec.n
 	if k := n.Status.NodeInfo.KernelVersion; k != "" {
 		return k, "reported by the kubelet"
 	}
 	if k := n.Labels[LabelNFDKernel]; k != "" {
 		return k, "NFD label " + LabelNFDKernel
 	}
-	if p := probeRecordOf(n); p != nil && p.Kernel != "" && !kmdRecordNewer(n, p) {
+	if p := rec.Probe(); p != nil && p.Kernel != "" && !kmdRecordNewer(rec, p) {
 		return p.Kernel, "measured by the probe of " + p.At.Format(time.RFC3339)
 	}
 	return "", ""
@@ -36,19 +34,20 @@ func reportedKernel(n *corev1.Node) (kernel, source string) {
 // kernel the module was never built for (a reboot into a kernel installed
 // after the roll, or one without headers then): its driver is missing and
 // its label is stale. "" when it runs one of them, or it cannot tell.
-func kmdKernelGap(n *corev1.Node) string {
+func kmdKernelGap(recs *nodeRecords) string {
+	n := recs.n
 	if n.Labels[LabelInstallMode] == InstallModeHost {
 		return ""
 	}
-	var rec kmdRecord
-	if json.Unmarshal([]byte(n.Annotations[AnnKMDResult]), &rec) != nil || rec.After == "" {
+	rec, ok := recs.KMD()
+	if !ok || rec.After == "" {
 		return ""
 	}
 	built := rec.Kernels
 	if len(built) == 0 && rec.Kernel != "" { // a record from before every kernel was built for
 		built = []string{rec.Kernel}
 	}
-	running, source := reportedKernel(n)
+	running, source := reportedKernel(recs)
 	if running == "" || len(built) == 0 || slices.Contains(built, running) {
 		return ""
 	}

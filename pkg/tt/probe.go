@@ -57,7 +57,7 @@ func probeRecordOf(n *corev1.Node) *ProbeRecord {
 		return nil
 	}
 	var r ProbeRecord
-	if json.Unmarshal([]byte(raw), &r) != nil {
+	if decodeRecord(raw, &r) != nil {
 		return nil
 	}
 	return &r
@@ -337,17 +337,17 @@ func ProbeTargets(ctx context.Context, cs kubernetes.Interface, sel Selection) (
 
 // measuredDisagrees says where the node's labels and its last probe differ,
 // when the probe is newer than the recorded results; "" when they agree.
-func measuredDisagrees(n *corev1.Node) string {
-	p := probeRecordOf(n)
+func measuredDisagrees(rec *nodeRecords) string {
+	n, p := rec.n, rec.Probe()
 	if p == nil {
 		return ""
 	}
 	var out []string
-	if label := n.Labels[LabelKMDVersion]; label != "" && label != p.KMD && !kmdRecordNewer(n, p) {
+	if label := n.Labels[LabelKMDVersion]; label != "" && label != p.KMD && !kmdRecordNewer(rec, p) {
 		out = append(out, fmt.Sprintf("kmd label %s, measured %s", label, orUnknown(p.KMD)))
 	}
 	if label := n.Labels[LabelFirmware]; label != "" && len(p.Firmware) > 0 && !allAt(p.Firmware, label) {
-		if r, ok := firmwareRecordOf(n); !ok || !r.At.After(p.At) {
+		if r, ok := rec.Firmware(); !ok || !r.At.After(p.At) {
 			out = append(out, fmt.Sprintf("firmware label %s, measured %s", label, strings.Join(p.Firmware, ",")))
 		}
 	}
@@ -359,9 +359,9 @@ func measuredDisagrees(n *corev1.Node) string {
 
 // kmdRecordNewer: the node's kmd result is newer than probe p. Both are
 // kept to the second: within one, the result of p's own run came after it.
-func kmdRecordNewer(n *corev1.Node, p *ProbeRecord) bool {
-	var r kmdRecord
-	if json.Unmarshal([]byte(n.Annotations[AnnKMDResult]), &r) != nil {
+func kmdRecordNewer(rec *nodeRecords, p *ProbeRecord) bool {
+	r, ok := rec.KMD()
+	if !ok {
 		return false
 	}
 	at, err := time.Parse(time.RFC3339, r.At)

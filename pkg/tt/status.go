@@ -2,7 +2,6 @@ package tt
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -43,15 +42,24 @@ type NodeStatus struct {
 // Status reads every Tenstorrent node and rollbook's helper pods, together:
 // a metadata-only list of the nodes (md; nil lists full Nodes), a list of
 // the cordoned ones and one of the helper pods, whatever the fleet size.
+// Only a drain that has stalled costs more: the PodDisruptionBudgets and
+// that node's pods, read as soon as the cordoned nodes are (stalledDrains).
 func Status(ctx context.Context, cs kubernetes.Interface, md metadata.Interface, sel Selection) ([]NodeStatus, error) {
 	s, err := sel.selector()
 	if err != nil {
 		return nil, err
 	}
+	want := map[string]bool{}
+	for _, n := range sel.Nodes {
+		want[n] = true
+	}
 	helpers := map[string][]corev1.Pod{} // node → helper pods
 	var nodes []corev1.Node
+	var drains map[string]string // node → what holds its drain
+	helpersRead := make(chan struct{})
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
+		defer close(helpersRead)
 		hp := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = kube.LabelHelper
 			return cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
@@ -68,48 +76,127 @@ func Status(ctx context.Context, cs kubernetes.Interface, md metadata.Interface,
 	})
 	g.Go(func() error {
 		var err error
-		nodes, err = kube.ListNodesLight(gctx, md, cs, s.String())
+		// While the fleet's list is in flight, the cordoned nodes and the
+		// helpers say which drains stalled, and those are read.
+		nodes, err = kube.ListNodesLightThen(gctx, md, cs, s.String(), func(ctx context.Context, cordoned []corev1.Node) error {
+			select {
+			case <-helpersRead:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			var stalled []string
+			now := time.Now()
+			for i := range cordoned {
+				n := &cordoned[i]
+				if len(want) == 0 || want[n.Name] {
+					if r := nodeStatus(n, helpers[n.Name]); r.Why == "" && drainStalled(n, helpers[n.Name], now) {
+						stalled = append(stalled, n.Name)
+					}
+				}
+			}
+			var err error
+			drains, err = explainDrains(ctx, cs, stalled)
+			return err
+		})
 		return err
 	})
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	want := map[string]bool{}
-	for _, n := range sel.Nodes {
-		want[n] = true
-	}
 	rows := make([]NodeStatus, 0, len(nodes))
 	for i := range nodes {
 		if len(want) == 0 || want[nodes[i].Name] {
-			rows = append(rows, nodeStatus(&nodes[i], helpers[nodes[i].Name]))
+			r := nodeStatus(&nodes[i], helpers[nodes[i].Name])
+			if r.Why == "" {
+				r.Why = drains[r.Node]
+			}
+			rows = append(rows, r)
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Node < rows[j].Node })
-	// Only nodes stuck in a drain cost more reads: their pods and PDBs.
-	for i := range rows {
-		if rows[i].Why == "" && mayBeDraining(rows[i]) {
-			why, err := drainBlockers(ctx, cs, rows[i].Node)
-			if err != nil {
-				return nil, err
-			}
-			rows[i].Why = why
-		}
-	}
 	return rows, nil
 }
 
-// mayBeDraining reports a node a tt runbook has out of service with no
-// helper running yet: the only steps there move pods off the node.
-func mayBeDraining(r NodeStatus) bool {
-	return strings.HasPrefix(r.Cordon, "tt-") && !strings.Contains(r.State, "helper running")
+// A drain is explained once it has stalled: its timed step has run this
+// long, or, with no step clock (a run that stopped: a blocked step clears
+// its clock), the node was cordoned this long ago. A drain that is moving
+// costs status nothing, however many nodes a roll has in flight.
+const (
+	drainStalledAfter     = 10 * time.Second
+	unclockedStalledAfter = 5 * time.Second
+)
+
+// drainStalled reports a node a tt runbook has out of service that is still
+// being drained (no task helper since its cordon) and has been for long.
+func drainStalled(n *corev1.Node, helpers []corev1.Pod, now time.Time) bool {
+	st := kube.CordonStateOf(n)
+	if !strings.HasPrefix(st.Owner, "tt-") {
+		return false
+	}
+	since, err := time.Parse(time.RFC3339, st.Since)
+	for i := range helpers {
+		h := &helpers[i]
+		if h.Labels[kube.LabelHelper] != "probe" && (err != nil || !h.CreationTimestamp.Time.Before(since)) {
+			return false // a task helper came after the cordon: the drain is over
+		}
+	}
+	if _, started, ok := runbook.StepClock(n.Annotations, st.Owner); ok {
+		return now.Sub(started) >= drainStalledAfter
+	}
+	return err != nil || now.Sub(since) >= unclockedStalledAfter
 }
 
-// drainBlockers names the PDBs holding pods on node, if any.
-func drainBlockers(ctx context.Context, cs kubernetes.Interface, node string) (string, error) {
-	all, err := kube.DrainBlockers(ctx, cs, node, nil)
-	if err != nil {
-		return "", err
+// drainReads bounds the pod reads status makes at once: one per stalled
+// drain, so at most --max-parallel in practice.
+const drainReads = 32
+
+// explainDrains says, for each stalled node whose pods a PDB allowing no
+// disruption holds, which: one list of the PDBs, then the nodes' pods at
+// once, none of it when no PDB is at zero.
+func explainDrains(ctx context.Context, cs kubernetes.Interface, stalled []string) (map[string]string, error) {
+	if len(stalled) == 0 {
+		return nil, nil
 	}
+	l, err := cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list PodDisruptionBudgets: %w", err)
+	}
+	atZero := kube.PDBsByNamespace{}
+	for _, p := range l.Items {
+		if p.Status.DisruptionsAllowed < 1 {
+			atZero[p.Namespace] = append(atZero[p.Namespace], p)
+		}
+	}
+	if len(atZero) == 0 {
+		return nil, nil
+	}
+	whys := make([]string, len(stalled))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(drainReads)
+	for i, node := range stalled {
+		g.Go(func() error {
+			pods, err := kube.PodsOnNode(gctx, cs, node)
+			if err != nil {
+				return err
+			}
+			whys[i] = drainBlockedWhy(kube.PDBBlockers(pods, atZero, nil))
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for i, node := range stalled {
+		if whys[i] != "" {
+			out[node] = whys[i]
+		}
+	}
+	return out, nil
+}
+
+// drainBlockedWhy names the PDBs holding a node's pods, "" when none does.
+func drainBlockedWhy(all []kube.DrainBlocker) string {
 	var blocked []string
 	for _, b := range all {
 		for _, pdb := range b.PDBs {
@@ -117,17 +204,18 @@ func drainBlockers(ctx context.Context, cs kubernetes.Interface, node string) (s
 		}
 	}
 	if len(blocked) == 0 {
-		return "", nil
+		return ""
 	}
-	return "drain blocked: " + strings.Join(blocked, "; "), nil
+	return "drain blocked: " + strings.Join(blocked, "; ")
 }
 
 // nodeStatus is a pure function of the node and its helper pods.
 func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 	l := n.Labels
+	recs := recordsOf(n)
 	r := NodeStatus{Node: n.Name, KMD: dash(l[LabelKMDVersion]), SMI: dash(l[LabelSMIVersion]),
 		Firmware: dash(l[LabelFirmware]), InstallMode: dash(l[LabelInstallMode]), State: "idle"}
-	if rec, ok := firmwareRecordOf(n); ok {
+	if rec, ok := recs.Firmware(); ok {
 		for _, d := range rec.Devices {
 			r.FirmwareDevices = append(r.FirmwareDevices, fmt.Sprintf("%d:%s", d.Index, dash(d.After)))
 		}
@@ -156,19 +244,19 @@ func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 		switch {
 		case !kube.PodTerminal(h):
 			r.State = fmt.Sprintf("%s helper running (%s)", h.Labels[kube.LabelHelper], key)
-		case staleHelper(n, h):
+		case staleHelper(recs, h):
 			// A newer result superseded it (an abandoned version): not news.
 		case h.Status.Phase == corev1.PodFailed || !helperOK(h):
 			r.Why = helperWhy(h)
 		}
 	}
-	if gap := kmdKernelGap(n); gap != "" && r.Why == "" && r.State == "idle" {
+	if gap := kmdKernelGap(recs); gap != "" && r.Why == "" && r.State == "idle" {
 		r.State, r.Why = "needs work", gap
 	}
-	if d := measuredDisagrees(n); d != "" && r.Why == "" {
+	if d := measuredDisagrees(recs); d != "" && r.Why == "" {
 		r.Why = d
 	}
-	if p := probeRecordOf(n); p != nil && r.Why == "" {
+	if p := recs.Probe(); p != nil && r.Why == "" {
 		if hh := p.hostHolders(); len(hh) > 0 {
 			var s []string
 			for _, h := range hh {
@@ -185,20 +273,19 @@ func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 
 // staleHelper reports a finished helper older than the node's recorded
 // result for its task.
-func staleHelper(n *corev1.Node, h *corev1.Pod) bool {
+func staleHelper(recs *nodeRecords, h *corev1.Pod) bool {
 	var at time.Time
 	switch h.Labels[kube.LabelHelper] {
 	case "kmd":
-		var r kmdRecord
-		if json.Unmarshal([]byte(n.Annotations[AnnKMDResult]), &r) == nil {
+		if r, ok := recs.KMD(); ok {
 			at, _ = time.Parse(time.RFC3339, r.At)
 		}
 	case "flash":
-		if r, ok := firmwareRecordOf(n); ok {
+		if r, ok := recs.Firmware(); ok {
 			at = r.At
 		}
 	case "probe":
-		if r := probeRecordOf(n); r != nil {
+		if r := recs.Probe(); r != nil {
 			at = r.At
 		}
 	}

@@ -3,12 +3,14 @@ package tt
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 func helperPod(task string, phase corev1.PodPhase, msg string) corev1.Pod {
@@ -109,5 +111,55 @@ func TestNodeStatusKernelWithoutModule(t *testing.T) {
 		AnnKMDResult: `{"after":"2.7.0","kernel":"5.15.0-91-generic","persisted":true,"at":"2026-11-30T10:00:00Z"}`})
 	if r := nodeStatus(old, nil); r.State != "needs work" || !strings.Contains(r.Why, "on 5.15.0-91-generic only") {
 		t.Errorf("a record from before every kernel was built for: state %q why %q", r.State, r.Why)
+	}
+}
+
+// Status reads a node's pods and the PDBs only for a drain that stalled: a
+// roll's nodes draining on schedule cost it nothing.
+func TestDrainStalled(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) string { return now.Add(-d).Format(time.RFC3339) }
+	node := func(owner, cordonedAgo string, clock string) *corev1.Node {
+		n := nodeWith(map[string]string{}, map[string]string{})
+		n.Spec.Unschedulable = true
+		if owner != "" {
+			n.Annotations[kube.AnnCordonedBy] = owner
+		}
+		if cordonedAgo != "" {
+			n.Annotations[kube.AnnCordonedAt] = cordonedAgo
+		}
+		if clock != "" {
+			n.Annotations[runbook.TimerKey(owner)] = "tt.kmd.evict-device-pods@" + clock
+		}
+		return n
+	}
+	task := func(created time.Duration) corev1.Pod {
+		p := helperPod("kmd", corev1.PodSucceeded, "")
+		p.CreationTimestamp = metav1.NewTime(now.Add(-created))
+		return p
+	}
+	probe := helperPod("probe", corev1.PodSucceeded, "")
+	probe.CreationTimestamp = metav1.NewTime(now.Add(-time.Second))
+	for _, c := range []struct {
+		name    string
+		n       *corev1.Node
+		helpers []corev1.Pod
+		want    bool
+	}{
+		{"draining for 3 s on its step clock", node(KMDRunbookName, at(4*time.Second), at(3*time.Second)), nil, false},
+		{"draining for 12 s on its step clock", node(KMDRunbookName, at(13*time.Second), at(12*time.Second)), nil, true},
+		{"cordoned 2 s ago, no clock yet", node(KMDRunbookName, at(2*time.Second), ""), nil, false},
+		{"cordoned 30 s ago, no clock (the run stopped)", node(KMDRunbookName, at(30*time.Second), ""), nil, true},
+		{"a probe after the cordon does not end the drain", node(KMDRunbookName, at(30*time.Second), ""), []corev1.Pod{probe}, true},
+		{"a task helper created after the cordon: past the drain", node(KMDRunbookName, at(30*time.Second), ""),
+			[]corev1.Pod{task(5 * time.Second)}, false},
+		{"a task helper from before the cordon does not count", node(KMDRunbookName, at(30*time.Second), ""),
+			[]corev1.Pod{task(time.Hour)}, true},
+		{"cordoned by someone else", node("", at(time.Hour), ""), nil, false},
+		{"cordoned by another rollbook plugin", node("ate", at(time.Hour), ""), nil, false},
+	} {
+		if got := drainStalled(c.n, c.helpers, now); got != c.want {
+			t.Errorf("%s: drainStalled = %v, want %v", c.name, got, c.want)
+		}
 	}
 }

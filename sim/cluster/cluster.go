@@ -195,7 +195,7 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	})
 
 	t := time.Now()
-	if err := CreateNodes(ctx, c.Client, o.NodePrefix, 0, o.Nodes, 32, nil); err != nil {
+	if err := CreateNodes(ctx, c.Client, o.NodePrefix, 0, o.Nodes, 32, nil, nil); err != nil {
 		return fail(fmt.Errorf("create nodes: %w", err))
 	}
 	if err := c.waitFor(ctx, "nodes Ready and the default ServiceAccount", 600*time.Second, func() (bool, error) {

@@ -17,8 +17,10 @@ import (
 const KubeletVersion = "v1.37.2"
 
 // CreateNodes registers count fake nodes named <prefix><start…> for kwok to
-// manage, parallel at a time, with extra labels. Existing nodes are left alone.
-func CreateNodes(ctx context.Context, cs kubernetes.Interface, prefix string, start, count, parallel int, labels map[string]string) error {
+// manage, parallel at a time, with extra labels and annotations. Existing
+// nodes are left alone.
+func CreateNodes(ctx context.Context, cs kubernetes.Interface, prefix string, start, count, parallel int,
+	labels, annotations map[string]string) error {
 	if parallel < 1 {
 		parallel = 1
 	}
@@ -38,6 +40,12 @@ func CreateNodes(ctx context.Context, cs kubernetes.Interface, prefix string, st
 			n := NewNode(name)
 			for k, v := range labels {
 				n.Labels[k] = v
+			}
+			if len(annotations) > 0 && n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			for k, v := range annotations {
+				n.Annotations[k] = v
 			}
 			_, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 			if err != nil && !apierrors.IsAlreadyExists(err) {

@@ -131,12 +131,12 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 			len(p.Spec.Devices), p.Spec.LoadedKMD, hosts.Dir, p.Node)
 	}
 	holders := &tthost.HolderSync{Client: env.Client, Hosts: hosts, Logf: env.Logf}
-	runner := &tthost.Runner{Client: env.Client, Hosts: hosts, Agent: agent, Logf: env.Logf,
+	events := &tthost.HostEvents{Hosts: hosts, Report: env.Monitor}
+	runner := &tthost.Runner{Client: env.Client, Hosts: hosts, Agent: agent, Logf: env.Logf, Ran: events.Touch,
 		Image: TTImageRootfs, OutsideImage: os.Getenv(tthost.EnvOutsideImage) == "1",
 		// The firmware bundles' and the kmd remote's file:// URLs name
 		// these directories: a node fetching a URL reaches them.
 		Reachable: reachable}
-	events := &tthost.HostEvents{Hosts: hosts, Report: env.Monitor}
 	env.Go("tt-holders", holders.Run)
 	env.Go("tt-helper-runner", runner.Run)
 	env.Go("tt-host-events", events.Run)
@@ -331,19 +331,24 @@ func ptrTo[T any](v T) *T { return &v }
 // as without one, and no preemption. A replica evicted by a drain waits
 // Pending for a node (one per node, one spare), and on every node change the
 // real scheduler retries it and, with preemption, dry-runs it on every node,
-// cloning the anti-affinity's per-node counts for each: O(nodes²) per
-// attempt. At priority 0 nothing can be preempted anyway, so that work finds
-// nothing; at 1,000 nodes it tripled the sim's CPU per node and slowed every
-// drain (docs/performance.md).
+// cloning each node's scheduling state: O(nodes²) per attempt (measured
+// with the required anti-affinity the replicas had then). At priority 0
+// nothing can be preempted anyway, so that work finds nothing; at 1,000
+// nodes it tripled the sim's CPU per node and slowed every drain
+// (docs/performance.md).
 func inferencePriority() *schedulingv1.PriorityClass {
 	never := corev1.PreemptNever
 	return &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ttInference}, Value: 0, PreemptionPolicy: &never,
 		Description: "tt-fleet inference replicas: priority 0, never preempting"}
 }
 
-// inferenceDeployment runs one replica per node at most (required
-// anti-affinity) and leaves one node free, so an evicted replica has
-// somewhere to go.
+// inferenceDeployment runs one replica per node at most and leaves one node
+// free, so an evicted replica has somewhere to go. One per node comes from
+// the server's host port, as inference servers are often exposed, not from
+// required pod anti-affinity: the scheduler's NodePorts filter is a map
+// lookup per node, while the anti-affinity filter counts matching pods per
+// topology domain for every Pending replica on every retry — at 1,000 nodes
+// 16 % of the sim's CPU, on the cores the fleet bench measures the roll on.
 func inferenceDeployment(replicas int32) *appsv1.Deployment {
 	labels := map[string]string{"app": ttInference}
 	podLabels := map[string]string{"app": ttInference, labelUsesDev: "true"}
@@ -357,14 +362,9 @@ func inferenceDeployment(replicas int32) *appsv1.Deployment {
 				Spec: corev1.PodSpec{
 					NodeSelector:      map[string]string{tthost.LabelPCI: "true"},
 					PriorityClassName: ttInference,
-					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-							LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
-							TopologyKey:   "kubernetes.io/hostname",
-						}},
-					}},
 					Containers: []corev1.Container{{
 						Name: "inference", Image: "ghcr.io/tenstorrent/tt-inference-server:v0.9.0",
+						Ports:        []corev1.ContainerPort{{Name: "http", ContainerPort: 8000, HostPort: 8000, Protocol: corev1.ProtocolTCP}},
 						VolumeMounts: []corev1.VolumeMount{{Name: "dev-tenstorrent", MountPath: "/dev/tenstorrent"}},
 					}},
 					Volumes: []corev1.Volume{deviceVolume()},

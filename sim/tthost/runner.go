@@ -57,6 +57,9 @@ type Runner struct {
 	Clock     clock.Clock
 	// Resync re-checks every helper this often; default 30s.
 	Resync time.Duration
+	// Ran, when set, is told the node of every helper run that ended (the
+	// host events reader looks there next).
+	Ran func(node string)
 
 	log  *RunLog
 	mu   sync.Mutex
@@ -291,6 +294,9 @@ func (r *Runner) execute(ctx context.Context, pod *corev1.Pod, root, dir string,
 	// (a probe's result was once replaced so).
 	defer r.endRun(key, pod.UID)
 	defer os.RemoveAll(dir)
+	if r.Ran != nil {
+		defer r.Ran(pod.Spec.NodeName)
+	}
 	switch {
 	case errors.Is(cause, errDeleted):
 		r.log.Printf("KILLED %s: deleted while running", key)

@@ -527,6 +527,15 @@ func TestKMDDrainBlockedByPDB(t *testing.T) {
 	if err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "precious-pdb", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The node is still cordoned mid-drain, but no PDB is at zero: status
+	// knows that from its one PDB list and reads no node's pods.
+	rc, stop := apicount.Start()
+	status, _ = run(t, ctx, "status", target)
+	stop()
+	if strings.Contains(status, "drain blocked") || strings.Contains(rc.Paths(), "spec.nodeName") {
+		t.Fatalf("with no PDB at zero, status must not read the draining node's pods nor say its drain is blocked:\n%s\n%s",
+			status, rc.Paths())
+	}
 	// The blocked step ended, so the same command after the fix gets a fresh
 	// budget (only an interrupted step keeps its clock).
 	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.9.1", "--nodes", target, "--drain-timeout", "5s"); code != 0 {

@@ -101,7 +101,10 @@ func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 		go func() {
 			note := ""
 			if o.output == "" || o.output == "wide" {
-				note = strings.TrimSpace(cli.RunNote(ctx, cs, "tt", "kube-system", tt.LockName) + "\n" + inClusterNote(ctx, cs))
+				job := make(chan string, 1)
+				go func() { job <- inClusterNote(ctx, cs) }()
+				run := cli.RunNote(ctx, cs, "tt", "kube-system", tt.LockName)
+				note = strings.TrimSpace(run + "\n" + <-job)
 			}
 			pause <- note
 		}()
