@@ -280,11 +280,14 @@ type task struct {
 	name           string // helper task label, e.g. "kmd"
 	key            string // what distinguishes runs (version, forced campaign)
 	command        []string
-	env            []corev1.EnvVar   // added to the helper's env (a Secret's key)
-	secret         *kube.SecretMount // mounted read-only (kmd's signing key)
+	env            []corev1.EnvVar // added to the helper's env (a Secret's key)
 	hostPID        bool
 	timeout        time.Duration
 	guards         []runbook.Guard[Facts]
+	// render, when set, is the helper the node's pod must be (kmd: its
+	// argv and volumes depend on the node's vouched module), in place of
+	// command, env and hostPID; existing is a pod an earlier attempt made.
+	render func(f Facts, existing *corev1.Pod) kube.HelperSpec
 	// succeeded decides a finished helper's result; describe shows it.
 	succeeded func(h helperFacts) bool
 	describe  func(r *nodeagent.Result) string
@@ -294,35 +297,8 @@ type task struct {
 	failed func(ctx context.Context, f Facts, h helperFacts) error
 	// waiting is the evidence while no helper has run yet.
 	waiting func(f Facts) string
-	// module, when set, names the ConfigMap of the shared module the node
-	// may use and says whether it is published (kmd): a helper created
-	// while it is gets it as a read-only volume.
-	module func(f Facts) (name string, published bool)
-	// after runs once a helper succeeded (kmd shares what it built).
+	// after runs once a helper succeeded.
 	after func(ctx context.Context, f Facts, h helperFacts)
-}
-
-// withModule is s with the shared module cm mounted and named to the agent.
-func withModule(s kube.HelperSpec, cm string) kube.HelperSpec {
-	if cm == "" {
-		return s
-	}
-	s.ConfigMaps = append(s.ConfigMaps, kube.ConfigMapMount{Name: sharedModuleVolume, ConfigMap: cm, MountPath: SharedModuleMount})
-	s.Command = append(append([]string(nil), s.Command...), "--module-from", SharedModuleMount)
-	return s
-}
-
-// mountedConfigMap is the ConfigMap p mounts as volume name, if any.
-func mountedConfigMap(p *corev1.Pod, name string) string {
-	if p == nil {
-		return ""
-	}
-	for _, v := range p.Spec.Volumes {
-		if v.Name == name && v.ConfigMap != nil {
-			return v.ConfigMap.Name
-		}
-	}
-	return ""
 }
 
 // helperTask is the one helper-pod step kmd, smi and firmware share:
@@ -330,31 +306,15 @@ func mountedConfigMap(p *corev1.Pod, name string) string {
 // helper that cannot start within seconds) and read its measured result.
 func (b *builder) helperTask(t task) runbook.Step[Facts] {
 	name := func(node string) string { return kube.HelperName(t.name, node, t.key) }
-	base := func(node string) kube.HelperSpec {
-		s := helperSpec(b.helper, t.name, node, t.key, t.command, t.hostPID, b.run)
-		s.Env = append(s.Env, t.env...)
-		if t.secret != nil {
-			s.Secrets = append(s.Secrets, *t.secret)
-		}
-		return s
-	}
-	// spec is the helper the node's pod must be: with the shared module it
-	// was created with (the one for the node's kernel), or the one a helper
-	// created now gets.
+	// spec is the helper the node's pod must be: the one an earlier
+	// attempt created (adopted as it was made), or the one created now.
 	spec := func(f Facts, existing *corev1.Pod) kube.HelperSpec {
-		s := base(f.Node.Name)
-		if t.module == nil {
-			return s
+		if t.render != nil {
+			return t.render(f, existing)
 		}
-		cm, published := t.module(f)
-		if existing != nil {
-			if mountedConfigMap(existing, sharedModuleVolume) != cm {
-				cm = ""
-			}
-		} else if !published {
-			cm = ""
-		}
-		return withModule(s, cm)
+		s := helperSpec(b.helper, t.name, f.Node.Name, t.key, t.command, t.hostPID, b.run)
+		s.Env = append(s.Env, t.env...)
+		return s
 	}
 	return runbook.Step[Facts]{
 		ID: t.id, Title: t.title, Doc: t.doc, Timeout: t.timeout, Guards: t.guards,
@@ -376,7 +336,7 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 		},
 		Plan: func(f Facts) []runbook.Change {
 			return []runbook.Change{{Object: "pod/" + b.helperNS + "/" + name(f.Node.Name), Action: "create",
-				Detail: strings.Join(t.command[1:], " ")}}
+				Detail: strings.Join(spec(f, nil).Command[1:], " ")}}
 		},
 		Act: func(ctx context.Context, f Facts) error {
 			existing := f.Helper.Pod // one still running (an interrupted run's) is adopted as it was created

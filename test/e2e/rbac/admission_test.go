@@ -80,6 +80,9 @@ func privilegedPod(name string) *corev1.Pod {
 // proveHelperPolicy: as the tt-operator, rollbook's exact helper pods are
 // admitted in the helper namespace and every variation that would widen
 // them is refused; no pod may be created anywhere else.
+// moduleCM is a shared module's ConfigMap name (tt-kmd-<16 hex>).
+const moduleCM = "tt-kmd-0123456789abcdef"
+
 func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 	t.Helper()
 	cfg := rest.CopyConfig(c.RESTConfig)
@@ -134,28 +137,37 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 		p.Spec.Containers[0].VolumeMounts[1].ReadOnly = readOnly
 		return p
 	}
-	if err := create(helperNS, withModule("kmd", tt.SharedModuleName("6.1.0-28-amd64", "2.8.1", ""), true)); err != nil {
+	if err := create(helperNS, withModule("kmd", moduleCM, true)); err != nil {
 		t.Errorf("the kmd helper with a shared module, as kubectl tt renders it, was refused: %v", err)
 	}
-	// With --signing-secret: the named Secret's two keys, read-only at
-	// /rollbook/signing, alone or next to a shared module.
+	// The kmd helpers exactly as kubectl tt renders them: the build (once
+	// per kernel), and the install with the vouched module, signed or not.
+	pin := strings.Repeat("c", 40)
+	for _, signer := range []string{"", strings.Repeat("5", 64)} {
+		vouched := &tt.VouchedModule{ConfigMap: moduleCM, SHA256: strings.Repeat("a", 64), Signer: signer}
+		p := tt.KMDHelperSpec(h, "kwok-node-0", tt.KMDHelperArgs{Version: "2.8.1", Commit: pin, Module: vouched}, "r").Pod()
+		if err := create(helperNS, p); err != nil {
+			t.Errorf("the kmd helper with the vouched module (signer %q), as kubectl tt renders it, was refused: %v", signer, err)
+		}
+	}
+	if err := create(helperNS, tt.KMDBuildHelperSpec(h, "kwok-node-0", tt.KMDBuildArgs{Version: "2.8.1", Commit: pin}, "r").Pod()); err != nil {
+		t.Errorf("the kmd-build helper, as kubectl tt renders it, was refused: %v", err)
+	}
+	// A Secret on a helper, as the kmd helper once mounted its signing key:
+	// refused whatever it is.
 	withSigning := func(task, secret string, module bool, edit func(*corev1.Pod)) *corev1.Pod {
 		s := tt.HelperSpecFor(h, task, "kwok-node-0", "k", []string{"kubectl-tt", "node-agent", task, "--version", "1.2.3"})
 		if module {
-			s.ConfigMaps = []kube.ConfigMapMount{{Name: "module", ConfigMap: tt.SharedModuleName("6.1.0-28-amd64", "2.8.1", ""),
+			s.ConfigMaps = []kube.ConfigMapMount{{Name: "module", ConfigMap: moduleCM,
 				MountPath: tt.SharedModuleMount}}
 		}
-		s.Secrets = []kube.SecretMount{tt.SigningSecretMount(secret)}
+		s.Secrets = []kube.SecretMount{{Name: "signing", Secret: secret, MountPath: "/rollbook/signing",
+			Keys: []string{"signing_key.pem", "signing_key.x509"}}}
 		p := s.Pod()
 		if edit != nil {
 			edit(p)
 		}
 		return p
-	}
-	for _, module := range []bool{false, true} {
-		if err := create(helperNS, withSigning("kmd", tt.DefaultSigningSecret, module, nil)); err != nil {
-			t.Errorf("the kmd helper with the signing Secret (shared module %v), as kubectl tt renders it, was refused: %v", module, err)
-		}
 	}
 	lastMount := func(p *corev1.Pod) *corev1.VolumeMount {
 		m := p.Spec.Containers[0].VolumeMounts
@@ -278,28 +290,30 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 			return p
 		}},
 		{"a shared module on a flash helper", func() *corev1.Pod {
-			return withModule("flash", tt.SharedModuleName("6.1.0-28-amd64", "2.8.1", ""), true)
+			return withModule("flash", moduleCM, true)
 		}},
 		{"another ConfigMap as the module", func() *corev1.Pod { return withModule("kmd", "rollbook-helper-policy", true) }},
 		{"a writable module mount", func() *corev1.Pod {
-			return withModule("kmd", tt.SharedModuleName("6.1.0-28-amd64", "2.8.1", ""), false)
+			return withModule("kmd", moduleCM, false)
 		}},
+		{"the signing Secret on a kmd helper", func() *corev1.Pod { return withSigning("kmd", "rollbook-tt-signing", false, nil) }},
+		{"the signing Secret beside a shared module", func() *corev1.Pod { return withSigning("kmd", "rollbook-tt-signing", true, nil) }},
 		{"another Secret as the signing key", func() *corev1.Pod { return withSigning("kmd", "some-other-secret", true, nil) }},
-		{"the signing Secret on a flash helper", func() *corev1.Pod { return withSigning("flash", tt.DefaultSigningSecret, false, nil) }},
-		{"the signing Secret on a probe", func() *corev1.Pod { return withSigning("probe", tt.DefaultSigningSecret, false, nil) }},
+		{"the signing Secret on a flash helper", func() *corev1.Pod { return withSigning("flash", "rollbook-tt-signing", false, nil) }},
+		{"the signing Secret on a probe", func() *corev1.Pod { return withSigning("probe", "rollbook-tt-signing", false, nil) }},
 		{"a writable signing mount", func() *corev1.Pod {
-			return withSigning("kmd", tt.DefaultSigningSecret, false, func(p *corev1.Pod) { lastMount(p).ReadOnly = false })
+			return withSigning("kmd", "rollbook-tt-signing", false, func(p *corev1.Pod) { lastMount(p).ReadOnly = false })
 		}},
 		{"the signing Secret elsewhere", func() *corev1.Pod {
-			return withSigning("kmd", tt.DefaultSigningSecret, false, func(p *corev1.Pod) { lastMount(p).MountPath = "/etc" })
+			return withSigning("kmd", "rollbook-tt-signing", false, func(p *corev1.Pod) { lastMount(p).MountPath = "/etc" })
 		}},
 		{"every key of the signing Secret", func() *corev1.Pod {
-			return withSigning("kmd", tt.DefaultSigningSecret, false, func(p *corev1.Pod) {
+			return withSigning("kmd", "rollbook-tt-signing", false, func(p *corev1.Pod) {
 				p.Spec.Volumes[len(p.Spec.Volumes)-1].Secret.Items = nil
 			})
 		}},
 		{"another key of the signing Secret", func() *corev1.Pod {
-			return withSigning("kmd", tt.DefaultSigningSecret, false, func(p *corev1.Pod) {
+			return withSigning("kmd", "rollbook-tt-signing", false, func(p *corev1.Pod) {
 				p.Spec.Volumes[len(p.Spec.Volumes)-1].Secret.Items[1].Key = "token"
 			})
 		}},

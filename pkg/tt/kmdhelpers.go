@@ -1,0 +1,148 @@
+package tt
+
+import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rollbook/rollbook/pkg/kube"
+)
+
+// The two kmd helpers, rendered here and nowhere else (the admission
+// policy is written from these shapes).
+//
+// kmd-build, once per kernel group, before any cordon:
+//
+//	kubectl-tt node-agent kmd-build --version V --commit C [--git-url U] [--timeout D]
+//
+// volumes: the host's / at /host (read-write: the build runs in a chroot of
+// it and writes /var/cache/tt-kmd); not privileged, every capability
+// dropped but SYS_CHROOT; no host PID.
+//
+// kmd, on each node, once it is cordoned:
+//
+//	kubectl-tt node-agent kmd --version V [--timeout D] --commit C [--git-url U] [--force-unload]
+//	    [--module-sha256 H --module-from /rollbook/module [--module-signer S]]
+//
+// volumes: the host's / at /host (read-write), and with --module-sha256 the
+// shared module, ConfigMap tt-kmd-<16 hex>, read-only at /rollbook/module;
+// privileged; host PID with --force-unload. No Secret, ever: H is the
+// SHA-256 of the module kubectl tt vouched for, S the SHA-256 of the
+// certificate (DER) it signed it with, which is in the ConfigMap.
+
+// Names of the kmd helpers' tasks (the rollbook.dev/helper label).
+const (
+	kmdTask      = "kmd"
+	kmdBuildTask = "kmd-build"
+)
+
+// KMDHelperArgs is what a kmd helper is told.
+type KMDHelperArgs struct {
+	Version string
+	// Commit is the roll's pin; the helper builds with it only for the
+	// installed kernels the node does not run.
+	Commit      string
+	GitURL      string
+	Timeout     time.Duration // the agent's own deadline
+	ForceUnload bool
+	// Module is the vouched module: its ConfigMap, SHA-256 and signer.
+	Module *VouchedModule
+}
+
+// VouchedModule is a module kubectl tt checked (and signed): the only one
+// a kmd helper of its kernel group loads.
+type VouchedModule struct {
+	// ConfigMap is where it is published (tt-kmd-<16 hex>).
+	ConfigMap string
+	// SHA256 is of the module file, signature included.
+	SHA256 string
+	// Signer is the SHA-256 of the signing certificate (DER), "" unsigned.
+	Signer string
+}
+
+// KMDHelperSpec is the kmd helper on node.
+func KMDHelperSpec(h HelperConfig, node string, a KMDHelperArgs, run string) kube.HelperSpec {
+	cmd := []string{"kubectl-tt", "node-agent", "kmd", "--version", a.Version}
+	if a.Timeout > 0 {
+		cmd = append(cmd, "--timeout", a.Timeout.String())
+	}
+	if a.Commit != "" {
+		cmd = append(cmd, "--commit", a.Commit)
+	}
+	if a.GitURL != "" {
+		cmd = append(cmd, "--git-url", a.GitURL)
+	}
+	if a.ForceUnload {
+		cmd = append(cmd, "--force-unload")
+	}
+	s := helperSpec(h, kmdTask, node, a.Version, cmd, a.ForceUnload, run)
+	if m := a.Module; m != nil {
+		s.ConfigMaps = append(s.ConfigMaps, kube.ConfigMapMount{Name: sharedModuleVolume, ConfigMap: m.ConfigMap,
+			MountPath: SharedModuleMount})
+		s.Command = append(s.Command, "--module-sha256", m.SHA256, "--module-from", SharedModuleMount)
+		if m.Signer != "" {
+			s.Command = append(s.Command, "--module-signer", m.Signer)
+		}
+	}
+	return s
+}
+
+// KMDBuildArgs is what a kmd-build helper is told.
+type KMDBuildArgs struct {
+	Version, Commit, GitURL string
+	Timeout                 time.Duration
+}
+
+// KMDBuildHelperSpec is the kmd-build helper on node.
+func KMDBuildHelperSpec(h HelperConfig, node string, a KMDBuildArgs, run string) kube.HelperSpec {
+	cmd := []string{"kubectl-tt", "node-agent", "kmd-build", "--version", a.Version, "--commit", a.Commit}
+	if a.GitURL != "" {
+		cmd = append(cmd, "--git-url", a.GitURL)
+	}
+	if a.Timeout > 0 {
+		cmd = append(cmd, "--timeout", a.Timeout.String())
+	}
+	s := helperSpec(h, kmdBuildTask, node, a.Version, cmd, false, run)
+	// It loads nothing: root in a chroot of the host, no other privilege.
+	s.Privileged = false
+	s.Capabilities = []corev1.Capability{"SYS_CHROOT"}
+	return s
+}
+
+// vouchedIn is the vouched module a kmd helper pod was created with (its
+// argv and its module volume), nil without one: a helper an interrupted run
+// started is adopted as it was made.
+func vouchedIn(p *corev1.Pod) *VouchedModule {
+	if p == nil || len(p.Spec.Containers) == 0 {
+		return nil
+	}
+	cm := mountedConfigMap(p, sharedModuleVolume)
+	cmd := p.Spec.Containers[0].Command
+	m := &VouchedModule{ConfigMap: cm}
+	for i := 0; i+1 < len(cmd); i++ {
+		switch cmd[i] {
+		case "--module-sha256":
+			m.SHA256 = cmd[i+1]
+		case "--module-signer":
+			m.Signer = cmd[i+1]
+		}
+	}
+	if cm == "" || m.SHA256 == "" || !strings.HasPrefix(cm, "tt-kmd-") {
+		return nil
+	}
+	return m
+}
+
+// mountedConfigMap is the ConfigMap p mounts as volume name, if any.
+func mountedConfigMap(p *corev1.Pod, name string) string {
+	if p == nil {
+		return ""
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.Name == name && v.ConfigMap != nil {
+			return v.ConfigMap.Name
+		}
+	}
+	return ""
+}
