@@ -61,8 +61,8 @@ type signedData struct {
 	Version          int
 	DigestAlgorithms []pkix.AlgorithmIdentifier `asn1:"set"`
 	EncapContentInfo encapContent
-	Certificates     asn1.RawValue `asn1:"optional,tag:0"`
-	CRLs             asn1.RawValue `asn1:"optional,tag:1"`
+	Certificates     asn1.RawValue   `asn1:"optional,tag:0"`
+	CRLs             asn1.RawValue   `asn1:"optional,tag:1"`
 	SignerInfos      []asn1.RawValue `asn1:"set"`
 }
 

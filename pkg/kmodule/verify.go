@@ -133,4 +133,3 @@ func messageDigest(attrs []byte) ([]byte, error) {
 	}
 	return nil, fmt.Errorf("%w: signed attributes without messageDigest", ErrMalformed)
 }
-

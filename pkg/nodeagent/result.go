@@ -13,12 +13,12 @@ type Op string
 
 // Operations.
 const (
-	OpKMD   Op = "kmd"
+	OpKMD Op = "kmd"
 	// OpKMDBuild builds the module once per kernel, for kubectl tt to
 	// check, sign and share; it loads nothing.
 	OpKMDBuild Op = "kmd-build"
-	OpSMI   Op = "smi"
-	OpFlash Op = "flash"
+	OpSMI      Op = "smi"
+	OpFlash    Op = "flash"
 )
 
 // Reason is a stable, machine-readable failure code.
