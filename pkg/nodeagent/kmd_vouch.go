@@ -11,10 +11,6 @@ import (
 	"github.com/rollbook/rollbook/pkg/kmodule"
 )
 
-// ReasonModuleNotVouched: the module the helper was given is not the one
-// kubectl tt vouched for (its SHA-256 or signature); nothing was unloaded.
-const ReasonModuleNotVouched Reason = "ModuleNotVouched"
-
 // obtainVouched returns the host path of the module kubectl tt vouched for
 // (o.ModuleSHA256), before anything is unloaded: from the node's cache when
 // it holds exactly those bytes, else from the shared module's volume
@@ -26,7 +22,7 @@ const ReasonModuleNotVouched Reason = "ModuleNotVouched"
 // the node does not build its own.
 func (x *execution) obtainVouched(ctx context.Context, o KMDOptions) (ko, detail string, err error) {
 	a := x.agent
-	hit := false
+	hit := false // the node's cache held the vouched bytes already
 	x.res.CacheHit = &hit
 	if o.ModuleSHA256 == "" {
 		return "", "", fail(ReasonModuleNotVouched, "no module was vouched for this node (kubectl tt passes --module-sha256 with "+
@@ -91,7 +87,6 @@ func (x *execution) obtainVouched(ctx context.Context, o KMDOptions) (ko, detail
 	if err != nil {
 		return "", "", err
 	}
-	hit = true
 	x.res.Module, x.res.Commit = &info, info.Commit
 	return cached, fmt.Sprintf("the cluster's module built by %s (SHA-256 %s…, as vouched for) at %s", orDash(info.BuiltBy),
 		o.ModuleSHA256[:12], cached), nil

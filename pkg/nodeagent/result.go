@@ -67,6 +67,10 @@ const (
 	// node's Tenstorrent PCI devices than are present (Result.Restored says
 	// whether the previous module was put back).
 	ReasonDevicesUnbound Reason = "DevicesUnbound"
+	// ReasonModuleNotVouched: the module the kmd helper was given is not
+	// the one kubectl tt vouched for (its SHA-256, what it is, or its
+	// signature); nothing was unloaded.
+	ReasonModuleNotVouched Reason = "ModuleNotVouched"
 )
 
 // Install modes, as in the driver.tenstorrent.com/install-mode node label.

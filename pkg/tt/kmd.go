@@ -571,8 +571,11 @@ func describeKMDResult(r *nodeagent.Result) string {
 	if r.Commit != "" {
 		s += ", commit " + r.Commit[:12]
 	}
-	if r.CacheHit != nil {
-		s += map[bool]string{true: ", module cache hit", false: ", built from source"}[*r.CacheHit]
+	if m := r.Module; m != nil && m.SHA256 != "" {
+		s += ", module " + short(m.SHA256) + "… built by " + orUnknown(m.BuiltBy)
+		if r.CacheHit != nil && *r.CacheHit {
+			s += ", from the node's cache"
+		}
 	}
 	s += ")"
 	if !r.Persisted {
@@ -591,11 +594,15 @@ func describeKMDResult(r *nodeagent.Result) string {
 
 // kmdRecord is the compact result kept on the node.
 type kmdRecord struct {
-	Before    string `json:"before,omitempty"`
-	After     string `json:"after"`
-	Kernel    string `json:"kernel,omitempty"`
-	Commit    string `json:"commit,omitempty"`
-	CacheHit  *bool  `json:"cacheHit,omitempty"`
+	Before   string `json:"before,omitempty"`
+	After    string `json:"after"`
+	Kernel   string `json:"kernel,omitempty"`
+	Commit   string `json:"commit,omitempty"`
+	CacheHit *bool  `json:"cacheHit,omitempty"`
+	// Module is the SHA-256 of the module loaded (the one kubectl tt
+	// vouched for), BuiltBy the node that built it.
+	Module    string `json:"module,omitempty"`
+	BuiltBy   string `json:"builtBy,omitempty"`
 	Persisted bool   `json:"persisted"`
 	// Kernels are those whose boot loads After (the running one when
 	// persisted, and the other installed kernels built for): status
@@ -613,8 +620,12 @@ func kmdResultChange(node *corev1.Node, r *nodeagent.Result, run string) (kube.N
 	if mode == "" {
 		mode = InstallModeContainer
 	}
-	b, _ := json.Marshal(kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, Commit: r.Commit, CacheHit: r.CacheHit,
-		Persisted: r.Persisted, Kernels: r.PersistedKernels, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)})
+	rec := kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, Commit: r.Commit, CacheHit: r.CacheHit,
+		Persisted: r.Persisted, Kernels: r.PersistedKernels, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)}
+	if m := r.Module; m != nil {
+		rec.Module, rec.BuiltBy = m.SHA256, m.BuiltBy
+	}
+	b, _ := json.Marshal(rec)
 	return kube.NodeChange{
 		Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},
 		Annotations: withClockTakenAlong(node, KMDRunbookName, map[string]*string{AnnKMDResult: ptr.To(string(b))}),

@@ -30,8 +30,10 @@ func (m *moduleShare) moduleStep(b *builder, cfg *KMDConfig) runbook.Step[Facts]
 			"target already needs none.",
 		Done: m.decide,
 		Plan: func(f Facts) []runbook.Change {
+			// A plan groups by kernel release (nodes not probed yet have
+			// only the kubelet's), in the roll's order.
 			k := m.key(&f)
-			if bl := m.claim(group(k), f.Node.Name); bl != f.Node.Name {
+			if bl := m.planBuilder(k.Kernel, f.Node.Name); bl != f.Node.Name {
 				return []runbook.Change{{Object: "node/" + f.Node.Name, Action: "reuse",
 					Detail: "the module node/" + bl + " builds for kernel " + k.Kernel + ", once kubectl tt vouched for it"}}
 			}
@@ -67,8 +69,8 @@ func (m *moduleShare) decide(f Facts) (bool, string) {
 	case r != nil && r.KMD == m.version:
 		return true, "tt-kmd " + m.version + " is loaded already"
 	case f.Shared != nil:
-		s := fmt.Sprintf("loads the module kubectl tt vouched for: built by %s, SHA-256 %s…, configmap %s", orUnknown(f.Shared.Info.BuiltBy),
-			short(f.Shared.SHA256), f.Shared.ConfigMap)
+		s := fmt.Sprintf("loads the module kubectl tt vouched for: built by %s, SHA-256 %s…, configmap %s",
+			orUnknown(f.Shared.Info.BuiltBy), short(f.Shared.SHA256), f.Shared.ConfigMap)
 		if f.Shared.Signer != "" {
 			s += ", signed with certificate SHA-256 " + short(f.Shared.Signer) + "…"
 		}

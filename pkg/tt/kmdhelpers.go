@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/nodeagent"
 )
 
 // The two kmd helpers, rendered here and nowhere else (the admission
@@ -14,7 +15,7 @@ import (
 //
 // kmd-build, once per kernel group, before any cordon:
 //
-//	kubectl-tt node-agent kmd-build --version V --commit C [--git-url U] [--timeout D]
+//	kubectl-tt node-agent kmd-build --version V --commit C --git-url U [--timeout D]
 //
 // volumes: the host's / at /host (read-write: the build runs in a chroot of
 // it and writes /var/cache/tt-kmd); not privileged, every capability
@@ -22,8 +23,12 @@ import (
 //
 // kmd, on each node, once it is cordoned:
 //
-//	kubectl-tt node-agent kmd --version V [--timeout D] --commit C [--git-url U] [--force-unload]
+//	kubectl-tt node-agent kmd --version V [--timeout D] [--commit C] --git-url U [--force-unload]
 //	    [--module-sha256 H --module-from /rollbook/module [--module-signer S]]
+//
+// (--commit is absent only before any probe saw the tag: a node at the
+// target already, whose helper only persists what is loaded.) The git URL
+// is always named, upstream's by default, so a policy can check it.
 //
 // volumes: the host's / at /host (read-write), and with --module-sha256 the
 // shared module, ConfigMap tt-kmd-<16 hex>, read-only at /rollbook/module;
@@ -70,9 +75,7 @@ func KMDHelperSpec(h HelperConfig, node string, a KMDHelperArgs, run string) kub
 	if a.Commit != "" {
 		cmd = append(cmd, "--commit", a.Commit)
 	}
-	if a.GitURL != "" {
-		cmd = append(cmd, "--git-url", a.GitURL)
-	}
+	cmd = append(cmd, "--git-url", orDefaultGitURL(a.GitURL))
 	if a.ForceUnload {
 		cmd = append(cmd, "--force-unload")
 	}
@@ -96,10 +99,8 @@ type KMDBuildArgs struct {
 
 // KMDBuildHelperSpec is the kmd-build helper on node.
 func KMDBuildHelperSpec(h HelperConfig, node string, a KMDBuildArgs, run string) kube.HelperSpec {
-	cmd := []string{"kubectl-tt", "node-agent", "kmd-build", "--version", a.Version, "--commit", a.Commit}
-	if a.GitURL != "" {
-		cmd = append(cmd, "--git-url", a.GitURL)
-	}
+	cmd := []string{"kubectl-tt", "node-agent", "kmd-build", "--version", a.Version, "--commit", a.Commit, "--git-url",
+		orDefaultGitURL(a.GitURL)}
 	if a.Timeout > 0 {
 		cmd = append(cmd, "--timeout", a.Timeout.String())
 	}
@@ -145,4 +146,12 @@ func mountedConfigMap(p *corev1.Pod, name string) string {
 		}
 	}
 	return ""
+}
+
+// orDefaultGitURL is url, or upstream's when "".
+func orDefaultGitURL(url string) string {
+	if url == "" {
+		return nodeagent.DefaultKMDGitURL
+	}
+	return url
 }

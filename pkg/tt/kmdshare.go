@@ -92,6 +92,7 @@ type moduleShare struct {
 	builders map[string]string        // key → node building it
 	released map[string]chan struct{} // closed when that node is done
 	vouched  map[string]*SharedModule
+	planned  map[string]string // kernel release → the node a plan builds it on
 }
 
 func newModuleShare(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *moduleShare {
@@ -100,7 +101,8 @@ func newModuleShare(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) 
 		url = nodeagent.DefaultKMDGitURL
 	}
 	m := &moduleShare{cs: cs, rec: rec, namespace: cfg.Helper.Namespace, version: cfg.Version, gitURL: url, signing: &cfg.Signing,
-		commit: cfg.Commit, builders: map[string]string{}, released: map[string]chan struct{}{}, vouched: map[string]*SharedModule{}}
+		commit: cfg.Commit, builders: map[string]string{}, released: map[string]chan struct{}{}, vouched: map[string]*SharedModule{},
+		planned: map[string]string{}}
 	if m.commit != "" {
 		m.pinnedBy = "--kmd-commit"
 	}
@@ -122,8 +124,8 @@ func (m *moduleShare) pin(ctx context.Context, f Facts) error {
 		if c := m.pinned(); c != "" {
 			return nil // e.g. the tag was not looked up: the pin stands
 		}
-		return runbook.Blocked(fmt.Errorf("the commit of tag ttkmd-%s is not known: node %s's probe could not list it at %s; pass --kmd-commit, "+
-			"or let the helper namespace reach the repository", m.version, f.Node.Name, nodeagent.RedactURL(m.gitURL)))
+		return runbook.Blocked(fmt.Errorf("the commit of tag ttkmd-%s is not known: node %s's probe could not list it at %s; "+
+			"pass --kmd-commit, or let the helper namespace reach the repository", m.version, f.Node.Name, nodeagent.RedactURL(m.gitURL)))
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -179,6 +181,18 @@ func (m *moduleShare) claim(key, node string) string {
 		return b
 	}
 	m.builders[key], m.released[key] = node, make(chan struct{})
+	return node
+}
+
+// planBuilder is the node a plan builds the module of kernel release on:
+// the first node planned with it.
+func (m *moduleShare) planBuilder(kernel, node string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b, ok := m.planned[kernel]; ok {
+		return b
+	}
+	m.planned[kernel] = node
 	return node
 }
 
@@ -288,7 +302,8 @@ func (m *moduleShare) publish(ctx context.Context, node *corev1.Node, k ModuleKe
 			return "", fmt.Errorf("publishing the module: configmap %s exists and cannot be read: %w", cm.Name, err)
 		}
 		got, err := nodeagent.Gunzip(found.BinaryData[nodeagent.SharedModuleKey])
-		if err == nil && bytes.Equal(got, raw) && bytes.Equal(found.BinaryData[nodeagent.SharedCertKey], cm.BinaryData[nodeagent.SharedCertKey]) {
+		sameCert := bytes.Equal(found.BinaryData[nodeagent.SharedCertKey], cm.BinaryData[nodeagent.SharedCertKey])
+		if err == nil && bytes.Equal(got, raw) && sameCert {
 			return cm.Name, nil // an earlier run's publication of these very bytes
 		}
 		what := "bytes that are not a module"

@@ -29,7 +29,7 @@ import (
 func TestKMDHelpersCarryNoKey(t *testing.T) {
 	h := HelperConfig{Image: "registry.example/node-agent@sha256:" + strings.Repeat("0", 64), Namespace: "rollbook-system",
 		Timeout: 15 * time.Minute, PriorityClass: "rollbook-helper"}
-	pin := strings.Repeat("c", 40)
+	pin, up := strings.Repeat("c", 40), nodeagent.DefaultKMDGitURL
 	mod := &VouchedModule{ConfigMap: "tt-kmd-0123456789abcdef", SHA256: strings.Repeat("a", 64)}
 	signed := &VouchedModule{ConfigMap: mod.ConfigMap, SHA256: mod.SHA256, Signer: strings.Repeat("5", 64)}
 	shapes := map[string]struct {
@@ -37,15 +37,15 @@ func TestKMDHelpersCarryNoKey(t *testing.T) {
 		argv string
 	}{
 		"build": {KMDBuildHelperSpec(h, "n1", KMDBuildArgs{Version: "2.8.0", Commit: pin, Timeout: time.Minute}, "r").Pod(),
-			"kubectl-tt node-agent kmd-build --version 2.8.0 --commit " + pin + " --timeout 1m0s"},
+			"kubectl-tt node-agent kmd-build --version 2.8.0 --commit " + pin + " --git-url " + up + " --timeout 1m0s"},
 		"install, loaded already": {KMDHelperSpec(h, "n1", KMDHelperArgs{Version: "2.8.0", Commit: pin}, "r").Pod(),
-			"kubectl-tt node-agent kmd --version 2.8.0 --commit " + pin},
+			"kubectl-tt node-agent kmd --version 2.8.0 --commit " + pin + " --git-url " + up},
 		"install": {KMDHelperSpec(h, "n1", KMDHelperArgs{Version: "2.8.0", Commit: pin, Module: mod, GitURL: "file:///m.git"}, "r").Pod(),
 			"kubectl-tt node-agent kmd --version 2.8.0 --commit " + pin + " --git-url file:///m.git --module-sha256 " + mod.SHA256 +
 				" --module-from /rollbook/module"},
 		"install, signed, force-unload": {KMDHelperSpec(h, "n1", KMDHelperArgs{Version: "2.8.0", Commit: pin, Module: signed,
 			ForceUnload: true, Timeout: time.Minute}, "r").Pod(),
-			"kubectl-tt node-agent kmd --version 2.8.0 --timeout 1m0s --commit " + pin + " --force-unload --module-sha256 " +
+			"kubectl-tt node-agent kmd --version 2.8.0 --timeout 1m0s --commit " + pin + " --git-url " + up + " --force-unload --module-sha256 " +
 				mod.SHA256 + " --module-from /rollbook/module --module-signer " + signed.Signer},
 	}
 	for name, s := range shapes {

@@ -277,12 +277,12 @@ func TestHelperPodShape(t *testing.T) {
 	}
 }
 
-// --git-url reaches the kmd helper's command; without it the agent's
-// default (upstream) applies.
+// --git-url reaches the kmd helper's command; without it upstream's is
+// named (a policy checks the repository a helper clones).
 func TestKMDGitURL(t *testing.T) {
 	c := &KMDConfig{Version: "2.8.0", Helper: HelperConfig{Image: "registry.example/node-agent:1", Namespace: "ns"}}
-	if cmd := strings.Join(kmdArgv(c), " "); strings.Contains(cmd, "--git-url") {
-		t.Errorf("no --git-url given, yet: %s", cmd)
+	if cmd := strings.Join(kmdArgv(c), " "); !strings.Contains(cmd, "--git-url "+nodeagent.DefaultKMDGitURL) {
+		t.Errorf("no --git-url given, and upstream's is not named: %s", cmd)
 	}
 	c.GitURL = "file:///srv/mirror/tt-kmd.git"
 	if err := c.Validate(); err != nil {

@@ -152,3 +152,31 @@ func reported(t *testing.T, ctx context.Context, cs kubernetes.Interface, out st
 		}
 	}
 }
+
+// A build that breaks (a compiler mismatch) fails its node before its
+// cordon: builds run on nodes still in service, and nothing on the node
+// changes.
+func TestBrokenBuildFailsBeforeTheCordon(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-2"
+	root := tttest.HostRoot(t, target)
+	if err := fakehost.SetBrokenBuild(root, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fakehost.SetBrokenBuild(root, false) })
+	was := host(t, target).LoadedKMD
+	ops, _ := fakehost.Ops(root)
+	untouched := c.NeverCordoned(t, ctx, target)
+	out, code := tttest.Run(t, ctx, "upgrade", "kmd", "--version", "2.10.0", "--nodes", target)
+	if code != cli.ExitFailed || !strings.Contains(out, "BuildFailed") || !strings.Contains(out, "not taken out of service") {
+		t.Errorf("exit %d, want %d saying the build failed and the node stayed in service", code, cli.ExitFailed)
+	}
+	if !untouched() {
+		t.Error("the node was cordoned for a build")
+	}
+	if after, _ := fakehost.Ops(root); len(after) != len(ops) || host(t, target).LoadedKMD != was {
+		t.Errorf("the host changed: %v", after[len(ops):])
+	}
+}
