@@ -272,6 +272,10 @@ func (x *execution) checkLoadAllowed(signing bool) (string, error) {
 	return allowed, nil
 }
 
+// exitingHolders bounds the wait for a refcount that no process in /proc
+// explains to drop: processes that are exiting.
+const exitingHolders = 5 * time.Second
+
 func (x *execution) checkUnused(version string) (string, error) {
 	a := x.agent
 	refs, err := readInt(a.hostPath(filepath.Join(moduleSysfs, "refcnt")))
@@ -284,6 +288,23 @@ func (x *execution) checkUnused(version string) (string, error) {
 	holders, err := findHolders(a.Root)
 	if err != nil {
 		return "", err
+	}
+	if len(holders) == 0 {
+		// The last holders may be exiting (a drained pod's container dies
+		// as its pod goes): their fds close, then their /proc entries go.
+		// With none left in /proc, the count is given a moment to drop.
+		for deadline := time.Now().Add(exitingHolders); refs > 0 && time.Now().Before(deadline); {
+			time.Sleep(a.pollInterval())
+			if refs, err = readInt(a.hostPath(filepath.Join(moduleSysfs, "refcnt"))); err != nil {
+				return "", err
+			}
+		}
+		if refs == 0 {
+			return "refcnt 0 (its last holders exited)", nil
+		}
+		if holders, err = findHolders(a.Root); err != nil {
+			return "", err
+		}
 	}
 	x.res.Holders = holders
 	return "", fail(ReasonDeviceInUse,

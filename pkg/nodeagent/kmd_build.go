@@ -15,8 +15,9 @@ type KMDBuildOptions struct {
 	Version string
 	// GitURL is the tt-kmd repository; default DefaultKMDGitURL.
 	GitURL string
-	// Commit is the commit the tag must resolve to: required, kubectl tt
-	// resolves it once per roll and pins every node to it.
+	// Commit is the commit the tag must resolve to: kubectl tt resolves it
+	// once per roll and pins every node to it; "" only when no probe listed
+	// the tag (the commit checked out is then reported, and pinned).
 	Commit string
 	// Timeout bounds the build; default 10 minutes.
 	Timeout time.Duration
@@ -38,8 +39,8 @@ func (a *Agent) KMDBuild(ctx context.Context, o KMDBuildOptions) Result {
 		return x.finish(ctx, fail(ReasonInvalidInput, "--version: %v", ValidateKMDVersion(o.Version)))
 	case ValidateSourceURL(o.GitURL) != nil:
 		return x.finish(ctx, fail(ReasonInvalidInput, "--git-url: %v", ValidateSourceURL(o.GitURL)))
-	case o.Commit == "" || ValidateCommit(o.Commit) != nil:
-		return x.finish(ctx, fail(ReasonInvalidInput, "--commit: the build needs the commit the tag is pinned to (40 hex digits)"))
+	case ValidateCommit(o.Commit) != nil:
+		return x.finish(ctx, fail(ReasonInvalidInput, "--commit: %v", ValidateCommit(o.Commit)))
 	case a.Publish == nil:
 		return x.finish(ctx, fail(ReasonInvalidInput, "nowhere to print the module"))
 	}

@@ -383,3 +383,19 @@ func TestKMDKeepsTheHostsOwnUdevRule(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, os.FileMode(0o666), fi.Mode().Perm(), "device mode set against the host's rule")
 }
+
+// Holders that are exiting (a drained pod's container dies as its pod
+// goes) close their fds before their /proc entries go: a refcount no
+// process explains is given a moment to drop before the device counts as
+// in use.
+func TestKMDWaitsForExitingHolders(t *testing.T) {
+	two := 2
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, Refcnt: &two})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = os.WriteFile(filepath.Join(root, "sys/module/tenstorrent/refcnt"), []byte("0\n"), 0o644)
+	}()
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
+	requireSuccess(t, r)
+	assert.Equal(t, "2.0.0", observe(t, root).LoadedKMD)
+}

@@ -208,7 +208,7 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 		if cfg.share != nil {
 			pin = cfg.share.pinned()
 		}
-		if t := r.Tag; t != nil {
+		if t := r.Tag; t != nil && t.Tag == "ttkmd-"+cfg.Version { // not an earlier run's record of another version
 			switch {
 			case t.Error != "":
 				out = append(out, fmt.Sprintf("the node cannot list tag %s at %s (%s); the build clones it from there: let the "+

@@ -134,6 +134,12 @@ func (m *moduleShare) build(ctx context.Context, b *builder, cfg *KMDConfig, f F
 		b.rec.Record(ctx, kube.NodeRef(f.Node), true, "KMDBuildFailed", helperError(h))
 		return fmt.Errorf("building %s on node %s failed (the node is not taken out of service): %s", k, f.Node.Name, helperError(h))
 	}
+	if k.Commit == "" { // no probe listed the tag: the build pins what it checked out
+		if err := m.pinCommit(ctx, f.Node, h.Result.Module.Commit, "checked out by node/"+f.Node.Name+"'s build"); err != nil {
+			return err
+		}
+		k.Commit = m.pinned()
+	}
 	raw, err := readModule(ctx, b, h.Pod)
 	if err == nil {
 		_, err = m.vouch(ctx, f.Node, k, raw, *h.Result.Module)

@@ -15,7 +15,10 @@ import (
 //
 // kmd-build, once per kernel group, before any cordon:
 //
-//	kubectl-tt node-agent kmd-build --version V --commit C --git-url U [--timeout D]
+//	kubectl-tt node-agent kmd-build --version V [--commit C] --git-url U [--timeout D]
+//
+// (no --commit only when no probe of the roll listed the tag: the build
+// then pins the commit it checked out for the whole roll)
 //
 // volumes: the host's / at /host (read-write: the build runs in a chroot of
 // it and writes /var/cache/tt-kmd); not privileged, every capability
@@ -99,8 +102,11 @@ type KMDBuildArgs struct {
 
 // KMDBuildHelperSpec is the kmd-build helper on node.
 func KMDBuildHelperSpec(h HelperConfig, node string, a KMDBuildArgs, run string) kube.HelperSpec {
-	cmd := []string{"kubectl-tt", "node-agent", "kmd-build", "--version", a.Version, "--commit", a.Commit, "--git-url",
-		orDefaultGitURL(a.GitURL)}
+	cmd := []string{"kubectl-tt", "node-agent", "kmd-build", "--version", a.Version}
+	if a.Commit != "" {
+		cmd = append(cmd, "--commit", a.Commit)
+	}
+	cmd = append(cmd, "--git-url", orDefaultGitURL(a.GitURL))
 	if a.Timeout > 0 {
 		cmd = append(cmd, "--timeout", a.Timeout.String())
 	}

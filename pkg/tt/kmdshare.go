@@ -116,29 +116,34 @@ func (m *moduleShare) pinned() string {
 	return m.commit
 }
 
-// pin takes the commit of the tag from the node's probe as the roll's, if
-// none is pinned yet; a probe that saw another commit is refused.
+// pin takes the commit of the tag the node's probe listed as the roll's,
+// if none is pinned yet; a probe that saw another commit is refused. A
+// probe that did not list this tag at this URL (an earlier run's record of
+// a node it left cordoned) says nothing: the build then pins what it
+// checked out.
 func (m *moduleShare) pin(ctx context.Context, f Facts) error {
 	t := f.Measured.Tag
-	if t == nil || !t.Found || t.Commit == "" {
-		if c := m.pinned(); c != "" {
-			return nil // e.g. the tag was not looked up: the pin stands
-		}
-		return runbook.Blocked(fmt.Errorf("the commit of tag ttkmd-%s is not known: node %s's probe could not list it at %s; "+
-			"pass --kmd-commit, or let the helper namespace reach the repository", m.version, f.Node.Name, nodeagent.RedactURL(m.gitURL)))
+	if t == nil || !t.Found || t.Commit == "" || t.Tag != "ttkmd-"+m.version || t.URL != m.gitURL {
+		return nil
 	}
+	return m.pinCommit(ctx, f.Node, t.Commit, "node/"+f.Node.Name+"'s probe")
+}
+
+// pinCommit makes commit the roll's, seen by who; another than the pin is
+// refused.
+func (m *moduleShare) pinCommit(ctx context.Context, node *corev1.Node, commit, who string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.commit == "" {
-		m.commit, m.pinnedBy = t.Commit, "node/"+f.Node.Name+"'s probe"
-		m.rec.Record(ctx, kube.NodeRef(f.Node), false, "KMDCommitPinned", fmt.Sprintf("tag ttkmd-%s of %s is commit %s: "+
-			"every node of this roll builds and loads that commit", m.version, nodeagent.RedactURL(m.gitURL), t.Commit))
+		m.commit, m.pinnedBy = commit, who
+		m.rec.Record(ctx, kube.NodeRef(node), false, "KMDCommitPinned", fmt.Sprintf("tag ttkmd-%s of %s is commit %s (%s): "+
+			"every node of this roll builds and loads that commit", m.version, nodeagent.RedactURL(m.gitURL), commit, who))
 		return nil
 	}
-	if t.Commit != m.commit {
+	if commit != m.commit {
 		return runbook.Blocked(fmt.Errorf("tag ttkmd-%s of %s names commit %s on node %s, not the %s this roll pinned (%s): the "+
-			"tag moved during the roll, or the node reaches another repository", m.version, nodeagent.RedactURL(m.gitURL), t.Commit,
-			f.Node.Name, m.commit, m.pinnedBy))
+			"tag moved during the roll, or the node reaches another repository", m.version, nodeagent.RedactURL(m.gitURL), commit,
+			node.Name, m.commit, m.pinnedBy))
 	}
 	return nil
 }
@@ -154,13 +159,14 @@ func (m *moduleShare) key(f *Facts) ModuleKey {
 	return k
 }
 
-// group is the key's name for the builders and the vouched modules.
-func group(k ModuleKey) string { return SharedModuleName(k, "", "group") }
+// group is the kernel group of key: what the builders and the vouched
+// modules of a roll are per (its other parts are the roll's).
+func group(k ModuleKey) string { return k.Kernel + "\x00" + k.KernelBuild }
 
 // read is the module this run vouched for the node's kernel group.
 func (m *moduleShare) read(_ context.Context, f *Facts) (*SharedModule, error) {
 	k := m.key(f)
-	if k.Kernel == "" || k.Commit == "" {
+	if k.Kernel == "" {
 		return nil, nil
 	}
 	return m.vouchedFor(k), nil
