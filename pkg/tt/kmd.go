@@ -270,13 +270,13 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 	// kernel group; one an interrupted run started, as it was created.
 	render := func(f Facts, existing *corev1.Pod) kube.HelperSpec {
 		if existing != nil {
-			return KMDHelperSpec(cfg.Helper, f.Node.Name, kmdHelperArgs(cfg, commitIn(existing), vouchedIn(existing)), cfg.RunID)
+			return KMDHelperSpec(cfg, f.Node.Name, commitIn(existing), vouchedIn(existing))
 		}
 		var m *VouchedModule
 		if sh := share.vouchedFor(share.key(&f)); sh != nil {
 			m = &sh.VouchedModule
 		}
-		return KMDHelperSpec(cfg.Helper, f.Node.Name, kmdHelperArgs(cfg, share.pinned(), m), cfg.RunID)
+		return KMDHelperSpec(cfg, f.Node.Name, share.pinned(), m)
 	}
 	blockers := kmdBlockers(cfg)
 	// A node this run's probe found at the target, with nothing in the way,
@@ -451,18 +451,6 @@ func kmdProbeCommand(cfg *KMDConfig) []string {
 		cmd = append(cmd, "--git-url", cfg.GitURL) // the tag is looked up where the build clones
 	}
 	return cmd
-}
-
-// kmdHelperArgs is what the kmd helper of a run of cfg is told, with the
-// roll's commit and the module vouched for the node's kernel group.
-func kmdHelperArgs(cfg *KMDConfig, commit string, m *VouchedModule) KMDHelperArgs {
-	a := KMDHelperArgs{Version: cfg.Version, Commit: commit, GitURL: cfg.GitURL, ForceUnload: cfg.ForceUnload, Module: m}
-	if t := cfg.Helper.Timeout; t > 0 {
-		// The agent's own deadline, inside the pod's: it stops and reports
-		// (old module loaded) before the kubelet kills it mid-step.
-		a.Timeout = helperWorkTimeout(t)
-	}
-	return a
 }
 
 // commitIn is the --commit a kmd helper pod was created with.

@@ -97,11 +97,7 @@ func (m *moduleShare) build(ctx context.Context, b *builder, cfg *KMDConfig, f F
 	if bl := buildBlockers(cfg, f.Measured); len(bl) > 0 {
 		return runbook.Blocked(fmt.Errorf("node %s was to build %s for its kernel group: %s", f.Node.Name, k, strings.Join(bl, "; ")))
 	}
-	a := KMDBuildArgs{Version: m.version, Commit: k.Commit, GitURL: cfg.GitURL}
-	if t := cfg.Helper.Timeout; t > 0 {
-		a.Timeout = helperWorkTimeout(t)
-	}
-	spec := KMDBuildHelperSpec(b.helper, f.Node.Name, a, b.run)
+	spec := KMDBuildHelperSpec(cfg, f.Node.Name, k.Commit)
 	name := kube.HelperName(kmdBuildTask, f.Node.Name, m.version)
 	// An earlier attempt's helper that failed, or built another commit,
 	// is replaced (one of this spec that succeeded is read again).

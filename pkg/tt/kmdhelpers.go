@@ -2,7 +2,6 @@ package tt
 
 import (
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -45,19 +44,6 @@ const (
 	kmdBuildTask = "kmd-build"
 )
 
-// KMDHelperArgs is what a kmd helper is told.
-type KMDHelperArgs struct {
-	Version string
-	// Commit is the roll's pin; the helper builds with it only for the
-	// installed kernels the node does not run.
-	Commit      string
-	GitURL      string
-	Timeout     time.Duration // the agent's own deadline
-	ForceUnload bool
-	// Module is the vouched module: its ConfigMap, SHA-256 and signer.
-	Module *VouchedModule
-}
-
 // VouchedModule is a module kubectl tt checked (and signed): the only one
 // a kmd helper of its kernel group loads.
 type VouchedModule struct {
@@ -69,21 +55,26 @@ type VouchedModule struct {
 	Signer string
 }
 
-// KMDHelperSpec is the kmd helper on node.
-func KMDHelperSpec(h HelperConfig, node string, a KMDHelperArgs, run string) kube.HelperSpec {
-	cmd := []string{"kubectl-tt", "node-agent", "kmd", "--version", a.Version}
-	if a.Timeout > 0 {
-		cmd = append(cmd, "--timeout", a.Timeout.String())
+// KMDHelperSpec is the kmd helper of a run of cfg on node: with the roll's
+// pinned commit ("" before any is known: a node at the target, whose
+// helper only persists what is loaded) and the module vouched for the
+// node's kernel group (nil: none).
+func KMDHelperSpec(cfg *KMDConfig, node, commit string, m *VouchedModule) kube.HelperSpec {
+	cmd := []string{"kubectl-tt", "node-agent", "kmd", "--version", cfg.Version}
+	if t := cfg.Helper.Timeout; t > 0 {
+		// The agent's own deadline, inside the pod's: it stops and reports
+		// (old module loaded) before the kubelet kills it mid-step.
+		cmd = append(cmd, "--timeout", helperWorkTimeout(t).String())
 	}
-	if a.Commit != "" {
-		cmd = append(cmd, "--commit", a.Commit)
+	if commit != "" {
+		cmd = append(cmd, "--commit", commit)
 	}
-	cmd = append(cmd, "--git-url", orDefaultGitURL(a.GitURL))
-	if a.ForceUnload {
+	cmd = append(cmd, "--git-url", orDefaultGitURL(cfg.GitURL))
+	if cfg.ForceUnload {
 		cmd = append(cmd, "--force-unload")
 	}
-	s := helperSpec(h, kmdTask, node, a.Version, cmd, a.ForceUnload, run)
-	if m := a.Module; m != nil {
+	s := helperSpec(cfg.Helper, kmdTask, node, cfg.Version, cmd, cfg.ForceUnload, cfg.RunID)
+	if m != nil {
 		s.ConfigMaps = append(s.ConfigMaps, kube.ConfigMapMount{Name: sharedModuleVolume, ConfigMap: m.ConfigMap,
 			MountPath: SharedModuleMount})
 		s.Command = append(s.Command, "--module-sha256", m.SHA256, "--module-from", SharedModuleMount)
@@ -94,23 +85,18 @@ func KMDHelperSpec(h HelperConfig, node string, a KMDHelperArgs, run string) kub
 	return s
 }
 
-// KMDBuildArgs is what a kmd-build helper is told.
-type KMDBuildArgs struct {
-	Version, Commit, GitURL string
-	Timeout                 time.Duration
-}
-
-// KMDBuildHelperSpec is the kmd-build helper on node.
-func KMDBuildHelperSpec(h HelperConfig, node string, a KMDBuildArgs, run string) kube.HelperSpec {
-	cmd := []string{"kubectl-tt", "node-agent", "kmd-build", "--version", a.Version}
-	if a.Commit != "" {
-		cmd = append(cmd, "--commit", a.Commit)
+// KMDBuildHelperSpec is the kmd-build helper of a run of cfg on node, with
+// the roll's pinned commit ("" when no probe listed the tag).
+func KMDBuildHelperSpec(cfg *KMDConfig, node, commit string) kube.HelperSpec {
+	cmd := []string{"kubectl-tt", "node-agent", "kmd-build", "--version", cfg.Version}
+	if commit != "" {
+		cmd = append(cmd, "--commit", commit)
 	}
-	cmd = append(cmd, "--git-url", orDefaultGitURL(a.GitURL))
-	if a.Timeout > 0 {
-		cmd = append(cmd, "--timeout", a.Timeout.String())
+	cmd = append(cmd, "--git-url", orDefaultGitURL(cfg.GitURL))
+	if t := cfg.Helper.Timeout; t > 0 {
+		cmd = append(cmd, "--timeout", helperWorkTimeout(t).String())
 	}
-	s := helperSpec(h, kmdBuildTask, node, a.Version, cmd, false, run)
+	s := helperSpec(cfg.Helper, kmdBuildTask, node, cfg.Version, cmd, false, cfg.RunID)
 	// It loads nothing: root in a chroot of the host, no other privilege.
 	s.Privileged = false
 	s.Capabilities = []corev1.Capability{"SYS_CHROOT"}

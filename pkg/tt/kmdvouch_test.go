@@ -32,21 +32,27 @@ func TestKMDHelpersCarryNoKey(t *testing.T) {
 	pin, up := strings.Repeat("c", 40), nodeagent.DefaultKMDGitURL
 	mod := &VouchedModule{ConfigMap: "tt-kmd-0123456789abcdef", SHA256: strings.Repeat("a", 64)}
 	signed := &VouchedModule{ConfigMap: mod.ConfigMap, SHA256: mod.SHA256, Signer: strings.Repeat("5", 64)}
+	cfg := &KMDConfig{Version: "2.8.0", Helper: h, RunID: "r"}
+	mirror := &KMDConfig{Version: "2.8.0", Helper: h, RunID: "r", GitURL: "file:///m.git"}
+	quick := h
+	quick.Timeout = 90 * time.Second
+	forced := &KMDConfig{Version: "2.8.0", Helper: quick, RunID: "r", ForceUnload: true}
 	shapes := map[string]struct {
 		pod  *corev1.Pod
 		argv string
 	}{
-		"build": {KMDBuildHelperSpec(h, "n1", KMDBuildArgs{Version: "2.8.0", Commit: pin, Timeout: time.Minute}, "r").Pod(),
+		"build": {KMDBuildHelperSpec(&KMDConfig{Version: "2.8.0", Helper: quick, RunID: "r"}, "n1", pin).Pod(),
 			"kubectl-tt node-agent kmd-build --version 2.8.0 --commit " + pin + " --git-url " + up + " --timeout 1m0s"},
-		"install, loaded already": {KMDHelperSpec(h, "n1", KMDHelperArgs{Version: "2.8.0", Commit: pin}, "r").Pod(),
-			"kubectl-tt node-agent kmd --version 2.8.0 --commit " + pin + " --git-url " + up},
-		"install": {KMDHelperSpec(h, "n1", KMDHelperArgs{Version: "2.8.0", Commit: pin, Module: mod, GitURL: "file:///m.git"}, "r").Pod(),
-			"kubectl-tt node-agent kmd --version 2.8.0 --commit " + pin + " --git-url file:///m.git --module-sha256 " + mod.SHA256 +
-				" --module-from /rollbook/module"},
-		"install, signed, force-unload": {KMDHelperSpec(h, "n1", KMDHelperArgs{Version: "2.8.0", Commit: pin, Module: signed,
-			ForceUnload: true, Timeout: time.Minute}, "r").Pod(),
-			"kubectl-tt node-agent kmd --version 2.8.0 --timeout 1m0s --commit " + pin + " --git-url " + up + " --force-unload --module-sha256 " +
-				mod.SHA256 + " --module-from /rollbook/module --module-signer " + signed.Signer},
+		"build, no pin yet": {KMDBuildHelperSpec(cfg, "n1", "").Pod(),
+			"kubectl-tt node-agent kmd-build --version 2.8.0 --git-url " + up + " --timeout 14m30s"},
+		"install, loaded already": {KMDHelperSpec(cfg, "n1", pin, nil).Pod(),
+			"kubectl-tt node-agent kmd --version 2.8.0 --timeout 14m30s --commit " + pin + " --git-url " + up},
+		"install": {KMDHelperSpec(mirror, "n1", pin, mod).Pod(),
+			"kubectl-tt node-agent kmd --version 2.8.0 --timeout 14m30s --commit " + pin + " --git-url file:///m.git --module-sha256 " +
+				mod.SHA256 + " --module-from /rollbook/module"},
+		"install, signed, force-unload": {KMDHelperSpec(forced, "n1", pin, signed).Pod(),
+			"kubectl-tt node-agent kmd --version 2.8.0 --timeout 1m0s --commit " + pin + " --git-url " + up +
+				" --force-unload --module-sha256 " + mod.SHA256 + " --module-from /rollbook/module --module-signer " + signed.Signer},
 	}
 	for name, s := range shapes {
 		p := s.pod

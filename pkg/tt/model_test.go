@@ -871,7 +871,7 @@ func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
 		m.shared = &SharedModule{VouchedModule: VouchedModule{ConfigMap: "tt-kmd-0123456789abcdef", SHA256: strings.Repeat("a", 64)}}
 		cfg.share.vouched[group(cfg.share.key(&Facts{Measured: &ProbeRecord{Kernel: "6.8"}}))] = m.shared
 		m.helperSpec = func(node string) kube.HelperSpec {
-			return KMDHelperSpec(h, node, KMDHelperArgs{Version: kmdNew, Commit: cfg.Commit, Module: &m.shared.VouchedModule}, runThis)
+			return KMDHelperSpec(cfg, node, cfg.Commit, &m.shared.VouchedModule)
 		}
 		m.probeSpec = func(node string) kube.HelperSpec { return probeSpec(h, node, runThis, kmdProbeCommand(cfg)) }
 		m.target, m.old, m.limit, m.countOut = kmdNew, kmdOld, 1, true

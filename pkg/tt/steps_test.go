@@ -333,5 +333,5 @@ func TestKMDHelperTimeout(t *testing.T) {
 
 // kmdArgv is the kmd helper's command for a run of c, with c's pin.
 func kmdArgv(c *KMDConfig) []string {
-	return KMDHelperSpec(c.Helper, "n1", kmdHelperArgs(c, c.Commit, nil), "r1").Command
+	return KMDHelperSpec(c, "n1", c.Commit, nil).Command
 }

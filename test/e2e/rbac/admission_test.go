@@ -145,12 +145,12 @@ func proveHelperPolicy(t *testing.T, ctx context.Context, c *simtest.Cluster) {
 	pin := strings.Repeat("c", 40)
 	for _, signer := range []string{"", strings.Repeat("5", 64)} {
 		vouched := &tt.VouchedModule{ConfigMap: moduleCM, SHA256: strings.Repeat("a", 64), Signer: signer}
-		p := tt.KMDHelperSpec(h, "kwok-node-0", tt.KMDHelperArgs{Version: "2.8.1", Commit: pin, Module: vouched}, "r").Pod()
+		p := tt.KMDHelperSpec(&tt.KMDConfig{Version: "2.8.1", Helper: h, RunID: "r"}, "kwok-node-0", pin, vouched).Pod()
 		if err := create(helperNS, p); err != nil {
 			t.Errorf("the kmd helper with the vouched module (signer %q), as kubectl tt renders it, was refused: %v", signer, err)
 		}
 	}
-	if err := create(helperNS, tt.KMDBuildHelperSpec(h, "kwok-node-0", tt.KMDBuildArgs{Version: "2.8.1", Commit: pin}, "r").Pod()); err != nil {
+	if err := create(helperNS, tt.KMDBuildHelperSpec(&tt.KMDConfig{Version: "2.8.1", Helper: h, RunID: "r"}, "kwok-node-0", pin).Pod()); err != nil {
 		t.Errorf("the kmd-build helper, as kubectl tt renders it, was refused: %v", err)
 	}
 	// A Secret on a helper, as the kmd helper once mounted its signing key:
