@@ -86,7 +86,7 @@ func (m *moduleShare) decide(f Facts) (bool, string) {
 	case bl != "" && bl != f.Node.Name:
 		return false, fmt.Sprintf("waits for node/%s to build tt-kmd %s for kernel %s", bl, m.version, k.Kernel)
 	}
-	return false, fmt.Sprintf("builds tt-kmd %s for kernel %s and shares it", m.version, k.Kernel)
+	return false, fmt.Sprintf("no module of tt-kmd %s is vouched for kernel %s yet: this node builds it", m.version, k.Kernel)
 }
 
 // build runs the group's kmd-build helper on the node, reads the module

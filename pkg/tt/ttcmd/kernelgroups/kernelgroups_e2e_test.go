@@ -221,7 +221,8 @@ func TestBuildOncePerKernelInParallel(t *testing.T) {
 			t.Errorf("kernel %s: %d builds, want exactly 1 (%v)", k, builds[k], builds)
 		}
 	}
-	cms, err := c.Client.CoreV1().ConfigMaps(deploy.HelperNamespace).List(ctx, metav1.ListOptions{LabelSelector: tt.LabelSharedModule})
+	cms, err := c.Client.CoreV1().ConfigMaps(deploy.HelperNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: tt.LabelSharedModule + "=2.8.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
