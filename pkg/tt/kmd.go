@@ -309,7 +309,7 @@ the target version is measured on it, whatever its label says.`,
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
 			b.probe("tt.kmd.probe", kmdProbeCommand(cfg), blockers),
-			share.moduleStep(b, cfg),
+			share.moduleStep(b, cfg, blockers),
 			// One node at a time by default, like the operator's DaemonSet rollout.
 			labelOnly(b.cordon("tt.kmd.cordon", cfg.DeployGates, cordonGuards(probeClear("tt-kmd", cfg.RunID, blockers), pdb,
 				append([]runbook.Guard[Facts]{outOfServiceBudget(max(cfg.MaxParallel, 1))},
@@ -388,7 +388,7 @@ the target version is measured on it, whatever its label says.`,
 			},
 			b.openGates("tt.kmd.open-gates"),
 			b.uncordon("tt.kmd.uncordon"),
-			b.cleanup("tt.kmd.cleanup", helperName),
+			b.cleanup("tt.kmd.cleanup", helperName, kmdBuildTask),
 		},
 	}
 }

@@ -18,10 +18,22 @@ import (
 
 // moduleStep holds a node, before its cordon, until this run vouches for a
 // module of its kernel group; the group's first node builds it.
-func (m *moduleShare) moduleStep(b *builder, cfg *KMDConfig) runbook.Step[Facts] {
+func (m *moduleShare) moduleStep(b *builder, cfg *KMDConfig, blockers func(*Facts) []string) runbook.Step[Facts] {
+	clear := probeClear("tt-kmd", cfg.RunID, blockers)
 	return runbook.Step[Facts]{
 		ID: "tt.kmd.module", Title: "Build once per kernel",
-		Reads: readNode | readShared,
+		Reads: readNode | readPods | readShared,
+		// What the probe found stops the node before it builds or waits: a
+		// node in progress (cordoned by this runbook) passed it already.
+		Guards: []runbook.Guard[Facts]{{
+			Name: clear.Name,
+			Check: func(f Facts) (bool, string) {
+				if f.ourCordon() {
+					return true, ""
+				}
+				return clear.Check(f)
+			},
+		}},
 		Doc: "Get the module the node will load, vouched for by kubectl tt: the commit of tag ttkmd-<version> is pinned once " +
 			"for the roll (--kmd-commit, or the first probe's git ls-remote); the first node of each kernel group (release and " +
 			"build of its running kernel) runs a kmd-build helper, before its cordon, which builds the module and prints it in " +

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -241,7 +242,17 @@ func (b *builder) uncordon(id string) runbook.Step[Facts] {
 	}
 }
 
-func (b *builder) cleanup(id string, helperName func(node string) string) runbook.Step[Facts] {
+// cleanup removes the node's finished helper, and the finished helpers of
+// also (kmd: a failed kmd-build kept for its log) from earlier attempts.
+func (b *builder) cleanup(id string, helperName func(node string) string, also ...string) runbook.Step[Facts] {
+	leftover := func(f Facts) *corev1.Pod {
+		for i := range f.Helpers {
+			if p := &f.Helpers[i]; kube.PodTerminal(p) && slices.Contains(also, p.Labels[kube.LabelHelper]) {
+				return p
+			}
+		}
+		return nil
+	}
 	return runbook.Step[Facts]{
 		ID: id, Title: "Remove the helper pod",
 		// Finished may be carried over: the node was just uncordoned as
@@ -250,6 +261,9 @@ func (b *builder) cleanup(id string, helperName func(node string) string) runboo
 		Doc:   "Delete the finished helper pod; its result is kept on the node.",
 		Done: func(f Facts) (bool, string) {
 			if p := f.Helper.Pod; p != nil {
+				return false, "helper " + p.Name + " is " + string(p.Status.Phase)
+			}
+			if p := leftover(f); p != nil {
 				return false, "helper " + p.Name + " is " + string(p.Status.Phase)
 			}
 			return f.Finished, "no helper left"
@@ -267,7 +281,14 @@ func (b *builder) cleanup(id string, helperName func(node string) string) runboo
 				if err := b.cleanupHelpers(ctx, f, p.Labels[kube.LabelHelper], p.UID); err != nil {
 					return err
 				}
-				return b.removeOtherRunsProbes(ctx, f)
+				if err := b.removeOtherRunsProbes(ctx, f); err != nil {
+					return err
+				}
+			}
+			for _, task := range also {
+				if err := b.cleanupHelpers(ctx, f, task, ""); err != nil {
+					return err
+				}
 			}
 			return nil
 		},
