@@ -1,6 +1,7 @@
 package tt
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/pkg/kmodule"
@@ -225,5 +227,41 @@ func TestSigningConfig(t *testing.T) {
 	}
 	if err := s.Load(); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("a key others may read: %v", err)
+	}
+}
+
+// The roll's commit is pinned once: by the first probe that listed this
+// very tag at this URL (a record of another version or repository, an
+// earlier run's, pins nothing), else by what the build checked out; a node
+// that sees another commit afterwards is refused.
+func TestCommitPinnedOncePerRoll(t *testing.T) {
+	ctx := context.Background()
+	first, second := strings.Repeat("a", 40), strings.Repeat("b", 40)
+	facts := func(node, tag, url, commit string) Facts {
+		return Facts{Node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
+			Measured: &ProbeRecord{Kernel: "6.1.0-28-amd64", Tag: &nodeagent.TagCheck{Tag: tag, URL: url, Found: true, Commit: commit}}}
+	}
+	up := nodeagent.DefaultKMDGitURL
+	m := newModuleShare(nil, noRecorder{}, &KMDConfig{Version: "2.8.0"})
+	for _, f := range []Facts{facts("n0", "ttkmd-2.7.0", up, second), facts("n0", "ttkmd-2.8.0", "https://fork.example/tt-kmd.git", second)} {
+		if err := m.pin(ctx, f); err != nil || m.pinned() != "" {
+			t.Errorf("a record of another tag or URL: pinned %q, %v", m.pinned(), err)
+		}
+	}
+	if err := m.pin(ctx, facts("n1", "ttkmd-2.8.0", up, first)); err != nil || m.pinned() != first {
+		t.Fatalf("the first probe of the tag: pinned %q, %v", m.pinned(), err)
+	}
+	if err := m.pin(ctx, facts("n2", "ttkmd-2.8.0", up, first)); err != nil {
+		t.Errorf("the same commit: %v", err)
+	}
+	if err := m.pin(ctx, facts("n3", "ttkmd-2.8.0", up, second)); err == nil || !strings.Contains(err.Error(), "n1's probe") {
+		t.Errorf("another commit after the pin: %v", err)
+	}
+	if err := m.pinCommit(ctx, facts("n4", "", "", "").Node, second, "a build"); err == nil || m.pinned() != first {
+		t.Errorf("a build of another commit: pinned %q, %v", m.pinned(), err)
+	}
+	pinned := newModuleShare(nil, noRecorder{}, &KMDConfig{Version: "2.8.0", Commit: second})
+	if err := pinned.pin(ctx, facts("n1", "ttkmd-2.8.0", up, first)); err == nil || !strings.Contains(err.Error(), "--kmd-commit") {
+		t.Errorf("--kmd-commit, then a probe of another commit: %v", err)
 	}
 }
