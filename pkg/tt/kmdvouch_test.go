@@ -82,6 +82,19 @@ func TestKMDHelpersCarryNoKey(t *testing.T) {
 			t.Errorf("%s: the spec names a private key", name)
 		}
 	}
+	for name, s := range shapes {
+		if r := s.pod.Spec.Containers[0].Resources; r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() {
+			t.Errorf("%s: requests %v, limits %v", name, r.Requests, r.Limits)
+		}
+	}
+	// The build reaches the network through the operator's proxy, as the
+	// probe and the install do.
+	proxied := h
+	proxied.Proxy = map[string]string{"HTTPS_PROXY": "http://proxy.example:3128"}
+	if env := KMDBuildHelperSpec(&KMDConfig{Version: "2.8.0", Helper: proxied}, "n1", pin).Env; len(env) != 2 ||
+		env[1].Name != "HTTPS_PROXY" {
+		t.Errorf("the build helper's env: %v", env)
+	}
 	build := shapes["build"].pod.Spec.Containers[0].SecurityContext
 	if *build.Privileged || !reflect.DeepEqual(build.Capabilities.Add, []corev1.Capability{"SYS_CHROOT"}) ||
 		shapes["build"].pod.Spec.HostPID {

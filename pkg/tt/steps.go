@@ -464,16 +464,18 @@ func ProxyFromEnv() map[string]string {
 
 // networkTasks reach the network: the probe and kmd (git ls-remote, clone),
 // flash (the bundle's download).
-var networkTasks = map[string]bool{"probe": true, "kmd": true, "flash": true}
+var networkTasks = map[string]bool{"probe": true, "kmd-build": true, "kmd": true, "flash": true}
 
 // helperResources are each task's requests (what the kubelet keeps for it
 // under pressure) and memory limits (a runaway never takes the node down).
-// The kmd helper builds the module (kbuild, a compiler per core).
+// The kmd-build helper builds the module (kbuild, a compiler per core), and
+// the kmd helper for the installed kernels the node does not run.
 var helperResources = map[string]corev1.ResourceRequirements{
-	"probe": resources("50m", "64Mi", "256Mi"),
-	"kmd":   resources("500m", "512Mi", "2Gi"),
-	"smi":   resources("100m", "256Mi", "1Gi"),
-	"flash": resources("100m", "256Mi", "1Gi"),
+	"probe":     resources("50m", "64Mi", "256Mi"),
+	"kmd-build": resources("500m", "512Mi", "2Gi"),
+	"kmd":       resources("500m", "512Mi", "2Gi"),
+	"smi":       resources("100m", "256Mi", "1Gi"),
+	"flash":     resources("100m", "256Mi", "1Gi"),
 	// kubectl tt cleanup --host-caches: removes files, nothing more.
 	"clean-cache": resources("50m", "64Mi", "256Mi"),
 }
