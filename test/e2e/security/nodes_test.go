@@ -31,7 +31,9 @@ func patchNode(ctx context.Context, cs kubernetes.Interface, name string, patch 
 	return err
 }
 
-func labels(kv map[string]any) map[string]any { return map[string]any{"metadata": map[string]any{"labels": kv}} }
+func labels(kv map[string]any) map[string]any {
+	return map[string]any{"metadata": map[string]any{"labels": kv}}
+}
 
 func refusedBy(err error, policy string) bool {
 	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'")

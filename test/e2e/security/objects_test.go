@@ -58,9 +58,9 @@ func TestOperatorObjects(t *testing.T) {
 		"a module ConfigMap outside":        cm("kube-system", tt.SharedModuleName("6.1.0", "2.8.0", "")),
 		"a service-account token Secret":    secret("token", corev1.SecretTypeServiceAccountToken, nil),
 		"the bundle Secret of another type": secret(tt.BundleSecretName, corev1.SecretTypeDockerConfigJson, map[string]string{".dockerconfigjson": "{}"}),
-		"a second key": secret(tt.BundleSecretName, corev1.SecretTypeOpaque, map[string]string{tt.BundleSecretKey: url, "x": "y"}),
-		"another Secret": secret("other", corev1.SecretTypeOpaque, map[string]string{"url": url}),
-		"another Lease":  lease("kube-system", "kube-controller-manager"),
+		"a second key":                      secret(tt.BundleSecretName, corev1.SecretTypeOpaque, map[string]string{tt.BundleSecretKey: url, "x": "y"}),
+		"another Secret":                    secret("other", corev1.SecretTypeOpaque, map[string]string{"url": url}),
+		"another Lease":                     lease("kube-system", "kube-controller-manager"),
 	} {
 		if !refusedBy(err, install.OperatorObjectsPolicyName) {
 			t.Errorf("the operator created %s: %v", what, err)
