@@ -16,23 +16,19 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/rollbook/rollbook/deploy"
+	"github.com/rollbook/rollbook/internal/admissiontest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/install"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
 
@@ -70,75 +66,10 @@ func testParams() tt.AdminParams {
 	return p
 }
 
-// applyAdmission server-side applies every admission object and waits
-// until the API server type-checked each policy without a warning and
-// enforces them.
+// applyAdmission applies the admission objects rendered with params.
 func applyAdmission(t *testing.T, ctx context.Context, c *simtest.Cluster, params tt.AdminParams) {
 	t.Helper()
-	objs, err := install.AdmissionObjects(helperNS, params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(c.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		u, err := install.Unstructured(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		applyObject(t, ctx, dyn, u)
-	}
-	for _, name := range []string{install.HelperPolicyName, install.NodeWritesPolicyName, install.OperatorObjectsPolicyName} {
-		var vap *admissionv1.ValidatingAdmissionPolicy
-		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			vap, err = c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
-			return err == nil && vap.Status.ObservedGeneration == vap.Generation, nil
-		})
-		if err != nil {
-			t.Fatalf("policy %s was never type-checked: %v", name, err)
-		}
-		if tc := vap.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
-			for _, w := range tc.ExpressionWarnings {
-				t.Errorf("policy %s: %s: %s", name, w.FieldRef, w.Warning)
-			}
-			t.FailNow()
-		}
-	}
-	// Enforced once the plugin loaded it (a second or so after the write).
-	time.Sleep(2 * time.Second)
-}
-
-var resources = map[string]string{
-	"ConfigMap": "configmaps", "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
-	"ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings", "ClusterRole": "clusterroles", "Role": "roles",
-	"Namespace": "namespaces",
-}
-
-func applyObject(t *testing.T, ctx context.Context, dyn dynamic.Interface, u *unstructured.Unstructured) {
-	t.Helper()
-	gv, err := schema.ParseGroupVersion(u.GetAPIVersion())
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, ok := resources[u.GetKind()]
-	if !ok {
-		t.Fatalf("no resource for kind %s", u.GetKind())
-	}
-	var ri dynamic.ResourceInterface = dyn.Resource(gv.WithResource(res))
-	if u.GetNamespace() != "" {
-		ri = dyn.Resource(gv.WithResource(res)).Namespace(u.GetNamespace())
-	}
-	force := true
-	raw, err := u.MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ri.Patch(ctx, u.GetName(), "application/apply-patch+yaml", raw,
-		metav1.PatchOptions{FieldManager: "rollbook-test", Force: &force}); err != nil {
-		t.Fatalf("apply %s %s: %v", u.GetKind(), u.GetName(), err)
-	}
+	admissiontest.Apply(t, ctx, c.RESTConfig, helperNS, params)
 }
 
 // applyFile applies a shipped manifest, creating the namespaces its Roles
@@ -176,9 +107,9 @@ func applyFile(t *testing.T, ctx context.Context, c *simtest.Cluster, rel string
 		if ns := u.GetNamespace(); ns != "" {
 			nsObj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace",
 				"metadata": map[string]any{"name": ns}}}
-			applyObject(t, ctx, dyn, nsObj)
+			admissiontest.ApplyObject(t, ctx, dyn, nsObj)
 		}
-		applyObject(t, ctx, dyn, u)
+		admissiontest.ApplyObject(t, ctx, dyn, u)
 	}
 }
 
