@@ -191,8 +191,8 @@ func (g *gen) walk(v reflect.Value, path, boundary string, steps []step, depth i
 		for _, k := range v.MapKeys() {
 			key := k.String()
 			kp := fmt.Sprintf("%s[%s]", path, strconv.Quote(key))
-			g.add(kp, boundary, append(steps, step{key: key, kind: reflect.Map}), append(candidates(t.Elem(), v.MapIndex(k).Interface(), true),
-				deleteKey{}))
+			values := append(candidates(t.Elem(), v.MapIndex(k).Interface(), true), deleteKey{})
+			g.add(kp, boundary, append(steps, step{key: key, kind: reflect.Map}), values)
 		}
 		kp := fmt.Sprintf("%s[%q]", path, "mutate.rollbook.dev/x")
 		b := boundary
@@ -250,7 +250,8 @@ func leaf(t reflect.Type) bool {
 // enumerations the API defines for its string-typed fields, so most fields
 // find a value the server's validation accepts.
 var stringValues = []string{
-	"x", "other", "/x", "1", "x.example", "10.0.0.1", "example.com/x", "default", "Always", "Never", "OnFailure", "IfNotPresent", "Exists", "Equal", "NoSchedule",
+	"x", "other", "/x", "1", "x.example", "10.0.0.1", "example.com/x", "default", "Always", "Never", "OnFailure",
+	"IfNotPresent", "Exists", "Equal", "NoSchedule",
 	"NoExecute", "TCP", "UDP", "RuntimeDefault", "Unconfined", "Localhost", "Default", "None", "ClusterFirstWithHostNet",
 	"Directory", "DirectoryOrCreate", "File", "Bidirectional", "HostToContainer", "Enabled", "Disabled", "IfPossible",
 	"ReadWriteOnce", "FallbackToLogsOnError", "File", "v1", "metadata.name", "linux", "NotRequired", "RestartContainer",
@@ -266,18 +267,18 @@ func candidates(t reflect.Type, cur any, set bool) []any {
 		}
 		out = append(out, v)
 	}
-	switch {
-	case t == quantityType:
+	switch t {
+	case quantityType:
 		for _, q := range []string{"1", "100m", "1Gi", "3"} {
 			add(resource.MustParse(q))
 		}
 		if set {
 			out = filterQuantity(out, cur.(resource.Quantity))
 		}
-	case t == intOrStringType:
+	case intOrStringType:
 		add(intstr.FromInt32(8080))
 		add(intstr.FromString("http"))
-	case t == timeType:
+	case timeType:
 		return nil // only the server's (creationTimestamp); never the creator's
 	default:
 		switch t.Kind() {
@@ -305,9 +306,6 @@ func candidates(t reflect.Type, cur any, set bool) []any {
 				add(reflect.ValueOf(n).Convert(t).Interface())
 			}
 		}
-	}
-	if set {
-		return out
 	}
 	return out
 }
@@ -405,7 +403,7 @@ func set(v reflect.Value, steps []step, val any) error {
 	return nil
 }
 
-// ErrNotApplicable: the candidate is not a value of the field's type.
+// ErrNotApplicable says the candidate is not a value of the field's type.
 var ErrNotApplicable = errors.New("mutate: the candidate is not of the field's type")
 
 // variants of item: copies with one top-level string field changed.
@@ -497,49 +495,49 @@ func seedOf(t reflect.Type) (reflect.Value, bool) {
 
 // seeds are valid first items of lists whose items the API requires
 // fields of: a mutation then sets one more field of a valid item.
-var seeds = map[reflect.Type]any{
-	reflect.TypeFor[corev1.Container]():         corev1.Container{Name: "x", Image: "x"},
-	reflect.TypeFor[corev1.Volume]():            corev1.Volume{Name: "x", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-	reflect.TypeFor[corev1.EnvVar]():            corev1.EnvVar{Name: "X"},
-	reflect.TypeFor[corev1.VolumeMount]():       corev1.VolumeMount{Name: "host", MountPath: "/x"},
-	reflect.TypeFor[corev1.ContainerPort]():     corev1.ContainerPort{ContainerPort: 8080},
-	reflect.TypeFor[corev1.PodSchedulingGate](): corev1.PodSchedulingGate{Name: "x"},
-	reflect.TypeFor[corev1.TopologySpreadConstraint](): corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: "x",
-		WhenUnsatisfiable: corev1.DoNotSchedule},
-	reflect.TypeFor[metav1.OwnerReference](): metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "1"},
-	reflect.TypeFor[corev1.EnvFromSource](): corev1.EnvFromSource{
-		ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "x"}}},
-	reflect.TypeFor[corev1.VolumeDevice](): corev1.VolumeDevice{Name: "host", DevicePath: "/dev/x"},
-	reflect.TypeFor[corev1.ContainerResizePolicy](): corev1.ContainerResizePolicy{ResourceName: corev1.ResourceCPU,
-		RestartPolicy: corev1.NotRequired},
-	reflect.TypeFor[corev1.PodDNSConfigOption](): corev1.PodDNSConfigOption{Name: "x"},
-	reflect.TypeFor[corev1.Sysctl]():             corev1.Sysctl{Name: "kernel.shm_rmid_forced", Value: "1"},
-	// Volume sources and others whose fields the API requires together.
-	reflect.TypeFor[corev1.NFSVolumeSource]():       corev1.NFSVolumeSource{Server: "x", Path: "/x"},
-	reflect.TypeFor[corev1.ISCSIVolumeSource]():     corev1.ISCSIVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:x"},
-	reflect.TypeFor[corev1.RBDVolumeSource]():       corev1.RBDVolumeSource{CephMonitors: []string{"x"}, RBDImage: "x"},
-	reflect.TypeFor[corev1.GlusterfsVolumeSource](): corev1.GlusterfsVolumeSource{EndpointsName: "x", Path: "x"},
-	reflect.TypeFor[corev1.AzureFileVolumeSource](): corev1.AzureFileVolumeSource{SecretName: "x", ShareName: "x"},
-	reflect.TypeFor[corev1.AzureDiskVolumeSource](): corev1.AzureDiskVolumeSource{DiskName: "x", DataDiskURI: "x"},
-	reflect.TypeFor[corev1.ScaleIOVolumeSource](): corev1.ScaleIOVolumeSource{Gateway: "x", System: "x",
-		SecretRef: &corev1.LocalObjectReference{Name: "x"}},
-	reflect.TypeFor[corev1.QuobyteVolumeSource]():   corev1.QuobyteVolumeSource{Registry: "x:1", Volume: "x"},
-	reflect.TypeFor[corev1.DownwardAPIVolumeFile](): corev1.DownwardAPIVolumeFile{Path: "x", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
-	reflect.TypeFor[corev1.EphemeralVolumeSource](): corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
-		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}},
-	reflect.TypeFor[corev1.ConfigMapKeySelector]():    corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "x"}, Key: "x"},
-	reflect.TypeFor[corev1.SecretKeySelector]():       corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "x"}, Key: "x"},
-	reflect.TypeFor[corev1.ResourceClaim]():           corev1.ResourceClaim{Name: "x"},
-	reflect.TypeFor[corev1.PodResourceClaim]():        corev1.PodResourceClaim{Name: "x", ResourceClaimName: ptrTo("x")},
-	reflect.TypeFor[corev1.HostAlias]():               corev1.HostAlias{IP: "10.0.0.1", Hostnames: []string{"x"}},
-	reflect.TypeFor[corev1.NodeSelectorRequirement](): corev1.NodeSelectorRequirement{Key: "x", Operator: corev1.NodeSelectorOpExists},
-	reflect.TypeFor[corev1.PodAffinityTerm](): corev1.PodAffinityTerm{TopologyKey: "x",
-		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"x": "y"}}},
-	reflect.TypeFor[corev1.WeightedPodAffinityTerm](): corev1.WeightedPodAffinityTerm{Weight: 1, PodAffinityTerm: corev1.PodAffinityTerm{
-		TopologyKey: "x", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"x": "y"}}}},
-	reflect.TypeFor[corev1.PreferredSchedulingTerm](): corev1.PreferredSchedulingTerm{Weight: 1, Preference: corev1.NodeSelectorTerm{
-		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "x", Operator: corev1.NodeSelectorOpExists}}}},
+var seeds = map[reflect.Type]any{}
+
+func seed[T any](v T) { seeds[reflect.TypeFor[T]()] = v }
+
+func init() {
+	// Items the API requires fields of, and volume sources and others
+	// whose fields it requires together.
+	seed(corev1.Container{Name: "x", Image: "x"})
+	seed(corev1.Volume{Name: "x", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	seed(corev1.EnvVar{Name: "X"})
+	seed(corev1.VolumeMount{Name: "host", MountPath: "/x"})
+	seed(corev1.ContainerPort{ContainerPort: 8080})
+	seed(corev1.PodSchedulingGate{Name: "x"})
+	seed(corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: "x", WhenUnsatisfiable: corev1.DoNotSchedule})
+	seed(metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "1"})
+	seed(corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "x"}}})
+	seed(corev1.VolumeDevice{Name: "host", DevicePath: "/dev/x"})
+	seed(corev1.ContainerResizePolicy{ResourceName: corev1.ResourceCPU, RestartPolicy: corev1.NotRequired})
+	seed(corev1.PodDNSConfigOption{Name: "x"})
+	seed(corev1.Sysctl{Name: "kernel.shm_rmid_forced", Value: "1"})
+	seed(corev1.NFSVolumeSource{Server: "x", Path: "/x"})
+	seed(corev1.ISCSIVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:x"})
+	seed(corev1.RBDVolumeSource{CephMonitors: []string{"x"}, RBDImage: "x"})
+	seed(corev1.GlusterfsVolumeSource{EndpointsName: "x", Path: "x"})
+	seed(corev1.AzureFileVolumeSource{SecretName: "x", ShareName: "x"})
+	seed(corev1.AzureDiskVolumeSource{DiskName: "x", DataDiskURI: "x"})
+	seed(corev1.ScaleIOVolumeSource{Gateway: "x", System: "x", SecretRef: &corev1.LocalObjectReference{Name: "x"}})
+	seed(corev1.QuobyteVolumeSource{Registry: "x:1", Volume: "x"})
+	seed(corev1.DownwardAPIVolumeFile{Path: "x", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}})
+	seed(corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}})
+	seed(corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "x"}, Key: "x"})
+	seed(corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "x"}, Key: "x"})
+	seed(corev1.ResourceClaim{Name: "x"})
+	seed(corev1.PodResourceClaim{Name: "x", ResourceClaimName: ptrTo("x")})
+	seed(corev1.HostAlias{IP: "10.0.0.1", Hostnames: []string{"x"}})
+	seed(corev1.NodeSelectorRequirement{Key: "x", Operator: corev1.NodeSelectorOpExists})
+	seed(corev1.PodAffinityTerm{TopologyKey: "x", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"x": "y"}}})
+	seed(corev1.WeightedPodAffinityTerm{Weight: 1, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "x",
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"x": "y"}}}})
+	seed(corev1.PreferredSchedulingTerm{Weight: 1, Preference: corev1.NodeSelectorTerm{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "x", Operator: corev1.NodeSelectorOpExists}}}})
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -62,9 +62,9 @@ const argvVar = "variables.argv"
 
 func helperVariables() []admissionv1.Variable {
 	return []admissionv1.Variable{
-		{Name: "task", Expression: "has(object.metadata.labels) && " + admission.Quote(kube.LabelHelper) + " in object.metadata.labels && " +
-			"object.metadata.labels[" + admission.Quote(kube.LabelHelper) + "] in " + celList(tt.HelperTasks) +
-			" ? object.metadata.labels[" + admission.Quote(kube.LabelHelper) + "] : ''"},
+		{Name: "task", Expression: "has(object.metadata.labels) && " + admission.Quote(kube.LabelHelper) +
+			" in object.metadata.labels && object.metadata.labels[" + admission.Quote(kube.LabelHelper) + "] in " +
+			celList(tt.HelperTasks) + " ? object.metadata.labels[" + admission.Quote(kube.LabelHelper) + "] : ''"},
 		{Name: "argv", Expression: "size(object.spec.containers) > 0 && has(object.spec.containers[0].command) ? " +
 			"object.spec.containers[0].command.join(" + admission.Quote(tt.ArgvSeparator) + ") : ''"},
 	}
@@ -149,7 +149,7 @@ func helperHoles(ns, task string, pod *corev1.Pod) (map[string]admission.Hole, e
 	if err != nil {
 		return nil, err
 	}
-	env, err := envHole(ns, task, pod)
+	env, err := envHole(task, pod)
 	if err != nil {
 		return nil, err
 	}
@@ -202,6 +202,11 @@ func helperHoles(ns, task string, pod *corev1.Pod) (map[string]admission.Hole, e
 	}, nil
 }
 
+// paramIs says the admin's parameter key is set and equals the CEL value.
+func paramIs(key, value string) string {
+	return fmt.Sprintf("%s in params.data && params.data.%s == %s", admission.Quote(key), key, value)
+}
+
 func rules(expr, msg string) []admission.Rule {
 	return []admission.Rule{{Expression: expr, Message: msg}}
 }
@@ -238,9 +243,10 @@ func commandHole(g tt.ArgvGrammar) admission.Hole {
 		}
 		if pin := pinFlag(g.Task); pin != "" {
 			out = append(out, admission.Rule{
-				Expression: fmt.Sprintf("(%s in params.data && params.data.%s == 'true') || %s.contains(%s)",
-					admission.Quote(tt.KeyAllowUnpinned), tt.KeyAllowUnpinned, argvVar, admission.Quote(tt.ArgvSeparator+pin+tt.ArgvSeparator)),
-				Message: fmt.Sprintf("the %s helper pins what it installs with %s (the parameter %s lifts this)", g.Task, pin, tt.KeyAllowUnpinned),
+				Expression: fmt.Sprintf("(%s) || %s.contains(%s)", paramIs(tt.KeyAllowUnpinned, "'true'"), argvVar,
+					admission.Quote(tt.ArgvSeparator+pin+tt.ArgvSeparator)),
+				Message: fmt.Sprintf("the %s helper pins what it installs with %s (the parameter %s lifts this)", g.Task, pin,
+					tt.KeyAllowUnpinned),
 			})
 		}
 		return out
@@ -276,7 +282,8 @@ func paramFlagRule(g tt.ArgvGrammar, f tt.ArgvFlag) admission.Rule {
 		msg = fmt.Sprintf("the %s helper's %s starts with one of the parameter %s's prefixes", g.Task, f.Name, f.Param)
 		if g.Task == "flash" {
 			// Or the bundle's exact bytes are the admin's choice.
-			ok = "(" + ok + ") || " + fmt.Sprintf("(%s in params.data && params.data.%s.split(',').exists(d, d.trim() != '' && %s == %s + d.trim()))",
+			ok = "(" + ok + ") || " + fmt.Sprintf("(%s in params.data && "+
+				"params.data.%s.split(',').exists(d, d.trim() != '' && %s == %s + d.trim()))",
 				admission.Quote(tt.KeyBundleDigests), tt.KeyBundleDigests, flagValue("--bundle-sha256"),
 				admission.Quote(tt.ArgvSeparator+"--bundle-sha256"+tt.ArgvSeparator))
 			msg += ", or its --bundle-sha256 is one of the parameter " + tt.KeyBundleDigests + "'s"
@@ -302,10 +309,11 @@ func affinityHole(ns, task string) (admission.Hole, error) {
 	const term = "nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0]"
 	holes := map[string]admission.Hole{
 		term + ".key": func(at string) []admission.Rule {
-			return rules(fmt.Sprintf("%s in params.data && %s == params.data.%s", admission.Quote(tt.KeyNodeLabelKey), at, tt.KeyNodeLabelKey), "")
+			return rules(paramIs(tt.KeyNodeLabelKey, at), "")
 		},
 		term + ".values": func(at string) []admission.Rule {
-			return rules(fmt.Sprintf("%s in params.data && %s == [params.data.%s]", admission.Quote(tt.KeyNodeLabelValue), at, tt.KeyNodeLabelValue), "")
+			return rules(fmt.Sprintf("%s in params.data && %s == [params.data.%s]", admission.Quote(tt.KeyNodeLabelValue), at,
+				tt.KeyNodeLabelValue), "")
 		},
 	}
 	offCP, err := admission.Shape{Object: render(false), Holes: holes}.Condition("a")
@@ -326,7 +334,7 @@ func affinityHole(ns, task string) (admission.Hole, error) {
 
 // envHole: NODE_NAME first, then only the proxy variables (network tasks;
 // no credentials in a value) and a presigned bundle URL's Secret (flash).
-func envHole(ns, task string, pod *corev1.Pod) (admission.Hole, error) {
+func envHole(task string, pod *corev1.Pod) (admission.Hole, error) {
 	first, err := admission.Shape{Object: pod.Spec.Containers[0].Env[0]}.Condition("e")
 	if err != nil {
 		return nil, err
@@ -399,7 +407,7 @@ func volumesHole(ns, task string, pod *corev1.Pod) (admission.Hole, error) {
 		signed := s.Pod()
 		var q pair
 		if q.vol, err = cond(signed.Spec.Volumes[1], map[string]admission.Hole{"secret.secretName": func(at string) []admission.Rule {
-			return rules(fmt.Sprintf("%s in params.data && %s == params.data.%s", admission.Quote(tt.KeySigningSecret), at, tt.KeySigningSecret), "")
+			return rules(paramIs(tt.KeySigningSecret, at), "")
 		}}, "v"); err != nil {
 			return nil, err
 		}
@@ -419,7 +427,8 @@ func volumesHole(ns, task string, pod *corev1.Pod) (admission.Hole, error) {
 		for i := 1; i <= len(extras); i++ {
 			var alts []string
 			for _, p := range extras {
-				alts = append(alts, "("+at0(p.vol, "v", fmt.Sprintf("%s[%d]", at, i))+" && "+at0(p.mount, "m", fmt.Sprintf("%s[%d]", mounts, i))+")")
+				vol := at0(p.vol, "v", fmt.Sprintf("%s[%d]", at, i))
+				alts = append(alts, "("+vol+" && "+at0(p.mount, "m", fmt.Sprintf("%s[%d]", mounts, i))+")")
 			}
 			conds = append(conds, fmt.Sprintf("(size(%s) <= %d || %s)", at, i, strings.Join(alts, " || ")))
 		}

@@ -10,10 +10,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rollbook/rollbook/pkg/admission"
-	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/journal"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
+)
+
+// Agent Substrate's names the policies use, kept here so that kubectl-tt,
+// which renders them too, does not link the ate runbooks (held equal to
+// pkg/ate's by a test).
+const (
+	ATEVersionLabel          = "ate.dev/substrate-version"
+	ATEBackupConfigMapPrefix = "workerpool-backup-"
+	ATELockName              = "rollbook-ate"
 )
 
 // The operator roles carry a marker permission that nothing checks but
@@ -45,7 +53,7 @@ func operatorOnly() []admissionv1.MatchCondition {
 // kubectl tt keeps, and Agent Substrate's version label that kubectl ate
 // flips; the deploy gates come from the parameters. Never the label the
 // helper guard reads, nor the control-plane role.
-var WritableNodeLabels = []string{tt.LabelKMDVersion, tt.LabelInstallMode, tt.LabelSMIVersion, tt.LabelFirmware, ate.VersionLabel}
+var WritableNodeLabels = []string{tt.LabelKMDVersion, tt.LabelInstallMode, tt.LabelSMIVersion, tt.LabelFirmware, ATEVersionLabel}
 
 // writableLabel is the CEL condition that label key k is the operator's.
 func writableLabel(k string) string {
@@ -120,13 +128,13 @@ func OperatorObjectsPolicy(helperNS string) (*admissionv1.ValidatingAdmissionPol
 	histories := celList([]string{journal.Name("tt"), journal.Name("ate")})
 	rs := []admission.Rule{
 		{Expression: fmt.Sprintf("request.resource.resource != 'configmaps' || %s in %s || %s.startsWith(%s) || "+
-			"(request.namespace == %s && %s.matches(%s))", name, histories, name, admission.Quote(ate.BackupConfigMapPrefix),
+			"(request.namespace == %s && %s.matches(%s))", name, histories, name, admission.Quote(ATEBackupConfigMapPrefix),
 			admission.Quote(helperNS), name, admission.Quote(tt.SharedModuleNamePattern)),
 			Message: "an operator role writes only rollbook's ConfigMaps: the run histories " + histories + ", pool backups " +
-				ate.BackupConfigMapPrefix + "…, and in the helper namespace the shared modules tt-kmd-…"},
+				ATEBackupConfigMapPrefix + "…, and in the helper namespace the shared modules tt-kmd-…"},
 		{Expression: fmt.Sprintf("request.resource.resource != 'leases' || %s in %s", name,
-			celList([]string{tt.LockName, ate.LockName})),
-			Message: "an operator role writes only rollbook's Leases, " + tt.LockName + " and " + ate.LockName},
+			celList([]string{tt.LockName, ATELockName})),
+			Message: "an operator role writes only rollbook's Leases, " + tt.LockName + " and " + ATELockName},
 		// Its URL is checked where it is used: the flash helper's
 		// --bundle-url-base (the policy) and the agent (the URL is that base
 		// plus a query); CEL cannot decode a Secret's base64 data.

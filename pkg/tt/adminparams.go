@@ -179,8 +179,9 @@ func ReadAdminParams(ctx context.Context, cs kubernetes.Interface, helperNS stri
 // AdminParamsConfigMap is p as the ConfigMap the policies read.
 func AdminParamsConfigMap(ns string, p AdminParams) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: AdminParamsName, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/part-of": "rollbook"}},
-		Data:       p.Data(),
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: AdminParamsName, Namespace: ns,
+			Labels: map[string]string{"app.kubernetes.io/part-of": "rollbook"}},
+		Data: p.Data(),
 	}
 }

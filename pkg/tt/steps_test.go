@@ -249,14 +249,18 @@ func TestHelperPodShape(t *testing.T) {
 		k.Resources.Limits.Memory().IsZero() || kmd.Spec.PriorityClassName != "rollbook-helper" || *kmd.Spec.AutomountServiceAccountToken {
 		t.Errorf("kmd helper: %+v", kmd.Spec)
 	}
+	// The admin's node label is required, and the control-plane role absent.
 	terms := kmd.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) != 1 || terms[0].MatchExpressions[0].Key != kube.LabelControlPlane ||
-		terms[0].MatchExpressions[0].Operator != corev1.NodeSelectorOpDoesNotExist {
+	if len(terms) != 1 || len(terms[0].MatchExpressions) != 2 || terms[0].MatchExpressions[0].Key != LabelPCIPresent ||
+		terms[0].MatchExpressions[0].Operator != corev1.NodeSelectorOpIn || len(terms[0].MatchExpressions[0].Values) != 1 ||
+		terms[0].MatchExpressions[0].Values[0] != "true" || terms[0].MatchExpressions[1].Key != kube.LabelControlPlane || terms[0].MatchExpressions[1].Operator != corev1.NodeSelectorOpDoesNotExist {
 		t.Errorf("kmd helper affinity: %+v", terms)
 	}
 	h.OnControlPlane = true
-	if p := helperSpec(h, "kmd", "n1", "2.8.0", []string{"kubectl-tt", "node-agent", "kmd"}, true, "r1").Pod(); p.Spec.Affinity != nil {
-		t.Errorf("--helper-on-control-plane kept the affinity: %+v", p.Spec.Affinity)
+	p := helperSpec(h, "kmd", "n1", "2.8.0", []string{"kubectl-tt", "node-agent", "kmd"}, true, "r1").Pod()
+	if terms := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms; len(terms) != 1 ||
+		len(terms[0].MatchExpressions) != 1 || terms[0].MatchExpressions[0].Key != LabelPCIPresent {
+		t.Errorf("--helper-on-control-plane: the admin's node label must stay, the control-plane term go: %+v", terms)
 	}
 }
 

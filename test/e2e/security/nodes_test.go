@@ -16,7 +16,6 @@ import (
 
 	"github.com/rollbook/rollbook/internal/mutate"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/install"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
@@ -51,7 +50,7 @@ func TestOperatorNodeWrites(t *testing.T) {
 		"rollbook's own label":          labels(map[string]any{kube.AnnotationPrefix + "x": "1"}),
 		"tt-kmd's version label":        labels(map[string]any{tt.LabelKMDVersion: "2.8.0"}),
 		"the deploy gate":               labels(map[string]any{tt.DefaultDeployGate: "false"}),
-		"Agent Substrate's version":     labels(map[string]any{ate.VersionLabel: "v9"}),
+		"Agent Substrate's version":     labels(map[string]any{install.ATEVersionLabel: "v9"}),
 		"rollbook's annotation":         {"metadata": map[string]any{"annotations": map[string]any{kube.AnnotationPrefix + "y": "1"}}},
 		"the cordon":                    {"spec": map[string]any{"unschedulable": true}},
 		"the uncordon":                  {"spec": map[string]any{"unschedulable": nil}},
