@@ -39,6 +39,7 @@ func flipNodeFixture(cordonBy string) *corev1.Node {
 // lifted and the mark removed together; a foreign cordon stays; no cordon
 // at all, no flip. Requests are counted at the transport.
 func TestFlipPatch(t *testing.T) {
+	simtest.SkipShort(t)
 	c, err := simtest.Start(simtest.Options{Nodes: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +152,7 @@ func (a *inventoryAPI) Inventory(context.Context) (*ateapi.Inventory, error) {
 // the engine: the first look (the node, its pods, one inventory) and the
 // patch, nothing more.
 func TestMarkStepCost(t *testing.T) {
+	simtest.SkipShort(t)
 	c, err := simtest.Start(simtest.Options{Nodes: 1})
 	if err != nil {
 		t.Fatal(err)

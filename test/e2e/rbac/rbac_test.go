@@ -46,6 +46,7 @@ const (
 // Each test starts its own sim: the two runbooks need different scenarios.
 func start(t *testing.T, o simtest.Options) *simtest.Cluster {
 	t.Helper()
+	simtest.SkipShort(t)
 	c, err := simtest.Start(o)
 	if err != nil {
 		t.Fatal(err)
