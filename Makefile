@@ -16,7 +16,7 @@ SIM_GOFLAGS := -trimpath
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI := $(CURDIR)/.cache/bin/golangci-lint-$(GOLANGCI_VERSION)
 
-.PHONY: all build sim demo test check lint bench bench-fleet bench-fleet-kmd docs clean chaos
+.PHONY: all build sim demo unit test check lint bench bench-fleet bench-fleet-kmd docs clean chaos
 
 all: build
 
@@ -52,13 +52,19 @@ IMAGE_ROOTFS = $$( [ -n "$$ROLLBOOK_TT_IMAGE_ROOTFS" ] && echo "$$ROLLBOOK_TT_IM
 image-rootfs: ## the node-agent image's root filesystem the sim runs helpers in (needs root; cached in .cache/node-agent-rootfs)
 	bash hack/image-rootfs.sh
 
+unit: ## the fast path: every test that needs no simulated cluster (go test -short; about a minute; starts no sim)
+	$(GO) test -short ./...
+
+# Each package's time is printed at the end (hack/test-times.sh), from the
+# output kept in .cache/test.log.
 test: check sim ## every test, on the real simulated control plane
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	img=$(IMAGE_ROOTFS); rh=$(REALHOST); \
+	set -o pipefail; img=$(IMAGE_ROOTFS); rh=$(REALHOST); log=$(CURDIR)/.cache/test.log; \
 	ROLLBOOK_REALHOST_ROOTFS=$$rh ROLLBOOK_TT_IMAGE_ROOTFS=$$img \
 	  ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
-	  $(GO) test $(GOTEST_FLAGS) ./... && \
-	ROLLBOOK_REALHOST_ROOTFS=$$rh ROLLBOOK_TT_IMAGE_ROOTFS=$$img $(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./...
+	  $(GO) test $(GOTEST_FLAGS) ./... 2>&1 | tee $$log && \
+	ROLLBOOK_REALHOST_ROOTFS=$$rh ROLLBOOK_TT_IMAGE_ROOTFS=$$img $(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./... 2>&1 | tee -a $$log; \
+	rc=$$?; bash hack/test-times.sh $$log; exit $$rc
 
 # make chaos SEED=n KILLS=n: the kill-anywhere tests with KILLS kills per
 # scenario (three scenarios; default 60 each), seeded (default: the clock).
