@@ -21,7 +21,9 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
@@ -56,7 +58,7 @@ func nodeLabels(t *testing.T, ctx context.Context) map[string]string {
 	}
 	out := map[string]string{}
 	for _, n := range l.Items {
-		out[n.Name] = n.Labels[ate.VersionLabel]
+		out[n.Name] = n.Labels[fleet.VersionLabel]
 	}
 	return out
 }
@@ -111,10 +113,10 @@ func run(t *testing.T, ctx context.Context, args ...string) (string, int) {
 	return all, code
 }
 
-func statusOf(t *testing.T, ctx context.Context) ate.Status {
+func statusOf(t *testing.T, ctx context.Context) campaign.Status {
 	t.Helper()
 	out, _ := run(t, ctx, "status", "-o", "json")
-	var s ate.Status
+	var s campaign.Status
 	if err := json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &s); err != nil {
 		t.Fatalf("status json: %v", err)
 	}
@@ -156,7 +158,7 @@ func TestStatusBeforeTheRoll(t *testing.T) {
 	simtest.Get(t).ExpectNoViolations(t)
 	ctx := simtest.Context(t, time.Minute)
 	s := statusOf(t, ctx)
-	if s.Phase != ate.PhaseNotStarted || s.Cluster.Old != oldV || s.APIError != "" || s.Capabilities == nil ||
+	if s.Phase != campaign.PhaseNotStarted || s.Cluster.Old != oldV || s.APIError != "" || s.Capabilities == nil ||
 		!s.Capabilities.DrainImplemented {
 		t.Fatalf("status: phase %s old %s apiErr %q caps %+v", s.Phase, s.Cluster.Old, s.APIError, s.Capabilities)
 	}
@@ -168,10 +170,10 @@ func TestStatusBeforeTheRoll(t *testing.T) {
 func TestPreflightCatchesUnpinnedAndUnreadyPools(t *testing.T) {
 	simtest.Get(t).ExpectNoViolations(t)
 	ctx := simtest.Context(t, 2*time.Minute)
-	pools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers")
+	pools := dyn(t).Resource(fleet.WorkerPoolGVR).Namespace("ate-workers")
 	// No pod: an edit of a pool that serves would be a violation.
 	unpinned, unpinned2 := pool("scratch", nil, 0), pool("scratch-2", nil, 0)
-	stuck := pool("stuck", map[string]any{ate.VersionLabel: oldV, "no-such-label": "x"}, 2)
+	stuck := pool("stuck", map[string]any{fleet.VersionLabel: oldV, "no-such-label": "x"}, 2)
 	for _, p := range []*unstructured.Unstructured{unpinned, unpinned2, stuck} {
 		if _, err := pools.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -188,7 +190,7 @@ func TestPreflightCatchesUnpinnedAndUnreadyPools(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pin, _, _ := unstructured.NestedString(got.Object, "spec", "template", "nodeSelector", ate.VersionLabel)
+		pin, _, _ := unstructured.NestedString(got.Object, "spec", "template", "nodeSelector", fleet.VersionLabel)
 		return pin
 	}
 	unpinnedBoth := func() bool { return pinOf("scratch") == "" && pinOf("scratch-2") == "" }
@@ -202,7 +204,7 @@ func TestPreflightCatchesUnpinnedAndUnreadyPools(t *testing.T) {
 	// interrupted right after the first pin, then resumed.
 	interruptAt(t, ctx, []string{"preflight", "--pin-pools"}, "PoolPinned")
 	out, _ = run(t, ctx, "preflight", "--pin-pools", "-o", "json")
-	if r := result(t, out); r.Runbook != ate.PinPoolsRunbookName || r.Outcome != runbook.OutcomeDone {
+	if r := result(t, out); r.Runbook != roll.PinPoolsRunbookName || r.Outcome != runbook.OutcomeDone {
 		t.Fatalf("preflight --pin-pools -o json: %s %s", r.Runbook, r.Outcome)
 	}
 	for _, name := range []string{"scratch", "scratch-2"} {
@@ -219,7 +221,7 @@ func TestPreflightCatchesUnpinnedAndUnreadyPools(t *testing.T) {
 // version differs from its pool's pin: the skew the roll exists to prevent.
 func skewWatch(t *testing.T, ctx context.Context) func() []string {
 	c := simtest.Get(t)
-	w, err := c.Client.CoreV1().Pods("ate-workers").Watch(ctx, metav1.ListOptions{LabelSelector: ate.PoolLabel})
+	w, err := c.Client.CoreV1().Pods("ate-workers").Watch(ctx, metav1.ListOptions{LabelSelector: fleet.PoolLabel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,21 +238,21 @@ func skewWatch(t *testing.T, ctx context.Context) func() []string {
 				continue
 			}
 			running[string(p.UID)] = true
-			poolName := p.Labels[ate.PoolLabel]
+			poolName := p.Labels[fleet.PoolLabel]
 			pin, ok := pinCache[poolName]
 			if !ok {
-				u, err := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers").Get(context.Background(), poolName,
+				u, err := dyn(t).Resource(fleet.WorkerPoolGVR).Namespace("ate-workers").Get(context.Background(), poolName,
 					metav1.GetOptions{})
 				if err != nil {
 					continue
 				}
-				pin, _, _ = unstructured.NestedString(u.Object, "spec", "template", "nodeSelector", ate.VersionLabel)
+				pin, _, _ = unstructured.NestedString(u.Object, "spec", "template", "nodeSelector", fleet.VersionLabel)
 				pinCache[poolName] = pin
 			}
 			n, err := c.Client.CoreV1().Nodes().Get(context.Background(), p.Spec.NodeName, metav1.GetOptions{})
-			if err == nil && n.Labels[ate.VersionLabel] != pin {
+			if err == nil && n.Labels[fleet.VersionLabel] != pin {
 				mu.Lock()
-				bad = append(bad, p.Name+" ("+pin+") started on "+n.Name+" at "+n.Labels[ate.VersionLabel])
+				bad = append(bad, p.Name+" ("+pin+") started on "+n.Name+" at "+n.Labels[fleet.VersionLabel])
 				mu.Unlock()
 			}
 		}
@@ -278,7 +280,7 @@ func TestFullRoll(t *testing.T) {
 	if out, err := exec.Command(sim, "ate-setup", "deploy-atelet", "--dir", c.Dir, "--version", newV).CombinedOutput(); err != nil {
 		t.Fatalf("deploy atelet: %v\n%s", err, out)
 	}
-	if s := statusOf(t, ctx); s.Phase != ate.PhasePrepared || s.Cluster.New != newV {
+	if s := statusOf(t, ctx); s.Phase != campaign.PhasePrepared || s.Cluster.New != newV {
 		t.Fatalf("after deploy atelet: %s new=%s", s.Phase, s.Cluster.New)
 	}
 	// Before step 4 no node may move: its actors would have no worker to
@@ -300,9 +302,9 @@ func TestFullRoll(t *testing.T) {
 		t.Fatalf("clone-pools again (idempotent): exit %d", code)
 	}
 	// One serving pool without a clone is enough to refuse.
-	extra := pool("scratch", map[string]any{ate.VersionLabel: oldV}, 0)
+	extra := pool("scratch", map[string]any{fleet.VersionLabel: oldV}, 0)
 	extra.SetNamespace("ate-batch")
-	extraPools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-batch")
+	extraPools := dyn(t).Resource(fleet.WorkerPoolGVR).Namespace("ate-batch")
 	if _, err := extraPools.Create(ctx, extra, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +313,7 @@ func TestFullRoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := statusOf(t, ctx)
-	if s.Phase != ate.PhaseCloned {
+	if s.Phase != campaign.PhaseCloned {
 		t.Fatalf("after clone-pools: %s", s.Phase)
 	}
 	for _, p := range s.Cluster.OldPools() {
@@ -339,7 +341,7 @@ func TestFullRoll(t *testing.T) {
 	go func() {
 		defer w.Stop()
 		for e := range w.ResultChan() {
-			if n, ok := e.Object.(*corev1.Node); ok && n.Labels[ate.VersionLabel] == newV {
+			if n, ok := e.Object.(*corev1.Node); ok && n.Labels[fleet.VersionLabel] == newV {
 				cancel()
 				return
 			}
@@ -398,7 +400,7 @@ func TestUnregisteredWorkerPodBlocksTheFlip(t *testing.T) {
 		t.Fatal("needs TestCrashedActorBlocksTheNode")
 	}
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "late-worker", Namespace: "ate-workers",
-		Labels:      map[string]string{ate.PoolLabel: "python-small"},
+		Labels:      map[string]string{fleet.PoolLabel: "python-small"},
 		Annotations: map[string]string{"sim.rollbook.dev/register-delay": "1h"}},
 		Spec: corev1.PodSpec{NodeName: lastNode, Containers: []corev1.Container{{Name: "ateom", Image: "registry.example/ateom"}}}}
 	pods := c.Client.CoreV1().Pods("ate-workers")

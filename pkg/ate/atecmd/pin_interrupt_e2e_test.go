@@ -15,7 +15,8 @@ import (
 	"github.com/rollbook/rollbook/internal/cutoff"
 	"github.com/rollbook/rollbook/internal/recordtest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
@@ -26,7 +27,7 @@ func TestPinInterruptedMidRequestIsStillRecorded(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, time.Minute)
-	pools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers")
+	pools := dyn(t).Resource(fleet.WorkerPoolGVR).Namespace("ate-workers")
 	p := pool("pin-interrupted", nil, 0)
 	if _, err := pools.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -41,7 +42,7 @@ func TestPinInterruptedMidRequestIsStillRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &recordtest.Recorder{}
-	rb := ate.PinPoolsRunbook(c.Client, cut, client(t, ctx), rec)
+	rb := roll.PinPoolsRunbook(c.Client, cut, client(t, ctx), rec)
 	res := runbook.Run(runCtx, rb, []runbook.Target{runbook.ScopeTarget{Scope: "pools"}}, runbook.Options{RunID: "pin-test"})
 	if res.Outcome == runbook.OutcomeDone {
 		t.Fatalf("the run was interrupted mid-pin but reports %s", res.Outcome)
@@ -50,7 +51,7 @@ func TestPinInterruptedMidRequestIsStillRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pin, _, _ := unstructured.NestedString(got.Object, "spec", "template", "nodeSelector", ate.VersionLabel); pin != oldV {
+	if pin, _, _ := unstructured.NestedString(got.Object, "spec", "template", "nodeSelector", fleet.VersionLabel); pin != oldV {
 		t.Fatalf("the server did not apply the pin (pin %q)", pin)
 	}
 	if n := rec.Count("PoolPinned"); n != 1 {
@@ -107,7 +108,7 @@ func TestPinRefusesAnActorPlacedBetweenTheCheckAndThePatch(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 2*time.Minute)
-	pools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers")
+	pools := dyn(t).Resource(fleet.WorkerPoolGVR).Namespace("ate-workers")
 	p := pool("pin-race", nil, 0)
 	if _, err := pools.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -115,13 +116,13 @@ func TestPinRefusesAnActorPlacedBetweenTheCheckAndThePatch(t *testing.T) {
 	defer func() { _ = pools.Delete(context.Background(), p.GetName(), metav1.DeleteOptions{}) }()
 	api := &placedAfterRead{Client: client(t, ctx), pool: "ate-workers/pin-race"}
 	rec := &recordtest.Recorder{}
-	res := runbook.Run(ctx, ate.PinPoolsRunbook(c.Client, dyn(t), api, rec), []runbook.Target{runbook.ScopeTarget{Scope: "pools"}},
+	res := runbook.Run(ctx, roll.PinPoolsRunbook(c.Client, dyn(t), api, rec), []runbook.Target{runbook.ScopeTarget{Scope: "pools"}},
 		runbook.Options{RunID: "pin-race"})
 	got, err := pools.Get(ctx, p.GetName(), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pin, _, _ := unstructured.NestedString(got.Object, "spec", "template", "nodeSelector", ate.VersionLabel); pin != "" {
+	if pin, _, _ := unstructured.NestedString(got.Object, "spec", "template", "nodeSelector", fleet.VersionLabel); pin != "" {
 		t.Fatalf("the pool was pinned (%q) with an actor placed on its worker since the check", pin)
 	}
 	if all := fmt.Sprintf("%+v", res); res.Outcome != runbook.OutcomeBlocked || !strings.Contains(all, "placed-meanwhile") {

@@ -13,7 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
@@ -65,7 +66,7 @@ no longer CRASHED counts as done, so a re-run resumes.`,
 		},
 	}
 	o.api.add(cmd.Flags())
-	o.run.AddFlags(cmd.Flags(), ate.Namespace)
+	o.run.AddFlags(cmd.Flags(), fleet.Namespace)
 	cmd.Flags().StringVarP(&o.atespace, "atespace", "a", "", "the actor's atespace (with --all-crashed: only this atespace)")
 	cmd.Flags().BoolVar(&o.allCrashed, "all-crashed", false, "revert every CRASHED actor")
 	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "confirm without asking: accept losing each actor's work since its last snapshot")
@@ -113,7 +114,7 @@ func (o *revertOptions) Run(ctx context.Context) error {
 	defer client.Close()
 	var actors []ateapi.Actor
 	if o.allCrashed {
-		if actors, err = ate.CrashedActors(ctx, client, o.atespace); err != nil {
+		if actors, err = roll.CrashedActors(ctx, client, o.atespace); err != nil {
 			return s.Fail(err)
 		}
 		if len(actors) == 0 {
@@ -131,9 +132,9 @@ func (o *revertOptions) Run(ctx context.Context) error {
 	}
 	var targets []runbook.Target
 	for _, a := range actors {
-		targets = append(targets, ate.ActorTarget{Actor: a.Ref()})
+		targets = append(targets, roll.ActorTarget{Actor: a.Ref()})
 	}
-	res := cli.Run(ctx, s.Session, ate.RevertRunbook(client, s.Recorder, o.timeout), targets, runbook.Options{KeepGoing: true})
+	res := cli.Run(ctx, s.Session, roll.RevertRunbook(client, s.Recorder, o.timeout), targets, runbook.Options{KeepGoing: true})
 	next := "kubectl ate status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = "fix what is shown above, then re-run the same command"
@@ -160,7 +161,7 @@ func (o *revertOptions) confirm(actors []ateapi.Actor) error {
 	fmt.Fprintf(out, "Reverting %d CRASHED actor(s) to SUSPENDED at their last external snapshot.\n", len(crashed))
 	fmt.Fprintln(out, "Everything each actor did since that snapshot is LOST; it resumes from the snapshot on demand.")
 	for _, a := range crashed {
-		fmt.Fprintf(out, "  %s: %s\n", a.Ref(), ate.RevertLoss(a))
+		fmt.Fprintf(out, "  %s: %s\n", a.Ref(), roll.RevertLoss(a))
 	}
 	if o.yes {
 		return nil

@@ -21,7 +21,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/node"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
@@ -41,7 +44,7 @@ type oldPoolRecord struct {
 // untouchedWatch records every change to the old pools other than the
 // controller's status writes: the rollback must never edit them.
 func untouchedWatch(t *testing.T, ctx context.Context, rv string, before map[string]oldPoolRecord) func() []string {
-	w, err := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers").Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+	w, err := dyn(t).Resource(fleet.WorkerPoolGVR).Namespace("ate-workers").Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,13 +87,13 @@ func untouchedWatch(t *testing.T, ctx context.Context, rv string, before map[str
 
 func recordOldPools(t *testing.T, ctx context.Context) (map[string]oldPoolRecord, string) {
 	t.Helper()
-	l, err := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers").List(ctx, metav1.ListOptions{})
+	l, err := dyn(t).Resource(fleet.WorkerPoolGVR).Namespace("ate-workers").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]oldPoolRecord{}
 	for _, u := range l.Items {
-		if pin, _, _ := unstructured.NestedString(u.Object, "spec", "template", "nodeSelector", ate.VersionLabel); pin != oldV {
+		if pin, _, _ := unstructured.NestedString(u.Object, "spec", "template", "nodeSelector", fleet.VersionLabel); pin != oldV {
 			continue
 		}
 		spec, _, _ := unstructured.NestedMap(u.Object, "spec")
@@ -125,7 +128,7 @@ func TestRollbackInterruptedThenResumed(t *testing.T) {
 	if err := json.NewDecoder(strings.NewReader(out)).Decode(&res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Runbook != ate.NodeRunbookName || res.Outcome != runbook.OutcomePlanned || len(res.Targets) != 1 {
+	if res.Runbook != node.RunbookName || res.Outcome != runbook.OutcomePlanned || len(res.Targets) != 1 {
 		t.Fatalf("dry run: %s %s, %d target(s)", res.Runbook, res.Outcome, len(res.Targets))
 	}
 	if s := statusOf(t, ctx); s.Counts[newV] != 3 {
@@ -141,7 +144,7 @@ func TestRollbackInterruptedThenResumed(t *testing.T) {
 	go func() {
 		defer w.Stop()
 		for e := range w.ResultChan() {
-			if n, ok := e.Object.(*corev1.Node); ok && n.Labels[ate.VersionLabel] == oldV {
+			if n, ok := e.Object.(*corev1.Node); ok && n.Labels[fleet.VersionLabel] == oldV {
 				cancel()
 				return
 			}
@@ -171,7 +174,7 @@ func TestRollbackInterruptedThenResumed(t *testing.T) {
 	}
 
 	s := statusOf(t, ctx)
-	if s.Counts[oldV] != 3 || s.Cluster.New != "" || len(s.Cluster.Atelets) != 1 || s.Phase != ate.PhaseNotStarted || len(s.Nodes) != 0 {
+	if s.Counts[oldV] != 3 || s.Cluster.New != "" || len(s.Cluster.Atelets) != 1 || s.Phase != campaign.PhaseNotStarted || len(s.Nodes) != 0 {
 		t.Fatalf("after the rollback: phase %s counts %v atelets %+v in progress %v", s.Phase, s.Counts, s.Cluster.Atelets, s.Nodes)
 	}
 	for _, p := range s.Cluster.Pools {
@@ -226,7 +229,7 @@ func TestRetireAfterRollingForwardAgain(t *testing.T) {
 	// A whole roll of three nodes, with --wait for free workers as traffic
 	// wakes actors: minutes on a loaded machine.
 	ctx := simtest.Context(t, 10*time.Minute)
-	if s := statusOf(t, ctx); s.Counts[oldV] != 3 || s.Cluster.New != "" || s.Phase != ate.PhaseNotStarted {
+	if s := statusOf(t, ctx); s.Counts[oldV] != 3 || s.Cluster.New != "" || s.Phase != campaign.PhaseNotStarted {
 		t.Fatalf("needs every node at %s and no roll under way: phase %s counts %v", oldV, s.Phase, s.Counts)
 	}
 	oldPoolsAtStart, _ := recordOldPools(t, ctx)
@@ -255,7 +258,7 @@ func TestRetireAfterRollingForwardAgain(t *testing.T) {
 		}
 		return len(files) == 0
 	}
-	pools := dyn(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers")
+	pools := dyn(t).Resource(fleet.WorkerPoolGVR).Namespace("ate-workers")
 	oldPoolsLeft := func() int {
 		n := 0
 		for name := range oldPoolsAtStart {
@@ -279,7 +282,7 @@ func TestRetireAfterRollingForwardAgain(t *testing.T) {
 	// A dry run plans every step in one document and changes nothing.
 	out, code = run(t, ctx, "retire", "--dry-run", "--backup-dir", dir, "--backup-configmap", "-o", "json")
 	r := result(t, out)
-	if code != 0 || r.Runbook != ate.RetireRunbookName || r.Outcome != runbook.OutcomePlanned || len(r.Targets) != 1 ||
+	if code != 0 || r.Runbook != roll.RetireRunbookName || r.Outcome != runbook.OutcomePlanned || len(r.Targets) != 1 ||
 		len(r.Targets[0].Steps) != 3 {
 		t.Fatalf("retire --dry-run -o json: exit %d, %+v", code, r)
 	}
@@ -300,7 +303,7 @@ func TestRetireAfterRollingForwardAgain(t *testing.T) {
 	}
 	atelet := false
 	for k := range planned {
-		atelet = atelet || strings.HasPrefix(k, "ate.retire.delete-old-atelet delete daemonset/"+ate.Namespace+"/")
+		atelet = atelet || strings.HasPrefix(k, "ate.retire.delete-old-atelet delete daemonset/"+fleet.Namespace+"/")
 	}
 	if !atelet {
 		t.Errorf("the dry run does not plan deleting the %s atelet: %v", oldV, planned)
@@ -320,7 +323,7 @@ func TestRetireAfterRollingForwardAgain(t *testing.T) {
 		t.Fatalf("retire resumed: exit %d, %+v", code, r)
 	}
 	s := statusOf(t, ctx)
-	if s.Phase != ate.PhaseComplete || s.Cluster.Old != newV || len(s.Cluster.Atelets) != 1 {
+	if s.Phase != campaign.PhaseComplete || s.Cluster.Old != newV || len(s.Cluster.Atelets) != 1 {
 		t.Fatalf("after retire: phase %s (%s), atelets %+v", s.Phase, s.Summary, s.Cluster.Atelets)
 	}
 	if n := oldPoolsLeft(); n > 0 {
@@ -343,7 +346,7 @@ func TestRetireAfterRollingForwardAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	cm, err := c.Client.CoreV1().ConfigMaps("ate-workers").Get(ctx, "workerpool-backup-"+name, metav1.GetOptions{})
-	if err != nil || cm.Data[ate.BackupKey] != string(data) {
+	if err != nil || cm.Data[roll.BackupKey] != string(data) {
 		t.Fatalf("ConfigMap backup missing or different from the file: %v", err)
 	}
 	for _, f := range []string{"uid:", "resourceVersion:", "managedFields:", "status:"} {
@@ -447,14 +450,14 @@ func TestRevertCrashedActor(t *testing.T) {
 		t.Fatalf("confirmed revert, interrupted: exit %d", code)
 	}
 	out, code = run(t, ctx, "revert", victim.Name, "-a", victim.Atespace, "--yes", "-o", "json")
-	if r := result(t, out); code != 0 || r.Runbook != ate.RevertRunbookName || r.Outcome != runbook.OutcomeDone {
+	if r := result(t, out); code != 0 || r.Runbook != roll.RevertRunbookName || r.Outcome != runbook.OutcomeDone {
 		t.Fatalf("revert resumed: exit %d, %s %s", code, r.Runbook, r.Outcome)
 	}
 	// Traffic may wake it right away: it only must have left the crash.
 	if st := stateOf(); st == ateapi.ActorCrashed || st == ateapi.ActorReverting {
 		t.Fatalf("after the revert: state %s", st)
 	}
-	if n := eventsFor(t, ctx, ate.Namespace, "ActorReverted", ateapi.DefaultService, victim.Atespace+"/"+victim.Name+":"); n != 1 {
+	if n := eventsFor(t, ctx, fleet.Namespace, "ActorReverted", ateapi.DefaultService, victim.Atespace+"/"+victim.Name+":"); n != 1 {
 		t.Errorf("%s/%s reverted %d times across the runs; want once", victim.Atespace, victim.Name, n)
 	}
 	// The actor resumes from its snapshot.

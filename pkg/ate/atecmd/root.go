@@ -6,8 +6,9 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ate/atecmd/apicmd"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -24,9 +25,9 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.AddCommand(newStatusCommand(g), newPreflightCommand(g), newRollCommand(g), newRollbackCommand(g), newRetireCommand(g),
 		newRevertCommand(g))
 	root.AddCommand(newRecoverNodeCommand(g))
-	root.AddCommand(append(cli.NewPauseCommands(g, "ate", ate.LockName, ate.Namespace), cli.NewHistoryCommand(g, "ate", ate.Namespace))...)
-	root.AddCommand(cli.NewCleanupCommand(g, cli.CleanupSpec{Plugin: "ate", LockName: ate.LockName, DefaultLockNamespace: ate.Namespace,
-		NodeAnnotations: ate.CleanupAnnotations, HalfWay: ate.HalfWay, Finish: ate.FinishHint}))
+	root.AddCommand(append(cli.NewPauseCommands(g, "ate", fleet.LockName, fleet.Namespace), cli.NewHistoryCommand(g, "ate", fleet.Namespace))...)
+	root.AddCommand(cli.NewCleanupCommand(g, cli.CleanupSpec{Plugin: "ate", LockName: fleet.LockName, DefaultLockNamespace: fleet.Namespace,
+		NodeAnnotations: campaign.CleanupAnnotations, HalfWay: campaign.HalfWay, Finish: campaign.FinishHint}))
 	root.AddCommand(apicmd.NewCommand(g))
 	return root
 }

@@ -7,7 +7,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
@@ -22,7 +23,7 @@ type apiSession struct {
 
 // startAPISession starts a session holding the roll's lock and connects.
 func startAPISession(ctx context.Context, g *cli.Globals, run cli.RunFlags, api *apiFlags) (*apiSession, context.Context, error) {
-	s, ctx, err := cli.StartSession(ctx, g, run, "ate", ate.LockName)
+	s, ctx, err := cli.StartSession(ctx, g, run, "ate", fleet.LockName)
 	if err != nil {
 		return nil, ctx, err
 	}
@@ -43,7 +44,7 @@ type readers struct {
 	cs      kubernetes.Interface
 	dyn     dynamic.Interface
 	md      metadata.Interface
-	api     ate.APIReader
+	api     campaign.APIReader
 	dialErr error
 	close   func()
 }
@@ -73,4 +74,6 @@ func connectReaders(ctx context.Context, g *cli.Globals, a *apiFlags, noAPI bool
 }
 
 // view asks the control API again (a redraw lists workers and actors anew).
-func (r *readers) view(ctx context.Context) ate.APIView { return ate.ReadAPI(ctx, r.api, r.dialErr) }
+func (r *readers) view(ctx context.Context) campaign.APIView {
+	return campaign.ReadAPI(ctx, r.api, r.dialErr)
+}

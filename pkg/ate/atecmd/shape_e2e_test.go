@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/cli/lease"
 	"github.com/rollbook/rollbook/pkg/runbook"
@@ -24,7 +24,7 @@ func expectLocked(t *testing.T, ctx context.Context, unchanged func() bool, args
 	t.Helper()
 	c := simtest.Get(t)
 	other := lease.CurrentHolder(ctx, c.Client, cli.NewRunID())
-	lock, err := lease.Acquire(ctx, c.Client, ate.Namespace, ate.LockName, other, lease.LockOptions{})
+	lock, err := lease.Acquire(ctx, c.Client, fleet.Namespace, fleet.LockName, other, lease.LockOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ate/atecmd"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/cli/lease"
@@ -135,8 +135,8 @@ func TestBadInputIsRefusedWithExit2(t *testing.T) {
 		}
 	}
 	// Nothing took the roll's Lease.
-	if _, err := c.Client.CoordinationV1().Leases(ate.Namespace).Get(ctx, ate.LockName, metav1.GetOptions{}); err == nil {
-		t.Errorf("a refused call left Lease %s/%s", ate.Namespace, ate.LockName)
+	if _, err := c.Client.CoordinationV1().Leases(fleet.Namespace).Get(ctx, fleet.LockName, metav1.GetOptions{}); err == nil {
+		t.Errorf("a refused call left Lease %s/%s", fleet.Namespace, fleet.LockName)
 	}
 }
 
@@ -148,7 +148,7 @@ func TestMutatingCallTakesTheLease(t *testing.T) {
 	ctx := simtest.Context(t, 3*time.Minute)
 
 	// A token minted here, passed by file, so the test knows what must not show.
-	tr, err := c.Client.CoreV1().ServiceAccounts(ate.Namespace).CreateToken(ctx, ateapi.DefaultServiceAccount,
+	tr, err := c.Client.CoreV1().ServiceAccounts(fleet.Namespace).CreateToken(ctx, ateapi.DefaultServiceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{ateapi.DefaultAudience}}},
 		metav1.CreateOptions{})
 	if err != nil {
@@ -188,7 +188,7 @@ func TestMutatingCallTakesTheLease(t *testing.T) {
 	// Someone else holds the roll's Lease: the mutating call is refused
 	// with exit 4 and sends nothing; reads still run.
 	other := lease.CurrentHolder(ctx, c.Client, cli.NewRunID())
-	lock, err := lease.Acquire(ctx, c.Client, ate.Namespace, ate.LockName, other, lease.LockOptions{})
+	lock, err := lease.Acquire(ctx, c.Client, fleet.Namespace, fleet.LockName, other, lease.LockOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestMutatingCallTakesTheLease(t *testing.T) {
 		t.Fatalf("ResumeActor while another run holds the Lease: exit %d", code)
 	}
 	called := metav1.ListOptions{FieldSelector: "reason=APICalled"}
-	if evs, err := c.Client.CoreV1().Events(ate.Namespace).List(ctx, called); err != nil || len(evs.Items) > 0 {
+	if evs, err := c.Client.CoreV1().Events(fleet.Namespace).List(ctx, called); err != nil || len(evs.Items) > 0 {
 		t.Fatalf("a refused call was recorded as made (%v)", err)
 	}
 	if _, _, code := run(t, ctx, "", "api", "call", "ListWorkers"); code != 0 {
@@ -214,14 +214,14 @@ func TestMutatingCallTakesTheLease(t *testing.T) {
 	if strings.Contains(out+errOut, tr.Status.Token) {
 		t.Fatal("the token was printed")
 	}
-	evs, err := c.Client.CoreV1().Events(ate.Namespace).List(ctx, called)
+	evs, err := c.Client.CoreV1().Events(fleet.Namespace).List(ctx, called)
 	if err != nil || len(evs.Items) == 0 {
 		t.Fatalf("a mutating call recorded no APICalled event (%v)", err)
 	}
 	// The Lease was taken and released (its holder cleared).
-	l, err := c.Client.CoordinationV1().Leases(ate.Namespace).Get(ctx, ate.LockName, metav1.GetOptions{})
+	l, err := c.Client.CoordinationV1().Leases(fleet.Namespace).Get(ctx, fleet.LockName, metav1.GetOptions{})
 	if err != nil {
-		t.Fatalf("ResumeActor did not take Lease %s: %v", ate.LockName, err)
+		t.Fatalf("ResumeActor did not take Lease %s: %v", fleet.LockName, err)
 	}
 	if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
 		t.Errorf("Lease still held by %q after the call", *l.Spec.HolderIdentity)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 )
 
 const downtime = 4 * time.Second
@@ -53,7 +53,7 @@ func TestRollAcrossAnAPIServerRoll(t *testing.T) {
 		seen := map[string]bool{}
 		for e := range w.ResultChan() {
 			n, ok := e.Object.(*corev1.Node)
-			if !ok || e.Type != watch.Modified || n.Labels[ate.VersionLabel] != atetest.NewV || seen[n.Name] {
+			if !ok || e.Type != watch.Modified || n.Labels[fleet.VersionLabel] != atetest.NewV || seen[n.Name] {
 				continue
 			}
 			seen[n.Name] = true

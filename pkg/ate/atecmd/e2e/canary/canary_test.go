@@ -19,7 +19,7 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/kube"
 )
 
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 // clones are the new pools clone-pools made.
 func clones(t *testing.T, ctx context.Context, dyn dynamic.Interface) []unstructured.Unstructured {
 	t.Helper()
-	pools, err := dyn.Resource(ate.WorkerPoolGVR).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	pools, err := dyn.Resource(fleet.WorkerPoolGVR).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func clones(t *testing.T, ctx context.Context, dyn dynamic.Interface) []unstruct
 
 func patchPool(t *testing.T, ctx context.Context, dyn dynamic.Interface, p unstructured.Unstructured, patch string) {
 	t.Helper()
-	if _, err := dyn.Resource(ate.WorkerPoolGVR).Namespace(p.GetNamespace()).Patch(ctx, p.GetName(), types.MergePatchType,
+	if _, err := dyn.Resource(fleet.WorkerPoolGVR).Namespace(p.GetNamespace()).Patch(ctx, p.GetName(), types.MergePatchType,
 		[]byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 )
 
 func TestMain(m *testing.M) {
@@ -38,7 +38,7 @@ func TestTheCanaryServesOnlyOnceItsWorkersReportCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ate.ObserveCluster(ctx, simtest.Get(t).Client, atetest.Dynamic(t))
+	c, err := fleet.ObserveCluster(ctx, simtest.Get(t).Client, atetest.Dynamic(t))
 	if err != nil {
 		t.Fatal(err)
 	}

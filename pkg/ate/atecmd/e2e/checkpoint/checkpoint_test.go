@@ -20,7 +20,8 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
@@ -110,13 +111,13 @@ func TestSuspendNeedsTheWorkersAtelet(t *testing.T) {
 	// Status, after that stop, names the node half-way and the exact next
 	// command: the label back first, then the same rollback.
 	st := atetest.Status(t, ctx)
-	var halfway *ate.NodeProgress
+	var halfway *campaign.NodeProgress
 	for i := range st.Nodes {
 		if st.Nodes[i].Node == node {
 			halfway = &st.Nodes[i]
 		}
 	}
-	fix := fmt.Sprintf("kubectl label node %s %s=%s --overwrite", node, ate.VersionLabel, atetest.OldV)
+	fix := fmt.Sprintf("kubectl label node %s %s=%s --overwrite", node, fleet.VersionLabel, atetest.OldV)
 	if halfway == nil || halfway.Direction != "rollback" || !strings.Contains(halfway.Next, fix) ||
 		!strings.Contains(st.Next, fix) || !strings.Contains(st.Next, "kubectl ate rollback next-node "+node) {
 		t.Fatalf("status after the rollback's stop: node %s %+v, next %q; want it half-way back with %q, then the rollback",
@@ -143,7 +144,7 @@ func TestSuspendNeedsTheWorkersAtelet(t *testing.T) {
 
 func label(t *testing.T, ctx context.Context, node, version string) {
 	t.Helper()
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, ate.VersionLabel, version)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, fleet.VersionLabel, version)
 	if _, err := simtest.Get(t).Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch),
 		metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -155,8 +156,8 @@ func label(t *testing.T, ctx context.Context, node, version string) {
 func waitAtelet(t *testing.T, ctx context.Context, node, version string, ready bool) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
-		pods, err := simtest.Get(t).Client.CoreV1().Pods(ate.Namespace).List(ctx, metav1.ListOptions{
-			LabelSelector: "app=atelet," + ate.VersionLabel + "=" + version, FieldSelector: "spec.nodeName=" + node})
+		pods, err := simtest.Get(t).Client.CoreV1().Pods(fleet.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app=atelet," + fleet.VersionLabel + "=" + version, FieldSelector: "spec.nodeName=" + node})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,8 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	atenode "github.com/rollbook/rollbook/pkg/ate/node"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
@@ -39,7 +40,7 @@ func oldPoolPod(t *testing.T, ctx context.Context, node string) corev1.Pod {
 		t.Fatal(err)
 	}
 	for _, p := range l.Items {
-		if p.Spec.NodeSelector[ate.VersionLabel] == atetest.OldV && p.Labels[ate.PoolLabel] != "" && p.DeletionTimestamp == nil &&
+		if p.Spec.NodeSelector[fleet.VersionLabel] == atetest.OldV && p.Labels[fleet.PoolLabel] != "" && p.DeletionTimestamp == nil &&
 			p.Status.Phase == corev1.PodRunning {
 			return p
 		}
@@ -126,7 +127,7 @@ func TestDeleteStepHasABudgetAndANodeDownCheck(t *testing.T) {
 		ran <- result{out, code}
 	}()
 	// The step's clock on the node says the wait has begun.
-	key := runbook.TimerKey(ate.NodeRunbookName)
+	key := runbook.TimerKey(atenode.RunbookName)
 	for {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
 )
 
 func TestMain(m *testing.M) {
@@ -44,7 +44,7 @@ func TestRollAndRollbackEraD(t *testing.T) {
 		t.Fatalf("after the roll: %s %v", s.Phase, s.Counts)
 	}
 	atetest.MustRun(t, ctx, "rollback", "--control-plane-reverted", "--wait")
-	if s := atetest.Status(t, ctx); s.Phase != ate.PhaseNotStarted || len(s.Nodes) != 0 {
+	if s := atetest.Status(t, ctx); s.Phase != campaign.PhaseNotStarted || len(s.Nodes) != 0 {
 		t.Fatalf("after the rollback: %s (%s) %v", s.Phase, s.Summary, s.Nodes)
 	}
 	atetest.NoActorLost(t, ctx)

@@ -15,7 +15,8 @@ import (
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/httpcount"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/paced"
 )
@@ -41,7 +42,7 @@ func TestFullRollAndRollbackOnSixNodes(t *testing.T) {
 	// Each node holds 4 workers, so the new pools' 18 pods spread over the
 	// nodes as they flip: all of them fit on the first five.
 	perNode := map[string]int{}
-	pods, err := ate.PoolPods(ctx, c.Client, s.Cluster.PoolsPinnedTo(atetest.NewV))
+	pods, err := fleet.PoolPods(ctx, c.Client, s.Cluster.PoolsPinnedTo(atetest.NewV))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestFullRollAndRollbackOnSixNodes(t *testing.T) {
 		t.Errorf("%d new-pool pods on %d node(s) (%v), want 18 on at least 5", len(pods), len(perNode), perNode)
 	}
 	atetest.MustRun(t, ctx, "rollback", "--control-plane-reverted", "--wait")
-	if s := atetest.Status(t, ctx); s.Phase != ate.PhaseNotStarted || s.Counts[atetest.OldV] != 6 || len(s.Nodes) != 0 {
+	if s := atetest.Status(t, ctx); s.Phase != campaign.PhaseNotStarted || s.Counts[atetest.OldV] != 6 || len(s.Nodes) != 0 {
 		t.Fatalf("after the rollback: %s (%s) %v", s.Phase, s.Summary, s.Nodes)
 	}
 	atetest.NoActorLost(t, ctx)

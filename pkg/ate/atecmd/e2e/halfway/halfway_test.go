@@ -20,7 +20,9 @@ import (
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/recordtest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	atenode "github.com/rollbook/rollbook/pkg/ate/node"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/kube"
 )
@@ -33,14 +35,14 @@ func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 3, Scenario
 func markMoving(t *testing.T, ctx context.Context, node, to string) {
 	t.Helper()
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		ate.AnnMovingTo: to, ate.AnnResidents: ""}}})
+		fleet.AnnMovingTo: to, atenode.AnnResidents: ""}}})
 	if _, err := simtest.Get(t).Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // inProgress is the one node status shows half-way.
-func inProgress(t *testing.T, ctx context.Context) (ate.Status, ate.NodeProgress) {
+func inProgress(t *testing.T, ctx context.Context) (campaign.Status, campaign.NodeProgress) {
 	t.Helper()
 	s := atetest.Status(t, ctx)
 	if len(s.Nodes) != 1 {
@@ -62,7 +64,7 @@ func TestStatusAndTheNextCommandAgreeOnTheHalfwayNode(t *testing.T) {
 	markMoving(t, ctx, "kwok-node-1", atetest.NewV)
 	s, n := inProgress(t, ctx)
 	if n.Node != "kwok-node-1" || n.Direction != "roll" || !strings.Contains(n.Step, "ate.node.drain") ||
-		n.Next != "kubectl ate roll next-node" || s.Phase != ate.PhaseRolling {
+		n.Next != "kubectl ate roll next-node" || s.Phase != campaign.PhaseRolling {
 		t.Fatalf("status after a roll killed after its mark: phase %s, %+v", s.Phase, n)
 	}
 	if out := atetest.MustRun(t, ctx, "roll", "next-node", "--dry-run"); !strings.Contains(out, "node kwok-node-1:") {
@@ -81,13 +83,13 @@ func TestStatusAndTheNextCommandAgreeOnTheHalfwayNode(t *testing.T) {
 	markMoving(t, ctx, "kwok-node-1", atetest.OldV)
 	s, n = inProgress(t, ctx)
 	if n.Node != "kwok-node-1" || n.Direction != "rollback" || n.Next != "kubectl ate rollback next-node" ||
-		s.Phase != ate.PhaseRollingBack || !strings.Contains(s.Next, "rollback next-node") {
+		s.Phase != campaign.PhaseRollingBack || !strings.Contains(s.Next, "rollback next-node") {
 		t.Fatalf("status after a rollback killed after its mark: phase %s, next %q, %+v", s.Phase, s.Next, n)
 	}
 	// The roll may not take another node out of service meanwhile.
 	atetest.ExpectRefused(t, ctx, "kubectl ate rollback next-node", "roll", "next-node")
 	node0, err := c.Client.CoreV1().Nodes().Get(ctx, "kwok-node-0", metav1.GetOptions{})
-	if err != nil || node0.Spec.Unschedulable || node0.Annotations[ate.AnnMovingTo] != "" {
+	if err != nil || node0.Spec.Unschedulable || node0.Annotations[fleet.AnnMovingTo] != "" {
 		t.Fatalf("the refused roll touched kwok-node-0: %v %+v", err, node0)
 	}
 	atetest.MustRun(t, ctx, "rollback", "next-node", "--wait")
@@ -97,11 +99,11 @@ func TestStatusAndTheNextCommandAgreeOnTheHalfwayNode(t *testing.T) {
 			t.Fatalf("after rollback next-node: %v; want every node at %s", labels, atetest.OldV)
 		}
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil || kube.CordonStateOf(n).Cordoned || n.Annotations[ate.AnnMovingTo] != "" {
+		if err != nil || kube.CordonStateOf(n).Cordoned || n.Annotations[fleet.AnnMovingTo] != "" {
 			t.Fatalf("%s left cordoned or marked: %v %v", node, err, n.Annotations)
 		}
 	}
-	if s := atetest.Status(t, ctx); len(s.Nodes) != 0 || s.Phase != ate.PhaseCloned {
+	if s := atetest.Status(t, ctx); len(s.Nodes) != 0 || s.Phase != campaign.PhaseCloned {
 		t.Fatalf("after the rollback of the node: phase %s, in progress %+v", s.Phase, s.Nodes)
 	}
 	atetest.NoActorLost(t, ctx)
@@ -166,7 +168,7 @@ func TestRollbackTakesBackANodeAnInterruptedRollLeftHalfway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kube.CordonNode(ctx, c.Client, &recordtest.Recorder{}, n, ate.CordonOwner, "killed-roll"); err != nil {
+	if _, err := kube.CordonNode(ctx, c.Client, &recordtest.Recorder{}, n, atenode.CordonOwner, "killed-roll"); err != nil {
 		t.Fatal(err)
 	}
 	// What a stopped run says about the cordon it leaves.
@@ -185,13 +187,13 @@ func TestRollbackTakesBackANodeAnInterruptedRollLeftHalfway(t *testing.T) {
 			t.Fatalf("after the rollback: %v; want every node at %s", labels, atetest.OldV)
 		}
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil || n.Spec.Unschedulable || n.Annotations[ate.AnnMovingTo] != "" || n.Annotations[ate.AnnResidents] != "" {
+		if err != nil || n.Spec.Unschedulable || n.Annotations[fleet.AnnMovingTo] != "" || n.Annotations[atenode.AnnResidents] != "" {
 			t.Fatalf("%s left cordoned or marked: %v %v", name, err, n.Annotations)
 		}
 	}
 	// No pod on the node still belongs to a drained worker: there is no
 	// undrain, so each was replaced.
-	pods, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: ate.PoolLabel,
+	pods, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: fleet.PoolLabel,
 		FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +204,7 @@ func TestRollbackTakesBackANodeAnInterruptedRollLeftHalfway(t *testing.T) {
 		}
 	}
 	s := atetest.Status(t, ctx)
-	if len(s.Nodes) != 0 || s.Phase != ate.PhaseNotStarted {
+	if len(s.Nodes) != 0 || s.Phase != campaign.PhaseNotStarted {
 		t.Fatalf("after the rollback: phase %s, in progress %+v", s.Phase, s.Nodes)
 	}
 	atetest.NoActorLost(t, ctx)

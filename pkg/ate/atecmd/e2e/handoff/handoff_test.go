@@ -19,7 +19,8 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 )
 
 const handoff = 40 * time.Second
@@ -37,7 +38,7 @@ func flippedNode(t *testing.T, ctx context.Context) string {
 		t.Fatal(err)
 	}
 	for _, n := range l.Items {
-		if n.Labels[ate.VersionLabel] == atetest.NewV && n.Annotations[ate.AnnVerifyPending] != "" {
+		if n.Labels[fleet.VersionLabel] == atetest.NewV && n.Annotations[fleet.AnnVerifyPending] != "" {
 			return n.Name
 		}
 	}
@@ -54,9 +55,9 @@ func podsOn(t *testing.T, ctx context.Context, node string) (oldPool, atelets []
 	}
 	for _, p := range l.Items {
 		switch {
-		case p.Labels[ate.PoolLabel] != "" && p.Spec.NodeSelector[ate.VersionLabel] == atetest.OldV:
+		case p.Labels[fleet.PoolLabel] != "" && p.Spec.NodeSelector[fleet.VersionLabel] == atetest.OldV:
 			oldPool = append(oldPool, p)
-		case p.Labels[ate.AppLabel] == ate.AteletApp:
+		case p.Labels[fleet.AppLabel] == fleet.AteletApp:
 			atelets = append(atelets, p)
 		}
 	}
@@ -79,7 +80,7 @@ func TestTheRollWaitsForTheNewAteletWhileTheOldHoldsTheHostPorts(t *testing.T) {
 	old, atelets := podsOn(t, ctx, node)
 	oldAtelet := ""
 	for _, p := range atelets {
-		if p.Labels[ate.VersionLabel] == atetest.OldV && p.DeletionTimestamp != nil {
+		if p.Labels[fleet.VersionLabel] == atetest.OldV && p.DeletionTimestamp != nil {
 			oldAtelet = p.Name
 		}
 	}
@@ -116,7 +117,7 @@ func TestTheRollWaitsForTheNewAteletWhileTheOldHoldsTheHostPorts(t *testing.T) {
 	s := atetest.Status(t, ctx)
 	if len(s.Nodes) != 1 || s.Nodes[0].Node != node || s.Nodes[0].Direction != "roll" ||
 		!strings.Contains(s.Nodes[0].Step, "ate.node.atelet-ready") || !strings.Contains(s.Nodes[0].Step, "host ports") ||
-		s.Nodes[0].Next != "kubectl ate roll next-node" || s.Phase != ate.PhaseRolling {
+		s.Nodes[0].Next != "kubectl ate roll next-node" || s.Phase != campaign.PhaseRolling {
 		t.Fatalf("status in the hand-off window: phase %s, %+v", s.Phase, s.Nodes)
 	}
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
@@ -81,7 +81,7 @@ func TestAnAtespaceTheTokenMayNotReadKeepsTheNodeFromFlipping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, marked := n.Annotations[ate.AnnMovingTo]; marked || n.Spec.Unschedulable {
+	if _, marked := n.Annotations[fleet.AnnMovingTo]; marked || n.Spec.Unschedulable {
 		t.Fatalf("node %s after the refusal: marked %v, cordoned %v; want untouched", node, marked, n.Spec.Unschedulable)
 	}
 	for w, d := range atetest.Draining(t, ctx) {

@@ -20,7 +20,9 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 )
 
 func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "ate-fleet"}) }
@@ -42,7 +44,7 @@ func TestAQuotaThatRefusesTheClonesPodsStopsTheRollBeforeTheFirstFlip(t *testing
 	}
 	atetest.DeployAtelet(t, atetest.NewV)
 	atetest.MustRun(t, ctx, atetest.CloneArgs...)
-	clone := ate.CloneName("python-small", atetest.NewV)
+	clone := roll.CloneName("python-small", atetest.NewV)
 	waitReplicaFailure(t, ctx, ns, clone)
 
 	atetest.ExpectRefused(t, ctx, "every clone's Deployment can create its pods", "roll", "next-node")
@@ -53,7 +55,7 @@ func TestAQuotaThatRefusesTheClonesPodsStopsTheRollBeforeTheFirstFlip(t *testing
 		t.Fatal(err)
 	}
 	atetest.MustRun(t, ctx, "rollback")
-	if s := atetest.Status(t, ctx); s.Phase != ate.PhaseNotStarted {
+	if s := atetest.Status(t, ctx); s.Phase != campaign.PhaseNotStarted {
 		t.Fatalf("after the rollback: phase %s", s.Phase)
 	}
 }
@@ -65,11 +67,11 @@ func waitReplicaFailure(t *testing.T, ctx context.Context, ns, pool string) {
 	deps := simtest.Get(t).Client.AppsV1().Deployments(ns)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = ate.PoolLabel + "=" + pool
+			o.LabelSelector = fleet.PoolLabel + "=" + pool
 			return deps.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = ate.PoolLabel + "=" + pool
+			o.LabelSelector = fleet.PoolLabel + "=" + pool
 			return deps.Watch(ctx, o)
 		},
 	}

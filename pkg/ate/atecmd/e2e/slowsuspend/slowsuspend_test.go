@@ -18,7 +18,8 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	atenode "github.com/rollbook/rollbook/pkg/ate/node"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -71,13 +72,13 @@ func TestSlowSuspendsStopEarlyAndRefuseTheNextNodeBeforeItsDrain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := node.Annotations[ate.AnnMovingTo]; ok {
+		if _, ok := node.Annotations[fleet.AnnMovingTo]; ok {
 			first = n
 			if v != atetest.OldV {
 				t.Fatalf("node %s flipped to %s with actors left on it", n, v)
 			}
-			if p, ok := ate.ParsePace(node.Annotations[ate.AnnSuspendPace]); !ok || p.Mean < transition {
-				t.Fatalf("node %s: suspend pace %q recorded, want at least %s per suspend", n, node.Annotations[ate.AnnSuspendPace],
+			if p, ok := atenode.ParsePace(node.Annotations[atenode.AnnSuspendPace]); !ok || p.Mean < transition {
+				t.Fatalf("node %s: suspend pace %q recorded, want at least %s per suspend", n, node.Annotations[atenode.AnnSuspendPace],
 					transition)
 			}
 		}
@@ -112,7 +113,7 @@ func TestSlowSuspendsStopEarlyAndRefuseTheNextNodeBeforeItsDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range l.Items {
-		if _, ok := n.Annotations[ate.AnnMovingTo]; ok {
+		if _, ok := n.Annotations[fleet.AnnMovingTo]; ok {
 			t.Fatalf("node %s marked as moving by a refused run", n.Name)
 		}
 	}

@@ -17,7 +17,8 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 )
 
 func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "ate-fleet"}) }
@@ -34,7 +35,7 @@ func oldPoolPods(t *testing.T, ctx context.Context, node string) []corev1.Pod {
 	}
 	var out []corev1.Pod
 	for _, p := range l.Items {
-		if p.Spec.NodeSelector[ate.VersionLabel] == atetest.OldV && p.Labels[ate.PoolLabel] != "" &&
+		if p.Spec.NodeSelector[fleet.VersionLabel] == atetest.OldV && p.Labels[fleet.PoolLabel] != "" &&
 			p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded && p.DeletionTimestamp == nil {
 			out = append(out, p)
 		}
@@ -91,7 +92,7 @@ func TestEvictedOldPoolPodOnAFlippedNode(t *testing.T) {
 		}
 	}
 	s := atetest.Status(t, ctx)
-	if len(s.Nodes) != 0 || s.Phase != ate.PhaseRolled && s.Phase != ate.PhaseRetireable {
+	if len(s.Nodes) != 0 || s.Phase != campaign.PhaseRolled && s.Phase != campaign.PhaseRetireable {
 		t.Fatalf("after the roll: phase %s, in progress %+v", s.Phase, s.Nodes)
 	}
 	if out := atetest.MustRun(t, ctx, "roll", "next-node"); strings.Contains(out, "node "+flipped+":") {
@@ -112,14 +113,14 @@ func TestEvictedOldPoolPodOnAFlippedNode(t *testing.T) {
 func TestStatusWithoutTheAPIClaimsNothingAboutActors(t *testing.T) {
 	simtest.Get(t).ExpectNoViolations(t)
 	ctx := simtest.Context(t, 2*time.Minute)
-	if s := atetest.Status(t, ctx); s.Phase != ate.PhaseRetireable || !s.ActorsRead {
+	if s := atetest.Status(t, ctx); s.Phase != campaign.PhaseRetireable || !s.ActorsRead {
 		t.Fatalf("with the API: phase %s, actors read %v", s.Phase, s.ActorsRead)
 	}
 	for _, args := range [][]string{{"--no-api"}, {"--ate-endpoint", "127.0.0.1:1"}} {
 		text, code := atetest.Run(t, ctx, append([]string{"status"}, args...)...)
 		js, _ := atetest.Run(t, ctx, append([]string{"status", "-o", "json"}, args...)...)
 		if code != 0 || strings.Contains(text, "no actor on an old-pool worker") || !strings.Contains(text, "unknown") ||
-			strings.Contains(text, string(ate.PhaseRetireable)) {
+			strings.Contains(text, string(campaign.PhaseRetireable)) {
 			t.Errorf("status %v (exit %d) claims what it did not read, or does not say it is unknown", args, code)
 		}
 		if !strings.Contains(js, `"actorsOnOldPoolWorkers": null`) || !strings.Contains(js, `"actorsRead": false`) {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/kube"
 )
@@ -127,7 +127,7 @@ func TestRollAndRollbackAfterTheRecovery(t *testing.T) {
 		t.Errorf("rollback must print deploy ate-system, then deploy ate-controller")
 	}
 	s := atetest.Status(t, ctx)
-	if s.Phase != ate.PhaseNotStarted || len(s.Nodes) != 0 || s.Counts[atetest.OldV] != 2 {
+	if s.Phase != campaign.PhaseNotStarted || len(s.Nodes) != 0 || s.Counts[atetest.OldV] != 2 {
 		t.Fatalf("after the rollback: %s (%s), in progress %v", s.Phase, s.Summary, s.Nodes)
 	}
 	if out := atetest.MustRun(t, ctx, "rollback"); !strings.Contains(out, "one atelet DaemonSet, at "+atetest.OldV) {

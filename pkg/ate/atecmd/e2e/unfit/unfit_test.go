@@ -17,7 +17,9 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 )
 
 func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "ate-fleet"}) }
@@ -46,9 +48,9 @@ func TestAClonesPodsNoNodeAdmitsStopTheRollBeforeTheFirstFlip(t *testing.T) {
 
 	// A clone for another architecture: its template selects arm64, every
 	// node is amd64.
-	clone := ate.CloneName("python-small", atetest.NewV)
+	clone := roll.CloneName("python-small", atetest.NewV)
 	patch := `{"spec":{"template":{"nodeSelector":{"kubernetes.io/arch":"arm64"}}}}`
-	if _, err := atetest.Dynamic(t).Resource(ate.WorkerPoolGVR).Namespace("ate-workers").Patch(ctx, clone, types.MergePatchType,
+	if _, err := atetest.Dynamic(t).Resource(fleet.WorkerPoolGVR).Namespace("ate-workers").Patch(ctx, clone, types.MergePatchType,
 		[]byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func TestAClonesPodsNoNodeAdmitsStopTheRollBeforeTheFirstFlip(t *testing.T) {
 
 	// The rollback leaves the cluster as it was.
 	atetest.MustRun(t, ctx, "rollback")
-	if s := atetest.Status(t, ctx); s.Phase != ate.PhaseNotStarted {
+	if s := atetest.Status(t, ctx); s.Phase != campaign.PhaseNotStarted {
 		t.Fatalf("after the rollback: phase %s", s.Phase)
 	}
 }
@@ -79,7 +81,7 @@ func waitTemplate(t *testing.T, ctx context.Context, pool, arch string) {
 	t.Helper()
 	for {
 		deps, err := simtest.Get(t).Client.AppsV1().Deployments("ate-workers").List(ctx,
-			metav1.ListOptions{LabelSelector: ate.PoolLabel + "=" + pool})
+			metav1.ListOptions{LabelSelector: fleet.PoolLabel + "=" + pool})
 		if err != nil {
 			t.Fatal(err)
 		}

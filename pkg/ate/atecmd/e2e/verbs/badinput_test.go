@@ -12,7 +12,7 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -20,14 +20,14 @@ import (
 // carries their label, so they run no pod): with the installed one, three.
 func strayAtelets(t *testing.T, ctx context.Context) func() {
 	c := simtest.Get(t)
-	dss := c.Client.AppsV1().DaemonSets(ate.Namespace)
+	dss := c.Client.AppsV1().DaemonSets(fleet.Namespace)
 	var names []string
 	for _, v := range []string{"v0-8-0", "v0-9-0"} {
-		labels := map[string]string{ate.AppLabel: ate.AteletApp, ate.VersionLabel: strings.ReplaceAll(v, "-", ".")}
+		labels := map[string]string{fleet.AppLabel: fleet.AteletApp, fleet.VersionLabel: strings.ReplaceAll(v, "-", ".")}
 		ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "atelet-" + v, Labels: labels},
 			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec: corev1.PodSpec{NodeSelector: map[string]string{ate.VersionLabel: labels[ate.VersionLabel]},
+					Spec: corev1.PodSpec{NodeSelector: map[string]string{fleet.VersionLabel: labels[fleet.VersionLabel]},
 						Containers: []corev1.Container{{Name: "atelet", Image: "registry.example/atelet:" + v}}}}}}
 		if _, err := dss.Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -110,20 +110,20 @@ func TestBadInputChangesNothing(t *testing.T) {
 		// Cluster states the roll must not touch: refused (exit 3), nothing changed.
 		{strayAtelets, []string{"roll", "next-node"}, cli.ExitBlocked, "3 atelet DaemonSets", "delete the stray one"},
 		{strayAtelets, []string{"preflight"}, cli.ExitBlocked, "atelet-v0-9-0", "delete the stray DaemonSet"},
-		{unlabelledNode, []string{"roll", "next-node"}, cli.ExitBlocked, "rollbook-unlabelled", "label them " + ate.VersionLabel},
-		{unlabelledNode, []string{"preflight"}, cli.ExitBlocked, "1 unlabelled", "kubectl label node NODE " + ate.VersionLabel},
+		{unlabelledNode, []string{"roll", "next-node"}, cli.ExitBlocked, "rollbook-unlabelled", "label them " + fleet.VersionLabel},
+		{unlabelledNode, []string{"preflight"}, cli.ExitBlocked, "1 unlabelled", "kubectl label node NODE " + fleet.VersionLabel},
 	}
 	for _, tc := range rows {
 		cleanup := func() {}
 		if tc.setup != nil {
 			cleanup = tc.setup(t, ctx)
 		}
-		before := c.Snapshot(t, ate.WorkerPoolGVR)
+		before := c.Snapshot(t, fleet.WorkerPoolGVR)
 		out, code := atetest.Run(t, ctx, tc.args...)
 		if code != tc.code || !strings.Contains(out, tc.input) || !strings.Contains(out, tc.fix) {
 			t.Errorf("%q: exit %d (want %d); the message must name %q and the fix %q:\n%s", tc.args, code, tc.code, tc.input, tc.fix, out)
 		}
-		if after := c.Snapshot(t, ate.WorkerPoolGVR); bookkept(after, tc.code) != bookkept(before, tc.code) {
+		if after := c.Snapshot(t, fleet.WorkerPoolGVR); bookkept(after, tc.code) != bookkept(before, tc.code) {
 			t.Errorf("%q changed the cluster:\n%s", tc.args, diffLines(before, after))
 		}
 		cleanup() // the next row starts from the fleet as it was
@@ -140,7 +140,7 @@ func bookkept(snapshot string, code int) string {
 	}
 	var keep []string
 	for _, l := range strings.Split(snapshot, "\n") {
-		if !strings.HasPrefix(l, "lease ") && !strings.HasPrefix(l, "configmap "+ate.Namespace+"/rollbook-ate-history ") {
+		if !strings.HasPrefix(l, "lease ") && !strings.HasPrefix(l, "configmap "+fleet.Namespace+"/rollbook-ate-history ") {
 			keep = append(keep, l)
 		}
 	}

@@ -13,7 +13,8 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -24,7 +25,7 @@ const gkePool = "ate-workers"
 // labels them. It is idempotent; every test that reads the GKE text calls it.
 func inGKEPool(t *testing.T, ctx context.Context) {
 	t.Helper()
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, ate.GKENodePoolLabel, gkePool)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, campaign.GKENodePoolLabel, gkePool)
 	for _, n := range []string{"kwok-node-0", "kwok-node-1", "kwok-node-2"} {
 		if _, err := simtest.Get(t).Client.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, []byte(patch),
 			metav1.PatchOptions{}); err != nil {
@@ -44,7 +45,7 @@ func TestGKEPreflightFillsInTheCommands(t *testing.T) {
 	inGKEPool(t, ctx)
 	// A node GKE created from a pool that lacks the version label.
 	extra := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gke-ate-workers-extra",
-		Labels: map[string]string{ate.GKENodePoolLabel: gkePool}}}
+		Labels: map[string]string{campaign.GKENodePoolLabel: gkePool}}}
 	if _, err := c.Client.CoreV1().Nodes().Create(ctx, extra, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestGKEPreflightFillsInTheCommands(t *testing.T) {
 	// The unlabelled node also fails the label check (exit 3): before step 3
 	// NEW is "", which once let an unlabelled node pass as "at NEW".
 	out, code := runGKE(t, ctx, "preflight")
-	if code != cli.ExitBlocked || !strings.Contains(out, "✗ every node carries "+ate.VersionLabel+" (1 unlabelled)") {
+	if code != cli.ExitBlocked || !strings.Contains(out, "✗ every node carries "+fleet.VersionLabel+" (1 unlabelled)") {
 		t.Errorf("preflight with an unlabelled node: exit %d, want %d and the label check failed", code, cli.ExitBlocked)
 	}
 	loc := "--zone us-central1-a --project rollbook-test"

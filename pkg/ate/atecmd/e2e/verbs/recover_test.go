@@ -11,7 +11,8 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	atenode "github.com/rollbook/rollbook/pkg/ate/node"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
@@ -51,7 +52,7 @@ func TestRecoverWronglyDrainedNode(t *testing.T) {
 		t.Fatalf("no worker on %s to drain", node)
 	}
 	livePods := func() map[types.UID]string {
-		pods, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: ate.PoolLabel})
+		pods, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: fleet.PoolLabel})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +71,7 @@ func TestRecoverWronglyDrainedNode(t *testing.T) {
 	}
 	out, code = atetest.Run(t, ctx, "recover-node", node, "--dry-run", "-o", "json")
 	var res runbook.Result
-	if err := json.NewDecoder(strings.NewReader(out)).Decode(&res); code != 0 || err != nil || res.Runbook != ate.RecoverRunbookName ||
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&res); code != 0 || err != nil || res.Runbook != atenode.RecoverRunbookName ||
 		res.Outcome != runbook.OutcomePlanned || len(res.Targets) != 1 {
 		t.Fatalf("recover-node --dry-run -o json: exit %d, %v, %s %s", code, err, res.Runbook, res.Outcome)
 	}
@@ -113,11 +114,11 @@ func TestRecoverWronglyDrainedNode(t *testing.T) {
 	if strings.Contains(out, "Deleted") || strings.Contains(out, "ActorSuspended") {
 		t.Errorf("a second recover-node changed something")
 	}
-	l, err := c.Client.CoordinationV1().Leases(ate.Namespace).Get(ctx, ate.LockName, metav1.GetOptions{})
+	l, err := c.Client.CoordinationV1().Leases(fleet.Namespace).Get(ctx, fleet.LockName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := l.Annotations[ate.AnnRecoveringNode]; ok {
+	if v, ok := l.Annotations[atenode.AnnRecoveringNode]; ok {
 		t.Errorf("the Lease still declares a recovery: %q", v)
 	}
 	t.Logf("recover-node replaced %d drained worker(s) on %s in %s", len(drained), node, took.Round(time.Millisecond))

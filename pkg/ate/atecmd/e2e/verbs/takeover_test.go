@@ -11,7 +11,7 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 )
 
 // `kubectl ate roll next-node --all --wait` killed with SIGKILL right after
@@ -57,7 +57,7 @@ func TestKilledRollResumesWithNoFlag(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	t.Logf("killed run:\n%s", out.String())
-	lease, err := c.Client.CoordinationV1().Leases(ate.Namespace).Get(ctx, ate.LockName, metav1.GetOptions{})
+	lease, err := c.Client.CoordinationV1().Leases(fleet.Namespace).Get(ctx, fleet.LockName, metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 		t.Fatalf("the killed run should still hold the lock: %v", err)
 	}
@@ -73,8 +73,8 @@ func TestKilledRollResumesWithNoFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range nodes.Items {
-		if n.Labels[ate.VersionLabel] != atetest.NewV || n.Spec.Unschedulable {
-			t.Errorf("node %s: %s=%q, unschedulable %v", n.Name, ate.VersionLabel, n.Labels[ate.VersionLabel], n.Spec.Unschedulable)
+		if n.Labels[fleet.VersionLabel] != atetest.NewV || n.Spec.Unschedulable {
+			t.Errorf("node %s: %s=%q, unschedulable %v", n.Name, fleet.VersionLabel, n.Labels[fleet.VersionLabel], n.Spec.Unschedulable)
 		}
 		flips, err := events.List(ctx, metav1.ListOptions{FieldSelector: "reason=SubstrateVersionFlipped,involvedObject.name=" + n.Name})
 		if err != nil || len(flips.Items) != 1 {
@@ -91,9 +91,9 @@ func TestKilledRollResumesWithNoFlag(t *testing.T) {
 	st, _ := runGKE(t, ctx, "status")
 	for _, want := range []string{
 		"After the roll, on GKE: node pool(s) ate-workers (3 node(s)) of cluster ate-sim in us-central1-a, project rollbook-test",
-		"Only now that every node shows " + ate.VersionLabel + "=" + atetest.NewV + ", and never earlier",
+		"Only now that every node shows " + fleet.VersionLabel + "=" + atetest.NewV + ", and never earlier",
 		"gcloud container node-pools update ate-workers --cluster ate-sim --zone us-central1-a --project rollbook-test " +
-			"--node-labels=<every existing user label>," + ate.VersionLabel + "=" + atetest.NewV,
+			"--node-labels=<every existing user label>," + fleet.VersionLabel + "=" + atetest.NewV,
 		"gcloud container clusters update ate-sim --zone us-central1-a --project rollbook-test --node-pool ate-workers " +
 			"--enable-autoscaling --min-nodes <min> --max-nodes <max>",
 	} {

@@ -22,7 +22,8 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 )
 
 // multiArch is the gvisor image of another build whose index has amd64.
@@ -49,7 +50,7 @@ func TestAnImageForAnotherArchitectureStopsTheRollBeforeTheFirstFlip(t *testing.
 
 	// Watch the probe pods: the gvisor clone's must really have waited in a
 	// pull failure on a node (not be judged from the template), and be gone.
-	w, err := c.Client.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{LabelSelector: ate.LabelPullProbe})
+	w, err := c.Client.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{LabelSelector: roll.LabelPullProbe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestAnImageForAnotherArchitectureStopsTheRollBeforeTheFirstFlip(t *testing.
 
 	// A probe pod a killed run left behind (another image set) goes too.
 	stale := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "rollbook-pull-stale", Namespace: "ate-workers",
-		Labels: map[string]string{ate.LabelPullProbe: "0000000000000000"}},
+		Labels: map[string]string{roll.LabelPullProbe: "0000000000000000"}},
 		Spec: corev1.PodSpec{NodeName: "kwok-node-1", RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "pull-0", Image: atetest.ImageVM, Command: []string{"/none"}}}}}
 	if _, err := c.Client.CoreV1().Pods(stale.Namespace).Create(ctx, stale, metav1.CreateOptions{}); err != nil {
@@ -103,12 +104,12 @@ func TestAnImageForAnotherArchitectureStopsTheRollBeforeTheFirstFlip(t *testing.
 		t.Fatal(err)
 	}
 	for _, n := range nodes.Items {
-		if n.Spec.Unschedulable || n.Annotations[ate.AnnMovingTo] != "" {
+		if n.Spec.Unschedulable || n.Annotations[fleet.AnnMovingTo] != "" {
 			t.Errorf("node %s was touched by a refused roll (cordoned %v, moving to %q)", n.Name, n.Spec.Unschedulable,
-				n.Annotations[ate.AnnMovingTo])
+				n.Annotations[fleet.AnnMovingTo])
 		}
 	}
-	l, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: ate.LabelPullProbe})
+	l, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: roll.LabelPullProbe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestAnImageForAnotherArchitectureStopsTheRollBeforeTheFirstFlip(t *testing.
 	// the image and clone again with one built for the nodes.
 	deleteClonesOf(t, atetest.ImageGV)
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: ate.PoolLabel})
+		l, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: fleet.PoolLabel})
 		if err != nil {
 			return false, err
 		}
@@ -150,7 +151,7 @@ func deleteClonesOf(t *testing.T, image string) {
 	t.Helper()
 	ctx := simtest.Context(t, time.Minute)
 	dyn := atetest.Dynamic(t)
-	l, err := dyn.Resource(ate.WorkerPoolGVR).Namespace("").List(ctx, metav1.ListOptions{})
+	l, err := dyn.Resource(fleet.WorkerPoolGVR).Namespace("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func deleteClonesOf(t *testing.T, image string) {
 		if img, _ := u.Object["spec"].(map[string]any)["workerImage"].(string); img != image {
 			continue
 		}
-		if err := dyn.Resource(ate.WorkerPoolGVR).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil {
+		if err := dyn.Resource(fleet.WorkerPoolGVR).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		deleted++
