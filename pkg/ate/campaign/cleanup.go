@@ -1,16 +1,17 @@
 package campaign
 
 import (
-	"sort"
+	"context"
+	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ate/node"
 	"github.com/rollbook/rollbook/pkg/ate/roll"
-	"github.com/rollbook/rollbook/pkg/kube"
-	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // CleanupAnnotations are the ate runbooks' records on nodes that no re-run
@@ -20,25 +21,38 @@ import (
 // and the marks of a move in progress are not bookkeeping.
 var CleanupAnnotations = []string{node.AnnResidents, node.AnnSuspendPace, roll.AnnImagePulls}
 
-// HalfWay says why node n is part-way through an ate runbook, or "": a
-// move begun (AnnMovingTo), a flip not yet verified (AnnVerifyPending),
-// ate's cordon, or a step clock.
-func HalfWay(n *corev1.Node) string {
-	var why []string
-	if v, ok := n.Annotations[fleet.AnnMovingTo]; ok {
-		why = append(why, "moving to "+v+" ("+fleet.AnnMovingTo+")")
+// HalfWay says, for every node that stands half-way in the node runbook
+// either way, where: the Locator's verdict, the one roll next-node,
+// rollback and status act on. It reads the cluster and the pools' pods;
+// cleanup asks no control API, so the positions rest on the cluster alone
+// (the node's marks, cordon and pool pods), as status's do with --no-api.
+// A step clock is not a position: a clock a killed run left on a node the
+// runbook shows done does not keep cleanup from it.
+func HalfWay(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface) (map[string]string, error) {
+	c, err := fleet.ObserveCluster(ctx, cs, dyn)
+	if err != nil {
+		return nil, err
 	}
-	if v, ok := n.Annotations[fleet.AnnVerifyPending]; ok {
-		why = append(why, "flipped to "+v+", not yet verified ("+fleet.AnnVerifyPending+")")
+	pods, err := fleet.PoolPods(ctx, cs, c.Pools)
+	if err != nil {
+		return nil, err
 	}
-	if by := n.Annotations[kube.AnnCordonedBy]; strings.HasPrefix(by, "ate-") {
-		why = append(why, "cordoned by "+by)
+	return halfWay(c, pods), nil
+}
+
+// halfWay is HalfWay on what it read. Where the roll's shape is unknown
+// no position can be decided: a node carrying a move's mark then counts as
+// half-way, with the problems that keep it from being located.
+func halfWay(c *fleet.Cluster, pods []corev1.Pod) map[string]string {
+	out := map[string]string{}
+	loc := node.NewLocator(c, pods, nil)
+	for _, m := range loc.HalfMoved() {
+		out[m.Node] = fmt.Sprintf("%s → %s, at step %s", m.From, m.To, m.Position)
 	}
-	for _, step := range runbook.StepsInProgress(n.Annotations, "ate-") {
-		why = append(why, "step "+step+" in progress")
+	for _, n := range loc.Unplaced() {
+		out[n] = "it carries a move's mark, and where it stands cannot be decided: " + strings.Join(c.Problems, "; ")
 	}
-	sort.Strings(why)
-	return strings.Join(why, ", ")
+	return out
 }
 
 // FinishHint says how to finish a half-way node.

@@ -12,8 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/fleet/fleettest"
 	"github.com/rollbook/rollbook/pkg/ate/node"
 	"github.com/rollbook/rollbook/pkg/ate/roll"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // Every rollbook.dev/ key the ate runbooks write is classified for cleanup:
@@ -27,7 +29,7 @@ func TestCleanupClassifiesEveryKey(t *testing.T) {
 		roll.LabelPullProbe:              "on the pull probe pods, which the roll deletes",
 		"rollbook.dev/ate-pull-probe-of": "on the pull probe pods, which the roll deletes",
 	}
-	halfWay := []string{fleet.AnnMovingTo, fleet.AnnVerifyPending}
+	marks := []string{fleet.AnnMovingTo, fleet.AnnVerifyPending}
 	// The keys are written by every layer of ate.
 	var files []string
 	for _, dir := range []string{"../fleet", "../node", "../roll", "."} {
@@ -49,7 +51,7 @@ func TestCleanupClassifiesEveryKey(t *testing.T) {
 		}
 		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 			n++
-			if k := m[1]; !slices.Contains(CleanupAnnotations, k) && !slices.Contains(halfWay, k) && notOnNode[k] == "" {
+			if k := m[1]; !slices.Contains(CleanupAnnotations, k) && !slices.Contains(marks, k) && notOnNode[k] == "" {
 				t.Errorf("%s is not classified for cleanup (CleanupAnnotations, HalfWay, or not on a node)", k)
 			}
 		}
@@ -57,13 +59,40 @@ func TestCleanupClassifiesEveryKey(t *testing.T) {
 	if n < 5 {
 		t.Fatalf("found only %d keys: the scan is broken", n)
 	}
-	for _, k := range halfWay {
-		if HalfWay(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{k: "v0.3.0"}}}) == "" {
+	// Each mark makes a node half-way; no step clock does, nor another
+	// plugin's cordon: where a node stands is the Locator's verdict alone.
+	at := func(version string, ann map[string]string) string {
+		c := fleettest.Cluster(fleettest.TwoAtelets, map[string]string{"n0": "v1", "n1": "v1"},
+			fleettest.Pool("w", "v1", nil, nil), fleettest.Pool("w-v2", "v2", nil, nil))
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0", Labels: map[string]string{fleet.VersionLabel: version},
+			Annotations: ann}}
+		c.Nodes[0].Version = version
+		c.Nodes[0].MovingTo, c.Nodes[0].VerifyPending = ann[fleet.AnnMovingTo], ann[fleet.AnnVerifyPending]
+		c.SetNodeObjects([]corev1.Node{n, {ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{fleet.VersionLabel: "v1"}}}},
+			true)
+		return halfWay(c, nil)["n0"]
+	}
+	for k, version := range map[string]string{fleet.AnnMovingTo: "v1", fleet.AnnVerifyPending: "v2"} {
+		if at(version, map[string]string{k: "v2"}) == "" {
 			t.Errorf("a node with %s is not half-way", k)
 		}
 	}
-	tt := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"rollbook.dev/cordoned-by": "tt-kmd"}}}
-	if why := HalfWay(tt); why != "" {
-		t.Errorf("tt's cordon makes a node half-way for ate: %s", why)
+	clock := runbook.TimerKey(node.RunbookName)
+	for what, ann := range map[string]map[string]string{
+		"tt's cordon":                   {"rollbook.dev/cordoned-by": "tt-kmd"},
+		"a clock a killed run left":     {clock: "ate.node.verify@2026-01-01T00:00:00Z"},
+		"a clock on a node not started": {clock: "ate.node.drain@2026-01-01T00:00:00Z"},
+	} {
+		for _, version := range []string{"v1", "v2"} {
+			if why := at(version, ann); why != "" {
+				t.Errorf("%s makes a node at %s half-way for ate: %s", what, version, why)
+			}
+		}
+	}
+	// Where the roll's shape is unknown a marked node is not let go.
+	c := fleettest.Cluster(fleettest.TwoAtelets, map[string]string{"n0": "v1", "n1": ""})
+	c.Nodes[0].MovingTo = "v2"
+	if why := halfWay(c, nil)["n0"]; !strings.Contains(why, "cannot be decided") {
+		t.Errorf("a marked node in a cluster with problems: %q", why)
 	}
 }

@@ -149,6 +149,23 @@ func (l *Locator) HalfMoved() []HalfMoved {
 	return out
 }
 
+// Unplaced are the nodes no position can be decided for although they
+// carry a move's mark (fleet.AnnMovingTo or AnnVerifyPending): the roll's
+// shape is unknown (the cluster's problems) or it has one version left.
+// Whoever must not act on a half-way node must not act on these either.
+func (l *Locator) Unplaced() []string {
+	if l.roll != nil {
+		return nil
+	}
+	var out []string
+	for _, n := range l.c.Nodes {
+		if n.MovingTo != "" || n.VerifyPending != "" {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
 // HalfMovedTo are the nodes half-way moving s.From → s.To.
 func (l *Locator) HalfMovedTo(s Sides) []HalfMoved {
 	var out []HalfMoved
