@@ -129,7 +129,7 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 		s.ActorsOnOldPools = len(fleet.ActorsBoundTo(inv, c.OldPools()))
 		s.FreeNewWorkers = fleet.FreeWorkers(inv, c.PoolsPinnedTo(c.New), fleet.SetOf(c.NodesAt(c.New)))
 	}
-	var back []node.HalfMoved
+	var moves, back []node.HalfMoved
 	if c.New != "" {
 		// With one atelet DaemonSet nothing is in progress, whatever the
 		// substrate says: after a rollback the deleted clones' workers stay
@@ -140,6 +140,7 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 			}
 			s.Nodes = append(s.Nodes, NodeProgress{Node: m.Node, Version: m.Version, Direction: m.Direction.String(),
 				Step: m.Step(), Next: m.Next()})
+			moves = append(moves, m)
 		}
 		var unpaired []string
 		for _, p := range c.OldPools() {
@@ -161,59 +162,9 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 		s.Next = back[0].Next() + "   (or kubectl ate rollback to roll every node back)"
 		return s
 	}
-	total, atNew := len(c.Nodes), len(c.NodesAt(c.New))
-	switch {
-	case c.New == "" && clonesServing(c) && c.AllAt(c.Old):
-		s.Phase, s.Summary = PhaseComplete, fmt.Sprintf("roll complete: every node at %s, the old pools and atelet retired; the clones "+
-			"serve", c.Old)
-		s.Next = "upgrade the control plane (step 6) if not done yet; for the next upgrade: ate-setup deploy atelet from the new " +
-			"release, then kubectl ate preflight"
-	case c.New == "":
-		s.Phase, s.Summary = PhaseNotStarted, fmt.Sprintf("every node at %s; no NEW atelet DaemonSet", c.Old)
-		s.Next = "apply the new CRDs, deploy ate-controller and the new atelet from the new release (steps 1–3), then: kubectl ate " +
-			"preflight"
-	case !clonesComplete(c):
-		s.Phase, s.Summary = PhasePrepared, fmt.Sprintf("NEW atelet %s is installed; %d of %d serving pool(s) "+
-			"cloned", c.New, countClones(c), len(c.OldPools()))
-		s.Next = "kubectl ate roll clone-pools --image <new worker image>@sha256:…"
-	case atNew == 0 && len(s.Nodes) == 0:
-		s.Phase, s.Summary = PhaseCloned, fmt.Sprintf("pools cloned; 0 of %d nodes at %s", total, c.New)
-		s.Next = "kubectl ate preflight && kubectl ate roll next-node"
-	case atNew < total || len(s.Nodes) > 0:
-		s.Phase, s.Summary = PhaseRolling, fmt.Sprintf("%d of %d nodes at %s", atNew, total, c.New)
-		s.Next = "kubectl ate roll next-node"
-		if len(s.Nodes) > 0 {
-			s.Summary += fmt.Sprintf("; node %s is half-way (%s)", s.Nodes[0].Node, s.Nodes[0].Step)
-		}
-
-	case s.OldPoolPodsRunning > 0 || inv != nil && s.ActorsOnOldPools > 0:
-		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; %d actor(s) still on old-pool workers, %d old-pool pod(s) "+
-			"Running", c.New, s.ActorsOnOldPools, s.OldPoolPodsRunning)
-		if inv == nil {
-			s.Summary = fmt.Sprintf("every node at %s; %d old-pool pod(s) Running; actors not read (no control API)", c.New,
-				s.OldPoolPodsRunning)
-		}
-		s.Next = "wait for those actors to suspend or move; then upgrade the control plane (step 6)"
-	case inv == nil:
-		// Nothing claims what it did not observe: without the control API
-		// no one knows whether an actor is still on an old-pool worker.
-		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; whether an actor is still on an old-pool worker is "+
-			"unknown: the control API was not read", c.New)
-		s.Next = "kubectl ate status with the control API reachable (no --no-api), before retiring"
-	case len(inv.Unreadable) > 0:
-		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; whether an actor is still on an old-pool worker is "+
-			"unknown: the actors of atespace(s) %s cannot be read with this client's token", c.New, fleet.Brief(inv.UnreadableAtespaces()))
-		s.Next = "allow the client's identity to list and get actors in those atespaces, then: kubectl ate status"
-	case len(fleet.UnservedClones(inv, c.PoolsPinnedTo(c.Old), c.Pools)) > 0:
-		u := fleet.UnservedClones(inv, c.PoolsPinnedTo(c.Old), c.Pools)
-		s.Phase, s.Summary = PhaseRolled, fmt.Sprintf("every node at %s; no worker serves for %s (registered, ACTIVE, capacity "+
-			"reported)", c.New, fleet.Brief(u))
-		s.Next = "find why the clone's pods do not serve (kubectl get pods -l " + fleet.PoolLabel + "; a ResourceQuota, a taint, an " +
-			"image of another architecture) before retiring"
-	default:
-		s.Phase, s.Summary = PhaseRetireable, fmt.Sprintf("every node at %s; no actor on an old-pool worker", c.New)
-		s.Next = "upgrade the control plane (step 6), let it soak, then: kubectl ate retire (ends the rollback option)"
-	}
+	// Where the roll stands is where its runbook is located (phase.go).
+	s.Phase, s.Summary, s.Next = phaseOf(fleetFacts{c: c, inv: inv, moves: moves, oldPodsRunning: s.OldPoolPodsRunning,
+		actorsOnOld: s.ActorsOnOldPools})
 	if (s.Phase == PhaseCloned || s.Phase == PhaseRolling) && inv != nil && len(inv.Unreadable) > 0 {
 		// The next command would refuse: say why, and the fix first.
 		s.Summary += fmt.Sprintf("; the actors of atespace(s) %s cannot be read with this client's token, so no node may flip",
@@ -223,8 +174,6 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 	}
 	return s
 }
-
-func clonesComplete(c *fleet.Cluster) bool { return countClones(c) == len(c.OldPools()) }
 
 func countClones(c *fleet.Cluster) int {
 	n := 0

@@ -65,10 +65,8 @@ new pools' pods wait (Pending) until a node moves to NEW.`,
 		Steps: []runbook.Step[cloneFacts]{
 			{
 				ID: "ate.pools.clone", Title: "Clone the serving pools",
-				Doc: "Create the clone of each pool pinned to OLD that has none; an existing clone is verified, never overwritten.",
-				Done: func(f cloneFacts) (bool, string) {
-					return f.err == nil && len(f.plans) == 0, fmt.Sprintf("%d pool(s) to clone", len(f.plans))
-				},
+				Doc:  "Create the clone of each pool pinned to OLD that has none; an existing clone is verified, never overwritten.",
+				Done: cloned,
 				Guards: []runbook.Guard[cloneFacts]{
 					{Name: "the roll's shape is known (two atelet DaemonSets, labelled nodes)", Check: func(f cloneFacts) (bool, string) {
 						if len(f.c.Problems) > 0 {
@@ -134,6 +132,21 @@ new pools' pods wait (Pending) until a node moves to NEW.`,
 			},
 		},
 	}
+}
+
+// cloned is the clone step's Done: no pool pinned to OLD is left without
+// its clone pinned to NEW.
+func cloned(f cloneFacts) (bool, string) {
+	return f.err == nil && len(f.plans) == 0, fmt.Sprintf("%d pool(s) to clone", len(f.plans))
+}
+
+// Cloned is the clone step's own verdict on c, for those who read where
+// the roll stands (status).
+func Cloned(c *fleet.Cluster) bool {
+	f := cloneFacts{c: c}
+	f.plans, f.err = PlanClones(c, Images{})
+	done, _ := cloned(f)
+	return done
 }
 
 // waitDeployment watches until the pool's Deployment exists, for at most
