@@ -174,14 +174,12 @@ func (f recoverFacts) fresh() int {
 // pods, and wait until their Deployments' replacements are fresh ACTIVE
 // workers. The node keeps its version label throughout.
 func RecoverRunbook(cs kubernetes.Interface, api API, rec kube.Recorder, cfg *RecoverConfig) *runbook.Runbook[recoverFacts] {
-	observe := func(ctx context.Context, name string) (recoverFacts, error) {
-		return observeRecover(ctx, cs, api, cfg, name)
-	}
+	b := &recoverBuilder{cs: cs, api: api, rec: rec, cfg: cfg}
 	// The roll's evacuation, on the node narrowed to its stale workers
 	// (nodeView); each round observes the node afresh.
-	evac := &evacuation{api: api, rec: rec, maxSuspends: cfg.MaxConcurrentSuspends, suspendInterval: cfg.SuspendInterval,
+	b.evac = &evacuation{api: api, rec: rec, maxSuspends: cfg.MaxConcurrentSuspends, suspendInterval: cfg.SuspendInterval,
 		revertCrashed: cfg.RevertCrashed, look: func(ctx context.Context, prev nodeFacts) (nodeFacts, error) {
-			g, err := observe(ctx, prev.node.Name)
+			g, err := b.observe(ctx, prev.node.Name)
 			if err != nil {
 				return nodeFacts{}, err
 			}
@@ -196,144 +194,172 @@ wait until their Deployments' replacements are Ready and registered as fresh ACT
 The node's version label never changes, so the replacements may land on the node itself. Workers
 of the node that are not draining, and actors merely paused on the node, are left alone.`,
 		Observe: func(ctx context.Context, t runbook.Target) (recoverFacts, error) {
-			return observe(ctx, t.Ref().Name)
+			return b.observe(ctx, t.Ref().Name)
 		},
-		Notes: func(f recoverFacts) []string {
-			if s := f.stale(); len(s) > 0 {
-				return []string{fmt.Sprintf("%d drained worker(s) still on %s; re-run to finish recovering it", len(s), f.node.Name)}
+		Notes: recoverFacts.notes,
+		Steps: []runbook.Step[recoverFacts]{b.suspend(), b.deletePods(), b.replacements(), b.clearMarks()},
+	}
+}
+
+// recoverBuilder makes the recover-node runbook's steps, one method each,
+// over the run's clients and the evacuation they share.
+type recoverBuilder struct {
+	cs   kubernetes.Interface
+	api  API
+	rec  kube.Recorder
+	cfg  *RecoverConfig
+	evac *evacuation
+}
+
+func (b *recoverBuilder) observe(ctx context.Context, name string) (recoverFacts, error) {
+	return observeRecover(ctx, b.cs, b.api, b.cfg, name)
+}
+
+// notes says what a stopped recovery left on the node.
+func (f recoverFacts) notes() []string {
+	if s := f.stale(); len(s) > 0 {
+		return []string{fmt.Sprintf("%d drained worker(s) still on %s; re-run to finish recovering it", len(s), f.node.Name)}
+	}
+	return nil
+}
+
+func (b *recoverBuilder) suspend() runbook.Step[recoverFacts] {
+	return runbook.Step[recoverFacts]{
+		ID: "ate.recover.suspend", Title: "Suspend every actor on the node's drained workers",
+		Doc: "Suspend the actors bound to the node's DRAINING workers, a few at a time, until none is left, exactly as " +
+			"the roll's suspend step does; a CRASHED actor stops the run unless --revert-crashed says to revert it.",
+		Timeout: b.cfg.SuspendTimeout,
+		Done: func(f recoverFacts) (bool, string) {
+			live, crashed := f.residents()
+			occ := f.occupied()
+			return len(live)+len(crashed)+len(occ) == 0, fmt.Sprintf("%d drained worker(s) on the node, %d live and %d "+
+				"crashed actor(s) on them", len(f.stale()), len(live), len(crashed))
+		},
+		Plan: func(f recoverFacts) []runbook.Change {
+			live, crashed := f.residents()
+			return suspendPlan(live, crashed)
+		},
+		Act: func(ctx context.Context, f recoverFacts) error {
+			// The roll's pace check: the drained workers' pods still
+			// run, so the budget is --suspend-timeout (no eviction
+			// window has started), and stopping leaves every actor
+			// running where it is.
+			e := *b.evac
+			pace, _ := ParsePace(f.node.Annotations[AnnSuspendPace])
+			e.meter, e.budget = newPaceMeter(pace), b.cfg.SuspendTimeout
+			e.measured = func(ctx context.Context, p Pace) error {
+				_, err := kube.SetNodeKeys(ctx, b.cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{
+					AnnSuspendPace: ptr.To(p.String())}})
+				return err
 			}
-			return nil
+			return e.empty(ctx, f.nodeView())
 		},
-		Steps: []runbook.Step[recoverFacts]{
-			{
-				ID: "ate.recover.suspend", Title: "Suspend every actor on the node's drained workers",
-				Doc: "Suspend the actors bound to the node's DRAINING workers, a few at a time, until none is left, exactly as " +
-					"the roll's suspend step does; a CRASHED actor stops the run unless --revert-crashed says to revert it.",
-				Timeout: cfg.SuspendTimeout,
-				Done: func(f recoverFacts) (bool, string) {
-					live, crashed := f.residents()
-					occ := f.occupied()
-					return len(live)+len(crashed)+len(occ) == 0, fmt.Sprintf("%d drained worker(s) on the node, %d live and %d "+
-						"crashed actor(s) on them", len(f.stale()), len(live), len(crashed))
-				},
-				Plan: func(f recoverFacts) []runbook.Change {
-					live, crashed := f.residents()
-					return suspendPlan(live, crashed)
-				},
-				Act: func(ctx context.Context, f recoverFacts) error {
-					// The roll's pace check: the drained workers' pods still
-					// run, so the budget is --suspend-timeout (no eviction
-					// window has started), and stopping leaves every actor
-					// running where it is.
-					e := *evac
-					pace, _ := ParsePace(f.node.Annotations[AnnSuspendPace])
-					e.meter, e.budget = newPaceMeter(pace), cfg.SuspendTimeout
-					e.measured = func(ctx context.Context, p Pace) error {
-						_, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{
-							AnnSuspendPace: ptr.To(p.String())}})
-						return err
-					}
-					return e.empty(ctx, f.nodeView())
-				},
+	}
+}
+
+func (b *recoverBuilder) deletePods() runbook.Step[recoverFacts] {
+	return runbook.Step[recoverFacts]{
+		ID: "ate.recover.delete-pods", Title: "Delete the drained workers' pods",
+		Doc: "Delete the pods of the node's DRAINING workers; their Deployments create replacements, which register as " +
+			"new workers. A pod whose worker hosts an actor (read again right before) is never deleted.",
+		Done: func(f recoverFacts) (bool, string) {
+			s := f.stale()
+			return len(s) == 0, fmt.Sprintf("%d drained worker pod(s) on the node", len(s))
+		},
+		Guards: []runbook.Guard[recoverFacts]{{
+			Name: "no actor lives on the node's drained workers",
+			Check: func(f recoverFacts) (bool, string) {
+				occ := f.occupied()
+				return len(occ) == 0, fmt.Sprintf("drained worker pod(s) %s still host an actor; deleting them would crash it. "+
+					"Re-run to suspend it", fleet.Brief(occ))
 			},
-			{
-				ID: "ate.recover.delete-pods", Title: "Delete the drained workers' pods",
-				Doc: "Delete the pods of the node's DRAINING workers; their Deployments create replacements, which register as " +
-					"new workers. A pod whose worker hosts an actor (read again right before) is never deleted.",
-				Done: func(f recoverFacts) (bool, string) {
-					s := f.stale()
-					return len(s) == 0, fmt.Sprintf("%d drained worker pod(s) on the node", len(s))
-				},
-				Guards: []runbook.Guard[recoverFacts]{{
-					Name: "no actor lives on the node's drained workers",
-					Check: func(f recoverFacts) (bool, string) {
-						occ := f.occupied()
-						return len(occ) == 0, fmt.Sprintf("drained worker pod(s) %s still host an actor; deleting them would crash it. "+
-							"Re-run to suspend it", fleet.Brief(occ))
-					},
-				}},
-				Plan: func(f recoverFacts) []runbook.Change {
-					var out []runbook.Change
-					for _, w := range f.stale() {
-						out = append(out, runbook.Change{Object: "pod/" + w.Namespace + "/" + w.Pod, Action: "delete",
-							Detail: "worker " + w.Name + " DRAINING"})
-					}
-					return out
-				},
-				Act: func(ctx context.Context, f recoverFacts) error {
-					var pods []idlePod
-					for _, w := range f.stale() {
-						pods = append(pods, idlePod{ref: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: w.Namespace,
-							Name: w.Pod}, uid: types.UID(w.Name), why: fmt.Sprintf("worker %s on node %s was drained and there is no "+
-							"undrain; its pool replaces the pod", w.Name, f.node.Name)})
-					}
-					return evac.deleteIdle(ctx, cs, rec, pods, "Re-run to suspend it")
-				},
-				Wait: func(ctx context.Context, f recoverFacts) error {
-					gone := map[types.UID]bool{}
-					for _, w := range f.stale() {
-						gone[types.UID(w.Name)] = true
-					}
-					return kube.WaitForNoPods(ctx, cs, f.node.Name, func(p *corev1.Pod) bool { return gone[p.UID] })
-				},
-			},
-			{
-				ID: "ate.recover.replacements", Title: "Wait for the replacements to register as fresh ACTIVE workers",
-				Doc: "Wait until every worker Deployment of the node's version has all its pods again, each placed pod is Ready " +
-					"and registered as a worker, and the node's workers are ACTIVE. A replacement the scheduler has no room for " +
-					"stays Pending, as the roll's reserve does, and is not waited for.",
-				Timeout: cfg.ReplaceTimeout,
-				Done: func(f recoverFacts) (bool, string) {
-					a := f.awaited()
-					if len(f.stale()) > 0 || len(a) > 0 {
-						return false, fmt.Sprintf("%d drained worker pod(s) on the node; waiting for %s", len(f.stale()), fleet.OrNone(fleet.Brief(a)))
-					}
-					return true, fmt.Sprintf("%d ACTIVE worker(s) on the node, every worker pod Ready and registered", f.fresh())
-				},
-				Act: func(context.Context, recoverFacts) error { return nil },
-				Wait: func(ctx context.Context, f recoverFacts) error {
-					// Pods are watched; the substrate API has no watch, so
-					// registration is polled, gently.
-					if err := waitPodsSettled(ctx, cs, f); err != nil {
-						return err
-					}
-					for delay := 200 * time.Millisecond; ; delay = min(2*delay, 3*time.Second) {
-						g, err := observe(ctx, f.node.Name)
-						if err != nil {
-							return err
-						}
-						a := g.awaited()
-						if len(a) == 0 && len(g.stale()) == 0 {
-							return nil
-						}
-						select {
-						case <-ctx.Done():
-							return fmt.Errorf("replacements of the drained workers on %s not registered: waiting for %s: %w", f.node.Name,
-								fleet.Brief(a), context.Cause(ctx))
-						case <-time.After(delay):
-						}
-					}
-				},
-			},
-			{
-				ID: "ate.recover.clear-marks", Title: "Forget the abandoned move",
-				Doc: "Remove the roll's marks (" + fleet.AnnMovingTo + ", " + AnnResidents + ") from the node: the move it recorded was " +
-					"the mistake being recovered from, and a roll that still saw them would treat the node as half-moved.",
-				Done: func(f recoverFacts) (bool, string) {
-					_, moving := f.node.Annotations[fleet.AnnMovingTo]
-					_, residents := f.node.Annotations[AnnResidents]
-					return !moving && !residents, fmt.Sprintf("%s=%q", fleet.AnnMovingTo, f.node.Annotations[fleet.AnnMovingTo])
-				},
-				Plan: func(f recoverFacts) []runbook.Change {
-					return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate",
-						Detail: fleet.AnnMovingTo + "-, " + AnnResidents + "-"}}
-				},
-				Act: func(ctx context.Context, f recoverFacts) error {
-					_, err := kube.SetNodeKeys(ctx, cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{fleet.AnnMovingTo: nil,
-						AnnResidents: nil}})
+		}},
+		Plan: func(f recoverFacts) []runbook.Change {
+			var out []runbook.Change
+			for _, w := range f.stale() {
+				out = append(out, runbook.Change{Object: "pod/" + w.Namespace + "/" + w.Pod, Action: "delete",
+					Detail: "worker " + w.Name + " DRAINING"})
+			}
+			return out
+		},
+		Act: func(ctx context.Context, f recoverFacts) error {
+			var pods []idlePod
+			for _, w := range f.stale() {
+				pods = append(pods, idlePod{ref: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: w.Namespace,
+					Name: w.Pod}, uid: types.UID(w.Name), why: fmt.Sprintf("worker %s on node %s was drained and there is no "+
+					"undrain; its pool replaces the pod", w.Name, f.node.Name)})
+			}
+			return b.evac.deleteIdle(ctx, b.cs, b.rec, pods, "Re-run to suspend it")
+		},
+		Wait: func(ctx context.Context, f recoverFacts) error {
+			gone := map[types.UID]bool{}
+			for _, w := range f.stale() {
+				gone[types.UID(w.Name)] = true
+			}
+			return kube.WaitForNoPods(ctx, b.cs, f.node.Name, func(p *corev1.Pod) bool { return gone[p.UID] })
+		},
+	}
+}
+
+func (b *recoverBuilder) replacements() runbook.Step[recoverFacts] {
+	return runbook.Step[recoverFacts]{
+		ID: "ate.recover.replacements", Title: "Wait for the replacements to register as fresh ACTIVE workers",
+		Doc: "Wait until every worker Deployment of the node's version has all its pods again, each placed pod is Ready " +
+			"and registered as a worker, and the node's workers are ACTIVE. A replacement the scheduler has no room for " +
+			"stays Pending, as the roll's reserve does, and is not waited for.",
+		Timeout: b.cfg.ReplaceTimeout,
+		Done: func(f recoverFacts) (bool, string) {
+			a := f.awaited()
+			if len(f.stale()) > 0 || len(a) > 0 {
+				return false, fmt.Sprintf("%d drained worker pod(s) on the node; waiting for %s", len(f.stale()), fleet.OrNone(fleet.Brief(a)))
+			}
+			return true, fmt.Sprintf("%d ACTIVE worker(s) on the node, every worker pod Ready and registered", f.fresh())
+		},
+		Act: func(context.Context, recoverFacts) error { return nil },
+		Wait: func(ctx context.Context, f recoverFacts) error {
+			// Pods are watched; the substrate API has no watch, so
+			// registration is polled, gently.
+			if err := waitPodsSettled(ctx, b.cs, f); err != nil {
+				return err
+			}
+			for delay := 200 * time.Millisecond; ; delay = min(2*delay, 3*time.Second) {
+				g, err := b.observe(ctx, f.node.Name)
+				if err != nil {
 					return err
-				},
-			},
+				}
+				a := g.awaited()
+				if len(a) == 0 && len(g.stale()) == 0 {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("replacements of the drained workers on %s not registered: waiting for %s: %w", f.node.Name,
+						fleet.Brief(a), context.Cause(ctx))
+				case <-time.After(delay):
+				}
+			}
+		},
+	}
+}
+
+func (b *recoverBuilder) clearMarks() runbook.Step[recoverFacts] {
+	return runbook.Step[recoverFacts]{
+		ID: "ate.recover.clear-marks", Title: "Forget the abandoned move",
+		Doc: "Remove the roll's marks (" + fleet.AnnMovingTo + ", " + AnnResidents + ") from the node: the move it recorded was " +
+			"the mistake being recovered from, and a roll that still saw them would treat the node as half-moved.",
+		Done: func(f recoverFacts) (bool, string) {
+			_, moving := f.node.Annotations[fleet.AnnMovingTo]
+			_, residents := f.node.Annotations[AnnResidents]
+			return !moving && !residents, fmt.Sprintf("%s=%q", fleet.AnnMovingTo, f.node.Annotations[fleet.AnnMovingTo])
+		},
+		Plan: func(f recoverFacts) []runbook.Change {
+			return []runbook.Change{{Object: "node/" + f.node.Name, Action: "annotate",
+				Detail: fleet.AnnMovingTo + "-, " + AnnResidents + "-"}}
+		},
+		Act: func(ctx context.Context, f recoverFacts) error {
+			_, err := kube.SetNodeKeys(ctx, b.cs, f.node.Name, kube.NodeChange{Annotations: map[string]*string{fleet.AnnMovingTo: nil,
+				AnnResidents: nil}})
+			return err
 		},
 	}
 }
