@@ -94,14 +94,10 @@ func (o *preflightOptions) Run(ctx context.Context) error {
 // pinPools runs the pin-pools runbook in its own session; the checks that
 // follow read the cluster it leaves.
 func (o *preflightOptions) pinPools(ctx context.Context) error {
-	s, ctx, err := startAPISession(ctx, o.g, o.run, &o.api)
-	if err != nil {
-		return err
-	}
-	defer s.client.Close()
-	res := cli.Run(ctx, s.Session, roll.PinPoolsRunbook(s.Client, s.dyn, s.client, s.Recorder),
-		[]runbook.Target{runbook.ScopeTarget{Scope: "pools"}}, runbook.Options{})
-	return s.Finish(res, "the checks follow")
+	return runOne(ctx, o.g, o.run, &o.api, func(ctx context.Context, s *apiSession) (runbook.Result, error) {
+		return cli.Run(ctx, s.Session, roll.PinPoolsRunbook(s.Client, s.dyn, s.client, s.Recorder),
+			[]runbook.Target{runbook.ScopeTarget{Scope: "pools"}}, runbook.Options{}), nil
+	}, "the checks follow", "")
 }
 
 func printChecks(w io.Writer, checks []fleet.Check) {

@@ -2,7 +2,6 @@ package atecmd
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,27 +45,16 @@ func (o *recoverOptions) Run(ctx context.Context, g *cli.Globals) error {
 	if err := checkMovePermissions(ctx, g, o.run); err != nil {
 		return err
 	}
-	s, ctx, err := cli.StartSession(ctx, g, o.run, "ate", fleet.LockName)
-	if err != nil {
-		return err
-	}
-	api, err := o.api.dial(ctx, g)
-	if err != nil {
-		return s.Fail(err)
-	}
-	defer func() { _ = api.Close() }()
-	undo, err := declareReplacing(ctx, s, o.node)
-	if err != nil {
-		return s.Fail(err)
-	}
-	res := cli.Run(ctx, s, node.RecoverRunbook(s.Client, api, s.Recorder, &o.cfg),
-		[]runbook.Target{runbook.NodeTarget{Client: s.Client, Node: o.node}}, runbook.Options{})
-	undo()
-	next := "kubectl ate status"
-	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
-		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl ate recover-node %s", o.node)
-	}
-	return s.Finish(res, next)
+	return runOne(ctx, g, o.run, &o.api, func(ctx context.Context, s *apiSession) (runbook.Result, error) {
+		undo, err := declareReplacing(ctx, s.Session, o.node)
+		if err != nil {
+			return runbook.Result{}, err
+		}
+		defer undo()
+		return cli.Run(ctx, s.Session, node.RecoverRunbook(s.Client, s.client, s.Recorder, &o.cfg),
+			[]runbook.Target{runbook.NodeTarget{Client: s.Client, Node: o.node}}, runbook.Options{}), nil
+	}, "kubectl ate status",
+		"fix what is shown above, then re-run: kubectl ate recover-node "+o.node)
 }
 
 // validNodeName refuses what cannot be a node name (shell metacharacters

@@ -63,18 +63,11 @@ func (o *retireOptions) Validate() error {
 
 // Run retires the old version in one session.
 func (o *retireOptions) Run(ctx context.Context) error {
-	s, ctx, err := startAPISession(ctx, o.g, o.run, &o.api)
-	if err != nil {
-		return err
-	}
-	defer s.client.Close()
-	res := cli.Run(ctx, s.Session, roll.RetireRunbook(s.Client, s.dyn, s.client, s.Recorder, o.backup), rollScope(), runbook.Options{})
-	next := "kubectl ate status   (to recreate a retired pool: kubectl apply -f " +
-		roll.BackupFile(o.backup.Dir, fleet.Pool{Namespace: "NAMESPACE", Name: "NAME"}) + ")"
-	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
-		next = "fix what is shown above, then re-run: kubectl ate retire"
-	}
-	return s.Finish(res, next)
+	return runOne(ctx, o.g, o.run, &o.api, func(ctx context.Context, s *apiSession) (runbook.Result, error) {
+		return cli.Run(ctx, s.Session, roll.RetireRunbook(s.Client, s.dyn, s.client, s.Recorder, o.backup), rollScope(),
+			runbook.Options{}), nil
+	}, "kubectl ate status   (to recreate a retired pool: kubectl apply -f "+
+		roll.BackupFile(o.backup.Dir, fleet.Pool{Namespace: "NAMESPACE", Name: "NAME"})+")", "fix what is shown above, then re-run: kubectl ate retire")
 }
 
 // rollScope is the target of the runbooks that act on the roll as a whole.

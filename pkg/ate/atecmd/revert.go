@@ -106,40 +106,35 @@ func (o *revertOptions) Validate() error {
 // Run lists the actors, asks for confirmation, and reverts them in one
 // session.
 func (o *revertOptions) Run(ctx context.Context) error {
-	s, ctx, err := startAPISession(ctx, o.g, o.run, &o.api)
-	if err != nil {
-		return err
-	}
-	client := s.client
-	defer client.Close()
-	var actors []ateapi.Actor
-	if o.allCrashed {
-		if actors, err = roll.CrashedActors(ctx, client, o.atespace); err != nil {
-			return s.Fail(err)
-		}
-		if len(actors) == 0 {
-			s.Progress.Printf("No CRASHED actor: nothing to revert.")
-		}
-	} else {
-		a, err := client.GetActor(ctx, o.atespace, o.actor)
+	return runOne(ctx, o.g, o.run, &o.api, func(ctx context.Context, s *apiSession) (runbook.Result, error) {
+		actors, err := o.actors(ctx, s)
 		if err != nil {
-			return s.Fail(err)
+			return runbook.Result{}, err
 		}
-		actors = []ateapi.Actor{a}
+		if err := o.confirm(actors); err != nil {
+			return runbook.Result{}, err
+		}
+		var targets []runbook.Target
+		for _, a := range actors {
+			targets = append(targets, roll.ActorTarget{Actor: a.Ref()})
+		}
+		return cli.Run(ctx, s.Session, roll.RevertRunbook(s.client, s.Recorder, o.timeout), targets,
+			runbook.Options{KeepGoing: true}), nil
+	}, "kubectl ate status", "fix what is shown above, then re-run the same command")
+}
+
+// actors are the actors to revert: every CRASHED one (of -a's atespace),
+// or the one named.
+func (o *revertOptions) actors(ctx context.Context, s *apiSession) ([]ateapi.Actor, error) {
+	if !o.allCrashed {
+		a, err := s.client.GetActor(ctx, o.atespace, o.actor)
+		return []ateapi.Actor{a}, err
 	}
-	if err := o.confirm(actors); err != nil {
-		return s.Fail(err)
+	actors, err := roll.CrashedActors(ctx, s.client, o.atespace)
+	if err == nil && len(actors) == 0 {
+		s.Progress.Printf("No CRASHED actor: nothing to revert.")
 	}
-	var targets []runbook.Target
-	for _, a := range actors {
-		targets = append(targets, roll.ActorTarget{Actor: a.Ref()})
-	}
-	res := cli.Run(ctx, s.Session, roll.RevertRunbook(client, s.Recorder, o.timeout), targets, runbook.Options{KeepGoing: true})
-	next := "kubectl ate status"
-	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
-		next = "fix what is shown above, then re-run the same command"
-	}
-	return s.Finish(res, next)
+	return actors, err
 }
 
 // confirm says what reverting the CRASHED actors loses and, unless --yes

@@ -11,6 +11,7 @@ import (
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // apiSession is a session with what the ate runbooks act through: the
@@ -36,6 +37,29 @@ func startAPISession(ctx context.Context, g *cli.Globals, run cli.RunFlags, api 
 		return nil, ctx, s.Fail(err)
 	}
 	return &apiSession{Session: s, dyn: dyn, client: client}, ctx, nil
+}
+
+// runOne is a command that runs one runbook in one session holding the
+// roll's lock, with the control API dialed: rb runs it (cli.Run) in the
+// session; an error it returns ends the session failed. done is what to run
+// after a run that finished; stopped, when set, what to do after one that
+// did not.
+func runOne(ctx context.Context, g *cli.Globals, run cli.RunFlags, api *apiFlags,
+	rb func(ctx context.Context, s *apiSession) (runbook.Result, error), done, stopped string) error {
+	s, ctx, err := startAPISession(ctx, g, run, api)
+	if err != nil {
+		return err
+	}
+	defer s.client.Close()
+	res, err := rb(ctx, s)
+	if err != nil {
+		return s.Fail(err)
+	}
+	next := done
+	if stopped != "" && res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
+		next = stopped
+	}
+	return s.Finish(res, next)
 }
 
 // readers are what status and preflight read through; api is nil when the
