@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"sort"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -70,7 +71,7 @@ type Locator struct {
 // (positions then rest on the cluster alone).
 func NewLocator(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Locator {
 	l := &Locator{c: c, pods: map[string][]corev1.Pod{}, inv: inv,
-		steps: nodeRunbook(newNodeObserver(nil, nil, &Config{}), nil)}
+		steps: locating()}
 	if l.inv == nil {
 		l.inv = &ateapi.Inventory{}
 	}
@@ -99,6 +100,13 @@ func NewLocator(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *Loc
 	}
 	return l
 }
+
+// locating is the node runbook as the Locator asks it: positions read only
+// the steps' Done, which decide from the facts alone, so one runbook
+// without clients serves every Locator.
+var locating = sync.OnceValue(func() *runbook.Runbook[nodeFacts] {
+	return nodeRunbook(newNodeObserver(nil, nil, &Config{}), nil)
+})
 
 // Locate is where node stands moving s.From → s.To. Guards are not
 // decided: which node is half-way, and where, never depends on them.

@@ -1010,40 +1010,38 @@ func exploreATE(t *testing.T, c aConfig) modelcheck.Result {
 // TestModelATENodeRoll explores the roll with kills, traffic, missed items
 // in the worker and actor lists (in the observation or in the flip's second
 // look, the same actor in both) and a person who suspends actors by hand when a run asks, and finds
-// no broken rule. The default configurations take each disturbance, and
-// each pair of them, on their own; the long ones (ROLLBOOK_MODEL_LONG=1)
-// combine them. The four "was:" rows are the configurations in which the
+// no broken rule. The quick configurations (-short too) are small; the
+// full ones take each disturbance, and each pair of them, on their own;
+// the long ones (ROLLBOOK_MODEL_LONG=1) combine them. The four "was:" rows are the configurations in which the
 // explorer found the runbook's earlier faults (docs/modelcheck.md).
 func TestModelATENodeRoll(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		c    aConfig
-		long bool
+		tier modelcheck.Tier
 	}{
-		{"kill, traffic", aConfig{nodes: 2, wakes: 1, kills: 1, person: true}, false},
-		{"three nodes: kill", aConfig{nodes: 3, kills: 1, person: true}, false},
+		{"kill, traffic", aConfig{nodes: 2, wakes: 1, kills: 1, person: true}, modelcheck.Full},
+		{"three nodes: kill", aConfig{nodes: 3, kills: 1, person: true}, modelcheck.Full},
 		{"traffic, a missed worker or actor", aConfig{nodes: 2, wakes: 1, misses: 1, missWorkers: true, missActors: true,
-			person: true}, false},
+			person: true}, modelcheck.Full},
 		{"kill, a missed worker or actor", aConfig{nodes: 2, misses: 1, kills: 1, missWorkers: true, missActors: true,
-			person: true}, false},
+			person: true}, modelcheck.Quick},
 		{"next-node --all and next-node NODE: kill, a missed worker", aConfig{nodes: 2, misses: 1, kills: 1, missWorkers: true,
-			person: true, byNode: true}, false},
-		{"a paused actor missed by two lists in a row", aConfig{nodes: 2, misses: 2, kills: 1, missActors: true, person: true}, false},
-		{"was: a missed paused actor is lost at the flip", aConfig{nodes: 2, misses: 1, kills: 1, missActors: true, person: true}, false},
-		{"was: the flip races a replacement pod", aConfig{nodes: 2, person: true}, false},
-		{"was: a missed draining worker lets a second node start", aConfig{nodes: 2, misses: 1, missWorkers: true, byNode: true}, false},
-		{"was: delete-old-pods waits on actors of the new pool", aConfig{nodes: 2, wakes: 1}, false},
+			person: true, byNode: true}, modelcheck.Full},
+		{"a paused actor missed by two lists in a row", aConfig{nodes: 2, misses: 2, kills: 1, missActors: true, person: true}, modelcheck.Quick},
+		{"was: a missed paused actor is lost at the flip", aConfig{nodes: 2, misses: 1, kills: 1, missActors: true, person: true}, modelcheck.Quick},
+		{"was: the flip races a replacement pod", aConfig{nodes: 2, person: true}, modelcheck.Quick},
+		{"was: a missed draining worker lets a second node start", aConfig{nodes: 2, misses: 1, missWorkers: true, byNode: true}, modelcheck.Quick},
+		{"was: delete-old-pods waits on actors of the new pool", aConfig{nodes: 2, wakes: 1}, modelcheck.Quick},
 		// Longer runs (ROLLBOOK_MODEL_LONG=1): every disturbance at once.
 		{"next-node --all: kill, traffic, a missed worker or actor", aConfig{nodes: 2, wakes: 1, misses: 1, kills: 1,
-			missWorkers: true, missActors: true, person: true}, true},
+			missWorkers: true, missActors: true, person: true}, modelcheck.Long},
 		{"next-node --all and next-node NODE: kill, traffic, a missed worker", aConfig{nodes: 2, wakes: 1, misses: 1, kills: 1,
-			missWorkers: true, person: true, byNode: true}, true},
-		{"three nodes: kill, traffic", aConfig{nodes: 3, wakes: 1, kills: 1, person: true}, true},
+			missWorkers: true, person: true, byNode: true}, modelcheck.Long},
+		{"three nodes: kill, traffic", aConfig{nodes: 3, wakes: 1, kills: 1, person: true}, modelcheck.Long},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.long && os.Getenv("ROLLBOOK_MODEL_LONG") == "" {
-				t.Skip("a long configuration: set ROLLBOOK_MODEL_LONG=1 to explore it")
-			}
+			tc.tier.Skip(t)
 			if res := exploreATE(t, tc.c); res.Violation != nil {
 				t.Fatalf("%s", res.Violation)
 			}
