@@ -21,8 +21,12 @@ import (
 )
 
 // inputIsTerminal reports whether the command's input stream is a TTY a
-// person can answer the prompt on; tests replace it.
-var inputIsTerminal = func(in io.Reader) bool {
+// person can answer the prompt on. An input that says for itself
+// (IsTerminal) is taken at its word: a test's stands for a person.
+func inputIsTerminal(in io.Reader) bool {
+	if t, ok := in.(interface{ IsTerminal() bool }); ok {
+		return t.IsTerminal()
+	}
 	f, ok := in.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }

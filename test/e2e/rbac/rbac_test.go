@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package rbac proves that deploy/rbac/ is enough: on a sim that authorizes
 // with RBAC it applies the roles, then runs a full kmd upgrade and a full
 // Agent Substrate roll as an impersonated user bound only to the operator
