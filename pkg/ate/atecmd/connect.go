@@ -53,8 +53,9 @@ func rollClients(ctx context.Context, g *cli.Globals, s *cli.Session, api *apiFl
 	closeAPI := func() { _ = client.Close() }
 	if caps := client.Capabilities(); !caps.DrainImplemented {
 		closeAPI()
-		return roll.Clients{}, nil, cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the control API does not implement DrainWorker (era %s): "+
-			"this install predates versioned builds and needs a fresh install", caps.Era))
+		return roll.Clients{}, nil, cli.WithExitCode(cli.ExitBlocked, fmt.Errorf(
+			"the control API does not implement DrainWorker (era %s): "+
+				"this install predates versioned builds and needs a fresh install", caps.Era))
 	}
 	if !dryRun {
 		// One node out of service at a time, said on the Lease for anyone watching.

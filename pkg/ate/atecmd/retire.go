@@ -67,7 +67,8 @@ func (o *retireOptions) Run(ctx context.Context) error {
 		return cli.Run(ctx, s.Session, roll.RetireRunbook(s.Client, s.dyn, s.client, s.Recorder, o.backup), rollScope(),
 			runbook.Options{}), nil
 	}, "kubectl ate status   (to recreate a retired pool: kubectl apply -f "+
-		roll.BackupFile(o.backup.Dir, fleet.Pool{Namespace: "NAMESPACE", Name: "NAME"})+")", "fix what is shown above, then re-run: kubectl ate retire")
+		roll.BackupFile(o.backup.Dir, fleet.Pool{Namespace: "NAMESPACE", Name: "NAME"})+")",
+		"fix what is shown above, then re-run: kubectl ate retire")
 }
 
 // rollScope is the target of the runbooks that act on the roll as a whole.

@@ -28,7 +28,8 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.AddCommand(newStatusCommand(g), newPreflightCommand(g), newRollCommand(g), newRollbackCommand(g), newRetireCommand(g),
 		newRevertCommand(g))
 	root.AddCommand(newRecoverNodeCommand(g))
-	root.AddCommand(append(cli.NewPauseCommands(g, "ate", fleet.LockName, fleet.Namespace), cli.NewHistoryCommand(g, "ate", fleet.Namespace))...)
+	root.AddCommand(append(cli.NewPauseCommands(g, "ate", fleet.LockName, fleet.Namespace),
+		cli.NewHistoryCommand(g, "ate", fleet.Namespace))...)
 	root.AddCommand(cli.NewCleanupCommand(g, cli.CleanupSpec{Plugin: "ate", LockName: fleet.LockName, DefaultLockNamespace: fleet.Namespace,
 		NodeAnnotations: campaign.CleanupAnnotations, HalfWay: halfWay(g), Finish: campaign.FinishHint}))
 	root.AddCommand(apicmd.NewCommand(g))

@@ -94,11 +94,13 @@ func Preflight(ctx context.Context, cs kubernetes.Interface, c *fleet.Cluster, c
 	gke, spot := nodes.gke, nodes.spot
 	if gke > 0 {
 		out = append(out,
-			fleet.Check{Group: "gke", Name: "node-pool autoscaler parked", OK: true, Warning: true, Detail: "cannot be seen from Kubernetes",
+			fleet.Check{Group: "gke", Name: "node-pool autoscaler parked", OK: true, Warning: true,
+				Detail: "cannot be seen from Kubernetes",
 				Fix: "gcloud container node-pools update POOL --no-enable-autoscaling (old-pool pods go Pending on purpose as the " +
 					"rollback reserve)"},
-			fleet.Check{Group: "gke", Name: "maintenance exclusion in place", OK: true, Warning: true, Detail: "a recreated node comes back " +
-				"with the pool's OLD label",
+			fleet.Check{Group: "gke", Name: "maintenance exclusion in place", OK: true, Warning: true,
+				Detail: "a recreated node comes back " +
+					"with the pool's OLD label",
 				Fix: "gcloud container clusters update … --add-maintenance-exclusion-…"},
 			fleet.Check{Group: "gke", Name: "node pool carries " + fleet.VersionLabel + "=" + c.Old, OK: true, Warning: true,
 				Detail: "do not relabel the pool until every node is rolled: it applies to every node at once"})

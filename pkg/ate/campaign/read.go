@@ -68,7 +68,8 @@ func ReadStatus(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interf
 }
 
 // ReadPreflight runs the preflight checks on the cluster as it is now.
-func ReadPreflight(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, v APIView, o PreflightOptions) ([]fleet.Check, error) {
+func ReadPreflight(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, v APIView,
+	o PreflightOptions) ([]fleet.Check, error) {
 	c, err := fleet.ObserveCluster(ctx, cs, dyn)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ type Check struct {
 	Fix     string `json:"fix,omitempty"`
 }
 
+// OrNone is s, or "<none>" when it is empty.
 func OrNone(s string) string {
 	if s == "" {
 		return "<none>"

@@ -77,7 +77,7 @@ type Cluster struct {
 	listedFull bool
 }
 
-// nodeObject is node as the cluster's list showed it, if it was listed in
+// ListedNode is node as the cluster's list showed it, if it was listed in
 // full: the node a move starts on is taken from there, not read again a
 // moment later.
 func (c *Cluster) ListedNode(name string) *corev1.Node {
@@ -87,7 +87,7 @@ func (c *Cluster) ListedNode(name string) *corev1.Node {
 	return c.listed(name)
 }
 
-// fullNodes are the nodes in full (taints, labels): as listed, or listed
+// FullNodes are the nodes in full (taints, labels): as listed, or listed
 // again when the cluster read them as metadata.
 func (c *Cluster) FullNodes(ctx context.Context, cs kubernetes.Interface) ([]corev1.Node, error) {
 	if c.listedFull {
@@ -119,7 +119,7 @@ func (c *Cluster) listed(name string) *corev1.Node {
 	return nil
 }
 
-// stub is the node as NodeInfo knows it (a Cluster built by hand, not
+// Stub is the node as NodeInfo knows it (a Cluster built by hand, not
 // listed): its version label, cordon and rollbook's marks.
 func (i NodeInfo) Stub() *corev1.Node {
 	n := &corev1.Node{}
@@ -199,6 +199,7 @@ func ateletOf(ds *appsv1.DaemonSet) Atelet {
 		Versioned: versionedName.MatchString(ds.Name) && ds.Labels[VersionLabel] != ""}
 }
 
+// PoolOf is the WorkerPool object u as the read model shows it.
 func PoolOf(u *unstructured.Unstructured) Pool {
 	p := Pool{Namespace: u.GetNamespace(), Name: u.GetName(), Labels: u.GetLabels(), Object: u}
 	p.Pin, _, _ = unstructured.NestedString(u.Object, "spec", "template", "nodeSelector", VersionLabel)
@@ -220,7 +221,7 @@ func PoolOf(u *unstructured.Unstructured) Pool {
 	return p
 }
 
-// infer derives OLD and NEW and records what makes the roll unsafe.
+// Infer derives OLD and NEW and records what makes the roll unsafe.
 func (c *Cluster) Infer() {
 	for _, a := range c.Atelets {
 		if !a.Versioned {
@@ -358,6 +359,7 @@ func (c *Cluster) NodesAt(version string) []string {
 	return out
 }
 
+// SetOf is items as a set.
 func SetOf(items []string) map[string]bool {
 	m := make(map[string]bool, len(items))
 	for _, s := range items {
@@ -378,6 +380,7 @@ func sameLabels(a, b map[string]string) bool {
 	return true
 }
 
+// Brief lists at most five of items and counts the rest.
 func Brief(items []string) string {
 	if len(items) > 5 {
 		return strings.Join(items[:5], ", ") + fmt.Sprintf(" and %d more", len(items)-5)

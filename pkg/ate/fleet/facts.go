@@ -13,6 +13,7 @@ import (
 // always matched by "namespace/name" (Pool.Key, Worker.PoolKey): the same
 // pool name in two namespaces is two pools.
 
+// PoolSet is the keys of pools as a set.
 func PoolSet(pools []Pool) map[string]bool {
 	m := map[string]bool{}
 	for _, p := range pools {
@@ -21,7 +22,7 @@ func PoolSet(pools []Pool) map[string]bool {
 	return m
 }
 
-// actorsBoundTo lists the actors bound to a worker of pools.
+// ActorsBoundTo lists the actors bound to a worker of pools.
 func ActorsBoundTo(inv *ateapi.Inventory, pools []Pool) []ateapi.Actor {
 	set := PoolSet(pools)
 	workers := map[string]bool{}
@@ -146,6 +147,7 @@ func Capacity(inv *ateapi.Inventory, lineage map[string]string, node string, res
 	return needs, ok
 }
 
+// DescribeNeeds says each lineage's need, for a person.
 func DescribeNeeds(needs []Need) string {
 	var s []string
 	for _, n := range needs {

@@ -12,7 +12,7 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// unfit says why a clone's pod template fits none of nodes once they carry
+// Unfit says why a clone's pod template fits none of nodes once they carry
 // version (what the flip gives them): a NoSchedule or NoExecute taint it
 // does not tolerate, or a node selector or required node affinity (the
 // architecture, say) no node matches. "" when it fits one. Pods Pending
@@ -69,6 +69,8 @@ func selectorOf(spec corev1.PodSpec) string {
 	return strings.Join(parts, ", ")
 }
 
+// ArchOf says the architecture and OS that labels (a node's, or a node
+// selector) name.
 func ArchOf(l map[string]string) string {
 	return fmt.Sprintf("%s=%s, %s=%s", corev1.LabelArchStable, l[corev1.LabelArchStable], corev1.LabelOSStable, l[corev1.LabelOSStable])
 }

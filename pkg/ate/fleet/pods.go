@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// pullFailure is a pod's image pull failure as its kubelet reports it
+// PullFailure is a pod's image pull failure as its kubelet reports it
 // ("container C: ImagePullBackOff: message"), and whether the image has no
 // build for the node's platform at all: containerd's "no match for platform
 // in manifest", Docker's "no matching manifest for linux/arm64 in the
@@ -33,7 +33,7 @@ func PullFailure(p *corev1.Pod) (why string, wrongPlatform bool) {
 	return "", false
 }
 
-// wrongPlatformPods names the target pools' pods on node whose image has no
+// WrongPlatformPods names the target pools' pods on node whose image has no
 // build for its platform, with the kubelet's message and the fix; "" when none.
 func WrongPlatformPods(pods []corev1.Pod, node *corev1.Node) string {
 	var out, edits []string

@@ -311,7 +311,8 @@ func (b *recoverBuilder) replacements() runbook.Step[recoverFacts] {
 		Done: func(f recoverFacts) (bool, string) {
 			a := f.awaited()
 			if len(f.stale()) > 0 || len(a) > 0 {
-				return false, fmt.Sprintf("%d drained worker pod(s) on the node; waiting for %s", len(f.stale()), fleet.OrNone(fleet.Brief(a)))
+				return false, fmt.Sprintf("%d drained worker pod(s) on the node; waiting for %s", len(f.stale()),
+					fleet.OrNone(fleet.Brief(a)))
 			}
 			return true, fmt.Sprintf("%d ACTIVE worker(s) on the node, every worker pod Ready and registered", f.fresh())
 		},

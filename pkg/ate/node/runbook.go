@@ -15,7 +15,7 @@ import (
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
-// NodeRunbookName owns the timers of moving nodes.
+// RunbookName owns the timers of moving nodes.
 const RunbookName = "ate-node"
 
 // Sides says which way a node moves: roll is OLD → NEW, rollback the mirror.
@@ -210,7 +210,8 @@ func capacityGuard() runbook.Guard[nodeFacts] {
 				return true, ""
 			}
 			needs, ok := f.capacity()
-			return ok, "not enough free actor slots on ACTIVE workers for the actors this node would suspend (" + fleet.DescribeNeeds(needs) +
+			return ok, "not enough free actor slots on ACTIVE workers for the actors this node would suspend (" +
+				fleet.DescribeNeeds(needs) +
 				"); they would have nowhere to resume. Wait for workers to free up (kubectl ate status), or pass --wait"
 		},
 	}

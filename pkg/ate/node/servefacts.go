@@ -25,7 +25,8 @@ func (f nodeFacts) hasAteletPods() bool {
 // one serves nothing).
 func (f nodeFacts) ateletReadyOf(version string) bool {
 	for _, p := range f.pods {
-		if p.Labels[fleet.AppLabel] == fleet.AteletApp && p.Labels[fleet.VersionLabel] == version && p.DeletionTimestamp == nil && kube.PodReady(&p) {
+		if p.Labels[fleet.AppLabel] == fleet.AteletApp && p.Labels[fleet.VersionLabel] == version && p.DeletionTimestamp == nil &&
+			kube.PodReady(&p) {
 			return true
 		}
 	}

@@ -475,7 +475,7 @@ func clonePullSets(ctx context.Context, cs kubernetes.Interface, c *fleet.Cluste
 	return out, nil
 }
 
-// pullCheck is preflight's view of the pull probe (it changes nothing, so
+// PullCheck is preflight's view of the pull probe (it changes nothing, so
 // it only says which pulls roll next-node will make first).
 func PullCheck(ctx context.Context, cs kubernetes.Interface, c *fleet.Cluster, deps fleet.PoolDeployments) fleet.Check {
 	ck := fleet.Check{Group: "roll", Name: "every clone's images pulled on each node platform still to move", OK: true}

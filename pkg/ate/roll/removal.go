@@ -83,7 +83,8 @@ func (f removalFacts) nodesAt() []string {
 
 // observeRemoval reads the cluster, and for version's pools their pods and
 // the actors bound to their workers.
-func observeRemoval(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, api fleet.Inventorier, r removal) (removalFacts, error) {
+func observeRemoval(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, api fleet.Inventorier,
+	r removal) (removalFacts, error) {
 	c, err := fleet.ObserveCluster(ctx, cs, dyn)
 	if err != nil {
 		return removalFacts{}, err

@@ -30,7 +30,8 @@ func actorNames(actors []ateapi.Actor) string {
 // delete each clone (pools pinned to NEW) once no actor is bound to one of
 // their workers, then the NEW atelet DaemonSet once no node carries NEW.
 // Run it on runbook.ScopeTarget{Scope: "roll"}.
-func RollbackRunbook(cs kubernetes.Interface, dyn dynamic.Interface, api fleet.Inventorier, rec kube.Recorder) *runbook.Runbook[removalFacts] {
+func RollbackRunbook(cs kubernetes.Interface, dyn dynamic.Interface, api fleet.Inventorier,
+	rec kube.Recorder) *runbook.Runbook[removalFacts] {
 	return &runbook.Runbook[removalFacts]{
 		Name:  RollbackRunbookName,
 		Title: "Remove the new version's pools and atelet once every node is back",
