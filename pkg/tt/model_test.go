@@ -876,7 +876,7 @@ func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
 			return helperSpec(h, "flash", node, cfg.helperKey(), flashCommand(cfg), cfg.ForceUnload, runThis)
 		}
 		m.probeSpec = func(node string) kube.HelperSpec {
-			return probeSpec(h, node, runThis, []string{"kubectl-tt", "node-agent", "probe"})
+			return probeSpec(h, node, runThis, agentCommand("probe"))
 		}
 		m.target, m.old, m.limit, m.countOut, m.finished = cfg.Readback, fwOld, c.parallel, true, cfg.fwFinished
 		// As kubectl tt upgrade firmware runs it (no soak): the next batch

@@ -236,7 +236,7 @@ func TestKMDStepsDoneAndGuards(t *testing.T) {
 // choice puts a helper on a control-plane node.
 func TestHelperPodShape(t *testing.T) {
 	h := HelperConfig{Image: "img", Namespace: "rollbook-system", PriorityClass: "rollbook-helper"}
-	probe := probeSpec(h, "n1", "r1", []string{"kubectl-tt", "node-agent", "probe"}).Pod()
+	probe := probeSpec(h, "n1", "r1", agentCommand("probe")).Pod()
 	c := probe.Spec.Containers[0]
 	if *c.SecurityContext.Privileged || !c.VolumeMounts[0].ReadOnly || c.SecurityContext.Capabilities == nil ||
 		len(c.SecurityContext.Capabilities.Drop) != 1 || *c.SecurityContext.AllowPrivilegeEscalation {
@@ -260,12 +260,13 @@ func TestHelperPodShape(t *testing.T) {
 	}
 }
 
-// --git-url reaches the kmd helper's command; without it the agent's
-// default (upstream) applies.
+// --git-url reaches the kmd helper's command; without it the upstream
+// repository is named there all the same, so the admission policy always
+// sees which repository the node builds from.
 func TestKMDGitURL(t *testing.T) {
 	c := &KMDConfig{Version: "2.8.0", Helper: HelperConfig{Image: "registry.example/node-agent:1", Namespace: "ns"}}
-	if cmd := strings.Join(kmdCommand(c), " "); strings.Contains(cmd, "--git-url") {
-		t.Errorf("no --git-url given, yet: %s", cmd)
+	if cmd := strings.Join(kmdCommand(c), " "); !strings.Contains(cmd, "--git-url "+nodeagent.DefaultKMDGitURL) {
+		t.Errorf("no --git-url given, and the upstream repository is not named: %s", cmd)
 	}
 	c.GitURL = "file:///srv/mirror/tt-kmd.git"
 	if err := c.Validate(); err != nil {

@@ -158,7 +158,7 @@ func BackupFile(dir string, p fleet.Pool) string {
 
 // BackupConfigMapName names the ConfigMap holding p's backup.
 func BackupConfigMapName(p fleet.Pool) string {
-	name := "workerpool-backup-" + p.Name
+	name := BackupConfigMapPrefix + p.Name
 	if len(name) > 253 {
 		name = name[:253]
 	}
@@ -167,6 +167,9 @@ func BackupConfigMapName(p fleet.Pool) string {
 
 // BackupKey is the ConfigMap data key holding the pool's YAML.
 const BackupKey = "workerpool.yaml"
+
+// BackupConfigMapPrefix begins every pool backup's ConfigMap name.
+const BackupConfigMapPrefix = "workerpool-backup-"
 
 // savedBackups returns the pools whose backup is in place and current: the
 // file in b.Dir and, with b.ConfigMap, the ConfigMap hold the pool as it is.

@@ -196,7 +196,7 @@ func TestTTOperatorUpgradesKMDAndViewerOnlyReads(t *testing.T) {
 	tcmd := ttcmd.NewRootCommand
 	apply(t, ctx, c, "tt-operator.yaml")
 	apply(t, ctx, c, "rollbook-viewer.yaml")
-	applyHelperPolicy(t, ctx, c)
+	applyAdmission(t, ctx, c)
 
 	// Impersonation is real: with no binding even status is refused.
 	if out, code := run(t, ctx, c, tcmd, stranger, "status"); code == 0 || !forbidden(out) {
@@ -292,6 +292,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	)
 	apply(t, ctx, c, "ate-operator.yaml")
 	apply(t, ctx, c, "rollbook-viewer.yaml")
+	applyAdmission(t, ctx, c) // the operator's node writes and objects, limited
 	if out, code := run(t, ctx, c, acmd, stranger, "status"); code == 0 || !forbidden(out) {
 		t.Fatalf("an unbound user read the roll: exit %d", code)
 	}
