@@ -4,7 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/install"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
@@ -54,8 +55,8 @@ func TestObjectsForTheCluster(t *testing.T) {
 }
 
 func TestATENamesAreATEs(t *testing.T) {
-	if install.ATEVersionLabel != ate.VersionLabel || install.ATEBackupConfigMapPrefix != ate.BackupConfigMapPrefix ||
-		install.ATELockName != ate.LockName {
+	if install.ATEVersionLabel != fleet.VersionLabel || install.ATEBackupConfigMapPrefix != roll.BackupConfigMapPrefix ||
+		install.ATELockName != fleet.LockName {
 		t.Error("pkg/install's copies of Agent Substrate's names differ from pkg/ate's")
 	}
 }

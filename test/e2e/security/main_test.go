@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package security tries rollbook's admission policies as an attacker
 // holding only the shipped operator roles would, on the sim's real
 // kube-apiserver: every helper shape the runbooks render is admitted, and
