@@ -131,14 +131,12 @@ var Requirements = []Requirement{
 	// probe
 	{OpProbe, KindExec, InImage, "chroot", "", "coreutils", "run the host's tt-smi --version"},
 	{OpProbe, KindExec, OnHost, "tt-smi", "/" + hostSMIPath, "", "host tt-smi version"},
-	{OpProbe, KindExec, InImage, "git", "", "git", "ls-remote tag ttkmd-<version>, when the module would be built"},
+	{OpProbe, KindExec, InImage, "git", "", "git", "ls-remote tag ttkmd-<version> (the roll pins its commit), unless it is loaded"},
 	{OpProbe, KindRead, InImage, "ca-certificates", caBundle, "ca-certificates", "git ls-remote over https"},
 	{OpProbe, KindRead, OnHost, "host", "/proc, /sys/module/tenstorrent, /lib/modules/<kver>/build{,/.kernelvariables}, " +
 		"/usr/bin/{make,gcc*}", "", "what an upgrade would need: headers and the compiler they name"},
 	{OpProbe, KindRead, OnHost, "module-policy", "/proc/sys/kernel/modules_disabled, /sys/module/module/parameters/sig_enforce, " +
 		"/sys/kernel/security/lockdown", "", "would the kernel load an unsigned module"},
-	{OpProbe, KindRead, OnHost, "signing", "/lib/modules/<kver>/build/{scripts/sign-file,include/config/auto.conf,.config}, " +
-		"--signing-cert-host-path, --signing-key-host-path (stat only)", "", "could a module built here be signed"},
 	{OpProbe, KindRead, OnHost, "devices", "/sys/bus/pci/devices/*/vendor, /dev/tenstorrent/*", "",
 		"the cards present and those the module bound"},
 }

@@ -76,6 +76,9 @@ type HelperConfig struct {
 	// OnControlPlane lets helpers run on control-plane nodes; the admission
 	// policy must allow it too (deploy/admission/helper-policy.yaml).
 	OnControlPlane bool
+	// NodeAccess is the label the admin requires of a helper's node
+	// (the policy's parameters); empty: DefaultHelperNodeLabel.
+	NodeAccess kube.NodeLabel
 	// Proxy is the proxy environment (ProxyEnvNames) the helpers that
 	// reach the network get: kubectl-tt's own, as git and curl read it.
 	Proxy map[string]string
@@ -131,6 +134,15 @@ func (h HelperConfig) validate() error {
 	}
 	if h.Namespace == "" {
 		return errors.New("--helper-namespace must not be empty")
+	}
+	for _, k := range ProxyEnvNames {
+		if v := h.Proxy[k]; strings.Contains(v, "@") || strings.ContainsAny(v, "\n\r") {
+			// The helpers' env is in their pod spec, which every viewer of
+			// the helper namespace reads (and the admission policy refuses).
+			return fmt.Errorf("$%s carries credentials (user:password@): the helpers that reach the network would carry them "+
+				"in their pod spec, readable by anyone who may read pods in the helper namespace. Use a proxy the nodes reach "+
+				"without credentials (e.g. one that authenticates by source address), or unset $%s for this run", k, k)
+		}
 	}
 	return nil
 }
@@ -446,11 +458,17 @@ func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) ru
 func helperWorkTimeout(t time.Duration) time.Duration { return t - 30*time.Second }
 
 func kmdProbeCommand(cfg *KMDConfig) []string {
-	cmd := []string{"kubectl-tt", "node-agent", "probe", "--kmd-version", cfg.Version}
-	if cfg.GitURL != "" {
-		cmd = append(cmd, "--git-url", cfg.GitURL) // the tag is looked up where the build clones
+	// The tag is looked up where the build clones.
+	return agentCommand("probe", "--kmd-version", cfg.Version, "--git-url", cfg.gitURL())
+}
+
+// gitURL is the repository the helpers clone: always named in their
+// command, so the admission policy checks it against the admin's list.
+func (c *KMDConfig) gitURL() string {
+	if c.GitURL == "" {
+		return nodeagent.DefaultKMDGitURL
 	}
-	return cmd
+	return c.GitURL
 }
 
 // commitIn is the --commit a kmd helper pod was created with.

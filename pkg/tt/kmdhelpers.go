@@ -6,7 +6,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rollbook/rollbook/pkg/kube"
-	"github.com/rollbook/rollbook/pkg/nodeagent"
 )
 
 // The two kmd helpers, rendered here and nowhere else (the admission
@@ -60,27 +59,28 @@ type VouchedModule struct {
 // helper only persists what is loaded) and the module vouched for the
 // node's kernel group (nil: none).
 func KMDHelperSpec(cfg *KMDConfig, node, commit string, m *VouchedModule) kube.HelperSpec {
-	cmd := []string{"kubectl-tt", "node-agent", "kmd", "--version", cfg.Version}
+	flags := []string{"--version", cfg.Version, "--git-url", cfg.gitURL()}
 	if t := cfg.Helper.Timeout; t > 0 {
 		// The agent's own deadline, inside the pod's: it stops and reports
 		// (old module loaded) before the kubelet kills it mid-step.
-		cmd = append(cmd, "--timeout", helperWorkTimeout(t).String())
+		flags = append(flags, "--timeout", helperWorkTimeout(t).String())
 	}
 	if commit != "" {
-		cmd = append(cmd, "--commit", commit)
+		flags = append(flags, "--commit", commit)
 	}
-	cmd = append(cmd, "--git-url", orDefaultGitURL(cfg.GitURL))
 	if cfg.ForceUnload {
-		cmd = append(cmd, "--force-unload")
+		flags = append(flags, "--force-unload")
 	}
-	s := helperSpec(cfg.Helper, kmdTask, node, cfg.Version, cmd, cfg.ForceUnload, cfg.RunID)
+	if m != nil {
+		flags = append(flags, "--module-sha256", m.SHA256, "--module-from", SharedModuleMount)
+		if m.Signer != "" {
+			flags = append(flags, "--module-signer", m.Signer)
+		}
+	}
+	s := helperSpec(cfg.Helper, kmdTask, node, cfg.Version, agentCommand(kmdTask, flags...), cfg.ForceUnload, cfg.RunID)
 	if m != nil {
 		s.ConfigMaps = append(s.ConfigMaps, kube.ConfigMapMount{Name: sharedModuleVolume, ConfigMap: m.ConfigMap,
 			MountPath: SharedModuleMount})
-		s.Command = append(s.Command, "--module-sha256", m.SHA256, "--module-from", SharedModuleMount)
-		if m.Signer != "" {
-			s.Command = append(s.Command, "--module-signer", m.Signer)
-		}
 	}
 	return s
 }
@@ -88,19 +88,26 @@ func KMDHelperSpec(cfg *KMDConfig, node, commit string, m *VouchedModule) kube.H
 // KMDBuildHelperSpec is the kmd-build helper of a run of cfg on node, with
 // the roll's pinned commit ("" when no probe listed the tag).
 func KMDBuildHelperSpec(cfg *KMDConfig, node, commit string) kube.HelperSpec {
-	cmd := []string{"kubectl-tt", "node-agent", "kmd-build", "--version", cfg.Version}
+	flags := []string{"--version", cfg.Version, "--git-url", cfg.gitURL()}
 	if commit != "" {
-		cmd = append(cmd, "--commit", commit)
+		flags = append(flags, "--commit", commit)
 	}
-	cmd = append(cmd, "--git-url", orDefaultGitURL(cfg.GitURL))
 	if t := cfg.Helper.Timeout; t > 0 {
-		cmd = append(cmd, "--timeout", helperWorkTimeout(t).String())
+		flags = append(flags, "--timeout", helperWorkTimeout(t).String())
 	}
-	s := helperSpec(cfg.Helper, kmdBuildTask, node, cfg.Version, cmd, false, cfg.RunID)
-	// It loads nothing: root in a chroot of the host, no other privilege.
-	s.Privileged = false
-	s.Capabilities = []corev1.Capability{"SYS_CHROOT"}
-	return s
+	return helperSpec(cfg.Helper, kmdBuildTask, node, cfg.Version, agentCommand(kmdBuildTask, flags...), false, cfg.RunID)
+}
+
+// KMDHelperShapes are the helpers a kmd run of cfg makes on node, for the
+// admission policy's dry run before the first: the probe, the build (with
+// a commit: the roll pins one), and the install with a vouched module.
+func KMDHelperShapes(cfg *KMDConfig, node string) []kube.HelperSpec {
+	commit := cfg.Commit
+	if commit == "" {
+		commit = strings.Repeat("0", 40)
+	}
+	m := &VouchedModule{ConfigMap: "tt-kmd-0000000000000000", SHA256: strings.Repeat("0", 64), Signer: cfg.Signing.certSHA256()}
+	return []kube.HelperSpec{KMDProbeSpec(cfg, node), KMDBuildHelperSpec(cfg, node, commit), KMDHelperSpec(cfg, node, commit, m)}
 }
 
 // vouchedIn is the vouched module a kmd helper pod was created with (its
@@ -138,12 +145,4 @@ func mountedConfigMap(p *corev1.Pod, name string) string {
 		}
 	}
 	return ""
-}
-
-// orDefaultGitURL is url, or upstream's when "".
-func orDefaultGitURL(url string) string {
-	if url == "" {
-		return nodeagent.DefaultKMDGitURL
-	}
-	return url
 }

@@ -43,6 +43,9 @@ const (
 	sharedModuleVolume = "module"
 )
 
+// SharedModuleNamePattern is the RE2 every SharedModuleName matches.
+const SharedModuleNamePattern = `^tt-kmd-[0-9a-f]{16}$`
+
 // ModuleKey is what a module is built from and for: every part of it is
 // in the shared module's name and record.
 type ModuleKey struct {

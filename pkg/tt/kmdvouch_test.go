@@ -44,16 +44,16 @@ func TestKMDHelpersCarryNoKey(t *testing.T) {
 		argv string
 	}{
 		"build": {KMDBuildHelperSpec(&KMDConfig{Version: "2.8.0", Helper: quick, RunID: "r"}, "n1", pin).Pod(),
-			"kubectl-tt node-agent kmd-build --version 2.8.0 --commit " + pin + " --git-url " + up + " --timeout 1m0s"},
+			AgentPath + " node-agent kmd-build --version 2.8.0 --commit " + pin + " --git-url " + up + " --timeout 1m0s"},
 		"build, no pin yet": {KMDBuildHelperSpec(cfg, "n1", "").Pod(),
-			"kubectl-tt node-agent kmd-build --version 2.8.0 --git-url " + up + " --timeout 14m30s"},
+			AgentPath + " node-agent kmd-build --version 2.8.0 --git-url " + up + " --timeout 14m30s"},
 		"install, loaded already": {KMDHelperSpec(cfg, "n1", pin, nil).Pod(),
-			"kubectl-tt node-agent kmd --version 2.8.0 --timeout 14m30s --commit " + pin + " --git-url " + up},
+			AgentPath + " node-agent kmd --version 2.8.0 --timeout 14m30s --commit " + pin + " --git-url " + up},
 		"install": {KMDHelperSpec(mirror, "n1", pin, mod).Pod(),
-			"kubectl-tt node-agent kmd --version 2.8.0 --timeout 14m30s --commit " + pin + " --git-url file:///m.git --module-sha256 " +
+			AgentPath + " node-agent kmd --version 2.8.0 --timeout 14m30s --commit " + pin + " --git-url file:///m.git --module-sha256 " +
 				mod.SHA256 + " --module-from /rollbook/module"},
 		"install, signed, force-unload": {KMDHelperSpec(forced, "n1", pin, signed).Pod(),
-			"kubectl-tt node-agent kmd --version 2.8.0 --timeout 1m0s --commit " + pin + " --git-url " + up +
+			AgentPath + " node-agent kmd --version 2.8.0 --timeout 1m0s --commit " + pin + " --git-url " + up +
 				" --force-unload --module-sha256 " + mod.SHA256 + " --module-from /rollbook/module --module-signer " + signed.Signer},
 	}
 	for name, s := range shapes {

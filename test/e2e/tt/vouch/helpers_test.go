@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package vouch holds the e2e tests of "a module is loaded on one node only
 // when something that node did not build vouches for it" (docs/security.md,
 // "Kernel modules: who vouches"): a shared module changed after its build —
