@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
@@ -111,23 +110,23 @@ func (m *moduleShare) build(ctx context.Context, b *builder, cfg *KMDConfig, f F
 	}
 	spec := KMDBuildHelperSpec(cfg, f.Node.Name, k.Commit)
 	name := kube.HelperName(kmdBuildTask, f.Node.Name, m.version)
-	// An earlier attempt's helper that failed, or built another commit,
-	// is replaced (one of this spec that succeeded is read again).
-	if old, err := b.cs.CoreV1().Pods(b.helperNS).Get(ctx, name, metav1.GetOptions{}); err == nil {
-		if h := trusted(helperOf(old), spec); h.finished() && !h.ok() {
-			if err := deleteHelper(ctx, b.cs, b.rec, old); err != nil {
-				return err
+	// An earlier attempt's helper of this spec is adopted: one that
+	// succeeded is read again, one that failed is replaced.
+	for attempt := 0; ; attempt++ {
+		pod, created, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec)
+		if err != nil {
+			var foreign *kube.ForeignHelperError
+			if errors.As(err, &foreign) {
+				return runbook.Blocked(err)
 			}
+			return err
 		}
-	} else if !apierrors.IsNotFound(err) {
-		return err
-	}
-	if _, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec); err != nil {
-		var foreign *kube.ForeignHelperError
-		if errors.As(err, &foreign) {
-			return runbook.Blocked(err)
+		if h := helperOf(pod); created || attempt > 0 || !h.finished() || h.ok() {
+			break
 		}
-		return err
+		if err := deleteHelper(ctx, b.cs, b.rec, pod); err != nil {
+			return err
+		}
 	}
 	h, err := waitHelper(ctx, b.cs, b.helperNS, name, helperFacts{})
 	if err != nil {

@@ -132,15 +132,13 @@ func (m *moduleShare) pin(ctx context.Context, f Facts) error {
 	return m.pinCommit(ctx, f.Node, t.Commit, "node/"+f.Node.Name+"'s probe")
 }
 
-// pinCommit makes commit the roll's, seen by who; another than the pin is
-// refused.
-func (m *moduleShare) pinCommit(ctx context.Context, node *corev1.Node, commit, who string) error {
+// pinCommit makes commit the roll's, seen by who (the KMDModuleShared
+// events name both); another than the pin is refused.
+func (m *moduleShare) pinCommit(_ context.Context, node *corev1.Node, commit, who string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.commit == "" {
 		m.commit, m.pinnedBy = commit, who
-		m.rec.Record(ctx, kube.NodeRef(node), false, "KMDCommitPinned", fmt.Sprintf("tag ttkmd-%s of %s is commit %s (%s): "+
-			"every node of this roll builds and loads that commit", m.version, nodeagent.RedactURL(m.gitURL), commit, who))
 		return nil
 	}
 	if commit != m.commit {
@@ -262,8 +260,11 @@ func (m *moduleShare) vouch(ctx context.Context, node *corev1.Node, k ModuleKey,
 	if info.Signer != "" {
 		signed = ", signed with certificate SHA-256 " + short(info.Signer) + "…"
 	}
-	m.rec.Record(ctx, kube.NodeRef(node), false, "KMDModuleShared", fmt.Sprintf("vouched for the %s built here (SHA-256 %s…%s): "+
-		"configmap %s/%s", k, short(sha), signed, m.namespace, name))
+	m.mu.Lock()
+	by := m.pinnedBy
+	m.mu.Unlock()
+	m.rec.Record(ctx, kube.NodeRef(node), false, "KMDModuleShared", fmt.Sprintf("vouched for the %s built here (SHA-256 %s…%s; "+
+		"the roll's commit, pinned by %s): configmap %s/%s", k, short(sha), signed, by, m.namespace, name))
 	return sh, nil
 }
 

@@ -468,9 +468,12 @@ func TestKMDRequestsPerNode(t *testing.T) {
 	}
 	// 50, and the cordon's list of the PDBs over the pods it would evict
 	// (#27); three node writes fewer since the cordon closes the gates and
-	// the label reopens them and uncordons, each in one write (#29).
-	if got := rc.Total(); got > 48 {
-		t.Errorf("a one-node kmd roll made %d API requests (limit 48): %s\n%s", got, rc.Breakdown(), rc.Paths())
+	// the label reopens them and uncordons, each in one write (#29); +2
+	// since the module is built in a kmd-build helper of its own, before the
+	// cordon (its pod created, watched and deleted; the dry run of its
+	// shape), which the kmd helper no longer does (#39).
+	if got := rc.Total(); got > 50 {
+		t.Errorf("a one-node kmd roll made %d API requests (limit 50): %s\n%s", got, rc.Breakdown(), rc.Paths())
 	}
 }
 
