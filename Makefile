@@ -26,8 +26,8 @@ build: ## both plugins into bin/ (static, as released: the sim runs kubectl-tt i
 sim: ## the simulated cluster into .cache/bin/sim (first build ~6 min, then seconds)
 	ROLLBOOK_SIM_BIN=$(SIM) bash hack/build-sim.sh
 
-demo: build sim ## both plugins against a 3-node simulated cluster (helpers inside the image when root)
-	ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) bash hack/demo.sh
+demo: build sim ## both plugins against a 3-node simulated cluster (helpers from the node-agent image when root)
+	img=$(IMAGE) || exit 1; ROLLBOOK_TT_IMAGE=$$img ROLLBOOK_SIM_BIN=$(SIM) bash hack/demo.sh
 
 check: lint ## gofmt, go vet (both modules) and golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -41,24 +41,32 @@ check: lint ## gofmt, go vet (both modules) and golangci-lint
 REALHOST = $$( [ -n "$$ROLLBOOK_REALHOST_ROOTFS" ] && echo "$$ROLLBOOK_REALHOST_ROOTFS" || \
   { [ "$$(id -u)" = 0 ] && bash hack/realhost-rootfs.sh; } || true )
 
-# The node-agent image's root filesystem (build/packages.txt by debootstrap,
-# stand-ins for tt-smi and tt-flash, the static kubectl-tt) the sim runs every
-# helper pod in: built (cached, locked) when we are root. Without root the sim
-# refuses helpers, saying why.
-IMAGE_ROOTFS = $$( [ -n "$$ROLLBOOK_TT_IMAGE_ROOTFS" ] && echo "$$ROLLBOOK_TT_IMAGE_ROOTFS" || \
-  { [ "$$(id -u)" = 0 ] && bash hack/image-rootfs.sh; } || true )
+# The node-agent image (hack/image.sh): its root filesystem from
+# build/node-agent.pins (debootstrap, cached, locked; needs root, or
+# $ROLLBOOK_TT_IMAGE_ROOTFS) and this tree's kubectl-tt, as an OCI layout in
+# .cache/node-agent-image. The sim runs every helper pod from it and pulls
+# nothing else; the tests' plugins name it by digest. Without root (and no
+# $ROLLBOOK_TT_IMAGE_ROOTFS) there is none, and the sim refuses helpers,
+# saying why. Expands to a command substitution: use as img=$(IMAGE) || exit 1.
+IMAGE = $$(bash hack/image.sh --optional)
 
-.PHONY: image-rootfs
-image-rootfs: ## the node-agent image's root filesystem the sim runs helpers in (needs root; cached in .cache/node-agent-rootfs)
+.PHONY: image image-rootfs image-pins
+image: ## the node-agent OCI image (build/node-agent.pins; needs root) into .cache/node-agent-image; prints it by digest
+	@layout=$$(bash hack/image.sh) && $(GO) run ./hack/nodeimage ref "$$layout"
+
+image-rootfs: ## the image's root filesystem alone (needs root; cached in .cache/node-agent-rootfs)
 	bash hack/image-rootfs.sh
+
+image-pins: ## take the Debian mirror's package versions into build/node-agent.pins (review the diff)
+	ROLLBOOK_IMAGE_PINS=update bash hack/image-rootfs.sh
 
 test: check sim ## every test, on the real simulated control plane
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	img=$(IMAGE_ROOTFS); rh=$(REALHOST); \
-	ROLLBOOK_REALHOST_ROOTFS=$$rh ROLLBOOK_TT_IMAGE_ROOTFS=$$img \
+	img=$(IMAGE) || exit 1; rh=$(REALHOST); \
+	ROLLBOOK_REALHOST_ROOTFS=$$rh ROLLBOOK_TT_IMAGE=$$img \
 	  ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
 	  $(GO) test $(GOTEST_FLAGS) ./... && \
-	ROLLBOOK_REALHOST_ROOTFS=$$rh ROLLBOOK_TT_IMAGE_ROOTFS=$$img $(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./...
+	ROLLBOOK_REALHOST_ROOTFS=$$rh ROLLBOOK_TT_IMAGE=$$img $(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./...
 
 # make chaos SEED=n KILLS=n: the kill-anywhere tests with KILLS kills per
 # scenario (three scenarios; default 60 each), seeded (default: the clock).
@@ -66,7 +74,7 @@ SEED  ?=
 KILLS ?= 60
 chaos: sim ## SIGKILL the plugins at random points, longer than make test (SEED=…, KILLS=… per scenario)
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	set -o pipefail; ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
+	set -o pipefail; img=$(IMAGE) || exit 1; ROLLBOOK_TT_IMAGE=$$img ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
 	  ROLLBOOK_CHAOS_SEED=$(SEED) ROLLBOOK_CHAOS_KILLS=$(KILLS) \
 	  $(GO) test -count=1 -timeout 120m -v -run 'KilledAnywhere|Secrets' ./internal/chaostest/ttchaos ./internal/chaostest/atechaos \
 	  | tee $(CURDIR)/.cache/chaos.log | grep -E '^(---|ok|FAIL)|FIGURES|chaos seed'
@@ -81,11 +89,11 @@ $(GOLANGCI):
 
 bench: build sim ## every benchmark at a size that fits ~10 minutes; figures next to their targets
 	ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-status.sh
-	FLASH=10s ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-firmware.sh
-	FLASH=3s STRESS=1 ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-firmware.sh
+	img=$(IMAGE) || exit 1; FLASH=10s ROLLBOOK_TT_IMAGE=$$img ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-firmware.sh && \
+	  FLASH=3s STRESS=1 ROLLBOOK_TT_IMAGE=$$img ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-firmware.sh
 	$(GO) test -run XXX -bench Inventory -benchtime 3x ./pkg/ateapi | grep -E 'Benchmark|ok'
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v \
+	img=$(IMAGE) || exit 1; ROLLBOOK_TT_IMAGE=$$img ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v \
 	  -run 'TestKMDRequestsPerNode|TestFirmwareRequestsPerNode|TestFullRollAndRollbackOnSixNodes|TestPerNodeCost' \
 	  ./pkg/tt/ttcmd ./pkg/tt/ttcmd/situations ./pkg/ate/atecmd/e2e/fleet | grep -E 'roll in|requests|^(---|ok|FAIL)'
 	$(MAKE) --no-print-directory bench-fleet
@@ -105,14 +113,14 @@ FLEET_KMD_BUILD ?= 30s
 FLEET_KMD_HIT ?= 5s
 bench-fleet-kmd: sim ## kmd --max-parallel over a fleet in kernel groups: time vs ideal, builds, requests per node
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	ROLLBOOK_FLEET_NODES=$(FLEET_KMD_NODES) ROLLBOOK_FLEET_PARALLEL=$(FLEET_KMD_PARALLEL) ROLLBOOK_FLEET_KERNELS=$(FLEET_KMD_KERNELS) \
-	  ROLLBOOK_FLEET_BUILD=$(FLEET_KMD_BUILD) ROLLBOOK_FLEET_HIT=$(FLEET_KMD_HIT) ROLLBOOK_FLEET_BENCH=1 ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) \
+	img=$(IMAGE) || exit 1; ROLLBOOK_FLEET_NODES=$(FLEET_KMD_NODES) ROLLBOOK_FLEET_PARALLEL=$(FLEET_KMD_PARALLEL) ROLLBOOK_FLEET_KERNELS=$(FLEET_KMD_KERNELS) \
+	  ROLLBOOK_FLEET_BUILD=$(FLEET_KMD_BUILD) ROLLBOOK_FLEET_HIT=$(FLEET_KMD_HIT) ROLLBOOK_FLEET_BENCH=1 ROLLBOOK_TT_IMAGE=$$img ROLLBOOK_SIM_BIN=$(SIM) \
 	  ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v -timeout 600m ./pkg/tt/ttcmd/fleetbench \
 	  | grep -E 'fleetbench_test|^(---|ok|FAIL)'
 
 bench-fleet: sim ## per-node requests and seconds over a fleet: tt kmd and the ate node roll
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	ROLLBOOK_FLEET_NODES=$(FLEET_NODES) ROLLBOOK_SIM_ATE_EXTRA_ACTORS=$(ACTORS) ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) \
+	img=$(IMAGE) || exit 1; ROLLBOOK_FLEET_NODES=$(FLEET_NODES) ROLLBOOK_SIM_ATE_EXTRA_ACTORS=$(ACTORS) ROLLBOOK_TT_IMAGE=$$img ROLLBOOK_SIM_BIN=$(SIM) \
 	  ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v -timeout 90m \
 	  ./pkg/tt/ttcmd/fleetcurve ./pkg/ate/atecmd/e2e/fleetcurve | grep -E 'curve_test|^ +[0-9]+  |^(---|ok|FAIL)'
 
@@ -156,13 +164,13 @@ release: $(GORELEASER) ## publish the release of the current tag (the release wo
 
 # A snapshot signs nothing (there is no identity to sign with offline) and
 # writes SBOMs only where syft is on PATH.
-dist: $(GORELEASER) ## release snapshot into dist/: archives, checksums, krew manifests (the image only where docker buildx runs)
+dist: $(GORELEASER) ## release snapshot into dist/: archives, checksums, krew manifests (make image builds the image)
 	$(GORELEASER) check
 	ROLLBOOK_COMMIT=$$(git rev-parse HEAD) $(GORELEASER) release --snapshot --clean --skip=sign \
-	  $$(command -v syft >/dev/null || echo --skip=sbom) $$(docker buildx version >/dev/null 2>&1 || echo --skip=docker)
+	  $$(command -v syft >/dev/null || echo --skip=sbom)
 	ROLLBOOK_DIST=$(CURDIR)/dist $(GO) test -count=1 ./test/e2e/krew
 
-image-check: ## the node-agent image's pins, its root filesystem from Debian packages (stand-ins for tt-smi and tt-flash), every agent requirement checked in a chroot
+image-check: ## build the node-agent image and check every agent requirement inside it (its layers unpacked, overlaid, chroot)
 	bash hack/image-check.sh
 
 clean:
