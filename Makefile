@@ -130,16 +130,19 @@ docs: ## regenerate runbooks/*.md from the step registry and docs/cli/*.md from 
 # Release tools are built from their Go modules at these pinned versions (no
 # downloaded binary), once each, into .cache/tools (goreleaser's first build
 # ~10 min). docs/release.md says how a release uses them.
-.PHONY: dist image-check release release-check release-tools
+.PHONY: dist image-check release release-check release-image release-tools
 GORELEASER_VERSION ?= v2.15.1
 ACTIONLINT_VERSION ?= v1.7.12
 COSIGN_VERSION     ?= v2.6.5
 SYFT_VERSION       ?= v1.57.2
+# crane pushes the node-agent image's OCI layout (the go-containerregistry of go.mod).
+CRANE_VERSION      ?= v0.22.1
 TOOLS      := $(CURDIR)/.cache/tools
 GORELEASER := $(TOOLS)/goreleaser-$(GORELEASER_VERSION)/goreleaser
 ACTIONLINT := $(TOOLS)/actionlint-$(ACTIONLINT_VERSION)/actionlint
 COSIGN     := $(TOOLS)/cosign-$(COSIGN_VERSION)/cosign
 SYFT       := $(TOOLS)/syft-$(SYFT_VERSION)/syft
+CRANE      := $(TOOLS)/crane-$(CRANE_VERSION)/crane
 
 $(GORELEASER):
 	GOBIN=$(dir $@) $(GO) install -trimpath github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
@@ -149,6 +152,8 @@ $(COSIGN):
 	GOBIN=$(dir $@) $(GO) install -trimpath github.com/sigstore/cosign/v2/cmd/cosign@$(COSIGN_VERSION)
 $(SYFT):
 	GOBIN=$(dir $@) $(GO) install -trimpath github.com/anchore/syft/cmd/syft@$(SYFT_VERSION)
+$(CRANE):
+	GOBIN=$(dir $@) $(GO) install -trimpath github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION)
 
 release-check: $(ACTIONLINT) $(GORELEASER) ## lint .github/workflows (actionlint) and check .goreleaser.yaml
 	$(ACTIONLINT) -no-color
@@ -156,11 +161,19 @@ release-check: $(ACTIONLINT) $(GORELEASER) ## lint .github/workflows (actionlint
 
 # The SBOM and signing steps need syft and cosign on PATH: release-tools puts
 # them in .cache/tools, and the release workflow adds those directories to PATH.
-release-tools: $(GORELEASER) $(COSIGN) $(SYFT) ## goreleaser, cosign and syft for a real release
-	@echo $(dir $(GORELEASER)) $(dir $(COSIGN)) $(dir $(SYFT))
+release-tools: $(GORELEASER) $(COSIGN) $(SYFT) $(CRANE) ## goreleaser, cosign, syft and crane for a real release
+	@echo $(dir $(GORELEASER)) $(dir $(COSIGN)) $(dir $(SYFT)) $(dir $(CRANE))
 
-release: $(GORELEASER) ## publish the release of the current tag (the release workflow runs this; docs/release.md)
-	$(GORELEASER) release --clean
+# The release's node-agent image: built as root (hack/image.sh), refused
+# while it carries stand-ins, pushed by crane; its reference by digest goes
+# to .cache/release/helper-image, which make release stamps into both plugins.
+IMAGE_REPO ?= ghcr.io/rollbook/node-agent
+release-image: $(CRANE) ## build and push the node-agent image of the current tag (root; docs/release.md)
+	CRANE=$(CRANE) IMAGE_REPO=$(IMAGE_REPO) bash hack/release-image.sh "$$(git describe --tags --exact-match)" "$$(git rev-parse HEAD)"
+
+release: $(GORELEASER) ## publish the release of the current tag, stamped with the pushed image (make release-image first)
+	@[ -s .cache/release/helper-image ] || { echo "make release: no .cache/release/helper-image: run make release-image first" >&2; exit 1; }
+	ROLLBOOK_RELEASE_HELPER_IMAGE=$$(cat .cache/release/helper-image) $(GORELEASER) release --clean
 
 # A snapshot signs nothing (there is no identity to sign with offline) and
 # writes SBOMs only where syft is on PATH.

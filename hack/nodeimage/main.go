@@ -125,7 +125,8 @@ func build(args []string) error {
 	if s := pins.StandIns(); len(s) > 0 {
 		fmt.Fprintf(os.Stderr, "nodeimage: STAND-INS for %v (pinned unverified in %s): not a releasable image\n", s, *pinsFile)
 	}
-	fmt.Fprintf(os.Stderr, "nodeimage: %s (%s) in %s, built in %s\n", res.Tag, res.Digest, *out, time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintf(os.Stderr, "nodeimage: %s (%s) in %s, built in %s\n", res.Tag, res.Digest, *out,
+		time.Since(start).Round(100*time.Millisecond))
 	fmt.Println(res.Ref)
 	return nil
 }

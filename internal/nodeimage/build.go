@@ -148,11 +148,13 @@ func image(opts Options, epoch time.Time, layers ...*builtLayer) (v1.Image, erro
 		return nil, err
 	}
 	createdBy := []string{
-		"hack/image-rootfs.sh: Debian " + opts.Pins.Suite + " (debootstrap, build/packages.txt at the versions of " + PinsFile + ") and its tools",
+		"hack/image-rootfs.sh: Debian " + opts.Pins.Suite + " (debootstrap, build/packages.txt at the versions of " + PinsFile +
+			") and its tools",
 		"kubectl-tt " + tagOf(opts.Version) + " at " + AgentPath,
 	}
 	for i, l := range layers {
-		img, err = mutate.Append(img, mutate.Addendum{Layer: l, History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: createdBy[i]}})
+		h := v1.History{Created: v1.Time{Time: epoch}, CreatedBy: createdBy[i]}
+		img, err = mutate.Append(img, mutate.Addendum{Layer: l, History: h})
 		if err != nil {
 			return nil, err
 		}
