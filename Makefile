@@ -130,19 +130,22 @@ docs: ## regenerate runbooks/*.md from the step registry and docs/cli/*.md from 
 # Release tools are built from their Go modules at these pinned versions (no
 # downloaded binary), once each, into .cache/tools (goreleaser's first build
 # ~10 min). docs/release.md says how a release uses them.
-.PHONY: dist image-check release release-check release-image release-tools
+.PHONY: dist image-check rehearse release release-build release-check release-image release-tools
 GORELEASER_VERSION ?= v2.15.1
 ACTIONLINT_VERSION ?= v1.7.12
 COSIGN_VERSION     ?= v2.6.5
 SYFT_VERSION       ?= v1.57.2
 # crane pushes the node-agent image's OCI layout (the go-containerregistry of go.mod).
 CRANE_VERSION      ?= v0.22.1
+# The registry the release rehearsal pushes to, on localhost.
+REGISTRY_VERSION   ?= v3.0.0
 TOOLS      := $(CURDIR)/.cache/tools
 GORELEASER := $(TOOLS)/goreleaser-$(GORELEASER_VERSION)/goreleaser
 ACTIONLINT := $(TOOLS)/actionlint-$(ACTIONLINT_VERSION)/actionlint
 COSIGN     := $(TOOLS)/cosign-$(COSIGN_VERSION)/cosign
 SYFT       := $(TOOLS)/syft-$(SYFT_VERSION)/syft
 CRANE      := $(TOOLS)/crane-$(CRANE_VERSION)/crane
+REGISTRY   := $(TOOLS)/registry-$(REGISTRY_VERSION)/registry
 
 $(GORELEASER):
 	GOBIN=$(dir $@) $(GO) install -trimpath github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
@@ -154,6 +157,8 @@ $(SYFT):
 	GOBIN=$(dir $@) $(GO) install -trimpath github.com/anchore/syft/cmd/syft@$(SYFT_VERSION)
 $(CRANE):
 	GOBIN=$(dir $@) $(GO) install -trimpath github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION)
+$(REGISTRY):
+	GOBIN=$(dir $@) $(GO) install -trimpath github.com/distribution/distribution/v3/cmd/registry@$(REGISTRY_VERSION)
 
 release-check: $(ACTIONLINT) $(GORELEASER) ## lint .github/workflows (actionlint) and check .goreleaser.yaml
 	$(ACTIONLINT) -no-color
@@ -169,7 +174,14 @@ release-tools: $(GORELEASER) $(COSIGN) $(SYFT) $(CRANE) ## goreleaser, cosign, s
 # to .cache/release/helper-image, which make release stamps into both plugins.
 IMAGE_REPO ?= ghcr.io/rollbook/node-agent
 release-image: $(CRANE) ## build and push the node-agent image of the current tag (root; docs/release.md)
-	CRANE=$(CRANE) IMAGE_REPO=$(IMAGE_REPO) bash hack/release-image.sh "$$(git describe --tags --exact-match)" "$$(git rev-parse HEAD)"
+	tag=$$(git describe --tags --exact-match) && bash hack/release-image.sh build "$$tag" "$$(git rev-parse HEAD)" >/dev/null && \
+	  CRANE=$(CRANE) IMAGE_REPO=$(IMAGE_REPO) bash hack/release-image.sh push .cache/release/node-agent-image "$$tag"
+
+# The archives of the current tag, stamped with $$ROLLBOOK_RELEASE_HELPER_IMAGE,
+# published nowhere, unsigned, no SBOMs: what the release workflow's test
+# job builds and its publish job rebuilds to the same bytes.
+release-build: $(GORELEASER) ## the current tag's archives and checksums into dist/, nothing published
+	$(GORELEASER) release --clean --skip=publish,announce,sign,sbom
 
 release: $(GORELEASER) ## publish the release of the current tag, stamped with the pushed image (make release-image first)
 	@[ -s .cache/release/helper-image ] || { echo "make release: no .cache/release/helper-image: run make release-image first" >&2; exit 1; }
@@ -182,6 +194,12 @@ dist: $(GORELEASER) ## release snapshot into dist/: archives, checksums, krew ma
 	ROLLBOOK_COMMIT=$$(git rev-parse HEAD) $(GORELEASER) release --snapshot --clean --skip=sign \
 	  $$(command -v syft >/dev/null || echo --skip=sbom)
 	ROLLBOOK_DIST=$(CURDIR)/dist $(GO) test -count=1 ./test/e2e/krew
+
+# The whole release offline (hack/rehearse-release.sh): the image pushed to a
+# registry on localhost and signed with a throwaway key, the snapshot's
+# archives stamped with it and signed, krew installing them. CI runs it.
+rehearse: $(GORELEASER) $(COSIGN) $(CRANE) $(REGISTRY) ## rehearse a release offline: image, localhost registry, signatures, archives, krew (root)
+	GORELEASER=$(GORELEASER) COSIGN=$(COSIGN) CRANE=$(CRANE) REGISTRY=$(REGISTRY) bash hack/rehearse-release.sh
 
 image-check: ## build the node-agent image and check every agent requirement inside it (its layers unpacked, overlaid, chroot)
 	bash hack/image-check.sh

@@ -4,6 +4,7 @@
 //	nodeimage build --rootfs DIR [--out DIR] [--version vX.Y.Z] [--revision SHA]
 //	nodeimage ref DIR     the image of a layout by digest (repository@sha256:…)
 //	nodeimage env DIR NAME     the image config's environment variable NAME
+//	nodeimage label DIR NAME   the image config's label NAME
 //	nodeimage unpack DIR DEST   each layer into DEST/<n> (verified); prints
 //	                      the overlay's lowerdir (topmost first)
 //
@@ -56,6 +57,16 @@ func run(args []string) error {
 		}
 		fmt.Println(im.Env(args[2]))
 		return nil
+	case "label":
+		if len(args) != 3 {
+			return fmt.Errorf("usage: nodeimage label DIR NAME")
+		}
+		im, err := ocilayout.Open(args[1])
+		if err != nil {
+			return err
+		}
+		fmt.Println(im.Config.Config.Labels[args[2]])
+		return nil
 	case "unpack":
 		if len(args) != 3 {
 			return fmt.Errorf("usage: nodeimage unpack DIR DEST")
@@ -75,7 +86,7 @@ func run(args []string) error {
 		fmt.Println(strings.Join(lower, ":"))
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (build, ref, env, unpack)", args[0])
+	return fmt.Errorf("unknown command %q (build, ref, env, label, unpack)", args[0])
 }
 
 func build(args []string) error {
