@@ -12,6 +12,8 @@
 #  4. goreleaser's snapshot with that image's reference stamped into both
 #     plugins (make dist), then checksums.txt signed into a Sigstore bundle
 #     and verified, and every archive checked against checksums.txt;
+#     The archives are built twice and must be the same bytes (what the
+#     release workflow's publish job checks before it publishes);
 #  5. test/e2e/krew (inside make dist): the krew manifests carry the
 #     archives' real checksums, krew installs both plugins from them, and
 #     the installed plugins carry the pushed image's reference.
@@ -89,6 +91,16 @@ export COSIGN_PASSWORD=
 # 4 and 5. The archives stamped with the image, krew installing them.
 ROLLBOOK_RELEASE_HELPER_IMAGE=$ref ROLLBOOK_EXPECT_HELPER_IMAGE=$ref make --no-print-directory dist
 (cd dist && sha256sum --quiet -c checksums.txt) || fail "an archive is not the one checksums.txt lists"
+# The publish job rebuilds the archives and compares them with the tested
+# ones: they must come out the same (the commit's time everywhere).
+if grep -q '"commit":"none"' dist/metadata.json; then
+  echo "rehearse: goreleaser reads no commit in this checkout (no git remote): archive reproducibility not checked" >&2
+else
+  cp dist/checksums.txt "$work/first-checksums.txt"
+  ROLLBOOK_RELEASE_HELPER_IMAGE=$ref "$GORELEASER" release --snapshot --clean --skip=sign,sbom >"$work/rebuild.log" 2>&1 ||
+    { tail -20 "$work/rebuild.log" >&2; fail "the second goreleaser build failed"; }
+  diff "$work/first-checksums.txt" dist/checksums.txt >&2 || fail "a rebuild of the same commit gave other archives"
+fi
 "$COSIGN" sign-blob --yes --key "$work/cosign.key" --tlog-upload=false --new-bundle-format \
   --bundle dist/checksums.txt.sigstore.json dist/checksums.txt >/dev/null 2>&1 || fail "cosign sign-blob checksums.txt failed"
 # Offline there is no TUF root to fetch: an empty trusted root, the key is the trust.
