@@ -89,7 +89,7 @@ export COSIGN_PASSWORD=
   >/dev/null 2>&1 && fail "cosign verified an image that was never signed"
 
 # 4 and 5. The archives stamped with the image, krew installing them.
-ROLLBOOK_RELEASE_HELPER_IMAGE=$ref ROLLBOOK_EXPECT_HELPER_IMAGE=$ref make --no-print-directory dist
+ROLLBOOK_RELEASE_HELPER_IMAGE=$ref ROLLBOOK_EXPECT_HELPER_IMAGE=$ref make --no-print-directory dist GORELEASER="$GORELEASER"
 (cd dist && sha256sum --quiet -c checksums.txt) || fail "an archive is not the one checksums.txt lists"
 # The publish job rebuilds the archives and compares them with the tested
 # ones: they must come out the same (the commit's time everywhere).
