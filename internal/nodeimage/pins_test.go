@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/tt"
 )
 
 // The repository's pins parse, pin every package build/packages.txt asks
@@ -36,6 +37,8 @@ func TestRepositoryPins(t *testing.T) {
 	flash, ok := p.Tool("tt-flash")
 	require.True(t, ok)
 	assert.Equal(t, nodeagent.TTFlashPath, flash.Path)
+	// Helpers run the agent by the absolute path the image puts it at.
+	assert.Equal(t, tt.AgentPath, AgentPath)
 	first, _, _ := strings.Cut(nodeagent.ImagePATH, ":")
 	assert.Equal(t, path.Dir(flash.Path), first, "tt-flash's virtualenv comes first on the image's PATH")
 }

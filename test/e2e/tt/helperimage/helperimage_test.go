@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package helperimage proves that what the plugin names is what the tests
 // ran: the sim runs helpers from the node-agent image `make image` built
 // (its OCI layout, unpacked layer by layer) and pulls nothing else. The

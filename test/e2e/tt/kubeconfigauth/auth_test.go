@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package kubeconfigauth proves kubeconfigs kubectl accepts reach the API
 // server through the plugins: an exec credential plugin (users[].user.exec,
 // client.authentication.k8s.io/v1) and the oidc auth provider

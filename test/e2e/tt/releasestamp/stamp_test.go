@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package releasestamp proves the node-agent image's digest travels with
 // the binary: both plugins built with .goreleaser.yaml's own ldflags carry
 // the image the release built, by digest, and kubectl tt defaults its
