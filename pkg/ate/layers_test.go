@@ -18,7 +18,7 @@ import (
 // the marks a move leaves on a node.
 func TestLayers(t *testing.T) {
 	const mod = "github.com/rollbook/rollbook/pkg/ate/"
-	below := map[string][]string{"fleet": nil, "node": {"fleet"}, "roll": {"fleet", "node"},
+	below := map[string][]string{"pullpod": nil, "fleet": nil, "node": {"fleet"}, "roll": {"fleet", "node", "pullpod"},
 		"campaign": {"fleet", "node", "roll"}}
 	for layer, allowed := range below {
 		files, err := filepath.Glob(filepath.Join(layer, "*.go"))

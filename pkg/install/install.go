@@ -133,7 +133,7 @@ func shared(u *unstructured.Unstructured) bool {
 	switch {
 	case u.GetKind() == "Namespace" && u.GetName() == deploy.HelperNamespace,
 		u.GetKind() == "ConfigMap" && u.GetName() == tt.AdminParamsName,
-		u.GetName() == NodeWritesPolicyName, u.GetName() == OperatorObjectsPolicyName,
+		u.GetName() == NodeWritesPolicyName, u.GetName() == OperatorObjectsPolicyName, u.GetName() == OperatorPodsPolicyName,
 		u.GetKind() == "ClusterRole" && u.GetName() == "rollbook-viewer":
 		return true
 	}

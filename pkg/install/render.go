@@ -29,11 +29,16 @@ func AdmissionObjects(ns string, p tt.AdminParams) ([]runtime.Object, error) {
 	if err != nil {
 		return nil, err
 	}
+	pods, err := OperatorPodsPolicy(ns)
+	if err != nil {
+		return nil, err
+	}
 	return []runtime.Object{
 		tt.AdminParamsConfigMap(ns, p),
 		helpers, HelperPolicyBinding(ns),
 		nodes, NodeWritesPolicyBinding(ns),
 		objects, OperatorObjectsPolicyBinding(ns),
+		pods, OperatorPodsPolicyBinding(ns),
 	}, nil
 }
 

@@ -33,6 +33,7 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.AddCommand(cli.NewCleanupCommand(g, cli.CleanupSpec{Plugin: "ate", LockName: fleet.LockName, DefaultLockNamespace: fleet.Namespace,
 		NodeAnnotations: campaign.CleanupAnnotations, HalfWay: halfWay(g), Finish: campaign.FinishHint}))
 	root.AddCommand(apicmd.NewCommand(g))
+	root.AddCommand(newInstallCommands(g)...)
 	return root
 }
 

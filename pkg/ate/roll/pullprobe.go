@@ -11,15 +11,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/pullpod"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
@@ -38,11 +37,7 @@ const AnnImagePulls = "rollbook.dev/ate-image-pulls"
 const maxPullRecords = 8
 
 // LabelPullProbe marks the probe pods (value: the image set's key).
-const LabelPullProbe = "rollbook.dev/ate-pull-probe"
-
-// pullProbeCommand is no file of any image: the container fails to start
-// right after its image is pulled, which is all the probe needs.
-const pullProbeCommand = "/rollbook-pull-probe-runs-nothing"
+const LabelPullProbe = pullpod.Label
 
 // DefaultPullTimeout bounds the probe of one image set on one platform.
 const DefaultPullTimeout = 5 * time.Minute
@@ -114,7 +109,7 @@ type pullProbe struct {
 
 func (p pullProbe) podName() string {
 	h := sha256.Sum256([]byte(p.node.Name))
-	return "rollbook-pull-" + p.set.key() + "-" + hex.EncodeToString(h[:])[:8]
+	return pullpod.NamePrefix + p.set.key() + "-" + hex.EncodeToString(h[:])[:8]
 }
 
 // pullProbesNeeded are the probes the clones still need: for every
@@ -180,35 +175,11 @@ func pullProbesNeeded(sets []pullSet, nodes []corev1.Node, version string) []pul
 	return out
 }
 
-// probePod pulls the set's images on the node and runs none of them: no
-// token, no privilege, nothing it could start (restricted Pod Security).
+// probePod is the probe pod (pkg/ate/pullpod, which the admission policy
+// is rendered from).
 func (p pullProbe) probePod(timeout time.Duration) *corev1.Pod {
-	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: p.podName(), Namespace: p.set.namespace,
-			Labels:      map[string]string{LabelPullProbe: p.set.key(), "app.kubernetes.io/managed-by": "rollbook"},
-			Annotations: map[string]string{"rollbook.dev/ate-pull-probe-of": p.set.pool}},
-		Spec: corev1.PodSpec{
-			NodeName: p.node.Name, RestartPolicy: corev1.RestartPolicyNever,
-			AutomountServiceAccountToken: ptr.To(false), EnableServiceLinks: ptr.To(false),
-			ImagePullSecrets:              p.set.secrets,
-			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			ActiveDeadlineSeconds:         ptr.To(int64((timeout + time.Minute).Seconds())),
-			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
-		},
-	}
-	for i, img := range p.set.images {
-		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
-			Name: fmt.Sprintf("pull-%d", i), Image: img, ImagePullPolicy: p.set.policy[img],
-			Command:   []string{pullProbeCommand},
-			Resources: corev1.ResourceRequirements{Requests: res, Limits: res},
-			SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
-				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
-		})
-	}
-	return pod
+	return pullpod.Spec{Name: p.podName(), Namespace: p.set.namespace, Node: p.node.Name, SetKey: p.set.key(), Pool: p.set.pool,
+		Images: p.set.images, Policy: p.set.policy, Secrets: p.set.secrets, Timeout: timeout}.Pod()
 }
 
 // pullVerdict reads a probe pod's container for image: pulled once it got

@@ -253,12 +253,17 @@ func TestKrewInstallsBothPlugins(t *testing.T) {
 		if err != nil {
 			t.Fatalf("kubectl %s version: %v\n%s", name, err, out)
 		}
-		var v struct{ Version, Commit, Platform string }
+		var v struct{ Version, Commit, Platform, HelperImage string }
 		if err := json.Unmarshal(out, &v); err != nil {
 			t.Fatalf("kubectl %s version -o json: %v\n%s", name, err, out)
 		}
 		if v.Version != tag || v.Platform != platformKey || !fullCommit.MatchString(v.Commit) || m.Commit != "none" && v.Commit != m.Commit {
 			t.Errorf("kubectl %s version = %+v, want %s, commit %s, %s", name, v, tag, m.Commit, platformKey)
+		}
+		// The node-agent image the snapshot was stamped with (the release
+		// rehearsal pushes one and says which); a plain snapshot carries none.
+		if want := os.Getenv("ROLLBOOK_EXPECT_HELPER_IMAGE"); v.HelperImage != want {
+			t.Errorf("kubectl %s carries helper image %q, want %q", name, v.HelperImage, want)
 		}
 		// The completion shim ships beside the binary (the caveats point to it).
 		shim := filepath.Join(krewRoot, "store", name, tag, "kubectl_complete-"+name)

@@ -151,92 +151,112 @@ func TestHelperPolicyRefusesEveryMutation(t *testing.T) {
 			minimal = append(minimal, v)
 		}
 	}
-	var tried, refused, untestable, noop int
-	var uncovered []string
+	var tally mutationTally
 	for _, v := range minimal {
-		base, err := as.CoreV1().Pods(helperNS).Create(ctx, v.pod.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			t.Fatalf("the %s helper as rendered: %v", v.name, err)
-		}
-		covered := map[string]bool{} // boundary or path → refused by the policy at least once
-		attempts := map[string]int{}
-		why := map[string]string{}
-		for _, m := range mutate.Of(v.pod, mutate.Options{Skip: holePaths}) {
-			key := m.Boundary
-			if key == "" {
-				key = m.Path
-			}
-			for round := 0; round < 2 && !covered[key]; round++ {
-				var adapted []any
-				for i := range min(len(m.Candidates), maxPerMutation) {
-					if covered[key] || attempts[key] >= maxAttempts {
-						break
-					}
-					attempts[key]++
-					p := v.pod.DeepCopy()
-					if err := m.Apply(p, i); errors.Is(err, mutate.ErrNotApplicable) {
-						continue
-					} else if err != nil {
-						t.Fatalf("%s: %v", m.Path, err)
-					}
-					tried++
-					o, got, err := tryCreateGot(ctx, as, p)
-					switch {
-					case o == admitted && sameAsRendered(base, got):
-						noop++ // the server dropped or defaulted it: the pod is the rendered one
-						why[key] = m.Describe(i) + ": the server dropped it"
-					case o == admitted:
-						t.Errorf("the %s helper with %s was ADMITTED", v.name, m.Describe(i))
-						covered[key] = true
-					case o == refusedByPolicy:
-						refused++
-						covered[key] = true
-					default:
-						why[key] = m.Describe(i) + ": " + firstLine(err)
-						if adapted == nil {
-							adapted = mutate.Adapt(err)
-						}
-					}
-				}
-				if len(adapted) == 0 {
-					break
-				}
-				m = m.WithCandidates(adapted)
-			}
-		}
-		for key, w := range why {
-			if !covered[key] {
-				untestable++
-				uncovered = append(uncovered, fmt.Sprintf("%s: %s (%s)", v.name, key, w))
-			}
-		}
+		tally.refuseEvery(t, ctx, as, helperNS, install.HelperPolicyName, v, holePaths)
 		for _, h := range holeMutations(v) {
-			tried++
+			tally.tried++
 			if o, err := tryCreate(ctx, as, h.pod); o != refusedByPolicy {
 				t.Errorf("the %s helper with %s: want refused by the policy, got %v", v.name, h.name, err)
 			} else {
-				refused++
+				tally.refused++
 			}
 		}
 	}
-	sort.Strings(uncovered)
+	tally.report(t)
+}
+
+// mutationTally counts what refuseEvery tried, across pods.
+type mutationTally struct {
+	tried, refused, noop int
+	uncovered            []string
+}
+
+// refuseEvery creates, as the operator in ns, v's pod with each field of
+// its type changed or set alone (but those skip names): each must be
+// refused by policy. A field no generated value gets past the API
+// server's own validation is reported, not failed.
+func (tl *mutationTally) refuseEvery(t *testing.T, ctx context.Context, as kubernetes.Interface, ns, policy string, v variant,
+	skip []string) {
+	t.Helper()
+	base, err := as.CoreV1().Pods(ns).Create(ctx, v.pod.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatalf("the %s pod as rendered: %v", v.name, err)
+	}
+	covered := map[string]bool{} // boundary or path → refused by the policy at least once
+	attempts := map[string]int{}
+	why := map[string]string{}
+	for _, m := range mutate.Of(v.pod, mutate.Options{Skip: skip}) {
+		key := m.Boundary
+		if key == "" {
+			key = m.Path
+		}
+		for round := 0; round < 2 && !covered[key]; round++ {
+			var adapted []any
+			for i := range min(len(m.Candidates), maxPerMutation) {
+				if covered[key] || attempts[key] >= maxAttempts {
+					break
+				}
+				attempts[key]++
+				p := v.pod.DeepCopy()
+				if err := m.Apply(p, i); errors.Is(err, mutate.ErrNotApplicable) {
+					continue
+				} else if err != nil {
+					t.Fatalf("%s: %v", m.Path, err)
+				}
+				tl.tried++
+				o, got, err := createAs(ctx, as, ns, policy, p)
+				switch {
+				case o == admitted && sameAsRendered(base, got):
+					tl.noop++ // the server dropped or defaulted it: the pod is the rendered one
+					why[key] = m.Describe(i) + ": the server dropped it"
+				case o == admitted:
+					t.Errorf("the %s pod with %s was ADMITTED", v.name, m.Describe(i))
+					covered[key] = true
+				case o == refusedByPolicy:
+					tl.refused++
+					covered[key] = true
+				default:
+					why[key] = m.Describe(i) + ": " + firstLine(err)
+					if adapted == nil {
+						adapted = mutate.Adapt(err)
+					}
+				}
+			}
+			if len(adapted) == 0 {
+				break
+			}
+			m = m.WithCandidates(adapted)
+		}
+	}
+	for key, w := range why {
+		if !covered[key] {
+			tl.uncovered = append(tl.uncovered, fmt.Sprintf("%s: %s (%s)", v.name, key, w))
+		}
+	}
+}
+
+// report lists the fields no valid mutation reached and the totals.
+func (tl *mutationTally) report(t *testing.T) {
+	t.Helper()
+	sort.Strings(tl.uncovered)
 	// A field no generated value got past the API server's own checks is
 	// one no attacker can set on a pod either; each is listed with the
 	// server's reason, for a reader to judge.
-	for _, u := range uncovered {
+	for _, u := range tl.uncovered {
 		t.Logf("unreachable: %s", u)
 	}
 	t.Logf("MUTATIONS: %d pods tried, %d refused by the policy, %d the server dropped or defaulted, %d fields no valid "+
-		"mutation reached (listed above)", tried, refused, noop, untestable)
+		"mutation reached (listed above)", tl.tried, tl.refused, tl.noop, len(tl.uncovered))
 }
 
-func tryCreateGot(ctx context.Context, as kubernetes.Interface, p *corev1.Pod) (outcome, *corev1.Pod, error) {
+func createAs(ctx context.Context, as kubernetes.Interface, ns, policy string, p *corev1.Pod) (outcome, *corev1.Pod, error) {
 	p = p.DeepCopy()
-	got, err := as.CoreV1().Pods(helperNS).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	got, err := as.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	switch {
 	case err == nil:
 		return admitted, got, nil
-	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+install.HelperPolicyName+"'"):
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'"):
 		return refusedByPolicy, nil, err
 	}
 	return invalid, nil, err
