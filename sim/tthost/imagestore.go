@@ -1,10 +1,10 @@
 package tthost
 
 import (
-	"slices"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
