@@ -16,7 +16,9 @@
 #     release workflow's publish job checks before it publishes);
 #  5. test/e2e/krew (inside make dist): the krew manifests carry the
 #     archives' real checksums, krew installs both plugins from them, and
-#     the installed plugins carry the pushed image's reference.
+#     the installed plugins carry the pushed image's reference; then the
+#     first run README tells (TestFirstRunJourney): install applied, a user
+#     bound only to its roles upgrades with the stamped image, on the sim.
 # Nothing is published; no transparency log is written (offline).
 #
 # Tools come from the environment (the Makefile builds them from their Go
@@ -89,7 +91,8 @@ export COSIGN_PASSWORD=
   >/dev/null 2>&1 && fail "cosign verified an image that was never signed"
 
 # 4 and 5. The archives stamped with the image, krew installing them.
-ROLLBOOK_RELEASE_HELPER_IMAGE=$ref ROLLBOOK_EXPECT_HELPER_IMAGE=$ref make --no-print-directory dist GORELEASER="$GORELEASER"
+ROLLBOOK_RELEASE_HELPER_IMAGE=$ref ROLLBOOK_EXPECT_HELPER_IMAGE=$ref ROLLBOOK_RELEASE_IMAGE_LAYOUT=$PWD/.cache/release/node-agent-image \
+  make --no-print-directory dist GORELEASER="$GORELEASER"
 (cd dist && sha256sum --quiet -c checksums.txt) || fail "an archive is not the one checksums.txt lists"
 # The publish job rebuilds the archives and compares them with the tested
 # ones: they must come out the same (the commit's time everywhere).

@@ -43,6 +43,9 @@ func cmdUp(args []string) int {
 	ttImage := fs.String("tt-image", os.Getenv(tthost.EnvImage),
 		"the node-agent image (the OCI layout `make image` writes) the helper runner runs helper pods from; a helper naming "+
 			"another image fails to pull (env "+tthost.EnvImage+"); without it, or without root, helpers are refused")
+	var ttMirrors multiFlag
+	fs.Var(&ttMirrors, "tt-image-mirror", "a repository that also serves the --tt-image image, by digest: where a release "+
+		"pushed it (repeatable; env "+tthost.EnvImageMirror+", comma-separated)")
 	ttImageStore := fs.String("tt-image-store", envOr(tthost.EnvImageStore, tthost.DefaultImageStore()),
 		"where the image's layers are unpacked, by digest, shared by every sim (env "+tthost.EnvImageStore+")")
 	ttRealHost := fs.String("tt-realhost-rootfs", os.Getenv(tthost.EnvRealHostRootfs),
@@ -67,6 +70,10 @@ func cmdUp(args []string) int {
 	}
 	scenario.TTAgent = *ttAgent
 	scenario.TTImage, scenario.TTImageStore = *ttImage, *ttImageStore
+	scenario.TTImageMirrors = append([]string(nil), ttMirrors...)
+	if env := os.Getenv(tthost.EnvImageMirror); env != "" {
+		scenario.TTImageMirrors = append(scenario.TTImageMirrors, strings.Split(env, ",")...)
+	}
 	scenario.TTRealHostRootfs = *ttRealHost
 	sc, err := scenario.Get(*scen)
 	if err != nil {

@@ -40,6 +40,10 @@ var TTAgent string
 // unpacked into TTImageStore.
 var TTImage, TTImageStore string
 
+// TTImageMirrors are repositories that serve TTImage too, by digest
+// (sim up --tt-image-mirror): where a release pushed it.
+var TTImageMirrors []string
+
 // TTRealHostRootfs, when set, is the real-host root filesystem every tt
 // node's host root is an overlay of (`sim up --tt-realhost-rootfs`, env
 // tthost.EnvRealHostRootfs; tthost/realhost.go).
@@ -137,6 +141,7 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 		if image, err = tthost.LoadImage(TTImage, TTImageStore); err != nil {
 			return fmt.Errorf("the node-agent image (--tt-image): %w", err)
 		}
+		image.Mirrors = TTImageMirrors
 		env.OnStop(image.Close)
 	}
 	holders := &tthost.HolderSync{Client: env.Client, Hosts: hosts, Logf: env.Logf}

@@ -20,6 +20,9 @@ const (
 	// EnvImage is the node-agent image's OCI layout (`make image` writes
 	// it); `sim up --tt-image`.
 	EnvImage = "ROLLBOOK_TT_IMAGE"
+	// EnvImageMirror names repositories that serve it too (sim up
+	// --tt-image-mirror).
+	EnvImageMirror = "ROLLBOOK_TT_IMAGE_MIRROR"
 	// EnvImageStore is where its layers are unpacked; `sim up
 	// --tt-image-store`, default DefaultImageStore().
 	EnvImageStore = "ROLLBOOK_TT_IMAGE_STORE"

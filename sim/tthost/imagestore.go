@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -18,6 +19,9 @@ type Image struct {
 	// Digest is the manifest's digest; Repo and Tag come from the layout's
 	// ref.name (ghcr.io/rollbook/node-agent:<version>).
 	Digest, Repo, Tag string
+	// Mirrors are other repositories the nodes pull the image through (a
+	// registry mirror): REPO@<Digest> resolves there too, by digest only.
+	Mirrors []string
 	// Layers are the unpacked layer directories, bottom first.
 	Layers []string
 	// PATH is the image config's.
@@ -35,7 +39,7 @@ func (im *Image) Ref() string { return im.Repo + "@" + im.Digest }
 func (im *Image) Resolves(ref string) bool {
 	if name, d, ok := strings.Cut(ref, "@"); ok {
 		repo, _ := ocilayout.SplitTag(name) // repo:tag@digest pulls by digest
-		return repo == im.Repo && d == im.Digest
+		return (repo == im.Repo || slices.Contains(im.Mirrors, repo)) && d == im.Digest
 	}
 	repo, tag := ocilayout.SplitTag(ref)
 	return repo == im.Repo && tag != "" && tag == im.Tag

@@ -214,7 +214,6 @@ func TestKrewInstallsBothPlugins(t *testing.T) {
 	env := append(os.Environ(), "KREW_ROOT="+krewRoot, "KREW_NO_UPGRADE_CHECK=1",
 		"PATH="+filepath.Join(krewRoot, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
 	platformKey := runtime.GOOS + "/" + runtime.GOARCH
-
 	for _, name := range []string{"tt", "ate"} {
 		ours := render(t, root, dist, name, tag)
 		gen, err := os.ReadFile(filepath.Join(dist, "krew", name+".yaml"))
@@ -224,30 +223,10 @@ func TestKrewInstallsBothPlugins(t *testing.T) {
 		om := parse(t, "plugins/"+name+".yaml", ours)
 		compare(t, om, parse(t, "dist/krew/"+name+".yaml", gen))
 
-		var here *platform
-		for i, p := range om.Spec.Platforms {
-			if p.key() == platformKey {
-				here = &om.Spec.Platforms[i]
-			}
-		}
-		if here == nil {
-			t.Fatalf("plugins/%s.yaml has no platform %s", name, platformKey)
-		}
-		mf := filepath.Join(manifests, name+".yaml")
-		if err := os.WriteFile(mf, ours, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		archive := filepath.Join(dist, path.Base(here.URI))
-		cmd := exec.Command("go", "run", krewModule, "install", "--manifest="+mf, "--archive="+archive)
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("krew install %s: %v\n%s", name, err, out)
-		} else {
-			t.Logf("krew install %s:\n%s", name, out)
-		}
+		krewInstall(t, env, dist, manifests, name, om, ours)
 
 		// kubectl finds the plugin in KREW_ROOT/bin and runs it.
-		cmd = exec.Command(kubectl, name, "version", "-o", "json")
+		cmd := exec.Command(kubectl, name, "version", "-o", "json")
 		cmd.Env = env
 		out, err := cmd.Output()
 		if err != nil {
@@ -280,4 +259,33 @@ func TestKrewInstallsBothPlugins(t *testing.T) {
 			t.Errorf("kubectl plugin list lacks %s:\n%s", want, out)
 		}
 	}
+}
+
+// krewInstall installs plugin name with krew, from the archive of this
+// platform that its manifest om (ours, rendered) names, into env's
+// KREW_ROOT.
+func krewInstall(t *testing.T, env []string, dist, manifests, name string, om manifest, ours []byte) {
+	t.Helper()
+	platformKey := runtime.GOOS + "/" + runtime.GOARCH
+	var here *platform
+	for i, p := range om.Spec.Platforms {
+		if p.key() == platformKey {
+			here = &om.Spec.Platforms[i]
+		}
+	}
+	if here == nil {
+		t.Fatalf("plugins/%s.yaml has no platform %s", name, platformKey)
+	}
+	mf := filepath.Join(manifests, name+".yaml")
+	if err := os.WriteFile(mf, ours, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(dist, path.Base(here.URI))
+	cmd := exec.Command("go", "run", krewModule, "install", "--manifest="+mf, "--archive="+archive)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("krew install %s: %v\n%s", name, err, out)
+	}
+	t.Logf("krew install %s:\n%s", name, out)
 }
