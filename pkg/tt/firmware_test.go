@@ -65,6 +65,12 @@ func TestFirmwareCordonGuards(t *testing.T) {
 			Firmware: []string{"19.9.0.0", "20.1.0.0"}, Boards: []string{"n150", "p150a"}}},
 			"major downgrade to 19.9.0.0: device 1 (p150a) runs 20.1.0.0; tt-flash refuses it without --allow-major-downgrades — " +
 				"re-run with --allow-major-downgrade if this bundle is really wanted (same ×1, major downgrade ×1)"},
+		// The pre-18 scheme is normalised as tt-flash does: 80.19 is 19.
+		{"80.x scheme: one major up", Facts{Measured: &ProbeRecord{Run: "r1", KMD: "2.8.0", Firmware: []string{"80.18.2.0"}}}, ""},
+		{"80.x scheme: two majors up", Facts{Measured: &ProbeRecord{Run: "r1", KMD: "2.8.0", Firmware: []string{"80.17.2.0"}}},
+			"device 0 (unknown) runs 80.17.2.0 (upgrade across more than one major); tt-flash refuses these without --force"},
+		{"Galaxy's 0xffffffff", Facts{Measured: &ProbeRecord{Run: "r1", KMD: "2.8.0", Firmware: []string{"19.0.0.0", "255.255.255.255"},
+			Boards: []string{"galaxy", "galaxy"}}}, "device 1 (galaxy) runs 255.255.255.255 (no running version)"},
 	} {
 		tc.f.Owner, tc.f.Node = FirmwareRunbookName, nodeWith(nil, nil)
 		why := ""

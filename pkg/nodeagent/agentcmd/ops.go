@@ -145,7 +145,9 @@ func newFlashCommand(c *common) *cobra.Command {
 	f.StringVar(&o.BundleURL, "bundle-url", "", "bundle URL (https or file://); default the tt-system-firmware release asset")
 	f.StringVar(&o.BundleSHA256, "bundle-sha256", "", "SHA-256 the bundle must have (hex); a mismatch refuses before flashing")
 	f.StringVar(&o.ReadbackVersion, "readback-version", "", "version every device must report afterwards (default <version>.0)")
-	f.BoolVar(&o.ForceWrite, "force-write", false, "flash even if already at the readback version, with tt-flash --force")
+	f.BoolVar(&o.ForceWrite, "force-write", false,
+		"flash even if already at the readback version, with tt-flash --force; also the consent to --force "+
+			"where tt-flash refuses without it (an upgrade across more than one major, no running version)")
 	f.BoolVar(&o.ContinueOnReadbackFailure, "continue-on-readback-failure", false,
 		"flash even if the pre-flash readback fails after one reset")
 	f.BoolVar(&o.AllowMajorDowngrade, "allow-major-downgrade", false,

@@ -70,7 +70,9 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	fs.BoolVar(&o.cfg.Drain, "drain", true, "evict pods that hold /dev/tenstorrent before flashing")
 	fs.DurationVar(&o.cfg.DrainTimeout, "drain-timeout", 10*time.Minute, "how long the drain may take, kept across re-runs")
 	fs.BoolVar(&o.halt, "halt-on-failure", true, "start no new node once one has failed (nodes in progress finish their step)")
-	fs.BoolVar(&o.cfg.ForceWrite, "force-write", false, "re-flash nodes already at the readback version (recovery); resumable")
+	fs.BoolVar(&o.cfg.ForceWrite, "force-write", false,
+		"re-flash nodes already at the readback version (recovery), and let tt-flash run with --force where it "+
+			"refuses without it (an upgrade across more than one major, a chip with no running version); resumable")
 	fs.BoolVar(&o.cfg.AllowMajorDowngrade, "allow-major-downgrade", false,
 		"flash a bundle of an older major version than a chip runs (tt-flash --allow-major-downgrades); without it the probe "+
 			"refuses such a node before its cordon")
