@@ -293,6 +293,7 @@ func fwBlockers(cfg *FirmwareConfig) func(f *Facts) []string {
 		}
 		if !f.Finished {
 			out = append(out, flashRefusals(r, cfg)...)
+			out = append(out, bundleRefusals(r, cfg)...)
 		}
 		return out
 	}
@@ -375,7 +376,7 @@ happens to exist. The flash never runs while a process holds the device (unless
 		// A node that stops cordoned by this runbook keeps its --max-parallel slot.
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
-			b.probe("tt.fw.probe", agentCommand("probe"), blockers),
+			b.probe("tt.fw.probe", fwProbeCommand(cfg), blockers),
 			b.cordon("tt.fw.cordon", cfg.DeployGates, cordonGuards(probeClear("tt-firmware", cfg.RunID, blockers), pdb,
 				append([]runbook.Guard[Facts]{outOfServiceBudget(cfg.MaxParallel)}, perLabelBudget(cfg.MaxUnavailablePer)...)...)...),
 			b.closeGates("tt.fw.close-gates", cfg.DeployGates),
@@ -435,6 +436,20 @@ happens to exist. The flash never runs while a process holds the device (unless
 			b.cleanup("tt.fw.cleanup", helperName),
 		},
 	}
+}
+
+// fwProbeCommand is the probe of upgrade firmware: it reads the bundle
+// the flash would use, unless the URL is presigned (the probe carries no
+// Secret; the flash helper reads that one).
+func fwProbeCommand(cfg *FirmwareConfig) []string {
+	if cfg.BundleURL == "" || cfg.Presigned() {
+		return agentCommand("probe")
+	}
+	args := []string{"--bundle-url", cfg.BundleURL}
+	if cfg.BundleSHA256 != "" {
+		args = append(args, "--bundle-sha256", strings.ToLower(cfg.BundleSHA256))
+	}
+	return agentCommand("probe", args...)
 }
 
 func flashCommand(cfg *FirmwareConfig) []string {

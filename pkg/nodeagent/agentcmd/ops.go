@@ -91,6 +91,9 @@ func newProbeCommand(c *common) *cobra.Command {
 	cmd.Flags().StringVar(&o.KMDVersion, "kmd-version", "", "also check the module cache for this tt-kmd version and, "+
 		"unless it is loaded, its tag's commit (git ls-remote)")
 	cmd.Flags().StringVar(&o.GitURL, "git-url", nodeagent.DefaultKMDGitURL, "tt-kmd repository the tag is looked up in")
+	cmd.Flags().StringVar(&o.BundleURL, "bundle-url", "", "also read this firmware bundle's manifest and board images "+
+		"(https or file://), as the flash would fetch it")
+	cmd.Flags().StringVar(&o.BundleSHA256, "bundle-sha256", "", "SHA-256 the bundle must have (hex)")
 	return cmd
 }
 

@@ -112,7 +112,7 @@ func (o *firmwareOptions) Validate() error {
 // Run flashes the selected nodes through one session.
 func (o *firmwareOptions) Run(ctx context.Context) error {
 	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, &o.cfg.Helper, tt.FirmwareTargets, func(node string) []kube.HelperSpec {
-		return []kube.HelperSpec{tt.ProbeSpec(o.cfg.Helper, node, ""), tt.FirmwareHelperSpec(&o.cfg, node)}
+		return []kube.HelperSpec{tt.FirmwareProbeSpec(&o.cfg, node), tt.FirmwareHelperSpec(&o.cfg, node)}
 	})
 	if err != nil {
 		return err
