@@ -322,7 +322,7 @@ func CleanupHelperPods(ctx context.Context, cs kubernetes.Interface, rec Recorde
 		if p.Labels[LabelHelper] != task {
 			continue
 		}
-		if finished := PodTerminal(p) || helperStale(p, time.Now()); p.DeletionTimestamp != nil || !finished {
+		if finished := PodTerminal(p) || helperStale(p, ServerNow()); p.DeletionTimestamp != nil || !finished {
 			continue
 		}
 		did, err := DeleteHelperIfUnchanged(ctx, cs, rec, p,
@@ -367,6 +367,9 @@ func RemoveOtherRunsHelperPods(ctx context.Context, cs kubernetes.Interface, rec
 	return nil
 }
 
+// helperStale: p outlived its deadline by a minute. now is the API
+// server's (ServerNow): creationTimestamp is its clock's, not this
+// machine's.
 func helperStale(p *corev1.Pod, now time.Time) bool {
 	if p.Spec.ActiveDeadlineSeconds == nil {
 		return false

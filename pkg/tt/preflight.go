@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -261,7 +260,7 @@ func (p Preflight) probe(ctx context.Context, cs kubernetes.Interface, node, run
 	if h = trusted(h, spec); !h.ok() {
 		return nil, fmt.Errorf("probe failed: %s", helperError(h))
 	}
-	r := probeRecord(h.Result, run, time.Now())
+	r := probeRecord(h.Result, run, kube.ServerNow())
 	return &r, nil
 }
 

@@ -201,7 +201,7 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 }
 
 func (b *builder) recordProbe(ctx context.Context, n *corev1.Node, h helperFacts) error {
-	rec := probeRecord(h.Result, b.run, time.Now())
+	rec := probeRecord(h.Result, b.run, kube.ServerNow())
 	raw, _ := json.Marshal(rec)
 	s := string(raw)
 	change := kube.NodeChange{Annotations: map[string]*string{AnnProbe: &s}}
