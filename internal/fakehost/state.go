@@ -36,6 +36,11 @@ type state struct {
 	// FlashKilledAfterWrite kills the next tt-flash after it wrote the SPI
 	// and before its reset (once): the chips keep running the old image.
 	FlashKilledAfterWrite bool     `json:"flashKilledAfterWrite,omitempty"`
+	// Writer is the pid of the tt-flash writing the SPI of the chips
+	// Writing: killed then, it leaves them half-written
+	// (CheckInterruptedFlash).
+	Writer                int      `json:"writer,omitempty"`
+	Writing               []int    `json:"writing,omitempty"`
 	Unkillable            []int    `json:"unkillable,omitempty"`
 	UnresolvedKMD         []string `json:"unresolvedKMD,omitempty"`
 	// TrustedCerts are the certificates (DER) in the kernel's keyrings

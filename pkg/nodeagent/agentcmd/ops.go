@@ -20,7 +20,7 @@ func newKMDCommand(c *common) *cobra.Command {
 		Short: "Install tt-kmd X.Y.Z (build or cache, unload, insmod, verify, persist)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result {
+			return c.runStoppable(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result {
 				a.Publish = cmd.OutOrStdout()
 				if o.ModuleFrom != "" {
 					o.ModuleFrom = underVolumeRoot(o.ModuleFrom)
@@ -122,7 +122,7 @@ func newFlashCommand(c *common) *cobra.Command {
 					return fmt.Errorf("--bundle-url-env %s: the variable is empty or unset", urlEnv)
 				}
 			}
-			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.Flash(ctx, o) })
+			return c.runStoppable(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.Flash(ctx, o) })
 		},
 	}
 	f := cmd.Flags()
