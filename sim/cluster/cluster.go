@@ -39,7 +39,7 @@ type Options struct {
 	// that RestartAPIServer ends every connection at once, as a real
 	// restart does (a relay's cost on every request; off by default).
 	RestartableAPIServer bool
-	Logf             func(format string, a ...any)
+	Logf                 func(format string, a ...any)
 }
 
 // Cluster is a running control plane.

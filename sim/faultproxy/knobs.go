@@ -59,15 +59,15 @@ type Mutation struct {
 const maxMutations = 20000
 
 type knobs struct {
-	mu         sync.Mutex
-	lose       int
-	loseMatch  Match
-	hold       *held
-	compacted  int64 // watches from an older resourceVersion get 410
-	watches    map[*http.Request]context.CancelFunc
-	mutations  []Mutation
-	lostCount  int
-	gone410    int
+	mu            sync.Mutex
+	lose          int
+	loseMatch     Match
+	hold          *held
+	compacted     int64 // watches from an older resourceVersion get 410
+	watches       map[*http.Request]context.CancelFunc
+	mutations     []Mutation
+	lostCount     int
+	gone410       int
 	closedWatches int
 }
 
