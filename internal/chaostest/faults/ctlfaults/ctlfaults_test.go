@@ -98,6 +98,22 @@ func loadedOnce(t *testing.T, ctx context.Context, c *simtest.Cluster, before ma
 	chaostest.NoHelperPodLeft(t, ctx, c.Client)
 }
 
+// nextKMD is a tt-kmd version the fleet does not run: each test rolls to
+// one, whichever ran before it.
+func nextKMD(t *testing.T, ctx context.Context, c *simtest.Cluster) string {
+	t.Helper()
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, nodes[0], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"2.8.0", "2.9.1", "2.8.1", "2.7.0"} {
+		if v != n.Labels[tt.LabelKMDVersion] {
+			return v
+		}
+	}
+	return ""
+}
+
 // onCordons calls f each time one more node is cordoned by rollbook than
 // before, up to n times, until ctx ends.
 func onCordons(ctx context.Context, c *simtest.Cluster, n int, f func(i int, node string)) <-chan struct{} {
@@ -136,18 +152,18 @@ func TestKMDRollLosesWriteResponses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every 1.5 s, the next two writes lose their answer.
+	// Every 3 s, the next write loses its answer.
 	armCtx, stopArming := context.WithCancel(ctx)
 	go func() {
 		for armCtx.Err() == nil {
-			_ = ctl.LoseResponses(armCtx, 2, "", "")
+			_ = ctl.LoseResponses(armCtx, lossBurst, "", "")
 			select {
 			case <-armCtx.Done():
-			case <-time.After(1500 * time.Millisecond):
+			case <-time.After(lossEvery):
 			}
 		}
 	}()
-	const v = "2.8.0"
+	v := nextKMD(t, ctx, c)
 	stops := chaostest.UntilDone(t, ctx, p, 15, func() { chaostest.CordonsSaySo(t, ctx, c.Client) }, "upgrade", "kmd", "--version", v)
 	stopArming()
 	_ = ctl.LoseResponses(ctx, 0, "", "")
@@ -178,7 +194,7 @@ func TestKMDRollAcrossAPIServerRestarts(t *testing.T) {
 		}
 		restarts = append(restarts, fmt.Sprintf("after %s's cordon, unavailable %s", node, took.Round(time.Millisecond)))
 	})
-	const v = "2.9.1"
+	v := nextKMD(t, ctx, c)
 	stops := chaostest.UntilDone(t, ctx, p, 15, func() { chaostest.CordonsSaySo(t, ctx, c.Client) }, "upgrade", "kmd", "--version", v)
 	<-restarted
 	if len(restarts) != 2 {
@@ -214,7 +230,7 @@ func TestKMDRollAcrossCompactions(t *testing.T) {
 			}
 		}
 	}()
-	const v = "2.8.1"
+	v := nextKMD(t, ctx, c)
 	stops := chaostest.UntilDone(t, ctx, p, 15, func() { chaostest.CordonsSaySo(t, ctx, c.Client) }, "upgrade", "kmd", "--version", v)
 	stopCompacting()
 	<-done
@@ -246,7 +262,7 @@ func TestStoppedPastItsLeaseWritesNothingOnceResumed(t *testing.T) {
 	c, p, ctl := setup(t)
 	ctx := simtest.Context(t, 10*time.Minute)
 	before := opCounts(t, c)
-	const v = "2.7.0"
+	v := nextKMD(t, ctx, c)
 	args := []string{"upgrade", "kmd", "--version", v}
 
 	held := make(chan string, 1)
@@ -271,13 +287,20 @@ func TestStoppedPastItsLeaseWritesNothingOnceResumed(t *testing.T) {
 	}
 	t.Logf("run A (pid %d) stopped right after sending %s", pidA, req)
 
-	// Run B, not through the proxy, takes the Lease over once A's has
+	// Run B, not through the proxy and as if on another machine (a pid of
+	// this one says nothing to it), takes the Lease over once A's has
 	// stayed unchanged for its duration and margin, and acts.
-	b := &chaostest.Plugin{Bin: p.Bin, Kubeconfig: c.Kubeconfig}
+	b := &chaostest.Plugin{Bin: p.Bin, Kubeconfig: c.Kubeconfig, Elsewhere: true}
 	resB := make(chan chaostest.Result, 1)
 	go func() { resB <- b.Run(ctx, chaostest.KillPoint{}, args...) }()
 	var holderB string
 	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		select {
+		case rb := <-resB:
+			_ = syscall.Kill(pidA, syscall.SIGCONT)
+			t.Fatalf("run B exited %d before it took the Lease over:\n%s", rb.Code, rb.Out)
+		default:
+		}
 		l, err := c.Client.CoordinationV1().Leases("kube-system").Get(ctx, tt.LockName, metav1.GetOptions{})
 		if err != nil || l.Annotations["rollbook.dev/taken-over"] == "" || l.Spec.HolderIdentity == nil {
 			return false, nil
@@ -406,3 +429,6 @@ func TestFlashHelperDrainedByAnotherTool(t *testing.T) {
 	}
 	t.Logf("FIGURES forced drain: the first run exited %d; %d further stop(s): %v", r.Code, len(stops), stops)
 }
+
+// The lost-response injection: lossBurst writes every lossEvery.
+var lossBurst, lossEvery = 1, 2 * time.Second
