@@ -147,16 +147,23 @@ func onCordons(ctx context.Context, c *simtest.Cluster, n int, f func(i int, nod
 func TestKMDRollLosesWriteResponses(t *testing.T) {
 	c, p, ctl := setup(t)
 	ctx := simtest.Context(t, 10*time.Minute)
+	start := time.Now()
 	before := opCounts(t, c)
 	k0, err := ctl.Knobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every 3 s, the next write loses its answer.
+	// Every lossEvery, the next lossBurst writes lose their answer.
 	armCtx, stopArming := context.WithCancel(ctx)
 	go func() {
-		for armCtx.Err() == nil {
-			_ = ctl.LoseResponses(armCtx, lossBurst, "", "")
+		for i := 0; armCtx.Err() == nil; i++ {
+			// Every other time a node write's: the cordons and labels the
+			// run must record whether or not their answer came.
+			method, path := "", ""
+			if i%2 == 1 {
+				method, path = "PATCH", "/api/v1/nodes/"
+			}
+			_ = ctl.LoseResponses(armCtx, lossBurst, method, path)
 			select {
 			case <-armCtx.Done():
 			case <-time.After(lossEvery):
@@ -176,6 +183,23 @@ func TestKMDRollLosesWriteResponses(t *testing.T) {
 		t.Fatal("no response was lost: the test proved nothing")
 	}
 	loadedOnce(t, ctx, c, before, v)
+	// Nothing the run did goes unrecorded, answer or none.
+	for _, n := range nodes {
+		for _, reason := range []string{"Cordoned", "KMDUpgraded", "Uncordoned"} {
+			evs, err := c.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+				FieldSelector: "involvedObject.name=" + n + ",reason=" + reason})
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, e := range evs.Items {
+				found = found || !e.FirstTimestamp.Time.Before(start.Add(-time.Second))
+			}
+			if !found {
+				t.Errorf("%s: no %s Event from the roll", n, reason)
+			}
+		}
+	}
 	t.Logf("FIGURES lost responses: %d writes applied and their answers lost, %d run(s) stopped and re-run: %v", lost, len(stops), stops)
 }
 
