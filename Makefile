@@ -70,6 +70,9 @@ chaos: sim ## SIGKILL the plugins at random points, longer than make test (SEED=
 	  ROLLBOOK_CHAOS_SEED=$(SEED) ROLLBOOK_CHAOS_KILLS=$(KILLS) \
 	  $(GO) test -count=1 -timeout 120m -v -run 'KilledAnywhere|Secrets' ./internal/chaostest/ttchaos ./internal/chaostest/atechaos \
 	  | tee $(CURDIR)/.cache/chaos.log | grep -E '^(---|ok|FAIL)|FIGURES|chaos seed'
+	set -o pipefail; ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
+	  $(GO) test -count=1 -timeout 30m -v ./internal/chaostest/faults/ctlfaults \
+	  | tee -a $(CURDIR)/.cache/chaos.log | grep -E '^(---|ok|FAIL)|FIGURES'
 
 lint: $(GOLANGCI) ## golangci-lint with .golangci.yml (main module; sim/ is vetted only)
 	$(GOLANGCI) run ./...
