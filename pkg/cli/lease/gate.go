@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -32,6 +33,16 @@ type armedGate struct {
 // lost its lock.
 func (g *Gate) Arm(l *Lock, exempt ...func(*http.Request) bool) {
 	g.armed.Store(&armedGate{lock: l, exempt: exempt})
+}
+
+// Check is Lock.Check of the armed lock (nil when unarmed), for what does
+// not pass a client's transport: the substrate's control API (gRPC).
+func (g *Gate) Check(ctx context.Context) error {
+	a := g.armed.Load()
+	if a == nil {
+		return nil
+	}
+	return a.lock.Check(ctx)
 }
 
 // Disarm lets everything through again (the run ended).

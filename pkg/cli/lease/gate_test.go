@@ -53,6 +53,9 @@ func TestGateHoldsWritesOfARunThatLostItsLease(t *testing.T) {
 		if len(inner.sent) != 0 {
 			t.Fatalf("writes reached the API server after the Lease was taken: %v", inner.sent)
 		}
+		if err := g.Check(t.Context()); err == nil {
+			t.Error("Check (the control API's gate) lets a call through after the Lease was taken")
+		}
 		for _, ok := range [][2]string{
 			{http.MethodGet, cordon},
 			{http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/ns/leases/rollbook-test"},
@@ -69,7 +72,7 @@ func TestGateHoldsWritesOfARunThatLostItsLease(t *testing.T) {
 			t.Errorf("sent %v", inner.sent)
 		}
 		g.Disarm()
-		if err := send(http.MethodPatch, cordon); err != nil {
+		if err := send(http.MethodPatch, cordon); err != nil || g.Check(t.Context()) != nil {
 			t.Errorf("a disarmed gate held a write: %v", err)
 		}
 	})
