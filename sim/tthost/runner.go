@@ -142,7 +142,7 @@ func (r *Runner) sync(ctx context.Context, key string, pods corelisters.PodListe
 	r.mu.Unlock()
 	switch {
 	case pod.DeletionTimestamp != nil:
-		if graceLeft(pod, r.Clock.Now()) > 0 && cur != nil && cur.uid == pod.UID {
+		if g := pod.DeletionGracePeriodSeconds; g != nil && *g > 0 && cur != nil && cur.uid == pod.UID {
 			r.terminate(key, pod)
 			return nil
 		}
@@ -192,7 +192,7 @@ func (r *Runner) terminate(key string, pod *corev1.Pod) {
 	cur.terminating = true
 	close(cur.term)
 	r.mu.Unlock()
-	left := graceLeft(pod, r.Clock.Now())
+	left := max(graceLeft(pod, r.Clock.Now()), 0)
 	r.log.Printf("TERMINATE %s: deleted; SIGTERM, SIGKILL in %s", key, left.Round(time.Millisecond))
 	go func() {
 		<-r.Clock.After(left)
