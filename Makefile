@@ -4,6 +4,10 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 SIM   := $(CURDIR)/.cache/bin/sim
 GOTEST_FLAGS ?= -timeout 30m -count=1
+# End-to-end tests (test/e2e/…: each package a scenario on a simulated
+# cluster) build only with this tag: go test -short ./... builds and starts
+# none of them.
+E2E := -tags e2e
 # As released (.goreleaser.yaml): grpcnotrace keeps grpc from linking
 # golang.org/x/net/trace, whose html/template turns off the linker's dead-code
 # removal of methods; kubectl-ate is then a third smaller (83 → 52 MB) and its status reads
@@ -16,7 +20,7 @@ SIM_GOFLAGS := -trimpath
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI := $(CURDIR)/.cache/bin/golangci-lint-$(GOLANGCI_VERSION)
 
-.PHONY: all build sim demo test check lint bench bench-fleet bench-fleet-kmd docs clean chaos
+.PHONY: all build sim demo unit test check lint bench bench-fleet bench-fleet-kmd docs clean chaos
 
 all: build
 
@@ -32,7 +36,7 @@ demo: build sim ## both plugins against a 3-node simulated cluster (helpers insi
 check: lint ## gofmt, go vet (both modules) and golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
+	$(GO) vet $(E2E) ./...
 	$(GO) -C sim vet $(SIM_GOFLAGS) ./...
 
 # The real-host root filesystem (Debian's headers, gcc-12, make, kmod, git)
@@ -52,13 +56,19 @@ IMAGE_ROOTFS = $$( [ -n "$$ROLLBOOK_TT_IMAGE_ROOTFS" ] && echo "$$ROLLBOOK_TT_IM
 image-rootfs: ## the node-agent image's root filesystem the sim runs helpers in (needs root; cached in .cache/node-agent-rootfs)
 	bash hack/image-rootfs.sh
 
+unit: ## the fast path: every test that needs no simulated cluster (go test -short; about a minute; starts no sim)
+	$(GO) test -short ./...
+
+# Each package's time is printed at the end (hack/test-times.sh), from the
+# output kept in .cache/test.log.
 test: check sim ## every test, on the real simulated control plane
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	img=$(IMAGE_ROOTFS); rh=$(REALHOST); \
+	set -o pipefail; img=$(IMAGE_ROOTFS); rh=$(REALHOST); log=$(CURDIR)/.cache/test.log; \
 	ROLLBOOK_REALHOST_ROOTFS=$$rh ROLLBOOK_TT_IMAGE_ROOTFS=$$img \
 	  ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
-	  $(GO) test $(GOTEST_FLAGS) ./... && \
-	ROLLBOOK_REALHOST_ROOTFS=$$rh ROLLBOOK_TT_IMAGE_ROOTFS=$$img $(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./...
+	  $(GO) test $(GOTEST_FLAGS) $(E2E) ./... 2>&1 | tee $$log && \
+	ROLLBOOK_REALHOST_ROOTFS=$$rh ROLLBOOK_TT_IMAGE_ROOTFS=$$img $(GO) -C sim test $(SIM_GOFLAGS) -count=1 ./... 2>&1 | tee -a $$log; \
+	rc=$$?; bash hack/test-times.sh $$log; exit $$rc
 
 # make chaos SEED=n KILLS=n: the kill-anywhere tests with KILLS kills per
 # scenario (three scenarios; default 60 each), seeded (default: the clock).
@@ -68,7 +78,7 @@ chaos: sim ## SIGKILL the plugins at random points, longer than make test (SEED=
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
 	set -o pipefail; ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
 	  ROLLBOOK_CHAOS_SEED=$(SEED) ROLLBOOK_CHAOS_KILLS=$(KILLS) \
-	  $(GO) test -count=1 -timeout 120m -v -run 'KilledAnywhere|Secrets' ./internal/chaostest/ttchaos ./internal/chaostest/atechaos \
+	  $(GO) test $(E2E) -count=1 -timeout 120m -v -run 'KilledAnywhere|Secrets' ./test/e2e/tt/chaos ./test/e2e/ate/chaos \
 	  | tee $(CURDIR)/.cache/chaos.log | grep -E '^(---|ok|FAIL)|FIGURES|chaos seed'
 	set -o pipefail; ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
 	  $(GO) test -count=1 -timeout 30m -v ./internal/chaostest/faults/ctlfaults \
@@ -88,9 +98,9 @@ bench: build sim ## every benchmark at a size that fits ~10 minutes; figures nex
 	FLASH=3s STRESS=1 ROLLBOOK_SIM_BIN=$(SIM) bash hack/bench-firmware.sh
 	$(GO) test -run XXX -bench Inventory -benchtime 3x ./pkg/ateapi | grep -E 'Benchmark|ok'
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
-	ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v \
+	ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test $(E2E) -count=1 -v \
 	  -run 'TestKMDRequestsPerNode|TestFirmwareRequestsPerNode|TestFullRollAndRollbackOnSixNodes|TestPerNodeCost' \
-	  ./pkg/tt/ttcmd ./pkg/tt/ttcmd/situations ./pkg/ate/atecmd/e2e/fleet | grep -E 'roll in|requests|^(---|ok|FAIL)'
+	  ./test/e2e/tt/upgrade ./test/e2e/tt/situations ./test/e2e/ate/fleet | grep -E 'roll in|requests|^(---|ok|FAIL)'
 	$(MAKE) --no-print-directory bench-fleet
 
 # Per-node cost as a roll goes through a fleet (flat, or it fails). Small by
@@ -110,14 +120,14 @@ bench-fleet-kmd: sim ## kmd --max-parallel over a fleet in kernel groups: time v
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
 	ROLLBOOK_FLEET_NODES=$(FLEET_KMD_NODES) ROLLBOOK_FLEET_PARALLEL=$(FLEET_KMD_PARALLEL) ROLLBOOK_FLEET_KERNELS=$(FLEET_KMD_KERNELS) \
 	  ROLLBOOK_FLEET_BUILD=$(FLEET_KMD_BUILD) ROLLBOOK_FLEET_HIT=$(FLEET_KMD_HIT) ROLLBOOK_FLEET_BENCH=1 ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) \
-	  ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v -timeout 600m ./pkg/tt/ttcmd/fleetbench \
+	  ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test $(E2E) -count=1 -v -timeout 600m ./test/e2e/tt/fleetbench \
 	  | grep -E 'fleetbench_test|^(---|ok|FAIL)'
 
 bench-fleet: sim ## per-node requests and seconds over a fleet: tt kmd and the ate node roll
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
 	ROLLBOOK_FLEET_NODES=$(FLEET_NODES) ROLLBOOK_SIM_ATE_EXTRA_ACTORS=$(ACTORS) ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) \
-	  ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test -count=1 -v -timeout 90m \
-	  ./pkg/tt/ttcmd/fleetcurve ./pkg/ate/atecmd/e2e/fleetcurve | grep -E 'curve_test|^ +[0-9]+  |^(---|ok|FAIL)'
+	  ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt $(GO) test $(E2E) -count=1 -v -timeout 90m \
+	  ./test/e2e/tt/fleetcurve ./test/e2e/ate/fleetcurve | grep -E 'curve_test|^ +[0-9]+  |^(---|ok|FAIL)'
 
 docs: ## regenerate runbooks/*.md from the step registry and docs/cli/*.md from the command trees
 	$(GO) run ./hack/gendocs

@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/internal/clidocs"
 	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/install"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
 
@@ -35,6 +37,12 @@ func main() {
 		fail(err)
 	}
 	write(clidocs.Dir, pages)
+
+	policy, err := install.ShippedAdmission()
+	if err != nil {
+		fail(err)
+	}
+	write("deploy", map[string]string{deploy.HelperPolicyFile: string(policy)})
 }
 
 func write(dir string, files map[string]string) {

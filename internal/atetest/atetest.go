@@ -19,8 +19,9 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ate/atecmd"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
@@ -58,10 +59,10 @@ func MustRun(t *testing.T, ctx context.Context, args ...string) string {
 }
 
 // Status reads `kubectl ate status -o json`.
-func Status(t *testing.T, ctx context.Context) ate.Status {
+func Status(t *testing.T, ctx context.Context) campaign.Status {
 	t.Helper()
 	out, _ := Run(t, ctx, "status", "-o", "json")
-	var s ate.Status
+	var s campaign.Status
 	if err := json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &s); err != nil {
 		t.Fatalf("status json: %v", err)
 	}
@@ -116,7 +117,7 @@ func NodeLabels(t *testing.T, ctx context.Context) map[string]string {
 	}
 	out := map[string]string{}
 	for _, n := range l.Items {
-		out[n.Name] = n.Labels[ate.VersionLabel]
+		out[n.Name] = n.Labels[fleet.VersionLabel]
 	}
 	return out
 }
@@ -190,8 +191,8 @@ func RollUntilFlipped(t *testing.T, ctx context.Context) string {
 		defer close(done)
 		defer w.Stop()
 		for e := range w.ResultChan() {
-			if n, ok := e.Object.(*corev1.Node); ok && e.Type == watch.Modified && n.Labels[ate.VersionLabel] == NewV &&
-				n.Annotations[ate.AnnVerifyPending] != "" {
+			if n, ok := e.Object.(*corev1.Node); ok && e.Type == watch.Modified && n.Labels[fleet.VersionLabel] == NewV &&
+				n.Annotations[fleet.AnnVerifyPending] != "" {
 				flipped = n.Name
 				cancel()
 				return

@@ -1,8 +1,6 @@
 package fakehost
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -35,41 +33,14 @@ func eventsPath(root string) string { return filepath.Join(root, stateDir, "even
 // recordEvent appends an event; a host that cannot record it says so on
 // stderr rather than hiding it.
 func (t *tool) recordEvent(kind, detail string) {
-	b, _ := json.Marshal(Event{Kind: kind, Detail: detail})
-	f, err := os.OpenFile(eventsPath(t.root), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
+	if err := appendLine(eventsPath(t.root), Event{Kind: kind, Detail: detail}); err != nil {
 		fmt.Fprintf(t.stderr, "fakehost: cannot record %s: %v\n", kind, err)
-		return
 	}
-	defer f.Close()
-	_, _ = f.Write(append(b, '\n'))
 }
 
 // Events returns the events recorded on root after the first skip ones,
 // so a reader can poll with the count it has already seen.
-func Events(root string, skip int) ([]Event, error) {
-	f, err := os.Open(eventsPath(root))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []Event
-	sc := bufio.NewScanner(f)
-	for i := 0; sc.Scan(); i++ {
-		if i < skip {
-			continue
-		}
-		var e Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return out, err
-		}
-		out = append(out, e)
-	}
-	return out, sc.Err()
-}
+func Events(root string, skip int) ([]Event, error) { return readLines[Event](eventsPath(root), skip) }
 
 // deviceHolders lists the pids with a /dev/tenstorrent/* fd open, read
 // from the host's own process table.

@@ -1,11 +1,7 @@
 package fakehost
 
 import (
-	"bufio"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 )
 
@@ -30,34 +26,10 @@ func opsPath(root string) string { return filepath.Join(root, stateDir, "ops.log
 
 // recordOp appends op; a host that cannot record it says so on stderr.
 func (t *tool) recordOp(op Op) {
-	b, _ := json.Marshal(op)
-	f, err := os.OpenFile(opsPath(t.root), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
+	if err := appendLine(opsPath(t.root), op); err != nil {
 		fmt.Fprintf(t.stderr, "fakehost: cannot record %s: %v\n", op.Op, err)
-		return
 	}
-	defer f.Close()
-	_, _ = f.Write(append(b, '\n'))
 }
 
 // Ops returns every change the fake tools made on root, oldest first.
-func Ops(root string) ([]Op, error) {
-	f, err := os.Open(opsPath(root))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []Op
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var o Op
-		if err := json.Unmarshal(sc.Bytes(), &o); err != nil {
-			return out, err
-		}
-		out = append(out, o)
-	}
-	return out, sc.Err()
-}
+func Ops(root string) ([]Op, error) { return readLines[Op](opsPath(root), 0) }

@@ -1,8 +1,6 @@
 package fakehost
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -214,38 +212,8 @@ func checkRoot(root string) error {
 
 func callLogPath(root string) string { return filepath.Join(root, stateDir, "calls.log") }
 
-func logCall(root string, argv []string) {
-	b, err := json.Marshal(argv)
-	if err != nil {
-		return
-	}
-	f, err := os.OpenFile(callLogPath(root), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	_, _ = f.Write(append(b, '\n'))
-}
+func logCall(root string, argv []string) { _ = appendLine(callLogPath(root), argv) }
 
 // Calls returns the argv (tool name first) of every fake tool run against
 // root, in order.
-func Calls(root string) ([][]string, error) {
-	f, err := os.Open(callLogPath(root))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var calls [][]string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var argv []string
-		if err := json.Unmarshal(sc.Bytes(), &argv); err != nil {
-			return nil, err
-		}
-		calls = append(calls, argv)
-	}
-	return calls, sc.Err()
-}
+func Calls(root string) ([][]string, error) { return readLines[[]string](callLogPath(root), 0) }

@@ -8,7 +8,8 @@ import (
 )
 
 // Encoders write a stored worker or actor into whatever shape the era's
-// descriptor has, trying each era's path for every fact (brief §2.3).
+// descriptor has, trying each era's path for every fact (the eras' protos
+// are in protos/<era>; ateapi.Era names them).
 
 func (s *Server) encodeWorker(m protoreflect.Message, w *Worker) {
 	protopath.SetFirst(m, w.Name, "metadata.name")

@@ -10,6 +10,9 @@ import (
 
 // SimBinary returns the path of an up-to-date sim binary.
 func SimBinary() (string, error) {
+	if short() {
+		return "", errShort
+	}
 	if p := os.Getenv("ROLLBOOK_SIM_BIN"); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("ROLLBOOK_SIM_BIN=%s: %w", p, err)

@@ -9,6 +9,7 @@ package simtest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -57,9 +58,13 @@ type Cluster struct {
 
 var current *Cluster
 
-// Get returns the package's cluster; it fails the test when Main did not start one.
+// Get returns the package's cluster; it skips the test under -short and
+// fails it when Main did not start one.
 func Get(t testing.TB) *Cluster {
 	t.Helper()
+	if current == nil && short() {
+		t.Skip(ShortReason)
+	}
 	if current == nil {
 		t.Fatal("simtest: no cluster; call simtest.Main from TestMain")
 	}
@@ -68,12 +73,17 @@ func Get(t testing.TB) *Cluster {
 
 // Main starts the sim, runs the tests and always stops the sim: on return,
 // on SIGINT/SIGTERM, and (through the sim's own parent watch and
-// Pdeathsig) when the test binary dies from a panic or timeout.
+// Pdeathsig) when the test binary dies from a panic or timeout. Under
+// -short it starts none and the tests that need one skip.
 func Main(m *testing.M, o Options) {
 	os.Exit(run(m, o))
 }
 
 func run(m *testing.M, o Options) int {
+	flag.Parse()
+	if short() {
+		return m.Run()
+	}
 	c, err := Start(o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "simtest:", err)
@@ -101,6 +111,9 @@ func run(m *testing.M, o Options) int {
 
 // Start builds (if needed) and starts a sim, returning once it is ready.
 func Start(o Options) (*Cluster, error) {
+	if short() {
+		return nil, errShort
+	}
 	if o.Nodes == 0 {
 		o.Nodes = 3
 	}

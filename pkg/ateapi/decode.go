@@ -7,8 +7,9 @@ import (
 	"github.com/rollbook/rollbook/pkg/protopath"
 )
 
-// decodeWorker reads a Worker of any era (brief §2.3): flat (B), resource
-// style with status.assignment (C), or with capacity/allocated (D).
+// decodeWorker reads a Worker of any era (Era; the protos are in
+// internal/fakesubstrate/protos): flat (B), resource style with
+// status.assignment (C), or with capacity/allocated (D).
 func decodeWorker(m protoreflect.Message) Worker {
 	w := Worker{
 		// Before era C the worker had no metadata; its identity is the pod UID.

@@ -15,7 +15,9 @@ import (
 // ServiceName is the control API's gRPC service.
 const ServiceName = "ateapi.Control"
 
-// Era is the API shape family the server speaks (brief §2.3).
+// Era is the API shape family the server speaks; each era's protos are in
+// internal/fakesubstrate/protos (testdata/ateapi/README.md says how they
+// were written).
 type Era string
 
 // Eras, oldest first.

@@ -38,10 +38,10 @@ type CleanupSpec struct {
 	// needs once no node is half-way: results and probe records. Never the
 	// public version labels DaemonSets select on, never a cordon.
 	NodeAnnotations []string
-	// HalfWay says why node n is part-way through one of the plugin's
-	// runbooks ("" when it is not): removing the record then would lose
-	// what the re-run reads to finish it.
-	HalfWay func(n *corev1.Node) string
+	// HalfWay says, for each of nodes that stands part-way through one of
+	// the plugin's runbooks, where (a node it leaves out is not): removing
+	// the record then would lose what the re-run reads to finish it.
+	HalfWay func(ctx context.Context, nodes []corev1.Node) (map[string]string, error)
 	// Finish is the sentence that says how to finish a half-way node.
 	Finish string
 	// Extra adds the plugin's own items (the tt host caches) to the plan,
@@ -49,6 +49,19 @@ type CleanupSpec struct {
 	Extra func(ctx context.Context, o *CleanupOptions, cs kubernetes.Interface, nodes []corev1.Node) ([]CleanupItem, error)
 	// ExtraFlags registers the flags Extra reads.
 	ExtraFlags func(cmd *cobra.Command)
+}
+
+// EachNode is a CleanupSpec.HalfWay that decides from each node alone.
+func EachNode(halfWay func(n *corev1.Node) string) func(context.Context, []corev1.Node) (map[string]string, error) {
+	return func(_ context.Context, nodes []corev1.Node) (map[string]string, error) {
+		out := map[string]string{}
+		for i := range nodes {
+			if why := halfWay(&nodes[i]); why != "" {
+				out[nodes[i].Name] = why
+			}
+		}
+		return out, nil
+	}
 }
 
 // CleanupItem is one thing cleanup removes: shown by the dry run, removed
@@ -241,9 +254,13 @@ func (o *CleanupOptions) Plan(ctx context.Context, cs kubernetes.Interface) ([]C
 	if err != nil {
 		return nil, explainForbidden(fmt.Errorf("list nodes: %w", err), o.spec.Plugin)
 	}
+	halfWay, err := o.spec.HalfWay(ctx, nodes.Items)
+	if err != nil {
+		return nil, explainForbidden(err, o.spec.Plugin)
+	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if why := o.spec.HalfWay(n); why != "" {
+		if why := halfWay[n.Name]; why != "" {
 			refuse = append(refuse, fmt.Sprintf("node %s is half-way: %s. %s", n.Name, why, o.spec.Finish))
 			continue
 		}

@@ -17,16 +17,42 @@ import (
 )
 
 // Factory builds the clients of one invocation from kubectl's connection
-// flags. It is rollbook's own, not kubectl's cmdutil.Factory: importing
-// kubectl's command packages costs every invocation ~50 ms of package
-// initialisation and ~20 MiB before main runs (measured with
-// GODEBUG=inittrace=1), which `status` on a big fleet cannot afford.
+// flags, each once: every part of a run (the session, its runbooks, the
+// reads of status and preflight) shares them, and with them one connection
+// pool and one rate limiter per kind. It is rollbook's own, not kubectl's
+// cmdutil.Factory: importing kubectl's command packages costs every
+// invocation ~50 ms of package initialisation and ~20 MiB before main runs
+// (measured with GODEBUG=inittrace=1), which `status` on a big fleet cannot
+// afford.
 type Factory struct {
 	flags *genericclioptions.ConfigFlags
 
 	once sync.Once
 	cfg  *rest.Config
 	err  error
+
+	cs  client[*kubernetes.Clientset]
+	dyn client[*dynamic.DynamicClient]
+	md  client[metadata.Interface]
+}
+
+// client is one kind of client, built on first use.
+type client[C any] struct {
+	once sync.Once
+	c    C
+	err  error
+}
+
+func (c *client[C]) get(f *Factory, build func(*rest.Config) (C, error)) (C, error) {
+	c.once.Do(func() {
+		cfg, err := f.ToRESTConfig()
+		if err != nil {
+			c.err = err
+			return
+		}
+		c.c, c.err = build(cfg)
+	})
+	return c.c, c.err
 }
 
 // NewFactory returns a Factory reading its configuration from flags.
@@ -42,31 +68,20 @@ func (f *Factory) ToRESTConfig() (*rest.Config, error) {
 	return rest.CopyConfig(f.cfg), nil
 }
 
-// KubernetesClientSet is a typed client set.
+// KubernetesClientSet is the invocation's typed client set.
 func (f *Factory) KubernetesClientSet() (*kubernetes.Clientset, error) {
-	cfg, err := f.ToRESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	return kubernetes.NewForConfig(cfg)
+	return f.cs.get(f, kubernetes.NewForConfig)
 }
 
-// DynamicClient is a client for custom resources.
+// DynamicClient is the invocation's client for custom resources.
 func (f *Factory) DynamicClient() (dynamic.Interface, error) {
-	cfg, err := f.ToRESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	return dynamic.NewForConfig(cfg)
+	return f.dyn.get(f, dynamic.NewForConfig)
 }
 
-// MetadataClient reads objects as PartialObjectMetadata (protobuf).
+// MetadataClient is the invocation's client reading objects as
+// PartialObjectMetadata (protobuf).
 func (f *Factory) MetadataClient() (metadata.Interface, error) {
-	cfg, err := f.ToRESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	return metadata.NewForConfig(cfg)
+	return f.md.get(f, metadata.NewForConfig)
 }
 
 // registerFlagCompletions completes kubectl's global flags from the user's

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
 // Labels and annotations on helper pods.
@@ -51,6 +52,11 @@ type SecretMount struct {
 	Keys                    []string
 }
 
+// NodeLabel is a label a node carries: Key=Value.
+type NodeLabel struct{ Key, Value string }
+
+func (l NodeLabel) String() string { return l.Key + "=" + l.Value }
+
 // HelperSpec describes a short-lived pod that does one task on one node.
 type HelperSpec struct {
 	Task      string // e.g. "kmd"; becomes the rollbook.dev/helper label
@@ -86,6 +92,10 @@ type HelperSpec struct {
 	// Resources are the container's requests and limits: without requests
 	// a helper is the first pod the kubelet OOM-kills, maybe mid-flash.
 	Resources corev1.ResourceRequirements
+	// NodeAccess is the label the cluster admin requires of a node before
+	// a helper runs there; the helper requires it in its node affinity,
+	// which the kubelet enforces when it admits the pinned pod.
+	NodeAccess NodeLabel
 	// AllowControlPlane drops the required node affinity that keeps the
 	// helper off control-plane nodes (the kubelet rejects a pinned pod
 	// whose affinity its node does not match).
@@ -100,7 +110,7 @@ type HelperSpec struct {
 func HelperName(task, node, key string) string {
 	sum := sha256.Sum256([]byte(task + "\x00" + node + "\x00" + key))
 	h := hex.EncodeToString(sum[:])[:10]
-	prefix := "rollbook-" + task + "-"
+	prefix := HelperNamePrefix(task)
 	room := 63 - len(prefix) - len(h) - 1
 	n := strings.ToLower(node)
 	if len(n) > room {
@@ -108,6 +118,9 @@ func HelperName(task, node, key string) string {
 	}
 	return prefix + n + "-" + h
 }
+
+// HelperNamePrefix begins the name of every helper of task.
+func HelperNamePrefix(task string) string { return "rollbook-" + task + "-" }
 
 // Pod renders the helper pod: pinned to the node with spec.nodeName (no
 // scheduler involved), tolerating every taint (the node is cordoned and may
@@ -123,12 +136,13 @@ func (s HelperSpec) Pod() *corev1.Pod {
 	for _, m := range s.HostPaths {
 		mounts = append(mounts, corev1.VolumeMount{Name: m.Name, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
 		vols = append(vols, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
-			HostPath: &corev1.HostPathVolumeSource{Path: m.HostPath}}})
+			HostPath: &corev1.HostPathVolumeSource{Path: m.HostPath, Type: ptr.To(corev1.HostPathUnset)}}})
 	}
 	for _, m := range s.ConfigMaps {
 		mounts = append(mounts, corev1.VolumeMount{Name: m.Name, MountPath: m.MountPath, ReadOnly: true})
 		vols = append(vols, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
-			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: m.ConfigMap}}}})
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: m.ConfigMap},
+				DefaultMode: ptr.To[int32](0o444)}}})
 	}
 	for _, m := range s.Secrets {
 		mode := int32(0o400)
@@ -146,11 +160,19 @@ func (s HelperSpec) Pod() *corev1.Pod {
 		sc.AllowPrivilegeEscalation = new(bool)
 		sc.Capabilities = &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: s.Capabilities}
 	}
-	var affinity *corev1.Affinity
+	var required []corev1.NodeSelectorRequirement
+	if s.NodeAccess.Key != "" {
+		required = append(required, corev1.NodeSelectorRequirement{Key: s.NodeAccess.Key, Operator: corev1.NodeSelectorOpIn,
+			Values: []string{s.NodeAccess.Value}})
+	}
 	if !s.AllowControlPlane {
+		required = append(required, corev1.NodeSelectorRequirement{Key: LabelControlPlane, Operator: corev1.NodeSelectorOpDoesNotExist})
+	}
+	var affinity *corev1.Affinity
+	if len(required) > 0 {
 		affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: LabelControlPlane, Operator: corev1.NodeSelectorOpDoesNotExist}},
+				MatchExpressions: required,
 			}}}}}
 	}
 	p := &corev1.Pod{
@@ -177,6 +199,7 @@ func (s HelperSpec) Pod() *corev1.Pod {
 			Containers: []corev1.Container{{
 				Name:                     s.Task,
 				Image:                    s.Image,
+				ImagePullPolicy:          corev1.PullIfNotPresent,
 				Command:                  s.Command,
 				Env:                      s.Env,
 				VolumeMounts:             mounts,

@@ -49,8 +49,11 @@ type FlashOptions struct {
 
 // DefaultBundleURL is the tt-system-firmware release asset for version.
 func DefaultBundleURL(version string) string {
-	return "https://github.com/tenstorrent/tt-system-firmware/releases/download/v" + version + "/fw_pack-" + version + ".fwbundle"
+	return DefaultBundleURLPrefix + "v" + version + "/fw_pack-" + version + ".fwbundle"
 }
+
+// DefaultBundleURLPrefix is where every tt-system-firmware release asset is.
+const DefaultBundleURLPrefix = "https://github.com/tenstorrent/tt-system-firmware/releases/download/"
 
 // configSpaceResetMarker in tt-flash output means the post-flash reset
 // failed even though tt-flash exits 0 (tt-smi #88, tt-ansible failed_when).

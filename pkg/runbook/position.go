@@ -53,9 +53,6 @@ func LocateOnly[F any](rb *Runbook[F], f F) Position {
 	return p
 }
 
-// HalfwayIn reports whether the target stands half-way in rb.
-func HalfwayIn[F any](rb *Runbook[F], f F) bool { return Locate(rb, f).Stage == StageHalfway }
-
 // locate is Locate from step index from on, for facts read only for the
 // parts covered. It stops at the first step whose Done reads a part the
 // facts were not read for, and reports that step (ok false): the caller

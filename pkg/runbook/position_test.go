@@ -40,9 +40,6 @@ func TestLocateSaysWhereATargetStands(t *testing.T) {
 			if p.Stage == StageDone && p.Step != len(rb.Steps) || p.Stage != StageDone && rb.Steps[p.Step].ID != p.StepID {
 				t.Errorf("index %d does not match step %q", p.Step, p.StepID)
 			}
-			if HalfwayIn(rb, tc.f) != (tc.stage == StageHalfway) {
-				t.Errorf("HalfwayIn disagrees with Locate")
-			}
 		})
 	}
 }

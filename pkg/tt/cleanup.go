@@ -57,8 +57,7 @@ func CleanHostCache(ctx context.Context, cs kubernetes.Interface, rec kube.Recor
 	h.Timeout = timeout
 	ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
 	defer cancel()
-	s := helperSpec(h, string(nodeagent.OpCleanCache), node, "host-caches",
-		[]string{"kubectl-tt", "node-agent", string(nodeagent.OpCleanCache)}, false, "cleanup")
+	s := CleanCacheSpec(h, node)
 	pod, _, err := kube.EnsureHelper(ctx, cs, rec, s)
 	if err != nil {
 		return "", err

@@ -11,7 +11,7 @@ import (
 // agent's result: the error must carry what the runtime said.
 func TestHelperThatNeverStartedSaysWhy(t *testing.T) {
 	p := renderedHelper(helperSpec(HelperConfig{Image: "img", Namespace: "rollbook-system"}, "probe", "n1", "k",
-		[]string{"kubectl-tt", "node-agent", "probe"}, false, "r1"), corev1.PodFailed,
+		agentCommand("probe"), false, "r1"), corev1.PodFailed,
 		"sim: the helper runner cannot provide volume host\nsecond line")
 	p.Status.ContainerStatuses[0].State.Terminated.ExitCode = 128
 	p.Status.ContainerStatuses[0].State.Terminated.Reason = "StartError"

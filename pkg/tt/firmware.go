@@ -361,7 +361,7 @@ happens to exist. The flash never runs while a process holds the device (unless
 		// A node that stops cordoned by this runbook keeps its --max-parallel slot.
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
-			b.probe("tt.fw.probe", []string{"kubectl-tt", "node-agent", "probe"}, blockers),
+			b.probe("tt.fw.probe", agentCommand("probe"), blockers),
 			b.cordon("tt.fw.cordon", cfg.DeployGates, cordonGuards(probeClear("tt-firmware", cfg.RunID, blockers), pdb,
 				append([]runbook.Guard[Facts]{outOfServiceBudget(cfg.MaxParallel)}, perLabelBudget(cfg.MaxUnavailablePer)...)...)...),
 			b.closeGates("tt.fw.close-gates", cfg.DeployGates),
@@ -426,10 +426,10 @@ happens to exist. The flash never runs while a process holds the device (unless
 func flashCommand(cfg *FirmwareConfig) []string {
 	src := []string{"--bundle-url", cfg.BundleURL}
 	if cfg.Presigned() {
-		src = []string{"--bundle-url-env", EnvBundleURL}
+		base, _, _ := strings.Cut(cfg.BundleURL, "?")
+		src = []string{"--bundle-url-env", EnvBundleURL, "--bundle-url-base", base}
 	}
-	cmd := append([]string{"kubectl-tt", "node-agent", "flash", "--version", cfg.Version,
-		"--readback-version", cfg.Readback}, src...)
+	cmd := append([]string{"--version", cfg.Version, "--readback-version", cfg.Readback}, src...)
 	cmd = append(cmd, "--timeout", helperWorkTimeout(cfg.FlashTimeout).String())
 	if cfg.BundleSHA256 != "" {
 		cmd = append(cmd, "--bundle-sha256", strings.ToLower(cfg.BundleSHA256))
@@ -446,7 +446,7 @@ func flashCommand(cfg *FirmwareConfig) []string {
 	if cfg.ForceUnload {
 		cmd = append(cmd, "--force-unload")
 	}
-	return cmd
+	return agentCommand("flash", cmd...)
 }
 
 // firmwareResultChange is the write that records flash result r on node,

@@ -84,11 +84,9 @@ func TestSMISteps(t *testing.T) {
 	cfg := &SMIConfig{Version: "5.2.0", Helper: HelperConfig{Image: "img", Namespace: "kube-system"}, RunID: "r1"}
 	steps := stepsByID(SMIRunbook(nil, nil, cfg))
 	ok, _ := nodeagent.EncodeResult(nodeagent.Result{Op: nodeagent.OpSMI, Success: true, After: "5.2.0"})
-	done := helperOf(renderedHelper(helperSpec(cfg.Helper, "smi", "n1", "5.2.0", []string{"kubectl-tt", "node-agent", "smi", "--version",
-		"5.2.0"}, false, "r1"), corev1.PodSucceeded, string(ok)))
+	done := helperOf(renderedHelper(helperSpec(cfg.Helper, "smi", "n1", "5.2.0", agentCommand("smi", "--version", "5.2.0"), false, "r1"), corev1.PodSucceeded, string(ok)))
 	// The same name and a success message, but another image: not ours.
-	forgedPod := renderedHelper(helperSpec(cfg.Helper, "smi", "n1", "5.2.0", []string{"kubectl-tt", "node-agent", "smi", "--version",
-		"5.2.0"}, false, "r1"), corev1.PodSucceeded, string(ok))
+	forgedPod := renderedHelper(helperSpec(cfg.Helper, "smi", "n1", "5.2.0", agentCommand("smi", "--version", "5.2.0"), false, "r1"), corev1.PodSucceeded, string(ok))
 	forgedPod.Spec.Containers[0].Image = "example.com/other"
 	forged := helperOf(forgedPod)
 	for _, tc := range []struct {
@@ -153,7 +151,9 @@ func TestFirmwareBundlePinAndQuery(t *testing.T) {
 	}
 	cmd = strings.Join(flashCommand(c), " ")
 	env := c.bundleEnv()
-	if strings.Contains(cmd, "sig0123") || strings.Contains(cmd, "mirror.example") ||
+	// Only the URL's query is secret: the rest goes in the command, where
+	// the admission policy checks it against the admin's prefixes.
+	if strings.Contains(cmd, "sig0123") || !strings.Contains(cmd, "--bundle-url-base https://mirror.example/fw ") ||
 		!strings.Contains(cmd, "--bundle-url-env "+EnvBundleURL) ||
 		len(env) != 1 || env[0].ValueFrom.SecretKeyRef.Name != BundleSecretName || env[0].Value != "" {
 		t.Errorf("a presigned URL must reach the helper through Secret %s only: command %s, env %+v", BundleSecretName, cmd, env)

@@ -74,6 +74,9 @@ type HelperConfig struct {
 	// OnControlPlane lets helpers run on control-plane nodes; the admission
 	// policy must allow it too (deploy/admission/helper-policy.yaml).
 	OnControlPlane bool
+	// NodeAccess is the label the admin requires of a helper's node
+	// (the policy's parameters); empty: DefaultHelperNodeLabel.
+	NodeAccess kube.NodeLabel
 	// Proxy is the proxy environment (ProxyEnvNames) the helpers that
 	// reach the network get: kubectl-tt's own, as git and curl read it.
 	Proxy map[string]string
@@ -129,6 +132,15 @@ func (h HelperConfig) validate() error {
 	}
 	if h.Namespace == "" {
 		return errors.New("--helper-namespace must not be empty")
+	}
+	for _, k := range ProxyEnvNames {
+		if v := h.Proxy[k]; strings.Contains(v, "@") || strings.ContainsAny(v, "\n\r") {
+			// The helpers' env is in their pod spec, which every viewer of
+			// the helper namespace reads (and the admission policy refuses).
+			return fmt.Errorf("$%s carries credentials (user:password@): the helpers that reach the network would carry them "+
+				"in their pod spec, readable by anyone who may read pods in the helper namespace. Use a proxy the nodes reach "+
+				"without credentials (e.g. one that authenticates by source address), or unset $%s for this run", k, k)
+		}
 	}
 	return nil
 }
@@ -434,15 +446,13 @@ func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) ru
 func helperWorkTimeout(t time.Duration) time.Duration { return t - 30*time.Second }
 
 func kmdProbeCommand(cfg *KMDConfig) []string {
-	cmd := append([]string{"kubectl-tt", "node-agent", "probe", "--kmd-version", cfg.Version}, cfg.Signing.probeArgs()...)
-	if cfg.GitURL != "" {
-		cmd = append(cmd, "--git-url", cfg.GitURL) // the tag is looked up where the build clones
-	}
-	return cmd
+	flags := append([]string{"--kmd-version", cfg.Version}, cfg.Signing.probeArgs()...)
+	// The tag is looked up where the build clones.
+	return agentCommand("probe", append(flags, "--git-url", cfg.gitURL())...)
 }
 
 func kmdCommand(cfg *KMDConfig) []string {
-	cmd := []string{"kubectl-tt", "node-agent", "kmd", "--version", cfg.Version, "--publish"}
+	cmd := []string{"--version", cfg.Version, "--publish", "--git-url", cfg.gitURL()}
 	if t := cfg.Helper.Timeout; t > 0 {
 		// The agent's own deadline, inside the pod's: it stops and reports
 		// (old module loaded) before the kubelet kills it mid-step.
@@ -451,13 +461,19 @@ func kmdCommand(cfg *KMDConfig) []string {
 	if cfg.Commit != "" {
 		cmd = append(cmd, "--commit", cfg.Commit)
 	}
-	if cfg.GitURL != "" {
-		cmd = append(cmd, "--git-url", cfg.GitURL)
-	}
 	if cfg.ForceUnload {
 		cmd = append(cmd, "--force-unload")
 	}
-	return append(cmd, cfg.Signing.kmdArgs()...)
+	return agentCommand("kmd", append(cmd, cfg.Signing.kmdArgs()...)...)
+}
+
+// gitURL is the repository the helpers clone: always named in their
+// command, so the admission policy checks it against the admin's list.
+func (c *KMDConfig) gitURL() string {
+	if c.GitURL == "" {
+		return nodeagent.DefaultKMDGitURL
+	}
+	return c.GitURL
 }
 
 // kmdFailure turns a failed helper into a clear error: device holders and

@@ -44,6 +44,9 @@ const (
 	signingKey = "unsigned"
 )
 
+// SharedModuleNamePattern is the RE2 every SharedModuleName matches.
+const SharedModuleNamePattern = `^tt-kmd-[0-9a-f]{16}$`
+
 // SharedModuleName is the ConfigMap of the unsigned module for (kernel,
 // version, pinned commit or none): tt-kmd-<16 hex digits>.
 func SharedModuleName(kernel, version, commit string) string {

@@ -4,6 +4,8 @@
 // tt-k8s-driver-manager keep working.
 package tt
 
+import "github.com/rollbook/rollbook/pkg/kube"
+
 // The operator's public node labels (see docs/tt.md).
 const (
 	LabelPCIPresent      = "feature.node.kubernetes.io/pci-1200_1e52.present"
@@ -30,3 +32,9 @@ const (
 	// AnnKMDResult is the last kmd helper result on the node (JSON).
 	AnnKMDResult = "rollbook.dev/tt-kmd-result"
 )
+
+// DefaultHelperNodeLabel is the label a node needs for helpers to run on it
+// unless the cluster admin names another (the policy's parameters): Node
+// Feature Discovery's mark of a Tenstorrent card, which the operator roles
+// cannot write.
+var DefaultHelperNodeLabel = kube.NodeLabel{Key: LabelPCIPresent, Value: "true"}

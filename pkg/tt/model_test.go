@@ -876,7 +876,7 @@ func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
 			return helperSpec(h, "flash", node, cfg.helperKey(), flashCommand(cfg), cfg.ForceUnload, runThis)
 		}
 		m.probeSpec = func(node string) kube.HelperSpec {
-			return probeSpec(h, node, runThis, []string{"kubectl-tt", "node-agent", "probe"})
+			return probeSpec(h, node, runThis, agentCommand("probe"))
 		}
 		m.target, m.old, m.limit, m.countOut, m.finished = cfg.Readback, fwOld, c.parallel, true, cfg.fwFinished
 		// As kubectl tt upgrade firmware runs it (no soak): the next batch
@@ -988,41 +988,39 @@ func TestModelTT(t *testing.T) {
 		name string
 		c    tConfig
 		want []string
-		long bool
+		tier modelcheck.Tier
 	}{
 		{"kmd, 2 nodes", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, foreign: 1, fails: true, host: -1},
-			[]string{raced}, false},
+			[]string{raced}, modelcheck.Quick},
 		{"kmd, 2 nodes, runs per node", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, fails: true, subsets: true,
-			host: -1}, nil, false},
+			host: -1}, nil, modelcheck.Quick},
 		{"kmd, a host process holds n2", tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, kills: 1, fails: true, host: 1,
-			noDone: true}, nil, false},
+			noDone: true}, nil, modelcheck.Quick},
 		{"firmware, 2 nodes, --max-parallel 1", tConfig{kind: "firmware", nodes: 2, parallel: 1, keep: true, runs: -1, kills: 1,
-			foreign: 1, fails: true, host: -1}, []string{raced}, false},
+			foreign: 1, fails: true, host: -1}, []string{raced}, modelcheck.Full},
 		// With Prefetch the next node starts while one is out: its cordon
 		// waits for the first to end; a failed node holds its slot and the
 		// rest are skipped.
 		{"firmware, 3 nodes, --max-parallel 1, keep going, failing helper", tConfig{kind: "firmware", nodes: 3, parallel: 1,
-			keep: true, runs: -1, fails: true, host: -1}, []string{waits, woken, gap, full}, false},
+			keep: true, runs: -1, fails: true, host: -1}, []string{waits, woken, gap, full}, modelcheck.Full},
 		{"firmware, 3 nodes, --max-parallel 2, helpers succeed", tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, host: -1},
-			nil, false},
+			nil, modelcheck.Full},
 		// A node an earlier run left cordoned is in no slot of the new run;
 		// the Exclusive cordon has the targets count it one at a time.
 		{"firmware, 3 nodes, --max-parallel 2, an earlier run left n3 cordoned", tConfig{kind: "firmware", nodes: 3, parallel: 2,
-			runs: -1, left: 3, host: -1}, []string{waits, woken, gap}, false},
+			runs: -1, left: 3, host: -1}, []string{waits, woken, gap}, modelcheck.Full},
 		// Longer runs (ROLLBOOK_MODEL_LONG=1, each half a minute).
 		{"firmware, 3 nodes, --max-parallel 1, kill", tConfig{kind: "firmware", nodes: 3, parallel: 1, keep: true, runs: -1, kills: 1,
-			fails: true, host: -1}, nil, true},
+			fails: true, host: -1}, nil, modelcheck.Long},
 		{"firmware, 3 nodes, --max-parallel 2, keep going, failing helper", tConfig{kind: "firmware", nodes: 3, parallel: 2, keep: true,
-			runs: -1, fails: true, host: -1}, []string{full}, true},
+			runs: -1, fails: true, host: -1}, []string{full}, modelcheck.Long},
 		{"firmware, 3 nodes, --max-parallel 2, runs per node, an earlier run left n3 cordoned", tConfig{kind: "firmware", nodes: 3,
-			parallel: 2, runs: -1, subsets: true, left: 3, host: -1}, []string{waits, woken}, true},
+			parallel: 2, runs: -1, subsets: true, left: 3, host: -1}, []string{waits, woken}, modelcheck.Long},
 		{"firmware, 3 nodes, --max-parallel 2, keep going, failing helper, n3 left cordoned", tConfig{kind: "firmware", nodes: 3,
-			parallel: 2, keep: true, runs: -1, fails: true, left: 3, host: -1}, []string{waits, woken, full}, true},
+			parallel: 2, keep: true, runs: -1, fails: true, left: 3, host: -1}, []string{waits, woken, full}, modelcheck.Long},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.long && os.Getenv("ROLLBOOK_MODEL_LONG") == "" {
-				t.Skip("a long configuration: set ROLLBOOK_MODEL_LONG=1 to explore it")
-			}
+			tc.tier.Skip(t)
 			if res := exploreTT(t, tc.c, tc.want...); res.Violation != nil {
 				t.Fatalf("%s", res.Violation)
 			}

@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 // Selection chooses the nodes a runbook acts on.
@@ -21,6 +23,10 @@ type Selection struct {
 	Nodes []string
 	// AnyNode drops the requirement for the NFD Tenstorrent PCI label.
 	AnyNode bool
+	// Access is the label the cluster admin requires of a node before a
+	// helper runs there (AdminParams.NodeLabel); a selected node without
+	// it is refused before anything changes. Empty: not checked.
+	Access kube.NodeLabel
 }
 
 // Skipped is a node the runbook will not touch, and why.
@@ -48,6 +54,35 @@ func (s Selection) selector() (labels.Selector, error) {
 func (s Selection) Validate() error {
 	_, err := s.selector()
 	return err
+}
+
+// AccessError names selected nodes the cluster admin does not let helpers
+// run on: the kubelet would refuse their helpers after the cordon.
+type AccessError struct {
+	Nodes  []string
+	Access kube.NodeLabel
+}
+
+func (e *AccessError) Error() string {
+	return fmt.Sprintf("the cluster admin lets rollbook's helpers run only on nodes labelled %s (ConfigMap %s, %s and %s), "+
+		"and %d selected node(s) are not: %s; nothing was changed. Ask the admin to label them (kubectl label node NODE %s), "+
+		"or leave them out of the selection", e.Access, AdminParamsName, KeyNodeLabelKey, KeyNodeLabelValue, len(e.Nodes),
+		strings.Join(e.Nodes, ", "), e.Access)
+}
+
+// checkAccess is an *AccessError naming the nodes (but those skip excludes)
+// that lack the admin's label.
+func (s Selection) checkAccess(nodes []corev1.Node, skip func(*corev1.Node) string) error {
+	var denied []string
+	for i := range nodes {
+		if a := s.Access; a.Key != "" && nodes[i].Labels[a.Key] != a.Value && (skip == nil || skip(&nodes[i]) == "") {
+			denied = append(denied, nodes[i].Name)
+		}
+	}
+	if len(denied) > 0 {
+		return &AccessError{Nodes: denied, Access: s.Access}
+	}
+	return nil
 }
 
 // SelectionError says the nodes asked for do not exist or do not match:

@@ -70,7 +70,7 @@ func kmdEvicts(c *KMDConfig) func(f *Facts, p *corev1.Pod) bool {
 
 // FirmwarePreflight is upgrade firmware's checks.
 func FirmwarePreflight(c *FirmwareConfig) Preflight {
-	return Preflight{Component: "firmware", Helper: c.Helper, ProbeCmd: []string{"kubectl-tt", "node-agent", "probe"},
+	return Preflight{Component: "firmware", Helper: c.Helper, ProbeCmd: agentCommand("probe"),
 		Blockers: fwBlockers(c), Skip: FirmwareSkipReason, Drain: c.Drain, Operators: true, evicts: fwEvicts}
 }
 
@@ -142,6 +142,11 @@ func RunPreflight(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Inte
 	nodes, err := ListNodes(ctx, cs, sel)
 	if err != nil {
 		return nil, err
+	}
+	if p.ProbeCmd != nil {
+		if err := sel.checkAccess(nodes, p.Skip); err != nil {
+			return nil, err
+		}
 	}
 	rep := &PreflightReport{Component: p.Component, Findings: []Finding{}}
 	if err := CheckNoOperator(ctx, cs); err != nil {

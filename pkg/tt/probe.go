@@ -318,7 +318,7 @@ firmware, tt-smi, device holders). Nothing on the node changes and nothing is co
 		ObserveParts: obs.observePartsOf,
 		Annotation:   annotationOf,
 		Steps: []runbook.Step[Facts]{
-			b.probe("tt.probe.measure", []string{"kubectl-tt", "node-agent", "probe"}, func(*Facts) []string { return nil }),
+			b.probe("tt.probe.measure", agentCommand("probe"), func(*Facts) []string { return nil }),
 		},
 	}
 }
@@ -328,6 +328,9 @@ firmware, tt-smi, device holders). Nothing on the node changes and nothing is co
 func ProbeTargets(ctx context.Context, cs kubernetes.Interface, sel Selection) ([]runbook.Target, error) {
 	nodes, err := ListNodes(ctx, cs, sel)
 	if err != nil {
+		return nil, err
+	}
+	if err := sel.checkAccess(nodes, nil); err != nil {
 		return nil, err
 	}
 	out := make([]runbook.Target, 0, len(nodes))

@@ -1,6 +1,7 @@
 package tt
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,4 +55,23 @@ func equalEnv(a, b []corev1.EnvVar) bool {
 		}
 	}
 	return true
+}
+
+// A proxy with credentials would put them in every network helper's pod
+// spec, where viewers read them: the run is refused before any API call.
+func TestProxyCredentialsAreRefused(t *testing.T) {
+	for _, v := range []string{"http://user:secret@proxy.example:3128", "http://token@proxy.example", "http://p.example\n"} {
+		h := HelperConfig{Image: "img", Namespace: "ns", Proxy: map[string]string{"https_proxy": v}}
+		err := h.Validate()
+		if err == nil {
+			t.Errorf("proxy %q: accepted", v)
+			continue
+		}
+		if strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "token") {
+			t.Errorf("the refusal prints the credentials: %v", err)
+		}
+	}
+	if err := (HelperConfig{Image: "img", Namespace: "ns", Proxy: map[string]string{"HTTPS_PROXY": "http://p.example:3128"}}).Validate(); err != nil {
+		t.Errorf("a proxy without credentials: %v", err)
+	}
 }

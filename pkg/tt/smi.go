@@ -94,7 +94,7 @@ func SMIRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *SMIConfig) *run
 	atTarget := func(f Facts) bool { return f.measuredFresh(cfg.RunID) && f.Measured.SMI == v }
 	install := b.helperTask(task{
 		id: "tt.smi.install", title: "Replace tt-smi on the host", name: "smi", key: v,
-		command: []string{"kubectl-tt", "node-agent", "smi", "--version", v},
+		command: smiCommand(v),
 		doc: "Run the smi helper pod: sibling file, fsync, rename(2) over /usr/local/bin/tt-smi, then check the " +
 			"version the new binary reports. Skipped when the probe measured the target binary already.",
 		timeout: cfg.Helper.Timeout,
@@ -133,7 +133,7 @@ version. A label alone never makes a node done.`,
 		// A node that stops cordoned by this runbook keeps its --max-parallel slot.
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
-			b.probe("tt.smi.probe", []string{"kubectl-tt", "node-agent", "probe"}, blockers),
+			b.probe("tt.smi.probe", agentCommand("probe"), blockers),
 			install,
 			{
 				ID: "tt.smi.label", Title: "Label the node with the tt-smi version",

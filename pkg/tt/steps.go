@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -308,7 +309,7 @@ func withModule(s kube.HelperSpec, cm string) kube.HelperSpec {
 		return s
 	}
 	s.ConfigMaps = append(s.ConfigMaps, kube.ConfigMapMount{Name: sharedModuleVolume, ConfigMap: cm, MountPath: SharedModuleMount})
-	s.Command = append(append([]string(nil), s.Command...), "--module-from", SharedModuleMount)
+	s.Command = HelperGrammars["kmd"].Build(append(append([]string(nil), s.Command[3:]...), "--module-from", SharedModuleMount)...)
 	return s
 }
 
@@ -438,19 +439,34 @@ func trusted(h helperFacts, s kube.HelperSpec) helperFacts {
 }
 
 // HelperSpecFor is the helper pod the runbooks create for task (probe,
-// kmd, smi, flash) on node, for tests and docs that must see its exact shape.
+// kmd, smi, flash) on node, for the admission policy and the tests that
+// must see its exact shape. Like the runbooks', it shares the host's PID
+// namespace only to stop the device's holders (--force-unload).
 func HelperSpecFor(h HelperConfig, task, node, key string, cmd []string) kube.HelperSpec {
-	return helperSpec(h, task, node, key, cmd, false, "")
+	return helperSpec(h, task, node, key, cmd, slices.Contains(cmd, "--force-unload"), "")
+}
+
+// HelperSpecWithModule is s, a kmd helper, given the shared module cm.
+func HelperSpecWithModule(s kube.HelperSpec, cm string) kube.HelperSpec { return withModule(s, cm) }
+
+// ReachesNetwork says whether task's helpers go to the network, and so get
+// the proxy environment.
+func ReachesNetwork(task string) bool { return networkTasks[task] }
+
+// BundleURLEnvVar is a flash helper's env var for a presigned bundle URL,
+// read from BundleSecretName.
+func BundleURLEnvVar() corev1.EnvVar {
+	return (&FirmwareConfig{BundleURL: "https://x/?presigned"}).bundleEnv()[0]
 }
 
 func helperSpec(h HelperConfig, task, node, key string, cmd []string, hostPID bool, run string) kube.HelperSpec {
 	s := kube.HelperSpec{
 		Task: task, Node: node, Key: key, Namespace: h.Namespace, Image: h.Image, Command: cmd,
 		Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
-			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}}},
 		Deadline: h.Timeout, Privileged: true, HostPID: hostPID, RunID: run,
 		HostPaths:     []kube.HostPathMount{{Name: "host", HostPath: "/", MountPath: "/host"}},
-		PriorityClass: h.PriorityClass, AllowControlPlane: h.OnControlPlane,
+		PriorityClass: h.PriorityClass, AllowControlPlane: h.OnControlPlane, NodeAccess: h.nodeAccess(),
 		Resources:   helperResources[task],
 		GracePeriod: helperGrace[task], Protect: helperGrace[task] > 0,
 	}
@@ -596,4 +612,12 @@ func podNames(pods []corev1.Pod) string {
 		n = append(n[:5], fmt.Sprintf("and %d more", len(n)-5))
 	}
 	return strings.Join(n, ", ")
+}
+
+// nodeAccess is the label a helper's node must carry.
+func (h HelperConfig) nodeAccess() kube.NodeLabel {
+	if h.NodeAccess.Key == "" {
+		return DefaultHelperNodeLabel
+	}
+	return h.NodeAccess
 }

@@ -236,7 +236,7 @@ func TestKMDStepsDoneAndGuards(t *testing.T) {
 // choice puts a helper on a control-plane node.
 func TestHelperPodShape(t *testing.T) {
 	h := HelperConfig{Image: "img", Namespace: "rollbook-system", PriorityClass: "rollbook-helper"}
-	probe := probeSpec(h, "n1", "r1", []string{"kubectl-tt", "node-agent", "probe"}).Pod()
+	probe := probeSpec(h, "n1", "r1", agentCommand("probe")).Pod()
 	c := probe.Spec.Containers[0]
 	if *c.SecurityContext.Privileged || !c.VolumeMounts[0].ReadOnly || c.SecurityContext.Capabilities == nil ||
 		len(c.SecurityContext.Capabilities.Drop) != 1 || *c.SecurityContext.AllowPrivilegeEscalation {
@@ -249,23 +249,28 @@ func TestHelperPodShape(t *testing.T) {
 		k.Resources.Limits.Memory().IsZero() || kmd.Spec.PriorityClassName != "rollbook-helper" || *kmd.Spec.AutomountServiceAccountToken {
 		t.Errorf("kmd helper: %+v", kmd.Spec)
 	}
+	// The admin's node label is required, and the control-plane role absent.
 	terms := kmd.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) != 1 || terms[0].MatchExpressions[0].Key != kube.LabelControlPlane ||
-		terms[0].MatchExpressions[0].Operator != corev1.NodeSelectorOpDoesNotExist {
+	if len(terms) != 1 || len(terms[0].MatchExpressions) != 2 || terms[0].MatchExpressions[0].Key != LabelPCIPresent ||
+		terms[0].MatchExpressions[0].Operator != corev1.NodeSelectorOpIn || len(terms[0].MatchExpressions[0].Values) != 1 ||
+		terms[0].MatchExpressions[0].Values[0] != "true" || terms[0].MatchExpressions[1].Key != kube.LabelControlPlane || terms[0].MatchExpressions[1].Operator != corev1.NodeSelectorOpDoesNotExist {
 		t.Errorf("kmd helper affinity: %+v", terms)
 	}
 	h.OnControlPlane = true
-	if p := helperSpec(h, "kmd", "n1", "2.8.0", []string{"kubectl-tt", "node-agent", "kmd"}, true, "r1").Pod(); p.Spec.Affinity != nil {
-		t.Errorf("--helper-on-control-plane kept the affinity: %+v", p.Spec.Affinity)
+	p := helperSpec(h, "kmd", "n1", "2.8.0", []string{"kubectl-tt", "node-agent", "kmd"}, true, "r1").Pod()
+	if terms := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms; len(terms) != 1 ||
+		len(terms[0].MatchExpressions) != 1 || terms[0].MatchExpressions[0].Key != LabelPCIPresent {
+		t.Errorf("--helper-on-control-plane: the admin's node label must stay, the control-plane term go: %+v", terms)
 	}
 }
 
-// --git-url reaches the kmd helper's command; without it the agent's
-// default (upstream) applies.
+// --git-url reaches the kmd helper's command; without it the upstream
+// repository is named there all the same, so the admission policy always
+// sees which repository the node builds from.
 func TestKMDGitURL(t *testing.T) {
 	c := &KMDConfig{Version: "2.8.0", Helper: HelperConfig{Image: "registry.example/node-agent:1", Namespace: "ns"}}
-	if cmd := strings.Join(kmdCommand(c), " "); strings.Contains(cmd, "--git-url") {
-		t.Errorf("no --git-url given, yet: %s", cmd)
+	if cmd := strings.Join(kmdCommand(c), " "); !strings.Contains(cmd, "--git-url "+nodeagent.DefaultKMDGitURL) {
+		t.Errorf("no --git-url given, and the upstream repository is not named: %s", cmd)
 	}
 	c.GitURL = "file:///srv/mirror/tt-kmd.git"
 	if err := c.Validate(); err != nil {

@@ -266,7 +266,7 @@ func deviceVolume() corev1.Volume {
 		HostPath: &corev1.HostPathVolumeSource{Path: "/dev/tenstorrent"}}}
 }
 
-// telemetryDS follows the operator's deploy-gate contract (reference §3):
+// telemetryDS follows the operator's deploy-gate contract (docs/tt.md, the gate labels):
 // it runs on Tenstorrent nodes unless the gate label is "false", so
 // setting the gate to false removes it and deleting the label (what the
 // operator does on uncordon) brings it back.

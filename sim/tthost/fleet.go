@@ -20,7 +20,7 @@ const (
 	StubbornPID = 7777
 )
 
-// Node labels the real operator and NFD use (reference §3).
+// Node labels the real operator and NFD use (docs/tt.md lists them).
 const (
 	LabelPCI           = "feature.node.kubernetes.io/pci-1200_1e52.present"
 	LabelKMDVersion    = "driver.tenstorrent.com/kmd-version"

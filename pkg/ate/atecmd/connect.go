@@ -9,7 +9,8 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
@@ -20,7 +21,7 @@ type apiFlags struct {
 }
 
 func (a *apiFlags) add(fs *pflag.FlagSet) {
-	fs.StringVar(&a.endpoint, "ate-endpoint", "", "host:port of the control API (default: port-forward to svc/api in "+ate.Namespace+")")
+	fs.StringVar(&a.endpoint, "ate-endpoint", "", "host:port of the control API (default: port-forward to svc/api in "+fleet.Namespace+")")
 	fs.StringVar(&a.caFile, "ate-ca-file", "", "PEM CA bundle to verify the API (default: the live ClusterTrustBundles)")
 	fs.StringVar(&a.tokenFile, "ate-token-file", "", "file holding a bearer token for the API (default: minted for SA ate-client by "+
 		"TokenRequest)")
@@ -41,32 +42,32 @@ func (a *apiFlags) dial(ctx context.Context, g *cli.Globals) (*ateapi.Client, er
 
 func dynamicClient(g *cli.Globals) (dynamic.Interface, error) { return g.Factory.DynamicClient() }
 
-// mover dials the control API (refusing one without a working DrainWorker)
-// and bundles the session's clients for moving nodes.
-func mover(ctx context.Context, g *cli.Globals, s *cli.Session, api *apiFlags, dryRun bool) (ate.Mover, func(), error) {
+// rollClients dials the control API (refusing one without a working
+// DrainWorker) and bundles it with the session's clients for moving nodes.
+func rollClients(ctx context.Context, g *cli.Globals, s *cli.Session, api *apiFlags, dryRun bool) (roll.Clients, func(), error) {
 	dyn, err := dynamicClient(g)
 	if err != nil {
-		return ate.Mover{}, nil, err
+		return roll.Clients{}, nil, err
 	}
 	client, err := api.dial(ctx, g)
 	if err != nil {
-		return ate.Mover{}, nil, err
+		return roll.Clients{}, nil, err
 	}
 	closeAPI := func() { _ = client.Close() }
 	if caps := client.Capabilities(); !caps.DrainImplemented {
 		closeAPI()
-		return ate.Mover{}, nil, cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the control API does not implement DrainWorker (era %s): "+
-			"this install predates versioned builds and needs a fresh install", caps.Era))
+		return roll.Clients{}, nil, cli.WithExitCode(cli.ExitBlocked, fmt.Errorf(
+			"the control API does not implement DrainWorker (era %s): "+
+				"this install predates versioned builds and needs a fresh install", caps.Era))
 	}
 	if !dryRun {
 		// One node out of service at a time, said on the Lease for anyone watching.
 		if err := s.SetMaxOutOfService(ctx, 1); err != nil {
 			closeAPI()
-			return ate.Mover{}, nil, err
+			return roll.Clients{}, nil, err
 		}
 	}
-	return ate.Mover{Client: s.Client, Dynamic: dyn, API: client, Recorder: s.Recorder, Say: s.Progress.Printf, DryRun: dryRun},
-		closeAPI, nil
+	return roll.Clients{Client: s.Client, Dynamic: dyn, API: client, Recorder: s.Recorder}, closeAPI, nil
 }
 
 // lockGated holds every control-API call (a suspend, a drain: the

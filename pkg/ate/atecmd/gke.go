@@ -7,22 +7,23 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
 // gkeOf reads the GKE node pools from the nodes; nil when not on GKE or
 // when the nodes cannot be read (the text is advice, never a gate).
-func gkeOf(ctx context.Context, g *cli.Globals) *ate.GKE {
+func gkeOf(ctx context.Context, g *cli.Globals) *campaign.GKE {
 	cs, err := g.Factory.KubernetesClientSet()
 	if err != nil {
 		return nil
 	}
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ate.GKENodePoolLabel})
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: campaign.GKENodePoolLabel})
 	if err != nil {
 		return nil
 	}
-	return ate.DetectGKE(nodes.Items, contextName(g))
+	return campaign.DetectGKE(nodes.Items, contextName(g))
 }
 
 // contextName is the kube context in use (--context, else the current one).
@@ -47,7 +48,7 @@ func printGKEBefore(ctx context.Context, g *cli.Globals, w io.Writer) {
 	old := ""
 	if cs, err := g.Factory.KubernetesClientSet(); err == nil {
 		if dyn, err := dynamicClient(g); err == nil {
-			if c, err := ate.ObserveCluster(ctx, cs, dyn); err == nil {
+			if c, err := fleet.ObserveCluster(ctx, cs, dyn); err == nil {
 				old = c.Old
 			}
 		}
@@ -57,8 +58,8 @@ func printGKEBefore(ctx context.Context, g *cli.Globals, w io.Writer) {
 
 // printGKEAfter prints the "After the roll, on GKE" commands once every
 // node is at NEW.
-func printGKEAfter(ctx context.Context, g *cli.Globals, w io.Writer, s *ate.Status) {
-	v, due := ate.GKEAfterRollDue(s.Cluster)
+func printGKEAfter(ctx context.Context, g *cli.Globals, w io.Writer, s *campaign.Status) {
+	v, due := campaign.GKEAfterRollDue(s.Cluster)
 	if !due {
 		return
 	}

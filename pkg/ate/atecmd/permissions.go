@@ -3,7 +3,7 @@ package atecmd
 import (
 	"context"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/journal"
@@ -17,10 +17,10 @@ func movePermissions(lockNS string) []cli.Permission {
 		{Verb: "list", Resource: "pods"}, {Verb: "delete", Resource: "pods"},
 		{Verb: "list", Group: "ate.dev", Resource: "workerpools"}, {Verb: "list", Group: "apps", Resource: "daemonsets"},
 		{Verb: "create", Resource: "events"},
-		{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: ate.Namespace, Name: ateapi.DefaultServiceAccount},
-		{Verb: "create", Resource: "pods", Subresource: "portforward", Namespace: ate.Namespace},
-		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: ate.LockName},
-		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: ate.LockName},
+		{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: fleet.Namespace, Name: ateapi.DefaultServiceAccount},
+		{Verb: "create", Resource: "pods", Subresource: "portforward", Namespace: fleet.Namespace},
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: fleet.LockName},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: fleet.LockName},
 		{Verb: "create", Resource: "configmaps", Namespace: lockNS},
 		{Verb: "update", Resource: "configmaps", Namespace: lockNS, Name: journal.Name("ate")},
 	}

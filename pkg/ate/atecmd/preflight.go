@@ -7,7 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/ui"
@@ -18,7 +20,7 @@ type preflightOptions struct {
 	g    *cli.Globals
 	run  cli.RunFlags
 	api  apiFlags
-	opts ate.PreflightOptions
+	opts campaign.PreflightOptions
 	pin  bool
 }
 
@@ -48,7 +50,7 @@ two documents.`,
 		},
 	}
 	o.api.add(cmd.Flags())
-	o.run.AddFlags(cmd.Flags(), ate.Namespace)
+	o.run.AddFlags(cmd.Flags(), fleet.Namespace)
 	cmd.Flags().BoolVar(&o.opts.AllowFullStop, "allow-full-stop", false, "accept a single-node cluster, where moving the node stops "+
 		"everything")
 	cmd.Flags().BoolVar(&o.pin, "pin-pools", false, "pin unpinned pools to OLD (only those with no actor on their workers)")
@@ -70,11 +72,11 @@ func (o *preflightOptions) Run(ctx context.Context) error {
 		return err
 	}
 	defer r.close()
-	checks, err := ate.ReadPreflight(ctx, r.cs, r.dyn, r.view(ctx), o.opts)
+	checks, err := campaign.ReadPreflight(ctx, r.cs, r.dyn, r.view(ctx), o.opts)
 	if err != nil {
 		return err
 	}
-	failed := ate.Failed(checks)
+	failed := campaign.Failed(checks)
 	if o.run.Output != "" {
 		if err := ui.PrintObject(o.g.IOStreams.Out, o.run.Output, map[string]any{"checks": checks, "failed": failed}); err != nil {
 			return err
@@ -92,17 +94,13 @@ func (o *preflightOptions) Run(ctx context.Context) error {
 // pinPools runs the pin-pools runbook in its own session; the checks that
 // follow read the cluster it leaves.
 func (o *preflightOptions) pinPools(ctx context.Context) error {
-	s, ctx, err := startAPISession(ctx, o.g, o.run, &o.api)
-	if err != nil {
-		return err
-	}
-	defer s.client.Close()
-	res := cli.Run(ctx, s.Session, ate.PinPoolsRunbook(s.Client, s.dyn, s.client, s.Recorder),
-		[]runbook.Target{runbook.ScopeTarget{Scope: "pools"}}, runbook.Options{})
-	return s.Finish(res, "the checks follow")
+	return runOne(ctx, o.g, o.run, &o.api, func(ctx context.Context, s *apiSession) (runbook.Result, error) {
+		return cli.Run(ctx, s.Session, roll.PinPoolsRunbook(s.Client, s.dyn, s.client, s.Recorder),
+			[]runbook.Target{runbook.ScopeTarget{Scope: "pools"}}, runbook.Options{}), nil
+	}, "the checks follow", "")
 }
 
-func printChecks(w io.Writer, checks []ate.Check) {
+func printChecks(w io.Writer, checks []fleet.Check) {
 	st := ui.NewStyle(w)
 	group := ""
 	for _, c := range checks {

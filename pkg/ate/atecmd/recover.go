@@ -2,7 +2,6 @@ package atecmd
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -10,7 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/node"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
@@ -19,7 +19,7 @@ import (
 type recoverOptions struct {
 	run  cli.RunFlags
 	api  apiFlags
-	cfg  ate.RecoverConfig
+	cfg  node.RecoverConfig
 	node string
 }
 
@@ -45,27 +45,16 @@ func (o *recoverOptions) Run(ctx context.Context, g *cli.Globals) error {
 	if err := checkMovePermissions(ctx, g, o.run); err != nil {
 		return err
 	}
-	s, ctx, err := cli.StartSession(ctx, g, o.run, "ate", ate.LockName)
-	if err != nil {
-		return err
-	}
-	api, err := o.api.dial(ctx, g)
-	if err != nil {
-		return s.Fail(err)
-	}
-	defer func() { _ = api.Close() }()
-	undo, err := declareReplacing(ctx, s, o.node)
-	if err != nil {
-		return s.Fail(err)
-	}
-	res := cli.Run(ctx, s, ate.RecoverRunbook(s.Client, api, s.Recorder, &o.cfg),
-		[]runbook.Target{runbook.NodeTarget{Client: s.Client, Node: o.node}}, runbook.Options{})
-	undo()
-	next := "kubectl ate status"
-	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
-		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl ate recover-node %s", o.node)
-	}
-	return s.Finish(res, next)
+	return runOne(ctx, g, o.run, &o.api, func(ctx context.Context, s *apiSession) (runbook.Result, error) {
+		undo, err := declareReplacing(ctx, s.Session, o.node)
+		if err != nil {
+			return runbook.Result{}, err
+		}
+		defer undo()
+		return cli.Run(ctx, s.Session, node.RecoverRunbook(s.Client, s.client, s.Recorder, &o.cfg),
+			[]runbook.Target{runbook.NodeTarget{Client: s.Client, Node: o.node}}, runbook.Options{}), nil
+	}, "kubectl ate status",
+		"fix what is shown above, then re-run: kubectl ate recover-node "+o.node)
 }
 
 // validNodeName refuses what cannot be a node name (shell metacharacters
@@ -127,7 +116,7 @@ merely paused on the node are left alone. Re-run the same command to resume.`,
 		"kept across re-runs; a run stops once the actors left cannot fit what is left at the suspend pace measured")
 	fs.DurationVar(&o.cfg.ReplaceTimeout, "replace-timeout", 5*time.Minute, "how long the replacements may take to register")
 	o.api.add(fs)
-	o.run.AddFlags(fs, ate.Namespace)
+	o.run.AddFlags(fs, fleet.Namespace)
 	return cmd
 }
 
@@ -135,21 +124,21 @@ merely paused on the node are left alone. Re-run the same command to resume.`,
 // drained worker pods so their pools replace them in place (not the roll's
 // step-5 mistake of deleting pinned pods before a flip); the returned func
 // takes it back.
-func declareReplacing(ctx context.Context, s *cli.Session, node string) (func(), error) {
+func declareReplacing(ctx context.Context, s *cli.Session, name string) (func(), error) {
 	lock := s.Lock()
 	if lock == nil {
 		return func() {}, nil
 	}
-	decl := s.RunID + "/" + node
-	if err := lock.SetAnnotation(ctx, ate.AnnRecoveringNode, &decl); err != nil {
+	decl := s.RunID + "/" + name
+	if err := lock.SetAnnotation(ctx, node.AnnRecoveringNode, &decl); err != nil {
 		return nil, err
 	}
 	return func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if err := lock.SetAnnotation(cctx, ate.AnnRecoveringNode, nil); err != nil {
+		if err := lock.SetAnnotation(cctx, node.AnnRecoveringNode, nil); err != nil {
 			s.Progress.Printf("warning: could not take back the declaration on the lease that %s's pods are replaced in place: %v",
-				node, err)
+				name, err)
 		}
 	}, nil
 }

@@ -6,7 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
@@ -16,7 +17,7 @@ type retireOptions struct {
 	g      *cli.Globals
 	run    cli.RunFlags
 	api    apiFlags
-	backup ate.BackupOptions
+	backup roll.BackupOptions
 }
 
 func newRetireCommand(g *cli.Globals) *cobra.Command {
@@ -43,7 +44,7 @@ Re-run to resume after a stop.`,
 		},
 	}
 	o.api.add(cmd.Flags())
-	o.run.AddFlags(cmd.Flags(), ate.Namespace)
+	o.run.AddFlags(cmd.Flags(), fleet.Namespace)
 	cmd.Flags().StringVar(&o.backup.Dir, "backup-dir", ".", "directory to save each old WorkerPool's YAML in")
 	cmd.Flags().BoolVar(&o.backup.ConfigMap, "backup-configmap", false, "also save each old WorkerPool as a ConfigMap in its namespace")
 	return cmd
@@ -62,18 +63,12 @@ func (o *retireOptions) Validate() error {
 
 // Run retires the old version in one session.
 func (o *retireOptions) Run(ctx context.Context) error {
-	s, ctx, err := startAPISession(ctx, o.g, o.run, &o.api)
-	if err != nil {
-		return err
-	}
-	defer s.client.Close()
-	res := cli.Run(ctx, s.Session, ate.RetireRunbook(s.Client, s.dyn, s.client, s.Recorder, o.backup), rollScope(), runbook.Options{})
-	next := "kubectl ate status   (to recreate a retired pool: kubectl apply -f " +
-		ate.BackupFile(o.backup.Dir, ate.Pool{Namespace: "NAMESPACE", Name: "NAME"}) + ")"
-	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
-		next = "fix what is shown above, then re-run: kubectl ate retire"
-	}
-	return s.Finish(res, next)
+	return runOne(ctx, o.g, o.run, &o.api, func(ctx context.Context, s *apiSession) (runbook.Result, error) {
+		return cli.Run(ctx, s.Session, roll.RetireRunbook(s.Client, s.dyn, s.client, s.Recorder, o.backup), rollScope(),
+			runbook.Options{}), nil
+	}, "kubectl ate status   (to recreate a retired pool: kubectl apply -f "+
+		roll.BackupFile(o.backup.Dir, fleet.Pool{Namespace: "NAMESPACE", Name: "NAME"})+")",
+		"fix what is shown above, then re-run: kubectl ate retire")
 }
 
 // rollScope is the target of the runbooks that act on the roll as a whole.

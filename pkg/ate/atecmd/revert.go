@@ -13,15 +13,20 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // inputIsTerminal reports whether the command's input stream is a TTY a
-// person can answer the prompt on; tests replace it.
-var inputIsTerminal = func(in io.Reader) bool {
+// person can answer the prompt on. An input that says for itself
+// (IsTerminal) is taken at its word: a test's stands for a person.
+func inputIsTerminal(in io.Reader) bool {
+	if t, ok := in.(interface{ IsTerminal() bool }); ok {
+		return t.IsTerminal()
+	}
 	f, ok := in.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
@@ -65,7 +70,7 @@ no longer CRASHED counts as done, so a re-run resumes.`,
 		},
 	}
 	o.api.add(cmd.Flags())
-	o.run.AddFlags(cmd.Flags(), ate.Namespace)
+	o.run.AddFlags(cmd.Flags(), fleet.Namespace)
 	cmd.Flags().StringVarP(&o.atespace, "atespace", "a", "", "the actor's atespace (with --all-crashed: only this atespace)")
 	cmd.Flags().BoolVar(&o.allCrashed, "all-crashed", false, "revert every CRASHED actor")
 	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "confirm without asking: accept losing each actor's work since its last snapshot")
@@ -105,40 +110,35 @@ func (o *revertOptions) Validate() error {
 // Run lists the actors, asks for confirmation, and reverts them in one
 // session.
 func (o *revertOptions) Run(ctx context.Context) error {
-	s, ctx, err := startAPISession(ctx, o.g, o.run, &o.api)
-	if err != nil {
-		return err
-	}
-	client := s.client
-	defer client.Close()
-	var actors []ateapi.Actor
-	if o.allCrashed {
-		if actors, err = ate.CrashedActors(ctx, client, o.atespace); err != nil {
-			return s.Fail(err)
-		}
-		if len(actors) == 0 {
-			s.Progress.Printf("No CRASHED actor: nothing to revert.")
-		}
-	} else {
-		a, err := client.GetActor(ctx, o.atespace, o.actor)
+	return runOne(ctx, o.g, o.run, &o.api, func(ctx context.Context, s *apiSession) (runbook.Result, error) {
+		actors, err := o.actors(ctx, s)
 		if err != nil {
-			return s.Fail(err)
+			return runbook.Result{}, err
 		}
-		actors = []ateapi.Actor{a}
+		if err := o.confirm(actors); err != nil {
+			return runbook.Result{}, err
+		}
+		var targets []runbook.Target
+		for _, a := range actors {
+			targets = append(targets, roll.ActorTarget{Actor: a.Ref()})
+		}
+		return cli.Run(ctx, s.Session, roll.RevertRunbook(s.client, s.Recorder, o.timeout), targets,
+			runbook.Options{KeepGoing: true}), nil
+	}, "kubectl ate status", "fix what is shown above, then re-run the same command")
+}
+
+// actors are the actors to revert: every CRASHED one (of -a's atespace),
+// or the one named.
+func (o *revertOptions) actors(ctx context.Context, s *apiSession) ([]ateapi.Actor, error) {
+	if !o.allCrashed {
+		a, err := s.client.GetActor(ctx, o.atespace, o.actor)
+		return []ateapi.Actor{a}, err
 	}
-	if err := o.confirm(actors); err != nil {
-		return s.Fail(err)
+	actors, err := roll.CrashedActors(ctx, s.client, o.atespace)
+	if err == nil && len(actors) == 0 {
+		s.Progress.Printf("No CRASHED actor: nothing to revert.")
 	}
-	var targets []runbook.Target
-	for _, a := range actors {
-		targets = append(targets, ate.ActorTarget{Actor: a.Ref()})
-	}
-	res := cli.Run(ctx, s.Session, ate.RevertRunbook(client, s.Recorder, o.timeout), targets, runbook.Options{KeepGoing: true})
-	next := "kubectl ate status"
-	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
-		next = "fix what is shown above, then re-run the same command"
-	}
-	return s.Finish(res, next)
+	return actors, err
 }
 
 // confirm says what reverting the CRASHED actors loses and, unless --yes
@@ -160,7 +160,7 @@ func (o *revertOptions) confirm(actors []ateapi.Actor) error {
 	fmt.Fprintf(out, "Reverting %d CRASHED actor(s) to SUSPENDED at their last external snapshot.\n", len(crashed))
 	fmt.Fprintln(out, "Everything each actor did since that snapshot is LOST; it resumes from the snapshot on demand.")
 	for _, a := range crashed {
-		fmt.Fprintf(out, "  %s: %s\n", a.Ref(), ate.RevertLoss(a))
+		fmt.Fprintf(out, "  %s: %s\n", a.Ref(), roll.RevertLoss(a))
 	}
 	if o.yes {
 		return nil

@@ -6,7 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
@@ -24,14 +25,14 @@ func newRollCommand(g *cli.Globals) *cobra.Command {
 type cloneOptions struct {
 	run    cli.RunFlags
 	images []string
-	refs   ate.Images
+	refs   roll.Images
 	// badImages is why --image did not parse (Complete), reported by Validate.
 	badImages error
 }
 
 // Complete parses the images; Validate reports what did not parse.
 func (o *cloneOptions) Complete() {
-	o.refs, o.badImages = ate.ParseImages(o.images)
+	o.refs, o.badImages = roll.ParseImages(o.images)
 }
 
 func (o *cloneOptions) Validate() error {
@@ -51,7 +52,7 @@ func (o *cloneOptions) Run(ctx context.Context, g *cli.Globals) error {
 	if err := requireSubstrate(ctx, g, o.run); err != nil {
 		return err
 	}
-	s, ctx, err := cli.StartSession(ctx, g, o.run, "ate", ate.LockName)
+	s, ctx, err := cli.StartSession(ctx, g, o.run, "ate", fleet.LockName)
 	if err != nil {
 		return err
 	}
@@ -59,7 +60,7 @@ func (o *cloneOptions) Run(ctx context.Context, g *cli.Globals) error {
 	if err != nil {
 		return s.Fail(err)
 	}
-	res := cli.Run(ctx, s, ate.CloneRunbook(s.Client, dyn, s.Recorder, o.refs), []runbook.Target{runbook.ScopeTarget{Scope: "roll"}},
+	res := cli.Run(ctx, s, roll.CloneRunbook(s.Client, dyn, s.Recorder, o.refs), []runbook.Target{runbook.ScopeTarget{Scope: "roll"}},
 		runbook.Options{})
 	return s.Finish(res, "kubectl ate preflight && kubectl ate roll next-node")
 }
@@ -86,7 +87,7 @@ serving pools use; a bare REF@sha256:… is accepted only when every serving poo
 	}
 	cmd.Flags().StringArrayVar(&o.images, "image", nil, "new worker image, CLASS=REPO[:TAG]@sha256:<digest> (repeatable), "+
 		"or a bare ref when every serving pool has one sandbox class")
-	o.run.AddFlags(cmd.Flags(), ate.Namespace)
+	o.run.AddFlags(cmd.Flags(), fleet.Namespace)
 	return cmd
 }
 
@@ -94,7 +95,7 @@ serving pools use; a bare REF@sha256:… is accepted only when every serving poo
 type nodeOptions struct {
 	run  cli.RunFlags
 	api  apiFlags
-	move ate.MoveOptions
+	move roll.NodeRollOptions
 	soak cli.SoakFlags
 }
 
@@ -116,12 +117,12 @@ func (n *nodeOptions) add(cmd *cobra.Command) {
 	fs.DurationVar(&c.DeleteTimeout, "delete-timeout", 10*time.Minute,
 		"how long the node's old-pool pods may take to go after the flip (a finalizer may hold one), kept across re-runs")
 	fs.DurationVar(&c.VerifyTimeout, "verify-timeout", 5*time.Minute, "how long new workers may take to register")
-	fs.DurationVar(&c.PullTimeout, "pull-timeout", ate.DefaultPullTimeout, "how long pulling a clone's images may take on the "+
+	fs.DurationVar(&c.PullTimeout, "pull-timeout", roll.DefaultPullTimeout, "how long pulling a clone's images may take on the "+
 		"first node of each platform (os/arch), before a node of it moves; an image with no build for the platform stops the roll")
 	fs.DurationVar(&c.RegisterTimeout, "register-timeout", 2*time.Minute,
 		"how long a worker pod on the node may take to register before the flip; then the run stops blocked")
 	n.api.add(fs)
-	n.run.AddFlags(fs, ate.Namespace)
+	n.run.AddFlags(fs, fleet.Namespace)
 	n.soak.AddFlags(fs)
 }
 
@@ -172,16 +173,16 @@ func (n *nodeOptions) Run(ctx context.Context, g *cli.Globals, again string) err
 	if err := checkMovePermissions(ctx, g, n.run); err != nil {
 		return orNoSubstrate(err)
 	}
-	s, ctx, err := cli.StartSession(ctx, g, n.run, "ate", ate.LockName)
+	s, ctx, err := cli.StartSession(ctx, g, n.run, "ate", fleet.LockName)
 	if err != nil {
 		return orNoSubstrate(err)
 	}
-	m, closeAPI, err := mover(ctx, g, s, &n.api, n.run.DryRun)
+	c, closeAPI, err := rollClients(ctx, g, s, &n.api, n.run.DryRun)
 	if err != nil {
 		return s.Fail(err)
 	}
 	defer closeAPI()
-	res, err := n.moveNodes(ctx, s, m)
+	res, err := n.moveNodes(ctx, s, c)
 	if err != nil {
 		return s.Fail(blockedExit(err))
 	}
@@ -228,17 +229,18 @@ so an interrupted run resumes exactly where it stopped.`,
 }
 
 // moveNodes moves nodes the way n says, one at a time, in session s: the
-// node runbook over the nodes ate.Move picks as each may start.
-func (n *nodeOptions) moveNodes(ctx context.Context, s *cli.Session, m ate.Mover) (runbook.Result, error) {
+// node runbook over the nodes roll.NodeRoll picks as each may start.
+func (n *nodeOptions) moveNodes(ctx context.Context, s *cli.Session, c roll.Clients) (runbook.Result, error) {
 	n.move.Config.RunID = s.RunID
 	n.move.Config.ReplaceInPlace = func(ctx context.Context, node string) (func(), error) {
 		return declareReplacing(ctx, s, node)
 	}
-	mv := ate.NewMove(m, n.move)
+	n.move.DryRun, n.move.Say = n.run.DryRun, s.Progress.Printf
+	nr := roll.NewNodeRoll(c, n.move)
 	var o runbook.Options
-	s.ApplySoak(&o, n.soak, mv.Health)
-	res := cli.RunSource(ctx, s, mv.Runbook(), mv.Nodes(ctx), o)
-	return res, mv.Err()
+	s.ApplySoak(&o, n.soak, nr.Health)
+	res := cli.RunSource(ctx, s, nr.Run().Runbook(), nr.Nodes(ctx), o)
+	return res, nr.Err()
 }
 
 // blockedExit gives a refusal (runbook.Blocked) exit code 3.

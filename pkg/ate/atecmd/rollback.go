@@ -7,7 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/node"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/ui"
@@ -60,33 +62,33 @@ func (o *rollbackOptions) Run(ctx context.Context, g *cli.Globals) error {
 	if err := checkMovePermissions(ctx, g, o.run); err != nil {
 		return err
 	}
-	s, ctx, err := cli.StartSession(ctx, g, o.run, "ate", ate.LockName)
+	s, ctx, err := cli.StartSession(ctx, g, o.run, "ate", fleet.LockName)
 	if err != nil {
 		return err
 	}
-	m, closeAPI, err := mover(ctx, g, s, &o.api, o.run.DryRun)
+	c, closeAPI, err := rollClients(ctx, g, s, &o.api, o.run.DryRun)
 	if err != nil {
 		return s.Fail(err)
 	}
 	defer closeAPI()
-	before, err := ate.ObserveCluster(ctx, m.Client, m.Dynamic)
+	before, err := fleet.ObserveCluster(ctx, c.Client, c.Dynamic)
 	if err != nil {
 		return s.Fail(err)
 	}
 	// The runbook's order: every node back (the control plane first, see
-	// ate.Move), then the clones and the NEW atelet, in one session.
-	res := runbook.Result{Runbook: ate.RollbackRunbookName, RunID: s.RunID, DryRun: o.run.DryRun, Outcome: runbook.OutcomeDone}
+	// roll.NodeRoll), then the clones and the NEW atelet, in one session.
+	res := runbook.Result{Runbook: roll.RollbackRunbookName, RunID: s.RunID, DryRun: o.run.DryRun, Outcome: runbook.OutcomeDone}
 	if before.New != "" || len(before.Problems) > 0 {
-		o.move.Direction, o.move.All, o.move.Node = ate.Rollback, true, ""
+		o.move.Direction, o.move.All, o.move.Node = node.Rollback, true, ""
 		o.move.ControlPlaneReverted = o.controlPlaneReverted
-		nodes, err := o.moveNodes(ctx, s, m)
+		nodes, err := o.moveNodes(ctx, s, c)
 		if err != nil {
 			return s.Fail(blockedExit(err))
 		}
 		res = nodes
 		if nodes.Outcome == runbook.OutcomeDone || nodes.Outcome == runbook.OutcomePlanned && len(nodes.Targets) == 0 {
-			cluster := cli.Run(ctx, s, ate.RollbackRunbook(m.Client, m.Dynamic, m.API, m.Recorder), rollScope(), runbook.Options{})
-			res = runbook.Merge(ate.RollbackRunbookName, nodes, cluster)
+			cluster := cli.Run(ctx, s, roll.RollbackRunbook(c.Client, c.Dynamic, c.API, c.Recorder), rollScope(), runbook.Options{})
+			res = runbook.Merge(roll.RollbackRunbookName, nodes, cluster)
 		}
 	}
 	info := g.IOStreams.Out
@@ -114,7 +116,7 @@ func (o *rollbackOptions) Run(ctx context.Context, g *cli.Globals) error {
 
 func newRollbackNextNodeCommand(g *cli.Globals) *cobra.Command {
 	n := &nodeOptions{}
-	n.move.Direction = ate.Rollback
+	n.move.Direction = node.Rollback
 	cmd := &cobra.Command{
 		Use:   "next-node [NODE]",
 		Short: "Move the next node at NEW (or NODE) back to OLD without losing an actor",
@@ -144,16 +146,16 @@ func printExternal(w io.Writer, old string) {
 	st := ui.NewStyle(w)
 	fmt.Fprintf(w, "\n%s\n", st.Bold("Left to you, from a checkout of the OLD release ("+old+
 		") with the install's environment (VERSION="+old+" if the install pinned it), in this order:"))
-	for i, e := range ate.RollbackExternalSteps(old) {
+	for i, e := range roll.RollbackExternalSteps(old) {
 		fmt.Fprintf(w, "  %d. %s\n     %s\n", i+1, e.When, e.Command)
 	}
 }
 
 // checkStrays reports atelet DaemonSets of any version but old: after a
 // rollback, one means the old checkout computed another version.
-func checkStrays(w io.Writer, c *ate.Cluster, old string) error {
+func checkStrays(w io.Writer, c *fleet.Cluster, old string) error {
 	st := ui.NewStyle(w)
-	strays := ate.StrayAtelets(c, old)
+	strays := roll.StrayAtelets(c, old)
 	if len(strays) == 0 {
 		fmt.Fprintf(w, "%s one atelet DaemonSet, at %s\n", st.OK("✓"), old)
 		return nil
@@ -161,7 +163,7 @@ func checkStrays(w io.Writer, c *ate.Cluster, old string) error {
 	for _, a := range strays {
 		fmt.Fprintf(w, "%s atelet DaemonSet %s is at %q, not %s: the OLD checkout computed another version.\n"+
 			"      → kubectl delete daemonset -n %s %s, then check VERSION (VERSION=%s) before running ate-setup again\n",
-			st.Bad("✗"), a.Name, a.Version, old, ate.Namespace, a.Name, old)
+			st.Bad("✗"), a.Name, a.Version, old, fleet.Namespace, a.Name, old)
 	}
 	return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("%d stray atelet DaemonSet(s) besides %s", len(strays), old))
 }

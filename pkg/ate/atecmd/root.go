@@ -3,11 +3,15 @@
 package atecmd
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ate/atecmd/apicmd"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -24,9 +28,27 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.AddCommand(newStatusCommand(g), newPreflightCommand(g), newRollCommand(g), newRollbackCommand(g), newRetireCommand(g),
 		newRevertCommand(g))
 	root.AddCommand(newRecoverNodeCommand(g))
-	root.AddCommand(append(cli.NewPauseCommands(g, "ate", ate.LockName, ate.Namespace), cli.NewHistoryCommand(g, "ate", ate.Namespace))...)
-	root.AddCommand(cli.NewCleanupCommand(g, cli.CleanupSpec{Plugin: "ate", LockName: ate.LockName, DefaultLockNamespace: ate.Namespace,
-		NodeAnnotations: ate.CleanupAnnotations, HalfWay: ate.HalfWay, Finish: ate.FinishHint}))
+	root.AddCommand(append(cli.NewPauseCommands(g, "ate", fleet.LockName, fleet.Namespace),
+		cli.NewHistoryCommand(g, "ate", fleet.Namespace))...)
+	root.AddCommand(cli.NewCleanupCommand(g, cli.CleanupSpec{Plugin: "ate", LockName: fleet.LockName, DefaultLockNamespace: fleet.Namespace,
+		NodeAnnotations: campaign.CleanupAnnotations, HalfWay: halfWay(g), Finish: campaign.FinishHint}))
 	root.AddCommand(apicmd.NewCommand(g))
+	root.AddCommand(newInstallCommands(g)...)
 	return root
+}
+
+// halfWay is cleanup's question to the node runbook's Locator: which nodes
+// stand half-way, and where (campaign.HalfWay).
+func halfWay(g *cli.Globals) func(context.Context, []corev1.Node) (map[string]string, error) {
+	return func(ctx context.Context, _ []corev1.Node) (map[string]string, error) {
+		cs, err := g.Factory.KubernetesClientSet()
+		if err != nil {
+			return nil, err
+		}
+		dyn, err := dynamicClient(g)
+		if err != nil {
+			return nil, err
+		}
+		return campaign.HalfWay(ctx, cs, dyn)
+	}
 }

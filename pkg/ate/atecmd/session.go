@@ -7,9 +7,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
 // apiSession is a session with what the ate runbooks act through: the
@@ -22,7 +24,7 @@ type apiSession struct {
 
 // startAPISession starts a session holding the roll's lock and connects.
 func startAPISession(ctx context.Context, g *cli.Globals, run cli.RunFlags, api *apiFlags) (*apiSession, context.Context, error) {
-	s, ctx, err := cli.StartSession(ctx, g, run, "ate", ate.LockName)
+	s, ctx, err := cli.StartSession(ctx, g, run, "ate", fleet.LockName)
 	if err != nil {
 		return nil, ctx, err
 	}
@@ -37,13 +39,36 @@ func startAPISession(ctx context.Context, g *cli.Globals, run cli.RunFlags, api 
 	return &apiSession{Session: s, dyn: dyn, client: client}, ctx, nil
 }
 
+// runOne is a command that runs one runbook in one session holding the
+// roll's lock, with the control API dialed: rb runs it (cli.Run) in the
+// session; an error it returns ends the session failed. done is what to run
+// after a run that finished; stopped, when set, what to do after one that
+// did not.
+func runOne(ctx context.Context, g *cli.Globals, run cli.RunFlags, api *apiFlags,
+	rb func(ctx context.Context, s *apiSession) (runbook.Result, error), done, stopped string) error {
+	s, ctx, err := startAPISession(ctx, g, run, api)
+	if err != nil {
+		return err
+	}
+	defer s.client.Close()
+	res, err := rb(ctx, s)
+	if err != nil {
+		return s.Fail(err)
+	}
+	next := done
+	if stopped != "" && res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
+		next = stopped
+	}
+	return s.Finish(res, next)
+}
+
 // readers are what status and preflight read through; api is nil when the
 // control API was not asked (--no-api) or could not be dialed (dialErr).
 type readers struct {
 	cs      kubernetes.Interface
 	dyn     dynamic.Interface
 	md      metadata.Interface
-	api     ate.APIReader
+	api     campaign.APIReader
 	dialErr error
 	close   func()
 }
@@ -73,4 +98,6 @@ func connectReaders(ctx context.Context, g *cli.Globals, a *apiFlags, noAPI bool
 }
 
 // view asks the control API again (a redraw lists workers and actors anew).
-func (r *readers) view(ctx context.Context) ate.APIView { return ate.ReadAPI(ctx, r.api, r.dialErr) }
+func (r *readers) view(ctx context.Context) campaign.APIView {
+	return campaign.ReadAPI(ctx, r.api, r.dialErr)
+}

@@ -11,7 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/ui"
 )
@@ -67,7 +68,7 @@ func (o *statusOptions) Run(ctx context.Context) error {
 	defer r.close()
 	out := o.g.IOStreams.Out
 	for {
-		s, err := ate.ReadStatus(ctx, r.cs, r.dyn, r.md, r.view)
+		s, err := campaign.ReadStatus(ctx, r.cs, r.dyn, r.md, r.view)
 		if err != nil {
 			return err
 		}
@@ -87,7 +88,7 @@ func (o *statusOptions) Run(ctx context.Context) error {
 			printGKEAfter(ctx, o.g, out, s)
 		}
 		if !o.watch {
-			if s.Phase == ate.PhaseBlocked {
+			if s.Phase == campaign.PhaseBlocked {
 				return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the roll cannot proceed: %s", s.Summary))
 			}
 			return nil
@@ -104,7 +105,7 @@ func (o *statusOptions) Run(ctx context.Context) error {
 const actorsUnknown = "actors on old-pool workers and free workers are unknown, and a node drained before its move was " +
 	"recorded on it is not seen"
 
-func printStatus(w io.Writer, s *ate.Status) {
+func printStatus(w io.Writer, s *campaign.Status) {
 	st := ui.NewStyle(w)
 	c := s.Cluster
 	head := fmt.Sprintf("Agent Substrate roll: OLD %s", orDash(c.Old))
@@ -123,7 +124,7 @@ func printStatus(w io.Writer, s *ate.Status) {
 		versions = append(versions, fmt.Sprintf("%s: %d", orDash(v), n))
 	}
 	sort.Strings(versions)
-	fmt.Fprintf(w, "\nNodes per %s: %s\n\n", ate.VersionLabel, strings.Join(versions, ", "))
+	fmt.Fprintf(w, "\nNodes per %s: %s\n\n", fleet.VersionLabel, strings.Join(versions, ", "))
 	if len(c.Pools) > 0 {
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "POOL\tPIN\tREADY/DESIRED\tCLONE")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -126,4 +127,38 @@ func TestRequirementsCommand(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ipmitool")
 	assert.Contains(t, out.String(), "MISSING")
+}
+
+// A presigned URL from the env is used only when it is --bundle-url-base,
+// which the admission policy checked, plus a query; anything else in the
+// Secret is refused before a byte is fetched.
+func TestFlashURLFromEnvMustBeItsBase(t *testing.T) {
+	bundle := filepath.Join(t.TempDir(), "b.fwbundle")
+	require.NoError(t, fakehost.WriteBundle(bundle, "19.9.0"))
+	for _, tc := range []struct {
+		env, base string
+		ok        bool
+	}{
+		{"file://" + bundle + "?sig=1", "file://" + bundle, true},
+		{"file://" + bundle + "?sig=1", "", false},
+		{"file://" + bundle + "x?sig=1", "file://" + bundle, false},
+		{"https://evil.example/b.fwbundle?sig=1", "file://" + bundle, false},
+	} {
+		t.Setenv("BUNDLE", tc.env)
+		args := []string{"flash", "--version", "19.9.0", "--bundle-url-env", "BUNDLE", "--reset-settle", "1ms"}
+		if tc.base != "" {
+			args = append(args, "--bundle-url-base", tc.base)
+		}
+		cmd := agentcmd.NewCommand()
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		cmd.SetArgs(append([]string{"--host-root", t.TempDir(), "--termination-log", ""}, args...))
+		err := cmd.Execute()
+		if tc.ok {
+			continue // the flash itself is TestFlashCommandDefaultsReadback's
+		}
+		if err == nil || !strings.Contains(err.Error(), "--bundle-url-base") {
+			t.Errorf("env %q, base %q: want refused naming --bundle-url-base, got %v", tc.env, tc.base, err)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -107,7 +108,7 @@ func newSMICommand(c *common) *cobra.Command {
 
 func newFlashCommand(c *common) *cobra.Command {
 	var o nodeagent.FlashOptions
-	var urlEnv string
+	var urlEnv, urlBase string
 	cmd := &cobra.Command{
 		Use:   "flash --version X.Y.Z",
 		Short: "Flash firmware bundle X.Y.Z onto every Tenstorrent device of the node",
@@ -121,12 +122,19 @@ func newFlashCommand(c *common) *cobra.Command {
 				if o.BundleURL = os.Getenv(urlEnv); o.BundleURL == "" {
 					return fmt.Errorf("--bundle-url-env %s: the variable is empty or unset", urlEnv)
 				}
+				// The admission policy vouched for the base in argv, not for
+				// the Secret's URL: only a query may be added to it.
+				if base, _, _ := strings.Cut(o.BundleURL, "?"); urlBase == "" || base != urlBase {
+					return fmt.Errorf("--bundle-url-env %s: the URL is not --bundle-url-base %q with a query (refused: the "+
+						"admission policy checked only the base)", urlEnv, urlBase)
+				}
 			}
 			return c.runStoppable(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.Flash(ctx, o) })
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&urlEnv, "bundle-url-env", "", "read the bundle URL from this env var (a presigned URL, from a Secret)")
+	f.StringVar(&urlBase, "bundle-url-base", "", "with --bundle-url-env: the URL without its query, which the env's URL must be")
 	f.StringVar(&o.Version, "version", "", "firmware bundle version")
 	f.StringVar(&o.BundleURL, "bundle-url", "", "bundle URL (https or file://); default the tt-system-firmware release asset")
 	f.StringVar(&o.BundleSHA256, "bundle-sha256", "", "SHA-256 the bundle must have (hex); a mismatch refuses before flashing")

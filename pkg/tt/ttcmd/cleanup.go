@@ -20,13 +20,13 @@ func newCleanupCommand(g *cli.Globals) *cobra.Command {
 	var image string
 	spec := cli.CleanupSpec{Plugin: "tt", LockName: tt.LockName, DefaultLockNamespace: "kube-system",
 		HelperNamespace: deploy.HelperNamespace, Secrets: []string{tt.BundleSecretName},
-		NodeAnnotations: tt.CleanupAnnotations, HalfWay: tt.HalfWay, Finish: tt.FinishHint}
+		NodeAnnotations: tt.CleanupAnnotations, HalfWay: cli.EachNode(tt.HalfWay), Finish: tt.FinishHint}
 	spec.ExtraFlags = func(cmd *cobra.Command) {
 		cmd.Flags().BoolVar(&hostCaches, "host-caches", false,
 			"also remove "+tt.HostCacheNote+" on every Tenstorrent node (a downgrade then rebuilds the module)")
 		cmd.Flags().StringVar(&image, "helper-image", defaultHelperImage(), "image of the clean-cache helper pods (with --host-caches)")
 	}
-	spec.Extra = func(_ context.Context, o *cli.CleanupOptions, cs kubernetes.Interface, nodes []corev1.Node) ([]cli.CleanupItem, error) {
+	spec.Extra = func(ctx context.Context, o *cli.CleanupOptions, cs kubernetes.Interface, nodes []corev1.Node) ([]cli.CleanupItem, error) {
 		if !hostCaches {
 			return nil, nil
 		}
@@ -35,10 +35,15 @@ func newCleanupCommand(g *cli.Globals) *cobra.Command {
 				HelperImageEnv)
 		}
 		h := tt.HelperConfig{Image: image, Namespace: o.HelperNamespace, PriorityClass: deploy.HelperPriorityClass}
+		var sel tt.Selection
+		if err := applyAdminParams(ctx, cs, &h, &sel); err != nil {
+			return nil, err
+		}
 		rec := &kube.EventWriter{Client: cs, Component: "kubectl-tt", Instance: "cleanup"}
 		var items []cli.CleanupItem
 		for _, n := range nodes {
-			if n.Labels[tt.LabelPCIPresent] != "true" {
+			if n.Labels[tt.LabelPCIPresent] != "true" || n.Labels[h.NodeAccess.Key] != h.NodeAccess.Value {
+				// No card, or a node the admin keeps helpers off.
 				continue
 			}
 			items = append(items, cli.CleanupItem{Object: "node/" + n.Name, What: tt.HostCacheNote,

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
@@ -108,7 +109,9 @@ func (o *firmwareOptions) Validate() error {
 
 // Run flashes the selected nodes through one session.
 func (o *firmwareOptions) Run(ctx context.Context) error {
-	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, o.helper.config(), tt.FirmwareTargets)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, &o.cfg.Helper, tt.FirmwareTargets, func(node string) []kube.HelperSpec {
+		return []kube.HelperSpec{tt.ProbeSpec(o.cfg.Helper, node, ""), tt.FirmwareHelperSpec(&o.cfg, node)}
+	})
 	if err != nil {
 		return err
 	}

@@ -116,6 +116,9 @@ func runPreflight(ctx context.Context, g *cli.Globals, p tt.Preflight, sel tt.Se
 		return err
 	}
 	if p.ProbeCmd != nil {
+		if err := applyAdminParams(ctx, cs, &p.Helper, &sel); err != nil {
+			return err
+		}
 		if err := checkHelperPrerequisites(ctx, cs, p.Helper); err != nil {
 			return err
 		}
@@ -124,6 +127,10 @@ func runPreflight(ctx context.Context, g *cli.Globals, p tt.Preflight, sel tt.Se
 	var bad *tt.SelectionError
 	if errors.As(err, &bad) {
 		return cli.UsageErrorf("%v", err)
+	}
+	var denied *tt.AccessError
+	if errors.As(err, &denied) {
+		return cli.WithExitCode(cli.ExitBlocked, err)
 	}
 	if err != nil {
 		return err

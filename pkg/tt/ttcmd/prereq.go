@@ -3,6 +3,7 @@ package ttcmd
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
 
@@ -33,6 +35,49 @@ func checkHelperPrerequisites(ctx context.Context, cs kubernetes.Interface, h tt
 	if apierrors.IsNotFound(err) {
 		return cli.WithExitCode(cli.ExitUsage, fmt.Errorf("helper PriorityClass %q does not exist; nothing was changed. "+
 			"Ask your cluster admin to apply deploy/%s, or pass --helper-priority-class", h.PriorityClass, deploy.PriorityClassFile))
+	}
+	return nil
+}
+
+// applyAdminParams reads the cluster admin's helper policy parameters and
+// makes the run follow them: helpers require the admin's node label, and
+// only nodes carrying it are selected. Without the policy installed the
+// defaults apply (nothing enforces them, and helpers keep to them anyway).
+func applyAdminParams(ctx context.Context, cs kubernetes.Interface, h *tt.HelperConfig, sel *tt.Selection) error {
+	p, found, err := tt.ReadAdminParams(ctx, cs, h.Namespace)
+	if err != nil {
+		return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("%w; nothing was changed. Ask your cluster admin to fix it", err))
+	}
+	h.NodeAccess, sel.Access = p.NodeLabel, p.NodeLabel
+	if found && h.OnControlPlane && !p.AllowControlPlane {
+		return cli.UsageErrorf("--helper-on-control-plane: the cluster admin's helper policy (ConfigMap %s/%s) does not let "+
+			"helpers run on control-plane nodes (%s is not \"true\"); nothing was changed", h.Namespace, tt.AdminParamsName,
+			tt.KeyAllowControlPlane)
+	}
+	return nil
+}
+
+// checkHelpersAdmitted creates each helper the run will create, on the
+// server in dry-run mode: the admission policy judges it there as it will
+// for real, so a helper the admin does not allow (an image, repository or
+// bundle outside the policy's parameters, an unpinned source) stops the
+// run before any node is cordoned, with the policy's own reason.
+func checkHelpersAdmitted(ctx context.Context, cs kubernetes.Interface, specs []kube.HelperSpec) error {
+	for _, s := range specs {
+		p := s.Pod()
+		_, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case err == nil, apierrors.IsAlreadyExists(err):
+		case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy"):
+			return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the cluster admin's helper policy refuses this run's %s helper: %v; "+
+				"nothing was changed. Change the flag it names, or ask the admin to allow it in ConfigMap %s/%s", s.Task,
+				err, p.Namespace, tt.AdminParamsName))
+		case apierrors.IsForbidden(err):
+			// RBAC: CheckPermissions names what is missing; a dry run is not
+			// worth a second report.
+		default:
+			return fmt.Errorf("checking the %s helper against the admission policy (a server-side dry run): %w", s.Task, err)
+		}
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.AddCommand(newUpgradeCommand(g), newPreflightCommand(g), newStatusCommand(g), newReleaseCommand(g), newLogsCommand(g))
 	root.AddCommand(append(cli.NewPauseCommands(g, "tt", tt.LockName, "kube-system"), cli.NewHistoryCommand(g, "tt", "kube-system"))...)
 	root.AddCommand(newCleanupCommand(g), newCancelCommand(g))
+	root.AddCommand(newInstallCommands(g)...)
 	agent := agentcmd.NewCommand()
 	agent.Hidden = true
 	root.AddCommand(agent)

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
@@ -62,7 +63,9 @@ func (o *smiOptions) Validate() error {
 
 // Run installs tt-smi on the selected nodes through one session.
 func (o *smiOptions) Run(ctx context.Context) error {
-	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, o.helper.config(), tt.DriverTargets)
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, &o.cfg.Helper, tt.DriverTargets, func(node string) []kube.HelperSpec {
+		return []kube.HelperSpec{tt.ProbeSpec(o.cfg.Helper, node, ""), tt.SMIHelperSpec(o.cfg, node)}
+	})
 	if err != nil {
 		return err
 	}

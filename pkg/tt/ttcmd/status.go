@@ -150,6 +150,9 @@ func (o *statusOptions) measure(ctx context.Context, sel tt.Selection) error {
 	if err != nil {
 		return err
 	}
+	if err := applyAdminParams(ctx, cs, &h, &sel); err != nil {
+		return err
+	}
 	if err := checkHelperPrerequisites(ctx, cs, h); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/journal"
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/tt"
@@ -175,11 +176,13 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 			return cli.UsageErrorf("%v", err)
 		}
 	}
-	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, o.helper.config(), tt.DriverTargets)
+	cfg := o.cfg
+	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, &cfg.Helper, tt.DriverTargets, func(node string) []kube.HelperSpec {
+		return []kube.HelperSpec{tt.KMDProbeSpec(cfg, node), tt.KMDHelperSpec(cfg, node, "")}
+	})
 	if err != nil {
 		return err
 	}
-	cfg := o.cfg
 	cfg.RunID = s.RunID
 	// The next batch probes while this one works; the cordon's budget
 	// guards (an Exclusive step) keep --max-parallel nodes out at most.
@@ -205,14 +208,21 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 	return s.Finish(res, next)
 }
 
-// start finds the target nodes, then starts the session and says which
-// nodes it skips. Targets come first, so a typo in a node name is bad input
-// (exit 2) that changes nothing, not even the lock.
-func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selection, helper tt.HelperConfig,
+// start reads the admin's helper policy, finds the target nodes, proves
+// the helpers it will create are admitted, then starts the session and
+// says which nodes it skips. All of it comes before the lock, so a typo in
+// a node name is bad input (exit 2), and a node or helper the admin does
+// not allow is blocked (exit 3), that changes nothing. helpers are the
+// helper pods the runbook creates on a node.
+func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selection, helper *tt.HelperConfig,
 	targetsOf func(context.Context, kubernetes.Interface, tt.Selection) ([]runbook.Target, []tt.Skipped, error),
+	helpers func(node string) []kube.HelperSpec,
 ) (*cli.Session, context.Context, []runbook.Target, error) {
 	cs, err := g.Factory.KubernetesClientSet()
 	if err != nil {
+		return nil, ctx, nil, err
+	}
+	if err := applyAdminParams(ctx, cs, helper, &sel); err != nil {
 		return nil, ctx, nil, err
 	}
 	targets, skipped, err := targetsOf(ctx, cs, sel)
@@ -221,7 +231,8 @@ func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selecti
 		return nil, ctx, nil, cli.UsageErrorf("%v", err)
 	}
 	var operator *tt.OperatorError
-	if errors.As(err, &operator) { // what preflight reports as driver-operator: blocked, nothing changed
+	var denied *tt.AccessError
+	if errors.As(err, &operator) || errors.As(err, &denied) { // what preflight reports: blocked, nothing changed
 		return nil, ctx, nil, cli.WithExitCode(cli.ExitBlocked, err)
 	}
 	if err != nil {
@@ -232,8 +243,13 @@ func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selecti
 			return nil, ctx, nil, err
 		}
 	}
-	if err := checkHelperPrerequisites(ctx, cs, helper); err != nil {
+	if err := checkHelperPrerequisites(ctx, cs, *helper); err != nil {
 		return nil, ctx, nil, err
+	}
+	if len(targets) > 0 {
+		if err := checkHelpersAdmitted(ctx, cs, helpers(targets[0].Ref().Name)); err != nil {
+			return nil, ctx, nil, err
+		}
 	}
 	s, ctx, err := cli.StartSession(ctx, g, run, "tt", tt.LockName)
 	if err != nil {

@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package bare runs both plugins against a cluster that has neither
 // Tenstorrent nodes nor Agent Substrate: each says so in a sentence, not in
 // an artifact of the code (an empty table, a flag's name).

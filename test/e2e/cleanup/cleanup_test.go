@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package cleanup proves `kubectl tt cleanup` on the sim: after a roll its
 // dry run lists what the run left and changes nothing, --yes removes it,
 // a second cleanup finds nothing; mid-roll and with a node half-way it is

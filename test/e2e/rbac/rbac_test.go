@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package rbac proves that deploy/rbac/ is enough: on a sim that authorizes
 // with RBAC it applies the roles, then runs a full kmd upgrade and a full
 // Agent Substrate roll as an impersonated user bound only to the operator
@@ -30,8 +32,9 @@ import (
 
 	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/internal/simtest"
-	"github.com/rollbook/rollbook/pkg/ate"
 	"github.com/rollbook/rollbook/pkg/ate/atecmd"
+	"github.com/rollbook/rollbook/pkg/ate/campaign"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/tt"
 	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
@@ -46,6 +49,7 @@ const (
 // Each test starts its own sim: the two runbooks need different scenarios.
 func start(t *testing.T, o simtest.Options) *simtest.Cluster {
 	t.Helper()
+	simtest.SkipShort(t)
 	c, err := simtest.Start(o)
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +196,7 @@ func TestTTOperatorUpgradesKMDAndViewerOnlyReads(t *testing.T) {
 	tcmd := ttcmd.NewRootCommand
 	apply(t, ctx, c, "tt-operator.yaml")
 	apply(t, ctx, c, "rollbook-viewer.yaml")
-	applyHelperPolicy(t, ctx, c)
+	applyAdmission(t, ctx, c)
 
 	// Impersonation is real: with no binding even status is refused.
 	if out, code := run(t, ctx, c, tcmd, stranger, "status"); code == 0 || !forbidden(out) {
@@ -288,29 +292,30 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	)
 	apply(t, ctx, c, "ate-operator.yaml")
 	apply(t, ctx, c, "rollbook-viewer.yaml")
+	applyAdmission(t, ctx, c) // the operator's node writes and objects, limited
 	if out, code := run(t, ctx, c, acmd, stranger, "status"); code == 0 || !forbidden(out) {
 		t.Fatalf("an unbound user read the roll: exit %d", code)
 	}
 	bind(t, ctx, c, operator, "ate-operator")
 	bind(t, ctx, c, viewer, "rollbook-viewer")
 
-	status := func(user string) ate.Status {
+	status := func(user string) campaign.Status {
 		t.Helper()
 		streams, _, out, errOut := genericiooptions.NewTestIOStreams()
 		code := cli.ExecuteContext(ctx, atecmd.NewRootCommand(streams),
 			[]string{"status", "-o", "json", "--kubeconfig", c.Kubeconfig, "--as", user}, errOut)
-		var s ate.Status
+		var s campaign.Status
 		if err := json.Unmarshal(out.Bytes(), &s); err != nil || code != 0 {
 			t.Fatalf("status as %s: exit %d, %v\n%s%s", user, code, err, out, errOut)
 		}
 		return s
 	}
-	if s := status(operator); s.Phase != ate.PhaseNotStarted || s.APIError != "" {
+	if s := status(operator); s.Phase != campaign.PhaseNotStarted || s.APIError != "" {
 		t.Fatalf("operator status: phase %s, API error %q", s.Phase, s.APIError)
 	}
 	// The viewer reads the cluster, but cannot mint the ate-client token the
 	// control API takes, so it reaches no RPC at all, mutating or not.
-	if s := status(viewer); s.Phase != ate.PhaseNotStarted || s.APIError == "" {
+	if s := status(viewer); s.Phase != campaign.PhaseNotStarted || s.APIError == "" {
 		t.Fatalf("viewer status: phase %s, API error %q (a viewer must not reach the API)", s.Phase, s.APIError)
 	}
 	if _, err := c.Client.CoreV1().ServiceAccounts("ate-system").Get(ctx, "ate-client", metav1.GetOptions{}); err != nil {
@@ -343,7 +348,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	if code == 0 || !forbidden(out) {
 		t.Fatalf("viewer clone-pools must be Forbidden: exit %d", code)
 	}
-	if s := status(viewer); s.Phase != ate.PhasePrepared {
+	if s := status(viewer); s.Phase != campaign.PhasePrepared {
 		t.Fatalf("the viewer's refused clone-pools moved the roll to %s", s.Phase)
 	}
 
@@ -364,7 +369,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	if _, code := run(t, ctx, c, acmd, operator, "rollback", "--wait", "--control-plane-reverted"); code != 0 {
 		t.Fatalf("operator rollback: exit %d", code)
 	}
-	if s := status(viewer); s.Phase != ate.PhaseNotStarted || s.Counts[newV] != 0 {
+	if s := status(viewer); s.Phase != campaign.PhaseNotStarted || s.Counts[newV] != 0 {
 		t.Fatalf("after the operator's rollback: phase %s counts %v", s.Phase, s.Counts)
 	}
 	if out, err := exec.Command(sim, "ate-setup", "deploy-atelet", "--dir", c.Dir, "--version", newV).CombinedOutput(); err != nil {
@@ -396,7 +401,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"python-small", "python-large"} {
-		_, err := dyn.Resource(ate.WorkerPoolGVR).Namespace("ate-workers").Get(ctx, name, metav1.GetOptions{})
+		_, err := dyn.Resource(fleet.WorkerPoolGVR).Namespace("ate-workers").Get(ctx, name, metav1.GetOptions{})
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("old pool ate-workers/%s after the operator's retire: %v", name, err)
 		}
@@ -410,7 +415,7 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	}
 	before := c.Snapshot(t)
 	out, code = run(t, ctx, c, acmd, operator, "cleanup")
-	if code != 0 || !strings.Contains(out, "would remove lease/ate-system/"+ate.LockName) ||
+	if code != 0 || !strings.Contains(out, "would remove lease/ate-system/"+fleet.LockName) ||
 		!strings.Contains(out, "would remove configmap/ate-system/rollbook-ate-history") {
 		t.Fatalf("operator cleanup dry run: exit %d, want the Lease and the history listed", code)
 	}

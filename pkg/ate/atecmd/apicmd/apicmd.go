@@ -17,7 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rollbook/rollbook/pkg/apicall"
-	"github.com/rollbook/rollbook/pkg/ate"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/ui"
@@ -30,7 +30,7 @@ type connFlags struct {
 }
 
 func (f *connFlags) add(fs *pflag.FlagSet) {
-	fs.StringVar(&f.endpoint, "ate-endpoint", "", "host:port of the control API (default: port-forward to svc/api in "+ate.Namespace+")")
+	fs.StringVar(&f.endpoint, "ate-endpoint", "", "host:port of the control API (default: port-forward to svc/api in "+fleet.Namespace+")")
 	fs.StringVar(&f.caFile, "ate-ca-file", "", "PEM CA bundle to verify the API (default: the live ClusterTrustBundles)")
 	fs.StringVar(&f.tokenFile, "ate-token-file", "",
 		"file holding a bearer token for the API (default: minted for SA ate-client by TokenRequest)")
@@ -80,7 +80,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Use:   "api",
 		Short: "Call the Agent Substrate control API directly (list, describe, call)",
 		Long: `Speaks the control API generically, from the server's own reflection, the way grpcurl
-does — through rollbook's connection: a port-forward to svc/api in ` + ate.Namespace + `, TLS verified
+does — through rollbook's connection: a port-forward to svc/api in ` + fleet.Namespace + `, TLS verified
 against the live ClusterTrustBundles, and a short-lived token of ServiceAccount ate-client
 that is never printed. Methods that only read run as they are: those the server's descriptor
 marks idempotency_level = NO_SIDE_EFFECTS, and the substrate's known reading methods (ListWorkers,
@@ -183,7 +183,7 @@ func newCallCommand(g *cli.Globals) *cobra.Command {
 		Long: `METHOD is a bare name (ListWorkers) or SERVICE/METHOD. The request is JSON in the method's
 input message (kubectl ate api describe METHOD shows a template); -d @FILE reads it from a
 file and -d @- from the input. A method not known to only read (see kubectl ate api list) may
-change the substrate: it needs --yes, and it holds the roll's Lease (` + ate.LockName + `) while it runs,
+change the substrate: it needs --yes, and it holds the roll's Lease (` + fleet.LockName + `) while it runs,
 so it never races a roll.`,
 		Example: `  kubectl ate api call ListWorkers
   kubectl ate api call GetActor -d '{"actor":{"atespace":"team-a","name":"counter-7"}}'
@@ -219,7 +219,7 @@ so it never races a roll.`,
 			}
 			// A mutation: hold the roll's Lease and record it like any step.
 			run := cli.RunFlags{DryRun: dryRun, Output: "json", StealLock: stealLock, LockNamespace: lockNS}
-			sess, ctx, err := cli.StartSession(ctx, g, run, "ate", ate.LockName)
+			sess, ctx, err := cli.StartSession(ctx, g, run, "ate", fleet.LockName)
 			if err != nil {
 				return err
 			}
@@ -228,7 +228,7 @@ so it never races a roll.`,
 				return sess.Fail(nil)
 			}
 			err = s.api.Call(ctx, m, body, g.IOStreams.Out)
-			svc := corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: ate.Namespace, Name: ateapi.DefaultService}
+			svc := corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: fleet.Namespace, Name: ateapi.DefaultService}
 			if err != nil {
 				err = s.explain(err)
 				sess.Recorder.Record(ctx, svc, true, "APICallFailed", fmt.Sprintf("%s: %v", m.FullName(), err))
@@ -243,7 +243,7 @@ so it never races a roll.`,
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "confirm a method that changes the substrate")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the method and request a mutating call would send, and send nothing")
 	cmd.Flags().BoolVar(&stealLock, "steal-lock", false, "take over the lock from a run that stopped renewing it (never from a live one)")
-	cmd.Flags().StringVar(&lockNS, "lock-namespace", ate.Namespace, "namespace of the Lease that keeps two runs from fighting")
+	cmd.Flags().StringVar(&lockNS, "lock-namespace", fleet.Namespace, "namespace of the Lease that keeps two runs from fighting")
 	return cmd
 }
 

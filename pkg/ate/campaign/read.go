@@ -1,0 +1,84 @@
+package campaign
+
+import (
+	"context"
+
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ateapi"
+)
+
+// APIReader is the part of the substrate client status and preflight read.
+type APIReader interface {
+	fleet.Inventorier
+	Capabilities() ateapi.Capabilities
+}
+
+// APIView is what the control API said, or why it could not be asked.
+type APIView struct {
+	Caps *ateapi.Capabilities
+	Inv  *ateapi.Inventory
+	Err  error
+}
+
+// ReadAPI asks api (nil when dialing failed with dialErr) for its
+// capabilities and inventory. A failure is kept in the view, not returned:
+// status and preflight still show the Kubernetes facts.
+func ReadAPI(ctx context.Context, api APIReader, dialErr error) APIView {
+	if api == nil {
+		return APIView{Err: dialErr}
+	}
+	caps := api.Capabilities()
+	inv, err := api.Inventory(ctx)
+	return APIView{Caps: &caps, Inv: inv, Err: err}
+}
+
+// ReadStatus says where the roll stands, from the cluster (nodes read as
+// metadata through md) and the view of the control API that readAPI returns.
+// The two are independent, so they are read together.
+func ReadStatus(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, md metadata.Interface,
+	readAPI func(context.Context) APIView) (*Status, error) {
+	var c *fleet.Cluster
+	var v APIView
+	var g errgroup.Group
+	g.Go(func() (err error) {
+		c, err = fleet.ObserveClusterMeta(ctx, cs, dyn, md)
+		return err
+	})
+	g.Go(func() error {
+		v = readAPI(ctx)
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	s, err := ObserveStatus(ctx, cs, c, v.Inv)
+	if err != nil {
+		return nil, err
+	}
+	s.Capabilities = v.Caps
+	if v.Err != nil {
+		s.APIError = v.Err.Error()
+	}
+	return s, nil
+}
+
+// ReadPreflight runs the preflight checks on the cluster as it is now.
+func ReadPreflight(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, v APIView,
+	o PreflightOptions) ([]fleet.Check, error) {
+	c, err := fleet.ObserveCluster(ctx, cs, dyn)
+	if err != nil {
+		return nil, err
+	}
+	if o.Deployments, err = fleet.Deployments(ctx, cs); err != nil {
+		return nil, err
+	}
+	if o.Deployments.Nodes, err = c.FullNodes(ctx, cs); err != nil {
+		return nil, err
+	}
+	return Preflight(ctx, cs, c, v.Caps, v.Err, o), nil
+}

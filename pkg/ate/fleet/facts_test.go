@@ -1,0 +1,71 @@
+package fleet
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/rollbook/rollbook/pkg/ateapi"
+)
+
+func TestCapacityPerLineage(t *testing.T) {
+	lineage := map[string]string{"a/small": "a/small", "a/small-v2": "a/small", "b/small": "b/small", "b/small-v2": "b/small"}
+	w := func(name, ns, pool, node string, actors int) ateapi.Worker {
+		x := ateapi.Worker{Name: name, Namespace: ns, Pool: pool, Node: node, State: ateapi.WorkerActive}
+		for range actors {
+			x.Actors = append(x.Actors, ateapi.ActorRef{Atespace: "x", Name: name})
+		}
+		return x
+	}
+	bound := func(worker string) ateapi.Actor {
+		return ateapi.Actor{Atespace: "x", Name: "on-" + worker, Worker: worker}
+	}
+	paused := ateapi.Actor{Atespace: "x", Name: "p", State: ateapi.ActorPaused}
+	// d is an era D worker: capacity and allocation counted in actor slots
+	// (capacity 0: its ateom has not reported yet).
+	d := func(name, ns, pool, node string, capacity, allocated int) ateapi.Worker {
+		x := w(name, ns, pool, node, 0)
+		x.Slots, x.CapacityActors, x.AllocatedActors = true, capacity, allocated
+		return x
+	}
+	for _, tc := range []struct {
+		name      string
+		workers   []ateapi.Worker
+		residents []ateapi.Actor
+		ok        bool
+		want      string
+	}{
+		{"nothing to suspend", []ateapi.Worker{w("w1", "a", "small", "n1", 1)}, nil, true, ""},
+		{"a free clone worker elsewhere", []ateapi.Worker{w("w1", "a", "small", "n1", 1), w("w2", "a", "small-v2", "n2", 0)},
+			[]ateapi.Actor{bound("w1")}, true, "pool a/small or its clone: 1 actor(s) to suspend, 1 free"},
+		{"free workers only in the other namespace's lineage",
+			[]ateapi.Worker{w("w1", "a", "small", "n1", 1), w("w2", "b", "small-v2", "n2", 0)},
+			[]ateapi.Actor{bound("w1")}, false, "a/small or its clone: 1 actor(s) to suspend, 0 free"},
+		{"free worker on the node itself does not count", []ateapi.Worker{w("w1", "a", "small", "n1", 1), w("w2", "a", "small", "n1", 0)},
+			[]ateapi.Actor{bound("w1")}, false, "0 free"},
+		{"two actors, one free worker", []ateapi.Worker{w("w1", "a", "small", "n1", 1), w("w3", "a", "small", "n1", 1),
+			w("w2", "a", "small-v2", "n2", 0)}, []ateapi.Actor{bound("w1"), bound("w3")}, false, "2 actor(s) to suspend, 1 free"},
+		{"paused actors weigh on every lineage", []ateapi.Worker{w("w2", "b", "small-v2", "n2", 0)},
+			[]ateapi.Actor{paused}, true, "any pool (paused actors): 1 actor(s) to suspend, 1 free"},
+		{"paused actors and bound ones share the free workers", []ateapi.Worker{w("w1", "b", "small", "n1", 1), w("w2", "b", "small-v2",
+			"n2", 0)},
+			[]ateapi.Actor{paused, bound("w1")}, false, ""},
+		{"era D: a multi-actor worker elsewhere takes as many actors as it has free slots",
+			[]ateapi.Worker{d("w1", "a", "small", "n1", 4, 3), d("w2", "a", "small-v2", "n2", 4, 1)},
+			[]ateapi.Actor{bound("w1"), bound("w1"), bound("w1")}, true, "3 actor(s) to suspend, 3 free"},
+		{"era D: slots, not workers: one free worker with one slot left is not room for two",
+			[]ateapi.Worker{d("w1", "a", "small", "n1", 4, 2), d("w2", "a", "small-v2", "n2", 4, 3)},
+			[]ateapi.Actor{bound("w1"), bound("w1")}, false, "2 actor(s) to suspend, 1 free"},
+		{"era D: a worker whose capacity is not reported yet is not serving",
+			[]ateapi.Worker{d("w1", "a", "small", "n1", 2, 1), d("w2", "a", "small-v2", "n2", 0, 0)},
+			[]ateapi.Actor{bound("w1")}, false, "1 actor(s) to suspend, 0 free"},
+		{"era D: paused actors weigh on every lineage's free slots",
+			[]ateapi.Worker{d("w2", "b", "small-v2", "n2", 3, 0)},
+			[]ateapi.Actor{paused, paused, paused}, true, "any pool (paused actors): 3 actor(s) to suspend, 3 free"},
+	} {
+		inv := &ateapi.Inventory{Workers: tc.workers}
+		needs, ok := Capacity(inv, lineage, "n1", tc.residents)
+		if ok != tc.ok || !strings.Contains(DescribeNeeds(needs), tc.want) {
+			t.Errorf("%s: ok=%v %q; want ok=%v containing %q", tc.name, ok, DescribeNeeds(needs), tc.ok, tc.want)
+		}
+	}
+}

@@ -1,0 +1,46 @@
+package fleet
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Names and labels of a real install (docs/ate.md lists their sources).
+const (
+	Namespace    = "ate-system"
+	VersionLabel = "ate.dev/substrate-version"
+	PoolLabel    = "ate.dev/worker-pool"
+	AppLabel     = "app"
+	AteletApp    = "atelet"
+	// AnnClonedFrom marks a WorkerPool rollbook cloned, naming its source
+	// ("<namespace>/<name>"), so pairing never rests on naming conventions.
+	AnnClonedFrom = "rollbook.dev/cloned-from"
+	// LockName is the Lease every ate runbook takes.
+	LockName = "rollbook-ate"
+)
+
+// rollbook's marks on a node the node runbook moves: the read model shows
+// them (NodeInfo), only the node runbook writes them and decides on them.
+const (
+	// AnnMovingTo marks a node whose move has begun with the version it
+	// moves to. The node runbook's first step writes it, before the first
+	// DrainWorker, so the node in progress is known from the node itself,
+	// not only from its DRAINING workers in a (soft) worker list that may
+	// leave them out.
+	AnnMovingTo = "rollbook.dev/ate-moving-to"
+	// AnnVerifyPending marks a flipped node that has not yet shown it
+	// serves the version it moved to (value: that version). The flip's
+	// patch writes it; the verify step removes it once the node serves.
+	// Until then the node is half-moved: the next call finishes it before
+	// taking another node, so a canary that never brought up a new worker
+	// cannot let the roll go on.
+	AnnVerifyPending = "rollbook.dev/ate-verify-pending"
+)
+
+// WorkerPoolGVR is the WorkerPool custom resource.
+var WorkerPoolGVR = schema.GroupVersionResource{Group: "ate.dev", Version: "v1alpha1", Resource: "workerpools"}
+
+// PoolRef is the object reference of a WorkerPool (for Events).
+func PoolRef(ns, name string) corev1.ObjectReference {
+	return corev1.ObjectReference{Kind: "WorkerPool", APIVersion: "ate.dev/v1alpha1", Namespace: ns, Name: name}
+}

@@ -1,0 +1,77 @@
+package node
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/fleet/fleettest"
+	"github.com/rollbook/rollbook/pkg/ateapi"
+)
+
+func TestNextNodeResumesHalfMovedNodeFirst(t *testing.T) {
+	c := fleettest.Cluster(fleettest.TwoAtelets, map[string]string{"n0": "v1", "n1": "v1", "n2": "v2"})
+	c.Pools = []fleet.Pool{{Namespace: "ns", Name: "p", Pin: "v1"}, {Namespace: "ns", Name: "p-v2", Pin: "v2", ClonedFrom: "ns/p"}}
+	roll := sides(c, "v1", "v2")
+	next := func(pods []corev1.Pod, inv *ateapi.Inventory) string {
+		t.Helper()
+		n, err := NewLocator(c, pods, inv).Next(roll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got := next(nil, &ateapi.Inventory{}); got != "n0" {
+		t.Fatalf("fresh pick: %s", got)
+	}
+	oldPodOnFlipped := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-1", Labels: map[string]string{fleet.PoolLabel: "p"}},
+		Spec: corev1.PodSpec{NodeName: "n2"}}
+	if got := next([]corev1.Pod{oldPodOnFlipped}, nil); got != "n2" {
+		t.Fatalf("a flipped node with old pods left must come first: %s", got)
+	}
+	failed := *oldPodOnFlipped.DeepCopy()
+	failed.Status.Phase = corev1.PodFailed
+	if got := next([]corev1.Pod{failed}, nil); got != "n0" {
+		t.Fatalf("a Failed old-pool pod object left on a flipped node does not make it half-moved: %s", got)
+	}
+	// Workers drained with no move recorded (by hand, a health check's
+	// drain) are not a move begun: the mark, written before the first
+	// DrainWorker, is the move's record. recover-node replaces them.
+	inv := &ateapi.Inventory{Workers: []ateapi.Worker{{Name: "w", Namespace: "ns", Pool: "p", Node: "n1",
+		State: ateapi.WorkerDraining}}}
+	livePod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-w", UID: "w", Labels: map[string]string{fleet.PoolLabel: "p"}},
+		Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	if got := next([]corev1.Pod{livePod}, inv); got != "n0" {
+		t.Fatalf("a node drained with no move recorded is not half-moved: %s", got)
+	}
+	c.Nodes[1].MovingTo = "v2"
+	if got := next([]corev1.Pod{livePod}, inv); got != "n1" {
+		t.Fatalf("a node whose move is recorded comes first: %s", got)
+	}
+	// The rollback takes that node back first (it never flipped: its
+	// drained workers are replaced, the mark lifted); once the rollback has
+	// written its own mark over the roll's, the node is half-way back, and
+	// status and the roll say so.
+	back := sides(c, "v2", "v1")
+	if n, err := NewLocator(c, []corev1.Pod{livePod}, inv).Next(back); err != nil || n != "n1" {
+		t.Fatalf("rollback next-node with n1 half-way to v2: %q %v, want n1 taken back", n, err)
+	}
+	c.Nodes[1].MovingTo, c.Nodes[1].VerifyPending = "v1", "v1"
+	moves := NewLocator(c, []corev1.Pod{livePod}, inv).HalfMoved()
+	if len(moves) != 1 || moves[0].Node != "n1" || moves[0].Direction != Rollback || moves[0].StepID != "ate.node.replace-drained" {
+		t.Fatalf("n1 taken back, its workers not yet replaced: %+v", moves)
+	}
+	if _, err := NewLocator(c, []corev1.Pod{livePod}, inv).Next(roll); err == nil {
+		t.Fatal("roll next-node took a node while n1 is being taken back")
+	}
+	c.Nodes[1].MovingTo, c.Nodes[1].VerifyPending = "", ""
+	// A node half-way back (an interrupted rollback) is finished first, by
+	// the rollback: the roll refuses to take another node meanwhile.
+	c.Nodes[2].MovingTo = "v1"
+	if _, err := NewLocator(c, nil, &ateapi.Inventory{}).Next(roll); err == nil || !strings.Contains(err.Error(), "rollback next-node") {
+		t.Fatalf("roll next-node with n2 half-way back: %v, want a refusal naming kubectl ate rollback next-node", err)
+	}
+}

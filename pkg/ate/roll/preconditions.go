@@ -1,0 +1,81 @@
+package roll
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+)
+
+// RollPreconditions are what must hold before any node moves from OLD to
+// NEW, checked by `roll next-node` itself (and shown by preflight): the two
+// atelet DaemonSets are OLD and NEW, every serving pool is pinned to OLD
+// and has a clone pinned to NEW whose Deployment exists (else the actors
+// suspended off a node have nowhere to resume), and more than one node
+// unless a full stop is accepted.
+func RollPreconditions(c *fleet.Cluster, deployments fleet.PoolDeployments, allowFullStop bool) []fleet.Check {
+	var out []fleet.Check
+	add := func(name string, ok bool, detail, fix string) {
+		out = append(out, fleet.Check{Group: "roll", Name: name, OK: ok, Detail: detail, Fix: fix})
+	}
+	add("the roll's shape is known", len(c.Problems) == 0, strings.Join(c.Problems, "; "), "fix the problems shown by kubectl ate status")
+	add("two atelet DaemonSets, OLD and NEW", len(c.Atelets) == 2 && c.New != "", c.AteletList(),
+		"deploy the new atelet first (ate-setup deploy atelet from the new release)")
+	if c.New == "" {
+		return out
+	}
+	var unpinned, unpaired, undeployed, failing, unplaceable []string
+	failingNS := map[string]bool{}
+	for _, p := range c.ServingPools() {
+		if p.Pin != c.Old {
+			unpinned = append(unpinned, p.Key()+" (pin "+fleet.OrNone(p.Pin)+")")
+			continue
+		}
+		if p.CloneName == "" {
+			unpaired = append(unpaired, p.Key())
+			continue
+		}
+		clone := p.Namespace + "/" + p.CloneName
+		if deployments.Count[clone] == 0 {
+			undeployed = append(undeployed, clone)
+		}
+		if why := deployments.Failure[clone]; why != "" {
+			failing = append(failing, why)
+			failingNS[p.Namespace] = true
+		}
+		if spec, ok := deployments.Template[clone]; ok {
+			if why := fleet.Unfit(spec, deployments.Nodes, c.New); why != "" {
+				unplaceable = append(unplaceable, clone+": "+why)
+			}
+		}
+	}
+	add("every serving pool is pinned to OLD ("+c.Old+")", len(unpinned) == 0, fleet.Brief(unpinned),
+		"kubectl ate preflight --pin-pools (only while no actor is on the pool's workers)")
+	add("every serving pool has a clone pinned to NEW ("+c.New+")", len(unpaired) == 0, "no clone: "+fleet.Brief(unpaired),
+		"kubectl ate roll clone-pools --image CLASS=REF@sha256:… (the actors suspended off a node need a new-pool worker to resume on)")
+	add("every clone has its Deployment", len(undeployed) == 0, "no Deployment: "+fleet.Brief(undeployed),
+		"is ate-controller running? It renders each WorkerPool into a Deployment")
+	// A clone whose pods cannot even be created serves nowhere once nodes
+	// flip: the actors suspended off them would have no worker to resume
+	// on. (Its pods are Pending until a node is at NEW: that is expected.)
+	var quotas []string
+	for ns := range failingNS {
+		quotas = append(quotas, "kubectl describe resourcequota -n "+ns)
+	}
+	sort.Strings(quotas)
+	add("every clone's Deployment can create its pods", len(failing) == 0, strings.Join(failing, "; "),
+		"make room for the clones' pods, then re-run: "+fleet.OrNone(strings.Join(quotas, "; "))+" (raise the quota, or lower the "+
+			"pools' resources); kubectl get events shows what else refused them")
+	// A clone whose pods no node admits once flipped (a taint without a
+	// toleration, a node selector or affinity for another architecture)
+	// serves nowhere either; before the first flip its pods are only
+	// Pending, so the template is checked against the nodes.
+	add("every clone's pods fit a node once it is at NEW", len(unplaceable) == 0, strings.Join(unplaceable, "; "),
+		"make the clone's WorkerPool template admit the nodes (kubectl edit workerpool -n NS NAME: add the toleration, or "+
+			"an image and node selector for the nodes' architecture), or remove the taint (kubectl taint node NODE KEY-), "+
+			"then re-run")
+	add("more than one node, or --allow-full-stop", len(c.Nodes) > 1 || allowFullStop, fmt.Sprintf("%d node(s)", len(c.Nodes)),
+		"on a single node the roll suspends every actor at once; pass --allow-full-stop to accept that")
+	return out
+}

@@ -1,0 +1,280 @@
+//go:build e2e
+
+// Package pdbfirst runs kubectl tt upgrade kmd|firmware against nodes whose
+// drain a PodDisruptionBudget forbids: what preflight reports as `pdb` the
+// upgrade refuses before the node's cordon, and a budget the roll's own
+// progress frees is waited for, uncordoned, not refused.
+package pdbfirst
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/internal/tttest"
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/tt"
+)
+
+// Three plain nodes of one kernel (tt-fleet): the first node of a roll
+// builds tt-kmd 2.8.0 and shares it, the others wait for it before their
+// cordon.
+func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "tt-fleet"}) }
+
+var run, node, host = tttest.Run, tttest.Node, tttest.Host
+
+const target = "2.8.0"
+
+// holders creates a Deployment of replicas pods that hold /dev/tenstorrent,
+// one per node of nodes, and a PDB over them allowing maxUnavailable, and
+// waits until the PDB's controller counts them all healthy.
+func holders(t *testing.T, ctx context.Context, ns, name string, replicas int32, maxUnavailable int, nodes ...string) {
+	t.Helper()
+	cs := simtest.Get(t).Client
+	lbl := map[string]string{"app": name}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: lbl},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: lbl}, Spec: corev1.PodSpec{
+				Affinity: &corev1.Affinity{
+					NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+						NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+							Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: nodes}}}}}},
+					PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+						LabelSelector: &metav1.LabelSelector{MatchLabels: lbl}, TopologyKey: "kubernetes.io/hostname"}}},
+				},
+				Volumes: []corev1.Volume{{Name: "dev", VolumeSource: corev1.VolumeSource{
+					HostPath: &corev1.HostPathVolumeSource{Path: "/dev/tenstorrent"}}}},
+				Containers: []corev1.Container{{Name: "c", Image: "example.com/" + name,
+					VolumeMounts: []corev1.VolumeMount{{Name: "dev", MountPath: "/dev/tenstorrent"}}}}}}}}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mu := intstr.FromInt(maxUnavailable)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name + "-pdb", Namespace: ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &mu, Selector: &metav1.LabelSelector{MatchLabels: lbl}}}
+	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPDB(t, ctx, ns, name+"-pdb", func(p *policyv1.PodDisruptionBudget) bool {
+		return p.Status.CurrentHealthy == replicas && p.Status.ExpectedPods == replicas
+	})
+}
+
+// waitPDB watches the PDB until cond holds for its observed status.
+func waitPDB(t *testing.T, ctx context.Context, ns, name string, cond func(*policyv1.PodDisruptionBudget) bool) {
+	t.Helper()
+	pdbs := simtest.Get(t).Client.PolicyV1().PodDisruptionBudgets(ns)
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return pdbs.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return pdbs.Watch(ctx, o)
+		},
+	}
+	holds := func(o any) bool {
+		p, ok := o.(*policyv1.PodDisruptionBudget)
+		return ok && p.Status.ObservedGeneration == p.Generation && cond(p)
+	}
+	if _, err := watchtools.UntilWithSync(ctx, lw, &policyv1.PodDisruptionBudget{}, func(s cache.Store) (bool, error) {
+		for _, o := range s.List() {
+			if holds(o) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}, func(ev watch.Event) (bool, error) { return holds(ev.Object), nil }); err != nil {
+		t.Fatalf("waiting for PDB %s/%s: %v", ns, name, err)
+	}
+}
+
+// A PDB that allows no disruption with every pod healthy (maxUnavailable 0)
+// over a device holder is refused before the cordon by upgrade kmd and
+// upgrade firmware alike, as preflight reports it; once the budget is
+// raised, the same command upgrades the node.
+func TestPDBAtZeroStopsBeforeCordon(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	ns := c.NewNamespace(t)
+	const n = "kwok-node-0"
+	holders(t, ctx, ns, "precious", 1, 0, n)
+	want := []string{"PodDisruptionBudget precious-pdb (1 of 1 healthy, 0 disruptions allowed)", "relax the budget",
+		"will not take node " + n + " out of service"}
+	if out, code := run(t, ctx, "preflight", "kmd", "--version", target, "--nodes", n); code != cli.ExitBlocked ||
+		!strings.Contains(out, "PodDisruptionBudget precious-pdb") {
+		t.Errorf("preflight: exit %d, want %d naming precious-pdb", code, cli.ExitBlocked)
+	}
+	// (A short --drain-timeout: a drain that meets the PDB, cordoned, gives up soon.)
+	tttest.BlockedUncordoned(t, ctx, n, want, "upgrade", "kmd", "--version", target, "--nodes", n, "--drain-timeout", "1m")
+	bundle := "file://" + filepath.Join(c.Dir, "bundles", "fw_pack-19.0.0.fwbundle")
+	tttest.BlockedUncordoned(t, ctx, n, want, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle, "--nodes", n,
+		"--drain-timeout", "1m")
+	if h := host(t, n); h.LoadedKMD != tttestFleetKMD {
+		t.Errorf("the host runs %q, want %s", h.LoadedKMD, tttestFleetKMD)
+	}
+
+	// Relaxed: the drain may move the pod, and the same command goes on.
+	patch := `{"spec":{"maxUnavailable":1}}`
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Patch(ctx, "precious-pdb", types.MergePatchType, []byte(patch),
+		metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPDB(t, ctx, ns, "precious-pdb", func(p *policyv1.PodDisruptionBudget) bool { return p.Status.DisruptionsAllowed == 1 })
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", target, "--nodes", n); code != 0 {
+		t.Fatalf("with the budget relaxed: exit %d", code)
+	}
+	if h := host(t, n); h.LoadedKMD != target {
+		t.Errorf("the host runs %q, want %s", h.LoadedKMD, target)
+	}
+	if nd := node(t, n); nd.Spec.Unschedulable || nd.Labels[tt.LabelKMDVersion] != target {
+		t.Errorf("unschedulable %v, label %q", nd.Spec.Unschedulable, nd.Labels[tt.LabelKMDVersion])
+	}
+}
+
+// tttestFleetKMD is what the tt-fleet scenario's hosts run (sim/tthost).
+const tttestFleetKMD = "2.7.0"
+
+// cordonSpans records, per node, from a watch, the resourceVersion of each
+// cordon and of each uncordon: etcd orders them across nodes.
+type cordonSpans struct {
+	mu      sync.Mutex
+	spans   map[string][][2]int64 // [cordon, uncordon] (0: not yet)
+	changed chan struct{}
+}
+
+func watchCordons(t *testing.T, ctx context.Context, nodes ...string) *cordonSpans {
+	t.Helper()
+	s := &cordonSpans{spans: map[string][][2]int64{}, changed: make(chan struct{}, 1)}
+	for _, name := range nodes {
+		w, err := simtest.Get(t).Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		go func() {
+			for ev := range w.ResultChan() {
+				n, ok := ev.Object.(*corev1.Node)
+				if !ok {
+					continue
+				}
+				rv, _ := strconv.ParseInt(n.ResourceVersion, 10, 64)
+				s.mu.Lock()
+				sp := s.spans[name]
+				open := len(sp) > 0 && sp[len(sp)-1][1] == 0
+				switch {
+				case n.Spec.Unschedulable && !open:
+					s.spans[name] = append(sp, [2]int64{rv, 0})
+				case !n.Spec.Unschedulable && open:
+					sp[len(sp)-1][1] = rv
+				}
+				s.mu.Unlock()
+				select {
+				case s.changed <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	return s
+}
+
+// waitUncordoned waits until the watches saw every node cordoned and
+// uncordoned again (the run's last writes may reach a watch after it ends).
+func (s *cordonSpans) waitUncordoned(t *testing.T, ctx context.Context, nodes ...string) {
+	t.Helper()
+	for {
+		s.mu.Lock()
+		all := true
+		for _, n := range nodes {
+			sp := s.spans[n]
+			all = all && len(sp) > 0 && sp[len(sp)-1][1] != 0
+		}
+		s.mu.Unlock()
+		if all {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the watches did not see %v cordoned and uncordoned: %v", nodes, s.spans)
+		case <-s.changed:
+		}
+	}
+}
+
+// overlaps names two nodes that were cordoned at once, "" if none were.
+func (s *cordonSpans) overlaps() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for a, as := range s.spans {
+		for b, bs := range s.spans {
+			if a >= b {
+				continue
+			}
+			for _, x := range as {
+				for _, y := range bs {
+					if x[1] == 0 || y[1] == 0 || (x[0] < y[1] && y[0] < x[1]) {
+						out = append(out, fmt.Sprintf("%s %v and %s %v", a, x, b, y))
+					}
+				}
+			}
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// Two nodes whose device holders share a PDB allowing one disruption, the
+// pods' replacements fitting only these nodes: the first node's drain takes
+// the budget until it is back, so the second, rolled at once
+// (--max-parallel 2), waits uncordoned for it and is then upgraded: neither
+// refused, nor cordoned while the other was.
+func TestPDBFreedByTheRollIsWaitedForUncordoned(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 6*time.Minute)
+	ns := c.NewNamespace(t)
+	a, b := "kwok-node-1", "kwok-node-2"
+	holders(t, ctx, ns, "pair", 2, 1, a, b)
+	spans := watchCordons(t, ctx, a, b)
+	// A version no earlier test built: the roll's first node builds it, the
+	// other waits for it, so decides its cordon after the first one's drain.
+	const version = "2.9.0"
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", version, "--nodes", a+","+b, "--max-parallel", "2"); code != 0 {
+		t.Fatalf("exit %d, want 0: the budget the roll's first node took comes back", code)
+	}
+	for _, n := range []string{a, b} {
+		if h := host(t, n); h.LoadedKMD != version {
+			t.Errorf("%s runs %q, want %s", n, h.LoadedKMD, version)
+		}
+		if nd := node(t, n); nd.Spec.Unschedulable {
+			t.Errorf("%s left cordoned", n)
+		}
+	}
+	spans.waitUncordoned(t, ctx, a, b)
+	if o := spans.overlaps(); o != "" {
+		t.Errorf("nodes cordoned at once (resourceVersions [cordon, uncordon]): %s", o)
+	}
+}

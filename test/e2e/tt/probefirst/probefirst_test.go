@@ -1,0 +1,181 @@
+//go:build e2e
+
+// Package probefirst runs kubectl tt upgrade kmd against hosts in a state
+// the kmd helper would fail on, or need not run for, and that the probe can
+// know without touching the node: each must stop (or finish) the node
+// before its cordon.
+package probefirst
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rollbook/rollbook/internal/fakehost"
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/internal/tttest"
+	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/tt"
+)
+
+// fleetKMD is what the tt-fleet scenario's hosts run and cache (sim/tthost).
+const fleetKMD = "2.7.0"
+
+func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 4, Scenario: "tt-fleet"}) }
+
+// The shared e2e helpers (internal/tttest).
+var node, host, hostRoot = tttest.Node, tttest.Host, tttest.HostRoot
+
+var run = tttest.Run
+
+// blockedUncordoned: upgrade kmd of target is refused before its cordon.
+func blockedUncordoned(t *testing.T, ctx context.Context, target string, want []string, args ...string) {
+	t.Helper()
+	tttest.BlockedUncordoned(t, ctx, target, want, append([]string{"upgrade", "kmd", "--nodes", target}, args...)...)
+}
+
+// A version tt-kmd never tagged, or a tag that names another commit than
+// the pin, is found by git ls-remote in the probe, not by the clone after
+// the drain.
+func TestMissingTagStopsBeforeCordon(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-0"
+	blockedUncordoned(t, ctx, target, []string{"has no tag ttkmd-2.99.0", "git ls-remote --tags"}, "--version", "2.99.0")
+	const wrong = "0123456789abcdef0123456789abcdef01234567"
+	blockedUncordoned(t, ctx, target, []string{"names commit " + fakehost.FakeCommit("ttkmd-2.8.0"), "not the pinned " + wrong},
+		"--version", "2.8.0", "--kmd-commit", wrong)
+}
+
+// Debian's headers name their compiler (gcc-12): a host with headers and
+// another gcc cannot build, so the node is not taken out; with gcc-12 it is
+// upgraded.
+func TestHeadersCompilerMissingStopsBeforeCordon(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 4*time.Minute)
+	const target, kernel = "kwok-node-1", "6.1.0-28-amd64"
+	root := hostRoot(t, target)
+	// Rebooted into a Debian kernel: nothing cached or loaded for it.
+	if err := fakehost.Reboot(root, kernel, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fakehost.InstallHeaders(root, kernel, true); err != nil {
+		t.Fatal(err)
+	}
+	gcc12 := filepath.Join(root, "usr/bin/gcc-12")
+	if err := os.Rename(gcc12, filepath.Join(root, "usr/bin/gcc-11")); err != nil {
+		t.Fatal(err)
+	}
+	blockedUncordoned(t, ctx, target, []string{"the compiler gcc-12", "install gcc-12"}, "--version", fleetKMD)
+	if err := os.WriteFile(gcc12, []byte("#!fake host toolchain\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", fleetKMD, "--nodes", target); code != 0 {
+		t.Fatalf("with gcc-12: exit %d", code)
+	}
+	if h := host(t, target); h.LoadedKMD != fleetKMD {
+		t.Fatalf("with gcc-12 the host runs %q", h.LoadedKMD)
+	}
+}
+
+// Under Secure Boot's lockdown, module.sig_enforce or modules_disabled the
+// kernel would refuse the module: the probe says so before the cordon.
+func TestUnsignedModuleRefusedStopsBeforeCordon(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-2"
+	root := hostRoot(t, target)
+	for name, s := range map[string]fakehost.Spec{
+		"sig_enforce":      {SigEnforce: true},
+		"lockdown":         {Lockdown: "integrity"},
+		"modules_disabled": {ModulesDisabled: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := fakehost.SetModulePolicy(root, s); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = fakehost.SetModulePolicy(root, fakehost.Spec{}) })
+			want := "the kernel refuses unsigned modules"
+			if s.ModulesDisabled {
+				want = "kernel.modules_disabled is 1"
+			}
+			blockedUncordoned(t, ctx, target, []string{want, "tt-kmd " + fleetKMD + " stays loaded"}, "--version", "2.8.0")
+		})
+	}
+}
+
+// A node whose cards are gone from the PCI bus is reported, not counted
+// done, even at the target version with its label.
+func TestCardGoneIsReported(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-3"
+	if err := fakehost.PullCards(hostRoot(t, target)); err != nil {
+		t.Fatal(err)
+	}
+	if l := node(t, target).Labels[tt.LabelKMDVersion]; l != fleetKMD {
+		t.Fatalf("the sim did not label the node %s: %q", fleetKMD, l)
+	}
+	blockedUncordoned(t, ctx, target, []string{"no Tenstorrent PCI device (vendor 0x1e52)", "reseat or replace"},
+		"--version", fleetKMD)
+}
+
+// A node already running the target whose label is missing gets the label
+// and nothing else: no cordon, no helper, no module reload.
+func TestAtTargetGetsOnlyTheLabel(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-0"
+	patch := `{"metadata":{"labels":{"` + tt.LabelKMDVersion + `":null}}}`
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, target, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if h := host(t, target); h.LoadedKMD != fleetKMD {
+		t.Fatalf("the host runs %q, want %s", h.LoadedKMD, fleetKMD)
+	}
+	ops, _ := fakehost.Ops(hostRoot(t, target))
+	untouched := simtest.Get(t).NeverCordoned(t, ctx, target)
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", fleetKMD, "--nodes", target); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !untouched() {
+		t.Error("the node was cordoned for a label")
+	}
+	if l := node(t, target).Labels[tt.LabelKMDVersion]; l != fleetKMD {
+		t.Errorf("label %q, want %s", l, fleetKMD)
+	}
+	if after, _ := fakehost.Ops(hostRoot(t, target)); len(after) != len(ops) {
+		t.Errorf("the host changed: %v", after[len(ops):])
+	}
+	pods, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper,
+		FieldSelector: "spec.nodeName=" + target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		t.Errorf("helper pod %s left on the node", p.Name)
+	}
+}
+
+// tt-kmd tagged its releases before 2.0 with two parts (ttkmd-1.34, module
+// version 1.34): such a version is installed and labelled as it is.
+func TestTwoPartVersionInstalls(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-2"
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "1.34", "--nodes", target); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if h := host(t, target); h.LoadedKMD != "1.34" {
+		t.Errorf("the host runs %q, want 1.34", h.LoadedKMD)
+	}
+	if n := node(t, target); n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != "1.34" {
+		t.Errorf("unschedulable %v, label %q", n.Spec.Unschedulable, n.Labels[tt.LabelKMDVersion])
+	}
+}
