@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// The API server's clock, as its responses tell it. Timestamps rollbook
-// compares with "now" were written by the API server (a pod's
+// ServerClock is the API server's clock, as its responses tell it.
+// Timestamps rollbook compares with "now" were written by the API server (a pod's
 // creationTimestamp) or by runs on other machines (a step's start, a
 // cordon's time, a campaign's start): compared with this machine's wall
 // clock, a laptop a few minutes off would cut a step's budget short, keep

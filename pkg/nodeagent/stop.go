@@ -19,7 +19,7 @@ import (
 // finished and what was skipped (ReasonStopped); a later run carries on
 // from what the node reads.
 
-// ReasonStopped: the helper was asked to stop (SIGTERM) and did, after
+// ReasonStopped says the helper was asked to stop (SIGTERM) and did, after
 // finishing the device change in flight.
 const ReasonStopped Reason = "Stopped"
 

@@ -611,7 +611,8 @@ func kmdResultChange(node *corev1.Node, r *nodeagent.Result, run string) (kube.N
 		mode = InstallModeContainer
 	}
 	b, _ := json.Marshal(kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, Commit: r.Commit, CacheHit: r.CacheHit,
-		Persisted: r.Persisted, Kernels: r.PersistedKernels, Duration: r.DurationMS, Run: run, At: kube.ServerNow().UTC().Format(time.RFC3339)})
+		Persisted: r.Persisted, Kernels: r.PersistedKernels, Duration: r.DurationMS, Run: run,
+		At: kube.ServerNow().UTC().Format(time.RFC3339)})
 	return kube.NodeChange{
 		Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},
 		Annotations: withClockTakenAlong(node, KMDRunbookName, map[string]*string{AnnKMDResult: ptr.To(string(b))}),
