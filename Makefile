@@ -81,7 +81,7 @@ chaos: sim ## SIGKILL the plugins at random points, longer than make test (SEED=
 	  $(GO) test $(E2E) -count=1 -timeout 120m -v -run 'KilledAnywhere|Secrets' ./test/e2e/tt/chaos ./test/e2e/ate/chaos \
 	  | tee $(CURDIR)/.cache/chaos.log | grep -E '^(---|ok|FAIL)|FIGURES|chaos seed'
 	set -o pipefail; ROLLBOOK_TT_IMAGE_ROOTFS=$(IMAGE_ROOTFS) ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
-	  $(GO) test -count=1 -timeout 30m -v ./internal/chaostest/faults/ctlfaults \
+	  $(GO) test $(E2E) -count=1 -timeout 30m -v ./test/e2e/tt/ctlfaults \
 	  | tee -a $(CURDIR)/.cache/chaos.log | grep -E '^(---|ok|FAIL)|FIGURES'
 
 lint: $(GOLANGCI) ## golangci-lint with .golangci.yml (main module; sim/ is vetted only)

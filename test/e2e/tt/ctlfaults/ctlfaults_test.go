@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package ctlfaults rolls a four-node tt-fleet through the faults a test
 // times itself (the sim's control socket, sim up --api-proxy): write
 // responses lost after the API server applied them, the API server
