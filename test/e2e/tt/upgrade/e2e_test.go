@@ -467,9 +467,10 @@ func TestKMDRequestsPerNode(t *testing.T) {
 	}
 	// 50, and the cordon's list of the PDBs over the pods it would evict
 	// (#27); three node writes fewer since the cordon closes the gates and
-	// the label reopens them and uncordons, each in one write (#29).
-	if got := rc.Total(); got > 48 {
-		t.Errorf("a one-node kmd roll made %d API requests (limit 48): %s\n%s", got, rc.Breakdown(), rc.Paths())
+	// the label reopens them and uncordons, each in one write (#29); one
+	// more for the kmd helper's own PodDisruptionBudget (#39).
+	if got := rc.Total(); got > 49 {
+		t.Errorf("a one-node kmd roll made %d API requests (limit 49): %s\n%s", got, rc.Breakdown(), rc.Paths())
 	}
 }
 
