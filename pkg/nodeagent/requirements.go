@@ -51,7 +51,7 @@ type Requirement struct {
 	Why     string `json:"why"`
 }
 
-// ImagePATH is the helper image's PATH (build/Containerfile's ENV PATH):
+// ImagePATH is the helper image's PATH (its config's Env, internal/nodeimage):
 // tt-flash's virtualenv first.
 const ImagePATH = "/opt/rollbook/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

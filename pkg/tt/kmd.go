@@ -124,8 +124,7 @@ func (h HelperConfig) Validate() error { return h.validate() }
 
 func (h HelperConfig) validate() error {
 	if h.Image == "" {
-		return errors.New("--helper-image is not set: this is a development build, which has no node-agent image of its own; " +
-			"pass --helper-image IMAGE (or set $ROLLBOOK_HELPER_IMAGE), e.g. ghcr.io/rollbook/node-agent:<release> or your mirror of it")
+		return errors.New(NoHelperImage())
 	}
 	if strings.ContainsAny(h.Image, " \t\n") {
 		return fmt.Errorf("--helper-image %q is not an image reference", h.Image)

@@ -102,7 +102,7 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 		{kmd("--nodes", "kwok-node-0,kwok-nod-1"), cli.ExitUsage, `"kwok-nod-1" does not exist`},
 		{kmd("-l", "a=(b"), cli.ExitUsage, "--selector"},
 		{kmd("-l", "rollbook-test/nothing=matches"), cli.ExitUsage, "no node matches"},
-		{kmd("--helper-image", ""), cli.ExitUsage, "development build"},
+		{kmd("--helper-image", ""), cli.ExitUsage, "carries no node-agent image"},
 		{kmd("--helper-image", "bad image"), cli.ExitUsage, "bad image"},
 		{kmd("--helper-namespace", ""), cli.ExitUsage, "--helper-namespace"},
 		{kmd("--deploy-gate", "not a label!"), cli.ExitUsage, "not a label!"},
