@@ -85,10 +85,9 @@ func TestAStopDuringTheModuleSwapFinishesIt(t *testing.T) {
 		LoadDelay: time.Second})
 	stop := make(chan struct{})
 	a.Stop = stop
+	o := vouch(t, nodeagent.KMDOptions{Version: "2.1.0", GitURL: "file:///mirror/tt-kmd.git"})
 	res := make(chan nodeagent.Result, 1)
-	go func() {
-		res <- a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.1.0", GitURL: "file:///mirror/tt-kmd.git"})
-	}()
+	go func() { res <- a.KMD(context.Background(), o) }()
 	for !swapping(t, root) {
 		select {
 		case r := <-res:
