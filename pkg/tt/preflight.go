@@ -33,6 +33,7 @@ const (
 	CheckProbeFailed      = "probe-failed"      // the probe helper did not run or report
 	CheckPDB              = "pdb"               // a pod the drain evicts is held by a PDB allowing no disruption
 	CheckBarePod          = "bare-pod"          // a pod without a controller the drain would delete
+	CheckInstall          = "install"           // the policy and roles are missing or from another version (a warning)
 )
 
 // Preflight is what one upgrade would check before its cordons: the same
@@ -115,6 +116,9 @@ type PreflightReport struct {
 	Component string    `json:"component"`
 	Nodes     []string  `json:"nodes"`
 	Findings  []Finding `json:"findings"`
+	// Warnings block nothing but should be read (an install from another
+	// version).
+	Warnings []Finding `json:"warnings,omitempty"`
 }
 
 // BlockedNodes counts the nodes with a finding (a cluster-wide finding
