@@ -34,8 +34,9 @@ type FlashOptions struct {
 	// ForceWrite is the consent for the other cases tt-flash refuses
 	// without --force (ttflash.CaseMultiMajorUpgrade, CaseNoRunning).
 	AllowMajorDowngrade bool
-	// Homogenize passes --force when the chips report different versions,
-	// so tt-flash does not skip the newer ones and leave the node mixed.
+	// Homogenize is kept for the helper's argv: chips that disagree are
+	// brought together by the flags their cases need (ttflash.Case.Needs),
+	// never by a --force tt-flash does not need.
 	Homogenize bool
 	// WorkDir receives the downloaded bundle; default os.TempDir().
 	WorkDir string
@@ -140,8 +141,10 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 	}
 	// The flags are the least tt-flash needs for every chip (a downgrade
 	// writes nothing without --force: the SPI holds a newer bundle), plus
-	// --force when asked, or to bring disagreeing chips together.
-	need.Force = need.Force || o.ForceWrite || (o.Homogenize && mixed(versions))
+	// --force when asked. Chips that disagree need nothing more: each one
+	// below the bundle is written, one above it is a downgrade (forced),
+	// one at it is already there — so Homogenize adds no --force.
+	need.Force = need.Force || o.ForceWrite
 	if err := x.step("holders", func() (string, error) { return x.checkFlashHolders(ctx, o) }); err != nil {
 		return err
 	}
@@ -309,17 +312,4 @@ func allEqual(vs []string, want string) bool {
 		}
 	}
 	return true
-}
-
-// mixed is true when devices report more than one distinct version; an
-// unknown ("?") version never triggers --force.
-func mixed(vs []string) bool {
-	seen := map[string]bool{}
-	for _, v := range vs {
-		if v == "?" {
-			return false
-		}
-		seen[v] = true
-	}
-	return len(seen) > 1
 }

@@ -64,6 +64,10 @@ func TestFlashSkipsOrForces(t *testing.T) {
 			version: "19.5.0", wantFlash: true, wantForce: true, wantFW: []string{"19.5.0.0", "19.5.0.0"}},
 		{name: "chips disagree without homogenize, none newer", fw: []string{"19.5.0.0", "19.2.0.0"}, version: "19.5.0",
 			wantFlash: true, wantFW: []string{"19.5.0.0", "19.5.0.0"}},
+		// Disagreeing chips none above the bundle: tt-flash writes the one
+		// behind and skips the one at it; --force would be one it does not need.
+		{name: "chips disagree, none newer: no --force even with homogenize", fw: []string{"19.5.0.0", "19.2.0.0"},
+			version: "19.5.0", homogenize: true, wantFlash: true, wantFW: []string{"19.5.0.0", "19.5.0.0"}},
 		// tt-flash writes nothing for a downgrade without --force (the SPI
 		// holds a newer bundle), so the agent passes it.
 		{name: "minor downgrade: --force", fw: []string{"19.9.0.0", "19.9.0.0"}, version: "19.5.0",

@@ -386,7 +386,8 @@ happens to exist. The flash never runs while a process holds the device (unless
 				env: cfg.bundleEnv(),
 				doc: "Run the flash helper pod: refuse while any process holds the device (unless --force-unload), read every " +
 					"device's version (tt-smi -s, sysfs fallback, one reset-and-retry heal), skip when all already report the " +
-					"readback version unless --force-write, pass --force when chips disagree, run tt-flash, treat \"Config space " +
+					"readback version unless --force-write, pass tt-flash the flags the chips' cases need (pkg/ttflash), " +
+					"run tt-flash, treat \"Config space " +
 					"reset not completed\" as a failure even on exit 0, and verify every device reads back the target.",
 				hostPID: cfg.ForceUnload, timeout: cfg.FlashTimeout,
 				guards: []runbook.Guard[Facts]{{Name: "the node is cordoned by tt-firmware", Check: func(f Facts) (bool, string) {

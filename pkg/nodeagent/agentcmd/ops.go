@@ -155,7 +155,7 @@ func newFlashCommand(c *common) *cobra.Command {
 		"flash even if the pre-flash readback fails after one reset")
 	f.BoolVar(&o.AllowMajorDowngrade, "allow-major-downgrade", false,
 		"flash a bundle of an older major version than a chip runs (tt-flash --allow-major-downgrades --force)")
-	f.BoolVar(&o.Homogenize, "homogenize", true, "pass --force when the chips report different versions")
+	f.BoolVar(&o.Homogenize, "homogenize", true, "kept for compatibility: chips that disagree get the flags their cases need, no more")
 	f.StringVar(&o.WorkDir, "work-dir", "", "where to download the bundle (default $TMPDIR)")
 	f.BoolVar(&o.ForceUnload, "force-unload", false, "SIGKILL processes holding /dev/tenstorrent before the flash (needs hostPID)")
 	f.DurationVar(&o.ResetSettle, "reset-settle", 5*time.Second, "pause after a healing reset")
