@@ -173,3 +173,22 @@ func SetFirmware(root string, index int, version string) error {
 	}
 	return renderDeviceAttrs(root, st, boundDevices(st, loadedVersion(root)))
 }
+
+// SetFailFlash makes tt-flash fail (a verify mismatch) on card index of
+// root's host, or every card for index < 0, until set back: a flash that
+// fails after the cordon, for tests of what a failed node does to a roll.
+func SetFailFlash(root string, index int, fail bool) error {
+	st, err := loadState(root)
+	if err != nil {
+		return err
+	}
+	if index >= len(st.Devices) {
+		return fmt.Errorf("fakehost: no card %d (the host has %d)", index, len(st.Devices))
+	}
+	for i := range st.Devices {
+		if index < 0 || i == index {
+			st.Devices[i].FailFlash = fail
+		}
+	}
+	return saveState(root, st)
+}

@@ -156,7 +156,10 @@ func (o observer) observeParts(ctx context.Context, node string, parts runbook.P
 // serial section of a parallel roll: each added a round trip to every node's
 // turn. Each is used only if the fresh node still calls for it.
 type cordonReads struct {
-	out   *pending[[]map[string]string] // nil: read when needed
+	out   *pending[othersOut] // nil: read when needed
+	// outNames are the other nodes out of service this observation read
+	// (nil: not read).
+	outNames []string
 	pdbs  *pending[kube.PDBsByNamespace]
 	pods  []corev1.Pod // the pods pdbs was read for
 	probe string       // and the probe record that chose them
@@ -168,7 +171,7 @@ func (o observer) startCordonReads(ctx context.Context, name string, parts runbo
 		return r
 	}
 	if parts&readOthersOut != 0 && o.needsOthersOut(prev) {
-		r.out = start(func() ([]map[string]string, error) { return othersOutOfService(ctx, o.cs, name) })
+		r.out = start(func() (othersOut, error) { return othersOutOfService(ctx, o.cs, name) })
 	}
 	if parts&readPDBs != 0 && parts&readPods == 0 && o.needsPDBs(prev) {
 		f, pods := *prev, prev.Pods
@@ -202,7 +205,7 @@ func (o observer) readPDBs(ctx context.Context, f *Facts, early cordonReads) err
 	if err != nil || o.owner == "" { // preflight's observer: no run, no cordon of its own to decide
 		return err
 	}
-	f.PDBClaims, err = readPDBClaims(ctx, o.cs, f, o.evicts)
+	f.PDBClaims, err = readPDBClaims(ctx, o.cs, f, o.evicts, early.outNames)
 	return err
 }
 
@@ -268,14 +271,16 @@ func (o observer) observeNodeParts(ctx context.Context, node string, parts runbo
 		}
 	}
 	if parts&readOthersOut != 0 && o.needsOthersOut(&f) {
+		var out othersOut
 		if early.out != nil {
-			f.OthersOutLabels, err = early.out.get()
+			out, err = early.out.get()
 		} else {
-			f.OthersOutLabels, err = othersOutOfService(ctx, o.cs, n.Name)
+			out, err = othersOutOfService(ctx, o.cs, n.Name)
 		}
 		if err != nil {
 			return f, early, err
 		}
+		f.OthersOutLabels, early.outNames = out.labels, out.names
 		f.OthersOut = len(f.OthersOutLabels)
 	}
 	if parts&readPods == 0 {
@@ -381,7 +386,7 @@ func (c *templateCache) get(ctx context.Context, cs kubernetes.Interface, ns, na
 // othersOutOfService returns the labels of the nodes other than node that a
 // rollbook run has out of service: a failed node that stays cordoned still
 // uses its slot, whichever tt runbook left it.
-func othersOutOfService(ctx context.Context, cs kubernetes.Interface, node string) ([]map[string]string, error) {
+func othersOutOfService(ctx context.Context, cs kubernetes.Interface, node string) (othersOut, error) {
 	// Only cordoned nodes: the cost follows what is out, not the fleet. A
 	// consistent read (not resourceVersion 0, which the watch cache may
 	// answer from before the cordon this run just made): an undercount
@@ -389,15 +394,22 @@ func othersOutOfService(ctx context.Context, cs kubernetes.Interface, node strin
 	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.unschedulable", "true").String()})
 	if err != nil {
-		return nil, err
+		return othersOut{}, err
 	}
-	out := []map[string]string{}
+	out := othersOut{labels: []map[string]string{}, names: []string{}}
 	for i := range l.Items {
 		if st := kube.CordonStateOf(&l.Items[i]); l.Items[i].Name != node && st.Cordoned && st.Owner != "" {
-			out = append(out, l.Items[i].Labels)
+			out.labels = append(out.labels, l.Items[i].Labels)
+			out.names = append(out.names, l.Items[i].Name)
 		}
 	}
 	return out, nil
+}
+
+// othersOut are the other nodes rollbook has out of service.
+type othersOut struct {
+	labels []map[string]string
+	names  []string
 }
 
 // helperNamed is the pod of pods that name gives for node, if any.

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
@@ -29,7 +28,7 @@ type PDBClaims map[string][]string
 // exists (the common case): one list of the cordoned nodes, then one list
 // per PDB.
 func readPDBClaims(ctx context.Context, cs kubernetes.Interface, f *Facts, evicts func(*Facts, *corev1.Pod) bool,
-) (PDBClaims, error) {
+	outNames []string) (PDBClaims, error) {
 	type pdbSel struct {
 		ns, name string
 		sel      labels.Selector
@@ -58,18 +57,20 @@ func readPDBClaims(ctx context.Context, cs kubernetes.Interface, f *Facts, evict
 	if len(cands) == 0 {
 		return nil, nil
 	}
-	// A consistent read: a cordon this run just made must be counted.
-	nl, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.unschedulable", "true").String()})
-	if err != nil {
-		return nil, err
+	// The nodes out of service as this observation read them for the
+	// budget, or a consistent read of them: a cordon this run just made
+	// must be counted.
+	names := outNames
+	if names == nil {
+		o, err := othersOutOfService(ctx, cs, f.Node.Name)
+		if err != nil {
+			return nil, err
+		}
+		names = o.names
 	}
 	out := map[string]bool{}
-	for i := range nl.Items {
-		n := &nl.Items[i]
-		if st := kube.CordonStateOf(n); n.Name != f.Node.Name && st.Cordoned && st.Owner != "" {
-			out[n.Name] = true
-		}
+	for _, n := range names {
+		out[n] = true
 	}
 	if len(out) == 0 {
 		return nil, nil

@@ -69,7 +69,7 @@ func TestTTInstallThenRollAsOperator(t *testing.T) {
 
 	// Before install, preflight says what is missing; it blocks nothing.
 	if out, _ := run(t, ctx, c, ttcmd.NewRootCommand, "", "preflight", "kmd", "--version", "2.8.0", "--helper-image", image); !strings.Contains(out,
-		"[install]") || !strings.Contains(out, "not installed: ") || !strings.Contains(out, "validatingadmissionpolicy/"+install.HelperPolicyName) {
+		"[install]") || !strings.Contains(out, "not installed: ") || !strings.Contains(out, "kubectl tt install --apply") {
 		t.Errorf("preflight before install must name what is not installed")
 	}
 	out, code := run(t, ctx, c, ttcmd.NewRootCommand, "", "install", "--image", image)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -368,10 +369,13 @@ func TestFirmwareMaxParallelAndResume(t *testing.T) {
 		}
 	}()
 
-	// A bundle that cannot be fetched fails the first nodes and halts the rest.
-	res, code := run(t, ctx, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", "file:///nonexistent.fwbundle",
+	// A flash that fails on the cards (after the cordon: the bundle itself
+	// is checked before it) fails the first nodes and halts the rest.
+	failFlash(t, true)
+	res, code := run(t, ctx, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle(t, "19.0.0"),
 		"--max-parallel", "2")
-	if code != cli.ExitFailed || !strings.Contains(res, "BundleFetchFailed") || !strings.Contains(res, "skipped") {
+	failFlash(t, false)
+	if code != cli.ExitFailed || !strings.Contains(res, "FlashFailed") || !strings.Contains(res, "skipped") {
 		t.Fatalf("want a failed, halted roll; exit %d", code)
 	}
 	// The fixed re-run resumes and finishes every node.
@@ -559,3 +563,21 @@ type noRecorder struct{}
 func (noRecorder) Record(context.Context, corev1.ObjectReference, bool, string, string) {}
 
 func ptrIntStr(v int) *intstr.IntOrString { x := intstr.FromInt32(int32(v)); return &x }
+
+// failFlash makes every card of every simulated host fail its flash
+// (fail) or flash again (!fail).
+func failFlash(t *testing.T, fail bool) {
+	t.Helper()
+	roots, err := filepath.Glob(filepath.Join(simtest.Get(t).Dir, "hosts", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range roots {
+		if st, err := os.Stat(root); err != nil || !st.IsDir() || strings.HasPrefix(filepath.Base(root), ".") {
+			continue
+		}
+		if err := fakehost.SetFailFlash(root, -1, fail); err != nil {
+			t.Fatalf("%s: %v", root, err)
+		}
+	}
+}

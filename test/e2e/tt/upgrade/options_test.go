@@ -124,8 +124,10 @@ func TestFirmwareKeepGoingKeepsTheBudget(t *testing.T) {
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 4*time.Minute)
 	nodes := "kwok-node-0,kwok-node-2," + dkmsNode
-	out, code := run(t, ctx, "upgrade", "firmware", "--version", "19.9.0", "--bundle-url", "file:///nonexistent.fwbundle",
+	failFlash(t, true)
+	out, code := run(t, ctx, "upgrade", "firmware", "--version", "19.9.0", "--bundle-url", bundle(t, "19.9.0"),
 		"--nodes", nodes, "--max-parallel", "2", "--halt-on-failure=false")
+	failFlash(t, false)
 	if code != cli.ExitFailed || !strings.Contains(out, "out of service") {
 		t.Fatalf("want two failed nodes and the third held back by the budget; exit %d", code)
 	}
