@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rollbook/rollbook/internal/httpcount"
 	"github.com/rollbook/rollbook/pkg/cli"
@@ -56,7 +57,7 @@ func (rc *Counter) add(r *http.Request) {
 	}
 	rc.total++
 	rc.by[key]++
-	rc.paths = append(rc.paths, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+	rc.paths = append(rc.paths, time.Now().Format("15:04:05.000")+" "+r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
 }
 
 // requestKey is "VERB resource[/subresource]", with list and watch told
@@ -124,7 +125,8 @@ func (rc *Counter) Breakdown() string {
 	return b.String()
 }
 
-// Paths lists every request in order.
+// Paths lists every request in order, each with its time (a cost per
+// second of waiting shows as a request that recurs).
 func (rc *Counter) Paths() string {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()

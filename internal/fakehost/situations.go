@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Changes a test makes to a running fake host, for situations a host gets
@@ -54,6 +55,17 @@ func SetBrokenBuild(root string, broken bool) error {
 		return err
 	}
 	st.BrokenBuild = broken
+	return saveState(root, st)
+}
+
+// SetDelays sets how long `make modules` and a module load take from now
+// on (Spec.BuildDelay, Spec.LoadDelay): one fleet timed at two paces.
+func SetDelays(root string, build, load time.Duration) error {
+	st, err := loadState(root)
+	if err != nil {
+		return err
+	}
+	st.BuildDelay, st.LoadDelay = build, load
 	return saveState(root, st)
 }
 

@@ -1136,3 +1136,48 @@ func TestStepBudgetIsJudgedOnTheStoringClock(t *testing.T) {
 		})
 	}
 }
+
+// Targets queued for a shared budget observe again only as it frees: each
+// end wakes the waiters one at a time, and once one of them has taken the
+// freed share the rest wait for the next end instead of each observing (in
+// tt three requests) to find the budget spent again. Eight targets in
+// flight at once, a budget of two out of service: a target observes to
+// start, inside the exclusion, after each of its two steps, and each of the
+// six that queue once more, for the end that freed its share: 5N - 2 = 38
+// (44 when every end woke every waiter).
+func TestQueuedTargetsObserveOncePerFreedShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		names := []string{"n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"}
+		w := newWorld(names...)
+		var mu sync.Mutex
+		observations := 0
+		out := outOfService{}
+		steps := budgetedSteps(w, true, &out)
+		steps[1].Act = func(_ context.Context, f facts) error {
+			time.Sleep(10 * time.Second) // a helper that takes a while: every other target queues
+			w.update(f.name, func(n *memNode) { n.labels[testLabel] = "v2"; n.cordonedBy = "" })
+			out.add(-1)
+			return nil
+		}
+		rb := &Runbook[facts]{
+			Name: owner,
+			Observe: func(_ context.Context, tg Target) (facts, error) {
+				mu.Lock()
+				observations++
+				mu.Unlock()
+				name := strings.TrimPrefix(tg.Name(), "node/")
+				return facts{name: name, node: w.snapshot(name), target: fmt.Sprint(w.cordonedOthers(name, names...))}, nil
+			},
+			OutOfService: func(f facts) bool { return f.node.cordonedBy == owner },
+			Steps:        steps,
+		}
+		res := Run(context.Background(), rb, targets(w, names...), Options{Parallel: len(names)})
+		if res.Outcome != OutcomeDone || out.most() != 2 {
+			t.Fatalf("outcome %s, %d out at most (want done, 2): %+v", res.Outcome, out.most(), res.Targets)
+		}
+		if limit := 5*len(names) - 2; observations > limit {
+			t.Errorf("%d observations for %d targets (limit %d): queued targets observe again on every end", observations,
+				len(names), limit)
+		}
+	})
+}

@@ -15,31 +15,63 @@ type exclusion struct {
 	running  int  // targets in progress
 	waiting  int  // of which: waiting for another to end
 	finishes int  // targets ended (or back in service) so far
+	// waiters are the seen counts of the targets waiting for an end, so a
+	// target that took the budget an end freed can tell the others that
+	// end is spent (took); back are the targets whose return to service
+	// counted as their end already.
+	waiters map[*int]struct{}
+	back    map[string]bool
 }
 
 func newExclusion() *exclusion {
-	e := &exclusion{}
+	e := &exclusion{waiters: map[*int]struct{}{}, back: map[string]bool{}}
 	e.cond = sync.NewCond(&e.mu)
 	return e
 }
 
 func (e *exclusion) started() { e.mu.Lock(); e.running++; e.mu.Unlock() }
 
-func (e *exclusion) finished() {
+// finished ends target name. Its end counts unless its return to service
+// counted already (released): the budget it held was freed once, and a
+// second end would wake every waiting target to observe again for nothing.
+func (e *exclusion) finished(name string) {
 	e.mu.Lock()
 	e.running--
+	if !e.back[name] {
+		e.finishes++
+	}
+	delete(e.back, name)
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+// released counts target name, back in service, as an end: the budget it
+// held is free before the target's last steps run.
+func (e *exclusion) released(name string) {
+	e.mu.Lock()
+	e.back[name] = true
 	e.finishes++
 	e.cond.Broadcast()
 	e.mu.Unlock()
 }
 
-// released counts a target that went back into service as an end: the
-// budget it held is free before the target's last steps run.
-func (e *exclusion) released() {
+// took says the caller, woken by an end, found the budget free and takes
+// it: a target's end frees its one share of each budget, which the caller
+// now holds again, so every other waiter counts one of the ends it has not
+// observed as seen. Without it every end woke every waiting target to
+// observe (three requests each) and all but one found the budget spent: a
+// cost that grew with how many targets waited, that is with how long the
+// helpers of those in service took. A waiter skipped wrongly (an end that
+// freed more than one share) is woken by the next end: the caller is now
+// running, so there is one.
+func (e *exclusion) took() {
 	e.mu.Lock()
-	e.finishes++
-	e.cond.Broadcast()
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	for seen := range e.waiters {
+		if *seen != e.finishes {
+			*seen++
+		}
+	}
 }
 
 func (e *exclusion) wake() { e.mu.Lock(); e.cond.Broadcast(); e.mu.Unlock() }
@@ -64,12 +96,15 @@ func (e *exclusion) leave() {
 }
 
 // waitForAnEnd gives up the exclusion until another target of the run has
-// ended since seen (an end the caller's observation may have missed counts),
-// or, when settle is set, until it reports true, then takes it again and
-// returns the new count. It reports false, at once, when no other target
+// ended since seen (an end the caller's observation may have missed counts)
+// and the exclusion is free, or, when settle is set, until it reports true,
+// then takes it again and returns the new count and whether an end (not
+// the settle) woke it. It reports false, at once, when no other target
 // is in progress except ones waiting too and there is no settle: nothing
-// will free the budget; with a settle it waits for it to give up.
-func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(context.Context) bool) (int, bool) {
+// will free the budget; with a settle it waits for it to give up. An end
+// is not taken up while another target holds the exclusion: that one may
+// take the budget the end freed (took) and spare this one an observation.
+func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(context.Context) bool) (int, bool, bool) {
 	var settled, settling atomic.Bool
 	stop := func() {}
 	if settle != nil {
@@ -87,12 +122,21 @@ func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(cont
 	e.mu.Lock()
 	e.busy = false
 	e.waiting++
+	e.waiters[&seen] = struct{}{}
 	e.cond.Broadcast()
-	for e.finishes == seen && !settled.Load() && (e.running-e.waiting > 0 || settling.Load()) && ctx.Err() == nil {
+	for !settled.Load() && ctx.Err() == nil {
+		if e.finishes != seen && !e.busy {
+			break // an end to observe, and the exclusion free to observe it in
+		}
+		if e.finishes == seen && e.running-e.waiting <= 0 && !settling.Load() {
+			break // nothing will free the budget
+		}
 		e.cond.Wait()
 	}
+	delete(e.waiters, &seen)
 	e.waiting--
-	ended := e.finishes != seen || settled.Load()
+	byEnd := e.finishes != seen
+	ended := byEnd || settled.Load()
 	e.mu.Unlock()
 	stop() // outside the lock: the settle wakes the exclusion as it returns
 	e.mu.Lock()
@@ -101,7 +145,7 @@ func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(cont
 		e.cond.Wait()
 	}
 	e.busy = true
-	return e.finishes, ended && ctx.Err() == nil
+	return e.finishes, ended && ctx.Err() == nil, byEnd && !settled.Load()
 }
 
 // enterExclusive takes the exclusion for step s of target t and decides its
@@ -127,9 +171,13 @@ func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Tar
 // it when they block (reason) or observing failed.
 func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion, facts F,
 	seen int, waiting func(reason string)) (F, string, error) {
+	woken := false // by an end, and observed again since
 	for {
 		g, reason := failingGuard(s.Guards, facts)
 		if g == nil {
+			if woken {
+				e.took()
+			}
 			return facts, "", nil
 		}
 		if !g.SharedBudget { // only a spent budget may be freed by another target
@@ -143,7 +191,7 @@ func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Ta
 			waiting(reason)
 		}
 		var ended bool
-		if seen, ended = e.waitForAnEnd(ctx, seen, settle); !ended {
+		if seen, ended, woken = e.waitForAnEnd(ctx, seen, settle); !ended {
 			e.leave()
 			return facts, reason, nil
 		}

@@ -239,7 +239,7 @@ func (s *schedule) start(run func() TargetResult, r *TargetResult) {
 	go func() {
 		defer s.wg.Done()
 		res := run()
-		s.excl.finished()
+		s.excl.finished(res.Target)
 		s.o.Reporter.TargetDone(res)
 		s.mu.Lock()
 		defer s.mu.Unlock()

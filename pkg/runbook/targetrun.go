@@ -221,7 +221,7 @@ func (r *targetRun[F]) actAndVerify(ctx context.Context, i int, sr StepResult) (
 	if err == nil && wasOut && !rb.OutOfService(r.facts) {
 		// Back in service (uncordoned): a target waiting for the budget
 		// need not wait for this one's remaining steps (cleanup).
-		r.excl.released()
+		r.excl.released(r.t.Name())
 	}
 	if err != nil {
 		outcome := OutcomeFailed

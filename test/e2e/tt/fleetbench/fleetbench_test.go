@@ -7,7 +7,7 @@
 // ROLLBOOK_FLEET_NODES (default 24), ROLLBOOK_FLEET_PARALLEL (20),
 // ROLLBOOK_FLEET_KERNELS (4), ROLLBOOK_FLEET_BUILD (30s), ROLLBOOK_FLEET_HIT
 // (5s). The issue's size is 1,000 nodes. ROLLBOOK_FLEET_PROGRESS=FILE keeps
-// the run's progress output.
+// the run's progress output (and FILE.requests every request, timed).
 package fleetbench
 
 import (
@@ -186,12 +186,14 @@ func TestKMDFleetInParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	toolCPU0 := selfCPU()
+	busy0, busyErr := machineTicks()
 	start := time.Now()
 	p.start = start
 	code := cli.ExecuteContext(ctx, ttcmd.NewRootCommand(streams), []string{"upgrade", "kmd", "--version", "2.8.1",
 		"--nodes", strings.Join(names, ","), "--max-parallel", strconv.Itoa(parallel), "--kubeconfig", c.Kubeconfig}, p)
 	total := time.Since(start)
 	toolCPU := selfCPU() - toolCPU0
+	busy1, busyErr1 := machineTicks()
 	close(rolled)
 	mid := <-status
 	simCPU1, err := c.CPU()
@@ -203,6 +205,7 @@ func TestKMDFleetInParallel(t *testing.T) {
 		// The run's progress, for where its time went (each step's line
 		// ends with its duration).
 		_ = os.WriteFile(name, p.buf.Bytes(), 0o644)
+		_ = os.WriteFile(name+".requests", []byte(rc.Paths()), 0o644)
 	}
 	if code != 0 {
 		t.Fatalf("kubectl tt upgrade kmd → exit %d\n%s", code, p.buf.String())
@@ -246,8 +249,23 @@ func TestKMDFleetInParallel(t *testing.T) {
 
 	t.Logf("%d nodes, %d kernel groups, --max-parallel %d, build %s, hit %s, median drain %s (cordon to drained, per node)",
 		nodes, groups, parallel, build, hit, drain.Round(time.Millisecond))
-	t.Logf("roll in %s; ideal %s (one build round + %d × (drain + hit)): %+.1f %% (target ≤ +15 %%)", total.Round(time.Second),
-		ideal.Round(time.Second), batches, 100*over)
+	// The machine's cores busy during the roll, whoever used them (the
+	// sim, the tool, other work on the machine): above 80 % the roll waited
+	// on the cores, and its time measures the machine, not rollbook.
+	busy := -1.0
+	if busyErr == nil && busyErr1 == nil {
+		busy = busy1.since(busy0)
+	}
+	limited := busy > machineLimit
+	switch {
+	case limited:
+		t.Logf("roll in %s; ideal %s: no ratio reported: the machine's cores were %.0f %% busy during the roll (limit %.0f %%): "+
+			"the machine was the limit, not rollbook", total.Round(time.Second), ideal.Round(time.Second), 100*busy, 100*machineLimit)
+	default:
+		t.Logf("roll in %s; ideal %s (one build round + %d × (drain + hit)): %+.1f %% (target ≤ +15 %%); the machine's cores "+
+			"%.0f %% busy during the roll (ratio reported below %.0f %%)", total.Round(time.Second), ideal.Round(time.Second), batches,
+			100*over, 100*busy, 100*machineLimit)
+	}
 	// What the machine's cores had to give: when the CPU alone needs about
 	// the roll's time, the roll waited on the cores, not on its own waits.
 	cpu := toolCPU + simCPU.Total()
@@ -277,9 +295,48 @@ func TestKMDFleetInParallel(t *testing.T) {
 	if mid.err != nil || mid.ratio() > 1.3 {
 		t.Errorf("status mid-roll: %s", mid)
 	}
-	if over > 0.15 {
+	if over > 0.15 && !limited {
 		t.Errorf("the roll took %s, %.1f %% over its ideal %s (target ≤ 15 %%)", total.Round(time.Second), 100*over, ideal.Round(time.Second))
 	}
+}
+
+// machineLimit is the share of the machine's cores busy above which the
+// roll's time measures the machine (issue 45).
+const machineLimit = 0.8
+
+// ticks are the machine's CPU times from /proc/stat: busy and all.
+type ticks struct{ busy, all uint64 }
+
+func machineTicks() (ticks, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return ticks{}, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return ticks{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var tk ticks
+	for i, v := range f[1:] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return ticks{}, err
+		}
+		tk.all += n
+		if i != 3 && i != 4 { // idle, iowait
+			tk.busy += n
+		}
+	}
+	return tk, nil
+}
+
+// since is the share of the cores busy between t0 and t.
+func (t ticks) since(t0 ticks) float64 {
+	if t.all <= t0.all {
+		return 0
+	}
+	return float64(t.busy-t0.busy) / float64(t.all-t0.all)
 }
 
 // selfCPU is the CPU time this process (the tool runs in it) used so far.
