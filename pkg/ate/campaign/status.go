@@ -39,8 +39,10 @@ type NodeProgress struct {
 	Direction string `json:"direction"`
 	// Step is the node runbook's first step not done, and what it saw.
 	Step string `json:"step"`
-	// Next is the command that finishes the node.
+	// Next is the command that finishes the node; Back the one that takes
+	// it back the other way (a move that cannot finish still has a way out).
 	Next string `json:"next"`
+	Back string `json:"back"`
 }
 
 // Status is the whole picture `kubectl ate status` shows.
@@ -49,6 +51,9 @@ type Status struct {
 	Summary string         `json:"summary"`
 	Cluster *fleet.Cluster `json:"cluster"`
 	Nodes   []NodeProgress `json:"inProgress,omitempty"`
+	// Drained are nodes no move stands on whose workers are DRAINING with
+	// their pods still there: they serve nothing new until recover-node.
+	Drained []node.Drained `json:"drained,omitempty"`
 	// Counts of nodes per version label value ("" = unlabelled).
 	Counts map[string]int `json:"nodesPerVersion"`
 	// API facts; APIError says why they are missing. The two counts are
@@ -134,12 +139,14 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 		// With one atelet DaemonSet nothing is in progress, whatever the
 		// substrate says: after a rollback the deleted clones' workers stay
 		// registered as DRAINING until the eviction window ends.
-		for _, m := range node.NewLocator(c, pods, inv).HalfMoved() {
+		loc := node.NewLocator(c, pods, inv)
+		s.Drained = loc.Drained()
+		for _, m := range loc.HalfMoved() {
 			if m.Direction == node.Rollback {
 				back = append(back, m)
 			}
 			s.Nodes = append(s.Nodes, NodeProgress{Node: m.Node, Version: m.Version, Direction: m.Direction.String(),
-				Step: m.Step(), Next: m.Next()})
+				Step: m.Step(), Next: m.Next(), Back: m.Back()})
 			moves = append(moves, m)
 		}
 		var unpaired []string
@@ -159,18 +166,35 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 	if len(back) > 0 {
 		s.Phase, s.Summary = PhaseRollingBack, fmt.Sprintf("node %s is half-way back to %s; %d of %d nodes at %s", back[0].Node,
 			c.Old, len(c.NodesAt(c.New)), len(c.Nodes), c.New)
-		s.Next = back[0].Next() + "   (or kubectl ate rollback to roll every node back)"
-		return s
+		s.Next = back[0].Next() + "   (or kubectl ate rollback to roll every node back; or take the node forward again: " +
+			back[0].Back() + ")"
+		return s.withDrained()
 	}
 	// Where the roll stands is where its runbook is located (phase.go).
 	s.Phase, s.Summary, s.Next = phaseOf(fleetFacts{c: c, inv: inv, moves: moves, oldPodsRunning: s.OldPoolPodsRunning,
 		actorsOnOld: s.ActorsOnOldPools})
+	if s.Phase == PhaseRolling && len(moves) > 0 {
+		// The way on waits for what stopped the node; the way back does not.
+		s.Next = moves[0].Next() + "   (or take node " + moves[0].Node + " back: " + moves[0].Back() +
+			"; every node: kubectl ate rollback)"
+	}
 	if (s.Phase == PhaseCloned || s.Phase == PhaseRolling) && inv != nil && len(inv.Unreadable) > 0 {
 		// The next command would refuse: say why, and the fix first.
 		s.Summary += fmt.Sprintf("; the actors of atespace(s) %s cannot be read with this client's token, so no node may flip",
 			fleet.Brief(inv.UnreadableAtespaces()))
 		s.Next = "allow the client's identity to list, get and suspend actors in " + fleet.Brief(inv.UnreadableAtespaces()) +
 			" (the API server's authorization policy), then: " + s.Next
+	}
+	return s.withDrained()
+}
+
+// withDrained puts recover-node first in the next command while a node
+// serves nothing because its workers were drained with no move recorded.
+func (s *Status) withDrained() *Status {
+	if len(s.Drained) > 0 {
+		d := s.Drained[0]
+		s.Next = fmt.Sprintf("%s (its %d worker(s) are DRAINING with no move recorded: there is no undrain), then: %s",
+			d.Next(), len(d.Workers), s.Next)
 	}
 	return s
 }

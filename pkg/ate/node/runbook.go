@@ -105,7 +105,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 		},
 		Notes: nodeFacts.notes,
 		Steps: []runbook.Step[nodeFacts]{
-			b.mark(), b.drain(), b.suspend(), b.flip(), b.replaceStale(), b.release(), b.ateletReady(), b.deleteOldPods(), b.verify(),
+			b.mark(), b.drain(), b.suspend(), b.flip(), b.release(), b.ateletReady(), b.replaceStale(), b.deleteOldPods(), b.verify(),
 		},
 	}
 }
