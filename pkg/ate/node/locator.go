@@ -214,12 +214,57 @@ func (l *Locator) Next(s Sides) (string, error) {
 	if len(moves) > 0 {
 		return moves[0].Node, nil
 	}
+	// A node drained with no move recorded already serves nothing new:
+	// moving it is the move; moving another would take a second node out
+	// of service.
+	drained := l.Drained()
+	for _, d := range drained {
+		if l.version(d.Node) == s.From {
+			return d.Node, nil
+		}
+	}
+	if len(drained) > 0 {
+		return "", drainedElsewhere(drained[0], "")
+	}
 	for _, n := range l.c.Nodes { // sorted by name
 		if n.Version == s.From {
 			return n.Name, nil
 		}
 	}
 	return "", nil
+}
+
+// Named says whether node may be moved by name now: not while another
+// node stands half-way (one node at a time; there is no undrain) or serves
+// nothing new because its workers were drained with no move recorded.
+func (l *Locator) Named(node string) error {
+	if moves := l.HalfMoved(); len(moves) > 0 && moves[0].Node != node {
+		return runbook.Blocked(fmt.Errorf("%s: one node at a time, so finish it first with %s and no NODE, or name %s",
+			moves[0], moves[0].Next(), moves[0].Node))
+	}
+	for _, d := range l.Drained() {
+		if d.Node != node {
+			return drainedElsewhere(d, node)
+		}
+	}
+	return nil
+}
+
+func drainedElsewhere(d Drained, node string) error {
+	what := "moving a node now"
+	if node != "" {
+		what = "moving " + node
+	}
+	return runbook.Blocked(fmt.Errorf("node %s serves nothing new: its worker(s) %s are DRAINING with no move recorded (there is no "+
+		"undrain), and %s would take a second node out of service; nothing was changed. Recover it first: %s",
+		d.Node, fleet.Brief(d.Workers), what, d.Next()))
+}
+
+func (l *Locator) version(node string) string {
+	if n := l.nodes[node]; n != nil {
+		return n.Labels[fleet.VersionLabel]
+	}
+	return ""
 }
 
 // Drained is a node that no move stands half-way on whose workers are

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,8 +44,16 @@ func TestNextNodeResumesHalfMovedNodeFirst(t *testing.T) {
 		State: ateapi.WorkerDraining}}}
 	livePod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-w", UID: "w", Labels: map[string]string{fleet.PoolLabel: "p"}},
 		Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	if got := next([]corev1.Pod{livePod}, inv); got != "n0" {
-		t.Fatalf("a node drained with no move recorded is not half-moved: %s", got)
+	if l := NewLocator(c, []corev1.Pod{livePod}, inv); len(l.HalfMoved()) != 0 || len(l.Drained()) != 1 {
+		t.Fatalf("a node drained with no move recorded is not half-moved, it is drained: %v %v", l.HalfMoved(), l.Drained())
+	}
+	// It serves nothing new already: moving it is the move, and taking
+	// another node would put a second one out of service.
+	if got := next([]corev1.Pod{livePod}, inv); got != "n1" {
+		t.Fatalf("a drained node at OLD is taken first: %s", got)
+	}
+	if err := NewLocator(c, []corev1.Pod{livePod}, inv).Named("n0"); err == nil || !strings.Contains(err.Error(), "recover-node n1") {
+		t.Fatalf("naming another node while n1 is drained: %v", err)
 	}
 	c.Nodes[1].MovingTo = "v2"
 	if got := next([]corev1.Pod{livePod}, inv); got != "n1" {
