@@ -163,6 +163,9 @@ func printStatus(w io.Writer, s *campaign.Status) {
 	for _, p := range c.Problems {
 		fmt.Fprintf(w, "%s %s\n", st.Bad("✗"), p)
 	}
+	if s.ControlPlane != "" {
+		fmt.Fprintf(w, "\n%s %s\n", st.Warn("!"), s.ControlPlane)
+	}
 	fmt.Fprintf(w, "\nNot observable (re-running them is safe): %s\n", strings.Join(s.Unobservable, "; "))
 	fmt.Fprintf(w, "Next: %s\n", st.Bold(s.Next))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -66,7 +67,10 @@ type Status struct {
 	APIError           string               `json:"apiError,omitempty"`
 	OldPoolPodsRunning int                  `json:"oldPoolPodsRunning"`
 	Unobservable       []string             `json:"unobservable"`
-	Next               string               `json:"next"`
+	// ControlPlane says, once every node reached NEW (as recorded then),
+	// that step 6 may have upgraded the control plane.
+	ControlPlane string `json:"controlPlane,omitempty"`
+	Next         string `json:"next"`
 }
 
 // MarshalJSON writes the actor counts as null when they were not read: a 0
@@ -117,6 +121,10 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 	s := &Status{Cluster: c, Counts: map[string]int{}, Unobservable: Unobservable}
 	for _, n := range c.Nodes {
 		s.Counts[n.Version]++
+	}
+	if when, ok := c.ControlPlaneMayBeNew(); ok {
+		s.ControlPlane = fmt.Sprintf("every node reached %s at %s: step 6 may have upgraded the control plane, so a rollback "+
+			"first needs deploy apiserver from the OLD checkout and --control-plane-reverted", c.New, when.UTC().Format(time.RFC3339))
 	}
 	if len(c.Problems) > 0 {
 		s.Phase, s.Summary = PhaseBlocked, strings.Join(c.Problems, "; ")
