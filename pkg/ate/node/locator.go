@@ -214,17 +214,23 @@ func (l *Locator) Next(s Sides) (string, error) {
 	if len(moves) > 0 {
 		return moves[0].Node, nil
 	}
-	// A node drained with no move recorded already serves nothing new:
-	// moving it is the move; moving another would take a second node out
-	// of service.
-	drained := l.Drained()
-	for _, d := range drained {
+	// A node whose every worker was drained with no move recorded already
+	// serves nothing new: moving it is the move; moving another would take
+	// a second node out of service. (A node drained in part still serves;
+	// the capacity guard weighs what it has left.)
+	var out []Drained
+	for _, d := range l.Drained() {
+		if d.Serving == 0 {
+			out = append(out, d)
+		}
+	}
+	for _, d := range out {
 		if l.version(d.Node) == s.From {
 			return d.Node, nil
 		}
 	}
-	if len(drained) > 0 {
-		return "", drainedElsewhere(drained[0], "")
+	if len(out) > 0 {
+		return "", drainedElsewhere(out[0], "")
 	}
 	for _, n := range l.c.Nodes { // sorted by name
 		if n.Version == s.From {
@@ -236,14 +242,14 @@ func (l *Locator) Next(s Sides) (string, error) {
 
 // Named says whether node may be moved by name now: not while another
 // node stands half-way (one node at a time; there is no undrain) or serves
-// nothing new because its workers were drained with no move recorded.
+// nothing new because every worker on it was drained with no move recorded.
 func (l *Locator) Named(node string) error {
 	if moves := l.HalfMoved(); len(moves) > 0 && moves[0].Node != node {
 		return runbook.Blocked(fmt.Errorf("%s: one node at a time, so finish it first with %s and no NODE, or name %s",
 			moves[0], moves[0].Next(), moves[0].Node))
 	}
 	for _, d := range l.Drained() {
-		if d.Node != node {
+		if d.Node != node && d.Serving == 0 {
 			return drainedElsewhere(d, node)
 		}
 	}
@@ -274,6 +280,9 @@ func (l *Locator) version(node string) string {
 type Drained struct {
 	Node    string   `json:"node"`
 	Workers []string `json:"workers"`
+	// Serving counts the node's workers that still take actors: none, and
+	// the node is out of service.
+	Serving int `json:"serving"`
 }
 
 // Next is the command that makes the node serve again.
@@ -301,14 +310,17 @@ func (l *Locator) Drained() []Drained {
 				live[string(p.UID)] = true
 			}
 		}
-		var ws []string
+		d := Drained{Node: n.Name}
 		for _, w := range l.here[n.Name] {
-			if w.State == ateapi.WorkerDraining && live[w.Name] {
-				ws = append(ws, w.Name+" (pod "+w.Pod+")")
+			switch {
+			case w.State == ateapi.WorkerDraining && live[w.Name]:
+				d.Workers = append(d.Workers, w.Name+" (pod "+w.Pod+")")
+			case w.State == ateapi.WorkerActive:
+				d.Serving++
 			}
 		}
-		if len(ws) > 0 {
-			out = append(out, Drained{Node: n.Name, Workers: ws})
+		if len(d.Workers) > 0 {
+			out = append(out, d)
 		}
 	}
 	return out

@@ -219,9 +219,11 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 		// started while another serves nothing for a person's drain: that
 		// would be two out of service.
 		ops, bad = m.record(f, ni, planned, ops, bad)
-		for _, p := range s.Pods {
-			if nd := s.Nodes[ni]; p.Hand && p.Drain && p.Node >= 0 && int(p.Node) != ni && nd.Moving == 0 && nd.Verify == 0 && nd.Seen == 0 {
-				bad = fmt.Sprintf("%s started while %s serves nothing for a person's drain", f.node.Name, nodeName(int(p.Node)))
+		if nd := s.Nodes[ni]; nd.Moving == 0 && nd.Verify == 0 && nd.Seen == 0 {
+			for i := 0; i < m.nodes; i++ {
+				if i != ni && handDrained(s, i) {
+					bad = fmt.Sprintf("%s started while %s serves nothing for a person's drain", f.node.Name, nodeName(i))
+				}
 			}
 		}
 	case "ate.node.drain":
@@ -312,6 +314,19 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 		deletes(uids, false)
 	}
 	return ops, bad
+}
+
+// handDrained: node i has registered workers, a person drained one, and
+// none takes actors any more.
+func handDrained(s *aState, i int) bool {
+	hand, serving := false, false
+	for _, p := range s.Pods {
+		if p.Reg && int(p.Node) == i {
+			hand = hand || p.Drain && p.Hand
+			serving = serving || !p.Drain
+		}
+	}
+	return hand && !serving
 }
 
 func versionIndex(v string) uint8 {

@@ -249,6 +249,8 @@ func (m *aModel) invariants() []modelcheck.Invariant[aState] {
 			var out []string
 			for i := 0; i < m.nodes; i++ {
 				nd := s.Nodes[i]
+				// A person's drain is theirs; that no run starts a node
+				// while it leaves one serving nothing is checked at the mark.
 				draining := false
 				for _, p := range s.Pods {
 					draining = draining || (p.Reg && p.Drain && !p.Hand && int(p.Node) == i)
