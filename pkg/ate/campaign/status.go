@@ -110,6 +110,9 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *fleet.Cluste
 			return nil, err
 		}
 	}
+	// What cannot serve is not counted as serving or free (its pod's
+	// Ready condition says when its node is NotReady).
+	fleet.MarkDown(inv, pods, nil)
 	return InferStatus(c, pods, inv), nil
 }
 

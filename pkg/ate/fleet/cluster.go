@@ -91,6 +91,10 @@ func (c *Cluster) ListedNode(name string) *corev1.Node {
 	return c.listed(name)
 }
 
+// ListedFull says whether the nodes were listed in full (their status
+// too), not as metadata.
+func (c *Cluster) ListedFull() bool { return c.listedFull }
+
 // FullNodes are the nodes in full (taints, labels): as listed, or listed
 // again when the cluster read them as metadata.
 func (c *Cluster) FullNodes(ctx context.Context, cs kubernetes.Interface) ([]corev1.Node, error) {

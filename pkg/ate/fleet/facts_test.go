@@ -4,6 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/rollbook/rollbook/pkg/ateapi"
 )
 
@@ -67,5 +71,44 @@ func TestCapacityPerLineage(t *testing.T) {
 		if ok != tc.ok || !strings.Contains(DescribeNeeds(needs), tc.want) {
 			t.Errorf("%s: ok=%v %q; want ok=%v containing %q", tc.name, ok, DescribeNeeds(needs), tc.ok, tc.want)
 		}
+	}
+}
+
+func TestMarkDown(t *testing.T) {
+	now := metav1.Now()
+	pod := func(uid string, phase corev1.PodPhase, ready bool) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p-" + uid, UID: types.UID(uid)}, Status: corev1.PodStatus{Phase: phase}}
+		if ready {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		}
+		return p
+	}
+	deleting := pod("gone", corev1.PodRunning, true)
+	deleting.DeletionTimestamp = &now
+	evicted := pod("evicted", corev1.PodFailed, false)
+	evicted.Status.Reason = "Evicted"
+	pods := []corev1.Pod{pod("ok", corev1.PodRunning, true), pod("unready", corev1.PodRunning, false), deleting, evicted,
+		pod("down", corev1.PodRunning, true)}
+	inv := &ateapi.Inventory{}
+	for _, uid := range []string{"ok", "unready", "gone", "evicted", "down", "unlisted"} {
+		node := "n1"
+		if uid == "down" {
+			node = "n2"
+		}
+		inv.Workers = append(inv.Workers, ateapi.Worker{Name: uid, Namespace: "ns", Pool: "p", Node: node, State: ateapi.WorkerActive})
+	}
+	MarkDown(inv, pods, map[string]string{"n2": "KubeletNotReady"})
+	want := map[string]string{"ok": "", "unready": "pod p-unready not Ready", "gone": "pod p-gone Terminating",
+		"evicted": "pod p-evicted Failed (Evicted)", "down": "node n2 NotReady (KubeletNotReady)", "unlisted": ""}
+	for _, w := range inv.Workers {
+		if w.Down != want[w.Name] {
+			t.Errorf("%s: %q, want %q", w.Name, w.Down, want[w.Name])
+		}
+		if (w.Down == "") != w.Serving() || (w.Down == "") != (w.FreeSlots() == 1) {
+			t.Errorf("%s: serving %v, free %d with down %q", w.Name, w.Serving(), w.FreeSlots(), w.Down)
+		}
+	}
+	if got := FreeWorkers(inv, []Pool{{Namespace: "ns", Name: "p"}}, nil); got != 2 {
+		t.Errorf("free workers %d, want 2 (ok and unlisted)", got)
 	}
 }

@@ -58,6 +58,11 @@ type Config struct {
 	// drained worker pods so their pools replace them there (the
 	// take-back); the returned func takes the declaration back.
 	ReplaceInPlace func(ctx context.Context, node string) (func(), error) `json:"-"`
+	// MarkDown (nil: nothing) marks, in each inventory the run reads, the
+	// workers that cannot serve whatever the substrate says (their pod or
+	// node, as the run's pick last read them: fleet.MarkDown), so capacity
+	// and "serving" weigh only workers that can.
+	MarkDown func(*ateapi.Inventory) `json:"-"`
 }
 
 // API is the part of the substrate client the node runbook uses.
@@ -210,11 +215,23 @@ func capacityGuard() runbook.Guard[nodeFacts] {
 				return true, ""
 			}
 			needs, ok := f.capacity()
-			return ok, "not enough free actor slots on ACTIVE workers for the actors this node would suspend (" +
-				fleet.DescribeNeeds(needs) +
-				"); they would have nowhere to resume. Wait for workers to free up (kubectl ate status), or pass --wait"
+			why := "not enough free actor slots on ACTIVE workers for the actors this node would suspend (" +
+				fleet.DescribeNeeds(needs) + "); they would have nowhere to resume"
+			if down := fleet.DownWorkers(f.inv, lineagePools(f.cfg.Lineage)); len(down) > 0 {
+				why += "; not counted, as they cannot serve: " + fleet.Brief(down)
+			}
+			return ok, why + ". Wait for workers to free up (kubectl ate status), or pass --wait"
 		},
 	}
+}
+
+// lineagePools is the set of pool keys the lineages cover.
+func lineagePools(lineage map[string]string) map[string]bool {
+	out := make(map[string]bool, len(lineage))
+	for k := range lineage {
+		out[k] = true
+	}
+	return out
 }
 
 // visibleGuard keeps a node from being started or flipped while an

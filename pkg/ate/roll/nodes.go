@@ -123,6 +123,19 @@ func (r *NodeRoll) pick(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Nothing is weighed that cannot serve: a worker whose pod is not
+	// Running and Ready, or whose node is NotReady, is neither free nor
+	// serving, whatever the substrate says (as this pick read them).
+	notReady := map[string]string{}
+	if c.ListedFull() {
+		for _, n := range c.NodeObjects() {
+			if why, down := kube.NodeNotReadyReason(&n); down {
+				notReady[n.Name] = why
+			}
+		}
+	}
+	markDown := func(inv *ateapi.Inventory) { fleet.MarkDown(inv, pods, notReady) }
+	markDown(inv)
 	loc := node.NewLocator(c, pods, inv)
 	target := o.Node
 	if target == "" {
@@ -140,6 +153,7 @@ func (r *NodeRoll) pick(ctx context.Context) (string, error) {
 	}
 	cfg := o.Config
 	cfg.Sides = r.sides
+	cfg.MarkDown = markDown
 	cfg.Pace = node.LatestPace(c.NodeObjects())
 	// The node was just listed in full: the first look starts from it
 	// (its pods and the inventory are read then).
