@@ -25,8 +25,14 @@ trap cleanup EXIT
 ROLLBOOK_SIM_TT_FLASH_DELAY=$FLASH "$SIM" up --dir "$dir" --nodes "$NODES" --scenario tt-fleet --tt-agent "$TT" >"$base/sim.out" 2>&1 &
 for _ in $(seq 900); do [ -f "$dir/ready" ] && break; sleep 0.1; done
 export KUBECONFIG=$dir/kubeconfig
-# A development build has no node-agent image of its own: use the one the sim's registry holds.
-export ROLLBOOK_HELPER_IMAGE=ghcr.io/rollbook/node-agent:latest
+# A development build has no node-agent image of its own: name the one the
+# sim runs helpers from ($ROLLBOOK_TT_IMAGE, make bench builds it) by digest.
+if [ -n "${ROLLBOOK_TT_IMAGE:-}" ]; then
+  ROLLBOOK_HELPER_IMAGE=$(cd "$root" && go run ./hack/nodeimage ref "$ROLLBOOK_TT_IMAGE")
+else
+  ROLLBOOK_HELPER_IMAGE=ghcr.io/rollbook/node-agent:latest # helpers outside the image
+fi
+export ROLLBOOK_HELPER_IMAGE
 flashing=$NODES
 [ "$NODES" -ge 5 ] && flashing=$((NODES - 1))
 targets=$(seq -s, -f 'kwok-node-%g' 0 $((flashing - 1)))

@@ -48,18 +48,23 @@ run kubectl plugin list 2>/dev/null | grep -E 'kubectl-(tt|ate)$' || true
 run kubectl tt version
 
 # ---------------------------------------------------------------- kubectl tt
-# The sim runs each helper inside the node-agent image's root filesystem
-# (make demo builds it when root). Without root that cannot be done: say so
-# and use the sim's loudly-logged opt-out rather than fail every helper.
-if [ -z "${ROLLBOOK_TT_IMAGE_ROOTFS:-}" ]; then
-  echo "demo: no node-agent image root filesystem (it needs root: sudo make demo); helpers run OUTSIDE the image" >&2
+# The sim runs each helper from the node-agent image (make demo builds it
+# when root: $ROLLBOOK_TT_IMAGE, an OCI layout) and pulls nothing else. A
+# development build has no image of its own, so the plugin is told this one
+# by digest, as a release's plugin names its own. Without root there is no
+# image: say so and use the sim's loudly-logged opt-out rather than fail
+# every helper.
+if [ -n "${ROLLBOOK_TT_IMAGE:-}" ]; then
+  ROLLBOOK_HELPER_IMAGE=$(cd "$root" && go run ./hack/nodeimage ref "$ROLLBOOK_TT_IMAGE")
+else
+  echo "demo: no node-agent image (it needs root: sudo make demo); helpers run OUTSIDE the image" >&2
   export ROLLBOOK_SIM_HELPERS_OUTSIDE_IMAGE=1
+  ROLLBOOK_HELPER_IMAGE=ghcr.io/rollbook/node-agent:latest
 fi
+export ROLLBOOK_HELPER_IMAGE
 say "a simulated Tenstorrent fleet: 3 nodes at tt-kmd 2.7.0, telemetry and an inference workload holding /dev/tenstorrent"
 start_sim tt --nodes 3 --scenario tt-fleet --tt-agent "$root/bin/kubectl-tt"
 export KUBECONFIG=$base/tt/kubeconfig
-# A development build has no node-agent image of its own: use the one the sim's registry holds.
-export ROLLBOOK_HELPER_IMAGE=ghcr.io/rollbook/node-agent:latest
 run kubectl get pods -A -l 'tenstorrent.com/uses-device=true' -o wide
 run kubectl tt status
 say "what an upgrade to 2.8.0 would do (nothing is changed)"

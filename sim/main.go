@@ -3,7 +3,7 @@
 // kube-scheduler and kwok fake nodes in one process, plus the simulated peers
 // (scenarios) that rollbook's runbooks act on.
 //
-//	sim up --dir D [--nodes N] [--scenario NAME] [--tt-agent PATH]   run until signalled
+//	sim up --dir D [--nodes N] [--scenario NAME] [--tt-image LAYOUT]   run until signalled
 //	sim down --dir D                                stop the sim running in D
 //	sim add-nodes --dir D --count N [--start S]     register more fake nodes
 //	sim scenarios                                   list the scenarios
@@ -25,7 +25,7 @@ import (
 )
 
 const usage = `usage:
-  sim up --dir D [--nodes N] [--scenario NAME] [--tt-agent PATH] [--log-stderr] [--api-faults RATE]
+  sim up --dir D [--nodes N] [--scenario NAME] [--tt-image LAYOUT] [--tt-agent PATH] [--log-stderr] [--api-faults RATE]
   sim down --dir D
   sim add-nodes --dir D --count N [--start S] [--prefix P]
   sim ate-setup deploy-atelet --dir D --version V

@@ -40,9 +40,14 @@ func cmdUp(args []string) int {
 	logStderr := fs.Bool("log-stderr", false, "leave component logs on stderr instead of DIR/sim.log")
 	exitWithParent := fs.Bool("exit-with-parent", false, "stop when the process that started sim exits (for test harnesses)")
 	ttAgent := fs.String("tt-agent", "", "kubectl-tt binary the tt scenarios' helper runner executes for helper pods (default: kubectl-tt next to sim, else on PATH)")
-	ttImage := fs.String("tt-image-rootfs", os.Getenv(tthost.EnvImageRootfs),
-		"the node-agent image's root filesystem (hack/image-rootfs.sh) the helper runner runs helper pods in "+
-			"(env "+tthost.EnvImageRootfs+"); without it, or without root, helpers are refused")
+	ttImage := fs.String("tt-image", os.Getenv(tthost.EnvImage),
+		"the node-agent image (the OCI layout `make image` writes) the helper runner runs helper pods from; a helper naming "+
+			"another image fails to pull (env "+tthost.EnvImage+"); without it, or without root, helpers are refused")
+	var ttMirrors multiFlag
+	fs.Var(&ttMirrors, "tt-image-mirror", "a repository that also serves the --tt-image image, by digest: where a release "+
+		"pushed it (repeatable; env "+tthost.EnvImageMirror+", comma-separated)")
+	ttImageStore := fs.String("tt-image-store", envOr(tthost.EnvImageStore, tthost.DefaultImageStore()),
+		"where the image's layers are unpacked, by digest, shared by every sim (env "+tthost.EnvImageStore+")")
 	ttRealHost := fs.String("tt-realhost-rootfs", os.Getenv(tthost.EnvRealHostRootfs),
 		"a real-host root filesystem (hack/realhost-rootfs.sh): every tt node's host root is a writable overlay of it and "+
 			"helpers run the real git, kbuild and kmod tools, cloning DIR/"+tthost.KMDRemoteDir+"/tt-kmd.git (env "+
@@ -64,7 +69,11 @@ func cmdUp(args []string) int {
 		return 2
 	}
 	scenario.TTAgent = *ttAgent
-	scenario.TTImageRootfs = *ttImage
+	scenario.TTImage, scenario.TTImageStore = *ttImage, *ttImageStore
+	scenario.TTImageMirrors = append([]string(nil), ttMirrors...)
+	if env := os.Getenv(tthost.EnvImageMirror); env != "" {
+		scenario.TTImageMirrors = append(scenario.TTImageMirrors, strings.Split(env, ",")...)
+	}
 	scenario.TTRealHostRootfs = *ttRealHost
 	sc, err := scenario.Get(*scen)
 	if err != nil {
@@ -226,4 +235,12 @@ func nodeNames(prefix string, n int) []string {
 		out[i] = fmt.Sprintf("%s%d", prefix, i)
 	}
 	return out
+}
+
+// envOr is $name, or def when it is unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"syscall"
+
+	"github.com/rollbook/rollbook/internal/ocilayout"
 )
 
 // SimBinary returns the path of an up-to-date sim binary.
@@ -88,4 +90,42 @@ func AgentBinary() (string, error) {
 		return "", fmt.Errorf("building kubectl-tt: %v\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// envHelperImage is the plugins' default --helper-image (ttcmd.HelperImageEnv).
+const envHelperImage = "ROLLBOOK_HELPER_IMAGE"
+
+// HelperImage returns the node-agent image the sim runs helpers from, as
+// an OCI layout and its reference by digest: $ROLLBOOK_TT_IMAGE when set
+// (make test builds it), else built from $ROLLBOOK_TT_IMAGE_ROOTFS (the root
+// filesystem hack/image-rootfs.sh printed) with this tree's kubectl-tt into
+// .cache/node-agent-image (hack/nodeimage: locked, seconds when only the
+// agent changed). Both empty when there is neither, or helpers run outside
+// the image.
+func HelperImage() (layout, ref string, err error) {
+	if os.Getenv("ROLLBOOK_SIM_HELPERS_OUTSIDE_IMAGE") == "1" {
+		return "", "", nil
+	}
+	layout = os.Getenv("ROLLBOOK_TT_IMAGE")
+	if layout == "" {
+		rootfs := os.Getenv("ROLLBOOK_TT_IMAGE_ROOTFS")
+		if rootfs == "" {
+			return "", "", nil
+		}
+		root, err := RepoRoot()
+		if err != nil {
+			return "", "", err
+		}
+		layout = filepath.Join(root, ".cache", "node-agent-image")
+		cmd := exec.Command("go", "run", "./hack/nodeimage", "build", "--rootfs", rootfs, "--out", layout)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("building the node-agent image: %v\n%s", err, out)
+		}
+	}
+	im, err := ocilayout.Open(layout)
+	if err != nil {
+		return "", "", fmt.Errorf("ROLLBOOK_TT_IMAGE: %w", err)
+	}
+	return layout, im.Ref(), nil
 }

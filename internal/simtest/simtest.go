@@ -131,10 +131,21 @@ func Start(o Options) (*Cluster, error) {
 			return nil, err
 		}
 		o.ExtraArgs = append(o.ExtraArgs, "--tt-agent", agent)
-		// A development build has no helper image of its own; the sim's
-		// registry holds this one.
-		if os.Getenv("ROLLBOOK_HELPER_IMAGE") == "" {
-			_ = os.Setenv("ROLLBOOK_HELPER_IMAGE", "ghcr.io/rollbook/node-agent:latest")
+		// The sim runs helpers from the node-agent image built from this
+		// tree and pulls nothing else: the plugins under test name it by
+		// digest, as a release's do (HelperImage).
+		layout, ref, err := HelperImage()
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case layout != "":
+			o.ExtraArgs = append(o.ExtraArgs, "--tt-image", layout)
+			_ = os.Setenv(envHelperImage, ref)
+		case os.Getenv(envHelperImage) == "":
+			// Helpers outside the image (a machine without root): the sim's
+			// registry then holds the repository's tags.
+			_ = os.Setenv(envHelperImage, "ghcr.io/rollbook/node-agent:latest")
 		}
 	}
 	base, err := os.MkdirTemp("", "rollbook-sim-")

@@ -121,6 +121,14 @@ func ExecuteContext(ctx context.Context, root *cobra.Command, args []string, err
 	if code == ExitFailed && isCobraUsageError(err) {
 		code = ExitUsage
 	}
+	if msg, doing, ok := connectionMessage(err); ok {
+		// As kubectl words it, then what the command was doing.
+		fmt.Fprintln(errOut, msg)
+		if doing != "" {
+			fmt.Fprintf(errOut, "(%s)\n", doing)
+		}
+		return code
+	}
 	fmt.Fprintf(errOut, "error: %v\n", err)
 	return code
 }

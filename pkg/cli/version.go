@@ -11,7 +11,8 @@ import (
 	"github.com/rollbook/rollbook/pkg/version"
 )
 
-// NewVersionCommand prints the client build: version, commit, Go, platform.
+// NewVersionCommand prints the client build: version, commit, Go,
+// platform, and the node-agent image it was released with.
 func NewVersionCommand(plugin string, streams genericiooptions.IOStreams) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
@@ -22,8 +23,12 @@ func NewVersionCommand(plugin string, streams genericiooptions.IOStreams) *cobra
 			info := version.Get()
 			switch output {
 			case "":
-				_, err := fmt.Fprintf(streams.Out, "kubectl-%s %s (commit %s, %s, %s)\n",
-					plugin, info.Version, info.Commit, info.GoVersion, info.Platform)
+				image := info.HelperImage
+				if image == "" {
+					image = "none: pass --helper-image"
+				}
+				_, err := fmt.Fprintf(streams.Out, "kubectl-%s %s (commit %s, %s, %s)\nnode-agent image: %s\n",
+					plugin, info.Version, info.Commit, info.GoVersion, info.Platform, image)
 				return err
 			case "json":
 				b, err := json.MarshalIndent(info, "", "  ")

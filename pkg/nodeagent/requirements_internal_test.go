@@ -68,16 +68,3 @@ func TestPackagesListHoldsEveryDeclaredPackage(t *testing.T) {
 		}
 	}
 }
-
-// build/Containerfile puts what the release installs itself where the
-// table says, and its PATH is the one the table is checked against.
-func TestContainerfileMatchesTheTable(t *testing.T) {
-	b, err := os.ReadFile("../../build/Containerfile")
-	require.NoError(t, err)
-	cf := string(b)
-	assert.Contains(t, cf, "\nENV PATH="+ImagePATH+"\n")
-	assert.Contains(t, cf, "\nCOPY --from=tt-smi /tt-smi "+DefaultSMISource+"\n", "tt-smi's release binary at the smi source path")
-	venv := strings.TrimSuffix(TTFlashPath, "/bin/tt-flash")
-	assert.Contains(t, cf, "python3 -m venv "+venv+" ", "tt-flash's virtualenv")
-	assert.Contains(t, cf, venv+"/bin/pip install --no-cache-dir --require-hashes")
-}

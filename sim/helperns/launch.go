@@ -25,9 +25,9 @@ const Subcommand = "__helper-launch"
 
 // Spec is one container's file system and process.
 type Spec struct {
-	// Image is the image's root filesystem, the overlay's read-only lower
-	// layer: containers never write it.
-	Image string `json:"image"`
+	// Layers are the image's unpacked layers, topmost first: the
+	// overlay's read-only lower layers (containers never write them).
+	Layers []string `json:"layers"`
 	// Scratch is a directory of the pod's own; a tmpfs mounted on it inside
 	// the namespace holds the overlay's upper layer (the container's
 	// writes, gone with the container).
@@ -124,9 +124,17 @@ func launch(s *Spec) (int, error) {
 			return ExitSetup, err
 		}
 	}
-	opts := "lowerdir=" + s.Image + ",upperdir=" + upper + ",workdir=" + work
+	if len(s.Layers) == 0 {
+		return ExitSetup, errors.New("an image with no layers")
+	}
+	for _, l := range s.Layers {
+		if strings.ContainsAny(l, ":,") {
+			return ExitSetup, fmt.Errorf("layer path %q: overlay options cannot hold ':' or ','", l)
+		}
+	}
+	opts := "lowerdir=" + strings.Join(s.Layers, ":") + ",upperdir=" + upper + ",workdir=" + work
 	if err := syscall.Mount("overlay", root, "overlay", 0, opts); err != nil {
-		return ExitSetup, fmt.Errorf("overlay of the image %s: %w", s.Image, err)
+		return ExitSetup, fmt.Errorf("overlay of the image's layers %v: %w", s.Layers, err)
 	}
 	for _, o := range s.Overrides {
 		if err := override(root, o, false); err != nil {

@@ -35,9 +35,14 @@ import (
 // else on PATH.
 var TTAgent string
 
-// TTImageRootfs is the node-agent image's root filesystem the helper runner
-// runs helpers in (`sim up --tt-image-rootfs`, env ROLLBOOK_TT_IMAGE_ROOTFS).
-var TTImageRootfs string
+// TTImage is the node-agent image's OCI layout the helper runner runs
+// helpers from (`sim up --tt-image`, env ROLLBOOK_TT_IMAGE), its layers
+// unpacked into TTImageStore.
+var TTImage, TTImageStore string
+
+// TTImageMirrors are repositories that serve TTImage too, by digest
+// (sim up --tt-image-mirror): where a release pushed it.
+var TTImageMirrors []string
 
 // TTRealHostRootfs, when set, is the real-host root filesystem every tt
 // node's host root is an overlay of (`sim up --tt-realhost-rootfs`, env
@@ -130,10 +135,19 @@ func setupTTFleet(ctx context.Context, env *Env, nodes []string, awkward bool) e
 		env.Logf("tt host %s: %s%s, %d devices, kmd %s (root %s/%s)", p.Node, p.Role, map[bool]string{true: " galaxy"}[p.Galaxy],
 			len(p.Spec.Devices), p.Spec.LoadedKMD, hosts.Dir, p.Node)
 	}
+	outside := os.Getenv(tthost.EnvOutsideImage) == "1"
+	var image *tthost.Image
+	if TTImage != "" && !outside {
+		if image, err = tthost.LoadImage(TTImage, TTImageStore); err != nil {
+			return fmt.Errorf("the node-agent image (--tt-image): %w", err)
+		}
+		image.Mirrors = TTImageMirrors
+		env.OnStop(image.Close)
+	}
 	holders := &tthost.HolderSync{Client: env.Client, Hosts: hosts, Logf: env.Logf}
 	events := &tthost.HostEvents{Hosts: hosts, Report: env.Monitor}
 	runner := &tthost.Runner{Client: env.Client, Hosts: hosts, Agent: agent, Logf: env.Logf, Ran: events.Touch,
-		Image: TTImageRootfs, OutsideImage: os.Getenv(tthost.EnvOutsideImage) == "1",
+		Image: image, OutsideImage: outside,
 		// The firmware bundles' and the kmd remote's file:// URLs name
 		// these directories: a node fetching a URL reaches them.
 		Reachable: reachable}

@@ -17,9 +17,15 @@ import (
 
 // Environment of the sim's helper runner.
 const (
-	// EnvImageRootfs is the node-agent image's root filesystem
-	// (hack/image-rootfs.sh prints it); `sim up --tt-image-rootfs`.
-	EnvImageRootfs = "ROLLBOOK_TT_IMAGE_ROOTFS"
+	// EnvImage is the node-agent image's OCI layout (`make image` writes
+	// it); `sim up --tt-image`.
+	EnvImage = "ROLLBOOK_TT_IMAGE"
+	// EnvImageMirror names repositories that serve it too (sim up
+	// --tt-image-mirror).
+	EnvImageMirror = "ROLLBOOK_TT_IMAGE_MIRROR"
+	// EnvImageStore is where its layers are unpacked; `sim up
+	// --tt-image-store`, default DefaultImageStore().
+	EnvImageStore = "ROLLBOOK_TT_IMAGE_STORE"
 	// EnvOutsideImage=1 is the developer's opt-out on a machine without
 	// root: helpers run as plain processes with the fake tools on PATH,
 	// logged loudly. make test as root never sets it.
@@ -54,21 +60,31 @@ func (r *Runner) Mode() string {
 	case r.imageProblem() != "":
 		return "helpers REFUSED: " + r.imageProblem()
 	}
-	return "helpers inside the node-agent image " + r.Image
+	return "helpers inside the node-agent image " + r.Image.Ref() + " (" + strings.Join(r.Image.Layers, ", ") + ")"
+}
+
+// DefaultImageStore is the user's cache: unpacked layers are shared by
+// every sim on the machine, by digest.
+func DefaultImageStore() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		d = os.TempDir()
+	}
+	return filepath.Join(d, "rollbook", "node-agent-layers")
 }
 
 // imageProblem says why helpers cannot run inside the image, "" when they can.
 func (r *Runner) imageProblem() string {
 	switch {
-	case r.Image == "":
-		return "sim: no node-agent image root filesystem to run helpers in (sim up --tt-image-rootfs DIR or $" + EnvImageRootfs +
-			"; `bash hack/image-rootfs.sh` builds it, as root); the helper runner never runs helpers outside the image"
+	case r.Image == nil:
+		return "sim: no node-agent image to run helpers from (sim up --tt-image DIR or $" + EnvImage +
+			": the OCI layout `make image` writes, as root); the helper runner never runs helpers outside the image"
 	case os.Geteuid() != 0:
 		return "sim: running helpers inside the node-agent image needs root (a mount namespace, an overlay, chroot); " +
 			"the helper runner never runs helpers outside the image"
 	}
-	if fi, err := os.Stat(filepath.Join(r.Image, "usr/bin")); err != nil || !fi.IsDir() {
-		return fmt.Sprintf("sim: %s is not a root filesystem (no usr/bin)", r.Image)
+	if _, fi, err := r.Image.lookup("usr/bin"); err != nil || !fi.IsDir() {
+		return fmt.Sprintf("sim: the image %s has no root filesystem (no usr/bin)", r.Image.Ref())
 	}
 	return ""
 }
@@ -82,7 +98,7 @@ func (r *Runner) inImage(name string) string {
 		}
 		return ""
 	}
-	for _, d := range filepath.SplitList(nodeagent.ImagePATH) {
+	for _, d := range filepath.SplitList(r.Image.PATH) {
 		if p := path.Join(d, name); r.isFile(p) {
 			return p
 		}
@@ -95,8 +111,7 @@ func (r *Runner) inImage(name string) string {
 // which must be the image's kmod, not this machine's).
 func (r *Runner) isFile(p string) bool {
 	for hops := 0; hops < 40; hops++ {
-		outside := filepath.Join(r.Image, p)
-		fi, err := os.Lstat(outside)
+		outside, fi, err := r.Image.lookup(p)
 		if err != nil {
 			// A directory on the way may be a symlink (/bin -> usr/bin).
 			dir, err := r.resolveDir(path.Dir(p))
@@ -130,8 +145,12 @@ func (r *Runner) resolveDir(d string) (string, error) {
 		}
 		next := path.Join(cur, c)
 		for hops := 0; ; hops++ {
-			t, err := os.Readlink(filepath.Join(r.Image, next))
+			outside, _, err := r.Image.lookup(next)
 			if err != nil || hops > 40 {
+				break
+			}
+			t, err := os.Readlink(outside)
+			if err != nil {
 				break
 			}
 			if !path.IsAbs(t) {
@@ -144,9 +163,9 @@ func (r *Runner) resolveDir(d string) (string, error) {
 	return cur, nil
 }
 
-// overrides are the fakes bound over the image's files, and the agent under
-// test over the image's kubectl-tt; realHost leaves the image's chroot, git
-// and kmod tools real.
+// overrides are the fakes bound over the image's files (the image's own
+// kubectl-tt runs, unless a test of the runner overrides it); realHost
+// leaves the image's chroot, git and kmod tools real.
 func (r *Runner) overrides(realHost bool) []helperns.Override {
 	var out []helperns.Override
 	add := func(src, name string) {
@@ -163,8 +182,8 @@ func (r *Runner) overrides(realHost bool) []helperns.Override {
 	}
 	add(r.Hosts.SMISource, nodeagent.DefaultSMISource)
 	add(r.Hosts.ToolExe, nodeagent.TTFlashPath)
-	if r.Agent != "" {
-		add(r.Agent, AgentName)
+	if r.AgentOverride != "" {
+		add(r.AgentOverride, AgentName)
 	}
 	return out
 }
@@ -233,9 +252,9 @@ func (r *Runner) volumeSource(pod *corev1.Pod, vol *corev1.Volume, root, dir str
 }
 
 // imageEnv is a container's environment inside the image: the image's
-// (ENV PATH), then the pod's, then what only the fakes read.
-func imageEnv(pod *corev1.Pod, c corev1.Container, fakeRoot string, secrets map[string]string) []string {
-	env := []string{"PATH=" + nodeagent.ImagePATH, "HOME=/root", "HOSTNAME=" + pod.Name}
+// (its config's PATH), then the pod's, then what only the fakes read.
+func imageEnv(pod *corev1.Pod, c corev1.Container, imagePATH, fakeRoot string, secrets map[string]string) []string {
+	env := []string{"PATH=" + imagePATH, "HOME=/root", "HOSTNAME=" + pod.Name}
 	for _, e := range c.Env {
 		if v, ok := envValue(pod, e, secrets); ok {
 			env = append(env, e.Name+"="+v)
@@ -253,13 +272,17 @@ func (r *Runner) launchSpec(pod *corev1.Pod, c corev1.Container, root, dir, cdir
 	if why != "" {
 		return "", why
 	}
+	layers := make([]string, len(r.Image.Layers))
+	for i, l := range r.Image.Layers {
+		layers[len(layers)-1-i] = l
+	}
 	s := helperns.Spec{
-		Image:          r.Image,
+		Layers:         layers,
 		Scratch:        filepath.Join(cdir, "fs"),
 		Mounts:         ms,
 		Overrides:      r.overrides(r.Hosts.Real(pod.Spec.NodeName)),
 		Private:        []helperns.Override{{Source: r.Hosts.ToolExe, Target: fakeTTSMIPath}},
-		Env:            imageEnv(pod, c, fakeRoot, secrets),
+		Env:            imageEnv(pod, c, r.Image.PATH, fakeRoot, secrets),
 		Argv:           append(append([]string(nil), c.Command...), c.Args...),
 		Dir:            c.WorkingDir,
 		TerminationLog: termLog,

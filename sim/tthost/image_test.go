@@ -37,13 +37,26 @@ func TestOverridesOnlyWhatTheImageHas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := &Runner{Image: img, Agent: "/agent", Hosts: &Hosts{ToolExe: "/tools", SMISource: "/smi"}}
+	// The agent in a layer of its own above the rest, as `make image` builds it.
+	top := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(top, "usr/local/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(img, "usr/local/bin/kubectl-tt"), filepath.Join(top, "usr/local/bin/kubectl-tt")); err != nil {
+		t.Fatal(err)
+	}
+	image := &Image{Layers: []string{img, top}, PATH: nodeagent.ImagePATH}
+	r := &Runner{Image: image, AgentOverride: "/agent", Hosts: &Hosts{ToolExe: "/tools", SMISource: "/smi"}}
 	want := map[string]string{"/usr/sbin/insmod": "/tools", "/usr/sbin/rmmod": "/tools", "/usr/bin/git": "/tools",
 		"/usr/local/bin/kubectl-tt": "/agent"}
 	checkOverrides(t, r.overrides(false), want)
 	// A real-host node: the image's git is the real one; insmod and rmmod
 	// need a kernel and stay fake.
 	delete(want, "/usr/bin/git")
+	checkOverrides(t, r.overrides(true), want)
+	// The sim itself runs the image's own kubectl-tt.
+	r.AgentOverride = ""
+	delete(want, "/usr/local/bin/kubectl-tt")
 	checkOverrides(t, r.overrides(true), want)
 }
 
@@ -65,12 +78,12 @@ func checkOverrides(t *testing.T, os []helperns.Override, want map[string]string
 
 func TestRefusedWithoutTheImage(t *testing.T) {
 	r := &Runner{}
-	if why := r.imageProblem(); !strings.Contains(why, EnvImageRootfs) || !strings.Contains(why, "never runs helpers outside") {
+	if why := r.imageProblem(); !strings.Contains(why, EnvImage) || !strings.Contains(why, "never runs helpers outside") {
 		t.Fatalf("no image: %q", why)
 	}
-	r.Image = t.TempDir()
+	r.Image = &Image{Layers: []string{t.TempDir()}}
 	if why := r.imageProblem(); why == "" {
-		t.Fatal("an empty directory passed for a root filesystem")
+		t.Fatal("an empty layer passed for a root filesystem")
 	}
 }
 
@@ -87,7 +100,7 @@ func TestContainerFSMountsVolumesAtTheirPaths(t *testing.T) {
 	if last.Kind != helperns.KindBind || last.Source != root || last.Target != "/node" {
 		t.Fatalf("mounts %+v", ms)
 	}
-	if ms[2].Target != "/dev/termination-log" || imageEnv(pod, c, fakeRoot, nil)[0] != "PATH="+nodeagent.ImagePATH {
+	if ms[2].Target != "/dev/termination-log" || imageEnv(pod, c, nodeagent.ImagePATH, fakeRoot, nil)[0] != "PATH="+nodeagent.ImagePATH {
 		t.Fatalf("mounts %+v", ms)
 	}
 	pod.Spec.Volumes[0].HostPath = nil

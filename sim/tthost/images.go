@@ -7,17 +7,30 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rollbook/rollbook/internal/ocilayout"
 )
 
-// AgentImageRepo is the node-agent image the sim's registry holds.
+// AgentImageRepo is the node-agent image's repository.
 const AgentImageRepo = "ghcr.io/rollbook/node-agent"
 
 // releaseTag is a tag rollbook's release could have pushed.
 var releaseTag = regexp.MustCompile(`^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 
-// KnownImage is the sim's registry: the node-agent repository at "latest"
-// or a release tag. Anything else fails to pull, as a kubelet would report
-// a wrong tag, a typo'd registry or a private image without credentials.
+// resolves is the sim's registry: the image the sim was given, by its
+// digest or its tag, and nothing else; a pod naming any other image fails
+// to pull, as a kubelet reports a wrong digest or tag, a typo'd registry
+// or a private image without credentials. Without an image (helpers run
+// outside it, EnvOutsideImage) the registry is KnownImage.
+func (r *Runner) resolves(ref string) bool {
+	if r.Image != nil {
+		return r.Image.Resolves(ref)
+	}
+	return KnownImage(ref)
+}
+
+// KnownImage is the registry of a sim with no image (helpers outside it):
+// the node-agent repository at "latest" or a release tag.
 func KnownImage(ref string) bool {
 	repo, tag, ok := strings.Cut(ref, ":")
 	if !ok || strings.Contains(tag, "/") {
@@ -31,20 +44,21 @@ func KnownImage(ref string) bool {
 const pullBackoffAfter = 3 * time.Second
 
 // pullFailedStatus is a kubelet's status for a pod whose image cannot be
-// pulled: Pending, every unknown image's container waiting.
-func pullFailedStatus(pod *corev1.Pod, reason string, now time.Time) corev1.PodStatus {
+// pulled: Pending, every unknown image's container waiting, in the
+// kubelet's words (pkg/kubelet/images: the CRI's error for ErrImagePull,
+// wrapped by the back-off's) around containerd's.
+func pullFailedStatus(pod *corev1.Pod, resolves func(string) bool, reason string, now time.Time) corev1.PodStatus {
 	t := metav1.NewTime(now)
 	st := baseStatus(t, corev1.PodPending)
 	st.Conditions = conditions(t, corev1.ConditionFalse, "ContainersNotReady", "containers with unready status")
 	for _, c := range pod.Spec.Containers {
 		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Started: ptr(false)}
-		if KnownImage(c.Image) {
+		if resolves(c.Image) {
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "PodInitializing"}
 		} else {
-			msg := `Failed to pull image "` + c.Image + `": rpc error: code = NotFound desc = failed to pull and unpack image "` +
-				c.Image + `": not found`
+			msg := PullError(c.Image)
 			if reason == "ImagePullBackOff" {
-				msg = `Back-off pulling image "` + c.Image + `"`
+				msg = `Back-off pulling image "` + c.Image + `": ErrImagePull: ` + msg
 			}
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: msg}
 		}
@@ -53,10 +67,34 @@ func pullFailedStatus(pod *corev1.Pod, reason string, now time.Time) corev1.PodS
 	return st
 }
 
+// PullError is containerd's error, through the CRI, for an image its
+// registry does not have: what a kubelet shows as ErrImagePull.
+func PullError(image string) string {
+	ref := normalizedRef(image)
+	return `rpc error: code = NotFound desc = failed to pull and unpack image "` + ref + `": failed to resolve reference "` +
+		ref + `": ` + ref + `: not found`
+}
+
+// normalizedRef is image as containerd names it: a registry, and a tag
+// when there is neither tag nor digest (busybox is docker.io/library/busybox:latest).
+func normalizedRef(image string) string {
+	first, _, hasSlash := strings.Cut(image, "/")
+	if !hasSlash || (!strings.ContainsAny(first, ".:") && first != "localhost") {
+		if !hasSlash {
+			image = "library/" + image
+		}
+		image = "docker.io/" + image
+	}
+	if _, tag := ocilayout.SplitTag(image); tag == "" && !strings.Contains(image, "@") {
+		image += ":latest"
+	}
+	return image
+}
+
 // unknownImage returns the first container image the registry lacks.
-func unknownImage(pod *corev1.Pod) (string, bool) {
+func (r *Runner) unknownImage(pod *corev1.Pod) (string, bool) {
 	for _, c := range pod.Spec.Containers {
-		if !KnownImage(c.Image) {
+		if !r.resolves(c.Image) {
 			return c.Image, true
 		}
 	}

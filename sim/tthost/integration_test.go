@@ -2,6 +2,7 @@ package tthost
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,7 +64,20 @@ func TestRunnerAndHolders(t *testing.T) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	r := &Runner{Client: c.Client, Hosts: hosts, Agent: agent, Logf: t.Logf, Image: os.Getenv(EnvImageRootfs)}
+	// The runner's own mechanics are tested with a fake agent bound over
+	// the image's kubectl-tt; the sim never overrides it.
+	r := &Runner{Client: c.Client, Hosts: hosts, AgentOverride: agent, Logf: t.Logf}
+	if layout := os.Getenv(EnvImage); layout != "" {
+		store := os.Getenv(EnvImageStore)
+		if store == "" {
+			store = DefaultImageStore()
+		}
+		if r.Image, err = LoadImage(layout, store); err != nil {
+			t.Fatal(err)
+		}
+		defer r.Image.Close()
+		helperImage = r.Image.Ref()
+	}
 	if why := r.imageProblem(); why != "" {
 		t.Skipf("helpers run only inside the node-agent image: %s", why)
 	}
@@ -76,7 +90,8 @@ func TestRunnerAndHolders(t *testing.T) {
 		p := finished(t, ctx, cs, helper("ok", "kwok-node-0", AgentName, "fake", "msg", "hello"))
 		term := p.Status.ContainerStatuses[0].State.Terminated
 		if p.Status.Phase != corev1.PodSucceeded || term.ExitCode != 0 || term.Reason != "Completed" ||
-			term.Message != "hello root=/host node=kwok-node-0" || p.Status.PodIP != hostIP {
+			term.Message != "hello root=/host node=kwok-node-0" || p.Status.PodIP != hostIP ||
+			p.Status.ContainerStatuses[0].ImageID != r.Image.Ref() {
 			t.Fatalf("status %+v", p.Status)
 		}
 	})
@@ -88,14 +103,19 @@ func TestRunnerAndHolders(t *testing.T) {
 			t.Fatalf("status %+v", p.Status)
 		}
 	})
+	// The image's own agent runs: kmd-build builds for the host's kernel
+	// and prints the module; it loads nothing (loading needs kubectl tt's
+	// vouch, which test/e2e/tt/vouch covers end to end).
 	t.Run("real kmd agent", func(t *testing.T) {
-		p := finished(t, ctx, cs, helper("kmd", "kwok-node-0", "kubectl-tt", "node-agent", "kmd", "--version", "2.8.0"))
+		p := finished(t, ctx, cs, helper("kmd", "kwok-node-0", "kubectl-tt", "node-agent", "kmd-build", "--version", "2.8.0",
+			"--commit", fakehost.FakeCommit("ttkmd-2.8.0")))
 		res, err := nodeagent.ParseResult([]byte(p.Status.ContainerStatuses[0].State.Terminated.Message))
-		if err != nil || p.Status.Phase != corev1.PodSucceeded || !res.Success {
+		if err != nil || p.Status.Phase != corev1.PodSucceeded || !res.Success || res.Op != nodeagent.OpKMDBuild ||
+			res.Module == nil || len(res.Module.SHA256) != 64 {
 			t.Fatalf("phase %s result %+v err %v", p.Status.Phase, res, err)
 		}
-		if o, _ := fakehost.Inspect(root); o.LoadedKMD != "2.8.0" {
-			t.Fatalf("host runs kmd %q", o.LoadedKMD)
+		if o, _ := fakehost.Inspect(root); o.LoadedKMD != "2.7.0" {
+			t.Fatalf("kmd-build loaded kmd %q", o.LoadedKMD)
 		}
 	})
 	t.Run("command the image lacks", func(t *testing.T) {
@@ -218,17 +238,41 @@ func TestRunnerAndHolders(t *testing.T) {
 		waitTrue(t, func() bool { return !hs.Holding(key) && inspectOK(t, root).Refcnt == base })
 	})
 	t.Run("unknown image", func(t *testing.T) {
-		p := helper("typo", "kwok-node-0", AgentName, "fake", "msg", "never")
-		p.Spec.Containers[0].Image = AgentImageRepo + ":lastest"
-		p = create(t, ctx, cs, p)
-		for _, reason := range []string{"ErrImagePull", "ImagePullBackOff"} {
-			until(t, ctx, cs, p, func(p *corev1.Pod) bool {
-				w := p.Status.ContainerStatuses
-				return p.Status.Phase == corev1.PodPending && len(w) == 1 && w[0].State.Waiting != nil && w[0].State.Waiting.Reason == reason
-			})
+		// Only the image the runner was given resolves: by its digest or its
+		// tag. Every other name fails as a kubelet's pull does.
+		other := "sha256:" + strings.Repeat("0", 64)
+		for i, image := range []string{
+			AgentImageRepo + ":lastest",
+			AgentImageRepo + ":latest",
+			AgentImageRepo + "@" + other,
+			"ghcr.io/someone/node-agent@" + r.Image.Digest,
+			AgentImageRepo,
+		} {
+			p := helper(fmt.Sprintf("typo-%d", i), "kwok-node-0", AgentName, "fake", "msg", "never")
+			p.Spec.Containers[0].Image = image
+			p = create(t, ctx, cs, p)
+			for _, reason := range []string{"ErrImagePull", "ImagePullBackOff"} {
+				got := until(t, ctx, cs, p, func(p *corev1.Pod) bool {
+					w := p.Status.ContainerStatuses
+					return p.Status.Phase == corev1.PodPending && len(w) == 1 && w[0].State.Waiting != nil && w[0].State.Waiting.Reason == reason
+				})
+				want := PullError(image)
+				if reason == "ImagePullBackOff" {
+					want = `Back-off pulling image "` + image + `": ErrImagePull: ` + want
+				}
+				if msg := got.Status.ContainerStatuses[0].State.Waiting.Message; msg != want {
+					t.Errorf("%s: %s message %q, want %q", image, reason, msg, want)
+				}
+			}
+			if strings.Contains(readFile(t, filepath.Join(hosts.Dir, "runner.log")), "START default/"+p.Name+" ") {
+				t.Fatalf("a helper naming %s, which the registry lacks, ran", image)
+			}
 		}
-		if strings.Contains(readFile(t, filepath.Join(hosts.Dir, "runner.log")), "START default/typo") {
-			t.Fatal("a helper whose image cannot be pulled ran")
+		// And the image by its tag runs.
+		p := helper("by-tag", "kwok-node-0", AgentName, "fake", "msg", "tagged")
+		p.Spec.Containers[0].Image = r.Image.Repo + ":" + r.Image.Tag
+		if got := finished(t, ctx, cs, p); got.Status.Phase != corev1.PodSucceeded {
+			t.Fatalf("the image by its tag: %+v", got.Status)
 		}
 	})
 	t.Run("device plugin and privileged holders, not a CSI plugin", func(t *testing.T) {
@@ -311,6 +355,9 @@ func TestRunnerAndHolders(t *testing.T) {
 	})
 }
 
+// helperImage is what helper pods name: the image the runner was given.
+var helperImage = AgentImageRepo + ":latest"
+
 // helper is a helper pod as kubectl tt makes them: the host's / at /host.
 func helper(name, node string, argv ...string) *corev1.Pod {
 	host := corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}
@@ -318,7 +365,7 @@ func helper(name, node string, argv ...string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{HelperLabel: "test"}},
 		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, Volumes: []corev1.Volume{host},
 			AutomountServiceAccountToken: new(bool),
-			Containers: []corev1.Container{{Name: "agent", Image: AgentImageRepo + ":latest", Command: argv,
+			Containers: []corev1.Container{{Name: "agent", Image: helperImage, Command: argv,
 				Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
 					FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
 				VolumeMounts: []corev1.VolumeMount{{Name: "host", MountPath: "/host"}}}}},

@@ -42,10 +42,15 @@ type Runner struct {
 	Client kubernetes.Interface
 	Hosts  *Hosts
 	// Agent is the kubectl-tt binary run for a helper's `kubectl-tt …`
-	// command; empty fails such helpers with a message.
+	// command outside the image (OutsideImage); empty fails such helpers
+	// with a message. Inside the image its own kubectl-tt runs.
 	Agent string
-	// Image is the node-agent image's root filesystem helpers run in.
-	Image string
+	// AgentOverride, for tests of the runner itself, is bound over the
+	// image's kubectl-tt; the sim never sets it.
+	AgentOverride string
+	// Image is the node-agent image helpers run from (LoadImage); a pod
+	// naming any other image fails to pull. Nil refuses helpers.
+	Image *Image
 	// OutsideImage runs helpers as plain processes with the fake tools on
 	// PATH (EnvOutsideImage; a developer opt-out, logged loudly).
 	OutsideImage bool
@@ -189,7 +194,7 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 			fmt.Sprintf("sim: node %s is not a simulated Tenstorrent host; the helper runner runs helpers only on nodes with a host root",
 				pod.Spec.NodeName))
 	}
-	if _, bad := unknownImage(pod); bad {
+	if _, bad := r.unknownImage(pod); bad {
 		return r.pullFailed(ctx, pod)
 	}
 	if !r.OutsideImage {
@@ -223,7 +228,7 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 	r.mu.Lock()
 	r.runs[key] = &run{uid: pod.UID, cancel: cancel}
 	r.mu.Unlock()
-	running := runningStatus(pod, now)
+	running := runningStatus(pod, r.imageID(), now)
 	updated, err := r.patchStatus(ctx, pod, running)
 	if err != nil {
 		r.endRun(key, pod.UID)
@@ -334,7 +339,7 @@ func (r *Runner) cancelRun(key string, uid types.UID, cause error) {
 func (r *Runner) runContainer(ctx context.Context, pod *corev1.Pod, c corev1.Container, root, dir string, argv []string,
 	secrets map[string]string) result {
 	cdir := filepath.Join(dir, c.Name)
-	res := result{name: c.Name, image: c.Image, started: r.Clock.Now()}
+	res := result{name: c.Name, image: c.Image, imageID: r.imageID(), started: r.Clock.Now()}
 	if err := os.MkdirAll(cdir, 0o755); err != nil {
 		res.exitCode, res.startErr, res.finished = exitStartError, err.Error(), r.Clock.Now()
 		return res
@@ -372,6 +377,14 @@ func (r *Runner) runContainer(ctx context.Context, pod *corev1.Pod, c corev1.Con
 	return res
 }
 
+// imageID is the image containers run from, by digest ("" outside it).
+func (r *Runner) imageID() string {
+	if r.Image == nil || r.OutsideImage {
+		return ""
+	}
+	return r.Image.Ref()
+}
+
 // pullFailed reports the pod's image as unpullable, as a kubelet does:
 // ErrImagePull first, ImagePullBackOff a few seconds later; the pod stays
 // Pending and nothing runs.
@@ -386,9 +399,9 @@ func (r *Runner) pullFailed(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	if reason == "" {
-		img, _ := unknownImage(pod)
+		img, _ := r.unknownImage(pod)
 		r.log.Printf("PULL-FAILED %s node=%s image=%s", podKey(pod), pod.Spec.NodeName, img)
-		updated, err := r.patchStatus(ctx, pod, pullFailedStatus(pod, "ErrImagePull", r.Clock.Now()))
+		updated, err := r.patchStatus(ctx, pod, pullFailedStatus(pod, r.resolves, "ErrImagePull", r.Clock.Now()))
 		if err != nil {
 			return err
 		}
@@ -404,7 +417,7 @@ func (r *Runner) pullFailed(ctx context.Context, pod *corev1.Pod) error {
 		if err != nil || cur.UID != pod.UID || cur.DeletionTimestamp != nil || terminal(cur) {
 			return
 		}
-		if _, err := r.patchStatus(ctx, cur, pullFailedStatus(cur, "ImagePullBackOff", r.Clock.Now())); err != nil {
+		if _, err := r.patchStatus(ctx, cur, pullFailedStatus(cur, r.resolves, "ImagePullBackOff", r.Clock.Now())); err != nil {
 			r.Logf("tt-helper-runner: %s: back-off status: %v", podKey(pod), err)
 		}
 	}()

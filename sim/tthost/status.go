@@ -25,6 +25,7 @@ const (
 // result is how one container ended.
 type result struct {
 	name, image       string
+	imageID           string // the image it ran, by digest, as a kubelet reports it
 	exitCode          int32
 	message           string
 	startErr          string // set when the process never started
@@ -32,15 +33,15 @@ type result struct {
 }
 
 // runningStatus is the status a kubelet reports once every container of
-// pod has started. Every container is listed: a JSON merge patch replaces
-// the whole list (H3).
-func runningStatus(pod *corev1.Pod, now time.Time) corev1.PodStatus {
+// pod has started from the image imageID (by digest). Every container is
+// listed: a JSON merge patch replaces the whole list (H3).
+func runningStatus(pod *corev1.Pod, imageID string, now time.Time) corev1.PodStatus {
 	t := metav1.NewTime(now)
 	st := baseStatus(t, corev1.PodRunning)
 	st.Conditions = conditions(t, corev1.ConditionTrue, "", "")
 	for _, c := range pod.Spec.Containers {
 		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, ImageID: "", Ready: true, Started: ptr(true),
+			Name: c.Name, Image: c.Image, ImageID: imageID, Ready: true, Started: ptr(true),
 			ContainerID: "containerd://" + containerID(string(pod.UID), c.Name),
 			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}},
 		})
@@ -92,7 +93,7 @@ func finalStatus(pod *corev1.Pod, started time.Time, res []result, deadline bool
 			term.Reason = "Error"
 		}
 		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
-			Name: r.name, Image: r.image, Ready: false, Started: ptr(false), ContainerID: term.ContainerID,
+			Name: r.name, Image: r.image, ImageID: r.imageID, Ready: false, Started: ptr(false), ContainerID: term.ContainerID,
 			State: corev1.ContainerState{Terminated: term},
 		})
 	}

@@ -22,7 +22,7 @@ func helperPod(containers ...string) *corev1.Pod {
 
 func TestRunningStatusListsEveryContainer(t *testing.T) {
 	now := time.Now()
-	st := runningStatus(helperPod("a", "b"), now)
+	st := runningStatus(helperPod("a", "b"), "", now)
 	if st.Phase != corev1.PodRunning || st.StartTime == nil || st.HostIP != hostIP || st.PodIP != hostIP {
 		t.Fatalf("status %+v", st)
 	}
@@ -65,7 +65,7 @@ func TestFinalStatus(t *testing.T) {
 }
 
 func TestStatusPatchIsConditional(t *testing.T) {
-	b, err := statusPatch("42", runningStatus(helperPod("a"), time.Now()))
+	b, err := statusPatch("42", runningStatus(helperPod("a"), "", time.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}

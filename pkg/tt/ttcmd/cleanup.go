@@ -31,8 +31,7 @@ func newCleanupCommand(g *cli.Globals) *cobra.Command {
 			return nil, nil
 		}
 		if image == "" {
-			return nil, cli.UsageErrorf("--host-caches runs a helper pod: a development build needs --helper-image (or $%s)",
-				HelperImageEnv)
+			return nil, cli.UsageErrorf("--host-caches runs a helper pod: %s", tt.NoHelperImage())
 		}
 		h := tt.HelperConfig{Image: image, Namespace: o.HelperNamespace, PriorityClass: deploy.HelperPriorityClass}
 		var sel tt.Selection

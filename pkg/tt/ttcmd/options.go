@@ -2,7 +2,6 @@ package ttcmd
 
 import (
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,23 +45,21 @@ type helperFlags struct {
 // --helper-image (a mirror, or a development image).
 const HelperImageEnv = "ROLLBOOK_HELPER_IMAGE"
 
-// defaultHelperImage is the node-agent image of this very release. A
-// development build has no image of its own: it has no default, so it
-// refuses to start a helper until told which image to run.
+// defaultHelperImage is the node-agent image this build was released with,
+// by digest (version.HelperImage: the release stamps the image it built and
+// pushed). A build that carries none (make build, go install, a snapshot)
+// has no default, so it refuses to start a helper until told which image
+// to run (tt.HelperConfig's validation says how).
 func defaultHelperImage() string {
 	if img := os.Getenv(HelperImageEnv); img != "" {
 		return img
 	}
-	v := version.Get().Version
-	if v == "devel" || v == "" || strings.Contains(v, "snapshot") {
-		return ""
-	}
-	return "ghcr.io/rollbook/node-agent:" + strings.TrimPrefix(v, "v")
+	return version.HelperImage()
 }
 
 func (h *helperFlags) add(fs *pflag.FlagSet, defaultTimeout time.Duration) {
 	fs.StringVar(&h.image, "helper-image", defaultHelperImage(), "image of the helper pods (it runs kubectl-tt node-agent); "+
-		"default: this release's node-agent image, or $"+HelperImageEnv)
+		"default: $"+HelperImageEnv+", else the node-agent image this release was built with, by digest")
 	fs.StringVar(&h.namespace, "helper-namespace", deploy.HelperNamespace,
 		"namespace of the helper pods (create it with deploy/"+deploy.NamespaceFile+")")
 	fs.StringVar(&h.priorityClass, "helper-priority-class", deploy.HelperPriorityClass,

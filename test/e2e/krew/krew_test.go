@@ -214,7 +214,6 @@ func TestKrewInstallsBothPlugins(t *testing.T) {
 	env := append(os.Environ(), "KREW_ROOT="+krewRoot, "KREW_NO_UPGRADE_CHECK=1",
 		"PATH="+filepath.Join(krewRoot, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
 	platformKey := runtime.GOOS + "/" + runtime.GOARCH
-
 	for _, name := range []string{"tt", "ate"} {
 		ours := render(t, root, dist, name, tag)
 		gen, err := os.ReadFile(filepath.Join(dist, "krew", name+".yaml"))
@@ -224,41 +223,26 @@ func TestKrewInstallsBothPlugins(t *testing.T) {
 		om := parse(t, "plugins/"+name+".yaml", ours)
 		compare(t, om, parse(t, "dist/krew/"+name+".yaml", gen))
 
-		var here *platform
-		for i, p := range om.Spec.Platforms {
-			if p.key() == platformKey {
-				here = &om.Spec.Platforms[i]
-			}
-		}
-		if here == nil {
-			t.Fatalf("plugins/%s.yaml has no platform %s", name, platformKey)
-		}
-		mf := filepath.Join(manifests, name+".yaml")
-		if err := os.WriteFile(mf, ours, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		archive := filepath.Join(dist, path.Base(here.URI))
-		cmd := exec.Command("go", "run", krewModule, "install", "--manifest="+mf, "--archive="+archive)
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("krew install %s: %v\n%s", name, err, out)
-		} else {
-			t.Logf("krew install %s:\n%s", name, out)
-		}
+		krewInstall(t, env, dist, manifests, name, om, ours)
 
 		// kubectl finds the plugin in KREW_ROOT/bin and runs it.
-		cmd = exec.Command(kubectl, name, "version", "-o", "json")
+		cmd := exec.Command(kubectl, name, "version", "-o", "json")
 		cmd.Env = env
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("kubectl %s version: %v\n%s", name, err, out)
 		}
-		var v struct{ Version, Commit, Platform string }
+		var v struct{ Version, Commit, Platform, HelperImage string }
 		if err := json.Unmarshal(out, &v); err != nil {
 			t.Fatalf("kubectl %s version -o json: %v\n%s", name, err, out)
 		}
 		if v.Version != tag || v.Platform != platformKey || !fullCommit.MatchString(v.Commit) || m.Commit != "none" && v.Commit != m.Commit {
 			t.Errorf("kubectl %s version = %+v, want %s, commit %s, %s", name, v, tag, m.Commit, platformKey)
+		}
+		// The node-agent image the snapshot was stamped with (the release
+		// rehearsal pushes one and says which); a plain snapshot carries none.
+		if want := os.Getenv("ROLLBOOK_EXPECT_HELPER_IMAGE"); v.HelperImage != want {
+			t.Errorf("kubectl %s carries helper image %q, want %q", name, v.HelperImage, want)
 		}
 		// The completion shim ships beside the binary (the caveats point to it).
 		shim := filepath.Join(krewRoot, "store", name, tag, "kubectl_complete-"+name)
@@ -275,4 +259,33 @@ func TestKrewInstallsBothPlugins(t *testing.T) {
 			t.Errorf("kubectl plugin list lacks %s:\n%s", want, out)
 		}
 	}
+}
+
+// krewInstall installs plugin name with krew, from the archive of this
+// platform that its manifest om (ours, rendered) names, into env's
+// KREW_ROOT.
+func krewInstall(t *testing.T, env []string, dist, manifests, name string, om manifest, ours []byte) {
+	t.Helper()
+	platformKey := runtime.GOOS + "/" + runtime.GOARCH
+	var here *platform
+	for i, p := range om.Spec.Platforms {
+		if p.key() == platformKey {
+			here = &om.Spec.Platforms[i]
+		}
+	}
+	if here == nil {
+		t.Fatalf("plugins/%s.yaml has no platform %s", name, platformKey)
+	}
+	mf := filepath.Join(manifests, name+".yaml")
+	if err := os.WriteFile(mf, ours, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(dist, path.Base(here.URI))
+	cmd := exec.Command("go", "run", krewModule, "install", "--manifest="+mf, "--archive="+archive)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("krew install %s: %v\n%s", name, err, out)
+	}
+	t.Logf("krew install %s:\n%s", name, out)
 }
