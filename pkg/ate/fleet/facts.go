@@ -94,6 +94,22 @@ func MarkDown(inv *ateapi.Inventory, pods []corev1.Pod, notReady map[string]stri
 	}
 }
 
+// WithNodePods is pods with those on node (or of a worker there: scheduled
+// since pods was listed) replaced by onNode, read later.
+func WithNodePods(pods []corev1.Pod, node string, onNode []corev1.Pod) []corev1.Pod {
+	later := make(map[string]bool, len(onNode))
+	for i := range onNode {
+		later[string(onNode[i].UID)] = true
+	}
+	out := make([]corev1.Pod, 0, len(pods)+len(onNode))
+	for i := range pods {
+		if pods[i].Spec.NodeName != node && !later[string(pods[i].UID)] {
+			out = append(out, pods[i])
+		}
+	}
+	return append(out, onNode...)
+}
+
 // DownWorkers names the workers of pools (nil: any) MarkDown marked, with
 // why, for a refusal that says what it did not count.
 func DownWorkers(inv *ateapi.Inventory, pools map[string]bool) []string {

@@ -112,3 +112,38 @@ func TestMarkDown(t *testing.T) {
 		t.Errorf("free workers %d, want 2 (ok and unlisted)", got)
 	}
 }
+
+// A pod the pick listed Pending (a clone's, before any node was at NEW)
+// and the node's run later sees Running and Ready there serves: the run's
+// own read of the node wins over the pick's list, for that node only.
+func TestWithNodePodsPrefersTheLaterRead(t *testing.T) {
+	pod := func(uid, node string, phase corev1.PodPhase) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p-" + uid, UID: types.UID(uid)}, Spec: corev1.PodSpec{NodeName: node},
+			Status: corev1.PodStatus{Phase: phase}}
+		if phase == corev1.PodRunning {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		}
+		return p
+	}
+	picked := []corev1.Pod{pod("clone", "", corev1.PodPending), pod("old", "n1", corev1.PodRunning),
+		pod("elsewhere", "n2", corev1.PodPending)}
+	later := []corev1.Pod{pod("clone", "n1", corev1.PodRunning)}
+	inv := &ateapi.Inventory{}
+	for _, w := range []struct{ uid, node string }{{"clone", "n1"}, {"old", "n1"}, {"elsewhere", "n2"}} {
+		inv.Workers = append(inv.Workers, ateapi.Worker{Name: w.uid, Namespace: "ns", Pool: "p", Node: w.node,
+			State: ateapi.WorkerActive})
+	}
+	MarkDown(inv, WithNodePods(picked, "n1", later), nil)
+	want := map[string]string{"clone": "", "old": "", "elsewhere": "pod p-elsewhere Pending"}
+	for _, w := range inv.Workers {
+		if w.Down != want[w.Name] {
+			t.Errorf("%s: %q, want %q", w.Name, w.Down, want[w.Name])
+		}
+	}
+	// Without the later read the clone's worker was down: what the e2e saw.
+	inv.Workers[0].Down = ""
+	MarkDown(inv, picked, nil)
+	if inv.Workers[0].Down == "" {
+		t.Error("the pick's list alone should mark the clone's worker down (the test's premise)")
+	}
+}

@@ -99,7 +99,7 @@ func (o *nodeObserver) read(ctx context.Context, name string, want nodePart) (no
 		}
 	}
 	if stale&partInv != 0 {
-		if f.inv, err = o.inventory(ctx); err != nil {
+		if f.inv, err = o.inventory(ctx, name, f.pods); err != nil {
 			return f, err
 		}
 	}
@@ -110,14 +110,14 @@ func (o *nodeObserver) read(ctx context.Context, name string, want nodePart) (no
 }
 
 // inventory reads the substrate's workers and actors, the workers that
-// cannot serve marked (Config.MarkDown).
-func (o *nodeObserver) inventory(ctx context.Context) (*ateapi.Inventory, error) {
+// cannot serve marked (Config.MarkDown) with pods, the node's as just read.
+func (o *nodeObserver) inventory(ctx context.Context, node string, pods []corev1.Pod) (*ateapi.Inventory, error) {
 	inv, err := o.api.Inventory(ctx)
 	o.mu.Lock()
 	mark := o.cfg.MarkDown
 	o.mu.Unlock()
 	if err == nil && mark != nil {
-		mark(inv)
+		mark(inv, node, pods)
 	}
 	return inv, err
 }

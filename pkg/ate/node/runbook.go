@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -59,10 +60,12 @@ type Config struct {
 	// take-back); the returned func takes the declaration back.
 	ReplaceInPlace func(ctx context.Context, node string) (func(), error) `json:"-"`
 	// MarkDown (nil: nothing) marks, in each inventory the run reads, the
-	// workers that cannot serve whatever the substrate says (their pod or
-	// node, as the run's pick last read them: fleet.MarkDown), so capacity
-	// and "serving" weigh only workers that can.
-	MarkDown func(*ateapi.Inventory) `json:"-"`
+	// workers that cannot serve whatever the substrate says (fleet.MarkDown),
+	// so capacity and "serving" weigh only workers that can. It is given
+	// the node's pods as the run read them with that inventory: the pick's
+	// list would keep a pod Pending there that has long been scheduled and
+	// serves.
+	MarkDown func(inv *ateapi.Inventory, node string, pods []corev1.Pod) `json:"-"`
 }
 
 // API is the part of the substrate client the node runbook uses.

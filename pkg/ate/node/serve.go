@@ -65,7 +65,7 @@ func (b *nodeBuilder) ateletReady() runbook.Step[nodeFacts] {
 			if err == nil {
 				if g.node, err = cs.CoreV1().Nodes().Get(ctx, f.node.Name, metav1.GetOptions{}); err == nil {
 					if kube.NodeReady(g.node) {
-						if g.inv, err = o.inventory(ctx); err == nil {
+						if g.inv, err = o.inventory(ctx, g.node.Name, g.pods); err == nil {
 							o.saw(g)
 						}
 					} else {
@@ -226,7 +226,7 @@ func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {
 				}
 				return err
 			}
-			if g.inv, err = o.inventory(ctx); err != nil {
+			if g.inv, err = o.inventory(ctx, g.node.Name, g.pods); err != nil {
 				return err
 			}
 			o.saw(g)
@@ -332,7 +332,7 @@ func (b *nodeBuilder) verify() runbook.Step[nodeFacts] {
 				}
 				ready, total := g.toPodsReady()
 				if ready == total {
-					if g.inv, err = o.inventory(ctx); err != nil {
+					if g.inv, err = o.inventory(ctx, g.node.Name, g.pods); err != nil {
 						return err
 					}
 					if ok, why := g.toVerified(); ok {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -134,8 +135,7 @@ func (r *NodeRoll) pick(ctx context.Context) (string, error) {
 			}
 		}
 	}
-	markDown := func(inv *ateapi.Inventory) { fleet.MarkDown(inv, pods, notReady) }
-	markDown(inv)
+	fleet.MarkDown(inv, pods, notReady)
 	loc := node.NewLocator(c, pods, inv)
 	target := o.Node
 	if target == "" {
@@ -153,7 +153,11 @@ func (r *NodeRoll) pick(ctx context.Context) (string, error) {
 	}
 	cfg := o.Config
 	cfg.Sides = r.sides
-	cfg.MarkDown = markDown
+	// During the node's run its own pods are read with each inventory;
+	// the other nodes' stay as this pick read them.
+	cfg.MarkDown = func(inv *ateapi.Inventory, name string, nodePods []corev1.Pod) {
+		fleet.MarkDown(inv, fleet.WithNodePods(pods, name, nodePods), notReady)
+	}
 	cfg.Pace = node.LatestPace(c.NodeObjects())
 	// The node was just listed in full: the first look starts from it
 	// (its pods and the inventory are read then).
