@@ -288,6 +288,27 @@ func (f nodeFacts) toRecord() (string, bool) {
 	return strings.Join(all, ","), len(set) > n || !f.markedTo() || f.flipped() && !f.verifyPending()
 }
 
+// atespaces are the atespaces of the node's residents and of the actors
+// its workers name: those its move suspends in.
+func (f nodeFacts) atespaces() []string {
+	set := map[string]bool{}
+	live, crashed := f.residents()
+	for _, a := range append(live, crashed...) {
+		set[a.Atespace] = true
+	}
+	for _, w := range f.workers() {
+		for _, r := range w.Actors {
+			set[r.Atespace] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for a := range set {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // recorded are the actors AnnResidents names.
 func (f nodeFacts) recorded() []ateapi.ActorRef {
 	var out []ateapi.ActorRef

@@ -76,6 +76,9 @@ type API interface {
 	GetActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
 	SuspendActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
 	RevertActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
+	// ProbeMove asks, with calls that change nothing, which calls of a
+	// move authorization refuses (ateapi.Client.ProbeMove).
+	ProbeMove(ctx context.Context, atespaces []string) ([]ateapi.Refusal, []string, error)
 }
 
 // Runbook moves one node from cfg.From to cfg.To — the runbook's step 5
@@ -268,7 +271,9 @@ func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 		ID: "ate.node.mark", Title: "Record the move",
 		Doc: "Annotate the node " + fleet.AnnMovingTo + "=<target version>, with the actors living there in " + AnnResidents +
 			", before anything on it changes: from then on the node is known to be half-way from the node itself, and " +
-			"the flip reads each recorded actor directly.",
+			"the flip reads each recorded actor directly. Before the mark, calls on names that cannot exist prove that " +
+			"the control API lets this client drain a worker and list and suspend actors in every atespace the move " +
+			"touches; a refusal names what to grant and nothing is written.",
 		Done: func(f nodeFacts) (bool, string) {
 			switch {
 			case f.flipped() && f.markedFrom():
@@ -283,6 +288,11 @@ func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 		Guards: []runbook.Guard[nodeFacts]{visibleGuard(), capacityGuard(), paceGuard()},
 		Plan:   nodeFacts.recordChange,
 		Act: func(ctx context.Context, f nodeFacts) error {
+			// Ask before you mark: the mark is the first write to the
+			// node, and a call refused after it leaves the node half-way.
+			if err := askFirst(ctx, b.o.api, f.node.Name, f.atespaces()); err != nil {
+				return err
+			}
 			if err := b.record(ctx, f); err != nil {
 				return err
 			}
@@ -292,6 +302,27 @@ func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 			return nil
 		},
 	}
+}
+
+// askFirst proves, with calls that change nothing, that the control API
+// lets this client make every call a node's move makes (DrainWorker; in
+// every atespace, those given and every one the server lists: ListActors
+// and SuspendActor), before the first write to the node; a refusal names
+// what to grant.
+func askFirst(ctx context.Context, api API, node string, atespaces []string) error {
+	refused, _, err := api.ProbeMove(ctx, atespaces)
+	if err != nil || len(refused) == 0 {
+		return err
+	}
+	var calls []string
+	for _, r := range refused {
+		calls = append(calls, r.String())
+	}
+	list := strings.Join(calls, ", ")
+	return runbook.Blocked(fmt.Errorf("the control API's authorization refuses this client %s, which moving node %s needs "+
+		"(an atespace it may not list hides the actors living there, paused ones too); nothing was written to the node. "+
+		"Allow the client's identity (the ate-client ServiceAccount, or the --ate-token-file token's) %s in the API "+
+		"server's authorization policy, or use a token that may, then re-run", list, node, list))
 }
 
 func (b *nodeBuilder) drain() runbook.Step[nodeFacts] {
