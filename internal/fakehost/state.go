@@ -35,9 +35,14 @@ type state struct {
 	FlashNoiseLines     int           `json:"flashNoiseLines,omitempty"`
 	// FlashKilledAfterWrite kills the next tt-flash after it wrote the SPI
 	// and before its reset (once): the chips keep running the old image.
-	FlashKilledAfterWrite bool     `json:"flashKilledAfterWrite,omitempty"`
-	Unkillable            []int    `json:"unkillable,omitempty"`
-	UnresolvedKMD         []string `json:"unresolvedKMD,omitempty"`
+	FlashKilledAfterWrite bool `json:"flashKilledAfterWrite,omitempty"`
+	// Writer is the pid of the tt-flash writing the SPI of the chips
+	// Writing: killed then, it leaves them half-written
+	// (CheckInterruptedFlash).
+	Writer        int      `json:"writer,omitempty"`
+	Writing       []int    `json:"writing,omitempty"`
+	Unkillable    []int    `json:"unkillable,omitempty"`
+	UnresolvedKMD []string `json:"unresolvedKMD,omitempty"`
 	// TrustedCerts are the certificates (DER) in the kernel's keyrings
 	// (built-in, secondary, platform/MOK): modules they signed load.
 	TrustedCerts [][]byte `json:"trustedCerts,omitempty"`
@@ -129,6 +134,12 @@ func refcnt(root string) int {
 func setRefcnt(root string, n int) error {
 	if n < 0 {
 		n = 0
+	}
+	// An unloaded module has no refcnt: a process that ends after the
+	// unload (the sim's holder sync runs beside a test's reboot) must not
+	// bring the module's directory back.
+	if loadedVersion(root) == "" {
+		return nil
 	}
 	return writeFile(filepath.Join(root, moduleDir, "refcnt"), strconv.Itoa(n)+"\n")
 }
@@ -263,7 +274,15 @@ func unloadModule(root string) error {
 		}
 	}
 	for _, p := range []string{moduleDir, devDir, classDir, pciDriverDir} {
-		if err := os.RemoveAll(filepath.Join(root, p)); err != nil {
+		// Again when a concurrent refcnt write lands between RemoveAll's
+		// listing and its rmdir (ENOTEMPTY).
+		var err error
+		for range 5 {
+			if err = os.RemoveAll(filepath.Join(root, p)); err == nil {
+				break
+			}
+		}
+		if err != nil {
 			return err
 		}
 	}
