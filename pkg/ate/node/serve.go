@@ -391,7 +391,8 @@ func (b *nodeBuilder) replaceStale() runbook.Step[nodeFacts] {
 		Doc: "For a node a move left with DRAINING workers of the version it is now at — a move the other way drained it " +
 			"and never flipped it, or flipped it and stopped before deleting their pods (a canary whose new atelet never " +
 			"became Ready, rolled back) — once that version's atelet is Ready: lift the flip's cordon, suspend the actors " +
-			"still on the drained workers (as the suspend step does), and delete those workers' pods, so their Deployments " +
+			"still on the drained workers (as the suspend step does), and delete those workers' pods (declared on the Lease " +
+			"as rollbook.dev/recovering-node until they are gone), so their Deployments " +
 			"replace them with workers that take actors; the verify step then waits for the replacements on the node to " +
 			"serve. After an ordinary flip the node's workers of the target pools are new, and there is nothing to do.",
 		Timeout: b.cfg.SuspendTimeout,
@@ -446,14 +447,40 @@ func (b *nodeBuilder) replaceStale() runbook.Step[nodeFacts] {
 					Name: w.Pod}, uid: types.UID(w.Name), why: fmt.Sprintf("worker %s on node %s was drained by a move that did "+
 					"not finish, and there is no undrain; its pool replaces the pod", w.Name, f.node.Name)})
 			}
-			if b.cfg.ReplaceInPlace != nil && len(pods) > 0 {
-				undo, err := b.cfg.ReplaceInPlace(ctx, f.node.Name)
-				if err != nil {
-					return err
-				}
-				defer undo()
+			if b.cfg.ReplaceInPlace == nil || len(pods) == 0 {
+				return evac.deleteIdle(ctx, cs, rec, pods, "Re-run to suspend it")
 			}
-			return evac.deleteIdle(ctx, cs, rec, pods, "Re-run to suspend it")
+			undo, err := b.cfg.ReplaceInPlace(ctx, f.node.Name)
+			if err != nil {
+				return err
+			}
+			defer undo()
+			if err := evac.deleteIdle(ctx, cs, rec, pods, "Re-run to suspend it"); err != nil {
+				return err
+			}
+			// The declaration holds until the pods are gone: a deletion
+			// lasts until then, and one judged after the declaration was
+			// taken back is a pinned pod deleted on a node at its version.
+			// A node whose kubelet is down finishes no deletion.
+			ctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			go kube.CancelOnNodeDown(ctx, cancel, cs, func(context.Context) string { return f.node.Name })
+			gone := map[types.UID]bool{}
+			for _, p := range pods {
+				gone[p.uid] = true
+			}
+			_, err = o.pods(ctx, f.node.Name).until(ctx, func(ps []corev1.Pod) bool {
+				for i := range ps {
+					if gone[ps[i].UID] {
+						return false
+					}
+				}
+				return true
+			})
+			if err != nil && context.Cause(ctx) != nil {
+				return fmt.Errorf("the drained worker pods on %s are not gone: %w", f.node.Name, context.Cause(ctx))
+			}
+			return err
 		},
 	}
 }
