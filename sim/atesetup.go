@@ -16,13 +16,15 @@ import (
 	"github.com/rollbook/rollbook/sim/substrate"
 )
 
-const ateSetupUsage = "usage: sim ate-setup deploy-atelet --dir D --version V\n       sim ate-setup deploy-apiserver --dir D --era E"
+const ateSetupUsage = "usage: sim ate-setup deploy-atelet --dir D --version V\n       sim ate-setup deploy-apiserver --dir D --era E\n" +
+	"       sim ate-setup apply-crds --dir D"
 
 // cmdAteSetup plays the parts of Agent Substrate's ate-setup that the
-// rolling upgrade runs outside rollbook (step 3: deploy the new atelet;
-// step 6: deploy the API server of another release).
+// rolling upgrade runs outside rollbook (step 1: apply the new CRDs; step
+// 3: deploy the new atelet; step 6: deploy the API server of another
+// release).
 func cmdAteSetup(args []string) int {
-	if len(args) < 1 || (args[0] != "deploy-atelet" && args[0] != "deploy-apiserver") {
+	if len(args) < 1 || (args[0] != "deploy-atelet" && args[0] != "deploy-apiserver" && args[0] != "apply-crds") {
 		fmt.Fprintln(os.Stderr, ateSetupUsage)
 		return 2
 	}
@@ -33,8 +35,8 @@ func cmdAteSetup(args []string) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	apiserver := args[0] == "deploy-apiserver"
-	if *dir == "" || (!apiserver && *version == "") || (apiserver && *era == "") {
+	apiserver, crds := args[0] == "deploy-apiserver", args[0] == "apply-crds"
+	if *dir == "" || (args[0] == "deploy-atelet" && *version == "") || (apiserver && *era == "") {
 		fmt.Fprintln(os.Stderr, ateSetupUsage)
 		return 2
 	}
@@ -54,6 +56,14 @@ func cmdAteSetup(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if crds {
+		if err := substrate.InstallCRD(ctx, cfg, false); err != nil {
+			fmt.Fprintln(os.Stderr, "sim ate-setup:", err)
+			return 1
+		}
+		fmt.Println("customresourcedefinition workerpools.ate.dev applied (the new release's schema)")
+		return 0
+	}
 	if apiserver {
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err == nil {

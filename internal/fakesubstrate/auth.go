@@ -120,10 +120,34 @@ func (s *Server) SetHiddenAtespaces(principal string, hidden []string) {
 
 func (s *Server) hiddenFrom(principal string) map[string]bool { return s.hidden[principal] }
 
-// authorizeAtespace refuses an actor call into an atespace hidden from the
-// caller. Called with s.mu held.
+// SetRefusedMethods refuses principal the methods named (short names, such
+// as "DrainWorker") wherever they point, PermissionDenied before anything
+// is looked up, as an authorizer decides on the method before the object.
+// nil or empty lifts it.
+func (s *Server) SetRefusedMethods(principal string, methods []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(methods) == 0 {
+		delete(s.refused, principal)
+		return
+	}
+	if s.refused == nil {
+		s.refused = map[string]map[string]bool{}
+	}
+	set := map[string]bool{}
+	for _, m := range methods {
+		set[m] = true
+	}
+	s.refused[principal] = set
+}
+
+// authorizeAtespace refuses a method refused the caller, and an actor call
+// into an atespace hidden from the caller. Called with s.mu held.
 func (s *Server) authorizeAtespace(ctx context.Context, method protoreflect.Name, req protoreflect.Message) error {
 	principal := PrincipalFrom(ctx)
+	if s.refused[principal][string(method)] {
+		return status.Errorf(codes.PermissionDenied, "%s may not call %s", principal, method)
+	}
 	hidden := s.hiddenFrom(principal)
 	if len(hidden) == 0 {
 		return nil

@@ -92,7 +92,9 @@ type Server struct {
 	workerOrder []*Worker
 	actorOrder  []*Actor
 	// hidden are the atespaces each principal may not read (SetHiddenAtespaces).
-	hidden     map[string]map[string]bool
+	hidden map[string]map[string]bool
+	// refused are the methods each principal may not call (SetRefusedMethods).
+	refused    map[string]map[string]bool
 	ateletDown map[string]bool
 	atelets    map[string][]string // node → versions of its Ready atelets, for the nodes the sim reports
 	calls      map[string]int

@@ -41,11 +41,22 @@ type Model[S any] struct {
 	// then also checks that from every reachable state some path reaches a
 	// Done state (the roll can always still finish).
 	Done func(s S) bool
+	// Goals are more ends the work may be taken to, each checked as Done
+	// is: from every reachable state some path reaches each goal (a roll
+	// and its rollback: from wherever it stopped, both ways still finish).
+	Goals []Goal[S]
 	// Describe, when set, renders a state for the counterexample.
 	Describe func(s S) string
 	// MaxStates bounds the search; reaching it is an error (the model is
 	// too big to be exhaustive), never a silent pass.
 	MaxStates int
+}
+
+// Goal is an end the work must always still be able to reach.
+type Goal[S any] struct {
+	// Name says what is finished ("the roll finishes").
+	Name string
+	Done func(s S) bool
 }
 
 // Violation is a broken invariant and how to get there.
@@ -76,7 +87,9 @@ type Result struct {
 	Transitions int // moves taken, duplicates included
 	Depth       int // longest shortest path from an initial state
 	DoneStates  int // states where Done holds (when Done is set)
-	Elapsed     time.Duration
+	// GoalStates counts, per goal name, the states where it holds.
+	GoalStates map[string]int
+	Elapsed    time.Duration
 	// Violation is the first broken invariant found (shortest trace), nil
 	// when none.
 	Violation *Violation
@@ -85,6 +98,9 @@ type Result struct {
 func (r Result) String() string {
 	s := fmt.Sprintf("%d states, %d transitions, depth %d, %d finished states, %s", r.States, r.Transitions, r.Depth,
 		r.DoneStates, r.Elapsed.Round(time.Millisecond))
+	for name, n := range r.GoalStates {
+		s += fmt.Sprintf(", %d state(s) where %s", n, name)
+	}
 	if r.Violation != nil {
 		s += "; VIOLATION " + r.Violation.Invariant
 	}
@@ -152,7 +168,7 @@ func Explore[S any](m Model[S]) (Result, error) {
 			if err != nil {
 				return finish(res, nodes, start), err
 			}
-			if m.Done != nil {
+			if m.Done != nil || len(m.Goals) > 0 {
 				edges = append(edges, [2]int32{head, i})
 			}
 			if fresh && !check(i) {
@@ -172,6 +188,26 @@ func Explore[S any](m Model[S]) (Result, error) {
 		}
 		if res.Violation == nil && res.DoneStates == 0 {
 			return finish(res, nodes, start), fmt.Errorf("no finished state is reachable: the model never completes")
+		}
+	}
+	for _, g := range m.Goals {
+		if res.GoalStates == nil {
+			res.GoalStates = map[string]int{}
+		}
+		for _, s := range states {
+			if g.Done(s) {
+				res.GoalStates[g.Name]++
+			}
+		}
+		if res.Violation != nil {
+			continue
+		}
+		if res.GoalStates[g.Name] == 0 {
+			return finish(res, nodes, start), fmt.Errorf("no state where %s is reachable: the model never gets there", g.Name)
+		}
+		if at, n := unfinishable(states, edges, g.Done); at >= 0 {
+			fail(at, g.Name+" stays reachable", fmt.Sprintf("no sequence of moves leads from this state to one where %s "+
+				"(%d such states)", g.Name, n))
 		}
 	}
 	return finish(res, nodes, start), nil

@@ -125,3 +125,56 @@ func TestExploreRefusesAModelTooBig(t *testing.T) {
 		t.Fatalf("an unbounded model must be an error, got %v", err)
 	}
 }
+
+// A door that can be opened and closed, and locked only while closed, with
+// a key that may be lost: "opened" and "closed" are both goals, and a
+// locked door whose key is lost can reach only one of them.
+func TestExploreChecksEveryGoalFromEveryState(t *testing.T) {
+	type door struct{ open, locked, lost bool }
+	m := func(loseKey bool) Model[door] {
+		return Model[door]{
+			Init: []door{{}},
+			Key:  func(s door) string { return fmt.Sprint(s) },
+			Moves: func(s door) []Move[door] {
+				var out []Move[door]
+				n := s
+				switch {
+				case s.open:
+					n.open = false
+					out = append(out, Move[door]{Name: "close", Next: n})
+				case s.locked && !s.lost:
+					n.locked = false
+					out = append(out, Move[door]{Name: "unlock", Next: n})
+				case !s.locked:
+					o, l := s, s
+					o.open, l.locked = true, true
+					out = append(out, Move[door]{Name: "open", Next: o}, Move[door]{Name: "lock", Next: l})
+				}
+				if loseKey && s.locked && !s.lost {
+					n := s
+					n.lost = true
+					out = append(out, Move[door]{Name: "lose the key", Next: n})
+				}
+				return out
+			},
+			Goals: []Goal[door]{{Name: "the door is open", Done: func(s door) bool { return s.open }},
+				{Name: "the door is closed", Done: func(s door) bool { return !s.open }}},
+		}
+	}
+	res, err := Explore(m(false))
+	if err != nil || res.Violation != nil {
+		t.Fatalf("with the key kept both goals stay reachable: %v %v", err, res.Violation)
+	}
+	if res.GoalStates["the door is open"] != 1 || res.GoalStates["the door is closed"] != 2 {
+		t.Errorf("goal states: %v", res.GoalStates)
+	}
+	res, err = Explore(m(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Violation == nil || res.Violation.Invariant != "the door is open stays reachable" ||
+		res.Violation.Trace[len(res.Violation.Trace)-1] != "lose the key" {
+		t.Fatalf("a lost key must leave the door unopenable: %+v", res.Violation)
+	}
+	t.Log(res.Violation)
+}

@@ -65,6 +65,11 @@ type Worker struct {
 	// has status.capacity), so an unset capacity is a worker whose ateom
 	// has not reported yet, not one slot.
 	Slots bool `json:"slots,omitempty"`
+	// Down, when set, says why the worker cannot serve whatever the
+	// substrate says (its pod Failed, Terminating or not Ready, its node
+	// NotReady): the substrate keeps such a worker ACTIVE until the pod is
+	// deleted. It is then neither serving nor free.
+	Down string `json:"down,omitempty"`
 }
 
 // PoolKey is "namespace/pool": pool names repeat across namespaces, so a
@@ -80,7 +85,7 @@ func (w Worker) Hosts() bool { return len(w.Actors) > 0 || w.AllocatedActors > 0
 // era D with its capacity reported (until its ateom reports it, upstream
 // hands it no actor).
 func (w Worker) Serving() bool {
-	return w.State == WorkerActive && (!w.Slots || w.CapacityActors > 0)
+	return w.State == WorkerActive && w.Down == "" && (!w.Slots || w.CapacityActors > 0)
 }
 
 // Free reports whether the worker can take another actor.
@@ -92,7 +97,7 @@ func (w Worker) Free() bool { return w.FreeSlots() > 0 }
 // (upstream such a worker waits for its ateom's capacity report before it
 // is handed an actor).
 func (w Worker) FreeSlots() int {
-	if w.State != WorkerActive {
+	if w.State != WorkerActive || w.Down != "" {
 		return 0
 	}
 	used := max(len(w.Actors), w.AllocatedActors)

@@ -127,7 +127,7 @@ func setupAteFleet(ctx context.Context, env *Env, era fakesubstrate.Era) error {
 	if err := substrate.DeployAtelet(ctx, dyn, ateOldVersion); err != nil {
 		return err
 	}
-	pools := atePools(int32(len(env.Nodes)))
+	pools := atePools(int32(len(env.Nodes)), opts.OldCRD)
 	if err := createPools(ctx, env, dyn, pools); err != nil {
 		return err
 	}
@@ -161,7 +161,9 @@ func setupAteFleet(ctx context.Context, env *Env, era fakesubstrate.Era) error {
 	return nil
 }
 
-func atePools(replicas int32) []*substrate.WorkerPool {
+// atePools are the fleet's serving pools; under the old CRD they name
+// their class in the older spec.sandboxClass.
+func atePools(replicas int32, oldCRD bool) []*substrate.WorkerPool {
 	pool := func(ns, name, size, class string, cpu, mem string) *substrate.WorkerPool {
 		p := &substrate.WorkerPool{}
 		p.Name, p.Namespace = name, ns
@@ -178,6 +180,9 @@ func atePools(replicas int32) []*substrate.WorkerPool {
 					Limits: corev1.ResourceList{
 						corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}},
 			},
+		}
+		if oldCRD {
+			p.Spec.SandboxClasses, p.Spec.SandboxClass = nil, class
 		}
 		return p
 	}

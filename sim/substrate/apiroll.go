@@ -29,6 +29,12 @@ const EraAnnotation = "sim.rollbook.dev/api-era"
 // over every atespace leaves those actors out.
 const HiddenAtespacesAnnotation = "sim.rollbook.dev/hidden-atespaces"
 
+// RefusedMethodsAnnotation on the api Deployment lists (comma-separated)
+// the control API methods (short names: DrainWorker, SuspendActor, …) the
+// authorization policy refuses ClientPrincipal wherever they point: the
+// sim's stand-in for a policy that grants reads but not a worker's drain.
+const RefusedMethodsAnnotation = "sim.rollbook.dev/refused-methods"
+
 // ClientPrincipal is the identity of an ate-client token.
 const ClientPrincipal = "system:serviceaccount:" + Namespace + ":" + ClientSA
 
@@ -63,6 +69,7 @@ func (s *Substrate) watchAPIRolls(ctx context.Context) error {
 			return
 		}
 		s.Server.SetHiddenAtespaces(ClientPrincipal, splitList(d.Annotations[HiddenAtespacesAnnotation]))
+		s.Server.SetRefusedMethods(ClientPrincipal, splitList(d.Annotations[RefusedMethodsAnnotation]))
 		era := fakesubstrate.Era(d.Spec.Template.Annotations[EraAnnotation])
 		if era == "" || !validEra(era) {
 			return

@@ -30,10 +30,34 @@ func WorkerPoolCRD() (*apiextv1.CustomResourceDefinition, error) {
 	return crd, nil
 }
 
-// installCRD creates (or updates) the WorkerPool CRD and waits, by watch,
-// until it is Established.
-func installCRD(ctx context.Context, cfg *rest.Config) error {
+// OldWorkerPoolCRD is the WorkerPool CRD of a release before
+// spec.sandboxClasses (reference §5.1: it replaced the sandboxClass enum):
+// what the cluster serves until step 1 applies the new release's CRDs. A
+// field a structural schema does not declare is pruned on every write.
+func OldWorkerPoolCRD() (*apiextv1.CustomResourceDefinition, error) {
 	crd, err := WorkerPoolCRD()
+	if err != nil {
+		return nil, err
+	}
+	for i := range crd.Spec.Versions {
+		if s := crd.Spec.Versions[i].Schema; s != nil && s.OpenAPIV3Schema != nil {
+			spec := s.OpenAPIV3Schema.Properties["spec"]
+			delete(spec.Properties, "sandboxClasses")
+			s.OpenAPIV3Schema.Properties["spec"] = spec
+		}
+	}
+	return crd, nil
+}
+
+// InstallCRD creates (or updates) the WorkerPool CRD — the old release's
+// when old — and waits, by watch, until it is Established. With old false
+// it is runbook step 1 (apply the new release's CRDs).
+func InstallCRD(ctx context.Context, cfg *rest.Config, old bool) error {
+	get := WorkerPoolCRD
+	if old {
+		get = OldWorkerPoolCRD
+	}
+	crd, err := get()
 	if err != nil {
 		return err
 	}

@@ -70,6 +70,10 @@ type Options struct {
 	// APIRollDowntime is how long nothing answers while the API server rolls
 	// to another era (DeployAPIServer); default DefaultAPIRollDowntime.
 	APIRollDowntime time.Duration
+	// OldCRD serves the WorkerPool CRD of a release before
+	// spec.sandboxClasses (OldWorkerPoolCRD): runbook step 1 not applied
+	// yet (`sim ate-setup apply-crds` applies it).
+	OldCRD bool
 }
 
 // DefaultEvictionWindow keeps the sim quick while leaving a person time to
@@ -103,6 +107,7 @@ const (
 	EnvAPIRollDown    = "ROLLBOOK_SIM_ATE_API_ROLL_DOWNTIME" // Go duration without an API server during a roll
 	EnvAteomExit      = "ROLLBOOK_SIM_ATE_ATEOM_EXIT"        // Go duration: ateom exits that soon after SIGTERM
 	EnvAteletHandoff  = "ROLLBOOK_SIM_ATE_ATELET_HANDOFF"    // Go duration a deleted atelet takes to exit
+	EnvCRD            = "ROLLBOOK_SIM_ATE_CRD"               // old: the WorkerPool CRD before sandboxClasses (step 1 not applied)
 )
 
 // FromEnv applies the ROLLBOOK_SIM_ATE_* overrides to o.
@@ -141,6 +146,16 @@ func (o Options) fromLookup(lookup func(string) (string, bool)) (Options, error)
 				return o, fmt.Errorf("%s=%q: want a duration", env, v)
 			}
 			*d = x
+		}
+	}
+	if v, ok := lookup(EnvCRD); ok && v != "" {
+		switch v {
+		case "old":
+			o.OldCRD = true
+		case "new":
+			o.OldCRD = false
+		default:
+			return o, fmt.Errorf("%s=%q: want old or new", EnvCRD, v)
 		}
 	}
 	if v, ok := lookup(EnvSyncSuspend); ok && v != "" {

@@ -8,6 +8,7 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -230,6 +231,9 @@ func TestOptionsFromEnv(t *testing.T) {
 	if o, err := base.fromLookup(env(map[string]string{EnvSyncSuspend: "on"})); err != nil || !o.SyncSuspend {
 		t.Fatalf("sync suspend: %+v %v", o, err)
 	}
+	if o, err := base.fromLookup(env(map[string]string{EnvCRD: "old"})); err != nil || !o.OldCRD {
+		t.Fatalf("old CRD: %+v %v", o, err)
+	}
 	if o, _ := base.fromLookup(env(map[string]string{EnvTraffic: "off"})); o.Traffic != nil {
 		t.Error("off kept traffic")
 	}
@@ -237,13 +241,38 @@ func TestOptionsFromEnv(t *testing.T) {
 		t.Error("on left traffic off")
 	}
 	for k, v := range map[string]string{EnvEra: "z", EnvEvictionWindow: "-1s", EnvTraffic: "sometimes", EnvAteomExit: "soon",
-		EnvAteletHandoff: "-3s", EnvSyncSuspend: "maybe"} {
+		EnvAteletHandoff: "-3s", EnvSyncSuspend: "maybe", EnvCRD: "v2"} {
 		if _, err := base.fromLookup(env(map[string]string{k: v})); err == nil {
 			t.Errorf("%s=%s accepted", k, v)
 		}
 	}
 	if d := (Options{}).withDefaults(); d.Era != fakesubstrate.EraC || d.EvictionWindow != DefaultEvictionWindow {
 		t.Errorf("defaults %+v", d)
+	}
+}
+
+// The old release's schema is the new one without spec.sandboxClasses:
+// the older spec.sandboxClass stays, and nothing else differs.
+func TestOldWorkerPoolCRD(t *testing.T) {
+	cur, err := WorkerPoolCRD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := OldWorkerPoolCRD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := func(c *apiextv1.CustomResourceDefinition) map[string]apiextv1.JSONSchemaProps {
+		return c.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties
+	}
+	if _, ok := spec(cur)["sandboxClasses"]; !ok {
+		t.Fatal("the current schema has no sandboxClasses")
+	}
+	if _, ok := spec(old)["sandboxClasses"]; ok {
+		t.Fatal("the old schema declares sandboxClasses")
+	}
+	if _, ok := spec(old)["sandboxClass"]; !ok || len(spec(old)) != len(spec(cur))-1 {
+		t.Fatalf("the old schema differs in more than sandboxClasses: %d fields, %d", len(spec(old)), len(spec(cur)))
 	}
 }
 

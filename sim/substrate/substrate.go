@@ -87,7 +87,7 @@ func (s *Substrate) install(ctx context.Context) error {
 		return fmt.Errorf("publish CA: %w", err)
 	}
 	s.cfg.Logf("substrate: CA published as ClusterTrustBundle (certificates.k8s.io/%s)", version)
-	if err := installCRD(ctx, s.cfg.RESTConfig); err != nil {
+	if err := InstallCRD(ctx, s.cfg.RESTConfig, s.cfg.OldCRD); err != nil {
 		return err
 	}
 	if s.cfg.Dir == "" {

@@ -16,6 +16,7 @@ func movePermissions(lockNS string) []cli.Permission {
 		{Verb: "get", Resource: "nodes"}, {Verb: "list", Resource: "nodes"}, {Verb: "patch", Resource: "nodes"},
 		{Verb: "list", Resource: "pods"}, {Verb: "delete", Resource: "pods"},
 		{Verb: "list", Group: "ate.dev", Resource: "workerpools"}, {Verb: "list", Group: "apps", Resource: "daemonsets"},
+		{Verb: "patch", Group: "apps", Resource: "daemonsets", Namespace: fleet.Namespace},
 		{Verb: "create", Resource: "events"},
 		{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: fleet.Namespace, Name: ateapi.DefaultServiceAccount},
 		{Verb: "create", Resource: "pods", Subresource: "portforward", Namespace: fleet.Namespace},

@@ -140,7 +140,15 @@ func printStatus(w io.Writer, s *campaign.Status) {
 	if len(s.Nodes) > 0 {
 		fmt.Fprintln(w, "\nIn progress:")
 		for _, n := range s.Nodes {
-			fmt.Fprintf(w, "  %s (at %s, %s): %s\n    to finish it: %s\n", n.Node, n.Version, n.Direction, n.Step, n.Next)
+			fmt.Fprintf(w, "  %s (at %s, %s): %s\n    to finish it: %s\n    to take it back: %s\n", n.Node, n.Version,
+				n.Direction, n.Step, n.Next, n.Back)
+		}
+	}
+	if len(s.Drained) > 0 {
+		fmt.Fprintln(w, "\nDrained with no move recorded (serving nothing new; there is no undrain):")
+		for _, d := range s.Drained {
+			fmt.Fprintf(w, "  %s: %d DRAINING worker(s) %s\n    to recover it: %s\n", d.Node, len(d.Workers),
+				fleet.Brief(d.Workers), d.Next())
 		}
 	}
 	switch {
@@ -154,6 +162,9 @@ func printStatus(w io.Writer, s *campaign.Status) {
 	}
 	for _, p := range c.Problems {
 		fmt.Fprintf(w, "%s %s\n", st.Bad("✗"), p)
+	}
+	if s.ControlPlane != "" {
+		fmt.Fprintf(w, "\n%s %s\n", st.Warn("!"), s.ControlPlane)
 	}
 	fmt.Fprintf(w, "\nNot observable (re-running them is safe): %s\n", strings.Join(s.Unobservable, "; "))
 	fmt.Fprintf(w, "Next: %s\n", st.Bold(s.Next))

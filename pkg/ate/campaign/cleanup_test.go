@@ -28,6 +28,8 @@ func TestCleanupClassifiesEveryKey(t *testing.T) {
 		"rollbook.dev/backup-of":         "on retire's backup ConfigMaps, the user's backups",
 		roll.LabelPullProbe:              "on the pull probe pods, which the roll deletes",
 		"rollbook.dev/ate-pull-probe-of": "on the pull probe pods, which the roll deletes",
+		fleet.AnnEveryNodeReached:        "on the NEW atelet DaemonSet: a fact the rollback's gate rests on, gone with it",
+		fleet.AnnControlPlaneReverted:    "on the NEW atelet DaemonSet: a fact the rollback's gate rests on, gone with it",
 	}
 	marks := []string{fleet.AnnMovingTo, fleet.AnnVerifyPending}
 	// The keys are written by every layer of ate.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -39,8 +40,10 @@ type NodeProgress struct {
 	Direction string `json:"direction"`
 	// Step is the node runbook's first step not done, and what it saw.
 	Step string `json:"step"`
-	// Next is the command that finishes the node.
+	// Next is the command that finishes the node; Back the one that takes
+	// it back the other way (a move that cannot finish still has a way out).
 	Next string `json:"next"`
+	Back string `json:"back"`
 }
 
 // Status is the whole picture `kubectl ate status` shows.
@@ -49,6 +52,9 @@ type Status struct {
 	Summary string         `json:"summary"`
 	Cluster *fleet.Cluster `json:"cluster"`
 	Nodes   []NodeProgress `json:"inProgress,omitempty"`
+	// Drained are nodes no move stands on whose workers are DRAINING with
+	// their pods still there: they serve nothing new until recover-node.
+	Drained []node.Drained `json:"drained,omitempty"`
 	// Counts of nodes per version label value ("" = unlabelled).
 	Counts map[string]int `json:"nodesPerVersion"`
 	// API facts; APIError says why they are missing. The two counts are
@@ -61,7 +67,10 @@ type Status struct {
 	APIError           string               `json:"apiError,omitempty"`
 	OldPoolPodsRunning int                  `json:"oldPoolPodsRunning"`
 	Unobservable       []string             `json:"unobservable"`
-	Next               string               `json:"next"`
+	// ControlPlane says, once every node reached NEW (as recorded then),
+	// that step 6 may have upgraded the control plane.
+	ControlPlane string `json:"controlPlane,omitempty"`
+	Next         string `json:"next"`
 }
 
 // MarshalJSON writes the actor counts as null when they were not read: a 0
@@ -101,6 +110,9 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *fleet.Cluste
 			return nil, err
 		}
 	}
+	// What cannot serve is not counted as serving or free (its pod's
+	// Ready condition says when its node is NotReady).
+	fleet.MarkDown(inv, pods, nil)
 	return InferStatus(c, pods, inv), nil
 }
 
@@ -112,6 +124,10 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 	s := &Status{Cluster: c, Counts: map[string]int{}, Unobservable: Unobservable}
 	for _, n := range c.Nodes {
 		s.Counts[n.Version]++
+	}
+	if when, ok := c.ControlPlaneMayBeNew(); ok {
+		s.ControlPlane = fmt.Sprintf("every node reached %s at %s: step 6 may have upgraded the control plane, so a rollback "+
+			"first needs deploy apiserver from the OLD checkout and --control-plane-reverted", c.New, when.UTC().Format(time.RFC3339))
 	}
 	if len(c.Problems) > 0 {
 		s.Phase, s.Summary = PhaseBlocked, strings.Join(c.Problems, "; ")
@@ -134,12 +150,14 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 		// With one atelet DaemonSet nothing is in progress, whatever the
 		// substrate says: after a rollback the deleted clones' workers stay
 		// registered as DRAINING until the eviction window ends.
-		for _, m := range node.NewLocator(c, pods, inv).HalfMoved() {
+		loc := node.NewLocator(c, pods, inv)
+		s.Drained = loc.Drained()
+		for _, m := range loc.HalfMoved() {
 			if m.Direction == node.Rollback {
 				back = append(back, m)
 			}
 			s.Nodes = append(s.Nodes, NodeProgress{Node: m.Node, Version: m.Version, Direction: m.Direction.String(),
-				Step: m.Step(), Next: m.Next()})
+				Step: m.Step(), Next: m.Next(), Back: m.Back()})
 			moves = append(moves, m)
 		}
 		var unpaired []string
@@ -159,18 +177,35 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 	if len(back) > 0 {
 		s.Phase, s.Summary = PhaseRollingBack, fmt.Sprintf("node %s is half-way back to %s; %d of %d nodes at %s", back[0].Node,
 			c.Old, len(c.NodesAt(c.New)), len(c.Nodes), c.New)
-		s.Next = back[0].Next() + "   (or kubectl ate rollback to roll every node back)"
-		return s
+		s.Next = back[0].Next() + "   (or kubectl ate rollback to roll every node back; or take the node forward again: " +
+			back[0].Back() + ")"
+		return s.withDrained()
 	}
 	// Where the roll stands is where its runbook is located (phase.go).
 	s.Phase, s.Summary, s.Next = phaseOf(fleetFacts{c: c, inv: inv, moves: moves, oldPodsRunning: s.OldPoolPodsRunning,
 		actorsOnOld: s.ActorsOnOldPools})
+	if s.Phase == PhaseRolling && len(moves) > 0 {
+		// The way on waits for what stopped the node; the way back does not.
+		s.Next = moves[0].Next() + "   (or take node " + moves[0].Node + " back: " + moves[0].Back() +
+			"; every node: kubectl ate rollback)"
+	}
 	if (s.Phase == PhaseCloned || s.Phase == PhaseRolling) && inv != nil && len(inv.Unreadable) > 0 {
 		// The next command would refuse: say why, and the fix first.
 		s.Summary += fmt.Sprintf("; the actors of atespace(s) %s cannot be read with this client's token, so no node may flip",
 			fleet.Brief(inv.UnreadableAtespaces()))
 		s.Next = "allow the client's identity to list, get and suspend actors in " + fleet.Brief(inv.UnreadableAtespaces()) +
 			" (the API server's authorization policy), then: " + s.Next
+	}
+	return s.withDrained()
+}
+
+// withDrained puts recover-node first in the next command while a node
+// serves nothing because its workers were drained with no move recorded.
+func (s *Status) withDrained() *Status {
+	if len(s.Drained) > 0 {
+		d := s.Drained[0]
+		s.Next = fmt.Sprintf("%s (its %d worker(s) are DRAINING with no move recorded: there is no undrain), then: %s",
+			d.Next(), len(d.Workers), s.Next)
 	}
 	return s
 }

@@ -29,6 +29,10 @@ type Atelet struct {
 	Ready     int32     `json:"ready"`
 	Created   time.Time `json:"created"`
 	Versioned bool      `json:"versioned"`
+	// Reached and Reverted are AnnEveryNodeReached and
+	// AnnControlPlaneReverted (zero: not recorded).
+	Reached  time.Time `json:"everyNodeReached,omitzero"`
+	Reverted time.Time `json:"controlPlaneReverted,omitzero"`
 }
 
 // Pool is one WorkerPool.
@@ -86,6 +90,10 @@ func (c *Cluster) ListedNode(name string) *corev1.Node {
 	}
 	return c.listed(name)
 }
+
+// ListedFull says whether the nodes were listed in full (their status
+// too), not as metadata.
+func (c *Cluster) ListedFull() bool { return c.listedFull }
 
 // FullNodes are the nodes in full (taints, labels): as listed, or listed
 // again when the cluster read them as metadata.
@@ -194,9 +202,34 @@ func ObserveClusterMeta(ctx context.Context, cs kubernetes.Interface, dyn dynami
 }
 
 func ateletOf(ds *appsv1.DaemonSet) Atelet {
-	return Atelet{Name: ds.Name, Version: ds.Labels[VersionLabel], Desired: ds.Status.DesiredNumberScheduled,
+	a := Atelet{Name: ds.Name, Version: ds.Labels[VersionLabel], Desired: ds.Status.DesiredNumberScheduled,
 		Ready: ds.Status.NumberReady, Created: ds.CreationTimestamp.Time,
 		Versioned: versionedName.MatchString(ds.Name) && ds.Labels[VersionLabel] != ""}
+	a.Reached, _ = time.Parse(time.RFC3339, ds.Annotations[AnnEveryNodeReached])
+	a.Reverted, _ = time.Parse(time.RFC3339, ds.Annotations[AnnControlPlaneReverted])
+	return a
+}
+
+// NewAtelet is the NEW atelet DaemonSet (nil before step 3).
+func (c *Cluster) NewAtelet() *Atelet {
+	for i := range c.Atelets {
+		if c.New != "" && c.Atelets[i].Version == c.New {
+			return &c.Atelets[i]
+		}
+	}
+	return nil
+}
+
+// ControlPlaneMayBeNew says whether step 6 may have upgraded the control
+// plane: every node reached NEW once (recorded when it happened, not
+// re-derived from nodes that may join later at OLD), and no rollback was
+// told since that the OLD API server is back; when says since when.
+func (c *Cluster) ControlPlaneMayBeNew() (when time.Time, ok bool) {
+	a := c.NewAtelet()
+	if a == nil || a.Reached.IsZero() || !a.Reverted.Before(a.Reached) {
+		return time.Time{}, false
+	}
+	return a.Reached, true
 }
 
 // PoolOf is the WorkerPool object u as the read model shows it.

@@ -6,7 +6,10 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 // The substrate facts the runbooks decide on, each written once. Pools are
@@ -52,6 +55,72 @@ func FreeWorkers(inv *ateapi.Inventory, pools []Pool, nodes map[string]bool) int
 		}
 	}
 	return n
+}
+
+// MarkDown marks (Worker.Down) each worker of inv that cannot serve
+// whatever the substrate says: its pod, found among pods by UID, is
+// Terminating, not Running (a Failed pod a kubelet eviction left) or not
+// Ready (the node lifecycle controller marks the pods of a NotReady node
+// so), or its node is one notReady names (with why). A worker whose pod
+// is not among pods is left as the substrate says: the pods were listed
+// at another moment, and a pod created since is not missing.
+func MarkDown(inv *ateapi.Inventory, pods []corev1.Pod, notReady map[string]string) {
+	if inv == nil {
+		return
+	}
+	byUID := make(map[string]*corev1.Pod, len(pods))
+	for i := range pods {
+		byUID[string(pods[i].UID)] = &pods[i]
+	}
+	for i := range inv.Workers {
+		w := &inv.Workers[i]
+		if why, down := notReady[w.Node]; down {
+			w.Down = "node " + w.Node + " NotReady (" + why + ")"
+			continue
+		}
+		p := byUID[w.Name]
+		switch {
+		case p == nil:
+		case p.DeletionTimestamp != nil:
+			w.Down = "pod " + p.Name + " Terminating"
+		case p.Status.Phase != corev1.PodRunning:
+			w.Down = "pod " + p.Name + " " + string(p.Status.Phase)
+			if p.Status.Reason != "" {
+				w.Down += " (" + p.Status.Reason + ")"
+			}
+		case !kube.PodReady(p):
+			w.Down = "pod " + p.Name + " not Ready"
+		}
+	}
+}
+
+// WithNodePods is pods with those on node (or of a worker there: scheduled
+// since pods was listed) replaced by onNode, read later.
+func WithNodePods(pods []corev1.Pod, node string, onNode []corev1.Pod) []corev1.Pod {
+	later := make(map[string]bool, len(onNode))
+	for i := range onNode {
+		later[string(onNode[i].UID)] = true
+	}
+	out := make([]corev1.Pod, 0, len(pods)+len(onNode))
+	for i := range pods {
+		if pods[i].Spec.NodeName != node && !later[string(pods[i].UID)] {
+			out = append(out, pods[i])
+		}
+	}
+	return append(out, onNode...)
+}
+
+// DownWorkers names the workers of pools (nil: any) MarkDown marked, with
+// why, for a refusal that says what it did not count.
+func DownWorkers(inv *ateapi.Inventory, pools map[string]bool) []string {
+	var out []string
+	for _, w := range inv.Workers {
+		if w.Down != "" && w.State == ateapi.WorkerActive && (pools == nil || pools[w.PoolKey()]) {
+			out = append(out, w.Name+" on "+w.Node+": "+w.Down)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // UnservedClones are the pools among old whose clone wants workers (it or

@@ -35,6 +35,16 @@ const (
 	// taking another node, so a canary that never brought up a new worker
 	// cannot let the roll go on.
 	AnnVerifyPending = "rollbook.dev/ate-verify-pending"
+	// AnnEveryNodeReached on the NEW atelet DaemonSet records when every
+	// node was first seen at its version (RFC3339): from then on step 6
+	// may have upgraded the control plane, whatever nodes join later at
+	// OLD (an autoscaler, an auto-repair), so a rollback moves no node
+	// until it is told the OLD API server is back.
+	AnnEveryNodeReached = "rollbook.dev/ate-every-node-reached"
+	// AnnControlPlaneReverted on the NEW atelet DaemonSet records when a
+	// rollback was told (--control-plane-reverted) that the OLD API server
+	// is back, or that step 6 never ran (RFC3339).
+	AnnControlPlaneReverted = "rollbook.dev/ate-control-plane-reverted"
 )
 
 // WorkerPoolGVR is the WorkerPool custom resource.

@@ -62,11 +62,22 @@ func (f nodeFacts) takingBack() bool {
 	return f.flipped() && (f.markedFrom() || f.markedTo() && f.verifyPending())
 }
 
+// replacing: the node is at cfg.To by a move not yet verified — taken back
+// (takingBack), or flipped to cfg.To and not yet seen to serve — so its
+// DRAINING workers of the target pools (stale) are that move's to replace.
+// A node that moved and was verified has no move recorded: workers drained
+// there afterwards are recover-node's.
+func (f nodeFacts) replacing() bool {
+	return f.flipped() && (f.takingBack() || f.verifyPending())
+}
+
 // stale are the node's DRAINING workers of the pools its version pins
-// whose pod still runs there: a move the other way drained them and there
-// is no undrain, so the node serves again only once their pods are
-// replaced. After an ordinary flip there are none: the node's workers of
-// the target pools are new.
+// whose pod still runs there: a move the other way drained them (and
+// maybe flipped the node and stopped before deleting their pods: a canary
+// whose new atelet never became Ready, rolled back) and there is no
+// undrain, so the node serves again only once their pods are replaced.
+// After an ordinary flip there are none: the node's workers of the target
+// pools are new.
 func (f nodeFacts) stale() []ateapi.Worker {
 	live := map[string]bool{}
 	for _, p := range f.podsOf(f.cfg.ToPools) {
@@ -243,10 +254,11 @@ func (f nodeFacts) unregistered() []string {
 }
 
 // capacity weighs the node's live actors against free workers elsewhere.
-// Taking a node back suspends only the actors on its drained workers, and
+// Past the flip (a node taken back, or flipped and its drained workers
+// still there) only the actors on its drained workers are suspended, and
 // the node keeps serving: they may resume on any free slot, its own too.
 func (f nodeFacts) capacity() ([]fleet.Need, bool) {
-	if f.takingBack() {
+	if f.flipped() {
 		live, _ := f.staleView().residents()
 		return fleet.Capacity(f.inv, f.cfg.Lineage, "", live)
 	}
@@ -274,6 +286,27 @@ func (f nodeFacts) toRecord() (string, bool) {
 	}
 	sort.Strings(all)
 	return strings.Join(all, ","), len(set) > n || !f.markedTo() || f.flipped() && !f.verifyPending()
+}
+
+// atespaces are the atespaces of the node's residents and of the actors
+// its workers name: those its move suspends in.
+func (f nodeFacts) atespaces() []string {
+	set := map[string]bool{}
+	live, crashed := f.residents()
+	for _, a := range append(live, crashed...) {
+		set[a.Atespace] = true
+	}
+	for _, w := range f.workers() {
+		for _, r := range w.Actors {
+			set[r.Atespace] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for a := range set {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // recorded are the actors AnnResidents names.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
@@ -29,9 +30,22 @@ type HalfMoved struct {
 
 // Next is the command that finishes the move, preceded by the label fix
 // when the node's actors have no atelet of their workers' version.
-func (m HalfMoved) Next() string {
-	cmd := "kubectl ate roll next-node"
+func (m HalfMoved) Next() string { return m.command(m.Direction) }
+
+// Back is the command that takes the move back: the other way's next-node
+// takes a node half-way this way first (the node runbook, run with the
+// sides swapped, undoes what the move did there), so a move that cannot
+// finish — an atelet that never becomes Ready — still has a way out.
+func (m HalfMoved) Back() string {
 	if m.Direction == Rollback {
+		return m.command(Roll)
+	}
+	return m.command(Rollback)
+}
+
+func (m HalfMoved) command(d Direction) string {
+	cmd := "kubectl ate roll next-node"
+	if d == Rollback {
 		cmd = "kubectl ate rollback next-node"
 	}
 	if m.Relabel != "" {
@@ -185,22 +199,38 @@ func (l *Locator) HalfMovedTo(s Sides) []HalfMoved {
 	return out
 }
 
-// Next picks the node to move s.From → s.To: a node half-way that way
-// first (there is no undrain, so a drained node must be finished), else the
-// first node still at s.From; "" when every node is at s.To. The rollback
-// takes a node the roll left half-way back first (the node runbook, run
-// NEW → OLD, undoes what the roll did there); the roll refuses while a
-// node is half-way back: finishing that one comes first.
+// Next picks the node to move s.From → s.To: a node half-way first (there
+// is no undrain, so a drained node must be finished) — one half-way this
+// way, else one half-way the other way, which the node runbook run this way
+// takes back (so from any stop both ways go on) — else the first node still
+// at s.From; "" when every node is at s.To.
 func (l *Locator) Next(s Sides) (string, error) {
 	moves := l.HalfMoved()
 	for _, m := range moves {
-		if m.To == s.To || s.From == l.c.New && m.Direction == Roll {
+		if m.To == s.To {
 			return m.Node, nil
 		}
 	}
 	if len(moves) > 0 {
-		m := moves[0]
-		return "", runbook.Blocked(fmt.Errorf("%s, the other way; nothing was changed. Finish it first: %s", m, m.Next()))
+		return moves[0].Node, nil
+	}
+	// A node whose every worker was drained with no move recorded already
+	// serves nothing new: moving it is the move; moving another would take
+	// a second node out of service. (A node drained in part still serves;
+	// the capacity guard weighs what it has left.)
+	var out []Drained
+	for _, d := range l.Drained() {
+		if d.Serving == 0 {
+			out = append(out, d)
+		}
+	}
+	for _, d := range out {
+		if l.version(d.Node) == s.From {
+			return d.Node, nil
+		}
+	}
+	if len(out) > 0 {
+		return "", drainedElsewhere(out[0], "")
 	}
 	for _, n := range l.c.Nodes { // sorted by name
 		if n.Version == s.From {
@@ -208,6 +238,92 @@ func (l *Locator) Next(s Sides) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// Named says whether node may be moved by name now: not while another
+// node stands half-way (one node at a time; there is no undrain) or serves
+// nothing new because every worker on it was drained with no move recorded.
+func (l *Locator) Named(node string) error {
+	if moves := l.HalfMoved(); len(moves) > 0 && moves[0].Node != node {
+		return runbook.Blocked(fmt.Errorf("%s: one node at a time, so finish it first with %s and no NODE, or name %s",
+			moves[0], moves[0].Next(), moves[0].Node))
+	}
+	for _, d := range l.Drained() {
+		if d.Node != node && d.Serving == 0 {
+			return drainedElsewhere(d, node)
+		}
+	}
+	return nil
+}
+
+func drainedElsewhere(d Drained, node string) error {
+	what := "moving a node now"
+	if node != "" {
+		what = "moving " + node
+	}
+	return runbook.Blocked(fmt.Errorf("node %s serves nothing new: its worker(s) %s are DRAINING with no move recorded (there is no "+
+		"undrain), and %s would take a second node out of service; nothing was changed. Recover it first: %s",
+		d.Node, fleet.Brief(d.Workers), what, d.Next()))
+}
+
+func (l *Locator) version(node string) string {
+	if n := l.nodes[node]; n != nil {
+		return n.Labels[fleet.VersionLabel]
+	}
+	return ""
+}
+
+// Drained is a node that no move stands half-way on whose workers are
+// DRAINING with their pods still running there: there is no undrain, so it
+// serves nothing new until those pods are replaced, which is recover-node's
+// job (a person drained it, or a run that recorded no move).
+type Drained struct {
+	Node    string   `json:"node"`
+	Workers []string `json:"workers"`
+	// Serving counts the node's workers that still take actors: none, and
+	// the node is out of service.
+	Serving int `json:"serving"`
+}
+
+// Next is the command that makes the node serve again.
+func (d Drained) Next() string { return "kubectl ate recover-node " + d.Node }
+
+// Drained are the nodes recover-node is the way out for: not half-way
+// either way, with DRAINING workers whose pod (one of the pools' pods the
+// Locator was given) is on the node and not being deleted.
+func (l *Locator) Drained() []Drained {
+	half := map[string]bool{}
+	for _, m := range l.HalfMoved() {
+		half[m.Node] = true
+	}
+	for _, n := range l.Unplaced() {
+		half[n] = true
+	}
+	var out []Drained
+	for _, n := range l.c.Nodes {
+		if half[n.Name] {
+			continue
+		}
+		live := map[string]bool{}
+		for _, p := range l.pods[n.Name] {
+			if _, pool := p.Labels[fleet.PoolLabel]; pool && p.DeletionTimestamp == nil && !kube.PodTerminal(&p) {
+				live[string(p.UID)] = true
+			}
+		}
+		d := Drained{Node: n.Name}
+		for _, w := range l.here[n.Name] {
+			switch {
+			case w.State == ateapi.WorkerDraining && live[w.Name]:
+				d.Workers = append(d.Workers, w.Name+" (pod "+w.Pod+")")
+			case w.State == ateapi.WorkerActive:
+				d.Serving++
+			}
+		}
+		if len(d.Workers) > 0 {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // RollSides is OLD → NEW.

@@ -44,8 +44,16 @@ func TestNextNodeResumesHalfMovedNodeFirst(t *testing.T) {
 		State: ateapi.WorkerDraining}}}
 	livePod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-w", UID: "w", Labels: map[string]string{fleet.PoolLabel: "p"}},
 		Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	if got := next([]corev1.Pod{livePod}, inv); got != "n0" {
-		t.Fatalf("a node drained with no move recorded is not half-moved: %s", got)
+	if l := NewLocator(c, []corev1.Pod{livePod}, inv); len(l.HalfMoved()) != 0 || len(l.Drained()) != 1 {
+		t.Fatalf("a node drained with no move recorded is not half-moved, it is drained: %v %v", l.HalfMoved(), l.Drained())
+	}
+	// It serves nothing new already: moving it is the move, and taking
+	// another node would put a second one out of service.
+	if got := next([]corev1.Pod{livePod}, inv); got != "n1" {
+		t.Fatalf("a drained node at OLD is taken first: %s", got)
+	}
+	if err := NewLocator(c, []corev1.Pod{livePod}, inv).Named("n0"); err == nil || !strings.Contains(err.Error(), "recover-node n1") {
+		t.Fatalf("naming another node while n1 is drained: %v", err)
 	}
 	c.Nodes[1].MovingTo = "v2"
 	if got := next([]corev1.Pod{livePod}, inv); got != "n1" {
@@ -61,17 +69,33 @@ func TestNextNodeResumesHalfMovedNodeFirst(t *testing.T) {
 	}
 	c.Nodes[1].MovingTo, c.Nodes[1].VerifyPending = "v1", "v1"
 	moves := NewLocator(c, []corev1.Pod{livePod}, inv).HalfMoved()
-	if len(moves) != 1 || moves[0].Node != "n1" || moves[0].Direction != Rollback || moves[0].StepID != "ate.node.replace-drained" {
-		t.Fatalf("n1 taken back, its workers not yet replaced: %+v", moves)
+	if len(moves) != 1 || moves[0].Node != "n1" || moves[0].Direction != Rollback || moves[0].StepID != "ate.node.release" {
+		t.Fatalf("n1 taken back, its mark not yet lifted: %+v", moves)
 	}
-	if _, err := NewLocator(c, []corev1.Pod{livePod}, inv).Next(roll); err == nil {
-		t.Fatal("roll next-node took a node while n1 is being taken back")
+	if moves[0].Next() != "kubectl ate rollback next-node" || moves[0].Back() != "kubectl ate roll next-node" {
+		t.Fatalf("n1's way on and way back: %q, %q", moves[0].Next(), moves[0].Back())
 	}
-	c.Nodes[1].MovingTo, c.Nodes[1].VerifyPending = "", ""
-	// A node half-way back (an interrupted rollback) is finished first, by
-	// the rollback: the roll refuses to take another node meanwhile.
+	// The roll takes no other node meanwhile: it takes n1 (the way back
+	// from the rollback's stop), never n0.
+	if n, err := NewLocator(c, []corev1.Pod{livePod}, inv).Next(roll); err != nil || n != "n1" {
+		t.Fatalf("roll next-node while n1 is being taken back: %q %v, want n1", n, err)
+	}
+	// Its mark lifted, the take-back is still recorded (verify pending):
+	// its drained workers are still to be replaced.
+	c.Nodes[1].MovingTo = ""
+	moves = NewLocator(c, []corev1.Pod{livePod}, inv).HalfMoved()
+	if len(moves) != 1 || moves[0].Node != "n1" || moves[0].StepID != "ate.node.atelet-ready" {
+		t.Fatalf("n1 taken back, unmarked: %+v", moves)
+	}
+	c.Nodes[1].VerifyPending = ""
+	if d := NewLocator(c, []corev1.Pod{livePod}, inv).Drained(); len(d) != 1 || d[0].Node != "n1" ||
+		d[0].Next() != "kubectl ate recover-node n1" {
+		t.Fatalf("n1 drained with no move recorded: %+v, want recover-node named", d)
+	}
+	// A node half-way back (an interrupted rollback) is finished first;
+	// the roll, asked, takes that node forward again, never another.
 	c.Nodes[2].MovingTo = "v1"
-	if _, err := NewLocator(c, nil, &ateapi.Inventory{}).Next(roll); err == nil || !strings.Contains(err.Error(), "rollback next-node") {
-		t.Fatalf("roll next-node with n2 half-way back: %v, want a refusal naming kubectl ate rollback next-node", err)
+	if n, err := NewLocator(c, nil, &ateapi.Inventory{}).Next(roll); err != nil || n != "n2" {
+		t.Fatalf("roll next-node with n2 half-way back: %q %v, want n2", n, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/kube"
 )
 
@@ -98,7 +99,7 @@ func (o *nodeObserver) read(ctx context.Context, name string, want nodePart) (no
 		}
 	}
 	if stale&partInv != 0 {
-		if f.inv, err = o.api.Inventory(ctx); err != nil {
+		if f.inv, err = o.inventory(ctx, name, f.pods); err != nil {
 			return f, err
 		}
 	}
@@ -106,6 +107,19 @@ func (o *nodeObserver) read(ctx context.Context, name string, want nodePart) (no
 	o.last = f
 	o.mu.Unlock()
 	return f, nil
+}
+
+// inventory reads the substrate's workers and actors, the workers that
+// cannot serve marked (Config.MarkDown) with pods, the node's as just read.
+func (o *nodeObserver) inventory(ctx context.Context, node string, pods []corev1.Pod) (*ateapi.Inventory, error) {
+	inv, err := o.api.Inventory(ctx)
+	o.mu.Lock()
+	mark := o.cfg.MarkDown
+	o.mu.Unlock()
+	if err == nil && mark != nil {
+		mark(inv, node, pods)
+	}
+	return inv, err
 }
 
 // saw hands f over to the next look, every part fresh: the step read it

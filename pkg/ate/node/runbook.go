@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -58,6 +59,13 @@ type Config struct {
 	// drained worker pods so their pools replace them there (the
 	// take-back); the returned func takes the declaration back.
 	ReplaceInPlace func(ctx context.Context, node string) (func(), error) `json:"-"`
+	// MarkDown (nil: nothing) marks, in each inventory the run reads, the
+	// workers that cannot serve whatever the substrate says (fleet.MarkDown),
+	// so capacity and "serving" weigh only workers that can. It is given
+	// the node's pods as the run read them with that inventory: the pick's
+	// list would keep a pod Pending there that has long been scheduled and
+	// serves.
+	MarkDown func(inv *ateapi.Inventory, node string, pods []corev1.Pod) `json:"-"`
 }
 
 // API is the part of the substrate client the node runbook uses.
@@ -68,6 +76,9 @@ type API interface {
 	GetActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
 	SuspendActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
 	RevertActor(ctx context.Context, atespace, name string) (ateapi.Actor, error)
+	// ProbeMove asks, with calls that change nothing, which calls of a
+	// move authorization refuses (ateapi.Client.ProbeMove).
+	ProbeMove(ctx context.Context, atespaces []string) ([]ateapi.Refusal, []string, error)
 }
 
 // Runbook moves one node from cfg.From to cfg.To — the runbook's step 5
@@ -105,7 +116,7 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 		},
 		Notes: nodeFacts.notes,
 		Steps: []runbook.Step[nodeFacts]{
-			b.mark(), b.drain(), b.suspend(), b.flip(), b.replaceStale(), b.release(), b.ateletReady(), b.deleteOldPods(), b.verify(),
+			b.mark(), b.drain(), b.suspend(), b.flip(), b.release(), b.ateletReady(), b.replaceStale(), b.deleteOldPods(), b.verify(),
 		},
 	}
 }
@@ -210,11 +221,23 @@ func capacityGuard() runbook.Guard[nodeFacts] {
 				return true, ""
 			}
 			needs, ok := f.capacity()
-			return ok, "not enough free actor slots on ACTIVE workers for the actors this node would suspend (" +
-				fleet.DescribeNeeds(needs) +
-				"); they would have nowhere to resume. Wait for workers to free up (kubectl ate status), or pass --wait"
+			why := "not enough free actor slots on ACTIVE workers for the actors this node would suspend (" +
+				fleet.DescribeNeeds(needs) + "); they would have nowhere to resume"
+			if down := fleet.DownWorkers(f.inv, lineagePools(f.cfg.Lineage)); len(down) > 0 {
+				why += "; not counted, as they cannot serve: " + fleet.Brief(down)
+			}
+			return ok, why + ". Wait for workers to free up (kubectl ate status), or pass --wait"
 		},
 	}
+}
+
+// lineagePools is the set of pool keys the lineages cover.
+func lineagePools(lineage map[string]string) map[string]bool {
+	out := make(map[string]bool, len(lineage))
+	for k := range lineage {
+		out[k] = true
+	}
+	return out
 }
 
 // visibleGuard keeps a node from being started or flipped while an
@@ -248,7 +271,9 @@ func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 		ID: "ate.node.mark", Title: "Record the move",
 		Doc: "Annotate the node " + fleet.AnnMovingTo + "=<target version>, with the actors living there in " + AnnResidents +
 			", before anything on it changes: from then on the node is known to be half-way from the node itself, and " +
-			"the flip reads each recorded actor directly.",
+			"the flip reads each recorded actor directly. Before the mark, calls on names that cannot exist prove that " +
+			"the control API lets this client drain a worker and list and suspend actors in every atespace the move " +
+			"touches; a refusal names what to grant and nothing is written.",
 		Done: func(f nodeFacts) (bool, string) {
 			switch {
 			case f.flipped() && f.markedFrom():
@@ -263,6 +288,11 @@ func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 		Guards: []runbook.Guard[nodeFacts]{visibleGuard(), capacityGuard(), paceGuard()},
 		Plan:   nodeFacts.recordChange,
 		Act: func(ctx context.Context, f nodeFacts) error {
+			// Ask before you mark: the mark is the first write to the
+			// node, and a call refused after it leaves the node half-way.
+			if err := askFirst(ctx, b.o.api, f.node.Name, f.atespaces()); err != nil {
+				return err
+			}
 			if err := b.record(ctx, f); err != nil {
 				return err
 			}
@@ -272,6 +302,27 @@ func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 			return nil
 		},
 	}
+}
+
+// askFirst proves, with calls that change nothing, that the control API
+// lets this client make every call a node's move makes (DrainWorker; in
+// every atespace, those given and every one the server lists: ListActors
+// and SuspendActor), before the first write to the node; a refusal names
+// what to grant.
+func askFirst(ctx context.Context, api API, node string, atespaces []string) error {
+	refused, _, err := api.ProbeMove(ctx, atespaces)
+	if err != nil || len(refused) == 0 {
+		return err
+	}
+	var calls []string
+	for _, r := range refused {
+		calls = append(calls, r.String())
+	}
+	list := strings.Join(calls, ", ")
+	return runbook.Blocked(fmt.Errorf("the control API's authorization refuses this client %s, which moving node %s needs "+
+		"(an atespace it may not list hides the actors living there, paused ones too); nothing was written to the node. "+
+		"Allow the client's identity (the ate-client ServiceAccount, or the --ate-token-file token's) %s in the API "+
+		"server's authorization policy, or use a token that may, then re-run", list, node, list))
 }
 
 func (b *nodeBuilder) drain() runbook.Step[nodeFacts] {

@@ -55,8 +55,8 @@ func TestNodeStepsFromFacts(t *testing.T) {
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready}}
 	restarting := atelet // the same atelet after a restart, not Ready yet
 	restarting.Status = corev1.PodStatus{Phase: corev1.PodPending}
-	all := []string{"ate.node.mark", "ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.replace-drained", "ate.node.release",
-		"ate.node.atelet-ready", "ate.node.delete-old-pods", "ate.node.verify"}
+	all := []string{"ate.node.mark", "ate.node.drain", "ate.node.suspend", "ate.node.flip", "ate.node.release",
+		"ate.node.atelet-ready", "ate.node.replace-drained", "ate.node.delete-old-pods", "ate.node.verify"}
 	worker := func(uid, pool string, st ateapi.WorkerState, node string) ateapi.Worker {
 		return ateapi.Worker{Name: uid, Namespace: "ns", Pool: pool, Pod: pool + "-" + uid, Node: node, State: st}
 	}
@@ -95,7 +95,7 @@ func TestNodeStepsFromFacts(t *testing.T) {
 			want{all[:3], "", 0}},
 		{"flipped, the flip's cordon still on", cordoned("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
-			want{all[:5], "", 0}},
+			want{all[:4], "", 0}},
 		{"flipped, atelet Ready, old pod left", node("v2"), []corev1.Pod{pod("u1", "small", true), atelet},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerDraining, "n1")}, nil, false,
 			want{all[:7], "", 0}},
@@ -130,9 +130,9 @@ func TestNodeStepsFromFacts(t *testing.T) {
 			want{all, "", 0}},
 		{"moved but for a pod of the old pool left: the atelet's restart counts", node("v2"),
 			[]corev1.Pod{pod("u1", "small", true), restarting}, nil, nil, false,
-			want{all[:6], "", 0}},
+			want{all[:5], "", 0}},
 		{"flipped, not yet verified, its atelet restarting", unverified("v2"), []corev1.Pod{restarting}, nil, nil, false,
-			want{all[:6], "", 0}},
+			want{all[:5], "", 0}},
 		{"marked, killed before the first DrainWorker: past the first step", marked("v1"), []corev1.Pod{pod("u1", "small", true)},
 			[]ateapi.Worker{worker("u1", "small", ateapi.WorkerActive, "n1")}, []ateapi.Actor{running}, true,
 			want{all[:1], "", 0}},

@@ -65,7 +65,7 @@ func (b *nodeBuilder) ateletReady() runbook.Step[nodeFacts] {
 			if err == nil {
 				if g.node, err = cs.CoreV1().Nodes().Get(ctx, f.node.Name, metav1.GetOptions{}); err == nil {
 					if kube.NodeReady(g.node) {
-						if g.inv, err = o.api.Inventory(ctx); err == nil {
+						if g.inv, err = o.inventory(ctx, g.node.Name, g.pods); err == nil {
 							o.saw(g)
 						}
 					} else {
@@ -226,7 +226,7 @@ func (b *nodeBuilder) deleteOldPods() runbook.Step[nodeFacts] {
 				}
 				return err
 			}
-			if g.inv, err = o.api.Inventory(ctx); err != nil {
+			if g.inv, err = o.inventory(ctx, g.node.Name, g.pods); err != nil {
 				return err
 			}
 			o.saw(g)
@@ -332,7 +332,7 @@ func (b *nodeBuilder) verify() runbook.Step[nodeFacts] {
 				}
 				ready, total := g.toPodsReady()
 				if ready == total {
-					if g.inv, err = o.api.Inventory(ctx); err != nil {
+					if g.inv, err = o.inventory(ctx, g.node.Name, g.pods); err != nil {
 						return err
 					}
 					if ok, why := g.toVerified(); ok {
@@ -377,29 +377,34 @@ func (p *podNames) Record(_ context.Context, obj corev1.ObjectReference, _ bool,
 	p.names = append(p.names, fmt.Sprintf("%s/%s (uid %s)", obj.Namespace, obj.Name, obj.UID))
 }
 
-// replaceStale is the take-back's own step: a move the other way drained
-// the node's workers and never flipped it, so they must be replaced before
-// the node serves its version again (there is no undrain). After an
+// replaceStale replaces the node's drained workers of its own version
+// when a move left them there and there is no undrain: a move the other
+// way drained them and never flipped the node (taken back), or flipped it
+// and stopped before deleting their pods (the canary whose new atelet never
+// became Ready, rolled back). It runs once the target version's atelet is
+// Ready, so a suspend of an actor still on them reaches it. After an
 // ordinary flip it has nothing to do.
 func (b *nodeBuilder) replaceStale() runbook.Step[nodeFacts] {
 	o, cs, rec := b.o, b.o.cs, b.rec
 	return runbook.Step[nodeFacts]{
 		ID: "ate.node.replace-drained", Title: "Replace the node's drained workers of its own version",
-		Doc: "For a node a move the other way left half-way before its flip (its workers DRAINING, maybe the flip's cordon " +
-			"on): lift the flip's cordon, suspend the actors still on the drained workers (as the suspend step does), and " +
-			"delete those workers' pods, so their Deployments replace them with workers that take actors; the verify step " +
-			"then waits for the replacements on the node to serve. After an ordinary flip the node's workers of the target " +
-			"pools are new, and there is nothing to do.",
+		Doc: "For a node a move left with DRAINING workers of the version it is now at — a move the other way drained it " +
+			"and never flipped it, or flipped it and stopped before deleting their pods (a canary whose new atelet never " +
+			"became Ready, rolled back) — once that version's atelet is Ready: lift the flip's cordon, suspend the actors " +
+			"still on the drained workers (as the suspend step does), and delete those workers' pods (declared on the Lease " +
+			"as rollbook.dev/recovering-node until they are gone), so their Deployments " +
+			"replace them with workers that take actors; the verify step then waits for the replacements on the node to " +
+			"serve. After an ordinary flip the node's workers of the target pools are new, and there is nothing to do.",
 		Timeout: b.cfg.SuspendTimeout,
 		Guards:  []runbook.Guard[nodeFacts]{capacityGuard()},
 		Done: func(f nodeFacts) (bool, string) {
 			if !f.flipped() {
 				return false, "node not flipped yet"
 			}
-			if !f.takingBack() {
+			if !f.replacing() {
 				// Workers drained with no move recorded are recover-node's:
-				// the mark is a move's only record.
-				return true, "no move the other way recorded on the node"
+				// the marks are a move's only record.
+				return true, "no move recorded on the node"
 			}
 			s := f.stale()
 			return len(s) == 0, fmt.Sprintf("%d DRAINING worker(s) of the %s pools with their pod still on the node", len(s),
@@ -439,17 +444,43 @@ func (b *nodeBuilder) replaceStale() runbook.Step[nodeFacts] {
 			var pods []idlePod
 			for _, w := range stale {
 				pods = append(pods, idlePod{ref: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: w.Namespace,
-					Name: w.Pod}, uid: types.UID(w.Name), why: fmt.Sprintf("worker %s on node %s was drained by a move to %s that "+
-					"is being taken back, and there is no undrain; its pool replaces the pod", w.Name, f.node.Name, f.cfg.From)})
+					Name: w.Pod}, uid: types.UID(w.Name), why: fmt.Sprintf("worker %s on node %s was drained by a move that did "+
+					"not finish, and there is no undrain; its pool replaces the pod", w.Name, f.node.Name)})
 			}
-			if b.cfg.ReplaceInPlace != nil && len(pods) > 0 {
-				undo, err := b.cfg.ReplaceInPlace(ctx, f.node.Name)
-				if err != nil {
-					return err
+			if b.cfg.ReplaceInPlace == nil || len(pods) == 0 {
+				return evac.deleteIdle(ctx, cs, rec, pods, "Re-run to suspend it")
+			}
+			undo, err := b.cfg.ReplaceInPlace(ctx, f.node.Name)
+			if err != nil {
+				return err
+			}
+			defer undo()
+			if err := evac.deleteIdle(ctx, cs, rec, pods, "Re-run to suspend it"); err != nil {
+				return err
+			}
+			// The declaration holds until the pods are gone: a deletion
+			// lasts until then, and one judged after the declaration was
+			// taken back is a pinned pod deleted on a node at its version.
+			// A node whose kubelet is down finishes no deletion.
+			ctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			go kube.CancelOnNodeDown(ctx, cancel, cs, func(context.Context) string { return f.node.Name })
+			gone := map[types.UID]bool{}
+			for _, p := range pods {
+				gone[p.uid] = true
+			}
+			_, err = o.pods(ctx, f.node.Name).until(ctx, func(ps []corev1.Pod) bool {
+				for i := range ps {
+					if gone[ps[i].UID] {
+						return false
+					}
 				}
-				defer undo()
+				return true
+			})
+			if err != nil && context.Cause(ctx) != nil {
+				return fmt.Errorf("the drained worker pods on %s are not gone: %w", f.node.Name, context.Cause(ctx))
 			}
-			return evac.deleteIdle(ctx, cs, rec, pods, "Re-run to suspend it")
+			return err
 		},
 	}
 }

@@ -3,6 +3,7 @@ package roll
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"sort"
 	"strings"
@@ -110,13 +111,27 @@ type ClonePlan struct {
 	Name   string
 	Image  string
 	Object *unstructured.Unstructured
+	// Schema is the served WorkerPool schema the plan was made for (nil:
+	// unknown; what is stored is then only read back).
+	Schema *fleet.Schema
 }
 
-// PlanClones builds the clone of every OLD-pinned pool that has none:
-// same namespace and labels, the whole spec copied, the new image and the
-// NEW pin; never status, uid, resourceVersion or managedFields. imageFor
-// picks the image per sandbox class.
+// PlanClones is PlanClonesFor with the served schema unknown.
 func PlanClones(c *fleet.Cluster, images Images) ([]ClonePlan, error) {
+	return PlanClonesFor(c, images, nil)
+}
+
+// PlanClonesFor builds the clone of every OLD-pinned pool that has none:
+// same namespace and labels, the whole spec copied, the new image and the
+// NEW pin; never status, uid, resourceVersion or managedFields. images
+// picks the image per sandbox class. The clone names its image and class
+// in the fields the served schema declares (s; nil: as its source does):
+// a field the schema does not declare is pruned on write, so a clone of a
+// microvm pool written with spec.sandboxClasses under a schema without it
+// would be stored with no class and serve the default one. A clone that
+// still needs a field the schema lacks is refused: the new release's CRDs
+// are not applied (runbook step 1).
+func PlanClonesFor(c *fleet.Cluster, images Images, s *fleet.Schema) ([]ClonePlan, error) {
 	if c.New == "" {
 		return nil, fmt.Errorf("there is no NEW atelet DaemonSet yet: deploy the new atelet first (ate-setup deploy atelet)")
 	}
@@ -144,23 +159,70 @@ func PlanClones(c *fleet.Cluster, images Images) ([]ClonePlan, error) {
 		}}
 		obj.SetLabels(p.Labels)
 		obj.SetAnnotations(map[string]string{fleet.AnnClonedFrom: p.Key()})
-		_ = unstructured.SetNestedField(obj.Object, img, "spec", "workerImage")
+		imageField := "workerImage"
+		if s != nil && !s.Has("spec", "workerImage") && s.Has("spec", "ateomImage") {
+			imageField = "ateomImage" // a release before the rename
+		}
+		unstructured.RemoveNestedField(obj.Object, "spec", "workerImage")
 		unstructured.RemoveNestedField(obj.Object, "spec", "ateomImage")
+		_ = unstructured.SetNestedField(obj.Object, img, "spec", imageField)
 		_ = unstructured.SetNestedField(obj.Object, c.New, "spec", "template", "nodeSelector", fleet.VersionLabel)
-		if _, has, _ := unstructured.NestedSlice(obj.Object, "spec", "sandboxClasses"); !has && p.SandboxClass != "" {
+		_, hasClasses, _ := unstructured.NestedSlice(obj.Object, "spec", "sandboxClasses")
+		if !hasClasses && p.SandboxClass != "" && s != nil && s.Has("spec", "sandboxClasses") {
 			_ = unstructured.SetNestedSlice(obj.Object, []any{map[string]any{"name": p.SandboxClass}}, "spec", "sandboxClasses")
 			unstructured.RemoveNestedField(obj.Object, "spec", "sandboxClass")
 		}
-		plans = append(plans, ClonePlan{From: p, Name: obj.GetName(), Image: img, Object: obj})
+		if s != nil {
+			cs, _, _ := unstructured.NestedMap(obj.Object, "spec")
+			if lost := s.Pruned(cs, "spec"); len(lost) > 0 {
+				return nil, fmt.Errorf("the served WorkerPool schema (CRD %s) does not declare %s, which the clone of %s needs: "+
+					"a write would drop it. Apply the new release's CRDs first (runbook step 1: kubectl apply -f "+
+					"manifests/ate-install/generated from its checkout), then re-run", fleet.WorkerPoolCRDName, fleet.Brief(lost), p.Key())
+			}
+		}
+		plans = append(plans, ClonePlan{From: p, Name: obj.GetName(), Image: img, Object: obj, Schema: s})
 	}
 	return plans, nil
 }
 
-// CreateClone creates the clone, or verifies one that exists: a clone must
-// never be edited or overwritten, so a mismatch is reported, not fixed.
+// CloneDiff names every way clone differs from its source beyond what a
+// clone changes — the image, the pin, and how the served schema spells the
+// sandbox class (the class itself must stay) — field by field, and its
+// labels (the scheduler matches actors by them); s, when known, lets a
+// field the schema defaults appear on the clone alone.
+func CloneDiff(source, clone fleet.Pool, s *fleet.Schema) []string {
+	var out []string
+	if a, b := classOf(source), classOf(clone); a != b {
+		out = append(out, fmt.Sprintf("sandbox class: %s in the source, %s in the clone", a, b))
+	}
+	if !maps.Equal(source.Labels, clone.Labels) {
+		out = append(out, fmt.Sprintf("labels: %v in the source, %v in the clone", source.Labels, clone.Labels))
+	}
+	if source.Object == nil || clone.Object == nil {
+		return out
+	}
+	ss, _, _ := unstructured.NestedMap(source.Object.Object, "spec")
+	cs, _, _ := unstructured.NestedMap(clone.Object.Object, "spec")
+	return append(out, fleet.SpecDiff(ss, cs, s, "workerImage", "ateomImage", "sandboxClass", "sandboxClasses",
+		"template.nodeSelector."+fleet.VersionLabel)...)
+}
+
+// classOf is the pool's sandbox class, gvisor when it names none (the
+// older field's default).
+func classOf(p fleet.Pool) string {
+	if p.SandboxClass == "" {
+		return "gvisor"
+	}
+	return p.SandboxClass
+}
+
+// CreateClone creates the clone and reads back what was stored: it must
+// differ from its source only in image and pin (CloneDiff), or it is
+// reported, not fixed — rollbook never edits a pool. An existing clone is
+// verified the same way, never overwritten.
 func CreateClone(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, p ClonePlan) error {
 	res := dyn.Resource(fleet.WorkerPoolGVR).Namespace(p.From.Namespace)
-	_, err := res.Create(ctx, p.Object, metav1.CreateOptions{})
+	stored, err := res.Create(ctx, p.Object, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		cur, gerr := res.Get(ctx, p.Name, metav1.GetOptions{})
 		if gerr != nil {
@@ -171,7 +233,7 @@ func CreateClone(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, 
 			return runbook.Blocked(fmt.Errorf("WorkerPool %s/%s already exists with pin %q and image %q, not %q and %q; rollbook does "+
 				"not edit pools — rename or delete it", p.From.Namespace, p.Name, got.Pin, got.Image, pinOf(p.Object), p.Image))
 		}
-		return nil
+		return storedAsPlanned(p, cur)
 	}
 	message := fmt.Sprintf("cloned from %s with image %s, pinned to %s", p.From.Key(), p.Image, pinOf(p.Object))
 	if err != nil {
@@ -188,7 +250,24 @@ func CreateClone(ctx context.Context, dyn dynamic.Interface, rec kube.Recorder, 
 		return fmt.Errorf("create WorkerPool %s/%s: %w", p.From.Namespace, p.Name, err)
 	}
 	rec.Record(ctx, fleet.PoolRef(p.From.Namespace, p.Name), false, "PoolCloned", message)
-	return nil
+	return storedAsPlanned(p, stored)
+}
+
+// storedAsPlanned reads back the clone as the API server stored it (after
+// its schema pruned and defaulted it, and admission had its say).
+func storedAsPlanned(p ClonePlan, stored *unstructured.Unstructured) error {
+	got := fleet.PoolOf(stored)
+	diff := CloneDiff(p.From, got, p.Schema)
+	if got.Image != p.Image {
+		diff = append(diff, fmt.Sprintf("image: %s planned, %s stored", p.Image, fleet.OrNone(got.Image)))
+	}
+	if len(diff) == 0 {
+		return nil
+	}
+	return runbook.Blocked(fmt.Errorf("the clone %s/%s as stored differs from its source %s: %s. Rollbook does not edit pools: find what "+
+		"changed it (a served CRD schema older than the new release's — runbook step 1, kubectl apply -f manifests/ate-install/"+
+		"generated —, an admission webhook), delete the clone before any node is at NEW (kubectl delete workerpool -n %s %s) "+
+		"and re-run", p.From.Namespace, p.Name, p.From.Key(), strings.Join(diff, "; "), p.From.Namespace, p.Name))
 }
 
 func pinOf(u *unstructured.Unstructured) string {

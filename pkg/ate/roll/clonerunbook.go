@@ -60,7 +60,11 @@ func (b *cloneBuilder) observe(ctx context.Context) (cloneFacts, error) {
 		return cloneFacts{}, err
 	}
 	f := cloneFacts{c: c, deployments: map[string]int{}, running: map[string]int{}}
-	f.plans, f.err = PlanClones(c, b.images)
+	schema, err := fleet.ReadSchema(ctx, b.dyn)
+	if err != nil {
+		return f, err
+	}
+	f.plans, f.err = PlanClonesFor(c, b.images, schema)
 	deps, err := b.cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: fleet.PoolLabel})
 	if err != nil {
 		return f, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -84,6 +85,7 @@ func (r *NodeRoll) Nodes(ctx context.Context) iter.Seq[runbook.Target] {
 		defer r.run.Close()
 		for first := true; ; first = false {
 			if !first && (!r.o.All || r.o.DryRun || r.o.Node != "") {
+				r.settle(ctx)
 				return
 			}
 			target, err := r.pick(ctx)
@@ -122,18 +124,40 @@ func (r *NodeRoll) pick(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Nothing is weighed that cannot serve: a worker whose pod is not
+	// Running and Ready, or whose node is NotReady, is neither free nor
+	// serving, whatever the substrate says (as this pick read them).
+	notReady := map[string]string{}
+	if c.ListedFull() {
+		for _, n := range c.NodeObjects() {
+			if why, down := kube.NodeNotReadyReason(&n); down {
+				notReady[n.Name] = why
+			}
+		}
+	}
+	fleet.MarkDown(inv, pods, notReady)
 	loc := node.NewLocator(c, pods, inv)
 	target := o.Node
 	if target == "" {
-		if target, err = loc.Next(r.sides); err != nil || target == "" {
+		if target, err = loc.Next(r.sides); err != nil {
 			return "", err
 		}
-	} else if moves := loc.HalfMoved(); len(moves) > 0 && moves[0].Node != target {
-		return "", runbook.Blocked(fmt.Errorf("%s: one node at a time, so finish it first with %s and no NODE, or name %s",
-			moves[0], moves[0].Next(), moves[0].Node))
+		if target == "" {
+			if o.Direction == node.Roll && !o.DryRun {
+				return "", RecordEveryNodeReached(ctx, cl.Client, cl.Recorder, c)
+			}
+			return "", nil
+		}
+	} else if err := loc.Named(target); err != nil {
+		return "", err
 	}
 	cfg := o.Config
 	cfg.Sides = r.sides
+	// During the node's run its own pods are read with each inventory;
+	// the other nodes' stay as this pick read them.
+	cfg.MarkDown = func(inv *ateapi.Inventory, name string, nodePods []corev1.Pod) {
+		fleet.MarkDown(inv, fleet.WithNodePods(pods, name, nodePods), notReady)
+	}
 	cfg.Pace = node.LatestPace(c.NodeObjects())
 	// The node was just listed in full: the first look starts from it
 	// (its pods and the inventory are read then).
@@ -153,11 +177,8 @@ func (r *NodeRoll) way(ctx context.Context, c *fleet.Cluster) (node.Sides, error
 		if len(c.Problems) > 0 {
 			return node.Sides{}, runbook.Blocked(fmt.Errorf("the rollback cannot proceed: %s", strings.Join(c.Problems, "; ")))
 		}
-		if c.New != "" && c.AllAt(c.New) && !r.o.ControlPlaneReverted {
-			first := ControlPlaneFirst(c.Old)
-			return node.Sides{}, runbook.Blocked(fmt.Errorf("every node is at %s, so step 6 may have upgraded the control plane; "+
-				"nothing was changed. From a checkout of the OLD release run:\n    %s\nthen re-run with --control-plane-reverted "+
-				"(pass it too if step 6 never ran)", c.New, first.Command))
+		if err := r.controlPlaneFirst(ctx, c); err != nil {
+			return node.Sides{}, err
 		}
 		return node.RollbackSides(c)
 	}
@@ -184,6 +205,56 @@ func (r *NodeRoll) way(ctx context.Context, c *fleet.Cluster) (node.Sides, error
 		return node.Sides{}, err
 	}
 	return node.RollSides(c)
+}
+
+// controlPlaneFirst refuses to move a node back while step 6 may have
+// upgraded the control plane — every node reached NEW once, as recorded
+// then (a node that joined at OLD since does not undo it) — unless the run
+// is told the OLD API server is back, which it records.
+func (r *NodeRoll) controlPlaneFirst(ctx context.Context, c *fleet.Cluster) error {
+	if c.New == "" {
+		return nil
+	}
+	if !r.o.DryRun {
+		if err := RecordEveryNodeReached(ctx, r.c.Client, r.c.Recorder, c); err != nil {
+			return err
+		}
+	}
+	when, mayBeNew := c.ControlPlaneMayBeNew()
+	if !mayBeNew && !c.AllAt(c.New) {
+		return nil
+	}
+	if r.o.ControlPlaneReverted {
+		if mayBeNew && !r.o.DryRun {
+			return RecordControlPlaneReverted(ctx, r.c.Client, r.c.Recorder, c)
+		}
+		return nil
+	}
+	since := "every node is at " + c.New
+	if mayBeNew && !c.AllAt(c.New) {
+		since = fmt.Sprintf("every node reached %s at %s (recorded on DaemonSet %s; %d node(s) at %s now, which joined or moved "+
+			"back since)", c.New, when.Format(time.RFC3339), c.NewAtelet().Name, len(c.NodesAt(c.Old)), c.Old)
+	}
+	first := ControlPlaneFirst(c.Old)
+	return runbook.Blocked(fmt.Errorf("%s, so step 6 may have upgraded the control plane; nothing was changed. From a checkout "+
+		"of the OLD release run:\n    %s\nthen re-run with --control-plane-reverted (pass it too if step 6 never ran)", since,
+		first.Command))
+}
+
+// settle records, after a run that moved one node, that every node is at
+// NEW if it now is: the fact the rollback's "control plane first" rests on
+// is written when it becomes true.
+func (r *NodeRoll) settle(ctx context.Context) {
+	if r.o.Direction != node.Roll || r.o.DryRun || r.o.Node == "" && r.o.All {
+		return
+	}
+	c, err := fleet.ObserveCluster(ctx, r.c.Client, r.c.Dynamic)
+	if err == nil {
+		err = RecordEveryNodeReached(ctx, r.c.Client, r.c.Recorder, c)
+	}
+	if err != nil {
+		r.o.Say("could not record whether every node is at the new version: %v (the next run records it)", err)
+	}
 }
 
 // rollHealth is the soak's check: no actor CRASHED, and every worker of the

@@ -2,6 +2,7 @@ package roll
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
@@ -25,7 +26,11 @@ func RollPreconditions(c *fleet.Cluster, deployments fleet.PoolDeployments, allo
 	if c.New == "" {
 		return out
 	}
-	var unpinned, unpaired, undeployed, failing, unplaceable []string
+	var unpinned, unpaired, undeployed, failing, unplaceable, unlike []string
+	byKey := map[string]fleet.Pool{}
+	for _, p := range c.Pools {
+		byKey[p.Key()] = p
+	}
 	failingNS := map[string]bool{}
 	for _, p := range c.ServingPools() {
 		if p.Pin != c.Old {
@@ -37,6 +42,15 @@ func RollPreconditions(c *fleet.Cluster, deployments fleet.PoolDeployments, allo
 			continue
 		}
 		clone := p.Namespace + "/" + p.CloneName
+		if cp, ok := byKey[clone]; ok {
+			// What the actors are matched by and run in must carry over: a
+			// class lost on write serves the default one.
+			if a, b := classOf(p), classOf(cp); a != b {
+				unlike = append(unlike, fmt.Sprintf("%s: sandbox class %s, its source %s %s", clone, b, p.Key(), a))
+			} else if !maps.Equal(p.Labels, cp.Labels) {
+				unlike = append(unlike, fmt.Sprintf("%s: labels %v, its source %s %v", clone, cp.Labels, p.Key(), p.Labels))
+			}
+		}
 		if deployments.Count[clone] == 0 {
 			undeployed = append(undeployed, clone)
 		}
@@ -54,6 +68,9 @@ func RollPreconditions(c *fleet.Cluster, deployments fleet.PoolDeployments, allo
 		"kubectl ate preflight --pin-pools (only while no actor is on the pool's workers)")
 	add("every serving pool has a clone pinned to NEW ("+c.New+")", len(unpaired) == 0, "no clone: "+fleet.Brief(unpaired),
 		"kubectl ate roll clone-pools --image CLASS=REF@sha256:… (the actors suspended off a node need a new-pool worker to resume on)")
+	add("every clone keeps its source's sandbox class and labels", len(unlike) == 0, strings.Join(unlike, "; "),
+		"before any node is at NEW: delete the clone (kubectl delete workerpool -n NS NAME) and clone again; a class lost on "+
+			"write means the served WorkerPool CRD is older than the new release's: apply it first (runbook step 1)")
 	add("every clone has its Deployment", len(undeployed) == 0, "no Deployment: "+fleet.Brief(undeployed),
 		"is ate-controller running? It renders each WorkerPool into a Deployment")
 	// A clone whose pods cannot even be created serves nowhere once nodes

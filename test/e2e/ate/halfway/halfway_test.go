@@ -88,8 +88,12 @@ func TestStatusAndTheNextCommandAgreeOnTheHalfwayNode(t *testing.T) {
 		s.Phase != campaign.PhaseRollingBack || !strings.Contains(s.Next, "rollback next-node") {
 		t.Fatalf("status after a rollback killed after its mark: phase %s, next %q, %+v", s.Phase, s.Next, n)
 	}
-	// The roll may not take another node out of service meanwhile.
-	atetest.ExpectRefused(t, ctx, "kubectl ate rollback next-node", "roll", "next-node")
+	// The roll may not take another node out of service meanwhile: named,
+	// another node is refused, naming the half-way node and both ways on.
+	if n.Back != "kubectl ate roll next-node" {
+		t.Fatalf("status should name the way back from the rollback's stop: %q", n.Back)
+	}
+	atetest.ExpectRefused(t, ctx, "node kwok-node-1 is half-moved", "roll", "next-node", "kwok-node-0")
 	node0, err := c.Client.CoreV1().Nodes().Get(ctx, "kwok-node-0", metav1.GetOptions{})
 	if err != nil || node0.Spec.Unschedulable || node0.Annotations[fleet.AnnMovingTo] != "" {
 		t.Fatalf("the refused roll touched kwok-node-0: %v %+v", err, node0)

@@ -76,11 +76,15 @@ func TestCapacityGuard(t *testing.T) {
 			break
 		}
 	}
-	out := atetest.ExpectRefused(t, ctx, "not enough free actor slots on ACTIVE workers", "roll", "next-node")
-	if !strings.Contains(out, "ate-workers/python-small or its clone: 1 actor(s) to suspend, 0 free") {
-		t.Errorf("the refusal must say, per lineage, how many workers are needed and how many exist")
+	// Every worker of kwok-node-0 drained with no move recorded: it serves
+	// nothing, so moving kwok-node-1 would take a second node out. Status
+	// and the refusal name the way out.
+	atetest.ExpectRefused(t, ctx, "kubectl ate recover-node kwok-node-0", "roll", "next-node")
+	atetest.ExpectRefused(t, ctx, "serves nothing new", "roll", "next-node", "--wait", "--wait-timeout", "5s")
+	if s := atetest.Status(t, ctx); len(s.Drained) != 1 || s.Drained[0].Node != "kwok-node-0" ||
+		!strings.HasPrefix(s.Next, "kubectl ate recover-node kwok-node-0") {
+		t.Errorf("status should name kwok-node-0 drained and recover-node first: %+v, next %q", s.Drained, s.Next)
 	}
-	atetest.ExpectRefused(t, ctx, "not enough free workers", "roll", "next-node", "--wait", "--wait-timeout", "5s")
 
 	// Recover as the runbook says for a wrong drain: delete the drained,
 	// empty pods; their replacements register as fresh workers, and --wait
@@ -93,6 +97,12 @@ func TestCapacityGuard(t *testing.T) {
 		if err := c.Client.CoreV1().Pods(w.Namespace).Delete(ctx, w.Pod, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The drained pods going, kwok-node-0 no longer stands drained; its
+	// replacements are not placed yet, so the capacity guard refuses.
+	out := atetest.ExpectRefused(t, ctx, "not enough free actor slots on ACTIVE workers", "roll", "next-node")
+	if !strings.Contains(out, "ate-workers/python-small or its clone: 1 actor(s) to suspend, 0 free") {
+		t.Errorf("the refusal must say, per lineage, how many workers are needed and how many exist")
 	}
 	out = atetest.ExpectRefused(t, ctx, "not enough free workers", "roll", "next-node", "--wait", "--wait-timeout", "8s")
 	if !strings.Contains(out, "pod(s) of pool ate-workers/python-small-v0-3-0 not scheduled (0/2 nodes are available") ||

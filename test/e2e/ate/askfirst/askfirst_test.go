@@ -1,0 +1,109 @@
+//go:build e2e
+
+// Package askfirst rolls a node while the API server's authorization
+// policy refuses the client's token a call the move makes (the sim's
+// stand-in for a policy that grants reads but not a drain or a suspend).
+// The refusal must come before the first write to the node, naming what
+// to grant: found later, it leaves the node marked, its workers drained
+// and its actors where they were (#42, "ask before you mark").
+package askfirst
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rollbook/rollbook/internal/atetest"
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ateapi"
+)
+
+func TestMain(m *testing.M) {
+	os.Setenv("ROLLBOOK_SIM_ATE_TRAFFIC", "off") // the actors stay where the test puts them
+	simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "ate-fleet"})
+}
+
+// The sim's annotation on svc/api's Deployment (sim/substrate).
+const refusedAnnotation = "sim.rollbook.dev/refused-methods"
+
+func TestARefusedCallStopsTheMoveBeforeTheNodeIsMarked(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 8*time.Minute)
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+
+	// Each call the move makes, refused alone: the move names it and the
+	// fix, and no node is marked, cordoned or drained.
+	for _, method := range []string{"SuspendActor", "DrainWorker"} {
+		refuse(t, ctx, method)
+		out := atetest.ExpectRefused(t, ctx, method, "roll", "next-node")
+		if !strings.Contains(out, "authorization policy") || !strings.Contains(out, "nothing was written to the node") {
+			t.Fatalf("%s refused: the refusal does not name the fix:\n%s", method, out)
+		}
+		untouched(t, ctx, method)
+	}
+
+	// With the policy fixed the node rolls.
+	refuse(t, ctx, "")
+	atetest.MustRun(t, ctx, "roll", "next-node", "--wait")
+	moved := 0
+	for _, v := range atetest.NodeLabels(t, ctx) {
+		if v == atetest.NewV {
+			moved++
+		}
+	}
+	if moved != 1 {
+		t.Fatalf("%d nodes at %s after the fix, want 1", moved, atetest.NewV)
+	}
+	atetest.NoActorLost(t, ctx)
+}
+
+// untouched fails the test for any node marked or cordoned.
+func untouched(t *testing.T, ctx context.Context, method string) {
+	t.Helper()
+	nodes, err := simtest.Get(t).Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if _, marked := n.Annotations[fleet.AnnMovingTo]; marked || n.Spec.Unschedulable {
+			t.Fatalf("%s refused: node %s marked %v, cordoned %v; want untouched", method, n.Name, marked, n.Spec.Unschedulable)
+		}
+	}
+}
+
+// refuse sets the method the policy refuses ate-client ("" lifts it) and
+// waits until the server applies it.
+func refuse(t *testing.T, ctx context.Context, method string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, refusedAnnotation, method)
+	if _, err := simtest.Get(t).Client.AppsV1().Deployments("ate-system").Patch(ctx, "api", types.MergePatchType, []byte(patch),
+		metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	api := atetest.Client(t, ctx)
+	for {
+		// Calls on what does not exist: NotFound when allowed.
+		_, serr := api.SuspendActor(ctx, "team-a", "no-such-actor")
+		_, derr := api.DrainWorker(ctx, "no-such-worker")
+		denied := map[string]bool{"SuspendActor": errors.Is(serr, ateapi.ErrPermissionDenied),
+			"DrainWorker": errors.Is(derr, ateapi.ErrPermissionDenied)}
+		if denied[method] == (method != "") && (method != "" || !denied["SuspendActor"] && !denied["DrainWorker"]) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the policy never applied %q: %v, %v", method, serr, derr)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

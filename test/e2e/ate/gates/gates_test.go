@@ -1,0 +1,102 @@
+//go:build e2e
+
+// Package gates checks that a fact a gate rests on is recorded when it
+// becomes true, not re-derived from what drifts: once every node reached
+// NEW, step 6 may have upgraded the control plane, and a node that joins
+// later at OLD (an autoscaler, an auto-repair recreating a node from the
+// pool's label) must not switch the rollback's "control plane first" off.
+package gates
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/rollbook/rollbook/internal/atetest"
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
+)
+
+func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 2, Scenario: "ate-fleet"}) }
+
+// lateNode is a node kwok manages, created the way the sim creates its
+// nodes, at the node pool's label: OLD.
+func lateNode(name string) *corev1.Node {
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods: resource.MustParse("110")}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+				"type": "kwok", fleet.VersionLabel: atetest.OldV},
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
+		Status: corev1.NodeStatus{Allocatable: res, Capacity: res,
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
+			NodeInfo:  corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "v1.37.2"}},
+	}
+}
+
+func TestANodeJoiningAtOldKeepsTheControlPlaneFirst(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 10*time.Minute)
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+	atetest.MustRun(t, ctx, "roll", "next-node", "--all", "--wait")
+	if s := atetest.Status(t, ctx); s.Counts[atetest.NewV] != 2 {
+		t.Fatalf("the roll should leave both nodes at %s: %v", atetest.NewV, s.Counts)
+	}
+	// The roll recorded the fact when it became true.
+	ds, err := c.Client.AppsV1().DaemonSets(fleet.Namespace).Get(ctx, "atelet-v0-3-0", metav1.GetOptions{})
+	if err != nil || ds.Annotations[fleet.AnnEveryNodeReached] == "" {
+		t.Fatalf("every node reached %s, but the NEW atelet DaemonSet does not record it: %v %v", atetest.NewV, err, ds.Annotations)
+	}
+
+	// Step 6 runs; then the autoscaler adds a node from the pool's label.
+	const late = "kwok-node-late"
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, lateNode(late), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Client.CoreV1().Nodes().Delete(context.Background(), late, metav1.DeleteOptions{}) })
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, late, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("%s never became Ready: %v", late, err)
+	}
+	s := atetest.Status(t, ctx)
+	if s.Counts[atetest.OldV] != 1 || !strings.Contains(s.ControlPlane, "step 6 may have") {
+		t.Fatalf("status with a late node at OLD: counts %v, control plane %q", s.Counts, s.ControlPlane)
+	}
+
+	// Not every node is at NEW any more, but step 6 may have run: the
+	// rollback still moves no node until told the OLD API server is back.
+	out := atetest.ExpectRefused(t, ctx, "deploy apiserver", "rollback")
+	if !strings.Contains(out, "joined or moved back since") {
+		t.Errorf("the refusal should say the fact was recorded before the late node joined")
+	}
+	atetest.ExpectRefused(t, ctx, "--control-plane-reverted", "rollback", "next-node")
+
+	// Told, it moves the nodes back, and a re-run needs no flag.
+	atetest.MustRun(t, ctx, "rollback", "next-node", "--control-plane-reverted", "--wait")
+	atetest.MustRun(t, ctx, "rollback", "--wait")
+	for n, v := range atetest.NodeLabels(t, ctx) {
+		if v != atetest.OldV {
+			t.Errorf("%s at %s after the rollback", n, v)
+		}
+	}
+	atetest.NoActorLost(t, ctx)
+}

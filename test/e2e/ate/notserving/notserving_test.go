@@ -1,0 +1,91 @@
+//go:build e2e
+
+// Package notserving checks that nothing is weighed that cannot serve:
+// the substrate keeps a worker ACTIVE until its pod is deleted, also while
+// its node is NotReady (its kubelet down) — such a worker takes no actor,
+// so it is neither free capacity for the next node's actors nor serving.
+package notserving
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/rollbook/rollbook/internal/atetest"
+	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/kube"
+)
+
+func TestMain(m *testing.M) {
+	simtest.Main(m, simtest.Options{Nodes: 2, Scenario: "ate-fleet", Env: []string{"ROLLBOOK_SIM_ATE_EVICTION_WINDOW=3s"}})
+}
+
+// setNotReady holds node NotReady (the sim's kubelet-down mark), or lets it
+// be Ready again.
+func setNotReady(t *testing.T, ctx context.Context, node string, down bool) {
+	t.Helper()
+	var v any = "true"
+	if !down {
+		v = nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{"sim.rollbook.dev/not-ready": v}}})
+	if _, err := simtest.Get(t).Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWorkersOfANotReadyNodeAreNotCapacity(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 10*time.Minute)
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+	atetest.MustRun(t, ctx, "roll", "next-node", "--wait")
+	if got := atetest.NodeLabels(t, ctx)["kwok-node-0"]; got != atetest.NewV {
+		t.Fatalf("the canary kwok-node-0 is at %s", got)
+	}
+	// The canary's kubelet goes down: its clone workers stay ACTIVE in the
+	// substrate, but they are the only new-pool workers anywhere.
+	setNotReady(t, ctx, "kwok-node-0", true)
+	t.Cleanup(func() { setNotReady(t, context.Background(), "kwok-node-0", false) })
+	nodeNotReady(t, ctx, "kwok-node-0")
+
+	out := atetest.ExpectRefused(t, ctx, "not enough free actor slots", "roll", "next-node")
+	if !strings.Contains(out, "not counted") || !strings.Contains(out, "kwok-node-0") {
+		t.Errorf("the refusal should name the workers it did not count and why")
+	}
+	// Not asserted: status reads nodes as metadata and weighs a NotReady
+	// node's workers by their pods' Ready condition, which the node
+	// lifecycle controller sets only when it sees the node go from Ready
+	// (a kubelet that stops posting); the sim's kubelet posts NotReady
+	// itself, so status still counts them free here (#42, left open).
+
+	// Back up, the same command goes on.
+	setNotReady(t, ctx, "kwok-node-0", false)
+	atetest.MustRun(t, ctx, "roll", "next-node", "--wait", "--wait-timeout", "3m")
+	for n, v := range atetest.NodeLabels(t, ctx) {
+		if v != atetest.NewV {
+			t.Errorf("%s at %s", n, v)
+		}
+	}
+	atetest.NoActorLost(t, ctx)
+}
+
+// nodeNotReady waits until node's Ready condition is not True (the sim's
+// kubelet posts it once the label is set).
+func nodeNotReady(t *testing.T, ctx context.Context, node string) {
+	t.Helper()
+	cs := simtest.Get(t).Client
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		return err == nil && !kube.NodeReady(n), nil
+	}); err != nil {
+		t.Fatalf("%s never went NotReady: %v", node, err)
+	}
+}
