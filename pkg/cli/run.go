@@ -99,6 +99,9 @@ type Session struct {
 	journal  *journal.Writer
 	events   *kube.EventWriter // nil for a dry run
 	pauses   *lease.PauseWatch // nil for a dry run
+	// progress counts the session's last runbook run; it publishes the
+	// run's outcome as the session ends.
+	progress *progressReporter
 }
 
 // DryRun reports whether the session only plans.
@@ -265,11 +268,13 @@ func (s *Session) options(ctx context.Context, o runbook.Options, total int) run
 	if s.journal != nil {
 		o.Reporter = flushBeforeLongSteps{o.Reporter, s.journal}
 	}
-	if s.lock != nil {
-		pr := &progressReporter{Reporter: o.Reporter, lock: s.lock,
-			p: RunProgress{Run: s.RunID, Total: total, Parallel: max(o.Parallel, 1)}}
-		pr.publish()
-		o.Reporter = pr
+	pr := &progressReporter{Reporter: o.Reporter, lock: s.lock, started: time.Now(),
+		p: RunProgress{Run: s.RunID, Total: total, Parallel: max(o.Parallel, 1)}}
+	s.progress = pr
+	pr.publish()
+	o.Reporter = pr
+	if !s.DryRun() {
+		s.Progress.SetRun(total, pr.Tally)
 	}
 	if o.Paused == nil {
 		o.Paused = s.Paused
@@ -331,6 +336,7 @@ func (s *Session) Finish(r runbook.Result, next string) error {
 		s.markLeftCordoned(r)
 		s.note(context.Background(), "RunFinished", "outcome "+string(r.Outcome))
 	}
+	s.recordOutcome(r.Outcome)
 	s.end()
 	if s.Flags.Output != "" {
 		if err := ui.PrintObject(s.globals.IOStreams.Out, s.Flags.Output, r); err != nil {
@@ -348,8 +354,28 @@ func (s *Session) Fail(err error) error {
 	if err != nil {
 		s.note(context.Background(), "RunFinished", "stopped: "+err.Error())
 	}
+	switch ExitCode(err) {
+	case ExitOK:
+		s.recordOutcome(runbook.OutcomeDone)
+	case ExitBlocked:
+		s.recordOutcome(runbook.OutcomeBlocked)
+	default:
+		s.recordOutcome(runbook.OutcomeFailed)
+	}
 	s.end()
 	return err
+}
+
+// recordOutcome publishes how the run ended on its Lease (written as the
+// lock is released): status --wait exits by it.
+func (s *Session) recordOutcome(o runbook.Outcome) {
+	if s.lock == nil {
+		return
+	}
+	if s.progress == nil {
+		s.progress = &progressReporter{lock: s.lock, p: RunProgress{Run: s.RunID}}
+	}
+	s.progress.end(o)
 }
 
 func (s *Session) end() {

@@ -24,6 +24,9 @@ type statusOptions struct {
 	output string
 	watch  bool
 	noAPI  bool
+	wait   bool
+	// timeout bounds --wait; 0 waits as long as it takes.
+	timeout time.Duration
 }
 
 func newStatusCommand(g *cli.Globals) *cobra.Command {
@@ -33,7 +36,9 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 		Short: "Show where the Agent Substrate roll stands and the exact next command",
 		Example: `  kubectl ate status
   kubectl ate status -o json
-  kubectl ate status --watch`,
+  kubectl ate status --watch
+  # In a script: wait for the run in progress to end; exit 0 done, 3 needs a person, 1 failed
+  kubectl ate status --wait --timeout 1h`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
@@ -44,7 +49,10 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 	}
 	o.api.add(cmd.Flags())
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json|yaml|name|jsonpath=TEMPLATE (name: the nodes in progress)")
-	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "redraw every 2 seconds")
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "read again every 2 seconds and redraw the lines that changed")
+	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the run in progress to end, printing its progress as it changes; exit 0 "+
+		"when it finished, 3 when it stopped for a person (blocked, paused), 1 when it failed")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "with --wait: give up after this long (exit 1); 0 waits as long as it takes")
 	cmd.Flags().BoolVar(&o.noAPI, "no-api", false, "do not contact the control API (Kubernetes facts only)")
 	return cmd
 }
@@ -54,6 +62,12 @@ func (o *statusOptions) Validate() error {
 	if err := ui.ValidateOutput(o.output, "json", "yaml", "name", "jsonpath"); err != nil {
 		return cli.UsageErrorf("%v", err)
 	}
+	if o.wait && (o.watch || o.output != "") {
+		return cli.UsageErrorf("--wait prints the run's progress and exits by its outcome: it takes neither --watch nor -o")
+	}
+	if o.timeout < 0 || o.timeout > 0 && !o.wait {
+		return cli.UsageErrorf("--timeout is how long --wait waits: a positive duration, with --wait")
+	}
 	return nil
 }
 
@@ -61,19 +75,24 @@ func (o *statusOptions) Validate() error {
 // connection (one port-forward, one token) serves the whole --watch: a
 // redraw only lists workers and actors again.
 func (o *statusOptions) Run(ctx context.Context) error {
+	if o.wait {
+		cs, err := o.g.Factory.KubernetesClientSet()
+		if err != nil {
+			return err
+		}
+		return cli.WaitForRun(ctx, cs, o.g.IOStreams.Out, "ate", fleet.Namespace, fleet.LockName, o.timeout)
+	}
 	r, err := connectReaders(ctx, o.g, &o.api, o.noAPI)
 	if err != nil {
 		return err
 	}
 	defer r.close()
 	out := o.g.IOStreams.Out
+	live := ui.NewLiveText(out)
 	for {
 		s, err := campaign.ReadStatus(ctx, r.cs, r.dyn, r.md, r.view)
 		if err != nil {
 			return err
-		}
-		if o.watch && o.output == "" && ui.IsTerminal(out) {
-			fmt.Fprint(out, "\033[H\033[2J")
 		}
 		if o.output != "" {
 			names := make([]string, len(s.Nodes))
@@ -83,6 +102,12 @@ func (o *statusOptions) Run(ctx context.Context) error {
 			if err := ui.PrintObject(out, o.output, ui.Named(s, names)); err != nil {
 				return err
 			}
+		} else if o.watch {
+			// Redrawn in place: the lines that changed, no screen clear.
+			var b strings.Builder
+			printStatus(&b, s)
+			printGKEAfter(ctx, o.g, &b, s)
+			live.Show(b.String())
 		} else {
 			printStatus(out, s)
 			printGKEAfter(ctx, o.g, out, s)
