@@ -63,8 +63,8 @@ func (f *RunFlags) AddFlags(fs *pflag.FlagSet, defaultLockNamespace string) {
 	fs.Var(dryRunValue{f}, "dry-run", "print the plan — every step and every object it would change — and change nothing "+
 		"(also --dry-run=client; --dry-run=none is off)")
 	fs.Lookup("dry-run").NoOptDefVal = "client"
-	fs.StringVarP(&f.Output, "output", "o", "", "output format of the result: json|yaml|name|jsonpath=TEMPLATE "+
-		"(progress then goes to stderr)")
+	fs.StringVarP(&f.Output, "output", "o", "", "output format of the result (progress then goes to stderr): "+
+		outputHelp([]string{"json", "yaml", "name", "jsonpath"}))
 	fs.BoolVar(&f.StealLock, "steal-lock", false, "take over the lock even from a run that still renews it "+
 		"(a live but stuck run; it stops acting at its next renewal). A dead holder is taken over without this flag")
 	fs.StringVar(&f.LockNamespace, "lock-namespace", defaultLockNamespace, "namespace of the Lease that keeps two runs from fighting")

@@ -153,9 +153,32 @@ type List struct {
 	Extra map[string]any
 }
 
+// Object is Value's document under Kind, with Extra fields beside its own
+// (a status's run), for a value whose type name is not its kind or that
+// marshals itself.
+type Object struct {
+	Kind  string
+	Value any
+	Extra map[string]any
+}
+
 // Document turns v into the map every printer prints: apiVersion and kind
 // set, a slice's rows under items.
 func Document(v any) (map[string]any, error) {
+	if o, ok := v.(Object); ok {
+		doc, err := Document(o.Value)
+		if err != nil {
+			return nil, err
+		}
+		for k, x := range o.Extra {
+			doc[k] = x
+		}
+		if err := roundTrip(doc); err != nil {
+			return nil, err
+		}
+		doc["kind"] = o.Kind
+		return doc, nil
+	}
 	if l, ok := v.(List); ok {
 		doc := map[string]any{}
 		for k, x := range l.Extra {

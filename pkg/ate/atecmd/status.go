@@ -48,7 +48,7 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 		},
 	}
 	o.api.add(cmd.Flags())
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json|yaml|name|jsonpath=TEMPLATE (name: the nodes in progress)")
+	cli.AddOutputFlag(cmd, &o.output, "wide", "json", "yaml", "name", "jsonpath")
 	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "read again every 2 seconds and redraw the lines that changed")
 	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the run in progress to end, printing its progress as it changes; exit 0 "+
 		"when it finished, 3 when it stopped for a person (blocked, paused), 1 when it failed")
@@ -59,10 +59,10 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 
 // Validate rejects bad flags before any API call.
 func (o *statusOptions) Validate() error {
-	if err := ui.ValidateOutput(o.output, "json", "yaml", "name", "jsonpath"); err != nil {
+	if err := ui.ValidateOutput(o.output, "wide", "json", "yaml", "name", "jsonpath"); err != nil {
 		return cli.UsageErrorf("%v", err)
 	}
-	if o.wait && (o.watch || o.output != "") {
+	if o.wait && (o.watch || ui.Machine(o.output)) {
 		return cli.UsageErrorf("--wait prints the run's progress and exits by its outcome: it takes neither --watch nor -o")
 	}
 	if o.timeout < 0 || o.timeout > 0 && !o.wait {
@@ -94,22 +94,28 @@ func (o *statusOptions) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if o.output != "" {
+		if ui.Machine(o.output) {
+			// -o name: the nodes in progress.
 			names := make([]string, len(s.Nodes))
 			for i, n := range s.Nodes {
 				names[i] = "node/" + n.Node
 			}
-			if err := ui.PrintObject(out, o.output, ui.Named(s, names)); err != nil {
+			run, err := cli.ReadRunInfo(ctx, r.cs, fleet.Namespace, fleet.LockName)
+			if err != nil {
+				return err
+			}
+			doc := ui.Object{Kind: "Status", Value: s, Extra: map[string]any{"run": run}}
+			if err := ui.PrintObject(out, o.output, ui.Named(doc, names)); err != nil {
 				return err
 			}
 		} else if o.watch {
 			// Redrawn in place: the lines that changed, no screen clear.
 			var b strings.Builder
-			printStatus(&b, s)
+			printStatus(&b, s, o.output == "wide")
 			printGKEAfter(ctx, o.g, &b, s)
 			live.Show(b.String())
 		} else {
-			printStatus(out, s)
+			printStatus(out, s, o.output == "wide")
 			printGKEAfter(ctx, o.g, out, s)
 		}
 		if !o.watch {
@@ -130,7 +136,8 @@ func (o *statusOptions) Run(ctx context.Context) error {
 const actorsUnknown = "actors on old-pool workers and free workers are unknown, and a node drained before its move was " +
 	"recorded on it is not seen"
 
-func printStatus(w io.Writer, s *campaign.Status) {
+// printStatus prints s for people; wide adds every node's row.
+func printStatus(w io.Writer, s *campaign.Status, wide bool) {
 	st := ui.NewStyle(w)
 	c := s.Cluster
 	head := fmt.Sprintf("Agent Substrate roll: OLD %s", orDash(c.Old))
@@ -159,6 +166,21 @@ func printStatus(w io.Writer, s *campaign.Status) {
 				clone = "(clone of " + p.ClonedFrom + ")"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\n", p.Key(), orDash(p.Pin), p.Ready, p.Desired, orDash(clone))
+		}
+		_ = tw.Flush()
+	}
+	if wide && len(c.Nodes) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		// Where a node stands is the node runbook's answer (s.Nodes), not
+		// the marks a move leaves on it.
+		step := map[string]string{}
+		for _, n := range s.Nodes {
+			step[n.Node] = n.Direction + ": " + n.Step
+		}
+		fmt.Fprintln(tw, "NODE\tVERSION\tCORDONED\tIN PROGRESS")
+		for _, n := range c.Nodes {
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", n.Name, orDash(n.Version), n.Cordoned, orDash(step[n.Name]))
 		}
 		_ = tw.Flush()
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
@@ -54,7 +55,7 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 		},
 	}
 	o.sel.add(cmd, g)
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide|json|yaml|name|jsonpath=TEMPLATE")
+	cli.AddOutputFlag(cmd, &o.output, "wide", "json", "yaml", "name", "jsonpath")
 	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "keep watching: a node's row is redrawn when it changes")
 	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the run in progress (or in the cluster) to end, printing its progress as it "+
 		"changes; exit 0 when it finished, 3 when it stopped for a person (blocked, paused), 1 when it failed")
@@ -69,7 +70,7 @@ func (o *statusOptions) Complete(args []string) { o.selection = o.sel.selection(
 
 // Validate rejects bad input before any API call.
 func (o *statusOptions) Validate() error {
-	if err := ui.ValidateOutput(o.output, "json", "yaml", "wide", "name", "jsonpath"); err != nil {
+	if err := ui.ValidateOutput(o.output, "wide", "json", "yaml", "name", "jsonpath"); err != nil {
 		return cli.UsageErrorf("%v", err)
 	}
 	if err := o.selection.Validate(); err != nil {
@@ -136,7 +137,7 @@ func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 		if err != nil {
 			return err
 		}
-		if err := o.table(o.g.IOStreams.Out, rows); err != nil {
+		if err := o.table(ctx, cs, o.g.IOStreams.Out, rows); err != nil {
 			return err
 		}
 		if note := <-pause; note != "" {
@@ -205,13 +206,21 @@ func waitForChange(ctx context.Context, w watch.Interface) {
 	}
 }
 
-func (o *statusOptions) table(out io.Writer, rows []tt.NodeStatus) error {
+func (o *statusOptions) table(ctx context.Context, cs kubernetes.Interface, out io.Writer, rows []tt.NodeStatus) error {
 	if ui.Machine(o.output) {
 		names := make([]string, len(rows))
 		for i, r := range rows {
 			names[i] = "node/" + r.Node
 		}
-		return ui.PrintObject(out, o.output, ui.Named(map[string]any{"nodes": rows}, names))
+		doc := ui.List{Kind: "NodeStatusList", Items: rows}
+		if o.output != "name" {
+			run, err := cli.ReadRunInfo(ctx, cs, "kube-system", tt.LockName)
+			if err != nil {
+				return err
+			}
+			doc.Extra = map[string]any{"run": run}
+		}
+		return ui.PrintObject(out, o.output, ui.Named(doc, names))
 	}
 	if len(rows) == 0 {
 		_, err := fmt.Fprintln(out, noNodes(o.selection))
