@@ -3,7 +3,10 @@ package fakehost
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,36 +18,73 @@ import (
 	"strings"
 )
 
-const koMagic = "FAKEKO"
-
-// KernelObject is the content of a fake tenstorrent.ko built for kernel; the
-// fake insmod reads the version from it and rejects a vermagic mismatch.
+// KernelObject is the content of a fake tenstorrent.ko built for kernel: an
+// ELF64 relocatable object whose .modinfo section holds what kbuild puts
+// there (NUL-terminated key=value strings: version, license, name,
+// vermagic), so kmod's real modinfo and a .modinfo parser read it as they
+// read a real module. The fake insmod reads the version from it and rejects
+// a vermagic mismatch.
 func KernelObject(version, kernel string) []byte {
-	return []byte(fmt.Sprintf("%s name=tenstorrent version=%s vermagic=%s\n", koMagic, version, kernel))
+	return ELFModule([]string{"version=" + version, "license=GPL", "srcversion=" + fakeSrcVersion(version),
+		"depends=", "retpoline=Y", "name=" + moduleName, "vermagic=" + kernel + " " + vermagicFlags})
+}
+
+// vermagicFlags follow the release in a Debian amd64 kernel's vermagic
+// (include/linux/vermagic.h: SMP, preempt, mod_unload, modversions).
+const vermagicFlags = "SMP preempt mod_unload modversions "
+
+func fakeSrcVersion(version string) string {
+	sum := sha256.Sum256([]byte("tt-kmd " + version))
+	return strings.ToUpper(hex.EncodeToString(sum[:]))[:23]
+}
+
+// ELFModule is a minimal ELF64 (x86-64, little-endian) relocatable object
+// with a .modinfo section of the given entries and its .shstrtab: what
+// modinfo reads of a module (the ELF header, the section headers, the
+// section names and .modinfo).
+func ELFModule(modinfo []string) []byte {
+	var info []byte
+	for _, kv := range modinfo {
+		info = append(append(info, kv...), 0)
+	}
+	shstr := []byte("\x00.modinfo\x00.shstrtab\x00")
+	const ehsize, shentsize = 64, 64
+	infoOff := uint64(ehsize)
+	strOff := infoOff + uint64(len(info))
+	shoff := (strOff + uint64(len(shstr)) + 7) &^ 7
+	out := make([]byte, shoff+3*shentsize)
+	copy(out, []byte{0x7f, 'E', 'L', 'F', 2 /* 64-bit */, 1 /* LSB */, 1 /* EV_CURRENT */})
+	le := binary.LittleEndian
+	le.PutUint16(out[16:], 1)  // ET_REL
+	le.PutUint16(out[18:], 62) // EM_X86_64
+	le.PutUint32(out[20:], 1)  // EV_CURRENT
+	le.PutUint64(out[40:], shoff)
+	le.PutUint16(out[52:], ehsize)
+	le.PutUint16(out[58:], shentsize)
+	le.PutUint16(out[60:], 3) // e_shnum
+	le.PutUint16(out[62:], 2) // e_shstrndx
+	copy(out[infoOff:], info)
+	copy(out[strOff:], shstr)
+	section := func(i int, name, typ uint32, flags, off, size uint64) {
+		h := out[shoff+uint64(i)*shentsize:]
+		le.PutUint32(h[0:], name)
+		le.PutUint32(h[4:], typ)
+		le.PutUint64(h[8:], flags)
+		le.PutUint64(h[24:], off)
+		le.PutUint64(h[32:], size)
+		le.PutUint64(h[48:], 1) // sh_addralign
+	}
+	section(1, 1, 1 /* SHT_PROGBITS */, 2 /* SHF_ALLOC */, infoOff, uint64(len(info)))
+	section(2, 10, 3 /* SHT_STRTAB */, 0, strOff, uint64(len(shstr)))
+	return out
 }
 
 func parseKernelObject(b []byte) (version, kernel string, err error) {
 	b = stripModuleSig(b)
-	if bytes.HasPrefix(b, []byte(elf.ELFMAG)) {
-		return parseELFModule(b)
-	}
-	fields := strings.Fields(string(b))
-	if len(fields) == 0 || fields[0] != koMagic {
+	if !bytes.HasPrefix(b, []byte(elf.ELFMAG)) {
 		return "", "", fmt.Errorf("invalid module format")
 	}
-	for _, f := range fields[1:] {
-		k, v, _ := strings.Cut(f, "=")
-		switch k {
-		case "version":
-			version = v
-		case "vermagic":
-			kernel = v
-		}
-	}
-	if version == "" || kernel == "" {
-		return "", "", fmt.Errorf("invalid module format")
-	}
-	return version, kernel, nil
+	return parseELFModule(b)
 }
 
 // parseELFModule reads version and the vermagic's kernel release from a

@@ -381,3 +381,20 @@ func TestContractModprobeShowsTheHostsOptions(t *testing.T) {
 	}
 	t.Logf("real: %q", r)
 }
+
+// The fake build's module is an ELF object the real modinfo reads as the
+// fake one does: every field the agent and the CLI read (version, name,
+// vermagic), signed or not.
+func TestContractFakeModuleReadsAsAModule(t *testing.T) {
+	fake, real, kver := worlds(t)
+	ko := KernelObject("2.9.0", kver)
+	both(fake, real, func(w world) { put(t, w.root+"/m/tenstorrent.ko", ko) })
+	for _, field := range []string{"version", "name", "vermagic", "srcversion", "license"} {
+		fo := fake.run(t, "modinfo", "-F", field, "HOST/m/tenstorrent.ko")
+		ro := real.run(t, "modinfo", "-F", field, "HOST/m/tenstorrent.ko")
+		sameCode(t, "modinfo -F "+field, fo, ro)
+		if ro.code != 0 || ro.stdout == "\n" || (field != "srcversion" && fo.stdout != ro.stdout) {
+			t.Errorf("modinfo -F %s: fake %q, real %q (exit %d: %s)", field, fo.stdout, ro.stdout, ro.code, ro.output)
+		}
+	}
+}

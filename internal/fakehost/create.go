@@ -57,6 +57,7 @@ func Create(root string, spec Spec) error {
 	steps := []func() error{
 		func() error { return saveState(root, st) },
 		func() error { return writeFile(filepath.Join(root, osreleasePath), s.Kernel+"\n") },
+		func() error { return writeFile(filepath.Join(root, kversionPath), s.KernelBuild+"\n") },
 		func() error { return os.MkdirAll(filepath.Join(root, "lib/modules", s.Kernel, "kernel"), 0o755) },
 		func() error { return createPCI(root, s.Devices) },
 		func() error { return createProcesses(root, s.Holders) },
@@ -81,6 +82,12 @@ func Create(root string, spec Spec) error {
 		}
 	}
 	return nil
+}
+
+// KernelBuildOf is the build string (uname -v) of the fake kernel release
+// kernel, as a Debian kernel package's: one build per release.
+func KernelBuildOf(kernel string) string {
+	return "#1 SMP PREEMPT_DYNAMIC Debian " + kernel + " (2025-01-07)"
 }
 
 func createPCI(root string, devs []Device) error {

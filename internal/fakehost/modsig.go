@@ -45,6 +45,9 @@ var (
 	// errBadSig is EKEYREJECTED or EBADMSG: a malformed signature or one
 	// that does not match the module; refused whatever the policy.
 	errBadSig = errors.New("bad module signature")
+	// errNoPkg is ENOPKG: a signature that is not PKCS#7 (mod_check_sig);
+	// like ENOKEY, refused only under enforcement or lockdown.
+	errNoPkg = errors.New("module with unsupported crypto")
 )
 
 // splitModuleSig cuts a signed module into its content and PKCS#7
@@ -59,8 +62,11 @@ func splitModuleSig(b []byte) (content, p7 []byte, err error) {
 	}
 	info := b[len(b)-moduleSigInfoLen:]
 	b = b[:len(b)-moduleSigInfoLen]
+	if n := binary.BigEndian.Uint32(info[8:]); uint64(n) >= uint64(len(b)) {
+		return nil, nil, fmt.Errorf("%w: sig_len %d exceeds the module", errBadSig, n)
+	}
 	if info[2] != pkeyIDPKCS7 {
-		return nil, nil, fmt.Errorf("%w: id_type %d is not PKCS#7", errBadSig, info[2])
+		return nil, nil, fmt.Errorf("%w: id_type %d is not PKCS#7", errNoPkg, info[2])
 	}
 	if info[0] != 0 || info[1] != 0 || info[3] != 0 || info[4] != 0 || info[5]|info[6]|info[7] != 0 {
 		return nil, nil, fmt.Errorf("%w: PKCS#7 signature with non-zero algo/hash/signer/key_id fields", errBadSig)

@@ -128,6 +128,10 @@ func TestContractSignFileAndTheKernelsSignatureCheck(t *testing.T) {
 	}
 	tampered := bytes.Clone(signed["real"]["enrolled"])
 	tampered[len(module)/2] ^= 1
+	// id_type 1 (X.509, of the kernels before PKCS#7): mod_check_sig's
+	// ENOPKG, fatal only under enforcement or lockdown.
+	notPKCS7 := bytes.Clone(signed["real"]["enrolled"])
+	notPKCS7[len(notPKCS7)-len(ModuleSigMarker)-moduleSigInfoLen+2] = 1
 	for _, c := range []struct {
 		name   string
 		ko     []byte
@@ -141,6 +145,8 @@ func TestContractSignFileAndTheKernelsSignatureCheck(t *testing.T) {
 		{"another key, lockdown", signed["real"]["other"], Spec{Lockdown: "integrity"}, "Operation not permitted"},
 		{"unsigned, no enforcement", module, Spec{}, ""},
 		{"tampered after signing, no enforcement", tampered, Spec{}, "Key was rejected by service"},
+		{"not PKCS#7, no enforcement", notPKCS7, Spec{}, ""},
+		{"not PKCS#7, sig_enforce", notPKCS7, Spec{SigEnforce: true}, "Key was rejected by service"},
 	} {
 		if err := SetModulePolicy(fake.root, c.policy); err != nil {
 			t.Fatal(err)

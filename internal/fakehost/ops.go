@@ -10,7 +10,7 @@ import (
 // flashed twice) from the host's side rather than from what a client said.
 const (
 	OpRmmod  = "rmmod"  // Version: the module unloaded
-	OpInsmod = "insmod" // Version: the module loaded
+	OpInsmod = "insmod" // Version: the module loaded; SHA256: the file's bytes
 	OpFlash  = "flash"  // Chip, From → Version: one chip's firmware written
 )
 
@@ -20,6 +20,9 @@ type Op struct {
 	Version string `json:"version"`
 	From    string `json:"from,omitempty"`
 	Chip    int    `json:"chip,omitempty"`
+	// SHA256 is, for an insmod, the hex SHA-256 of the file the kernel was
+	// given (signature included): which bytes a node really loaded.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 func opsPath(root string) string { return filepath.Join(root, stateDir, "ops.log") }

@@ -52,6 +52,9 @@ func Reboot(root, kernel string, headers bool) error {
 	if err := writeFile(filepath.Join(root, osreleasePath), kernel+"\n"); err != nil {
 		return err
 	}
+	if err := writeFile(filepath.Join(root, kversionPath), KernelBuildOf(kernel)+"\n"); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Join(root, "lib/modules", kernel, "kernel"), 0o755); err != nil {
 		return err
 	}

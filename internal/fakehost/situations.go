@@ -57,6 +57,18 @@ func SetBrokenBuild(root string, broken bool) error {
 	return saveState(root, st)
 }
 
+// SetUnresolved makes the kernel refuse the module of each version with
+// "Unknown symbol in module" (Spec.UnresolvedKMD): built against another
+// tree than the running kernel's. None: every version loads again.
+func SetUnresolved(root string, versions ...string) error {
+	st, err := loadState(root)
+	if err != nil {
+		return err
+	}
+	st.UnresolvedKMD = versions
+	return saveState(root, st)
+}
+
 // TrustCerts sets the certificates (PEM or DER) the kernel trusts for
 // module signatures (Spec.TrustedCerts): an admin enrolled them as MOKs.
 func TrustCerts(root string, certs ...[]byte) error {

@@ -11,6 +11,9 @@ import "time"
 type Spec struct {
 	// Kernel is the running kernel release (uname -r); default DefaultKernel.
 	Kernel string
+	// KernelBuild is the running kernel's build (uname -v,
+	// /proc/sys/kernel/version); default KernelBuildOf(Kernel).
+	KernelBuild string
 	// LoadedKMD is the tt-kmd version in /sys/module/tenstorrent/version;
 	// "" means the module is not loaded.
 	LoadedKMD string
@@ -210,6 +213,9 @@ const (
 func (s Spec) withDefaults() Spec {
 	if s.Kernel == "" {
 		s.Kernel = DefaultKernel
+	}
+	if s.KernelBuild == "" {
+		s.KernelBuild = KernelBuildOf(s.Kernel)
 	}
 	if s.HostGlibc == "" {
 		s.HostGlibc = DefaultGlibc

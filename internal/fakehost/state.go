@@ -100,6 +100,7 @@ const (
 	classDir      = "sys/class/tenstorrent"
 	pciDir        = "sys/bus/pci/devices"
 	osreleasePath = "proc/sys/kernel/osrelease"
+	kversionPath  = "proc/sys/kernel/version"
 	cacheDir      = "var/cache/tt-kmd"
 )
 

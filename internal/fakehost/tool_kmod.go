@@ -2,6 +2,8 @@ package fakehost
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -99,7 +101,8 @@ func (t *tool) loadFile(path string, params ...string) int {
 	if err := writeModuleParams(t.root, params); err != nil {
 		return t.errorf(1, "ERROR: %v", err)
 	}
-	t.recordOp(Op{Op: OpInsmod, Version: version})
+	sum := sha256.Sum256(b)
+	t.recordOp(Op{Op: OpInsmod, Version: version, SHA256: hex.EncodeToString(sum[:])})
 	return 0
 }
 

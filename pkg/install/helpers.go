@@ -256,7 +256,7 @@ func commandHole(g tt.ArgvGrammar) admission.Hole {
 // pinFlag is the flag that pins what a task installs to exact bytes.
 func pinFlag(task string) string {
 	switch task {
-	case "kmd":
+	case "kmd", "kmd-build":
 		return "--commit"
 	case "flash":
 		return "--bundle-sha256"
@@ -373,8 +373,8 @@ func envHole(task string, pod *corev1.Pod) (admission.Hole, error) {
 }
 
 // volumesHole: the host's / (as the task mounts it) first, then for kmd
-// the shared module's ConfigMap and the signing Secret the admin names;
-// each volume with its one mount, in the same order.
+// the shared module's ConfigMap; each volume with its one mount, in the
+// same order. No Secret: the module-signing key stays with kubectl tt.
 func volumesHole(ns, task string, pod *corev1.Pod) (admission.Hole, error) {
 	type pair struct{ vol, mount string }
 	cond := func(o any, holes map[string]admission.Hole, root string) (string, error) {
@@ -390,8 +390,8 @@ func volumesHole(ns, task string, pod *corev1.Pod) (admission.Hole, error) {
 	}
 	var extras []pair
 	if task == "kmd" {
-		mod := tt.HelperSpecWithModule(tt.HelperSpecFor(helperConfig(ns), task, "node-0", "key", tt.HelperGrammars[task].Build()),
-			placeholderModule).Pod()
+		mod := tt.KMDHelperSpec(&tt.KMDConfig{Version: "0.0.0", Helper: helperConfig(ns)}, "node-0", "",
+			&tt.VouchedModule{ConfigMap: placeholderModule, SHA256: strings.Repeat("0", 64)}).Pod()
 		var p pair
 		if p.vol, err = cond(mod.Spec.Volumes[1], map[string]admission.Hole{"configMap.name": func(at string) []admission.Rule {
 			return rules(at+".matches("+admission.Quote(tt.SharedModuleNamePattern)+")", "")
@@ -402,19 +402,6 @@ func volumesHole(ns, task string, pod *corev1.Pod) (admission.Hole, error) {
 			return nil, err
 		}
 		extras = append(extras, p)
-		s := tt.HelperSpecFor(helperConfig(ns), task, "node-0", "key", tt.HelperGrammars[task].Build())
-		s.Secrets = append(s.Secrets, tt.SigningSecretMount(tt.DefaultSigningSecret))
-		signed := s.Pod()
-		var q pair
-		if q.vol, err = cond(signed.Spec.Volumes[1], map[string]admission.Hole{"secret.secretName": func(at string) []admission.Rule {
-			return rules(paramIs(tt.KeySigningSecret, at), "")
-		}}, "v"); err != nil {
-			return nil, err
-		}
-		if q.mount, err = cond(signed.Spec.Containers[0].VolumeMounts[1], nil, "m"); err != nil {
-			return nil, err
-		}
-		extras = append(extras, q)
 	}
 	return func(at string) []admission.Rule {
 		mounts := strings.TrimSuffix(at, ".spec.volumes") + ".spec.containers[0].volumeMounts"
@@ -434,8 +421,7 @@ func volumesHole(ns, task string, pod *corev1.Pod) (admission.Hole, error) {
 		}
 		return rules(strings.Join(conds, " && "),
 			"a helper mounts the host's / at /host as its task does (read-only for the probe); a kmd helper also at most the shared "+
-				"module (ConfigMap tt-kmd-…, read-only at "+tt.SharedModuleMount+") and the signing Secret the parameter "+
-				tt.KeySigningSecret+" names")
+				"module (ConfigMap tt-kmd-…, read-only at "+tt.SharedModuleMount+"); no Secret")
 	}, nil
 }
 

@@ -29,20 +29,20 @@ type KMDOptions struct {
 	// SkipPersist leaves the module insmod-only, as the operator does.
 	SkipPersist bool
 	// Commit pins the commit tag ttkmd-<Version> must resolve to (40 hex
-	// digits); a tag moved elsewhere is refused before anything is built.
+	// digits) for what this helper builds itself: the modules it persists
+	// for installed kernels it does not run.
 	Commit string
-	// Publish prints a module built here on Agent.Publish, for the CLI to
-	// share with the other nodes of this kernel.
-	Publish bool
-	// ModuleFrom is a directory holding a module another node built and
-	// shared (a ConfigMap volume): used, after its checks, when this node's
-	// cache has none.
+	// ModuleSHA256 is the SHA-256 of the module kubectl tt checked and
+	// vouched for: the only module this helper loads (from its cache when
+	// it holds those bytes, else from ModuleFrom).
+	ModuleSHA256 string
+	// ModuleFrom is the directory of the shared module (a ConfigMap
+	// volume): SharedModuleKey, SharedInfoKey, and SharedCertKey when
+	// signed.
 	ModuleFrom string
-	// Signing signs a module built here (kernels that load only signed
-	// modules); the cache and a shared module are per signing key.
-	Signing Signing
-
-	signer string // Signing's certificate SHA-256, once read
+	// ModuleSigner, when set, is the SHA-256 of the certificate (DER) the
+	// module must be signed with; the certificate is in ModuleFrom.
+	ModuleSigner string
 }
 
 func (o *KMDOptions) defaults() {
@@ -67,8 +67,13 @@ func (o KMDOptions) validate() error {
 	if err := ValidateCommit(o.Commit); err != nil {
 		return fail(ReasonInvalidInput, "--commit: %v", err)
 	}
-	if err := o.Signing.Validate(); err != nil {
-		return fail(ReasonInvalidInput, "signing: %v", err)
+	for flag, v := range map[string]string{"--module-sha256": o.ModuleSHA256, "--module-signer": o.ModuleSigner} {
+		if v != "" && !sha256RE.MatchString(v) {
+			return fail(ReasonInvalidInput, "%s %q is not a hex SHA-256", flag, v)
+		}
+	}
+	if o.ModuleSigner != "" && o.ModuleSHA256 == "" {
+		return fail(ReasonInvalidInput, "--module-signer goes with --module-sha256")
 	}
 	return nil
 }
@@ -78,6 +83,7 @@ func (o KMDOptions) validate() error {
 // the (shared) running kernel, and needs no tool.
 const (
 	osreleasePath   = "proc/sys/kernel/osrelease"
+	kversionPath    = "proc/sys/kernel/version"
 	moduleSysfs     = "sys/module/tenstorrent"
 	kmdCacheDir     = "var/cache/tt-kmd"
 	dkmsStateDir    = "var/lib/dkms/tenstorrent"
@@ -107,13 +113,6 @@ func (a *Agent) KMD(ctx context.Context, o KMDOptions) Result {
 	if err := o.validate(); err != nil {
 		return x.finish(ctx, err)
 	}
-	if o.Signing.Enabled() {
-		signer, err := a.Signer(o.Signing)
-		if err != nil {
-			return x.finish(ctx, fail(ReasonSigningFailed, "%v", err))
-		}
-		o.signer = signer
-	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	err := x.kmd(ctx, o)
@@ -132,6 +131,7 @@ func (x *execution) kmd(ctx context.Context, o KMDOptions) error {
 			return "", fail(ReasonHostError, "cannot read kernel release from %s: %v", a.hostPath(osreleasePath), err)
 		}
 		x.res.Kernel = kver
+		x.res.KernelBuild, _ = readOptional(a.hostPath(kversionPath))
 		if loaded, err = readOptional(a.hostPath(filepath.Join(moduleSysfs, "version"))); err != nil {
 			return "", err
 		}
@@ -148,7 +148,7 @@ func (x *execution) kmd(ctx context.Context, o KMDOptions) error {
 	if loaded == o.Version {
 		return x.kmdAlreadyLoaded(ctx, o)
 	}
-	if err := x.step("load-allowed", func() (string, error) { return x.checkLoadAllowed(o.Signing.Enabled()) }); err != nil {
+	if err := x.step("load-allowed", func() (string, error) { return x.checkLoadAllowed(o.ModuleSigner != "") }); err != nil {
 		return err
 	}
 	if loaded != "" && !o.ForceUnload {
@@ -158,7 +158,7 @@ func (x *execution) kmd(ctx context.Context, o KMDOptions) error {
 	}
 	var ko string
 	if err := x.step("obtain-module", func() (detail string, err error) {
-		ko, detail, err = x.obtainModule(ctx, o)
+		ko, detail, err = x.obtainVouched(ctx, o)
 		return detail, err
 	}); err != nil {
 		return err
@@ -170,13 +170,13 @@ func (x *execution) kmd(ctx context.Context, o KMDOptions) error {
 		}
 	}
 	x.res.Changed = true
-	if err := x.step("insmod", func() (string, error) { return x.insmod(ctx, ko, loaded, o.signer) }); err != nil {
+	if err := x.step("insmod", func() (string, error) { return x.insmod(ctx, ko, loaded) }); err != nil {
 		return err
 	}
 	if err := x.step("verify", func() (string, error) { return x.verifyLoaded(o.Version) }); err != nil {
 		return err
 	}
-	if err := x.step("verify-devices", func() (string, error) { return x.verifyDevices(ctx, loaded, bound, o.signer) }); err != nil {
+	if err := x.step("verify-devices", func() (string, error) { return x.verifyDevices(ctx, loaded, bound) }); err != nil {
 		return err
 	}
 	x.afterInstall(ctx, o, ko)
@@ -193,10 +193,21 @@ func (x *execution) kmdAlreadyLoaded(ctx context.Context, o KMDOptions) error {
 		x.afterInstall(ctx, o, "")
 		return nil
 	}
+	// With a vouched module (a re-run after an interrupted one) that is
+	// what boot loads; without, the node's own cached copy of the version
+	// (the one it loaded).
 	var ko string
 	if err := x.step("obtain-module", func() (detail string, err error) {
-		ko, detail, err = x.obtainModule(ctx, o)
-		return detail, err
+		if o.ModuleSHA256 != "" {
+			ko, detail, err = x.obtainVouched(ctx, o)
+			return detail, err
+		}
+		own := x.agent.cacheEntries(x.res.Kernel, o.Version)
+		if len(own) == 0 {
+			return "", fmt.Errorf("the node's cache has no tt-kmd %s for kernel %s", o.Version, x.res.Kernel)
+		}
+		ko = own[0].path
+		return "the node's own cached " + ko, nil
 	}); err != nil {
 		// The right driver is running; only reboot persistence is missing.
 		x.warn("module is loaded but could not be made reboot-persistent: %v", err)
@@ -253,13 +264,17 @@ func (x *execution) checkNotHostManaged() (string, error) {
 func (x *execution) checkLoadAllowed(signing bool) (string, error) {
 	refused, allowed := x.agent.loadPolicy()
 	if refused != "" && signing && x.agent.signatureRequired() {
-		return "the kernel loads only signed modules; the module is signed with the configured key", nil
+		return "the kernel loads only signed modules; the module kubectl tt vouched for is signed (checked before it is loaded)", nil
 	}
 	if refused != "" {
 		return "", fail(ReasonInsmodFailed, "%s; tt-kmd %q stays loaded", refused, x.res.Before)
 	}
 	return allowed, nil
 }
+
+// exitingHolders bounds the wait for a refcount that no process in /proc
+// explains to drop: processes that are exiting.
+const exitingHolders = 5 * time.Second
 
 func (x *execution) checkUnused(version string) (string, error) {
 	a := x.agent
@@ -273,6 +288,23 @@ func (x *execution) checkUnused(version string) (string, error) {
 	holders, err := findHolders(a.Root)
 	if err != nil {
 		return "", err
+	}
+	if len(holders) == 0 {
+		// The last holders may be exiting (a drained pod's container dies
+		// as its pod goes): their fds close, then their /proc entries go.
+		// With none left in /proc, the count is given a moment to drop.
+		for deadline := time.Now().Add(exitingHolders); refs > 0 && time.Now().Before(deadline); {
+			time.Sleep(a.pollInterval())
+			if refs, err = readInt(a.hostPath(filepath.Join(moduleSysfs, "refcnt"))); err != nil {
+				return "", err
+			}
+		}
+		if refs == 0 {
+			return "refcnt 0 (its last holders exited)", nil
+		}
+		if holders, err = findHolders(a.Root); err != nil {
+			return "", err
+		}
 	}
 	x.res.Holders = holders
 	return "", fail(ReasonDeviceInUse,

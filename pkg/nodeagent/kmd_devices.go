@@ -78,7 +78,7 @@ func (b binding) String() string {
 // card of the node; a card it left unbound fails the node, and the
 // previous module, which served before as many cards as now, is put back
 // (only rmmod and insmod of a verified module: nothing else changed yet).
-func (x *execution) verifyDevices(ctx context.Context, previous string, before binding, signer string) (string, error) {
+func (x *execution) verifyDevices(ctx context.Context, previous string, before binding) (string, error) {
 	now := x.agent.devicesBound()
 	if now.complete() {
 		return now.String() + ", " + strconv.Itoa(now.nodes) + " device node(s)", nil
@@ -94,7 +94,7 @@ func (x *execution) verifyDevices(ctx context.Context, previous string, before b
 		return "", fail(ReasonDevicesUnbound, "%s; no previous module to restore: tt-kmd %s stays loaded for the cards it bound. "+
 			"Reseat or replace the card, or use a tt-kmd version that supports it", short, version)
 	}
-	detail, err := x.restorePrevious(ctx, previous, before, signer)
+	detail, err := x.restorePrevious(ctx, previous, before)
 	if err != nil {
 		return "", fail(ReasonDevicesUnbound, "%s; restoring tt-kmd %s failed: %v. The node has no verified driver: fix the card "+
 			"or reboot into the persisted module (tt-kmd %s), then re-run", short, previous, err, previous)
@@ -108,16 +108,14 @@ func (x *execution) verifyDevices(ctx context.Context, previous string, before b
 // (rollbook's cache, else the host's own installed copy, which the new
 // module has not replaced yet), then verifies it serves as many cards as
 // before the swap.
-func (x *execution) restorePrevious(ctx context.Context, previous string, before binding, signer string) (string, error) {
+func (x *execution) restorePrevious(ctx context.Context, previous string, before binding) (string, error) {
 	a := x.agent
 	if rm := x.run(ctx, []string{"rmmod", kmdModuleName}); rm.err != nil {
 		return "", toolFailure(ReasonRmmodFailed, rm, "rmmod "+kmdModuleName)
 	}
 	load := []string{}
-	if old := a.cachedModule(x.res.Kernel, previous, signer); old != "" {
-		if _, err := verifyCached(old, ""); err == nil {
-			load = append([]string{"insmod", old}, x.hostModuleOptions(ctx)...)
-		}
+	if old := a.cacheEntries(x.res.Kernel, previous); len(old) > 0 {
+		load = append([]string{"insmod", old[0].path}, x.hostModuleOptions(ctx)...)
 	}
 	if len(load) == 0 {
 		load = a.onHost("modprobe", kmdModuleName)

@@ -17,7 +17,7 @@ import (
 func TestKMDVerifyCountsDevices(t *testing.T) {
 	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, CachedKMD: []string{"1.31.0"}})
 	require.NoError(t, fakehost.FailProbe(root, 0, "2.0.0"))
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireFailure(t, r, nodeagent.ReasonDevicesUnbound)
 	for _, want := range []string{"bound 1 of 2", "not bound: " + fakehost.BusID(0), "restored tt-kmd 1.31.0 (2 of 2",
 		"back in service on tt-kmd 1.31.0"} {
@@ -35,7 +35,7 @@ func TestKMDVerifyCountsDevices(t *testing.T) {
 func TestKMDVerifyDevicesRestoreFails(t *testing.T) {
 	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, CachedKMD: []string{"1.31.0"}})
 	require.NoError(t, fakehost.FailProbe(root, 1, "2.0.0", "1.31.0"))
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireFailure(t, r, nodeagent.ReasonDevicesUnbound)
 	assert.Contains(t, r.Error.Message, "restoring tt-kmd 1.31.0 failed")
 	assert.Contains(t, r.Error.Message, fakehost.BusID(1))
@@ -46,7 +46,7 @@ func TestKMDVerifyDevicesRestoreFails(t *testing.T) {
 func TestKMDVerifyDevicesFirstInstall(t *testing.T) {
 	a, root := newHost(t, fakehost.Spec{KernelHeaders: true})
 	require.NoError(t, fakehost.FailProbe(root, 1, "2.0.0"))
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireFailure(t, r, nodeagent.ReasonDevicesUnbound)
 	assert.Contains(t, r.Error.Message, "no previous module to restore")
 	assert.Equal(t, "2.0.0", observe(t, root).LoadedKMD)
@@ -61,7 +61,7 @@ func TestKMDHoldersAfterClose(t *testing.T) {
 		{PID: pidC, Comm: "pytest", Via: fakehost.HoldMmap},
 	}}
 	a, root := newHost(t, spec)
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireFailure(t, r, nodeagent.ReasonDeviceInUse)
 	assert.Equal(t, []nodeagent.Holder{
 		{PID: pidA, Comm: "ttnn", Via: nodeagent.HeldByDmaBuf, PodUID: podA, ContainerID: cidA},
@@ -69,7 +69,7 @@ func TestKMDHoldersAfterClose(t *testing.T) {
 	}, r.Holders)
 	assert.Contains(t, r.Error.Message, "through an mmap after close")
 
-	r = a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0", ForceUnload: true})
+	r = a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0", ForceUnload: true}))
 	requireSuccess(t, r)
 	assert.NotContains(t, r.Warnings, "hostPID")
 	assert.Equal(t, []int{1}, observe(t, root).PIDs)

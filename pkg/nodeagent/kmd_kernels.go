@@ -68,7 +68,7 @@ func kernelHeaders(root, kver string) (string, bool) {
 
 // otherKernels measures every installed kernel but the running one for
 // version (which may be "": headers and compiler only).
-func (a *Agent) otherKernels(running, version, signer string) []KernelFacts {
+func (a *Agent) otherKernels(running, version string) []KernelFacts {
 	var out []KernelFacts
 	for _, k := range installedKernels(a.Root) {
 		if k == running {
@@ -80,12 +80,11 @@ func (a *Agent) otherKernels(running, version, signer string) []KernelFacts {
 			f.Toolchain = hostToolchain(a.Root) && (f.CC == "" || hostHas(a.Root, f.CC))
 		}
 		if version != "" {
-			cached := a.cachedModule(k, version, signer)
-			rec, err := verifyCached(cached, "")
-			f.Cached = err == nil
-			if f.Cached {
-				sum, err := fileHexSHA256(a.hostPath(filepath.Join("lib/modules", k, rebootSafeDir, kmdModuleFile)))
-				f.Persisted = err == nil && sum == rec.SHA256
+			own := a.cacheEntries(k, version)
+			f.Cached = len(own) > 0
+			sum, err := fileHexSHA256(a.hostPath(filepath.Join("lib/modules", k, rebootSafeDir, kmdModuleFile)))
+			for _, e := range own {
+				f.Persisted = f.Persisted || (err == nil && sum == e.rec.SHA256)
 			}
 		}
 		out = append(out, f)
@@ -107,6 +106,14 @@ func (x *execution) persistKernels(ctx context.Context, o KMDOptions) {
 	if len(others) == 0 {
 		return
 	}
+	if a.signatureRequired() {
+		// Nodes never sign (the key stays with kubectl tt), and the kernel
+		// would refuse an unsigned build at the next boot into them.
+		x.warn("tt-kmd %s is not built for the installed kernel(s) %s: this kernel loads only signed modules, and modules are "+
+			"signed only by kubectl tt for the kernel a node runs; after booting into one, run the upgrade again",
+			o.Version, strings.Join(others, ", "))
+		return
+	}
 	_ = x.step("other-kernels", func() (string, error) {
 		var done, failed []string
 		for _, k := range others {
@@ -114,7 +121,7 @@ func (x *execution) persistKernels(ctx context.Context, o KMDOptions) {
 				x.res.NoHeaders = append(x.res.NoHeaders, k)
 				continue
 			}
-			ko, _, err := x.obtainFor(ctx, o, k, false)
+			ko, _, err := x.obtainFor(ctx, o, k)
 			if err == nil {
 				_, err = x.persist(ctx, ko, k)
 			}

@@ -30,7 +30,7 @@ func TestKMDPersistsForEveryInstalledKernel(t *testing.T) {
 	assert.Equal(t, nodeagent.KernelFacts{Release: next, Headers: true, Toolchain: true}, p.Probe.Kernels[0])
 	assert.Equal(t, nodeagent.KernelFacts{Release: bare}, p.Probe.Kernels[1])
 
-	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(ctx, vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireSuccess(t, r)
 	assert.Equal(t, []string{kernel, next}, r.PersistedKernels)
 	assert.Equal(t, []string{bare}, r.NoHeaders)
@@ -58,7 +58,7 @@ func TestKMDPersistsForEveryInstalledKernel(t *testing.T) {
 
 	// Again at the target: the fast path re-persists, from the cache.
 	builds := len(callsTo(t, root, "make"))
-	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0"})
+	r = a.KMD(ctx, vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireSuccess(t, r)
 	assert.Equal(t, []string{kernel, next}, r.PersistedKernels)
 	assert.Equal(t, builds, len(callsTo(t, root, "make")), "both kernels' modules come from the cache")
@@ -80,7 +80,7 @@ func TestKMDOtherKernelsCompilerMissing(t *testing.T) {
 	require.Len(t, p.Probe.Kernels, 1)
 	assert.Equal(t, nodeagent.KernelFacts{Release: next, Headers: true, CC: "gcc-14"}, p.Probe.Kernels[0])
 
-	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(ctx, vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireSuccess(t, r)
 	assert.Equal(t, []string{kernel}, r.PersistedKernels)
 	assert.Contains(t, strings.Join(r.Warnings, "\n"), "not persisted for installed kernel "+next)

@@ -11,118 +11,87 @@ import (
 	"time"
 )
 
-// obtainModule returns the host path of tenstorrent.ko for (kernel,
-// version), from the cache or by building it: shallow clone of tag
-// ttkmd-<version>, kbuild against the host's kernel tree, then store in the
-// cache so a later downgrade or re-install is a cache hit.
-func (x *execution) obtainModule(ctx context.Context, o KMDOptions) (ko, detail string, err error) {
-	return x.obtainFor(ctx, o, x.res.Kernel, true)
+// obtainFor returns the host path of tenstorrent.ko of o.Version for an
+// installed kernel the node does not run, to persist for its next boot: one
+// this node built earlier from the same source (git URL and pinned commit)
+// or a build here. A node is trusted with itself, and this module is only
+// ever loaded by this node's own boot.
+func (x *execution) obtainFor(ctx context.Context, o KMDOptions, kver string) (ko, detail string, err error) {
+	if e, ok := x.agent.builtHere(kver, o.Version, o.GitURL, o.Commit); ok {
+		return e.path, "cache hit " + e.path + " (SHA-256 " + e.rec.SHA256[:12] + "…, commit " + e.rec.Commit + ")", nil
+	}
+	ko, info, err := x.build(ctx, o.Version, o.GitURL, o.Commit, kver, "")
+	if err != nil {
+		return "", "", err
+	}
+	return ko, "built from ttkmd-" + o.Version + " (commit " + info.Commit + ") and cached at " + ko, nil
 }
 
-// obtainFor is obtainModule for kernel kver. Only the running kernel's
-// (primary) module is the result's, comes from the cluster's copy and is
-// printed for sharing; another installed kernel's is built or cached here.
-func (x *execution) obtainFor(ctx context.Context, o KMDOptions, kver string, primary bool) (ko, detail string, err error) {
+// build makes tenstorrent.ko of version for kernel kver: a shallow clone of
+// tag ttkmd-<version> from gitURL, the commit it checked out held to the
+// pin, kbuild against the host's tree for kver, the result checked (its
+// version and vermagic), then stored in the cache under its SHA-256 with
+// its record. kbuildOf is kver's build (uname -v) when it runs.
+func (x *execution) build(ctx context.Context, version, gitURL, commit, kver, kbuildOf string) (string, ModuleInfo, error) {
 	a := x.agent
-	cached := a.cachedModule(kver, o.Version, o.signer)
-	hit := false
-	if primary {
-		x.res.CacheHit = &hit
-	} else {
-		defer func(commit string) { x.res.Commit = commit }(x.res.Commit) // resolveCommit records the primary's
-	}
-	if rec, why := verifyCached(cached, o.Commit); why == nil {
-		hit = true
-		if primary {
-			x.res.Commit = rec.Commit
-			rec.Source = "cache"
-			x.res.Module = &rec
-		}
-		return cached, "cache hit " + cached + " (SHA-256 " + rec.SHA256[:12] + "…, commit " + rec.Commit + ")", nil
-	} else if !errors.Is(why, os.ErrNotExist) {
-		x.warn("cached module not used, rebuilding (kernel %s): %v", kver, why)
-	}
-	if o.ModuleFrom != "" && primary {
-		info, err := x.fromCluster(ctx, o.ModuleFrom, cached, o)
-		if err == nil {
-			hit = true
-			x.res.Commit, x.res.Module = info.Commit, &info
-			return cached, fmt.Sprintf("cache hit from the cluster's copy built by %s (SHA-256 %s…, commit %s) at %s",
-				orDash(info.BuiltBy), info.SHA256[:12], info.Commit, cached), nil
-		}
-		x.warn("the cluster's shared module is not used, building here: %v", err)
-	}
 	buildDir, err := resolveInRoot(a.Root, filepath.Join("lib/modules", kver, "build"))
 	if err == nil {
 		_, err = os.Stat(filepath.Join(buildDir, "Makefile"))
 	}
 	if err != nil {
-		return "", "", fail(ReasonNoKernelHeaders,
+		return "", ModuleInfo{}, fail(ReasonNoKernelHeaders,
 			"host has no kernel build tree at /lib/modules/%s/build; install linux-headers-%s on the node (%v)", kver, kver, err)
 	}
 	cacheRoot := a.hostPath(kmdCacheDir)
 	if err := os.MkdirAll(cacheRoot, 0o755); err != nil {
-		return "", "", err
+		return "", ModuleInfo{}, err
 	}
 	// Build on the host's disk next to the cache, so the result can be
 	// renamed into place and a crash leaves no half-written cache entry.
-	work, err := os.MkdirTemp(cacheRoot, ".build-"+kver+"-"+o.Version+"-")
+	work, err := os.MkdirTemp(cacheRoot, ".build-"+kver+"-"+version+"-")
 	if err != nil {
-		return "", "", err
+		return "", ModuleInfo{}, err
 	}
 	defer os.RemoveAll(work)
 	src := filepath.Join(work, "tt-kmd")
-	clone := x.run(ctx, []string{"git", "clone", "--depth", "1", "--branch", "ttkmd-" + o.Version, o.GitURL, src})
+	clone := x.run(ctx, []string{"git", "clone", "--depth", "1", "--branch", "ttkmd-" + version, gitURL, src})
 	if clone.err != nil {
-		return "", "", toolFailure(ReasonCloneFailed, clone, "git clone of ttkmd-"+o.Version)
+		return "", ModuleInfo{}, toolFailure(ReasonCloneFailed, clone, "git clone of ttkmd-"+version)
 	}
-	commit, err := x.resolveCommit(ctx, src, o)
+	built, err := x.resolveCommit(ctx, src, version, gitURL, commit)
 	if err != nil {
-		return "", "", err
+		return "", ModuleInfo{}, err
 	}
-	build := x.run(ctx, a.buildCommand(kver, src))
-	if build.err != nil {
-		return "", "", toolFailure(ReasonBuildFailed, build, "building tt-kmd "+o.Version+" for "+kver)
+	run := x.run(ctx, a.buildCommand(kver, src))
+	if run.err != nil {
+		return "", ModuleInfo{}, toolFailure(ReasonBuildFailed, run, "building tt-kmd "+version+" for "+kver)
 	}
-	built := filepath.Join(src, kmdModuleFile)
-	if _, err := os.Stat(built); err != nil {
-		return "", "", failOutput(ReasonBuildFailed, build, "make succeeded but produced no %s", kmdModuleFile)
+	out := filepath.Join(src, kmdModuleFile)
+	if _, err := os.Stat(out); err != nil {
+		return "", ModuleInfo{}, failOutput(ReasonBuildFailed, run, "make succeeded but produced no %s", kmdModuleFile)
 	}
-	vermagic, err := x.checkBuilt(ctx, built, o.Version, kver)
+	vermagic, err := x.checkBuilt(ctx, out, version, kver)
 	if err != nil {
-		return "", "", err
+		return "", ModuleInfo{}, err
 	}
-	signed := ""
-	if o.Signing.Enabled() {
-		if signed, err = x.sign(ctx, built, work, o.Signing, kver); err != nil {
-			return "", "", err
-		}
-		signed = ", " + signed
+	sha, err := fileHexSHA256(out)
+	if err != nil {
+		return "", ModuleInfo{}, err
 	}
+	cached := a.cachedModule(kver, version, sha)
 	if err := os.MkdirAll(filepath.Dir(cached), 0o755); err != nil {
-		return "", "", err
+		return "", ModuleInfo{}, err
 	}
-	if err := os.Rename(built, cached); err != nil {
-		return "", "", err
+	if err := os.Rename(out, cached); err != nil {
+		return "", ModuleInfo{}, err
 	}
-	info := ModuleInfo{Version: o.Version, Vermagic: vermagic, Kernel: kver, Commit: commit, BuiltBy: a.Node, Source: "build",
-		Signer: o.signer}
+	info := ModuleInfo{Version: version, Vermagic: vermagic, Kernel: kver, KernelBuild: kbuildOf, Commit: built, GitURL: gitURL,
+		BuiltBy: a.Node, Source: "build"}
 	if err := recordCached(cached, info); err != nil {
-		return "", "", err
+		return "", ModuleInfo{}, err
 	}
-	if rec, err := verifyCached(cached, o.Commit); err == nil && primary {
-		rec.Source = "build"
-		x.res.Module = &rec
-		if o.Publish && a.Publish != nil {
-			// For the CLI to share with the nodes that run this kernel.
-			if n, err := writeModuleFrame(a.Publish, cached); err != nil {
-				x.warn("could not print the module for sharing: %v", err)
-			} else {
-				a.logf("kmd: module printed for sharing (%d bytes gzipped)", n)
-			}
-		}
-	}
-	return cached, "built from ttkmd-" + o.Version + " (commit " + commit + ")" + signed + " and cached at " + cached, nil
+	rec, err := verifyCached(cached, commit)
+	return cached, rec, err
 }
 
 // checkBuilt reads the built module's MODULE_VERSION and vermagic with
@@ -248,8 +217,7 @@ func (x *execution) killHolders(ctx context.Context, wait time.Duration, refs in
 // insmod loads ko. If that fails with the old module already gone, it
 // tries to put the previous version back from the cache so the node is not
 // left without a driver.
-func (x *execution) insmod(ctx context.Context, ko, previous, signer string) (string, error) {
-	a := x.agent
+func (x *execution) insmod(ctx context.Context, ko, previous string) (string, error) {
 	opts := x.hostModuleOptions(ctx)
 	in := x.run(ctx, append([]string{"insmod", ko}, opts...))
 	if in.err == nil {
@@ -262,14 +230,16 @@ func (x *execution) insmod(ctx context.Context, ko, previous, signer string) (st
 	if previous == "" {
 		return "", err
 	}
-	old := a.cachedModule(x.res.Kernel, previous, signer)
-	if _, serr := verifyCached(old, ""); serr != nil {
+	olds := x.agent.cacheEntries(x.res.Kernel, previous)
+	if len(olds) == 0 {
 		return "", appendMsg(err, "; tt-kmd "+previous+" is not cached (or fails its checksum), the node has no driver loaded")
 	}
-	if back := x.run(ctx, append([]string{"insmod", old}, opts...)); back.err != nil {
-		return "", appendMsg(err, "; rollback to "+previous+" failed too, the node has no driver loaded")
+	for _, old := range olds {
+		if back := x.run(ctx, append([]string{"insmod", old.path}, opts...)); back.err == nil {
+			return "", appendMsg(err, "; rolled back to tt-kmd "+previous)
+		}
 	}
-	return "", appendMsg(err, "; rolled back to tt-kmd "+previous)
+	return "", appendMsg(err, "; rollback to "+previous+" failed too, the node has no driver loaded")
 }
 
 // hostModuleOptions are the options the host's own modprobe would pass to

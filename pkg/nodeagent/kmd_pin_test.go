@@ -16,59 +16,60 @@ import (
 	"github.com/rollbook/rollbook/pkg/nodeagent"
 )
 
-// The tag is resolved to the commit that was built, and the result says
-// which; a pin the tag does not resolve to refuses before the build and
-// leaves the loaded driver alone.
-func TestKMDRecordsAndPinsTheCommit(t *testing.T) {
+// The build resolves the tag to the commit it checked out, records it, and
+// refuses a tag that resolves elsewhere than the pin before building.
+func TestKMDBuildPinsTheCommit(t *testing.T) {
 	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
+	var out strings.Builder
+	a.Publish = &out
 	ctx := context.Background()
 	want := fakehost.FakeCommit("ttkmd-2.0.0")
 
 	other := strings.Repeat("0", 40)
-	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", Commit: other})
+	r := a.KMDBuild(ctx, nodeagent.KMDBuildOptions{Version: "2.0.0", Commit: other})
 	requireFailure(t, r, nodeagent.ReasonCommitMismatch)
 	assert.Contains(t, r.Error.Message, want)
 	assert.Contains(t, r.Error.Message, other)
 	assert.Empty(t, callsTo(t, root, "make"), "nothing built")
-	assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD)
-	assert.NoFileExists(t, filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0/tenstorrent.ko"))
+	assert.Empty(t, out.String(), "nothing printed")
 
-	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", Commit: want})
+	r = a.KMDBuild(ctx, nodeagent.KMDBuildOptions{Version: "2.0.0", Commit: want})
 	requireSuccess(t, r)
 	assert.Equal(t, want, r.Commit)
-	assert.False(t, *r.CacheHit)
+	assert.Equal(t, want, r.Module.Commit)
+	assert.Contains(t, string(readFile(t, filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0", r.Module.SHA256[:16],
+		"tenstorrent.ko.json"))), want, "the cache's record names the commit built")
 
-	// A cache hit reports the commit its module was built from.
-	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "1.31.0"})
+	requireFailure(t, a.KMDBuild(ctx, nodeagent.KMDBuildOptions{Version: "2.0.0", Commit: "abc123"}), nodeagent.ReasonInvalidInput)
+	// No pin (no probe of the roll listed the tag): the build reports what
+	// it checked out, for kubectl tt to pin.
+	r = a.KMDBuild(ctx, nodeagent.KMDBuildOptions{Version: "2.0.0"})
 	requireSuccess(t, r)
-	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", Commit: want})
-	requireSuccess(t, r)
-	assert.True(t, *r.CacheHit)
-	assert.Equal(t, want, r.Commit)
-
-	requireFailure(t, a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", Commit: "abc123"}), nodeagent.ReasonInvalidInput)
+	assert.Equal(t, want, r.Module.Commit)
 }
 
-// A cached module is used only when its bytes match the checksum recorded
-// when it was built: a changed one, or one with no record, is rebuilt.
-func TestKMDTrustsOnlyAVerifiedCache(t *testing.T) {
-	for name, spoil := range map[string]func(ko string) error{
-		"bytes changed": func(ko string) error { return os.WriteFile(ko, []byte("\x7fELF not the module that was built"), 0o644) },
-		"no record":     func(ko string) error { return os.Remove(ko + ".json") },
-	} {
-		t.Run(name, func(t *testing.T) {
-			a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, CachedKMD: []string{"2.0.0"}})
-			ko := filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0/tenstorrent.ko")
-			require.NoError(t, spoil(ko))
-			r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
-			requireSuccess(t, r)
-			assert.False(t, *r.CacheHit, "the spoiled module was trusted")
-			assert.Len(t, callsTo(t, root, "make"), 1)
-			assert.Equal(t, fakehost.KernelObject("2.0.0", kernel), readFile(t, ko), "rebuilt in place")
-			require.NotEmpty(t, r.Warnings)
-			assert.Contains(t, r.Warnings[0], "cached module not used")
-		})
-	}
+// A cached module is loaded only when its bytes are the vouched ones: a
+// changed one is passed over for the shared copy, and without a shared
+// copy the helper refuses (it never builds its own).
+func TestKMDTrustsTheCacheOnlyForTheVouchedBytes(t *testing.T) {
+	good := fakehost.KernelObject("2.0.0", kernel)
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
+	ko := filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0", hexSHA(good)[:16], "tenstorrent.ko")
+	require.NoError(t, os.MkdirAll(filepath.Dir(ko), 0o755))
+	require.NoError(t, os.WriteFile(ko, fakehost.ELFModule([]string{"name=tenstorrent", "version=2.0.0", "vermagic=" + kernel + " SMP ",
+		"description=not the module that was built"}), 0o644))
+
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0", ModuleSHA256: hexSHA(good)})
+	requireFailure(t, r, nodeagent.ReasonModuleNotVouched)
+	assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD)
+
+	r = a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0", ModuleSHA256: hexSHA(good), ModuleFrom: share(t, good, nil)})
+	requireSuccess(t, r)
+	assert.Equal(t, "cluster", r.Module.Source)
+	assert.Equal(t, good, readFile(t, ko), "the cache entry holds the vouched bytes again")
+	assert.Empty(t, callsTo(t, root, "make"))
+	ops, _ := fakehost.Ops(root)
+	assert.Equal(t, hexSHA(good), ops[len(ops)-1].SHA256)
 }
 
 // With this machine's real git (the build and kmod tools stay fakes): the
@@ -92,20 +93,21 @@ func TestKMDCommitPinWithRealGit(t *testing.T) {
 	}
 	reviewed := revParse("ttkmd-2.0.0")
 
-	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0", GitURL: url, Commit: reviewed, SkipPersist: true})
+	a, _ := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
+	var printed strings.Builder
+	a.Publish = &printed
+	r := a.KMDBuild(context.Background(), nodeagent.KMDBuildOptions{Version: "2.0.0", GitURL: url, Commit: reviewed})
 	requireSuccess(t, r)
 	assert.Equal(t, reviewed, r.Commit)
-	assert.Contains(t, string(readFile(t, filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0/tenstorrent.ko.json"))), reviewed,
-		"the cache's record names the commit built")
 
 	// Someone moves the tag (a force-push of ttkmd-2.0.0 onto 2.1.0's commit).
 	out, err := exec.Command(gitPath, "-C", bare, "tag", "-f", "ttkmd-2.0.0", "ttkmd-2.1.0").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	moved := revParse("ttkmd-2.0.0")
 	require.NotEqual(t, reviewed, moved)
-	a, root = newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
-	r = a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0", GitURL: url, Commit: reviewed})
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
+	a.Publish = &printed
+	r = a.KMDBuild(context.Background(), nodeagent.KMDBuildOptions{Version: "2.0.0", GitURL: url, Commit: reviewed})
 	requireFailure(t, r, nodeagent.ReasonCommitMismatch)
 	assert.Contains(t, r.Error.Message, moved)
 	assert.Empty(t, callsTo(t, root, "make"))

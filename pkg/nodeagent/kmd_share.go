@@ -4,37 +4,39 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 )
 
-// A module built on one node is shared with the nodes that run the same
-// kernel: the helper that built it prints it, gzipped, in its container log
-// (the only way out of a pod that has no API credentials); the CLI reads the
-// log, checks it against the helper's result and publishes it as a
-// ConfigMap; later helpers get that ConfigMap as a read-only volume and
-// check it again before loading it. ModuleInfo is the record that travels
-// with the bytes at every hop, and the cache record (.json beside the .ko)
-// keeps it.
+// A module is built once per kernel and vouched for by kubectl tt, not by
+// the node that built it (docs/security.md, "Kernel modules: who
+// vouches"). The kmd-build helper prints the module it built, gzipped, in
+// its container log (the only way out of a pod that has no API
+// credentials); the CLI reads the log, checks the module, signs it when it
+// holds a signing key, and publishes it as a ConfigMap; every kmd helper of
+// that kernel, the builder's included, gets the ConfigMap as a read-only
+// volume and the module's SHA-256 in its argv, and loads nothing whose
+// bytes hash to anything else. ModuleInfo describes the bytes; it is
+// information, never the check.
 
 // ModuleInfo describes a built tenstorrent.ko.
 type ModuleInfo struct {
-	// SHA256 and Size are of the uncompressed module.
+	// SHA256 and Size are of the module file (signature included).
 	SHA256   string `json:"sha256"`
 	Size     int64  `json:"size"`
 	Version  string `json:"version"`
 	Vermagic string `json:"vermagic"`
 	Kernel   string `json:"kernel"`
-	Commit   string `json:"commit"`
+	// KernelBuild is the build of the kernel it was built for (uname -v).
+	KernelBuild string `json:"kernelBuild,omitempty"`
+	Commit      string `json:"commit"`
+	// GitURL is the repository the commit was cloned from.
+	GitURL string `json:"gitURL,omitempty"`
 	// BuiltBy is the node that built it.
 	BuiltBy string `json:"builtBy,omitempty"`
 	// Source is where this node got it: "build", "cache" or "cluster".
@@ -48,6 +50,9 @@ type ModuleInfo struct {
 const (
 	SharedModuleKey = "tenstorrent.ko.gz"
 	SharedInfoKey   = "module.json"
+	// SharedCertKey is the certificate (DER) the module is signed with,
+	// when kubectl tt signed it: public, what the node checks against.
+	SharedCertKey = "signing_key.x509"
 	// MaxModuleSize bounds a module read back from a log or a volume (a
 	// stripped tt-kmd is about 184 KB; a ConfigMap holds at most 1 MiB).
 	MaxModuleSize = 8 << 20
@@ -58,12 +63,8 @@ const (
 	frameEnd   = "-----END ROLLBOOK TT-KMD MODULE-----"
 )
 
-// writeModuleFrame prints ko gzipped and base64-encoded between markers.
-func writeModuleFrame(w io.Writer, ko string) (int, error) {
-	raw, err := os.ReadFile(ko)
-	if err != nil {
-		return 0, err
-	}
+// writeModuleFrame prints raw gzipped and base64-encoded between markers.
+func writeModuleFrame(w io.Writer, raw []byte) (int, error) {
 	var gz bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
 	if _, err := zw.Write(raw); err != nil {
@@ -81,7 +82,7 @@ func writeModuleFrame(w io.Writer, ko string) (int, error) {
 		enc = enc[n:]
 	}
 	b.WriteString(frameEnd + "\n")
-	_, err = io.WriteString(w, b.String())
+	_, err := io.WriteString(w, b.String())
 	return gz.Len(), err
 }
 
@@ -117,9 +118,8 @@ func ReadModuleFrame(log []byte) ([]byte, error) {
 	return gz, nil
 }
 
-// CheckSharedModule gunzips gz and checks it is the module info describes
-// (size and SHA-256). It returns the module's bytes.
-func CheckSharedModule(gz []byte, info ModuleInfo) ([]byte, error) {
+// Gunzip unpacks a shared module, refusing one larger than MaxModuleSize.
+func Gunzip(gz []byte) ([]byte, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(gz))
 	if err != nil {
 		return nil, fmt.Errorf("shared module is not gzip: %w", err)
@@ -131,68 +131,7 @@ func CheckSharedModule(gz []byte, info ModuleInfo) ([]byte, error) {
 	if len(raw) > MaxModuleSize {
 		return nil, fmt.Errorf("shared module is larger than %d bytes", MaxModuleSize)
 	}
-	sum := sha256.Sum256(raw)
-	if got := hex.EncodeToString(sum[:]); got != info.SHA256 {
-		return nil, &digestMismatch{got: got, want: info.SHA256}
-	}
-	if int64(len(raw)) != info.Size {
-		return nil, fmt.Errorf("shared module has %d bytes, its record says %d", len(raw), info.Size)
-	}
 	return raw, nil
 }
 
-// fromCluster installs the module shared in dir (a ConfigMap volume) into
-// the node's cache for (kernel, o.Version), after checking its record
-// against what this node needs (version, kernel, the pinned commit), its
-// bytes against the record, and the module itself with modinfo (version,
-// vermagic), exactly as a module built here is checked.
-func (x *execution) fromCluster(ctx context.Context, dir, cached string, o KMDOptions) (ModuleInfo, error) {
-	var info ModuleInfo
-	b, err := os.ReadFile(filepath.Join(dir, SharedInfoKey))
-	if err != nil {
-		return info, fmt.Errorf("shared module record: %w", err)
-	}
-	if err := json.Unmarshal(b, &info); err != nil || !sha256RE.MatchString(info.SHA256) {
-		return info, fmt.Errorf("shared module record %s is unreadable", filepath.Join(dir, SharedInfoKey))
-	}
-	switch {
-	case info.Version != o.Version:
-		return info, fmt.Errorf("shared module is tt-kmd %q, not %s", info.Version, o.Version)
-	case info.Kernel != x.res.Kernel:
-		return info, fmt.Errorf("shared module was built for kernel %q, this node runs %s", info.Kernel, x.res.Kernel)
-	case o.Commit != "" && info.Commit != o.Commit:
-		return info, fmt.Errorf("shared module was built from commit %q, not the pinned %s", info.Commit, o.Commit)
-	case info.Signer != o.signer:
-		return info, fmt.Errorf("shared module is signed by certificate %q, this node signs with %q", orDash(info.Signer), orDash(o.signer))
-	}
-	gz, err := os.ReadFile(filepath.Join(dir, SharedModuleKey))
-	if err != nil {
-		return info, fmt.Errorf("shared module: %w", err)
-	}
-	raw, err := CheckSharedModule(gz, info)
-	if err != nil {
-		return info, err
-	}
-	if err := os.MkdirAll(filepath.Dir(cached), 0o755); err != nil {
-		return info, err
-	}
-	// kmod's modinfo takes an argument for a file only when it ends in .ko
-	// (else it looks up a module of that name and finds none).
-	tmp := filepath.Join(filepath.Dir(cached), ".shared-"+filepath.Base(cached))
-	if err := os.WriteFile(tmp, raw, 0o644); err != nil {
-		return info, err
-	}
-	defer os.Remove(tmp)
-	vermagic, err := x.checkBuilt(ctx, tmp, o.Version, x.res.Kernel)
-	if err != nil {
-		return info, err
-	}
-	if vermagic != info.Vermagic {
-		return info, fmt.Errorf("shared module's vermagic is %q, its record says %q", vermagic, info.Vermagic)
-	}
-	if err := os.Rename(tmp, cached); err != nil {
-		return info, err
-	}
-	info.Source = "cluster"
-	return info, recordCached(cached, info)
-}
+func hexSHA256(b []byte) string { sum := sha256.Sum256(b); return hex.EncodeToString(sum[:]) }

@@ -2,8 +2,10 @@ package nodeagent_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
-	"encoding/json"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,65 +14,183 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rollbook/rollbook/internal/fakehost"
+	"github.com/rollbook/rollbook/pkg/kmodule"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
 )
 
-// One node builds and prints its module; the other loads that copy (a
-// cache hit: no clone, no build) after checking it, and builds for itself
-// when the shared copy does not match its record.
-func TestKMDSharedModuleIsCheckedThenUsed(t *testing.T) {
+func hexSHA(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+// share lays out what the shared module's ConfigMap volume holds: the
+// module gzipped and, when signed, the certificate (DER).
+func share(t *testing.T, ko, certDER []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(ko)
+	require.NoError(t, zw.Close())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, nodeagent.SharedModuleKey), gz.Bytes(), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, nodeagent.SharedInfoKey), []byte(`{"builtBy":"node-b"}`), 0o644))
+	if certDER != nil {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, nodeagent.SharedCertKey), certDER, 0o644))
+	}
+	return dir
+}
+
+// vouch gives o what kubectl tt gives a kmd helper: the module of
+// o.Version for the fake host's kernel, shared, and its SHA-256 (and the
+// commit pin, for the builds of installed kernels it does not run).
+func vouch(t *testing.T, o nodeagent.KMDOptions) nodeagent.KMDOptions {
+	t.Helper()
+	if o.ModuleSHA256 == "" && o.ModuleFrom == "" {
+		ko := fakehost.KernelObject(o.Version, kernel)
+		o.ModuleFrom, o.ModuleSHA256 = share(t, ko, nil), hexSHA(ko)
+	}
+	if o.Commit == "" {
+		o.Commit = fakehost.FakeCommit("ttkmd-" + o.Version)
+	}
+	return o
+}
+
+// kmd-build builds for the running kernel and prints the module; another
+// node given those bytes and their SHA-256 loads them (no clone, no build
+// there), and every change to them is refused before anything is unloaded.
+func TestKMDBuildThenAnotherNodeLoadsExactlyThoseBytes(t *testing.T) {
 	ctx := context.Background()
-	builder, _ := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
+	builder, broot := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
 	var out bytes.Buffer
 	builder.Publish = &out
-	built := builder.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", Publish: true})
+	commit := fakehost.FakeCommit("ttkmd-2.0.0")
+	built := builder.KMDBuild(ctx, nodeagent.KMDBuildOptions{Version: "2.0.0", Commit: commit, GitURL: "file:///mirror/tt-kmd.git"})
 	requireSuccess(t, built)
 	require.NotNil(t, built.Module)
-	assert.Equal(t, "build", built.Module.Source)
-	assert.Equal(t, kernel, built.Module.Kernel)
-	assert.NotEmpty(t, built.Module.Vermagic)
+	assert.Equal(t, nodeagent.OpKMDBuild, built.Op)
+	assert.Equal(t, "1.31.0", observe(t, broot).LoadedKMD, "a build loads nothing")
+	assert.Empty(t, callsTo(t, broot, "rmmod"))
+	assert.Empty(t, callsTo(t, broot, "insmod"))
+	m := built.Module
+	assert.Equal(t, kernel, m.Kernel)
+	assert.Equal(t, fakehost.KernelBuildOf(kernel), m.KernelBuild)
+	assert.Equal(t, commit, m.Commit)
+	assert.Equal(t, "file:///mirror/tt-kmd.git", m.GitURL)
 	gz, err := nodeagent.ReadModuleFrame(out.Bytes())
 	require.NoError(t, err)
-	_, err = nodeagent.CheckSharedModule(gz, *built.Module)
+	raw, err := nodeagent.Gunzip(gz)
 	require.NoError(t, err)
+	assert.Equal(t, m.SHA256, hexSHA(raw), "the result describes the bytes printed")
+	assert.Equal(t, fakehost.KernelObject("2.0.0", kernel), raw)
 
-	share := func(gz []byte, info nodeagent.ModuleInfo) string {
-		dir := t.TempDir()
-		b, _ := json.Marshal(info)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, nodeagent.SharedInfoKey), b, 0o644))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, nodeagent.SharedModuleKey), gz, 0o644))
-		return dir
-	}
 	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
-	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", ModuleFrom: share(gz, *built.Module)})
+	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", ModuleSHA256: m.SHA256, ModuleFrom: share(t, raw, nil)})
 	requireSuccess(t, r)
-	require.NotNil(t, r.CacheHit)
-	assert.True(t, *r.CacheHit)
+	assert.False(t, *r.CacheHit, "not in this node's cache: from the cluster")
 	assert.Equal(t, "cluster", r.Module.Source)
-	assert.Empty(t, callsTo(t, root, "make"), "a shared module is not built again")
-	rec, err := os.ReadFile(filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0/tenstorrent.ko.json"))
-	require.NoError(t, err)
-	assert.Contains(t, string(rec), built.Module.SHA256)
+	assert.Equal(t, "node-b", r.Module.BuiltBy)
+	assert.Empty(t, callsTo(t, root, "make"), "a vouched module is not built again")
+	assert.Empty(t, callsTo(t, root, "git"))
+	ops, _ := fakehost.Ops(root)
+	require.NotEmpty(t, ops)
+	assert.Equal(t, m.SHA256, ops[len(ops)-1].SHA256, "the kernel was given exactly the vouched bytes")
+	assert.FileExists(t, filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0", m.SHA256[:16], "tenstorrent.ko"))
 
-	// A record whose checksum is not the bytes' (or another version's):
-	// refused with a warning, and the node builds its own.
-	for name, info := range map[string]nodeagent.ModuleInfo{
-		"checksum": func() nodeagent.ModuleInfo {
-			i := *built.Module
-			i.SHA256 = string(bytes.Repeat([]byte("0"), 64))
-			return i
-		}(),
-		"version": func() nodeagent.ModuleInfo { i := *built.Module; i.Version = "2.0.1"; return i }(),
+	// Again, with only the SHA-256: the node's cache holds those bytes.
+	requireSuccess(t, a.KMD(ctx, vouch(t, nodeagent.KMDOptions{Version: "1.31.0"})))
+	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", ModuleSHA256: m.SHA256})
+	requireSuccess(t, r)
+	assert.Equal(t, "cache", r.Module.Source)
+	assert.True(t, *r.CacheHit)
+}
+
+// Every way the module a helper is given can differ from the one vouched
+// for is refused before anything is unloaded: its bytes (each byte of it
+// changed in turn), what it says it is, an argv SHA-256 of other bytes.
+func TestKMDRefusesAModuleNotVouchedFor(t *testing.T) {
+	ctx := context.Background()
+	good := fakehost.KernelObject("2.0.0", kernel)
+	refused := func(t *testing.T, o nodeagent.KMDOptions, want string) {
+		t.Helper()
+		a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
+		r := a.KMD(ctx, o)
+		requireFailure(t, r, nodeagent.ReasonModuleNotVouched)
+		assert.Contains(t, r.Error.Message, want)
+		assert.Contains(t, r.Error.Message, "stays loaded")
+		assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD)
+		assert.Empty(t, callsTo(t, root, "rmmod"), "nothing unloaded")
+		assert.Empty(t, callsTo(t, root, "make"), "the node does not build its own")
+	}
+	for i := 0; i < len(good); i += max(1, len(good)/64) {
+		bad := bytes.Clone(good)
+		bad[i] ^= 0x20
+		refused(t, nodeagent.KMDOptions{Version: "2.0.0", ModuleSHA256: hexSHA(good), ModuleFrom: share(t, bad, nil)}, "not the")
+	}
+	for name, c := range map[string]struct {
+		ko   []byte
+		want string
+	}{
+		"another version":     {fakehost.KernelObject("2.0.1", kernel), `tt-kmd "2.0.1"`},
+		"another kernel":      {fakehost.KernelObject("2.0.0", "6.8.0-1-generic"), "built for kernel"},
+		"another module":      {fakehost.ELFModule([]string{"name=evil", "version=2.0.0", "vermagic=" + kernel + " SMP "}), `"evil"`},
+		"not a module at all": {[]byte("#!/bin/sh\n"), "ELF"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
-			r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", ModuleFrom: share(gz, info)})
-			requireSuccess(t, r)
-			assert.False(t, *r.CacheHit)
-			assert.Equal(t, "build", r.Module.Source)
-			assert.NotEmpty(t, callsTo(t, root, "make"))
-			require.NotEmpty(t, r.Warnings)
-			assert.Contains(t, r.Warnings[0], "shared module")
+			// Vouched for (the argv names these very bytes), yet not tt-kmd
+			// 2.0.0 for this kernel.
+			refused(t, nodeagent.KMDOptions{Version: "2.0.0", ModuleSHA256: hexSHA(c.ko), ModuleFrom: share(t, c.ko, nil)}, c.want)
+		})
+	}
+	refused(t, nodeagent.KMDOptions{Version: "2.0.0"}, "no module was vouched for")
+	refused(t, nodeagent.KMDOptions{Version: "2.0.0", ModuleSHA256: hexSHA(good)}, "no shared module")
+}
+
+// A signed module: the helper checks, before anything is unloaded, that
+// the signature verifies against the certificate kubectl tt named (its
+// SHA-256 in argv, the certificate beside the module), so a module the
+// kernel would refuse never replaces a working one; the Secure-Boot kernel
+// then loads it.
+func TestKMDChecksTheSignatureBeforeUnloading(t *testing.T) {
+	ctx := context.Background()
+	mok, other := testKeyPair(t, "fleet MOK"), testKeyPair(t, "someone else")
+	sign := func(k keyPair, ko []byte) []byte {
+		s, err := kmodule.NewSigner(k.key, k.der)
+		require.NoError(t, err)
+		b, err := s.Sign(ko)
+		require.NoError(t, err)
+		return b
+	}
+	ko := fakehost.KernelObject("2.0.0", kernel)
+	good := sign(mok, ko)
+	secureHost := func(t *testing.T) (*nodeagent.Agent, string) {
+		a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, SigEnforce: true, Lockdown: "integrity",
+			TrustedCerts: [][]byte{mok.der}})
+		return a, root
+	}
+	a, root := secureHost(t)
+	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", ModuleSHA256: hexSHA(good), ModuleSigner: mok.sha,
+		ModuleFrom: share(t, good, mok.der)})
+	requireSuccess(t, r)
+	assert.Equal(t, "2.0.0", observe(t, root).LoadedKMD)
+
+	tampered := bytes.Clone(good)
+	tampered[len(ko)/2] ^= 1
+	for name, c := range map[string]struct {
+		ko, cert []byte
+		signer   string
+		want     string
+	}{
+		"certificate swapped":   {good, other.der, mok.sha, "not the " + mok.sha},
+		"signed by another key": {sign(other, ko), mok.der, mok.sha, "signed by another key"},
+		"unsigned":              {ko, mok.der, mok.sha, "not signed"},
+		"changed after signing": {tampered, mok.der, mok.sha, "does not match"},
+		"no certificate":        {good, nil, mok.sha, "signing certificate"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, root := secureHost(t)
+			r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", ModuleSHA256: hexSHA(c.ko), ModuleSigner: c.signer,
+				ModuleFrom: share(t, c.ko, c.cert)})
+			requireFailure(t, r, nodeagent.ReasonModuleNotVouched)
+			assert.Contains(t, r.Error.Message, c.want)
+			assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD)
+			assert.Empty(t, callsTo(t, root, "rmmod"))
 		})
 	}
 }

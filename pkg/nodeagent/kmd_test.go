@@ -18,43 +18,40 @@ import (
 
 const kernel = fakehost.DefaultKernel
 
-func TestKMDUpgradeBuildsThenDowngradeAndReupgradeHitCache(t *testing.T) {
+func TestKMDUpgradeThenDowngradeAndReupgradeHitTheCache(t *testing.T) {
 	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, CachedKMD: []string{"1.31.0"}})
 	ctx := context.Background()
 
-	up := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", GitURL: "file:///mirror/tt-kmd.git"})
+	up := a.KMD(ctx, vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireSuccess(t, up)
 	assert.Equal(t, "1.31.0", up.Before)
 	assert.Equal(t, "2.0.0", up.After)
-	require.NotNil(t, up.CacheHit)
-	assert.False(t, *up.CacheHit)
 	assert.True(t, up.Changed)
 	assert.Equal(t, nodeagent.InstallModeContainer, up.InstallMode)
 	assert.Equal(t, "2.0.0", observe(t, root).LoadedKMD)
-	clone := callsTo(t, root, "git")
-	require.Len(t, clone, 2, "clone, then rev-parse of the commit it checked out")
-	assert.Equal(t, []string{"rev-parse", "HEAD"}, clone[1][3:])
-	assert.Equal(t, []string{"git", "clone", "--depth", "1", "--branch", "ttkmd-2.0.0", "file:///mirror/tt-kmd.git"}, clone[0][:7])
-	ko, err := os.ReadFile(filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0/tenstorrent.ko"))
-	require.NoError(t, err)
-	assert.Equal(t, fakehost.KernelObject("2.0.0", kernel), ko)
-	leftovers, _ := filepath.Glob(filepath.Join(root, "var/cache/tt-kmd/.build-*"))
-	assert.Empty(t, leftovers, "build dirs must be cleaned up")
+	assert.Empty(t, callsTo(t, root, "git"), "the node builds nothing for its running kernel")
+	assert.Empty(t, callsTo(t, root, "make"))
+	two := fakehost.KernelObject("2.0.0", kernel)
+	assert.Equal(t, two, readFile(t, filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0", hexSHA(two)[:16], "tenstorrent.ko")))
 
-	for _, v := range []string{"1.31.0", "2.0.0"} {
-		before := len(callsTo(t, root, "git")) + len(callsTo(t, root, "make"))
-		r := a.KMD(ctx, nodeagent.KMDOptions{Version: v})
+	one := fakehost.KernelObject("1.31.0", kernel)
+	for _, c := range []struct {
+		v  string
+		ko []byte
+	}{{"1.31.0", one}, {"2.0.0", two}} {
+		r := a.KMD(ctx, vouch(t, nodeagent.KMDOptions{Version: c.v, ModuleSHA256: hexSHA(c.ko)}))
 		requireSuccess(t, r)
 		require.NotNil(t, r.CacheHit)
-		assert.True(t, *r.CacheHit, "version %s should come from the cache", v)
-		assert.Equal(t, before, len(callsTo(t, root, "git"))+len(callsTo(t, root, "make")), "cache hit must not clone or build")
-		assert.Equal(t, v, observe(t, root).LoadedKMD)
+		assert.Equal(t, c.v, observe(t, root).LoadedKMD)
+		if c.v == "2.0.0" {
+			assert.Equal(t, "cache", r.Module.Source, "the vouched bytes are in the cache: no shared copy needed")
+		}
 	}
 }
 
 func TestKMDFastPathStillPersists(t *testing.T) {
 	a, root := newHost(t, fakehost.Spec{LoadedKMD: "2.0.0", CachedKMD: []string{"2.0.0"}})
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireSuccess(t, r)
 	assert.False(t, r.Changed)
 	assert.True(t, r.Persisted)
@@ -74,7 +71,7 @@ func TestKMDFastPathWithoutCacheOrHeadersWarns(t *testing.T) {
 
 func TestKMDRefusesHostManaged(t *testing.T) {
 	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.29.0", DKMS: true, KernelHeaders: true})
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireFailure(t, r, nodeagent.ReasonHostManaged)
 	assert.Equal(t, nodeagent.InstallModeHost, r.InstallMode)
 	assert.Contains(t, r.Error.Message, "/var/lib/dkms/tenstorrent")
@@ -96,7 +93,7 @@ func holderSpec() fakehost.Spec {
 
 func TestKMDHolderBlocksWithoutForce(t *testing.T) {
 	a, root := newHost(t, holderSpec())
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireFailure(t, r, nodeagent.ReasonDeviceInUse)
 	for _, want := range []string{strconv.Itoa(pidA), strconv.Itoa(pidB), strconv.Itoa(pidC), podA, podB,
 		"refcnt > 0 and forceUnload is false; cannot reinstall 2.0.0"} {
@@ -113,7 +110,7 @@ func TestKMDHolderBlocksWithoutForce(t *testing.T) {
 
 func TestKMDForceUnloadKillsHolders(t *testing.T) {
 	a, root := newHost(t, holderSpec())
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0", ForceUnload: true})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0", ForceUnload: true}))
 	requireSuccess(t, r)
 	require.Len(t, r.Holders, 3)
 	for _, h := range r.Holders {
@@ -153,7 +150,7 @@ func TestKMDForceUnloadFailures(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			a, root := newHost(t, tc.spec)
-			r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0", ForceUnload: true, UnloadWait: 100 * time.Millisecond})
+			r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0", ForceUnload: true, UnloadWait: 100 * time.Millisecond}))
 			requireFailure(t, r, tc.reason)
 			assert.Contains(t, r.Error.Message, tc.want)
 			assert.NotContains(t, toolNames(t, root), "rmmod")
@@ -162,7 +159,7 @@ func TestKMDForceUnloadFailures(t *testing.T) {
 	}
 }
 
-func TestKMDBuildFailuresKeepOldDriver(t *testing.T) {
+func TestKMDBuildFailuresPrintNothing(t *testing.T) {
 	tests := []struct {
 		name   string
 		spec   fakehost.Spec
@@ -179,17 +176,22 @@ func TestKMDBuildFailuresKeepOldDriver(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			a, root := newHost(t, tc.spec)
-			r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+			var out strings.Builder
+			a.Publish = &out
+			r := a.KMDBuild(context.Background(), nodeagent.KMDBuildOptions{Version: "2.0.0", Commit: fakehost.FakeCommit("ttkmd-2.0.0")})
 			requireFailure(t, r, tc.reason)
 			assert.Contains(t, r.Error.Message, tc.want)
+			assert.Empty(t, out.String())
 			assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD)
-			assert.Equal(t, "1.31.0", r.After)
 			assert.NotContains(t, toolNames(t, root), "rmmod")
+			leftovers, _ := filepath.Glob(filepath.Join(root, "var/cache/tt-kmd/.build-*"))
+			assert.Empty(t, leftovers, "build dirs must be cleaned up")
 		})
 	}
 	t.Run("build output is reported", func(t *testing.T) {
 		a, _ := newHost(t, fakehost.Spec{KernelHeaders: true, BrokenBuild: true})
-		r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+		a.Publish = &strings.Builder{}
+		r := a.KMDBuild(context.Background(), nodeagent.KMDBuildOptions{Version: "2.0.0", Commit: fakehost.FakeCommit("ttkmd-2.0.0")})
 		requireFailure(t, r, nodeagent.ReasonBuildFailed)
 		assert.Contains(t, r.OutputTail, "gcc-12: not found")
 	})
@@ -197,7 +199,7 @@ func TestKMDBuildFailuresKeepOldDriver(t *testing.T) {
 
 func TestKMDPersistenceAndDevicePermissions(t *testing.T) {
 	a, root := newHost(t, fakehost.Spec{KernelHeaders: true})
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireSuccess(t, r)
 	assert.Equal(t, "", r.Before)
 	assert.True(t, r.Persisted)
@@ -228,7 +230,7 @@ func TestKMDPersistWinsOverStaleExtraCopy(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Dir(stale), 0o755))
 	require.NoError(t, os.WriteFile(stale, fakehost.KernelObject("1.20.0", kernel), 0o644))
 
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireSuccess(t, r)
 	assert.True(t, r.Persisted)
 	probe := callsTo(t, root, "modprobe")
@@ -276,9 +278,11 @@ func TestProbeMeasuresWithoutChanging(t *testing.T) {
 
 func TestKMDBuildsAgainstDebianSplitHeaders(t *testing.T) {
 	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, DebianHeaders: true})
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	a.Publish = &strings.Builder{}
+	r := a.KMDBuild(context.Background(), nodeagent.KMDBuildOptions{Version: "2.0.0", Commit: fakehost.FakeCommit("ttkmd-2.0.0")})
 	requireSuccess(t, r)
-	assert.Equal(t, "2.0.0", observe(t, root).LoadedKMD)
+	assert.Equal(t, fakehost.KernelObject("2.0.0", kernel), readFile(t, filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0",
+		r.Module.SHA256[:16], "tenstorrent.ko")))
 	require.NotEmpty(t, callsTo(t, root, "chroot"), "the build runs in a chroot of the host")
 
 	bare, _ := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, NoToolchain: true})
@@ -300,12 +304,11 @@ func TestKMDRefusesWhenTheKernelWouldRefuseTheModule(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			spec.LoadedKMD, spec.KernelHeaders = "1.31.0", true
 			a, root := newHost(t, spec)
-			r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+			r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 			requireFailure(t, r, nodeagent.ReasonInsmodFailed)
 			assert.Contains(t, r.Error.Message, "stays loaded")
 			assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD)
 			assert.NotContains(t, toolNames(t, root), "rmmod")
-			assert.NotContains(t, toolNames(t, root), "git", "nothing built for a kernel that would refuse it")
 		})
 	}
 }
@@ -315,7 +318,7 @@ func TestKMDRefusesWhenTheKernelWouldRefuseTheModule(t *testing.T) {
 func TestKMDUnknownSymbolsRollBack(t *testing.T) {
 	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, CachedKMD: []string{"1.31.0"},
 		UnresolvedKMD: []string{"2.0.0"}})
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireFailure(t, r, nodeagent.ReasonInsmodFailed)
 	assert.Contains(t, r.OutputTail, "Unknown symbol in module")
 	assert.Contains(t, r.Error.Message, "rolled back to tt-kmd 1.31.0")
@@ -326,14 +329,14 @@ func TestKMDUnknownSymbolsRollBack(t *testing.T) {
 // gives each device a stable /dev/tenstorrent/by-id link.
 func TestKMDUdevRuleGivesByIDLinks(t *testing.T) {
 	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
-	requireSuccess(t, a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"}))
+	requireSuccess(t, a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"})))
 	rule := string(readFile(t, filepath.Join(root, "etc/udev/rules.d/50-tenstorrent.rules")))
 	assert.Contains(t, rule, `SYMLINK+="tenstorrent/by-id/wormhole-%s{tt_asic_id}"`)
 	links, err := filepath.Glob(filepath.Join(root, "dev/tenstorrent/by-id/wormhole-*"))
 	require.NoError(t, err)
 	assert.Len(t, links, 0, "the rule applies to the next load")
 	// Reload (as the next upgrade does): udev links the new nodes.
-	requireSuccess(t, a.KMD(context.Background(), nodeagent.KMDOptions{Version: "1.31.0"}))
+	requireSuccess(t, a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "1.31.0"})))
 	links, err = filepath.Glob(filepath.Join(root, "dev/tenstorrent/by-id/wormhole-*"))
 	require.NoError(t, err)
 	assert.Len(t, links, 2)
@@ -351,7 +354,7 @@ func TestKMDLoadsWithTheHostsModuleOptions(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Dir(conf), 0o755))
 	require.NoError(t, os.WriteFile(conf, []byte("options tenstorrent max_devices=8\noptions tenstorrent reset_limit=5\n"), 0o644))
 
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireSuccess(t, r)
 	for name, want := range map[string]string{"max_devices": "8", "reset_limit": "5"} {
 		got, err := os.ReadFile(filepath.Join(root, "sys/module/tenstorrent/parameters", name))
@@ -371,7 +374,7 @@ func TestKMDKeepsTheHostsOwnUdevRule(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Dir(rule), 0o755))
 	require.NoError(t, os.WriteFile(rule, []byte(own), 0o644))
 
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
 	requireSuccess(t, r)
 	got, err := os.ReadFile(rule)
 	require.NoError(t, err)
@@ -379,4 +382,20 @@ func TestKMDKeepsTheHostsOwnUdevRule(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(root, "dev/tenstorrent/0"))
 	require.NoError(t, err)
 	assert.NotEqual(t, os.FileMode(0o666), fi.Mode().Perm(), "device mode set against the host's rule")
+}
+
+// Holders that are exiting (a drained pod's container dies as its pod
+// goes) close their fds before their /proc entries go: a refcount no
+// process explains is given a moment to drop before the device counts as
+// in use.
+func TestKMDWaitsForExitingHolders(t *testing.T) {
+	two := 2
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, Refcnt: &two})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = os.WriteFile(filepath.Join(root, "sys/module/tenstorrent/refcnt"), []byte("0\n"), 0o644)
+	}()
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
+	requireSuccess(t, r)
+	assert.Equal(t, "2.0.0", observe(t, root).LoadedKMD)
 }

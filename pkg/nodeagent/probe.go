@@ -22,10 +22,6 @@ type ProbeOptions struct {
 	// GitURL is where the kmd helper would clone KMDVersion's tag from;
 	// default DefaultKMDGitURL.
 	GitURL string
-	// Signing (host paths) or SignedBy (a Secret's certificate SHA-256):
-	// the key the kmd helper would sign with.
-	Signing  Signing
-	SignedBy string
 }
 
 // ProbeFacts is what a probe measured on the host (Result.Probe); device
@@ -49,11 +45,9 @@ type ProbeFacts struct {
 	// SignatureRequired: the refusal is of unsigned modules only
 	// (module.sig_enforce or lockdown), which a signed one passes.
 	SignatureRequired bool `json:"signatureRequired,omitempty"`
-	// Signing is what signing with the configured key would find; nil
-	// without one.
-	Signing *SigningCheck `json:"signing,omitempty"`
-	// Tag is the remote's tag for KMDVersion, looked at only when the
-	// module would be built.
+	// Tag is the remote's tag for KMDVersion (its commit: kubectl tt pins
+	// the first it sees for the whole roll), looked at unless the version
+	// is loaded already and nothing needs a build.
 	Tag *TagCheck `json:"tag,omitempty"`
 	// PCIDevices are the Tenstorrent PCI functions present; BoundDevices
 	// the device nodes the loaded module made. nil: not measured (an older
@@ -82,12 +76,6 @@ func (a *Agent) Probe(ctx context.Context, o ProbeOptions) Result {
 	if err := ValidateSourceURL(o.GitURL); err != nil {
 		return x.finish(ctx, fail(ReasonInvalidInput, "--git-url: %v", err))
 	}
-	if err := o.Signing.Validate(); err != nil {
-		return x.finish(ctx, fail(ReasonInvalidInput, "signing: %v", err))
-	}
-	if o.SignedBy != "" && !sha256RE.MatchString(o.SignedBy) {
-		return x.finish(ctx, fail(ReasonInvalidInput, "--signed-by %q is not a hex SHA-256", o.SignedBy))
-	}
 	return x.finish(ctx, x.probe(ctx, o))
 }
 
@@ -113,6 +101,7 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 		return fail(ReasonHostError, "cannot read kernel release from %s: %v", a.hostPath(osreleasePath), err)
 	}
 	x.res.Kernel = kver
+	x.res.KernelBuild, _ = readOptional(a.hostPath(kversionPath))
 	if x.res.Before, err = readOptional(a.hostPath(filepath.Join(moduleSysfs, "version"))); err != nil {
 		return err
 	}
@@ -129,18 +118,12 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 	p.Toolchain = hostToolchain(a.Root) && (p.CC == "" || hostHas(a.Root, p.CC))
 	p.LoadRefused, _ = a.loadPolicy()
 	p.SignatureRequired = a.signatureRequired()
-	signer := ""
-	if o.Signing.Enabled() || o.SignedBy != "" {
-		p.Signing = a.checkSigning(kver, o.Signing, o.SignedBy)
-		signer = p.Signing.Signer
-	}
 	pci, bound := countDevices(a.Root)
 	p.PCIDevices, p.BoundDevices = &pci, bound
-	p.Kernels = a.otherKernels(kver, o.KMDVersion, signer)
+	p.Kernels = a.otherKernels(kver, o.KMDVersion)
 	if o.KMDVersion != "" {
-		_, err := verifyCached(a.cachedModule(kver, o.KMDVersion, signer), "")
-		p.Cached = err == nil
-		if (!p.Cached && x.res.Before != o.KMDVersion) || anyNeedsBuild(p.Kernels) {
+		p.Cached = len(a.cacheEntries(kver, o.KMDVersion)) > 0
+		if x.res.Before != o.KMDVersion || anyNeedsBuild(p.Kernels) {
 			p.Tag = x.checkTag(ctx, o.GitURL, "ttkmd-"+o.KMDVersion)
 		}
 	}

@@ -77,8 +77,8 @@ func (a *Agent) loadPolicy() (refused, allowed string) {
 		return "kernel.modules_disabled is 1: the kernel loads and unloads no module until reboot", ""
 	case enforce == "Y" || (mode != "" && mode != "none"):
 		return "the kernel refuses unsigned modules (module.sig_enforce=" + orDash(enforce) + ", lockdown " + strconv.Quote(orDash(mode)) +
-			"): a module built here would not load unsigned; sign it with a key the kernel trusts (enrolled as a MOK): " +
-			"kubectl tt upgrade kmd --signing-secret NAME, or --signing-key-host-path and --signing-cert-host-path", ""
+			"): an unsigned module would not load; have kubectl tt sign it with a key the kernel trusts (enrolled as a MOK): " +
+			"kubectl tt upgrade kmd --signing-key FILE --signing-cert FILE (files on your machine)", ""
 	}
 	return "", "unsigned modules load (lockdown " + orDash(mode) + ", sig_enforce " + orDash(enforce) + ")"
 }

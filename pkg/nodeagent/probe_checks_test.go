@@ -15,18 +15,24 @@ import (
 
 // The probe looks at the remote's tag only when the node would build: a
 // cache hit or the module already loaded needs no network.
-func TestProbeChecksTheTagOnlyForABuild(t *testing.T) {
+func TestProbeChecksTheTagUnlessLoaded(t *testing.T) {
 	a, root := newHost(t, fakehost.Spec{LoadedKMD: "2.7.0", KernelHeaders: true, CachedKMD: []string{"2.7.0", "2.8.0"},
 		MissingTags: []string{"ttkmd-2.9.0"}})
 	ctx := context.Background()
-	for _, v := range []string{"2.7.0", "2.8.0"} {
-		r := a.Probe(ctx, nodeagent.ProbeOptions{KMDVersion: v})
-		requireSuccess(t, r)
-		assert.Nil(t, r.Probe.Tag, "%s is loaded or cached", v)
-	}
+	r := a.Probe(ctx, nodeagent.ProbeOptions{KMDVersion: "2.7.0"})
+	requireSuccess(t, r)
+	assert.Nil(t, r.Probe.Tag, "2.7.0 is loaded")
 	assert.Empty(t, callsTo(t, root, "git"))
+	// Cached here or not, the roll pins the commit the tag names now (the
+	// node's own cache is no voucher for another node).
+	r = a.Probe(ctx, nodeagent.ProbeOptions{KMDVersion: "2.8.0"})
+	requireSuccess(t, r)
+	assert.True(t, r.Probe.Cached)
+	require.NotNil(t, r.Probe.Tag)
+	assert.Equal(t, fakehost.FakeCommit("ttkmd-2.8.0"), r.Probe.Tag.Commit)
+	assert.Equal(t, fakehost.KernelBuildOf(kernel), r.KernelBuild)
 
-	r := a.Probe(ctx, nodeagent.ProbeOptions{KMDVersion: "2.9.1"})
+	r = a.Probe(ctx, nodeagent.ProbeOptions{KMDVersion: "2.9.1"})
 	requireSuccess(t, r)
 	require.NotNil(t, r.Probe.Tag)
 	assert.True(t, r.Probe.Tag.Found)
@@ -85,7 +91,7 @@ func TestKMDTwoPartVersion(t *testing.T) {
 	requireSuccess(t, p)
 	require.NotNil(t, p.Probe.Tag)
 	assert.True(t, p.Probe.Tag.Found)
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "1.34"})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "1.34"}))
 	requireSuccess(t, r)
 	assert.Equal(t, "1.34", r.After)
 	assert.Equal(t, "1.34", observe(t, root).LoadedKMD)

@@ -23,14 +23,48 @@ import (
 
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/fakehost/realhost"
+	"github.com/rollbook/rollbook/pkg/kmodule"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
 )
 
-// The kmd task on a real Debian host root: real git clones the stand-in
-// module from a bare repository, real kbuild builds it through the agent's
-// `chroot ROOT make` against linux-headers-amd64 with gcc-12, real modinfo
-// checks version and vermagic, real depmod -b and modprobe --show-depends
-// resolve the persisted copy. Only insmod and rmmod are stand-ins.
+// realBuild builds version with the kmd-build task on the real host (real
+// git clone of the stand-in module, real kbuild through `chroot ROOT make`
+// against linux-headers-amd64 with gcc-12, real modinfo) and returns what
+// kubectl tt reads from its log.
+func realBuild(t *testing.T, a *nodeagent.Agent, version, url string) ([]byte, nodeagent.Result) {
+	t.Helper()
+	var out bytes.Buffer
+	a.Publish = &out
+	defer func() { a.Publish = nil }()
+	r := a.KMDBuild(context.Background(), nodeagent.KMDBuildOptions{Version: version, GitURL: url, Commit: tagCommit(t, url, version)})
+	if !r.Success {
+		return nil, r
+	}
+	gz, err := nodeagent.ReadModuleFrame(out.Bytes())
+	require.NoError(t, err)
+	raw, err := nodeagent.Gunzip(gz)
+	require.NoError(t, err)
+	return raw, r
+}
+
+// tagCommit is the commit tag ttkmd-<version> of the bare repository url
+// points at (a pin of zeros for a tag it lacks).
+func tagCommit(t *testing.T, url, version string) string {
+	t.Helper()
+	git, err := realhost.SystemTool("git")
+	require.NoError(t, err)
+	out, err := exec.Command(git, "-C", strings.TrimPrefix(url, "file://"), "rev-parse", "ttkmd-"+version+"^{commit}").Output()
+	if err != nil {
+		return strings.Repeat("0", 40)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// The kmd tasks on a real Debian host root: kmd-build really builds the
+// stand-in module, the kmd helper given those bytes checks them (real
+// modinfo of version and vermagic), loads them, and persists them with the
+// host's real depmod and modprobe --show-depends. Only insmod and rmmod
+// are stand-ins.
 func TestKMDOnRealHost(t *testing.T) {
 	rootfs := realhost.Rootfs(t)
 	host := realhost.Host(t, rootfs)
@@ -41,40 +75,42 @@ func TestKMDOnRealHost(t *testing.T) {
 	ctx := context.Background()
 
 	start := time.Now()
-	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.8.0", GitURL: url})
+	raw, b := realBuild(t, a, "2.8.0", url)
+	requireSuccess(t, b)
+	t.Logf("clone + kbuild of 2.8.0: %s", time.Since(start).Round(time.Millisecond))
+	require.True(t, bytes.HasPrefix(raw, []byte("\x7fELF")), "kbuild wrote an ELF module")
+	assert.Equal(t, kver, b.Module.Kernel)
+	assert.Equal(t, tagCommit(t, url, "2.8.0"), b.Module.Commit)
+	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.8.0", GitURL: url, ModuleSHA256: b.Module.SHA256,
+		ModuleFrom: share(t, raw, nil)})
 	requireSuccess(t, r)
-	t.Logf("clone + kbuild + persist of 2.8.0: %s", time.Since(start).Round(time.Millisecond))
 	assert.Equal(t, kver, r.Kernel)
 	assert.Equal(t, "2.8.0", r.After)
-	require.NotNil(t, r.CacheHit)
-	assert.False(t, *r.CacheHit)
 	assert.True(t, r.Persisted)
 
-	cached := filepath.Join(host, "var/cache/tt-kmd", kver, "2.8.0/tenstorrent.ko")
-	b, err := os.ReadFile(cached)
-	require.NoError(t, err)
-	require.True(t, bytes.HasPrefix(b, []byte("\x7fELF")), "kbuild wrote an ELF module")
+	cached := filepath.Join(host, "var/cache/tt-kmd", kver, "2.8.0", b.Module.SHA256[:16], "tenstorrent.ko")
 	assert.Equal(t, "2.8.0", modinfo(t, rootfs, "version", cached))
 	assert.Equal(t, kver, strings.Fields(modinfo(t, rootfs, "vermagic", cached))[0])
 	dep, err := os.ReadFile(filepath.Join(host, "lib/modules", kver, "modules.dep"))
 	require.NoError(t, err)
 	assert.Contains(t, string(dep), "updates/tenstorrent.ko:")
 
-	// Upgrade: builds 2.9.0, unloads 2.8.0, loads 2.9.0, persists it.
-	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "2.9.0", GitURL: url})
+	// Upgrade: unloads 2.8.0, loads the 2.9.0 built, persists it.
+	raw9, b9 := realBuild(t, a, "2.9.0", url)
+	requireSuccess(t, b9)
+	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "2.9.0", GitURL: url, ModuleSHA256: b9.Module.SHA256, ModuleFrom: share(t, raw9, nil)})
 	requireSuccess(t, r)
 	assert.Equal(t, "2.8.0", r.Before)
 	assert.Equal(t, "2.9.0", r.After)
 	assert.Equal(t, "2.9.0", modinfo(t, rootfs, "version", filepath.Join(host, "lib/modules", kver, "updates/tenstorrent.ko")))
 
-	// Downgrade: a cache hit, no build.
-	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "2.8.0", GitURL: url})
+	// Downgrade with the SHA-256 alone: the cache holds those bytes.
+	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "2.8.0", GitURL: url, ModuleSHA256: b.Module.SHA256})
 	requireSuccess(t, r)
-	require.NotNil(t, r.CacheHit)
 	assert.True(t, *r.CacheHit)
 
 	// A tag the remote lacks: real git's failure is CloneFailed.
-	r = a.KMD(ctx, nodeagent.KMDOptions{Version: "2.10.0", GitURL: url})
+	_, r = realBuild(t, a, "2.10.0", url)
 	requireFailure(t, r, nodeagent.ReasonCloneFailed)
 }
 
@@ -86,7 +122,7 @@ func TestKMDOnRealHostWithoutTheHeadersCompiler(t *testing.T) {
 	t.Setenv("PATH", realhost.Tools(t, rootfs))
 	require.NoError(t, os.Remove(filepath.Join(host, "usr/bin/gcc-12")))
 	a := &nodeagent.Agent{Root: host, Env: []string{realhost.HostEnv(host)}, Log: testLog{t}}
-	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.8.0", GitURL: realhost.ModuleRepo(t, "2.8.0")})
+	_, r := realBuild(t, a, "2.8.0", realhost.ModuleRepo(t, "2.8.0"))
 	requireFailure(t, r, nodeagent.ReasonBuildFailed)
 	assert.Contains(t, r.OutputTail, "gcc-12")
 }
@@ -104,7 +140,10 @@ func TestKMDOnRealHostBootsItsModuleUnderTheHostsSearchOrder(t *testing.T) {
 	url := realhost.ModuleRepo(t, "2.8.0", "2.9.0")
 	a := &nodeagent.Agent{Root: host, Node: "real-1", Env: []string{realhost.HostEnv(host)}, Log: testLog{t}, PollInterval: 10 * 1e6}
 	ctx := context.Background()
-	requireSuccess(t, a.KMD(ctx, nodeagent.KMDOptions{Version: "2.8.0", GitURL: url}))
+	raw, b := realBuild(t, a, "2.8.0", url)
+	requireSuccess(t, b)
+	requireSuccess(t, a.KMD(ctx, nodeagent.KMDOptions{Version: "2.8.0", GitURL: url, ModuleSHA256: b.Module.SHA256,
+		ModuleFrom: share(t, raw, nil)}))
 	modules := filepath.Join(host, "lib/modules", kver)
 	old, err := os.ReadFile(filepath.Join(modules, "updates/tenstorrent.ko"))
 	require.NoError(t, err)
@@ -113,7 +152,9 @@ func TestKMDOnRealHostBootsItsModuleUnderTheHostsSearchOrder(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(host, "etc/depmod.d"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(host, "etc/depmod.d/local.conf"), []byte("search extra updates built-in\n"), 0o644))
 
-	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.9.0", GitURL: url})
+	raw9, b9 := realBuild(t, a, "2.9.0", url)
+	requireSuccess(t, b9)
+	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.9.0", GitURL: url, ModuleSHA256: b9.Module.SHA256, ModuleFrom: share(t, raw9, nil)})
 	requireSuccess(t, r)
 	assert.True(t, r.Persisted)
 	onHost := func(argv ...string) string {
@@ -138,59 +179,38 @@ func modinfo(t *testing.T, rootfs, field, ko string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// Signing on a real Debian host root: the agent signs the module it built
-// with the headers' own sign-file (/lib/modules/<kver>/build/scripts ->
-// linux-kbuild-6.1) in a chroot of the host, with the hash the headers name
-// (sha256), from the host's MOK paths and from a Secret's directory; the
-// fake kernel's checker accepts the result for the enrolled certificate
-// only. Each key has its own cache entry.
-func TestKMDOnRealHostSignsTheModule(t *testing.T) {
+// Signing of a real kbuild module: kubectl tt's signer (pkg/kmodule, held
+// byte for byte to the kernel's sign-file by its contract test) signs what
+// the real host built; the kmd helper, given the certificate and the
+// signed module's SHA-256, checks the signature and loads it; real modinfo
+// still reads it; the fake kernel's checker accepts it for that
+// certificate only; the signed bytes are the ones persisted for boot.
+func TestKMDOnRealHostLoadsTheModuleKubectlTTSigned(t *testing.T) {
 	rootfs := realhost.Rootfs(t)
 	host := realhost.Host(t, rootfs)
 	t.Setenv("PATH", realhost.Tools(t, rootfs))
 	kver := realhost.KernelRelease(t, rootfs)
-	url := realhost.ModuleRepo(t, "2.8.0", "2.9.0")
-	mok, secret := testKeyPair(t, "host MOK"), testKeyPair(t, "Secret key")
-	writeFile(t, filepath.Join(host, "var/lib/shim-signed/mok/MOK.priv"), mok.key)
-	writeFile(t, filepath.Join(host, "var/lib/shim-signed/mok/MOK.der"), mok.der)
-	dir := t.TempDir() // the Secret volume, outside the host
-	writeFile(t, filepath.Join(dir, nodeagent.SigningKeyFile), secret.key)
-	writeFile(t, filepath.Join(dir, nodeagent.SigningCertFile), secret.pem)
+	url := realhost.ModuleRepo(t, "2.8.0")
+	mok, other := testKeyPair(t, "fleet MOK"), testKeyPair(t, "someone else")
 	a := &nodeagent.Agent{Root: host, Node: "real-1", Env: []string{realhost.HostEnv(host)}, Log: testLog{t}, PollInterval: 10 * 1e6}
-	ctx := context.Background()
 
-	for _, c := range []struct {
-		version         string
-		signing         nodeagent.Signing
-		enrolled, other keyPair
-	}{
-		{"2.8.0", nodeagent.Signing{KeyHostPath: "/var/lib/shim-signed/mok/MOK.priv", CertHostPath: "/var/lib/shim-signed/mok/MOK.der"}, mok, secret},
-		{"2.9.0", nodeagent.Signing{Dir: dir}, secret, mok},
-	} {
-		r := a.KMD(ctx, nodeagent.KMDOptions{Version: c.version, GitURL: url, Signing: c.signing})
-		requireSuccess(t, r)
-		require.NotNil(t, r.Module)
-		assert.Equal(t, c.enrolled.sha, r.Module.Signer)
-		cached := filepath.Join(host, "var/cache/tt-kmd", kver, c.version, "signed-"+c.enrolled.sha[:16], "tenstorrent.ko")
-		b, err := os.ReadFile(cached)
-		require.NoError(t, err)
-		require.True(t, bytes.HasSuffix(b, []byte("~Module signature appended~\n")), "a signature trailer")
-		assert.Equal(t, c.version, modinfo(t, rootfs, "version", cached), "real modinfo still reads the signed module")
-		assert.NoError(t, fakehost.CheckModuleSignature(b, c.enrolled.der), "signed by the configured key")
-		assert.Error(t, fakehost.CheckModuleSignature(b, c.other.pem), "not by another")
-		persisted, err := os.ReadFile(filepath.Join(host, "lib/modules", kver, "updates/tenstorrent.ko"))
-		require.NoError(t, err)
-		assert.Equal(t, b, persisted, "the signed module is the one persisted")
-	}
-	// Keys the agent copied for sign-file are gone from the host.
-	left, _ := filepath.Glob(filepath.Join(host, "var/cache/tt-kmd/.build-*"))
-	assert.Empty(t, left)
-
-	// Without sign-file in the headers: SigningFailed, the old module stays.
-	require.NoError(t, os.Remove(filepath.Join(host, "usr/lib/linux-kbuild-6.1/scripts/sign-file")))
-	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.8.0", GitURL: url, Signing: nodeagent.Signing{Dir: dir}})
-	requireFailure(t, r, nodeagent.ReasonSigningFailed)
-	assert.Equal(t, "2.9.0", r.After)
+	raw, b := realBuild(t, a, "2.8.0", url)
+	requireSuccess(t, b)
+	s, err := kmodule.NewSigner(mok.key, mok.der)
+	require.NoError(t, err)
+	signed, err := s.Sign(raw)
+	require.NoError(t, err)
+	r := a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.8.0", GitURL: url, ModuleSHA256: hexSHA(signed),
+		ModuleSigner: mok.sha, ModuleFrom: share(t, signed, mok.der)})
+	requireSuccess(t, r)
+	assert.Equal(t, mok.sha, r.Module.Signer)
+	cached := filepath.Join(host, "var/cache/tt-kmd", kver, "2.8.0", hexSHA(signed)[:16], "tenstorrent.ko")
+	assert.Equal(t, "2.8.0", modinfo(t, rootfs, "version", cached), "real modinfo reads the signed module")
+	assert.NoError(t, fakehost.CheckModuleSignature(readFile(t, cached), mok.der))
+	assert.Error(t, fakehost.CheckModuleSignature(readFile(t, cached), other.pem))
+	persisted, err := os.ReadFile(filepath.Join(host, "lib/modules", kver, "updates/tenstorrent.ko"))
+	require.NoError(t, err)
+	assert.Equal(t, signed, persisted, "the signed module is the one persisted")
 }
 
 type keyPair struct {
@@ -211,10 +231,4 @@ func testKeyPair(t *testing.T, cn string) keyPair {
 	sum := sha256.Sum256(der)
 	return keyPair{key: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8}),
 		pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), der: der, sha: hex.EncodeToString(sum[:])}
-}
-
-func writeFile(t *testing.T, p string, b []byte) {
-	t.Helper()
-	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
-	require.NoError(t, os.WriteFile(p, b, 0o600))
 }

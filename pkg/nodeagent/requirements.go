@@ -79,7 +79,7 @@ var Requirements = []Requirement{
 	{OpKMD, KindExec, OnHost, "modprobe", "/usr/sbin/modprobe", "",
 		"what the host's boot would load (--show-depends) and with which options (-c)"},
 	{OpKMD, KindExec, InImage, "kill", "", "procps", "--force-unload: SIGKILL device holders"},
-	{OpKMD, KindRead, OnHost, "osrelease", "/proc/sys/kernel/osrelease", "", "running kernel release"},
+	{OpKMD, KindRead, OnHost, "osrelease", "/proc/sys/kernel/{osrelease,version}", "", "running kernel release and build"},
 	{OpKMD, KindRead, OnHost, "module", "/sys/module/tenstorrent/{version,refcnt}", "", "loaded version and users"},
 	{OpKMD, KindRead, OnHost, "dkms", "/var/lib/dkms/tenstorrent, /usr/src/tenstorrent-*/dkms.conf", "", "host-managed check"},
 	{OpKMD, KindRead, OnHost, "module-policy", "/proc/sys/kernel/modules_disabled, /sys/module/module/parameters/sig_enforce, " +
@@ -87,21 +87,26 @@ var Requirements = []Requirement{
 	{OpKMD, KindRead, OnHost, "headers", "/lib/modules/<kver>/build", "", "kernel build tree (symlink into /usr/src)"},
 	{OpKMD, KindRead, OnHost, "holders", "/proc/*/{fd,fdinfo,maps,comm,cgroup}", "",
 		"processes holding /dev/tenstorrent: fds, tenstorrent dma-bufs, mappings (hostPID)"},
-	{OpKMD, KindWrite, OnHost, "cache", "/var/cache/tt-kmd/<kver>/<version>/{,signed-<cert SHA-256>/}tenstorrent.ko{,.json}", "",
-		"build dir and module cache (a signed build apart, per key); .json: the SHA-256, commit and signer a cached module must match"},
-	{OpKMD, KindExec, OnHost, "sign-file", "/lib/modules/<kver>/build/scripts/sign-file", "",
-		"sign the built module (--signing-*); the headers' own (Debian: linux-kbuild-<ver>/scripts)"},
-	{OpKMD, KindRead, OnHost, "module-sig-hash", "/lib/modules/<kver>/build/{include/config/auto.conf,.config}", "",
-		"CONFIG_MODULE_SIG_HASH: the hash sign-file signs with"},
-	{OpKMD, KindRead, OnHost, "signing-key", "--signing-key-host-path, --signing-cert-host-path", "",
-		"the host's key and certificate (e.g. /var/lib/shim-signed/mok/MOK.priv, MOK.der); a Secret's (" + SigningKeyFile + ", " +
-			SigningCertFile + ") are read from its volume (--signing-dir, not the image) and copied 0600 next to the module while " +
-			"sign-file runs"},
+	{OpKMD, KindWrite, OnHost, "cache", "/var/cache/tt-kmd/<kver>/<version>/<module SHA-256>/tenstorrent.ko{,.json}", "",
+		"module cache, by content: the vouched module (--module-sha256), and builds for the installed kernels it does not run"},
+	{OpKMD, KindRead, InImage, "shared-module", "/rollbook/module/{tenstorrent.ko.gz,module.json,signing_key.x509}", "",
+		"the module kubectl tt vouched for and its signing certificate (a ConfigMap volume, --module-from)"},
 	{OpKMD, KindWrite, OnHost, "updates", "/lib/modules/<kver>/updates/tenstorrent.ko", "", "reboot persistence"},
 	{OpKMD, KindWrite, OnHost, "modules-load", "/etc/modules-load.d/tenstorrent.conf", "", "load at boot"},
 	{OpKMD, KindWrite, OnHost, "depmod-override", "/etc/depmod.d/tenstorrent-rollbook.conf", "",
 		"boot loads our updates/ copy whatever the host's search order"},
 	{OpKMD, KindWrite, OnHost, "udev", "/etc/udev/rules.d/50-tenstorrent.rules, /dev/tenstorrent/*", "", "device permissions"},
+	// kmd-build: the module for the running kernel, once per kernel; loads nothing
+	{OpKMDBuild, KindExec, InImage, "git", "", "git", "clone tag ttkmd-<version>; rev-parse HEAD: the --commit pin"},
+	{OpKMDBuild, KindRead, InImage, "ca-certificates", caBundle, "ca-certificates", "git clone over https"},
+	{OpKMDBuild, KindExec, InImage, "chroot", "", "coreutils", "build in the host's root (its headers and compiler)"},
+	{OpKMDBuild, KindExec, OnHost, "make", "/usr/bin/make", "", "kbuild: make -C /lib/modules/<kver>/build M=<src> modules"},
+	{OpKMDBuild, KindUsedBy, OnHost, "gcc", "/usr/bin/gcc-*", "", "the compiler the kernel headers name (Debian 12: gcc-12)"},
+	{OpKMDBuild, KindExec, InImage, "modinfo", "", "kmod", "check the built module's version and vermagic"},
+	{OpKMDBuild, KindRead, OnHost, "osrelease", "/proc/sys/kernel/{osrelease,version}", "", "running kernel release and build"},
+	{OpKMDBuild, KindRead, OnHost, "headers", "/lib/modules/<kver>/build", "", "kernel build tree (symlink into /usr/src)"},
+	{OpKMDBuild, KindWrite, OnHost, "cache", "/var/cache/tt-kmd/<kver>/<version>/<module SHA-256>/tenstorrent.ko{,.json}", "",
+		"build dir and the module built (printed on stdout for kubectl tt)"},
 	// smi
 	{OpSMI, KindExec, InImage, "tt-smi", DefaultSMISource, "", "the release binary delivered to the host (--source)"},
 	{OpSMI, KindExec, InImage, "chroot", "", "coreutils", "run the host's tt-smi as the host does"},
@@ -126,14 +131,12 @@ var Requirements = []Requirement{
 	// probe
 	{OpProbe, KindExec, InImage, "chroot", "", "coreutils", "run the host's tt-smi --version"},
 	{OpProbe, KindExec, OnHost, "tt-smi", "/" + hostSMIPath, "", "host tt-smi version"},
-	{OpProbe, KindExec, InImage, "git", "", "git", "ls-remote tag ttkmd-<version>, when the module would be built"},
+	{OpProbe, KindExec, InImage, "git", "", "git", "ls-remote tag ttkmd-<version> (the roll pins its commit), unless it is loaded"},
 	{OpProbe, KindRead, InImage, "ca-certificates", caBundle, "ca-certificates", "git ls-remote over https"},
 	{OpProbe, KindRead, OnHost, "host", "/proc, /sys/module/tenstorrent, /lib/modules/<kver>/build{,/.kernelvariables}, " +
 		"/usr/bin/{make,gcc*}", "", "what an upgrade would need: headers and the compiler they name"},
 	{OpProbe, KindRead, OnHost, "module-policy", "/proc/sys/kernel/modules_disabled, /sys/module/module/parameters/sig_enforce, " +
 		"/sys/kernel/security/lockdown", "", "would the kernel load an unsigned module"},
-	{OpProbe, KindRead, OnHost, "signing", "/lib/modules/<kver>/build/{scripts/sign-file,include/config/auto.conf,.config}, " +
-		"--signing-cert-host-path, --signing-key-host-path (stat only)", "", "could a module built here be signed"},
 	{OpProbe, KindRead, OnHost, "devices", "/sys/bus/pci/devices/*/vendor, /dev/tenstorrent/*", "",
 		"the cards present and those the module bound"},
 }

@@ -13,9 +13,12 @@ type Op string
 
 // Operations.
 const (
-	OpKMD   Op = "kmd"
-	OpSMI   Op = "smi"
-	OpFlash Op = "flash"
+	OpKMD Op = "kmd"
+	// OpKMDBuild builds the module once per kernel, for kubectl tt to
+	// check, sign and share; it loads nothing.
+	OpKMDBuild Op = "kmd-build"
+	OpSMI      Op = "smi"
+	OpFlash    Op = "flash"
 )
 
 // Reason is a stable, machine-readable failure code.
@@ -57,14 +60,17 @@ const (
 	ReasonToolMissing    Reason = "ToolMissing"
 	ReasonTimeout        Reason = "Timeout"
 	ReasonHostError      Reason = "HostError"
-	// ReasonSigningFailed: the module could not be signed with the
-	// configured key (unreadable key or certificate, no sign-file or
-	// CONFIG_MODULE_SIG_HASH in the headers, sign-file failed).
+	// ReasonSigningFailed: a node could not sign a module (helpers of
+	// older releases; nodes no longer sign).
 	ReasonSigningFailed Reason = "SigningFailed"
 	// ReasonDevicesUnbound: the new module loaded but bound fewer of the
 	// node's Tenstorrent PCI devices than are present (Result.Restored says
 	// whether the previous module was put back).
 	ReasonDevicesUnbound Reason = "DevicesUnbound"
+	// ReasonModuleNotVouched: the module the kmd helper was given is not
+	// the one kubectl tt vouched for (its SHA-256, what it is, or its
+	// signature); nothing was unloaded.
+	ReasonModuleNotVouched Reason = "ModuleNotVouched"
 )
 
 // Install modes, as in the driver.tenstorrent.com/install-mode node label.
@@ -88,7 +94,10 @@ type Result struct {
 	Before string `json:"before,omitempty"`
 	After  string `json:"after,omitempty"`
 
-	Kernel      string `json:"kernel,omitempty"`
+	Kernel string `json:"kernel,omitempty"`
+	// KernelBuild is the running kernel's build (uname -v): with Kernel,
+	// what a module built here is for (kmd, kmd-build, probe).
+	KernelBuild string `json:"kernelBuild,omitempty"`
 	InstallMode string `json:"installMode,omitempty"`
 	CacheHit    *bool  `json:"cacheHit,omitempty"`
 	// Commit is the tt-kmd commit the module was built from (kmd).

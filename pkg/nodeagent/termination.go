@@ -169,7 +169,7 @@ func ParseResult(b []byte) (Result, error) {
 		return Result{}, fmt.Errorf("node-agent result: %w", err)
 	}
 	switch r.Op {
-	case OpKMD, OpSMI, OpFlash, OpProbe, OpCleanCache:
+	case OpKMD, OpKMDBuild, OpSMI, OpFlash, OpProbe, OpCleanCache:
 	default:
 		return Result{}, fmt.Errorf("node-agent result: unknown op %q", r.Op)
 	}

@@ -66,13 +66,13 @@ func FuzzValidateVersion(f *testing.F) {
 func TestInvalidInputRunsNoTool(t *testing.T) {
 	ops := map[string]func(*nodeagent.Agent) nodeagent.Result{
 		"kmd bad version": func(a *nodeagent.Agent) nodeagent.Result {
-			return a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2"})
+			return a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2"}))
 		},
 		"kmd injected version": func(a *nodeagent.Agent) nodeagent.Result {
-			return a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0 --upload-pack=x"})
+			return a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0 --upload-pack=x"}))
 		},
 		"kmd http git url": func(a *nodeagent.Agent) nodeagent.Result {
-			return a.KMD(context.Background(), nodeagent.KMDOptions{Version: "2.0.0", GitURL: "http://x/y.git"})
+			return a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0", GitURL: "http://x/y.git"}))
 		},
 		"smi bad version": func(a *nodeagent.Agent) nodeagent.Result {
 			return a.SMI(context.Background(), nodeagent.SMIOptions{Version: "latest"})

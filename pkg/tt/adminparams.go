@@ -33,7 +33,6 @@ const (
 	KeyBundleDigests     = ParamBundleDigests
 	KeyAllowUnpinned     = "allowUnpinned"
 	KeyPriorityClass     = "priorityClass"
-	KeySigningSecret     = "signingSecret"
 	// KeyGateLabels are the deploy-gate label keys the operator roles may
 	// write on nodes (kubectl tt --deploy-gate), besides rollbook's own.
 	KeyGateLabels = "gateLabels"
@@ -53,7 +52,6 @@ type AdminParams struct {
 	// helper without --bundle-sha256.
 	AllowUnpinned bool
 	PriorityClass string
-	SigningSecret string
 	GateLabels    []string
 }
 
@@ -66,7 +64,6 @@ func DefaultAdminParams() AdminParams {
 		KMDGitURLs:        []string{nodeagent.DefaultKMDGitURL},
 		BundleURLs:        []string{nodeagent.DefaultBundleURLPrefix},
 		PriorityClass:     deploy.HelperPriorityClass,
-		SigningSecret:     DefaultSigningSecret,
 		GateLabels:        []string{DefaultDeployGate},
 	}
 }
@@ -83,7 +80,6 @@ func (p AdminParams) Data() map[string]string {
 		KeyBundleDigests:     strings.Join(p.BundleDigests, ","),
 		KeyAllowUnpinned:     fmt.Sprint(p.AllowUnpinned),
 		KeyPriorityClass:     p.PriorityClass,
-		KeySigningSecret:     p.SigningSecret,
 		KeyGateLabels:        strings.Join(p.GateLabels, ","),
 	}
 }
@@ -109,9 +105,6 @@ func AdminParamsFrom(data map[string]string) (AdminParams, error) {
 	}
 	if v := data[KeyPriorityClass]; v != "" {
 		p.PriorityClass = v
-	}
-	if v, ok := data[KeySigningSecret]; ok {
-		p.SigningSecret = v
 	}
 	return p, p.Validate()
 }

@@ -13,7 +13,7 @@ import (
 const AgentPath = "/usr/local/bin/kubectl-tt"
 
 // HelperTasks are the helper pods kubectl tt creates, by their task.
-var HelperTasks = []string{"probe", "kmd", "smi", "flash", string(nodeagent.OpCleanCache)}
+var HelperTasks = []string{"probe", kmdBuildTask, kmdTask, "smi", "flash", string(nodeagent.OpCleanCache)}
 
 // ArgvFlag is one flag a helper's command may carry.
 type ArgvFlag struct {
@@ -58,7 +58,6 @@ const (
 	patDuration   = `([0-9]{1,9}(\.[0-9]{1,9})?(h|m|s|ms))+`
 	patCommit     = `[0-9a-f]{40}`
 	patSHA256     = `[0-9a-f]{64}`
-	patHostFile   = `/[A-Za-z0-9._/-]{1,255}`
 	patURL        = `(https|file)://[^\s@]+`
 )
 
@@ -87,22 +86,26 @@ var gitURLFlag = ArgvFlag{Name: "--git-url", Value: patURL, Param: ParamKMDGitUR
 var HelperGrammars = map[string]ArgvGrammar{
 	"probe": {Task: "probe", Slots: []ArgvSlot{
 		maybe(valueFlag("--kmd-version", patKMDVersion)),
-		maybe(valueFlag("--signed-by", patSHA256)),
-		maybe(valueFlag("--signing-key-host-path", patHostFile)),
-		maybe(valueFlag("--signing-cert-host-path", patHostFile)),
 		maybe(gitURLFlag),
 	}},
-	"kmd": {Task: "kmd", Slots: []ArgvSlot{
+	// The module once per kernel group: loads nothing (kmdhelpers.go).
+	kmdBuildTask: {Task: kmdBuildTask, Slots: []ArgvSlot{
 		one(valueFlag("--version", patKMDVersion)),
-		one(boolFlag("--publish")),
+		maybe(valueFlag("--commit", patCommit)),
+		one(gitURLFlag),
+		maybe(valueFlag("--timeout", patDuration)),
+	}},
+	// The install: the module kubectl tt vouched for, by its SHA-256 (and
+	// its signer's), from the shared ConfigMap (kmdhelpers.go).
+	kmdTask: {Task: kmdTask, Slots: []ArgvSlot{
+		one(valueFlag("--version", patKMDVersion)),
 		maybe(valueFlag("--timeout", patDuration)),
 		maybe(valueFlag("--commit", patCommit)),
 		one(gitURLFlag),
 		maybe(boolFlag("--force-unload")),
-		maybe(valueFlag("--signing-dir", regexp.QuoteMeta(SigningMount))),
-		maybe(valueFlag("--signing-key-host-path", patHostFile)),
-		maybe(valueFlag("--signing-cert-host-path", patHostFile)),
-		maybe(valueFlag("--module-from", regexp.QuoteMeta(SharedModuleMount))),
+		maybe(ArgvFlag{Name: "--module-sha256", Value: patSHA256,
+			Then: ptrFlag(valueFlag("--module-from", regexp.QuoteMeta(SharedModuleMount)))}),
+		maybe(valueFlag("--module-signer", patSHA256)),
 	}},
 	"smi": {Task: "smi", Slots: []ArgvSlot{
 		one(valueFlag("--version", patVersion)),

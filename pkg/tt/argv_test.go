@@ -24,8 +24,14 @@ func TestCommandsMatchTheirGrammar(t *testing.T) {
 		if on(3) {
 			kmd.Version = "1.34"
 		}
-		check(t, "kmd", kmdCommand(kmd))
-		check(t, "kmd", withModule(helperSpec(h, "kmd", "n", "k", kmdCommand(kmd), false, ""), "tt-kmd-0123456789abcdef").Command)
+		for _, commit := range []string{"", strings.Repeat("c", 40)} {
+			check(t, "kmd-build", KMDBuildHelperSpec(kmd, "n", commit).Command)
+			check(t, "kmd", KMDHelperSpec(kmd, "n", commit, nil).Command)
+			for _, signer := range []string{"", strings.Repeat("5", 64)} {
+				m := &VouchedModule{ConfigMap: "tt-kmd-0123456789abcdef", SHA256: strings.Repeat("b", 64), Signer: signer}
+				check(t, "kmd", KMDHelperSpec(kmd, "n", commit, m).Command)
+			}
+		}
 		check(t, "probe", kmdProbeCommand(kmd))
 		fw := &FirmwareConfig{Version: "19.0.0", Readback: "19.0.0.0", BundleURL: "https://b.example/fw.fwbundle",
 			FlashTimeout: 15 * time.Minute, ForceUnload: on(0), ForceWrite: on(1), AllowMajorDowngrade: on(2),

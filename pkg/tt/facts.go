@@ -252,9 +252,10 @@ func (o observer) observeNodeParts(ctx context.Context, node string, parts runbo
 		f.Skip = o.skip(n)
 	}
 	f.Shared = prev.Shared
-	// Only once this run probed the node: before, the step that needs it
-	// cannot be reached (and the kernel is not measured).
-	if parts&readShared != 0 && o.shared != nil && !f.Finished && f.measuredFresh(o.run) {
+	// Once the node was probed (by this run, or by the one that cordoned
+	// it): before, the kernel is not measured. What is read is this run's
+	// own voucher, in memory.
+	if parts&readShared != 0 && o.shared != nil && !f.Finished && f.Measured != nil {
 		if f.Shared, err = o.shared(ctx, &f); err != nil {
 			return f, early, err
 		}

@@ -9,16 +9,6 @@ import (
 // runbooks use (command, env, mounts), for the admission tests and
 // `kubectl tt install`, which must see every shape a run can make.
 
-// KMDHelperSpec is the kmd helper on node, given the shared module cm
-// ("": none).
-func KMDHelperSpec(cfg *KMDConfig, node, cm string) kube.HelperSpec {
-	s := helperSpec(cfg.Helper, "kmd", node, cfg.Version, kmdCommand(cfg), cfg.ForceUnload, cfg.RunID)
-	if m := cfg.Signing.mount(); m != nil {
-		s.Secrets = append(s.Secrets, *m)
-	}
-	return withModule(s, cm)
-}
-
 // KMDProbeSpec is the probe of a kmd run on node.
 func KMDProbeSpec(cfg *KMDConfig, node string) kube.HelperSpec {
 	return probeSpec(cfg.Helper, node, cfg.RunID, kmdProbeCommand(cfg))

@@ -26,7 +26,8 @@ const KMDRunbookName = "tt-kmd"
 // KMDConfig is what `kubectl tt upgrade kmd` was asked to do.
 type KMDConfig struct {
 	Version string
-	// Commit pins the commit the tag ttkmd-<Version> must resolve to.
+	// Commit pins the commit the tag ttkmd-<Version> must resolve to; ""
+	// pins the one the first probe sees, for the whole roll.
 	Commit string
 	// GitURL is the tt-kmd repository the helpers clone; "" is the
 	// agent's default (upstream).
@@ -49,7 +50,8 @@ type KMDConfig struct {
 	// MaxUnavailablePer bounds, per label key, the nodes sharing a value
 	// of it that are out of service at once.
 	MaxUnavailablePer map[string]int
-	// Signing signs the modules built (kernels that load only signed ones).
+	// Signing is the key kubectl tt signs the modules it vouches for with
+	// (kernels that load only signed ones).
 	Signing SigningConfig
 
 	share *moduleShare
@@ -200,28 +202,24 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 			out = append(out, barePodBlockers(f, kmdEvicts(cfg), cfg.Force)...)
 		}
 		switch {
-		case r.LoadRefused != "" && r.SignatureRequired && cfg.Signing.enabled():
-			out = append(out, cfg.Signing.blockers(r, cfg.Version)...) // a signed module loads
+		case r.LoadRefused != "" && r.SignatureRequired:
+			out = append(out, cfg.Signing.signatureBlockers(r)...) // kubectl tt signs with --signing-key
 		case r.LoadRefused != "":
 			out = append(out, r.LoadRefused+"; tt-kmd "+orUnknown(r.KMD)+" stays loaded")
 		}
 		out = append(out, otherKernelBlockers(r, cfg.Version)...)
-		if r.Cached || f.Shared != nil {
+		if f.Shared != nil {
 			return out
 		}
-		switch {
-		case !r.Headers:
-			out = append(out, fmt.Sprintf("tt-kmd %s is not cached for kernel %s and cannot be built here (no kernel headers); "+
-				"install linux-headers-%s on the node", cfg.Version, r.Kernel, r.Kernel))
-		case !r.Toolchain && r.CC != "":
-			out = append(out, fmt.Sprintf("tt-kmd %s is not cached for kernel %s and cannot be built here: the kernel headers name "+
-				"the compiler %s (in .kernelvariables), which the node lacks, or make is missing; install %s and make on the node",
-				cfg.Version, r.Kernel, r.CC, r.CC))
-		case !r.Toolchain:
-			out = append(out, fmt.Sprintf("tt-kmd %s is not cached for kernel %s and cannot be built here (no make or gcc); "+
-				"install build-essential on the node", cfg.Version, r.Kernel))
+		// The node may build for its kernel group: what would stop it.
+		if cfg.share == nil || !cfg.share.buildsElsewhere(f) {
+			out = append(out, buildBlockers(cfg, r)...)
 		}
-		if t := r.Tag; t != nil {
+		pin := cfg.Commit
+		if cfg.share != nil {
+			pin = cfg.share.pinned()
+		}
+		if t := r.Tag; t != nil && t.Tag == "ttkmd-"+cfg.Version { // not an earlier run's record of another version
 			switch {
 			case t.Error != "":
 				out = append(out, fmt.Sprintf("the node cannot list tag %s at %s (%s); the build clones it from there: let the "+
@@ -229,9 +227,9 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 			case !t.Found:
 				out = append(out, fmt.Sprintf("%s has no tag %s: tt-kmd %s was never released (list them: git ls-remote --tags %s)",
 					t.URL, t.Tag, cfg.Version, t.URL))
-			case cfg.Commit != "" && t.Commit != cfg.Commit:
+			case pin != "" && t.Commit != pin:
 				out = append(out, fmt.Sprintf("tag %s of %s names commit %s, not the pinned %s: the tag moved or the repository "+
-					"is not the one you pinned", t.Tag, t.URL, t.Commit, cfg.Commit))
+					"is not the one you pinned", t.Tag, t.URL, t.Commit, pin))
 			}
 		}
 		return out
@@ -279,6 +277,18 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 	cfg.share = share
 	obs.shared = share.read
 	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
+	// The kmd helper: with the module this run vouched for the node's
+	// kernel group; one an interrupted run started, as it was created.
+	render := func(f Facts, existing *corev1.Pod) kube.HelperSpec {
+		if existing != nil {
+			return KMDHelperSpec(cfg, f.Node.Name, commitIn(existing), vouchedIn(existing))
+		}
+		var m *VouchedModule
+		if sh := share.vouchedFor(share.key(&f)); sh != nil {
+			m = &sh.VouchedModule
+		}
+		return KMDHelperSpec(cfg, f.Node.Name, share.pinned(), m)
+	}
 	blockers := kmdBlockers(cfg)
 	// A node this run's probe found at the target, with nothing in the way,
 	// lacks only its label: no cordon, drain or helper for that.
@@ -310,7 +320,7 @@ the target version is measured on it, whatever its label says.`,
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
 			b.probe("tt.kmd.probe", kmdProbeCommand(cfg), blockers),
-			share.waitStep(),
+			share.moduleStep(b, cfg, blockers),
 			// One node at a time by default, like the operator's DaemonSet rollout.
 			labelOnly(b.cordon("tt.kmd.cordon", cfg.DeployGates, cordonGuards(probeClear("tt-kmd", cfg.RunID, blockers), pdb,
 				append([]runbook.Guard[Facts]{outOfServiceBudget(max(cfg.MaxParallel, 1))},
@@ -319,18 +329,26 @@ the target version is measured on it, whatever its label says.`,
 			labelOnly(b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "tt-kmd "+v+" upgrade")),
 			labelOnly(kmdDrainStep(cs, rec, cfg)),
 			labelOnly(b.helperTask(task{
-				id: "tt.kmd.install", title: "Swap the kernel module", name: "kmd", key: v, command: kmdCommand(cfg),
+				id: "tt.kmd.install", title: "Swap the kernel module", name: kmdTask, key: v, render: render,
 				doc: "Run the kmd helper pod on the node: it checks that nothing holds the device (with --force-unload it kills " +
-					"the holders), unloads tt-kmd, loads the target version from the node's module cache or builds it, verifies " +
+					"the holders), checks the module kubectl tt vouched for (its SHA-256 and signature, given in its argv) before " +
+					"anything changes, unloads tt-kmd, loads that module (from the node's cache when it holds those very bytes, " +
+					"else from the shared ConfigMap), verifies " +
 					"/sys/module/tenstorrent/version and that the module bound every Tenstorrent PCI device (else it restores " +
 					"the previous module, and a verified restore gives the node back), and makes the module load again after " +
 					"a reboot. Its measured result is " +
 					"read from the pod's termination message.",
-				hostPID: cfg.ForceUnload, timeout: cfg.Helper.Timeout, secret: cfg.Signing.mount(),
+				hostPID: cfg.ForceUnload, timeout: cfg.Helper.Timeout,
 				guards: []runbook.Guard[Facts]{{
 					Name: "the node is cordoned by tt-kmd",
 					Check: func(f Facts) (bool, string) {
 						return f.ourCordon(), "the node is not cordoned by rollbook tt-kmd; a module swap needs the node out of service"
+					},
+				}, {
+					Name: "a module is vouched for the node's kernel",
+					Check: func(f Facts) (bool, string) {
+						ok := f.Helper.Pod != nil || (f.Measured != nil && f.Measured.KMD == v) || share.vouchedFor(share.key(&f)) != nil
+						return ok, "no module of this run is vouched for node " + f.Node.Name + "'s kernel; re-run the same command"
 					},
 				}},
 				succeeded: func(h helperFacts) bool { return h.reached(v) },
@@ -341,14 +359,8 @@ the target version is measured on it, whatever its label says.`,
 					return err
 				},
 				failed: func(ctx context.Context, f Facts, h helperFacts) error {
-					share.release(f.Node.Name)
 					return kmdFailure(ctx, cs, rec, f, h)
 				},
-				module: func(f Facts) (string, bool) {
-					name := share.name(&f)
-					return name, name != "" && f.Shared != nil && f.Shared.Name == name
-				},
-				after:   share.publish,
 				waiting: func(f Facts) string { return "module at " + orUnknown(f.Node.Labels[LabelKMDVersion]) },
 			})),
 			{
@@ -387,7 +399,7 @@ the target version is measured on it, whatever its label says.`,
 			},
 			b.openGates("tt.kmd.open-gates"),
 			b.uncordon("tt.kmd.uncordon"),
-			b.cleanup("tt.kmd.cleanup", helperName),
+			b.cleanup("tt.kmd.cleanup", helperName, kmdBuildTask),
 		},
 	}
 }
@@ -445,25 +457,8 @@ func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) ru
 func helperWorkTimeout(t time.Duration) time.Duration { return t - 30*time.Second }
 
 func kmdProbeCommand(cfg *KMDConfig) []string {
-	flags := append([]string{"--kmd-version", cfg.Version}, cfg.Signing.probeArgs()...)
 	// The tag is looked up where the build clones.
-	return agentCommand("probe", append(flags, "--git-url", cfg.gitURL())...)
-}
-
-func kmdCommand(cfg *KMDConfig) []string {
-	cmd := []string{"--version", cfg.Version, "--publish", "--git-url", cfg.gitURL()}
-	if t := cfg.Helper.Timeout; t > 0 {
-		// The agent's own deadline, inside the pod's: it stops and reports
-		// (old module loaded) before the kubelet kills it mid-step.
-		cmd = append(cmd, "--timeout", helperWorkTimeout(t).String())
-	}
-	if cfg.Commit != "" {
-		cmd = append(cmd, "--commit", cfg.Commit)
-	}
-	if cfg.ForceUnload {
-		cmd = append(cmd, "--force-unload")
-	}
-	return agentCommand("kmd", append(cmd, cfg.Signing.kmdArgs()...)...)
+	return agentCommand("probe", "--kmd-version", cfg.Version, "--git-url", cfg.gitURL())
 }
 
 // gitURL is the repository the helpers clone: always named in their
@@ -473,6 +468,20 @@ func (c *KMDConfig) gitURL() string {
 		return nodeagent.DefaultKMDGitURL
 	}
 	return c.GitURL
+}
+
+// commitIn is the --commit a kmd helper pod was created with.
+func commitIn(p *corev1.Pod) string {
+	if p == nil || len(p.Spec.Containers) == 0 {
+		return ""
+	}
+	cmd := p.Spec.Containers[0].Command
+	for i := 0; i+1 < len(cmd); i++ {
+		if cmd[i] == "--commit" {
+			return cmd[i+1]
+		}
+	}
+	return ""
 }
 
 // kmdFailure turns a failed helper into a clear error: device holders and
@@ -567,8 +576,11 @@ func describeKMDResult(r *nodeagent.Result) string {
 	if r.Commit != "" {
 		s += ", commit " + r.Commit[:12]
 	}
-	if r.CacheHit != nil {
-		s += map[bool]string{true: ", module cache hit", false: ", built from source"}[*r.CacheHit]
+	if m := r.Module; m != nil && m.SHA256 != "" {
+		s += ", module " + short(m.SHA256) + "… built by " + orUnknown(m.BuiltBy)
+		if r.CacheHit != nil && *r.CacheHit {
+			s += ", from the node's cache"
+		}
 	}
 	s += ")"
 	if !r.Persisted {
@@ -587,11 +599,15 @@ func describeKMDResult(r *nodeagent.Result) string {
 
 // kmdRecord is the compact result kept on the node.
 type kmdRecord struct {
-	Before    string `json:"before,omitempty"`
-	After     string `json:"after"`
-	Kernel    string `json:"kernel,omitempty"`
-	Commit    string `json:"commit,omitempty"`
-	CacheHit  *bool  `json:"cacheHit,omitempty"`
+	Before   string `json:"before,omitempty"`
+	After    string `json:"after"`
+	Kernel   string `json:"kernel,omitempty"`
+	Commit   string `json:"commit,omitempty"`
+	CacheHit *bool  `json:"cacheHit,omitempty"`
+	// Module is the SHA-256 of the module loaded (the one kubectl tt
+	// vouched for), BuiltBy the node that built it.
+	Module    string `json:"module,omitempty"`
+	BuiltBy   string `json:"builtBy,omitempty"`
 	Persisted bool   `json:"persisted"`
 	// Kernels are those whose boot loads After (the running one when
 	// persisted, and the other installed kernels built for): status
@@ -609,8 +625,12 @@ func kmdResultChange(node *corev1.Node, r *nodeagent.Result, run string) (kube.N
 	if mode == "" {
 		mode = InstallModeContainer
 	}
-	b, _ := json.Marshal(kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, Commit: r.Commit, CacheHit: r.CacheHit,
-		Persisted: r.Persisted, Kernels: r.PersistedKernels, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)})
+	rec := kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, Commit: r.Commit, CacheHit: r.CacheHit,
+		Persisted: r.Persisted, Kernels: r.PersistedKernels, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)}
+	if m := r.Module; m != nil {
+		rec.Module, rec.BuiltBy = m.SHA256, m.BuiltBy
+	}
+	b, _ := json.Marshal(rec)
 	return kube.NodeChange{
 		Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},
 		Annotations: withClockTakenAlong(node, KMDRunbookName, map[string]*string{AnnKMDResult: ptr.To(string(b))}),

@@ -142,6 +142,9 @@ type tModel struct {
 	countOut bool
 	// The helper and probe pods the runbook creates on a node.
 	helperSpec, probeSpec func(node string) kube.HelperSpec
+	// shared is the module the run vouched for the nodes' kernel (kmd):
+	// the build step is the voucher's, not modelled here.
+	shared *SharedModule
 }
 
 const (
@@ -247,6 +250,9 @@ func (m *tModel) facts(s *tState, i int) Facts {
 	nd := s.Nodes[i]
 	n := m.node(s, i)
 	f := Facts{Owner: m.rb.Name, Node: n, Measured: probeRecordOf(n), Finished: m.finished(n)}
+	if m.shared != nil && f.Measured != nil && !f.Finished {
+		f.Shared = m.shared
+	}
 	if nd.Helper != podNone {
 		r := &nodeagent.Result{Op: nodeagent.OpKMD, Success: nd.Helper == podSucceeded, Changed: true, Target: m.target, Before: m.old,
 			After: m.target}
@@ -859,10 +865,13 @@ func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
 	h := HelperConfig{Image: "agent", Namespace: helperNS}
 	switch c.kind {
 	case "kmd":
-		cfg := &KMDConfig{Version: kmdNew, DeployGates: []string{DefaultDeployGate}, Drain: true, Helper: h, RunID: runThis}
+		cfg := &KMDConfig{Version: kmdNew, Commit: strings.Repeat("c", 40), DeployGates: []string{DefaultDeployGate}, Drain: true,
+			Helper: h, RunID: runThis}
 		m.rb = KMDRunbook(nil, nil, cfg)
+		m.shared = &SharedModule{VouchedModule: VouchedModule{ConfigMap: "tt-kmd-0123456789abcdef", SHA256: strings.Repeat("a", 64)}}
+		cfg.share.vouched[group(cfg.share.key(&Facts{Measured: &ProbeRecord{Kernel: "6.8"}}))] = m.shared
 		m.helperSpec = func(node string) kube.HelperSpec {
-			return helperSpec(h, "kmd", node, kmdNew, kmdCommand(cfg), cfg.ForceUnload, runThis)
+			return KMDHelperSpec(cfg, node, cfg.Commit, &m.shared.VouchedModule)
 		}
 		m.probeSpec = func(node string) kube.HelperSpec { return probeSpec(h, node, runThis, kmdProbeCommand(cfg)) }
 		m.target, m.old, m.limit, m.countOut = kmdNew, kmdOld, 1, true

@@ -26,9 +26,12 @@ const AnnProbe = "rollbook.dev/tt-probe"
 
 // ProbeRecord is what a probe helper measured, kept on the node.
 type ProbeRecord struct {
-	Run          string              `json:"run"`
-	At           time.Time           `json:"at"`
-	Kernel       string              `json:"kernel"`
+	Run    string    `json:"run"`
+	At     time.Time `json:"at"`
+	Kernel string    `json:"kernel"`
+	// KernelBuild is the running kernel's build (uname -v): with Kernel,
+	// the kernel group a module is built once for.
+	KernelBuild  string              `json:"kernelBuild,omitempty"`
 	KMD          string              `json:"kmd,omitempty"`
 	DKMS         []string            `json:"dkms,omitempty"`
 	Headers      bool                `json:"headers"`
@@ -44,9 +47,8 @@ type ProbeRecord struct {
 	Tag          *nodeagent.TagCheck `json:"tag,omitempty"`
 	PCIDevices   *int                `json:"pciDevices,omitempty"`
 	BoundDevices int                 `json:"boundDevices,omitempty"`
-	// SignatureRequired and Signing: see nodeagent.ProbeFacts.
-	SignatureRequired bool                    `json:"signatureRequired,omitempty"`
-	Signing           *nodeagent.SigningCheck `json:"signing,omitempty"`
+	// SignatureRequired: see nodeagent.ProbeFacts.
+	SignatureRequired bool `json:"signatureRequired,omitempty"`
 	// Kernels are the installed kernels besides the running one.
 	Kernels []nodeagent.KernelFacts `json:"kernels,omitempty"`
 }
@@ -64,12 +66,13 @@ func probeRecordOf(n *corev1.Node) *ProbeRecord {
 }
 
 func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
-	rec := ProbeRecord{Run: run, At: at.UTC().Truncate(time.Second), Kernel: r.Kernel, KMD: r.Before, Holders: r.Holders}
+	rec := ProbeRecord{Run: run, At: at.UTC().Truncate(time.Second), Kernel: r.Kernel, KernelBuild: r.KernelBuild, KMD: r.Before,
+		Holders: r.Holders}
 	if p := r.Probe; p != nil {
 		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI,
 			p.AgentVersion
 		rec.CC, rec.LoadRefused, rec.Tag, rec.PCIDevices, rec.BoundDevices = p.CC, p.LoadRefused, p.Tag, p.PCIDevices, p.BoundDevices
-		rec.SignatureRequired, rec.Signing, rec.Kernels = p.SignatureRequired, p.Signing, p.Kernels
+		rec.SignatureRequired, rec.Kernels = p.SignatureRequired, p.Kernels
 	}
 	for _, d := range r.Devices {
 		rec.Firmware = append(rec.Firmware, d.Before)

@@ -1,151 +1,105 @@
 package tt
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
 	"fmt"
+	"os"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/rollbook/rollbook/pkg/kube"
-	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/kmodule"
 )
 
 // Module signing for kernels that load only signed modules (Secure Boot's
-// lockdown, module.sig_enforce). The key is either a Secret in the helper
-// namespace, mounted read-only into the kmd helper only (its two keys, at
-// SigningMount; deploy/admission/helper-policy.yaml admits exactly this
-// volume for the Secret its parameter names), or files on each node.
-const (
-	// DefaultSigningSecret is the Secret the shipped policy and role name.
-	DefaultSigningSecret = "rollbook-tt-signing"
-	SigningMount         = "/rollbook/signing"
-	signingVolume        = "signing"
-)
+// lockdown, module.sig_enforce). kubectl tt signs each module it vouches
+// for itself, with a key file on the operator's machine: the key never
+// enters the cluster, a pod spec, an Event or a log. Nodes get only the
+// certificate (beside the shared module, named by its SHA-256 in the kmd
+// helper's argv) to check the signature before they unload anything; the
+// kernel checks it against the keys it trusts (docs/security.md, "Kernel
+// modules: who vouches").
 
 // SigningConfig is the signing key of a kmd run; zero: unsigned.
 type SigningConfig struct {
-	// Secret names a Secret with nodeagent.SigningKeyFile and
-	// nodeagent.SigningCertFile.
-	Secret string
-	// KeyHostPath and CertHostPath are on every node.
-	KeyHostPath, CertHostPath string
+	// KeyFile and CertFile are paths on the machine kubectl tt runs on: a
+	// PEM private key (PKCS#8 or PKCS#1, RSA) and its certificate (DER or
+	// PEM), the one enrolled as a MOK on the nodes.
+	KeyFile, CertFile string
+	// The flags of releases that signed on the nodes: set, they are an
+	// error that says what to do instead.
+	LegacySecret, LegacyKeyHostPath, LegacyCertHostPath string
 
-	// certSHA256 is the Secret's certificate's SHA-256, read by Load.
-	certSHA256 string
+	signer *kmodule.Signer
 }
 
-func (s SigningConfig) enabled() bool {
-	return s.Secret != "" || s.KeyHostPath != "" || s.CertHostPath != ""
-}
+func (s SigningConfig) enabled() bool { return s.KeyFile != "" || s.CertFile != "" }
 
 func (s SigningConfig) validate() error {
-	if s.Secret != "" {
-		if s.KeyHostPath != "" || s.CertHostPath != "" {
-			return fmt.Errorf("--signing-secret and --signing-key-host-path/--signing-cert-host-path are exclusive")
-		}
-		if errs := validation.IsDNS1123Subdomain(s.Secret); len(errs) > 0 {
-			return fmt.Errorf("--signing-secret %q: %v", s.Secret, errs[0])
-		}
-		return nil
+	switch {
+	case s.LegacySecret != "":
+		return fmt.Errorf("--signing-secret is gone: the module-signing key no longer goes into the cluster (every kmd helper "+
+			"mounted it, so one compromised node had it). kubectl tt now signs each module itself: pass --signing-key FILE "+
+			"--signing-cert FILE, files on this machine (e.g. kubectl -n NAMESPACE get secret %s -o "+
+			`jsonpath='{.data.signing_key\.pem}' | base64 -d > MOK.priv, likewise signing_key.x509 > MOK.der; then delete `+
+			"that Secret)", s.LegacySecret)
+	case s.LegacyKeyHostPath != "" || s.LegacyCertHostPath != "":
+		return errors.New("--signing-key-host-path and --signing-cert-host-path are gone: a signing key on the nodes is one " +
+			"every compromised node holds. kubectl tt now signs each module itself: copy the key and its certificate to this " +
+			"machine, pass --signing-key FILE --signing-cert FILE, and remove the key from the nodes")
+	case (s.KeyFile == "") != (s.CertFile == ""):
+		return errors.New("--signing-key and --signing-cert go together: the private key and its certificate")
 	}
-	if err := (nodeagent.Signing{KeyHostPath: s.KeyHostPath, CertHostPath: s.CertHostPath}).Validate(); err != nil {
+	return nil
+}
+
+// Load reads the key and the certificate and checks they belong together,
+// before anything in the cluster is touched. Errors name the files, never
+// their content.
+func (s *SigningConfig) Load() error {
+	if err := s.validate(); err != nil {
 		return err
 	}
-	return nil
-}
-
-// Load reads the Secret's certificate (never the key, which only the
-// helper reads) and checks both keys are there: a missing or malformed
-// Secret stops the run before any node is touched.
-func (s *SigningConfig) Load(ctx context.Context, cs kubernetes.Interface, ns string) error {
-	if s.Secret == "" {
+	if !s.enabled() {
 		return nil
 	}
-	sec, err := cs.CoreV1().Secrets(ns).Get(ctx, s.Secret, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return fmt.Errorf("--signing-secret: no Secret %s/%s; create it with keys %s (PEM private key) and %s (its certificate, "+
-			"enrolled as a MOK on the nodes): kubectl -n %s create secret generic %s --from-file=%s=KEY --from-file=%s=CERT",
-			ns, s.Secret, nodeagent.SigningKeyFile, nodeagent.SigningCertFile, ns, s.Secret, nodeagent.SigningKeyFile,
-			nodeagent.SigningCertFile)
-	case err != nil:
-		return fmt.Errorf("--signing-secret: reading Secret %s/%s: %w", ns, s.Secret, err)
-	}
-	if len(sec.Data[nodeagent.SigningKeyFile]) == 0 {
-		return fmt.Errorf("--signing-secret: Secret %s/%s has no key %s (the PEM private key)", ns, s.Secret, nodeagent.SigningKeyFile)
-	}
-	der, err := nodeagent.CertificateDER(sec.Data[nodeagent.SigningCertFile])
+	key, err := os.ReadFile(s.KeyFile)
 	if err != nil {
-		return fmt.Errorf("--signing-secret: Secret %s/%s, key %s: %v", ns, s.Secret, nodeagent.SigningCertFile, err)
+		return fmt.Errorf("--signing-key: %v", errors.Unwrap(err))
 	}
-	sum := sha256.Sum256(der)
-	s.certSHA256 = hex.EncodeToString(sum[:])
+	if fi, err := os.Stat(s.KeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("--signing-key %s is readable by others (mode %#o): chmod 600 it", s.KeyFile, fi.Mode().Perm())
+	}
+	cert, err := os.ReadFile(s.CertFile)
+	if err != nil {
+		return fmt.Errorf("--signing-cert: %v", errors.Unwrap(err))
+	}
+	signer, err := kmodule.NewSigner(key, cert)
+	clear(key)
+	if err != nil {
+		return fmt.Errorf("--signing-key %s, --signing-cert %s: %v", s.KeyFile, s.CertFile, err)
+	}
+	s.signer = signer
 	return nil
 }
 
-// identity is the signing key in the shared module's key: a Secret's by
-// its certificate; host paths by the paths (nodes may hold different
-// keys there; the helper refuses a shared module of another certificate).
+// certSHA256 is the signing certificate's SHA-256 ("" unsigned).
+func (s SigningConfig) certSHA256() string {
+	if s.signer == nil {
+		return ""
+	}
+	return s.signer.CertSHA256()
+}
+
+// identity is the signing key in the shared module's key.
 func (s SigningConfig) identity() string {
-	switch {
-	case s.Secret != "":
-		return "cert:" + s.certSHA256
-	case s.enabled():
-		return "host:" + s.KeyHostPath + "\x00" + s.CertHostPath
+	if sha := s.certSHA256(); sha != "" {
+		return "cert:" + sha
 	}
-	return signingKey
+	return "unsigned"
 }
 
-// probeArgs tell the probe which key the helper would sign with.
-func (s SigningConfig) probeArgs() []string {
-	switch {
-	case s.Secret != "":
-		return []string{"--signed-by", s.certSHA256}
-	case s.enabled():
-		return []string{"--signing-key-host-path", s.KeyHostPath, "--signing-cert-host-path", s.CertHostPath}
-	}
-	return nil
-}
-
-// kmdArgs tell the kmd helper where its key is.
-func (s SigningConfig) kmdArgs() []string {
-	switch {
-	case s.Secret != "":
-		return []string{"--signing-dir", SigningMount}
-	case s.enabled():
-		return []string{"--signing-key-host-path", s.KeyHostPath, "--signing-cert-host-path", s.CertHostPath}
-	}
-	return nil
-}
-
-// mount is the kmd helper's Secret volume, nil without a Secret.
-func (s SigningConfig) mount() *kube.SecretMount {
-	if s.Secret == "" {
+// signatureBlockers: a kernel that loads only signed modules needs a key.
+func (s SigningConfig) signatureBlockers(r *ProbeRecord) []string {
+	if !r.SignatureRequired || s.enabled() {
 		return nil
 	}
-	m := SigningSecretMount(s.Secret)
-	return &m
-}
-
-// SigningSecretMount is the kmd helper's volume of signing Secret name.
-func SigningSecretMount(name string) kube.SecretMount {
-	return kube.SecretMount{Name: signingVolume, Secret: name, MountPath: SigningMount,
-		Keys: []string{nodeagent.SigningKeyFile, nodeagent.SigningCertFile}}
-}
-
-// signingBlockers: under enforcement a module built here must be signed.
-func (s SigningConfig) blockers(r *ProbeRecord, version string) []string {
-	if !r.SignatureRequired || !s.enabled() {
-		return nil
-	}
-	if c := r.Signing; c != nil && c.Error != "" && !r.Cached {
-		return []string{fmt.Sprintf("the kernel loads only signed modules and tt-kmd %s would be built here, but cannot be signed: %s",
-			version, c.Error)}
-	}
-	return nil
+	return []string{r.LoadRefused + "; tt-kmd " + orUnknown(r.KMD) + " stays loaded"}
 }

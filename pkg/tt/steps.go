@@ -242,7 +242,17 @@ func (b *builder) uncordon(id string) runbook.Step[Facts] {
 	}
 }
 
-func (b *builder) cleanup(id string, helperName func(node string) string) runbook.Step[Facts] {
+// cleanup removes the node's finished helper, and the finished helpers of
+// also (kmd: a failed kmd-build kept for its log) from earlier attempts.
+func (b *builder) cleanup(id string, helperName func(node string) string, also ...string) runbook.Step[Facts] {
+	leftover := func(f Facts) *corev1.Pod {
+		for i := range f.Helpers {
+			if p := &f.Helpers[i]; kube.PodTerminal(p) && slices.Contains(also, p.Labels[kube.LabelHelper]) {
+				return p
+			}
+		}
+		return nil
+	}
 	return runbook.Step[Facts]{
 		ID: id, Title: "Remove the helper pod",
 		// Finished may be carried over: the node was just uncordoned as
@@ -251,6 +261,9 @@ func (b *builder) cleanup(id string, helperName func(node string) string) runboo
 		Doc:   "Delete the finished helper pod; its result is kept on the node.",
 		Done: func(f Facts) (bool, string) {
 			if p := f.Helper.Pod; p != nil {
+				return false, "helper " + p.Name + " is " + string(p.Status.Phase)
+			}
+			if p := leftover(f); p != nil {
 				return false, "helper " + p.Name + " is " + string(p.Status.Phase)
 			}
 			return f.Finished, "no helper left"
@@ -268,7 +281,14 @@ func (b *builder) cleanup(id string, helperName func(node string) string) runboo
 				if err := b.cleanupHelpers(ctx, f, p.Labels[kube.LabelHelper], p.UID); err != nil {
 					return err
 				}
-				return b.removeOtherRunsProbes(ctx, f)
+				if err := b.removeOtherRunsProbes(ctx, f); err != nil {
+					return err
+				}
+			}
+			for _, task := range also {
+				if err := b.cleanupHelpers(ctx, f, task, ""); err != nil {
+					return err
+				}
 			}
 			return nil
 		},
@@ -281,11 +301,14 @@ type task struct {
 	name           string // helper task label, e.g. "kmd"
 	key            string // what distinguishes runs (version, forced campaign)
 	command        []string
-	env            []corev1.EnvVar   // added to the helper's env (a Secret's key)
-	secret         *kube.SecretMount // mounted read-only (kmd's signing key)
+	env            []corev1.EnvVar // added to the helper's env (a Secret's key)
 	hostPID        bool
 	timeout        time.Duration
 	guards         []runbook.Guard[Facts]
+	// render, when set, is the helper the node's pod must be (kmd: its
+	// argv and volumes depend on the node's vouched module), in place of
+	// command, env and hostPID; existing is a pod an earlier attempt made.
+	render func(f Facts, existing *corev1.Pod) kube.HelperSpec
 	// succeeded decides a finished helper's result; describe shows it.
 	succeeded func(h helperFacts) bool
 	describe  func(r *nodeagent.Result) string
@@ -295,35 +318,8 @@ type task struct {
 	failed func(ctx context.Context, f Facts, h helperFacts) error
 	// waiting is the evidence while no helper has run yet.
 	waiting func(f Facts) string
-	// module, when set, names the ConfigMap of the shared module the node
-	// may use and says whether it is published (kmd): a helper created
-	// while it is gets it as a read-only volume.
-	module func(f Facts) (name string, published bool)
-	// after runs once a helper succeeded (kmd shares what it built).
+	// after runs once a helper succeeded.
 	after func(ctx context.Context, f Facts, h helperFacts)
-}
-
-// withModule is s with the shared module cm mounted and named to the agent.
-func withModule(s kube.HelperSpec, cm string) kube.HelperSpec {
-	if cm == "" {
-		return s
-	}
-	s.ConfigMaps = append(s.ConfigMaps, kube.ConfigMapMount{Name: sharedModuleVolume, ConfigMap: cm, MountPath: SharedModuleMount})
-	s.Command = HelperGrammars["kmd"].Build(append(append([]string(nil), s.Command[3:]...), "--module-from", SharedModuleMount)...)
-	return s
-}
-
-// mountedConfigMap is the ConfigMap p mounts as volume name, if any.
-func mountedConfigMap(p *corev1.Pod, name string) string {
-	if p == nil {
-		return ""
-	}
-	for _, v := range p.Spec.Volumes {
-		if v.Name == name && v.ConfigMap != nil {
-			return v.ConfigMap.Name
-		}
-	}
-	return ""
 }
 
 // helperTask is the one helper-pod step kmd, smi and firmware share:
@@ -331,31 +327,15 @@ func mountedConfigMap(p *corev1.Pod, name string) string {
 // helper that cannot start within seconds) and read its measured result.
 func (b *builder) helperTask(t task) runbook.Step[Facts] {
 	name := func(node string) string { return kube.HelperName(t.name, node, t.key) }
-	base := func(node string) kube.HelperSpec {
-		s := helperSpec(b.helper, t.name, node, t.key, t.command, t.hostPID, b.run)
-		s.Env = append(s.Env, t.env...)
-		if t.secret != nil {
-			s.Secrets = append(s.Secrets, *t.secret)
-		}
-		return s
-	}
-	// spec is the helper the node's pod must be: with the shared module it
-	// was created with (the one for the node's kernel), or the one a helper
-	// created now gets.
+	// spec is the helper the node's pod must be: the one an earlier
+	// attempt created (adopted as it was made), or the one created now.
 	spec := func(f Facts, existing *corev1.Pod) kube.HelperSpec {
-		s := base(f.Node.Name)
-		if t.module == nil {
-			return s
+		if t.render != nil {
+			return t.render(f, existing)
 		}
-		cm, published := t.module(f)
-		if existing != nil {
-			if mountedConfigMap(existing, sharedModuleVolume) != cm {
-				cm = ""
-			}
-		} else if !published {
-			cm = ""
-		}
-		return withModule(s, cm)
+		s := helperSpec(b.helper, t.name, f.Node.Name, t.key, t.command, t.hostPID, b.run)
+		s.Env = append(s.Env, t.env...)
+		return s
 	}
 	return runbook.Step[Facts]{
 		ID: t.id, Title: t.title, Doc: t.doc, Timeout: t.timeout, Guards: t.guards,
@@ -377,7 +357,7 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 		},
 		Plan: func(f Facts) []runbook.Change {
 			return []runbook.Change{{Object: "pod/" + b.helperNS + "/" + name(f.Node.Name), Action: "create",
-				Detail: strings.Join(t.command[1:], " ")}}
+				Detail: strings.Join(spec(f, nil).Command[1:], " ")}}
 		},
 		Act: func(ctx context.Context, f Facts) error {
 			existing := f.Helper.Pod // one still running (an interrupted run's) is adopted as it was created
@@ -439,9 +419,6 @@ func HelperSpecFor(h HelperConfig, task, node, key string, cmd []string) kube.He
 	return helperSpec(h, task, node, key, cmd, slices.Contains(cmd, "--force-unload"), "")
 }
 
-// HelperSpecWithModule is s, a kmd helper, given the shared module cm.
-func HelperSpecWithModule(s kube.HelperSpec, cm string) kube.HelperSpec { return withModule(s, cm) }
-
 // ReachesNetwork says whether task's helpers go to the network, and so get
 // the proxy environment.
 func ReachesNetwork(task string) bool { return networkTasks[task] }
@@ -468,6 +445,12 @@ func helperSpec(h HelperConfig, task, node, key string, cmd []string, hostPID bo
 				s.Env = append(s.Env, corev1.EnvVar{Name: k, Value: v})
 			}
 		}
+	}
+	if task == kmdBuildTask {
+		// The build loads nothing: root in a chroot of the host (its tree
+		// and compiler), no other privilege.
+		s.Privileged = false
+		s.Capabilities = []corev1.Capability{"SYS_CHROOT"}
 	}
 	if task == "probe" {
 		// The probe only reads: the host read-only, no privileges but what
@@ -499,16 +482,18 @@ func ProxyFromEnv() map[string]string {
 
 // networkTasks reach the network: the probe and kmd (git ls-remote, clone),
 // flash (the bundle's download).
-var networkTasks = map[string]bool{"probe": true, "kmd": true, "flash": true}
+var networkTasks = map[string]bool{"probe": true, "kmd-build": true, "kmd": true, "flash": true}
 
 // helperResources are each task's requests (what the kubelet keeps for it
 // under pressure) and memory limits (a runaway never takes the node down).
-// The kmd helper builds the module (kbuild, a compiler per core).
+// The kmd-build helper builds the module (kbuild, a compiler per core), and
+// the kmd helper for the installed kernels the node does not run.
 var helperResources = map[string]corev1.ResourceRequirements{
-	"probe": resources("50m", "64Mi", "256Mi"),
-	"kmd":   resources("500m", "512Mi", "2Gi"),
-	"smi":   resources("100m", "256Mi", "1Gi"),
-	"flash": resources("100m", "256Mi", "1Gi"),
+	"probe":     resources("50m", "64Mi", "256Mi"),
+	"kmd-build": resources("500m", "512Mi", "2Gi"),
+	"kmd":       resources("500m", "512Mi", "2Gi"),
+	"smi":       resources("100m", "256Mi", "1Gi"),
+	"flash":     resources("100m", "256Mi", "1Gi"),
 	// kubectl tt cleanup --host-caches: removes files, nothing more.
 	"clean-cache": resources("50m", "64Mi", "256Mi"),
 }

@@ -102,7 +102,11 @@ func TestKMDBlockers(t *testing.T) {
 		{"DKMS", func() ProbeRecord { r := clean; r.DKMS = []string{"/var/lib/dkms/tenstorrent"}; return r }(), false, "host-managed"},
 		{"cache miss without headers", func() ProbeRecord { r := clean; r.Headers = false; return r }(), false,
 			"linux-headers-6.8.0-45-generic"},
-		{"cache hit without headers", func() ProbeRecord { r := clean; r.Headers, r.Cached = false, true; return r }(), false, ""},
+		// The node's own cache is no voucher: a node without headers needs
+		// the module another node built and kubectl tt vouched for.
+		{"cached here, without headers", func() ProbeRecord { r := clean; r.Headers, r.Cached = false, true; return r }(), false,
+			"linux-headers-6.8.0-45-generic"},
+		{"vouched, without headers", func() ProbeRecord { r := clean; r.Headers, r.Run = false, "vouched"; return r }(), false, ""},
 		{"host process holds the device", func() ProbeRecord {
 			r := clean
 			r.Holders = []nodeagent.Holder{{PID: 7777, Comm: "bench"}, {PID: 8, PodUID: "p"}}
@@ -122,7 +126,17 @@ func TestKMDBlockers(t *testing.T) {
 			r.Tag = &nodeagent.TagCheck{Tag: "ttkmd-2.8.0", URL: "u", Error: "exit 128"}
 			return r
 		}(), false, "cannot list tag ttkmd-2.8.0 at u (exit 128)"},
-		{"no tag, but cached", func() ProbeRecord { r := clean; r.Cached, r.Tag = true, &nodeagent.TagCheck{}; return r }(), false, ""},
+		{"no tag, but vouched", func() ProbeRecord { r := clean; r.Run, r.Tag = "vouched", &nodeagent.TagCheck{}; return r }(), false, ""},
+		{"the tag moved from the pin", func() ProbeRecord {
+			r := clean
+			r.Tag = &nodeagent.TagCheck{Tag: "ttkmd-2.8.0", URL: "u", Found: true, Commit: strings.Repeat("d", 40)}
+			return r
+		}(), false, "names commit dddd"},
+		{"signed modules only, no key", func() ProbeRecord {
+			r := clean
+			r.LoadRefused, r.SignatureRequired = "the kernel refuses unsigned modules", true
+			return r
+		}(), false, "refuses unsigned modules; tt-kmd 2.7.0 stays loaded"},
 		{"headers name a missing compiler", func() ProbeRecord { r := clean; r.Toolchain, r.CC = false, "gcc-12"; return r }(), false,
 			"install gcc-12"},
 		{"unsigned modules refused", func() ProbeRecord { r := clean; r.LoadRefused = "kernel.modules_disabled is 1"; return r }(),
@@ -137,7 +151,10 @@ func TestKMDBlockers(t *testing.T) {
 		{"cards there", func() ProbeRecord { r := clean; r.PCIDevices, r.BoundDevices = ptr.To(2), 2; return r }(), false, ""},
 	} {
 		f := &Facts{Measured: &tc.rec}
-		got := strings.Join(kmdBlockers(&KMDConfig{Version: "2.8.0", ForceUnload: tc.force})(f), "; ")
+		if tc.rec.Run == "vouched" {
+			f.Shared = &SharedModule{}
+		}
+		got := strings.Join(kmdBlockers(&KMDConfig{Version: "2.8.0", Commit: strings.Repeat("c", 40), ForceUnload: tc.force})(f), "; ")
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: blockers %q, want %q", tc.name, got, tc.want)
 		}
@@ -269,14 +286,14 @@ func TestHelperPodShape(t *testing.T) {
 // sees which repository the node builds from.
 func TestKMDGitURL(t *testing.T) {
 	c := &KMDConfig{Version: "2.8.0", Helper: HelperConfig{Image: "registry.example/node-agent:1", Namespace: "ns"}}
-	if cmd := strings.Join(kmdCommand(c), " "); !strings.Contains(cmd, "--git-url "+nodeagent.DefaultKMDGitURL) {
+	if cmd := strings.Join(kmdArgv(c), " "); !strings.Contains(cmd, "--git-url "+nodeagent.DefaultKMDGitURL) {
 		t.Errorf("no --git-url given, and the upstream repository is not named: %s", cmd)
 	}
 	c.GitURL = "file:///srv/mirror/tt-kmd.git"
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if cmd := strings.Join(kmdCommand(c), " "); !strings.Contains(cmd, "--git-url "+c.GitURL) {
+	if cmd := strings.Join(kmdArgv(c), " "); !strings.Contains(cmd, "--git-url "+c.GitURL) {
 		t.Errorf("--git-url missing from the helper command: %s", cmd)
 	}
 	if cmd := strings.Join(kmdProbeCommand(c), " "); !strings.Contains(cmd, "--git-url "+c.GitURL) {
@@ -295,7 +312,7 @@ func TestKMDCommitPin(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if cmd := strings.Join(kmdCommand(c), " "); !strings.Contains(cmd, "--commit "+pin) {
+	if cmd := strings.Join(kmdArgv(c), " "); !strings.Contains(cmd, "--commit "+pin) {
 		t.Errorf("pin missing from the helper command: %s", cmd)
 	}
 	c.Commit = "cccccc"
@@ -310,11 +327,16 @@ func TestKMDHelperTimeout(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if cmd := strings.Join(kmdCommand(c), " "); !strings.Contains(cmd, "--timeout 39m30s") {
+	if cmd := strings.Join(kmdArgv(c), " "); !strings.Contains(cmd, "--timeout 39m30s") {
 		t.Errorf("the helper's deadline is not the agent's: %s", cmd)
 	}
 	c.Helper.Timeout = 20 * time.Second
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--helper-timeout") {
 		t.Errorf("a 20s helper timeout: %v", err)
 	}
+}
+
+// kmdArgv is the kmd helper's command for a run of c, with c's pin.
+func kmdArgv(c *KMDConfig) []string {
+	return KMDHelperSpec(c, "n1", c.Commit, nil).Command
 }

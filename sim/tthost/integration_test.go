@@ -103,14 +103,19 @@ func TestRunnerAndHolders(t *testing.T) {
 			t.Fatalf("status %+v", p.Status)
 		}
 	})
+	// The image's own agent runs: kmd-build builds for the host's kernel
+	// and prints the module; it loads nothing (loading needs kubectl tt's
+	// vouch, which test/e2e/tt/vouch covers end to end).
 	t.Run("real kmd agent", func(t *testing.T) {
-		p := finished(t, ctx, cs, helper("kmd", "kwok-node-0", "kubectl-tt", "node-agent", "kmd", "--version", "2.8.0"))
+		p := finished(t, ctx, cs, helper("kmd", "kwok-node-0", "kubectl-tt", "node-agent", "kmd-build", "--version", "2.8.0",
+			"--commit", fakehost.FakeCommit("ttkmd-2.8.0")))
 		res, err := nodeagent.ParseResult([]byte(p.Status.ContainerStatuses[0].State.Terminated.Message))
-		if err != nil || p.Status.Phase != corev1.PodSucceeded || !res.Success {
+		if err != nil || p.Status.Phase != corev1.PodSucceeded || !res.Success || res.Op != nodeagent.OpKMDBuild ||
+			res.Module == nil || len(res.Module.SHA256) != 64 {
 			t.Fatalf("phase %s result %+v err %v", p.Status.Phase, res, err)
 		}
-		if o, _ := fakehost.Inspect(root); o.LoadedKMD != "2.8.0" {
-			t.Fatalf("host runs kmd %q", o.LoadedKMD)
+		if o, _ := fakehost.Inspect(root); o.LoadedKMD != "2.7.0" {
+			t.Fatalf("kmd-build loaded kmd %q", o.LoadedKMD)
 		}
 	})
 	t.Run("command the image lacks", func(t *testing.T) {

@@ -61,7 +61,8 @@ func NewCommand() *cobra.Command {
 	f.StringVar(&c.node, "node", os.Getenv(EnvNodeName), "node name to report (env "+EnvNodeName+")")
 	f.StringVar(&c.terminationLog, "termination-log", envOr(EnvTerminationLog, nodeagent.DefaultTerminationLog),
 		"file to write the JSON result to; empty disables (env "+EnvTerminationLog+")")
-	cmd.AddCommand(newKMDCommand(c), newSMICommand(c), newFlashCommand(c), newProbeCommand(c), newCleanCacheCommand(c),
+	cmd.AddCommand(newKMDCommand(c), newKMDBuildCommand(c), newSMICommand(c), newFlashCommand(c), newProbeCommand(c),
+		newCleanCacheCommand(c),
 		newRequirementsCommand())
 	return cmd
 }

@@ -41,6 +41,13 @@ func TestMain(m *testing.M) {
 // does: host root and termination log come from the environment.
 func run(t *testing.T, spec fakehost.Spec, args ...string) (nodeagent.Result, string) {
 	t.Helper()
+	r, root, _ := runOut(t, spec, args...)
+	return r, root
+}
+
+// runOut is run that also returns the command's stdout.
+func runOut(t *testing.T, spec fakehost.Spec, args ...string) (nodeagent.Result, string, string) {
+	t.Helper()
 	root := t.TempDir()
 	require.NoError(t, fakehost.Create(root, spec))
 	term := filepath.Join(t.TempDir(), "termination-log")
@@ -58,17 +65,35 @@ func run(t *testing.T, spec fakehost.Spec, args ...string) (nodeagent.Result, st
 	require.NoError(t, err)
 	r, err := nodeagent.ParseResult(b)
 	require.NoError(t, err)
-	return r, root
+	return r, root, stdout.String()
 }
 
-func TestKMDCommand(t *testing.T) {
-	r, root := run(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true}, "kmd", "--version", "2.0.0", "--git-url",
-		"file:///mirror/tt-kmd.git")
+// kmd-build prints the module it built; kmd, given those bytes (a volume)
+// and their SHA-256, loads them.
+func TestKMDBuildAndKMDCommands(t *testing.T) {
+	b, broot, out := runOut(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true}, "kmd-build", "--version", "2.0.0",
+		"--commit", fakehost.FakeCommit("ttkmd-2.0.0"), "--git-url", "file:///mirror/tt-kmd.git")
+	require.True(t, b.Success, "%+v", b.Error)
+	assert.Equal(t, nodeagent.OpKMDBuild, b.Op)
+	bo, err := fakehost.Inspect(broot)
+	require.NoError(t, err)
+	assert.Equal(t, "1.31.0", bo.LoadedKMD, "kmd-build loads nothing")
+	gz, err := nodeagent.ReadModuleFrame([]byte(out))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, nodeagent.SharedModuleKey), gz, 0o644))
+
+	r, root := run(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true}, "kmd", "--version", "2.0.0",
+		"--module-sha256", b.Module.SHA256, "--module-from", dir)
 	assert.True(t, r.Success, "%+v", r.Error)
 	assert.Equal(t, "tt-node-7", r.Node)
 	o, err := fakehost.Inspect(root)
 	require.NoError(t, err)
 	assert.Equal(t, "2.0.0", o.LoadedKMD)
+
+	r, _ = run(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true}, "kmd", "--version", "2.0.0",
+		"--module-sha256", strings.Repeat("0", 64), "--module-from", dir)
+	assert.Equal(t, nodeagent.ReasonModuleNotVouched, r.Error.Reason)
 }
 
 func TestFailureStillExitsZeroWithResult(t *testing.T) {

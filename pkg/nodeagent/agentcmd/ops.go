@@ -17,17 +17,13 @@ import (
 func newKMDCommand(c *common) *cobra.Command {
 	var o nodeagent.KMDOptions
 	cmd := &cobra.Command{
-		Use:   "kmd --version X.Y.Z",
-		Short: "Install tt-kmd X.Y.Z (build or cache, unload, insmod, verify, persist)",
+		Use:   "kmd --version X.Y.Z --module-sha256 HEX --module-from DIR",
+		Short: "Install tt-kmd X.Y.Z: the module kubectl tt vouched for (unload, insmod, verify, persist)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result {
-				a.Publish = cmd.OutOrStdout()
 				if o.ModuleFrom != "" {
 					o.ModuleFrom = underVolumeRoot(o.ModuleFrom)
-				}
-				if o.Signing.Dir != "" {
-					o.Signing.Dir = underVolumeRoot(o.Signing.Dir)
 				}
 				return a.KMD(ctx, o)
 			})
@@ -36,26 +32,38 @@ func newKMDCommand(c *common) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.Version, "version", "", "tt-kmd version (git tag ttkmd-<version>)")
 	f.BoolVar(&o.ForceUnload, "force-unload", false, "SIGKILL processes holding /dev/tenstorrent (needs hostPID)")
-	f.StringVar(&o.Commit, "commit", "", "commit the tag ttkmd-<version> must resolve to (40 hex digits); refused otherwise")
+	f.StringVar(&o.Commit, "commit", "", "commit the tag ttkmd-<version> must resolve to (40 hex digits), for the builds for "+
+		"installed kernels the node does not run")
 	f.StringVar(&o.GitURL, "git-url", nodeagent.DefaultKMDGitURL, "tt-kmd repository (https, or file:// for a local mirror)")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "overall deadline")
 	f.DurationVar(&o.UnloadWait, "unload-wait", 10*time.Second, "how long to wait for refcnt 0 after killing holders")
 	f.BoolVar(&o.SkipPersist, "no-persist", false, "do not install into /lib/modules/<kver>/updates and modules-load.d")
-	f.BoolVar(&o.Publish, "publish", false, "print a module built here on stdout (gzip, base64) for kubectl tt to share")
-	f.StringVar(&o.ModuleFrom, "module-from", "", "directory of a module another node built and shared (a ConfigMap volume); "+
-		"used after its checks when the node's cache has none")
-	f.StringVar(&o.Signing.Dir, "signing-dir", "", "directory holding "+nodeagent.SigningKeyFile+" and "+nodeagent.SigningCertFile+
-		" (a Secret volume): sign a module built here with them")
-	signingHostFlags(cmd, &o.Signing)
+	f.StringVar(&o.ModuleSHA256, "module-sha256", "", "SHA-256 of the module kubectl tt vouched for: the only module loaded")
+	f.StringVar(&o.ModuleFrom, "module-from", "", "directory of the shared module (a ConfigMap volume)")
+	f.StringVar(&o.ModuleSigner, "module-signer", "", "SHA-256 of the certificate (DER, in --module-from) the module must be "+
+		"signed with")
 	return cmd
 }
 
-// signingHostFlags are the host paths of a signing key and certificate.
-func signingHostFlags(cmd *cobra.Command, s *nodeagent.Signing) {
-	cmd.Flags().StringVar(&s.KeyHostPath, "signing-key-host-path", "", "the host's PEM private key to sign modules with "+
-		"(e.g. /var/lib/shim-signed/mok/MOK.priv)")
-	cmd.Flags().StringVar(&s.CertHostPath, "signing-cert-host-path", "", "the host's certificate of that key, DER or PEM "+
-		"(e.g. /var/lib/shim-signed/mok/MOK.der)")
+func newKMDBuildCommand(c *common) *cobra.Command {
+	var o nodeagent.KMDBuildOptions
+	cmd := &cobra.Command{
+		Use:   "kmd-build --version X.Y.Z --commit SHA",
+		Short: "Build tt-kmd X.Y.Z for the running kernel and print it (gzip, base64) for kubectl tt; loads nothing",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result {
+				a.Publish = cmd.OutOrStdout()
+				return a.KMDBuild(ctx, o)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Version, "version", "", "tt-kmd version (git tag ttkmd-<version>)")
+	f.StringVar(&o.Commit, "commit", "", "commit the tag ttkmd-<version> must resolve to (40 hex digits)")
+	f.StringVar(&o.GitURL, "git-url", nodeagent.DefaultKMDGitURL, "tt-kmd repository (https, or file:// for a local mirror)")
+	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "overall deadline")
+	return cmd
 }
 
 func newCleanCacheCommand(c *common) *cobra.Command {
@@ -81,10 +89,8 @@ func newProbeCommand(c *common) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&o.KMDVersion, "kmd-version", "", "also check the module cache for this tt-kmd version and, "+
-		"when it would be built, that its tag exists (git ls-remote)")
+		"unless it is loaded, its tag's commit (git ls-remote)")
 	cmd.Flags().StringVar(&o.GitURL, "git-url", nodeagent.DefaultKMDGitURL, "tt-kmd repository the tag is looked up in")
-	cmd.Flags().StringVar(&o.SignedBy, "signed-by", "", "SHA-256 of the certificate (a Secret's) the kmd helper would sign with")
-	signingHostFlags(cmd, &o.Signing)
 	return cmd
 }
 

@@ -70,6 +70,10 @@ func submit(ctx context.Context, cmd *cobra.Command, g *cli.Globals, ns, image s
 		return cli.UsageErrorf("--in-cluster with --steal-lock: a Job's restarted pod would steal again; stop the run " +
 			"holding the lock (Ctrl-C, or `kubectl tt cancel`), or let it be taken over once it stops renewing")
 	}
+	if key := fs.Lookup("signing-key"); key != nil && key.Changed {
+		return cli.UsageErrorf("--in-cluster with --signing-key: the module-signing key stays on this machine, and a Job " +
+			"would need it in the cluster; run the upgrade from this terminal")
+	}
 	if image == "" {
 		return cli.UsageErrorf("--in-cluster needs an image: pass --helper-image (the node-agent image ships kubectl-tt)")
 	}

@@ -43,15 +43,6 @@ something does. -o json prints a PreflightReport (docs/output.md).`,
 			if err := o.Validate(); err != nil {
 				return tt.Preflight{}, tt.Selection{}, o.run, err
 			}
-			if o.cfg.Signing.Secret != "" { // reads the Secret only
-				cs, err := g.Factory.KubernetesClientSet()
-				if err != nil {
-					return tt.Preflight{}, tt.Selection{}, o.run, err
-				}
-				if err := o.cfg.Signing.Load(context.Background(), cs, o.cfg.Helper.Namespace); err != nil {
-					return tt.Preflight{}, tt.Selection{}, o.run, cli.UsageErrorf("%v", err)
-				}
-			}
 			return tt.KMDPreflight(o.cfg), o.selection, o.run, nil
 		}
 	}))

@@ -122,13 +122,19 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 	addPerLabelFlag(fs, &o.perLabel)
 	fs.IntVar(&o.maxFailures, "max-failures", 1, "after this many nodes failed (or blocked) start no other node; "+
 		"nodes in progress finish")
-	fs.StringVar(&o.signing.Secret, "signing-secret", "", "sign the modules built with the key in this Secret of the helper "+
-		"namespace (keys signing_key.pem, signing_key.x509; the certificate enrolled as a MOK), for nodes that load only signed "+
-		"modules (Secure Boot lockdown, module.sig_enforce); the shipped policy admits "+tt.DefaultSigningSecret)
-	fs.StringVar(&o.signing.KeyHostPath, "signing-key-host-path", "", "sign with this PEM private key on each node "+
-		"(e.g. /var/lib/shim-signed/mok/MOK.priv, or DKMS's /var/lib/dkms/mok.key); with --signing-cert-host-path")
-	fs.StringVar(&o.signing.CertHostPath, "signing-cert-host-path", "", "the certificate of --signing-key-host-path, DER or PEM "+
-		"(e.g. /var/lib/shim-signed/mok/MOK.der, /var/lib/dkms/mok.pub)")
+	fs.StringVar(&o.signing.KeyFile, "signing-key", "", "sign each module kubectl tt vouches for with this PEM private key, a "+
+		"file on this machine (it never enters the cluster), for nodes that load only signed modules (Secure Boot lockdown, "+
+		"module.sig_enforce); with --signing-cert")
+	fs.StringVar(&o.signing.CertFile, "signing-cert", "", "the certificate of --signing-key, DER or PEM: the one enrolled as a "+
+		"MOK on the nodes; the nodes get only this")
+	for _, old := range []struct {
+		name string
+		dst  *string
+	}{{"signing-secret", &o.signing.LegacySecret}, {"signing-key-host-path", &o.signing.LegacyKeyHostPath},
+		{"signing-cert-host-path", &o.signing.LegacyCertHostPath}} {
+		fs.StringVar(old.dst, old.name, "", "removed: use --signing-key and --signing-cert")
+		_ = fs.MarkHidden(old.name)
+	}
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
@@ -162,23 +168,21 @@ func (o *kmdOptions) Validate() error {
 	if o.maxFailures < 1 {
 		return cli.UsageErrorf("--max-failures must be at least 1, not %d", o.maxFailures)
 	}
-	return validateUpgrade(o.run, o.soak, o.cfg, o.selection)
+	if err := validateUpgrade(o.run, o.soak, o.cfg, o.selection); err != nil {
+		return err
+	}
+	// Before any API call: a key that cannot sign changes nothing.
+	if err := o.cfg.Signing.Load(); err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	return nil
 }
 
 // Run upgrades the selected nodes through one session.
 func (o *kmdOptions) Run(ctx context.Context) error {
-	if o.cfg.Signing.Secret != "" { // before the lock: a missing key changes nothing
-		cs, err := o.g.Factory.KubernetesClientSet()
-		if err != nil {
-			return err
-		}
-		if err := o.cfg.Signing.Load(ctx, cs, o.cfg.Helper.Namespace); err != nil {
-			return cli.UsageErrorf("%v", err)
-		}
-	}
 	cfg := o.cfg
 	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, &cfg.Helper, tt.DriverTargets, func(node string) []kube.HelperSpec {
-		return []kube.HelperSpec{tt.KMDProbeSpec(cfg, node), tt.KMDHelperSpec(cfg, node, "")}
+		return tt.KMDHelperShapes(cfg, node)
 	})
 	if err != nil {
 		return err

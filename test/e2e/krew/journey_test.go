@@ -1,6 +1,8 @@
 package krew
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,12 +75,13 @@ func TestFirstRunJourney(t *testing.T) {
 		c := start(t, simtest.Options{Nodes: 2, Scenario: "tt-fleet", Env: []string{"ROLLBOOK_TT_IMAGE_MIRROR=" + repo}})
 		run := plugin(t, kubectl, env, c)
 		bundles := "file://" + filepath.Join(c.Dir, "bundles") + "/"
-		run(0, "", "tt", "install", "--apply", "--bundle-url-prefix", bundles, "--allow-unpinned")
+		run(0, "", "tt", "install", "--apply", "--bundle-url-prefix", bundles)
 		bind(t, c, "tt-operator")
 		run(0, user, "tt", "upgrade", "kmd", "--version", "2.8.0")
 		// The helpers ran from the stamped digest: the sim pulls no other
 		// image, so a roll that finished ran it.
-		run(0, user, "tt", "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundles+"fw_pack-19.0.0.fwbundle")
+		run(0, user, "tt", "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundles+"fw_pack-19.0.0.fwbundle",
+			"--bundle-sha256", fileSHA256(t, filepath.Join(c.Dir, "bundles", "fw_pack-19.0.0.fwbundle")))
 	})
 
 	t.Run("ate", func(t *testing.T) {
@@ -152,4 +155,15 @@ func bind(t *testing.T, c *simtest.Cluster, role string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// fileSHA256 is the hex SHA-256 of a file, as a release's checksum lists it.
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/rollbook/rollbook/internal/mutate"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/install"
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
@@ -48,6 +49,12 @@ func helperConfig(image string, proxy bool) tt.HelperConfig {
 	return h
 }
 
+// vouched is a module kubectl tt vouched for, signed by the certificate
+// whose SHA-256 is signer ("": unsigned).
+func vouched(signer string) *tt.VouchedModule {
+	return &tt.VouchedModule{ConfigMap: "tt-kmd-0123456789abcdef", SHA256: strings.Repeat("b", 64), Signer: signer}
+}
+
 // variant is one helper pod as a runbook renders it.
 type variant struct {
 	name string
@@ -65,12 +72,15 @@ func renderedHelpers(image string) []variant {
 		sfx := map[bool]string{false: "", true: " +proxy"}[proxy]
 		add("probe"+sfx, tt.ProbeSpec(h, node, "run-1").Pod())
 		kmd := &tt.KMDConfig{Version: "2.8.0", Commit: commit, Helper: h, RunID: "run-1"}
-		add("kmd"+sfx, tt.KMDHelperSpec(kmd, node, "").Pod())
+		add("kmd"+sfx, tt.KMDHelperSpec(kmd, node, commit, nil).Pod())
 		add("kmd probe"+sfx, tt.KMDProbeSpec(kmd, node).Pod())
+		add("kmd-build"+sfx, tt.KMDBuildHelperSpec(kmd, node, commit).Pod())
 		mirrored := *kmd
 		mirrored.GitURL, mirrored.ForceUnload = mirrorURL, true
-		add("kmd --git-url --force-unload +module"+sfx, tt.KMDHelperSpec(&mirrored, node, tt.SharedModuleName("6.1.0", "2.8.0", commit)).Pod())
+		add("kmd --git-url --force-unload +module"+sfx, tt.KMDHelperSpec(&mirrored, node, commit, vouched("")).Pod())
+		add("kmd +signed module"+sfx, tt.KMDHelperSpec(kmd, node, commit, vouched(sha)).Pod())
 		add("kmd probe --git-url"+sfx, tt.KMDProbeSpec(&mirrored, node).Pod())
+		add("kmd-build --git-url"+sfx, tt.KMDBuildHelperSpec(&mirrored, node, commit).Pod())
 		add("smi"+sfx, tt.SMIHelperSpec(&tt.SMIConfig{Version: "3.0.1", Helper: h, RunID: "run-1"}, node).Pod())
 		fw := &tt.FirmwareConfig{Version: "19.0.0", Readback: "19.0.0.0", BundleURL: bundleHost + "fw_pack-19.0.0.fwbundle",
 			BundleSHA256: sha, FlashTimeout: 15 * time.Minute, Helper: h, RunID: "run-1"}
@@ -346,16 +356,30 @@ func holeMutations(v variant) []variant {
 		kmdCmd := func(gitURL, pin string) func(p *corev1.Pod) {
 			return func(p *corev1.Pod) {
 				cfg := &tt.KMDConfig{Version: "2.8.0", Commit: pin, GitURL: gitURL, Helper: helperConfig(c0(p).Image, false), RunID: "run-1"}
-				c0(p).Command = tt.KMDHelperSpec(cfg, node, "").Command
+				c0(p).Command = tt.KMDHelperSpec(cfg, node, pin, nil).Command
 			}
 		}
 		mut("a repository the admin did not allow", kmdCmd("https://github.com/evil/tt-kmd.git", commit))
 		mut("an allowed repository as a prefix", kmdCmd(nodeagent.DefaultKMDGitURL+".evil", commit))
 		mut("no --commit", kmdCmd(mirrorURL, ""))
 		mut("another module ConfigMap", func(p *corev1.Pod) {
-			s := tt.HelperSpecWithModule(tt.KMDHelperSpec(&tt.KMDConfig{Version: "2.8.0", Commit: commit,
-				Helper: helperConfig(c0(p).Image, false), RunID: "run-1"}, node, ""), "kube-root-ca.crt")
+			m := vouched("")
+			m.ConfigMap = "kube-root-ca.crt"
+			*p = *tt.KMDHelperSpec(&tt.KMDConfig{Version: "2.8.0", Commit: commit, Helper: helperConfig(c0(p).Image, false),
+				RunID: "run-1"}, node, commit, m).Pod()
+		})
+		mut("the module-signing key's Secret, as kmd helpers once mounted it", func(p *corev1.Pod) {
+			s := tt.KMDHelperSpec(&tt.KMDConfig{Version: "2.8.0", Commit: commit, Helper: helperConfig(c0(p).Image, false),
+				RunID: "run-1"}, node, commit, nil)
+			s.Secrets = []kube.SecretMount{{Name: "signing", Secret: "rollbook-tt-signing", MountPath: "/rollbook/signing",
+				Keys: []string{"signing_key.pem", "signing_key.x509"}}}
 			*p = *s.Pod()
+		})
+		mut("a module SHA-256 that is not one", func(p *corev1.Pod) {
+			m := vouched("")
+			m.SHA256 = "$(cat /host/etc/shadow)"
+			*p = *tt.KMDHelperSpec(&tt.KMDConfig{Version: "2.8.0", Commit: commit, Helper: helperConfig(c0(p).Image, false),
+				RunID: "run-1"}, node, commit, m).Pod()
 		})
 	case "flash":
 		url := func(u string, pinned bool) func(p *corev1.Pod) {

@@ -43,7 +43,7 @@ func TestOperatorObjects(t *testing.T) {
 	url := params.BundleURLs[0] + "v19.0.0/fw_pack-19.0.0.fwbundle?X-Amz-Signature=0badc0de%2F"
 	for what, err := range map[string]error{
 		"the run history":            cm("kube-system", journal.Name("tt")),
-		"a shared module":            cm(helperNS, tt.SharedModuleName("6.1.0", "2.8.0", "")),
+		"a shared module":            cm(helperNS, tt.SharedModuleName(tt.ModuleKey{Kernel: "6.1.0", Version: "2.8.0"}, "", "")),
 		"the Lease":                  lease("kube-system", tt.LockName),
 		"a presigned bundle's URL":   secret(tt.BundleSecretName, corev1.SecretTypeOpaque, map[string]string{tt.BundleSecretKey: url}),
 		"the ate roll's own history": cm("kube-system", journal.Name("ate")),
@@ -57,7 +57,7 @@ func TestOperatorObjects(t *testing.T) {
 	for what, err := range map[string]error{
 		"the admin's policy parameters":     cm(helperNS, tt.AdminParamsName),
 		"a ConfigMap of another name":       cm("kube-system", "kube-proxy"),
-		"a module ConfigMap outside":        cm("kube-system", tt.SharedModuleName("6.1.0", "2.8.0", "")),
+		"a module ConfigMap outside":        cm("kube-system", tt.SharedModuleName(tt.ModuleKey{Kernel: "6.1.0", Version: "2.8.0"}, "", "")),
 		"a service-account token Secret":    secret("token", corev1.SecretTypeServiceAccountToken, nil),
 		"the bundle Secret of another type": secret(tt.BundleSecretName, corev1.SecretTypeDockerConfigJson, map[string]string{".dockerconfigjson": "{}"}),
 		"a second key":                      secret(tt.BundleSecretName, corev1.SecretTypeOpaque, map[string]string{tt.BundleSecretKey: url, "x": "y"}),

@@ -218,12 +218,12 @@ func TestKMDFleetInParallel(t *testing.T) {
 			t.Fatal(err)
 		}
 		var rec struct {
-			CacheHit *bool `json:"cacheHit"`
+			BuiltBy string `json:"builtBy"`
 		}
-		if json.Unmarshal([]byte(n.Annotations[tt.AnnKMDResult]), &rec) != nil || rec.CacheHit == nil {
+		if json.Unmarshal([]byte(n.Annotations[tt.AnnKMDResult]), &rec) != nil || rec.BuiltBy == "" {
 			t.Fatalf("node %s has no kmd result", name)
 		}
-		if !*rec.CacheHit {
+		if rec.BuiltBy == name {
 			builds++
 		}
 	}

@@ -7,6 +7,9 @@ package install
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -72,8 +75,8 @@ func TestTTInstallThenRollAsOperator(t *testing.T) {
 		t.Errorf("an image by tag: exit %d, want %d", code, cli.ExitUsage)
 	}
 	for i := range 2 { // twice: an install applied again changes nothing
-		if _, code := run(t, ctx, c, ttcmd.NewRootCommand, "", "install", "--apply", "--image", image, "--bundle-url-prefix", bundles,
-			"--allow-unpinned"); code != 0 {
+		if _, code := run(t, ctx, c, ttcmd.NewRootCommand, "", "install", "--apply", "--image", image, "--bundle-url-prefix",
+			bundles); code != 0 {
 			t.Fatalf("install --apply (%d): exit %d", i+1, code)
 		}
 	}
@@ -85,8 +88,15 @@ func TestTTInstallThenRollAsOperator(t *testing.T) {
 	if _, code := run(t, ctx, c, ttcmd.NewRootCommand, operator, "upgrade", "kmd", "--version", "2.8.0"); code != 0 {
 		t.Fatalf("the operator's kmd upgrade after install: exit %d", code)
 	}
+	// Pinned, as the admin's policy requires by default (the commit the
+	// kmd run pins itself).
+	raw, err := os.ReadFile(filepath.Join(c.Dir, "bundles", "fw_pack-19.0.0.fwbundle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(raw)
 	if _, code := run(t, ctx, c, ttcmd.NewRootCommand, operator, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url",
-		bundles+"fw_pack-19.0.0.fwbundle"); code != 0 {
+		bundles+"fw_pack-19.0.0.fwbundle", "--bundle-sha256", hex.EncodeToString(sum[:])); code != 0 {
 		t.Fatalf("the operator's firmware flash after install: exit %d", code)
 	}
 

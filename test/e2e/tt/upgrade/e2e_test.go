@@ -213,7 +213,7 @@ func TestKMDUpgradeAndDowngrade(t *testing.T) {
 		if err := json.Unmarshal([]byte(got.Annotations[tt.AnnKMDResult]), &rec); err != nil || rec["cacheHit"] == nil {
 			t.Errorf("%s: no kmd result: %v (%v)", n, rec, err)
 		}
-		if rec["cacheHit"] == false {
+		if rec["builtBy"] == n {
 			built++
 		}
 		if rec["persisted"] != true {
@@ -224,7 +224,7 @@ func TestKMDUpgradeAndDowngrade(t *testing.T) {
 		}
 	}
 	// 2.8.0 was never on these nodes, and they run one kernel: the first
-	// builds it, the others load its shared copy (a cache hit).
+	// builds it, all load the copy kubectl tt vouched for.
 	if built != 1 {
 		t.Errorf("%d of the nodes built 2.8.0, want 1 (one build per kernel)", built)
 	}
@@ -239,7 +239,8 @@ func TestKMDUpgradeAndDowngrade(t *testing.T) {
 		}
 	}
 
-	// Downgrade: 2.7.0 is in the node's module cache.
+	// Downgrade: 2.7.0 is built once and vouched for, and the node's
+	// cache holds those very bytes.
 	if _, code := run(t, ctx, "upgrade", "kmd", "--version", "2.7.0", "--nodes", "kwok-node-0"); code != 0 {
 		t.Fatalf("downgrade: exit %d", code)
 	}
@@ -467,9 +468,12 @@ func TestKMDRequestsPerNode(t *testing.T) {
 	}
 	// 50, and the cordon's list of the PDBs over the pods it would evict
 	// (#27); three node writes fewer since the cordon closes the gates and
-	// the label reopens them and uncordons, each in one write (#29).
-	if got := rc.Total(); got > 48 {
-		t.Errorf("a one-node kmd roll made %d API requests (limit 48): %s\n%s", got, rc.Breakdown(), rc.Paths())
+	// the label reopens them and uncordons, each in one write (#29); +2
+	// since the module is built in a kmd-build helper of its own, before the
+	// cordon (its pod created, watched and deleted; the dry run of its
+	// shape), which the kmd helper no longer does (#39).
+	if got := rc.Total(); got > 50 {
+		t.Errorf("a one-node kmd roll made %d API requests (limit 50): %s\n%s", got, rc.Breakdown(), rc.Paths())
 	}
 }
 
