@@ -329,7 +329,7 @@ Re-run the same upgrade (here or --in-cluster) to continue.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.Run(cmd.Context()) },
 	}
 	cmd.Flags().StringVar(&o.namespace, "runner-namespace", deploy.RunnerNamespace, "namespace of in-cluster runs' Jobs")
-	cmd.Flags().BoolVar(&o.dry, "dry-run", false, "say which Job would be deleted and delete nothing")
+	cli.DryRunVar(cmd.Flags(), &o.dry, "client", "say which Job would be deleted and delete nothing")
 	return cmd
 }
 

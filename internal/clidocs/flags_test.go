@@ -1,0 +1,67 @@
+package clidocs
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/rollbook/rollbook/pkg/ate/atecmd"
+	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
+)
+
+// roots are both plugins' command trees, as the binaries build them.
+func roots() []*cobra.Command {
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: io.Discard}
+	return []*cobra.Command{ttcmd.NewRootCommand(streams), atecmd.NewRootCommand(streams)}
+}
+
+func visit(c *cobra.Command, f func(*cobra.Command)) {
+	f(c)
+	for _, s := range c.Commands() {
+		visit(s, f)
+	}
+}
+
+// Every --dry-run takes kubectl's spellings: bare, =client (or =server
+// where the server checks), =none and =false. A plain bool flag fails
+// --dry-run=client with a strconv error.
+func TestDryRunSpelledAsKubectl(t *testing.T) {
+	n := 0
+	for _, root := range roots() {
+		visit(root, func(c *cobra.Command) {
+			f := c.Flags().Lookup("dry-run")
+			if f == nil {
+				return
+			}
+			n++
+			if f.NoOptDefVal == "" {
+				t.Errorf("%s: --dry-run needs a value", c.CommandPath())
+			}
+			accepted := 0
+			for _, mode := range []string{"client", "server"} {
+				err := f.Value.Set(mode)
+				if err == nil {
+					accepted++
+				} else if strings.Contains(err.Error(), "strconv") || !strings.Contains(err.Error(), "--dry-run") {
+					t.Errorf("%s --dry-run=%s: %v (say which spellings it takes)", c.CommandPath(), mode, err)
+				}
+			}
+			if accepted == 0 {
+				t.Errorf("%s: --dry-run takes neither client nor server", c.CommandPath())
+			}
+			for _, off := range []string{"none", "false"} {
+				if err := f.Value.Set(off); err != nil {
+					t.Errorf("%s --dry-run=%s: %v", c.CommandPath(), off, err)
+				} else if v := f.Value.String(); v != "none" && v != "false" {
+					t.Errorf("%s --dry-run=%s left it %q", c.CommandPath(), off, v)
+				}
+			}
+		})
+	}
+	if n < 5 {
+		t.Fatalf("only %d commands with --dry-run: the walk is broken", n)
+	}
+}
