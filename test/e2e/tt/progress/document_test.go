@@ -3,7 +3,11 @@
 package progress
 
 import (
+	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +63,7 @@ func TestStatusDocument(t *testing.T) {
 		}
 		return d
 	}
+	docExamples(t, ctx)
 	d := read()
 	if d.APIVersion != ui.APIVersion || d.Kind != "NodeStatusList" || len(d.Items) != 3 {
 		t.Errorf("status -o json: apiVersion %q, kind %q, %d items; want %s, NodeStatusList, 3", d.APIVersion, d.Kind, len(d.Items),
@@ -91,4 +96,56 @@ func TestStatusDocument(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "node/"+n+"\n") || strings.Count(out, "\n") != 3 {
 		t.Errorf("status -o name: exit %d\n%s", code, out)
 	}
+}
+
+// docExamples runs every `kubectl tt status …` docs/output.md shows, on
+// the sim after a roll that ended done: each exits 0 and prints something.
+func docExamples(t *testing.T, ctx context.Context) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "docs", "output.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, m := range regexp.MustCompile("`kubectl tt (status[^`]*)`").FindAllStringSubmatch(string(b), -1) {
+		args := shellWords(t, m[1])
+		out, code := tttest.Run(t, ctx, args...)
+		if code != 0 || strings.TrimSpace(out) == "" {
+			t.Errorf("docs/output.md's %q: exit %d\n%s", m[0], code, out)
+		}
+		ran++
+	}
+	if ran < 3 {
+		t.Fatalf("ran %d of docs/output.md's examples: the scan is broken", ran)
+	}
+}
+
+// shellWords splits s as a shell does for the examples: by spaces, with
+// single-quoted parts kept whole and unquoted.
+func shellWords(t *testing.T, s string) []string {
+	t.Helper()
+	var words []string
+	var w strings.Builder
+	quoted, inWord := false, false
+	for _, r := range s {
+		switch {
+		case r == '\'':
+			quoted, inWord = !quoted, true
+		case r == ' ' && !quoted:
+			if inWord {
+				words, inWord = append(words, w.String()), false
+				w.Reset()
+			}
+		default:
+			w.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quoted {
+		t.Fatalf("unbalanced quote in %q", s)
+	}
+	if inWord {
+		words = append(words, w.String())
+	}
+	return words
 }
