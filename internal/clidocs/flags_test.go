@@ -2,6 +2,7 @@ package clidocs
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,5 +64,38 @@ func TestDryRunSpelledAsKubectl(t *testing.T) {
 	}
 	if n < 5 {
 		t.Fatalf("only %d commands with --dry-run: the walk is broken", n)
+	}
+}
+
+// NODE arguments and -o values complete, as kubectl's do: every command
+// whose usage takes a NODE has a completion for its arguments, every -o
+// and --nodes a completion for its value.
+func TestNodesAndOutputComplete(t *testing.T) {
+	n := 0
+	for _, root := range roots() {
+		visit(root, func(c *cobra.Command) {
+			if strings.Contains(c.Use, "NODE") && c.ValidArgsFunction == nil {
+				t.Errorf("%s takes NODE but does not complete it", c.CommandPath())
+			}
+			for _, name := range []string{"output", "nodes"} {
+				if c.Flags().Lookup(name) == nil {
+					continue
+				}
+				n++
+				complete, ok := c.GetFlagCompletionFunc(name)
+				if !ok {
+					t.Errorf("%s --%s does not complete", c.CommandPath(), name)
+					continue
+				}
+				if name == "output" {
+					if got, _ := complete(c, nil, ""); !slices.Contains(got, "json") {
+						t.Errorf("%s -o completes %v, without json", c.CommandPath(), got)
+					}
+				}
+			}
+		})
+	}
+	if n < 10 {
+		t.Fatalf("only %d -o and --nodes flags: the walk is broken", n)
 	}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -91,12 +92,14 @@ func outputHelp(formats []string) string {
 func completeOutput(formats []string) cobra.CompletionFunc {
 	return func(_ *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		var out []cobra.Completion
+		dir := cobra.ShellCompDirectiveNoFileComp
 		for _, f := range ui.OutputFormats(formats...) {
-			if ui.Machine(f) && f != "json" && f != "yaml" && f != "name" {
+			if slices.Contains(ui.OutputFormats("jsonpath"), f) { // a template follows, not a space
 				f += "="
+				dir |= cobra.ShellCompDirectiveNoSpace
 			}
 			out = append(out, f)
 		}
-		return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+		return out, dir
 	}
 }

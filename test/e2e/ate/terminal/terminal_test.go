@@ -21,6 +21,7 @@ import (
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate/campaign"
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ui"
 )
 
 func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "ate-fleet"}) }
@@ -127,6 +128,17 @@ func TestStatusWithoutTheAPIClaimsNothingAboutActors(t *testing.T) {
 		}
 		if !strings.Contains(js, `"actorsOnOldPoolWorkers": null`) || !strings.Contains(js, `"actorsRead": false`) {
 			t.Errorf("status -o json %v: the actor counts must be null, actorsRead false", args)
+		}
+		// A typed document with the roll's last run beside the status.
+		var doc struct {
+			APIVersion, Kind string
+			Run              struct {
+				Progress *struct{ Run, Outcome string }
+			}
+		}
+		if err := json.Unmarshal([]byte(js[:strings.LastIndex(js, "}")+1]), &doc); err != nil || doc.APIVersion != ui.APIVersion ||
+			doc.Kind != "Status" || doc.Run.Progress == nil || doc.Run.Progress.Run == "" || doc.Run.Progress.Outcome != "done" {
+			t.Errorf("status -o json %v: %+v (%v), want a Status with the last run's progress, done", args, doc, err)
 		}
 	}
 }
