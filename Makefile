@@ -88,6 +88,9 @@ chaos: sim ## SIGKILL the plugins at random points, longer than make test (SEED=
 	  ROLLBOOK_CHAOS_SEED=$(SEED) ROLLBOOK_CHAOS_KILLS=$(KILLS) \
 	  $(GO) test $(E2E) -count=1 -timeout 120m -v -run 'KilledAnywhere|Secrets' ./test/e2e/tt/chaos ./test/e2e/ate/chaos \
 	  | tee $(CURDIR)/.cache/chaos.log | grep -E '^(---|ok|FAIL)|FIGURES|chaos seed'
+	set -o pipefail; img=$(IMAGE) || exit 1; ROLLBOOK_TT_IMAGE=$$img ROLLBOOK_SIM_BIN=$(SIM) ROLLBOOK_TT_AGENT=$(CURDIR)/.cache/bin/kubectl-tt \
+	  $(GO) test $(E2E) -count=1 -timeout 30m -v ./test/e2e/tt/ctlfaults \
+	  | tee -a $(CURDIR)/.cache/chaos.log | grep -E '^(---|ok|FAIL)|FIGURES'
 
 lint: $(GOLANGCI) ## golangci-lint with .golangci.yml (main module; sim/ is vetted only)
 	$(GOLANGCI) run ./...

@@ -25,7 +25,7 @@ import (
 )
 
 const usage = `usage:
-  sim up --dir D [--nodes N] [--scenario NAME] [--tt-image LAYOUT] [--tt-agent PATH] [--log-stderr] [--api-faults RATE]
+  sim up --dir D [--nodes N] [--scenario NAME] [--tt-image LAYOUT] [--tt-agent PATH] [--log-stderr] [--api-faults RATE] [--api-proxy]
   sim down --dir D
   sim add-nodes --dir D --count N [--start S] [--prefix P]
   sim ate-setup deploy-atelet --dir D --version V

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rollbook/rollbook/sim/cluster"
+	"github.com/rollbook/rollbook/sim/faultproxy"
 	"github.com/rollbook/rollbook/sim/monitor"
 	"github.com/rollbook/rollbook/sim/monitor/kubewatch"
 	"github.com/rollbook/rollbook/sim/scenario"
@@ -55,6 +56,8 @@ func cmdUp(args []string) int {
 	apiFaults := fs.Float64("api-faults", 0, "put a proxy in front of the apiserver that fails this fraction of requests "+
 		"(429 with Retry-After, 500, 503, dropped connection, slow response); DIR/kubeconfig points at it")
 	faultSeed := fs.Uint64("api-faults-seed", 1, "seed of the --api-faults draws")
+	apiProxy := fs.Bool("api-proxy", false, "put the fault proxy in front of the apiserver even with no --api-faults, and "+
+		"make the apiserver restartable in place: for the faults a test injects through DIR/"+ControlSocket)
 	leaseSeconds := fs.Int("node-lease-seconds", 40, "the fake nodes' Lease duration (renewed every quarter of it); "+
 		"benchmarks of thousands of nodes raise it so renewals do not saturate a small machine")
 	var apiArg, kcmArg, schedArg multiFlag
@@ -103,7 +106,8 @@ func cmdUp(args []string) int {
 		go exitWhenOrphaned(stop)
 	}
 	c, err := cluster.Up(ctx, cluster.Options{Dir: abs, Nodes: *nodes, Verbosity: *verbosity,
-		APIServerArg: apiArg, KCMArg: kcmArg, SchedulerArg: schedArg, NodeLeaseSeconds: *leaseSeconds, Logf: logf})
+		APIServerArg: apiArg, KCMArg: kcmArg, SchedulerArg: schedArg, NodeLeaseSeconds: *leaseSeconds, Logf: logf,
+		RestartableAPIServer: *apiProxy})
 	if err != nil {
 		fmt.Fprintln(os.Stdout, "sim up: the cluster did not start:", err)
 		return 1
@@ -119,11 +123,16 @@ func cmdUp(args []string) int {
 		klog.Flush()
 	}()
 
-	if *apiFaults > 0 {
-		if err := startFaultProxy(ctx, c, abs, *apiFaults, *faultSeed, logf); err != nil {
+	var proxy *faultproxy.Proxy
+	if *apiFaults > 0 || *apiProxy {
+		if proxy, err = startFaultProxy(ctx, c, abs, *apiFaults, *faultSeed, logf); err != nil {
 			fmt.Fprintln(os.Stdout, "sim up: --api-faults:", err)
 			return 1
 		}
+	}
+	if err := serveControl(ctx, abs, c, proxy, logf); err != nil {
+		fmt.Fprintln(os.Stdout, "sim up: control socket:", err)
+		return 1
 	}
 	mon, err := monitor.Open(abs)
 	if err != nil {

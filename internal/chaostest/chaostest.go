@@ -114,6 +114,10 @@ type Plugin struct {
 	Bin        string
 	Kubeconfig string
 	Log        *Transcript
+	// Elsewhere runs it in a pid namespace of its own, as in a container
+	// or on another machine: a Lease holder's pid then says nothing to it
+	// (needs root).
+	Elsewhere bool
 }
 
 // KillPoint says when to SIGKILL a run: right after it printed its
@@ -160,6 +164,9 @@ func (p *Plugin) run(ctx context.Context, k KillPoint, started chan<- int, args 
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if p.Elsewhere {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
 	if err := cmd.Start(); err != nil {
 		if started != nil {
 			started <- -1
@@ -328,6 +335,9 @@ func UntilDone(t *testing.T, ctx context.Context, p *Plugin, maxRuns int, check 
 		switch r.Code {
 		case 0:
 			t.Logf("`%s` done after %d stop(s)", strings.Join(args, " "), len(stops))
+			if os.Getenv("ROLLBOOK_CHAOS_VERBOSE") != "" {
+				t.Logf("its output:\n%s", r.Out)
+			}
 			return stops
 		case 1, 3:
 			why := Blocker(r.Out)
@@ -336,6 +346,9 @@ func UntilDone(t *testing.T, ctx context.Context, p *Plugin, maxRuns int, check 
 			}
 			stops = append(stops, fmt.Sprintf("exit %d: %s", r.Code, why))
 			t.Logf("`%s` stopped (exit %d): %s", strings.Join(args, " "), r.Code, why)
+			if os.Getenv("ROLLBOOK_CHAOS_VERBOSE") != "" {
+				t.Logf("its output:\n%s", r.Out)
+			}
 			if check != nil {
 				check()
 			}

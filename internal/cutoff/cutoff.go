@@ -1,5 +1,6 @@
 // Package cutoff makes a write the server applied look, to the client, as
-// interrupted: for tests of what a run does when it is stopped mid-request.
+// interrupted, or as answered by a dropped connection: for tests of what a
+// run does when it is stopped mid-request or its answer is lost.
 package cutoff
 
 import (
@@ -22,6 +23,18 @@ import (
 // back to the client as it is: it applied nothing, and its retry is the
 // one to cut.
 func Config(cfg *rest.Config, match func(*http.Request) bool, stop func()) *rest.Config {
+	return cut(cfg, match, func() error { stop(); return context.Canceled })
+}
+
+// LoseAnswer returns a copy of cfg whose first request that match selects
+// and the server applies is answered, and the answer lost: the client
+// sees io.ErrUnexpectedEOF, as when the connection drops after the server
+// committed a write, while the run goes on.
+func LoseAnswer(cfg *rest.Config, match func(*http.Request) bool) *rest.Config {
+	return cut(cfg, match, func() error { return io.ErrUnexpectedEOF })
+}
+
+func cut(cfg *rest.Config, match func(*http.Request) bool, then func() error) *rest.Config {
 	var mu sync.Mutex
 	cut := false
 	cfg = rest.CopyConfig(cfg)
@@ -43,8 +56,7 @@ func Config(cfg *rest.Config, match func(*http.Request) bool, stop func()) *rest
 			mu.Lock()
 			cut = true
 			mu.Unlock()
-			stop()
-			return nil, context.Canceled
+			return nil, then()
 		})
 	})
 	return cfg

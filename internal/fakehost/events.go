@@ -1,12 +1,14 @@
 package fakehost
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Event kinds the fake tools record when a host is mistreated. A simulator
@@ -14,6 +16,10 @@ import (
 const (
 	EventRmmodUnderHolder = "rmmod-under-holder"
 	EventFlashUnderHolder = "flash-under-holder"
+	// EventFlashInterrupted: a tt-flash died while it wrote a chip's SPI
+	// (SIGKILL, or SIGTERM, which tt-flash does not catch), leaving a
+	// half-written image the chip would boot at its next reset.
+	EventFlashInterrupted = "flash-interrupted"
 )
 
 // Event is something unsafe a fake tool was asked to do.
@@ -69,4 +75,56 @@ func holdersNow(root string) string {
 		return fmt.Sprintf("module refcnt %d", refcnt(root))
 	}
 	return ""
+}
+
+// CheckInterruptedFlash records EventFlashInterrupted (once) when the
+// tt-flash that was writing root's chips is gone without finishing: killed
+// mid-write. The chips it wrote keep a half-written SPI (FailFlash from
+// then on: tt-flash reports them, as a chip that no longer boots the
+// image). A host nobody flashes says nothing.
+func CheckInterruptedFlash(root string) error {
+	st, err := loadState(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil || st.Writer == 0 || processRuns(st.Writer) {
+		return err
+	}
+	chips := fmt.Sprint(st.Writing)
+	for _, i := range st.Writing {
+		if i < len(st.Devices) {
+			st.Devices[i].FailFlash = true
+		}
+	}
+	pid := st.Writer
+	st.Writer, st.Writing = 0, nil
+	if err := saveState(root, st); err != nil {
+		return err
+	}
+	t := &tool{root: root, stderr: os.Stderr}
+	t.recordEvent(EventFlashInterrupted, fmt.Sprintf("tt-flash (pid %d) died while writing the SPI of chip(s) %s: "+
+		"a half-written image (a helper killed mid-flash)", pid, chips))
+	return nil
+}
+
+// processRuns: pid names a live process (not a zombie) of this machine.
+func processRuns(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true // no /proc: kill(2) said it exists
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// FlashWriting reports a tt-flash writing root's chips now.
+func FlashWriting(root string) bool {
+	st, err := loadState(root)
+	return err == nil && st.Writer != 0 && processRuns(st.Writer)
 }

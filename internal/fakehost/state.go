@@ -35,9 +35,14 @@ type state struct {
 	FlashNoiseLines     int           `json:"flashNoiseLines,omitempty"`
 	// FlashKilledAfterWrite kills the next tt-flash after it wrote the SPI
 	// and before its reset (once): the chips keep running the old image.
-	FlashKilledAfterWrite bool     `json:"flashKilledAfterWrite,omitempty"`
-	Unkillable            []int    `json:"unkillable,omitempty"`
-	UnresolvedKMD         []string `json:"unresolvedKMD,omitempty"`
+	FlashKilledAfterWrite bool `json:"flashKilledAfterWrite,omitempty"`
+	// Writer is the pid of the tt-flash writing the SPI of the chips
+	// Writing: killed then, it leaves them half-written
+	// (CheckInterruptedFlash).
+	Writer        int      `json:"writer,omitempty"`
+	Writing       []int    `json:"writing,omitempty"`
+	Unkillable    []int    `json:"unkillable,omitempty"`
+	UnresolvedKMD []string `json:"unresolvedKMD,omitempty"`
 	// TrustedCerts are the certificates (DER) in the kernel's keyrings
 	// (built-in, secondary, platform/MOK): modules they signed load.
 	TrustedCerts [][]byte `json:"trustedCerts,omitempty"`

@@ -2,6 +2,7 @@ package fakehost
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -107,7 +108,23 @@ func ttFlash(t *tool) int {
 	for i := 0; i < st.FlashNoiseLines; i++ {
 		fmt.Fprintf(out, "\t\tWriting block %d of %d (progress %d%%)\n", i, st.FlashNoiseLines, 100*i/max(st.FlashNoiseLines, 1))
 	}
+	// The SPI writes take FlashDelay, all chips at once (tt-flash's pool):
+	// a kill in that window leaves them half-written, which the host
+	// remembers (CheckInterruptedFlash).
+	st.Writing = nil
+	for i := range st.Devices {
+		if write[i] && !st.Devices[i].FailFlash {
+			st.Writing = append(st.Writing, i)
+		}
+	}
+	if len(st.Writing) > 0 {
+		st.Writer = os.Getpid()
+		if err := saveState(t.root, st); err != nil {
+			return t.errorf(1, "%v", err)
+		}
+	}
 	time.Sleep(st.FlashDelay)
+	st.Writer, st.Writing = 0, nil
 	rc, written := 0, 0
 	for i := range st.Devices {
 		d := &st.Devices[i]

@@ -39,6 +39,8 @@ type DialOptions struct {
 	ServiceAccount string // default "ate-client"
 	Audience       string // default "api.ate-system.svc"
 	Client         ClientOptions
+	// Unary, when set, runs around every call (a run's lock gate).
+	Unary grpc.UnaryClientInterceptor
 }
 
 // Defaults used by Dial.
@@ -92,6 +94,9 @@ func Dial(ctx context.Context, o DialOptions) (*Client, error) {
 		})),
 		grpc.WithPerRPCCredentials(creds),
 		grpc.WithStatsHandler(conns),
+	}
+	if o.Unary != nil {
+		dopts = append(dopts, grpc.WithUnaryInterceptor(o.Unary))
 	}
 	target := "passthrough:///" + o.Endpoint
 	var fwd *podForwarder

@@ -15,6 +15,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+
+	"github.com/rollbook/rollbook/pkg/cli/lease"
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 // Globals is what every subcommand receives: kubectl's connection flags, a
@@ -25,6 +28,9 @@ type Globals struct {
 	IOStreams   genericiooptions.IOStreams
 	// Verbosity is -v: client-go request logging on stderr.
 	Verbosity int
+	// Gate holds the clients' mutations until the run's lock confirms it
+	// may still act (armed by StartSession).
+	Gate *lease.Gate
 }
 
 // NewRoot returns the root command of plugin `kubectl <plugin>` with every
@@ -32,12 +38,13 @@ type Globals struct {
 // a version command and shell completion.
 func NewRoot(plugin, short, long string, streams genericiooptions.IOStreams) (*cobra.Command, *Globals) {
 	flags := genericclioptions.NewConfigFlags(true)
-	flags.WrapConfigFn = tuneClient
 	g := &Globals{
 		ConfigFlags: flags,
 		Factory:     NewFactory(flags),
 		IOStreams:   streams,
+		Gate:        &lease.Gate{},
 	}
+	flags.WrapConfigFn = func(c *rest.Config) *rest.Config { return tuneClient(c, g.Gate) }
 	root := &cobra.Command{
 		Use:   plugin,
 		Short: short,
@@ -117,11 +124,14 @@ func checkContext(f *genericclioptions.ConfigFlags) error {
 // over 100 (about 36 per node), and at 50 it queued on this limit, not on
 // the cluster; the server's API Priority and Fairness, not a client's
 // guess, is what shares the apiserver among its clients (client-go retries
-// its 429s).
-func tuneClient(c *rest.Config) *rest.Config {
+// its 429s). Every client's mutations pass the run's lock gate, and its
+// responses tell the API server's clock (kube.ServerClock).
+func tuneClient(c *rest.Config, gate *lease.Gate) *rest.Config {
 	if WrapTransport != nil {
 		c.Wrap(WrapTransport)
 	}
+	c.Wrap(gate.Wrap)
+	c.Wrap(kube.ObserveServerClock)
 	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	if c.QPS == 0 {
 		c.QPS, c.Burst = 200, 400

@@ -148,6 +148,9 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	s.Recorder = kube.Recorders{s.Progress, s.events}
 	s.pauses = lease.NewPauseWatch(cs, f.LockNamespace, lockName, lock)
 	ctx, s.cancel = lock.WithLock(ctx)
+	// Every write of this run's clients asks the lock first; the history
+	// records even a run that lost it.
+	g.Gate.Arm(lock, lease.ObjectPath(f.LockNamespace, "configmaps", journal.Name(plugin)))
 	s.journal = &journal.Writer{Client: cs, Namespace: f.LockNamespace, Name: journal.Name(plugin), Batch: journalBatch,
 		Base: journal.Entry{Run: s.RunID, User: holder.User, Host: holder.Host, Command: holder.Command}}
 	s.Recorder = append(s.Recorder.(kube.Recorders), s.journal)
@@ -262,6 +265,11 @@ func RunSource[F any](ctx context.Context, s *Session, rb *runbook.Runbook[F], s
 // published there (total targets; 0 when not known up front).
 func (s *Session) options(ctx context.Context, o runbook.Options, total int) runbook.Options {
 	o.RunID, o.DryRun = s.RunID, s.DryRun()
+	if o.Now == nil {
+		// Step budgets are stored on the targets and judged by later runs,
+		// maybe on other machines: on the API server's clock.
+		o.Now = kube.ServerNow
+	}
 	if o.Reporter == nil {
 		o.Reporter = s.Progress
 	}
@@ -405,6 +413,7 @@ func (s *Session) end() {
 			fmt.Fprintf(s.globals.IOStreams.ErrOut, "warning: could not release the lock: %v (it expires by itself)\n", err)
 		}
 		s.lock = nil
+		s.globals.Gate.Disarm()
 	}
 	if s.cancel != nil {
 		s.cancel()

@@ -87,7 +87,7 @@ func (w *Writer) Record(ctx context.Context, obj corev1.ObjectReference, warning
 	e.Step = runbook.StepOf(ctx)
 	e.Reason, e.Message, e.Warning = reason, message, warning
 	if w.Batch > 0 {
-		line, err := encode(e, time.Now())
+		line, err := encode(e, kube.ServerNow())
 		if err != nil {
 			return
 		}
@@ -117,7 +117,7 @@ func (w *Writer) flushLater() {
 // own (one request fewer per run), and a run that changes nothing has it
 // written with its end.
 func (w *Writer) Defer(e Entry) error {
-	line, err := encode(e, time.Now())
+	line, err := encode(e, kube.ServerNow())
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func (w *Writer) Flush(ctx context.Context) error { return w.write(ctx, nil) }
 // Append adds e (stamped now when its time is zero), with any records
 // still pending before it.
 func (w *Writer) Append(ctx context.Context, e Entry) error {
-	line, err := encode(e, time.Now())
+	line, err := encode(e, kube.ServerNow())
 	if err != nil {
 		return err
 	}

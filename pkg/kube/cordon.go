@@ -83,7 +83,7 @@ func CordonChange(n *corev1.Node, owner, run string) (NodeChange, bool) {
 		Unschedulable: ptr.To(true),
 		Annotations: map[string]*string{
 			AnnCordonedBy: ptr.To(owner),
-			AnnCordonedAt: ptr.To(time.Now().UTC().Format(time.RFC3339)),
+			AnnCordonedAt: ptr.To(ServerNow().UTC().Format(time.RFC3339)),
 			AnnCordonRun:  ptr.To(run),
 		},
 	}, true

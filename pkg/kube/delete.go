@@ -32,7 +32,7 @@ func DeleteHelperIfUnchanged(ctx context.Context, cs kubernetes.Interface, rec R
 func deleteIfUnchanged(ctx context.Context, rec Recorder, del Deleter, ref corev1.ObjectReference, uid types.UID,
 	reason, message string) (bool, error) {
 	err := del(ctx, ref.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && ctx.Err() != nil {
+	if err != nil && (ctx.Err() != nil || AnswerLost(err)) {
 		// A dry-run delete tells without changing anything: gone means it
 		// was deleted.
 		return false, RecordIfApplied(ctx, err, rec, reason, message, func(ctx context.Context) (corev1.ObjectReference, bool) {

@@ -68,7 +68,16 @@ type HelperSpec struct {
 	Env       []corev1.EnvVar
 	// Deadline becomes activeDeadlineSeconds: the kubelet kills a helper
 	// that outlives it, so a stuck helper can never hold a node forever.
-	Deadline   time.Duration
+	Deadline time.Duration
+	// GracePeriod becomes terminationGracePeriodSeconds: how long a
+	// helper deleted while it runs (another tool's forced drain, a node
+	// shutdown) has after SIGTERM to finish the device change in flight
+	// before SIGKILL (0: killed at once; the agent stops as soon as that
+	// change ends, so this bounds the wait, it does not make it).
+	GracePeriod time.Duration
+	// Protect gives the running helper a PodDisruptionBudget
+	// (ProtectHelper): other tools' evictions are refused while it runs.
+	Protect    bool
 	Privileged bool
 	// Capabilities are what an unprivileged helper keeps; every other
 	// capability is dropped and privilege escalation is off.
@@ -145,7 +154,7 @@ func (s HelperSpec) Pod() *corev1.Pod {
 		vols = append(vols, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{SecretName: m.Secret, Items: items, DefaultMode: &mode}}})
 	}
-	zero := int64(0)
+	grace := int64(s.GracePeriod / time.Second)
 	sc := &corev1.SecurityContext{Privileged: &priv}
 	if !priv {
 		sc.AllowPrivilegeEscalation = new(bool)
@@ -181,7 +190,7 @@ func (s HelperSpec) Pod() *corev1.Pod {
 			NodeName:                      s.Node,
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			ActiveDeadlineSeconds:         &deadline,
-			TerminationGracePeriodSeconds: &zero,
+			TerminationGracePeriodSeconds: &grace,
 			HostPID:                       s.HostPID,
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Affinity:                      affinity,
@@ -227,7 +236,7 @@ func (e *ForeignHelperError) Error() string {
 
 // EnsureHelper creates the helper pod, or returns the one an earlier run
 // created with the same name when its spec is the one this run would
-// create (HelperMatches). A finished pod with the name but another spec
+// create (HelperMatches), and protects it (s.Protect, ProtectHelper). A finished pod with the name but another spec
 // (image, command, mounts, privileges) is deleted and replaced, never
 // trusted; an unfinished one is a *ForeignHelperError. created says
 // whether the returned pod is new.
@@ -236,7 +245,19 @@ func EnsureHelper(ctx context.Context, cs kubernetes.Interface, rec Recorder, s 
 	pod, err = cs.CoreV1().Pods(s.Namespace).Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		pod, err = cs.CoreV1().Pods(s.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
+		if err == nil && pod.DeletionTimestamp != nil {
+			// Being deleted (another tool's drain, say; its containers
+			// may still be stopping): never adopted, its name is free once
+			// it is gone.
+			if err := WaitForPodGone(ctx, cs, s.Namespace, want.Name); err != nil {
+				return nil, false, fmt.Errorf("wait for helper pod %s/%s being deleted to go: %w", s.Namespace, want.Name, err)
+			}
+			return EnsureHelper(ctx, cs, rec, s)
+		}
 		if err != nil || HelperMatches(pod, s) {
+			if err == nil && s.Protect {
+				err = ProtectHelper(ctx, cs, pod)
+			}
 			return pod, false, err
 		}
 		if !PodTerminal(pod) && pod.DeletionTimestamp == nil {
@@ -260,6 +281,11 @@ func EnsureHelper(ctx context.Context, cs kubernetes.Interface, rec Recorder, s 
 		return nil, false, fmt.Errorf("create helper pod %s/%s: %w", s.Namespace, want.Name, err)
 	}
 	rec.Record(ctx, PodRef(pod), false, ReasonHelperStarted, helperStartedMessage(s))
+	if s.Protect {
+		if err := ProtectHelper(ctx, cs, pod); err != nil {
+			return pod, true, err
+		}
+	}
 	return pod, true, nil
 }
 
@@ -345,7 +371,7 @@ func CleanupHelperPods(ctx context.Context, cs kubernetes.Interface, rec Recorde
 		if p.Labels[LabelHelper] != task {
 			continue
 		}
-		if finished := PodTerminal(p) || helperStale(p, time.Now()); p.DeletionTimestamp != nil || !finished {
+		if finished := PodTerminal(p) || helperStale(p, ServerNow()); p.DeletionTimestamp != nil || !finished {
 			continue
 		}
 		did, err := DeleteHelperIfUnchanged(ctx, cs, rec, p,
@@ -390,6 +416,9 @@ func RemoveOtherRunsHelperPods(ctx context.Context, cs kubernetes.Interface, rec
 	return nil
 }
 
+// helperStale: p outlived its deadline by a minute. now is the API
+// server's (ServerNow): creationTimestamp is its clock's, not this
+// machine's.
 func helperStale(p *corev1.Pod, now time.Time) bool {
 	if p.Spec.ActiveDeadlineSeconds == nil {
 		return false

@@ -17,9 +17,20 @@ import (
 )
 
 // A node write (cordon, uncordon, label) the server applied while the run
-// was being interrupted is still recorded: the next run carries on from the node as
-// it is, but only this one knew it had made the change.
+// was being interrupted, or whose answer was lost on the way back while the
+// run went on, is still recorded: the run (or the next) carries on from the
+// node as it is, but only this one knew it had made the change.
 func TestNodeWriteInterruptedMidRequestStillRecordsWhatHappened(t *testing.T) {
+	for _, lost := range []bool{false, true} {
+		name := "interrupted"
+		if lost {
+			name = "answer lost"
+		}
+		t.Run(name, func(t *testing.T) { nodeWriteCutShort(t, lost) })
+	}
+}
+
+func nodeWriteCutShort(t *testing.T, lost bool) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, time.Minute)
@@ -59,7 +70,11 @@ func TestNodeWriteInterruptedMidRequestStillRecordsWhatHappened(t *testing.T) {
 	}()
 	for _, s := range steps {
 		runCtx, stop := context.WithCancel(ctx)
-		cs := kubernetes.NewForConfigOrDie(cutoff.Config(c.RESTConfig, cutoff.Method(http.MethodPatch, "/nodes/"+node), stop))
+		cfg := cutoff.Config(c.RESTConfig, cutoff.Method(http.MethodPatch, "/nodes/"+node), stop)
+		if lost {
+			cfg = cutoff.LoseAnswer(c.RESTConfig, cutoff.Method(http.MethodPatch, "/nodes/"+node))
+		}
+		cs := kubernetes.NewForConfigOrDie(cfg)
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)

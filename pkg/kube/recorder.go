@@ -107,7 +107,7 @@ func (w *EventWriter) Record(ctx context.Context, obj corev1.ObjectReference, wa
 	if warning {
 		typ = corev1.EventTypeWarning
 	}
-	now := time.Now()
+	now := ServerNow() // read beside other machines' Events
 	host, _ := os.Hostname()
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{

@@ -33,6 +33,10 @@ type Agent struct {
 	// Transport carries the agent's downloads; nil is
 	// http.DefaultTransport (tests trust a local TLS server with theirs).
 	Transport http.RoundTripper
+	// Stop, when closed, asks a flash or kmd operation to stop: it
+	// finishes the device change in flight and starts nothing more
+	// (stop.go). nil: never asked.
+	Stop <-chan struct{}
 }
 
 func (a *Agent) hostPath(p string) string { return filepath.Join(a.Root, p) }
@@ -73,6 +77,7 @@ type execution struct {
 	agent *Agent
 	res   Result
 	start time.Time
+	stop  *stopper // nil: the operation does not stop early
 }
 
 func (a *Agent) begin(op Op, target string) *execution {
@@ -83,6 +88,9 @@ func (a *Agent) begin(op Op, target string) *execution {
 
 // step runs fn as a named step, recording its duration and outcome.
 func (x *execution) step(name string, fn func() (detail string, err error)) error {
+	if x.stopping() {
+		return x.skip(name)
+	}
 	start := time.Now()
 	detail, err := fn()
 	s := Step{Name: name, MS: time.Since(start).Milliseconds(), OK: err == nil, Detail: detail}
@@ -115,6 +123,11 @@ func (x *execution) finish(ctx context.Context, err error) Result {
 	}
 	var oe *opError
 	switch {
+	case x.stopAsked():
+		x.res.Error = x.stoppedFailure()
+		if errors.As(err, &oe) && oe.reason != ReasonStopped {
+			x.res.OutputTail = oe.output
+		}
 	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		msg := "timed out: " + err.Error()
 		if errors.As(err, &oe) {

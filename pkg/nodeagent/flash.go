@@ -104,7 +104,7 @@ func (a *Agent) Flash(ctx context.Context, o FlashOptions) Result {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	return x.finish(ctx, x.flash(ctx, o))
+	return x.finish(ctx, x.flash(x.stoppable(ctx), o))
 }
 
 func (x *execution) flash(ctx context.Context, o FlashOptions) error {
@@ -149,7 +149,15 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 	}
 	x.res.Changed = true
 	flashErr := x.step("tt-flash", func() (string, error) {
-		r := x.run(ctx, argv, configSpaceResetMarker)
+		var r toolRun
+		// tt-flash cut short leaves a chip's SPI half-written: asked to
+		// stop, it finishes writing (and resetting) first.
+		if err := x.critical(ctx, "tt-flash writing the chips", func(ctx context.Context) error {
+			r = x.run(ctx, argv, configSpaceResetMarker)
+			return nil
+		}); err != nil {
+			return "", err
+		}
 		x.res.OutputTail = r.combined()
 		if r.err != nil {
 			return "", toolFailure(ReasonFlashFailed, r, "tt-flash")

@@ -101,7 +101,13 @@ func (x *execution) heal(ctx context.Context, settle time.Duration) (string, err
 	if galaxyHost(x.agent.Root) {
 		argv = []string{"tt-smi", "-glx_reset"}
 	}
-	r := x.run(ctx, argv)
+	var r toolRun
+	if err := x.critical(ctx, "a reset of the chips", func(ctx context.Context) error {
+		r = x.run(ctx, argv)
+		return nil
+	}); err != nil {
+		return "", err
+	}
 	if r.notFound() {
 		return "", toolFailure(ReasonReadbackFailed, r, "reset")
 	}

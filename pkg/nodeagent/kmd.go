@@ -115,7 +115,7 @@ func (a *Agent) KMD(ctx context.Context, o KMDOptions) Result {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	err := x.kmd(ctx, o)
+	err := x.kmd(x.stoppable(ctx), o)
 	if after, rerr := readOptional(a.hostPath(filepath.Join(moduleSysfs, "version"))); rerr == nil {
 		x.res.After = after
 	}
@@ -164,13 +164,17 @@ func (x *execution) kmd(ctx context.Context, o KMDOptions) error {
 		return err
 	}
 	bound := a.devicesBound() // what the previous module served: a restore must serve it again
-	if loaded != "" {
-		if err := x.step("unload", func() (string, error) { return x.unload(ctx, o) }); err != nil {
-			return err
+	// From rmmod to insmod the node has no driver: asked to stop, the swap
+	// finishes first.
+	if err := x.critical(ctx, "the module swap", func(ctx context.Context) error {
+		if loaded != "" {
+			if err := x.step("unload", func() (string, error) { return x.unload(ctx, o) }); err != nil {
+				return err
+			}
 		}
-	}
-	x.res.Changed = true
-	if err := x.step("insmod", func() (string, error) { return x.insmod(ctx, ko, loaded) }); err != nil {
+		x.res.Changed = true
+		return x.step("insmod", func() (string, error) { return x.insmod(ctx, ko, loaded) })
+	}); err != nil {
 		return err
 	}
 	if err := x.step("verify", func() (string, error) { return x.verifyLoaded(o.Version) }); err != nil {

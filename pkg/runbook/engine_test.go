@@ -1102,3 +1102,37 @@ func (r *waitRecorder) Step(target string, s StepResult) {
 	}
 }
 func (r *waitRecorder) TargetDone(TargetResult) {}
+
+// A step's budget is judged on the clock that stored it (Options.Now: the
+// API server's in a session), not this machine's: a laptop an hour ahead of
+// the server resumes a step the server's clock says started 50 s ago with
+// the 10 s left of its minute, neither an hour late nor at once.
+func TestStepBudgetIsJudgedOnTheStoringClock(t *testing.T) {
+	for name, skew := range map[string]time.Duration{"laptop ahead": time.Hour, "laptop behind": -time.Hour} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				server := func() time.Time { return time.Now().Add(-skew) }
+				w := newWorld("n0")
+				target := memTarget{w: w, name: "n0"}
+				ctx := t.Context()
+				started := "test.prepare@" + server().Add(-50*time.Second).UTC().Format(time.RFC3339)
+				if err := target.SetAnnotation(ctx, TimerKey(owner), &started); err != nil {
+					t.Fatal(err)
+				}
+				w.update("n0", func(n *memNode) { n.cordonedBy = owner })
+				rb := testRunbook(w, "v7", newCounters(), nil)
+				rb.Steps[1].Timeout = time.Minute
+				rb.Steps[1].Wait = func(ctx context.Context, _ facts) error { <-ctx.Done(); return ctx.Err() }
+				begin := time.Now()
+				res := Run(ctx, rb, []Target{target}, Options{Now: server})
+				step := res.Targets[0].Steps[1]
+				if res.Outcome != OutcomeFailed || !strings.Contains(step.Error, "budget") {
+					t.Fatalf("want a failed step naming its spent budget, got %s: %+v", res.Outcome, step)
+				}
+				if took := time.Since(begin); took != 10*time.Second {
+					t.Fatalf("the budget ran out after %s, want the 10s left on the server's clock", took)
+				}
+			})
+		})
+	}
+}

@@ -259,7 +259,9 @@ func (r *targetRun[F]) act(ctx context.Context, s Step[F], sr StepResult, before
 		clock = keepClock(ctx, r.t, r.rb.Name, s.ID, started, stored, o.clockDelay())
 		sr.Started = &started
 		var cancel context.CancelFunc
-		stepCtx, cancel = context.WithDeadlineCause(stepCtx, started.Add(s.Timeout),
+		// What is left of the budget on o.Now's clock (the API server's,
+		// when the session says so), as a timeout of this machine's.
+		stepCtx, cancel = context.WithTimeoutCause(stepCtx, started.Add(s.Timeout).Sub(o.Now()),
 			fmt.Errorf("step %q ran out of its %s budget (started %s)", s.Title, s.Timeout, started.Format(time.RFC3339)))
 		defer cancel()
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
@@ -28,7 +29,8 @@ type Annotated interface {
 // another readback, never carries over.
 func ForceCampaign(ctx context.Context, lease Annotated, readback string, targets []runbook.Target) (since time.Time, resumed bool,
 	err error) {
-	now := time.Now().UTC().Truncate(time.Second)
+	// On the API server's clock, as the node records it is compared with.
+	now := kube.ServerNow().UTC().Truncate(time.Second)
 	if lease == nil { // dry run
 		return now, false, nil
 	}

@@ -461,7 +461,7 @@ func firmwareResultChange(node *corev1.Node, cfg *FirmwareConfig, r *nodeagent.R
 		}
 	}
 	b, _ := json.Marshal(firmwareRecord{Readback: measured, Devices: r.Devices, Forced: cfg.ForceWrite, Changed: r.Changed,
-		Duration: r.DurationMS, Run: cfg.RunID, At: time.Now().UTC()})
+		Duration: r.DurationMS, Run: cfg.RunID, At: kube.ServerNow().UTC()})
 	result := map[string]*string{AnnFirmwareResult: ptr.To(string(b))}
 	return kube.NodeChange{Labels: map[string]*string{LabelFirmware: &measured},
 			Annotations: withClockTakenAlong(node, FirmwareRunbookName, result)},

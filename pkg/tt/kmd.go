@@ -626,7 +626,8 @@ func kmdResultChange(node *corev1.Node, r *nodeagent.Result, run string) (kube.N
 		mode = InstallModeContainer
 	}
 	rec := kmdRecord{Before: r.Before, After: r.After, Kernel: r.Kernel, Commit: r.Commit, CacheHit: r.CacheHit,
-		Persisted: r.Persisted, Kernels: r.PersistedKernels, Duration: r.DurationMS, Run: run, At: time.Now().UTC().Format(time.RFC3339)}
+		Persisted: r.Persisted, Kernels: r.PersistedKernels, Duration: r.DurationMS, Run: run,
+		At: kube.ServerNow().UTC().Format(time.RFC3339)}
 	if m := r.Module; m != nil {
 		rec.Module, rec.BuiltBy = m.SHA256, m.BuiltBy
 	}

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,6 +33,7 @@ const (
 	CheckProbeFailed      = "probe-failed"      // the probe helper did not run or report
 	CheckPDB              = "pdb"               // a pod the drain evicts is held by a PDB allowing no disruption
 	CheckBarePod          = "bare-pod"          // a pod without a controller the drain would delete
+	CheckInstall          = "install"           // the policy and roles are missing or from another version (a warning)
 )
 
 // Preflight is what one upgrade would check before its cordons: the same
@@ -116,6 +116,9 @@ type PreflightReport struct {
 	Component string    `json:"component"`
 	Nodes     []string  `json:"nodes"`
 	Findings  []Finding `json:"findings"`
+	// Warnings block nothing but should be read (an install from another
+	// version).
+	Warnings []Finding `json:"warnings,omitempty"`
 }
 
 // BlockedNodes counts the nodes with a finding (a cluster-wide finding
@@ -266,7 +269,7 @@ func (p Preflight) probe(ctx context.Context, cs kubernetes.Interface, node, run
 	if h = trusted(h, spec); !h.ok() {
 		return nil, fmt.Errorf("probe failed: %s", helperError(h))
 	}
-	r := probeRecord(h.Result, run, time.Now())
+	r := probeRecord(h.Result, run, kube.ServerNow())
 	return &r, nil
 }
 

@@ -172,7 +172,9 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 				return err
 			}
 			if _, _, err := kube.EnsureHelper(ctx, b.cs, b.rec, spec(f.Node.Name)); err != nil {
-				if ctx.Err() != nil {
+				if ctx.Err() != nil || runbook.IsTransient(err) {
+					// A dropped answer says nothing of the namespace or the
+					// admission: observed again, the helper may be there.
 					return err
 				}
 				return runbook.Blocked(fmt.Errorf("cannot start the probe helper on %s (is namespace %q there, and may it run "+
@@ -204,7 +206,7 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 }
 
 func (b *builder) recordProbe(ctx context.Context, n *corev1.Node, h helperFacts) error {
-	rec := probeRecord(h.Result, b.run, time.Now())
+	rec := probeRecord(h.Result, b.run, kube.ServerNow())
 	raw, _ := json.Marshal(rec)
 	s := string(raw)
 	change := kube.NodeChange{Annotations: map[string]*string{AnnProbe: &s}}

@@ -149,7 +149,7 @@ version. A label alone never makes a node done.`,
 					if f.Helper.reached(v) {
 						after, why = f.Helper.Result.After, "installed by the helper"
 					}
-					b, _ := json.Marshal(smiRecord{After: after, Run: cfg.RunID, At: time.Now().UTC()})
+					b, _ := json.Marshal(smiRecord{After: after, Run: cfg.RunID, At: kube.ServerNow().UTC()})
 					_, err := kube.SetNodeKeysRecorded(ctx, cs, rec, f.Node.Name, kube.NodeChange{
 						Labels:      map[string]*string{LabelSMIVersion: &after},
 						Annotations: withClockTakenAlong(f.Node, SMIRunbookName, map[string]*string{AnnSMIResult: ptr.To(string(b))})},

@@ -85,7 +85,7 @@ func Status(ctx context.Context, cs kubernetes.Interface, md metadata.Interface,
 				return ctx.Err()
 			}
 			var stalled []string
-			now := time.Now()
+			now := kube.ServerNow() // cordoned-at is on the API server's clock
 			for i := range cordoned {
 				n := &cordoned[i]
 				if len(want) == 0 || want[n.Name] {

@@ -395,7 +395,14 @@ func (b *builder) helperTask(t task) runbook.Step[Facts] {
 				}
 				return nil
 			}
-			return t.failed(ctx, f, h)
+			err = t.failed(ctx, f, h)
+			if h.Result != nil && h.Result.Error != nil && h.Result.Error.Reason == nodeagent.ReasonStopped {
+				// Not this run's doing: its pod was deleted while it ran.
+				return runbook.Blocked(fmt.Errorf("%w\nhelper pod %s/%s was deleted while it ran (another tool's drain? the node "+
+					"shutting down?) and stopped after the device change in flight; once that is over, run the same command again",
+					err, h.Pod.Namespace, h.Pod.Name))
+			}
+			return err
 		},
 	}
 }
@@ -437,7 +444,8 @@ func helperSpec(h HelperConfig, task, node, key string, cmd []string, hostPID bo
 		Deadline: h.Timeout, Privileged: true, HostPID: hostPID, RunID: run,
 		HostPaths:     []kube.HostPathMount{{Name: "host", HostPath: "/", MountPath: "/host"}},
 		PriorityClass: h.PriorityClass, AllowControlPlane: h.OnControlPlane, NodeAccess: h.nodeAccess(),
-		Resources: helperResources[task],
+		Resources:   helperResources[task],
+		GracePeriod: helperGrace[task], Protect: helperGrace[task] > 0,
 	}
 	if networkTasks[task] {
 		for _, k := range ProxyEnvNames {
@@ -498,6 +506,18 @@ var helperResources = map[string]corev1.ResourceRequirements{
 	"clean-cache": resources("50m", "64Mi", "256Mi"),
 }
 
+// helperGrace is how long a helper that changes the device gets after
+// SIGTERM (its pod deleted by another tool's drain, a node shutdown) to
+// finish the change in flight: tt-flash writing and resetting the chips (a
+// Galaxy's 32 take minutes), the module swap from rmmod to insmod. The
+// agent stops as soon as it is done; these are bounds. Such a helper is
+// also protected from evictions while it runs (kube.ProtectHelper). The
+// others are killed at once: nothing of theirs is unsafe to cut short.
+var helperGrace = map[string]time.Duration{
+	"flash": 10 * time.Minute,
+	"kmd":   2 * time.Minute,
+}
+
 func resources(cpu, mem, memLimit string) corev1.ResourceRequirements {
 	return corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)},
@@ -510,9 +530,11 @@ func deleteHelper(ctx context.Context, cs kubernetes.Interface, rec kube.Recorde
 	if err != nil {
 		return fmt.Errorf("delete helper %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	if !deleted || (kube.PodTerminal(p) && len(p.Finalizers) == 0) {
-		// The API server removes a finished pod without finalizers at once
-		// (no grace period): nothing to wait for.
+	if !deleted || (kube.PodTerminal(p) && len(p.Finalizers) == 0 && p.DeletionTimestamp == nil) {
+		// Gone or replaced already; or finished, without finalizers, and
+		// not being deleted yet: the API server removes it at once (no
+		// grace period). One being deleted (another tool's drain) keeps
+		// its grace period, finished or not.
 		return nil
 	}
 	return kube.WaitForPodGone(ctx, cs, p.Namespace, p.Name)

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/server/v3/embed"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -33,7 +35,11 @@ type Options struct {
 	// cores raises it, or the renewals alone keep both cores busy; the node
 	// lifecycle controller's grace period follows it.
 	NodeLeaseSeconds int
-	Logf             func(format string, a ...any)
+	// RestartableAPIServer puts a TCP front before the kube-apiserver so
+	// that RestartAPIServer ends every connection at once, as a real
+	// restart does (a relay's cost on every request; off by default).
+	RestartableAPIServer bool
+	Logf                 func(format string, a ...any)
 }
 
 // Cluster is a running control plane.
@@ -46,6 +52,14 @@ type Cluster struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopEtcd func()
+	etcd     *embed.Etcd
+	runCtx   context.Context
+	apiArgs  []string
+	// apiMu guards the running kube-apiserver's stop and exit (restarts).
+	apiMu   sync.Mutex
+	apiStop context.CancelFunc
+	apiDone chan struct{}
+	front   *front // nil: clients reach the apiserver directly
 	// Failed receives an error when a component stops on its own.
 	Failed chan error
 	logf   func(format string, a ...any)
@@ -76,11 +90,16 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	// Held until Up returns: by then every component listens on its port.
 	defer unlock()
-	ports, err := freePorts(6)
+	ports, err := freePorts(7)
 	if err != nil {
 		return nil, err
 	}
 	etcdClientPort, etcdPeerPort, apiPort, kcmPort, schedPort, kwokPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+	// The apiserver's own port: the front's backend, or the port itself.
+	servePort := apiPort
+	if o.RestartableAPIServer {
+		servePort = ports[6]
+	}
 
 	pki, err := generatePKI(dir, apiPort)
 	if err != nil {
@@ -95,7 +114,7 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	o.Logf("embedded etcd ready at %s", etcdURL)
 
 	runCtx, cancel := context.WithCancel(context.Background())
-	c := &Cluster{Kubeconfig: kc, PKI: pki, cancel: cancel, stopEtcd: func() { e.Close() },
+	c := &Cluster{Kubeconfig: kc, PKI: pki, cancel: cancel, stopEtcd: func() { e.Close() }, etcd: e, runCtx: runCtx,
 		Failed: make(chan error, 8), logf: o.Logf}
 
 	v := fmt.Sprintf("--v=%d", o.Verbosity)
@@ -103,7 +122,7 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", apiPort),
+		fmt.Sprintf("--secure-port=%d", servePort),
 		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
 		"--tls-cert-file=" + pki.ServingCert,
 		"--tls-private-key-file=" + pki.ServingKey,
@@ -162,7 +181,14 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 		v,
 	}, o.SchedulerArg...)
 
-	c.goRun(runCtx, "kube-apiserver", func(ctx context.Context) error { return runAPIServer(ctx, apiArgs) })
+	c.apiArgs = apiArgs
+	if o.RestartableAPIServer {
+		if c.front, err = startFront(fmt.Sprintf("127.0.0.1:%d", apiPort), fmt.Sprintf("127.0.0.1:%d", servePort)); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
+	c.startAPIServer(false)
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
 	if err != nil {
@@ -227,6 +253,97 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	return c, nil
 }
 
+// startAPIServer runs the kube-apiserver until the cluster stops or a
+// restart stops it.
+func (c *Cluster) startAPIServer(restart bool) {
+	ctx, stop := context.WithCancel(c.runCtx)
+	done := make(chan struct{})
+	c.apiMu.Lock()
+	c.apiStop, c.apiDone = stop, done
+	c.apiMu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer close(done)
+		if err := runAPIServer(ctx, c.apiArgs, restart); err != nil && ctx.Err() == nil {
+			c.Failed <- fmt.Errorf("kube-apiserver: %w", err)
+		}
+	}()
+}
+
+// RestartAPIServer stops the kube-apiserver in place, as an upgrade or a
+// crash of a real control plane does: every connection to it ends (open
+// watches too), requests are refused while it is down (down, at least),
+// and it starts again on the same port with the same flags and etcd, so
+// no object is lost; its watch cache starts afresh, so a watch resumed
+// from a resourceVersion of before may be answered 410 Gone. It returns
+// once the new one is ready, and how long the API was unavailable.
+func (c *Cluster) RestartAPIServer(ctx context.Context, down time.Duration) (time.Duration, error) {
+	if c.front == nil {
+		return 0, fmt.Errorf("the sim was started without a restartable kube-apiserver (sim up --api-proxy)")
+	}
+	c.apiMu.Lock()
+	stop, done := c.apiStop, c.apiDone
+	c.apiMu.Unlock()
+	start := time.Now()
+	c.front.down()
+	stop()
+	// Its listener closes at once; its own shutdown (watches, in-flight
+	// requests) may take its request timeout, on connections the front
+	// already ended.
+	if err := c.waitFor(ctx, "the old kube-apiserver's listener to close", 60*time.Second, func() (bool, error) {
+		conn, err := net.DialTimeout("tcp", c.front.backend, time.Second)
+		if err == nil {
+			conn.Close()
+			return false, fmt.Errorf("%s still accepts connections", c.front.backend)
+		}
+		return true, nil
+	}); err != nil {
+		return 0, err
+	}
+	c.logf("kube-apiserver stopped (restart) after %s", time.Since(start).Round(time.Millisecond))
+	select {
+	case <-time.After(down):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	go func() {
+		select {
+		case <-done:
+		case <-time.After(90 * time.Second):
+			c.logf("the old kube-apiserver has not finished shutting down after 90s")
+		}
+	}()
+	c.startAPIServer(true)
+	direct := rest.CopyConfig(c.RESTConfig)
+	direct.Host = "https://" + c.front.backend
+	dc, err := kubernetes.NewForConfig(direct)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.waitFor(ctx, "kube-apiserver /readyz after a restart", 120*time.Second, func() (bool, error) {
+		b, err := dc.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(b) == "ok", err
+	}); err != nil {
+		return 0, err
+	}
+	if err := c.front.up(); err != nil {
+		return 0, err
+	}
+	took := time.Since(start)
+	c.logf("kube-apiserver ready again after a restart: unavailable for %s", took.Round(time.Millisecond))
+	return took, nil
+}
+
+// CompactEtcd compacts etcd's history up to its current revision (what
+// the apiserver's compactor does every 5 minutes): every resourceVersion
+// before it is gone from storage. It returns that revision.
+func (c *Cluster) CompactEtcd(ctx context.Context) (int64, error) {
+	rev := c.etcd.Server.KV().Rev()
+	_, err := c.etcd.Server.Compact(ctx, &etcdserverpb.CompactionRequest{Revision: rev, Physical: true})
+	return rev, err
+}
+
 func (c *Cluster) goRun(ctx context.Context, name string, f func(context.Context) error) {
 	c.wg.Add(1)
 	go func() {
@@ -278,6 +395,9 @@ func countReadyNodes(ctx context.Context, cs kubernetes.Interface) (int, error) 
 // Stop shuts the components down in reverse start order. etcd goes last:
 // stopping it together with the apiserver makes the apiserver hang ~10 s.
 func (c *Cluster) Stop() {
+	if c.front != nil {
+		c.front.down()
+	}
 	c.cancel()
 	done := make(chan struct{})
 	go func() { c.wg.Wait(); close(done) }()

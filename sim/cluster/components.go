@@ -8,9 +8,11 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/cache"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/compatibility"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -31,8 +33,12 @@ func parseNamed(name string, nfs cliflag.NamedFlagSets, args []string) error {
 	return fs.Parse(args)
 }
 
-// runAPIServer blocks until ctx is cancelled or the server fails.
-func runAPIServer(ctx context.Context, args []string) error {
+// restarts counts the kube-apiserver's restarts (RestartAPIServer).
+var restarts atomic.Int64
+
+// runAPIServer blocks until ctx is cancelled or the server fails. A
+// restart leaves the process-global logging as the first start set it.
+func runAPIServer(ctx context.Context, args []string, restart bool) error {
 	s := apiserveroptions.NewServerRunOptions()
 	if err := parseNamed("kube-apiserver", s.Flags(), args); err != nil {
 		return err
@@ -42,8 +48,10 @@ func runAPIServer(ctx context.Context, args []string) error {
 	}
 	fg := s.GenericServerRunOptions.ComponentGlobalsRegistry.FeatureGateFor(compatibility.DefaultKubeComponent)
 	// Logging is process-global: apply it once, here (apiserver starts first).
-	if err := logsapi.ValidateAndApply(s.Logs, fg); err != nil {
-		return err
+	if !restart {
+		if err := logsapi.ValidateAndApply(s.Logs, fg); err != nil {
+			return err
+		}
 	}
 	completed, err := s.Complete(ctx)
 	if err != nil {
@@ -51,6 +59,16 @@ func runAPIServer(ctx context.Context, args []string) error {
 	}
 	if errs := completed.Validate(); len(errs) != 0 {
 		return utilerrors.NewAggregate(errs)
+	}
+	if restart {
+		// Informer names are unique per process, and the stopped server
+		// may not have released its own yet.
+		name, err := cache.NewInformerName(fmt.Sprintf("kube-apiserver-%d", restarts.Add(1)))
+		if err != nil {
+			return err
+		}
+		defer name.Release()
+		completed.InformerName = name
 	}
 	return apiserverapp.Run(ctx, completed)
 }

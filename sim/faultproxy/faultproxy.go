@@ -69,6 +69,7 @@ type Proxy struct {
 	rng      *rand.Rand
 	requests int
 	faults   map[string]int
+	k        knobs
 }
 
 // Start listens on a free loopback port and serves until ctx ends.
@@ -147,6 +148,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Header.Del(k)
 		}
 	}
+	p.holdIfAsked(r)
+	if p.tooOld(w, r) {
+		return
+	}
 	kind, slow := p.draw()
 	switch kind {
 	case Fault429:
@@ -173,16 +178,34 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	rp := p.tokenRP
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		c := r.TLS.PeerCertificates[0]
 		r.Header.Set("X-Remote-User", c.Subject.CommonName)
 		for _, g := range c.Subject.Organization {
 			r.Header.Add("X-Remote-Group", g)
 		}
-		p.certRP.ServeHTTP(w, r)
-		return
+		rp = p.certRP
 	}
-	p.tokenRP.ServeHTTP(w, r)
+	r, forget := p.trackWatch(r)
+	defer forget()
+	if p.loseThis(r) {
+		// Applied whatever happens to the caller, then the answer is lost.
+		d := &discard{}
+		rp.ServeHTTP(d, r.WithContext(context.WithoutCancel(r.Context())))
+		p.logMutation(r, d.code, true)
+		p.cfg.Logf("faultproxy: lost the response (%d) of %s %s", d.code, r.Method, r.URL.Path)
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler)
+	}
+	cr := &codeRecorder{ResponseWriter: w}
+	rp.ServeHTTP(cr, r)
+	p.logMutation(r, cr.code, false)
 }
 
 func (p *Proxy) draw() (string, time.Duration) {

@@ -32,6 +32,7 @@ const (
 	RuleTooManyOut       = "too-many-nodes-out-of-service"
 	RuleRmmodUnderHolder = "rmmod-under-holder"
 	RuleFlashUnderHolder = "flash-under-holder"
+	RuleFlashInterrupted = "flash-interrupted"  // a chip's SPI write cut short (a helper killed mid-flash)
 	RuleCordonLeft       = "cordon-left-behind" // a node left cordoned by a run that ended without saying so
 )
 

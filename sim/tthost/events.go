@@ -19,6 +19,7 @@ type Reporter interface {
 var hostEventRules = map[string]string{
 	fakehost.EventRmmodUnderHolder: monitor.RuleRmmodUnderHolder,
 	fakehost.EventFlashUnderHolder: monitor.RuleFlashUnderHolder,
+	fakehost.EventFlashInterrupted: monitor.RuleFlashInterrupted,
 }
 
 // HostEvents reports every unsafe tool call recorded on a simulated host.
@@ -101,6 +102,9 @@ func (e *HostEvents) poll(node string) {
 	root, ok := e.Hosts.Root(node)
 	if !ok {
 		return
+	}
+	if err := fakehost.CheckInterruptedFlash(root); err != nil {
+		e.Report.Report("sim-host-state-unreadable", "node/"+node, err.Error())
 	}
 	evs, err := fakehost.Events(root, e.seen[node])
 	e.seen[node] += len(evs)

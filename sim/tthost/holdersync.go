@@ -16,6 +16,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/rollbook/rollbook/sim/cluster"
 	"github.com/rollbook/rollbook/sim/podloop"
 )
 
@@ -56,6 +57,7 @@ type podHolder struct {
 // Run syncs until ctx is done.
 func (s *HolderSync) Run(ctx context.Context) error {
 	s.init()
+	cluster.HoldExits(s.exitHold)
 	c := &podloop.Controller{
 		Name: "tt-holders", Client: s.Client, Resync: s.Resync, Logf: s.Logf,
 		Tweak: func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName!=" },
@@ -161,6 +163,27 @@ func (s *HolderSync) Sync(key string, p *corev1.Pod) error {
 	h.pid, h.killedAt = pid, time.Time{}
 	s.Logf("tt-holders: %s on %s holds /dev/tenstorrent/%v (pid %d)", key, p.Spec.NodeName, devs, pid)
 	return nil
+}
+
+// exitHold stops a deleted pod's device holder before the pod reaper
+// removes the pod, as a kubelet stops a pod's containers before it
+// confirms the deletion: this sync's own watch may lag the reaper's (after
+// an apiserver restart, by its reconnect backoff), and a process of a pod
+// the API no longer has would hold the device for nobody.
+func (s *HolderSync) exitHold(p *corev1.Pod) (time.Duration, string) {
+	if p.DeletionTimestamp == nil {
+		return 0, ""
+	}
+	s.init()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := p.Namespace + "/" + p.Name
+	if h := s.holders[key]; h != nil && h.uid == p.UID {
+		if err := s.release(key, h); err != nil {
+			return time.Second, "its device holder (pid " + strconv.Itoa(h.pid) + ") did not stop: " + err.Error()
+		}
+	}
+	return 0, ""
 }
 
 func (s *HolderSync) release(key string, h *podHolder) error {

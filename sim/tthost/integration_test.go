@@ -210,13 +210,51 @@ func TestRunnerAndHolders(t *testing.T) {
 			t.Fatalf("after %s: status %+v", time.Since(start), p.Status)
 		}
 	})
-	t.Run("deleted while running", func(t *testing.T) {
+	t.Run("deleted while running, no grace period", func(t *testing.T) {
 		pod := create(t, ctx, cs, helper("gone", "kwok-node-0", AgentName, "fake", "sleep", "60s"))
 		until(t, ctx, cs, pod, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 			t.Fatal(err)
 		}
 		waitFile(t, filepath.Join(hosts.Dir, "runner.log"), "KILLED default/gone")
+	})
+	// As from a kubelet: SIGTERM to the container's main process; what it
+	// reports on its way out is the pod's final status, written while it
+	// is Terminating.
+	t.Run("deleted while running, stops on SIGTERM", func(t *testing.T) {
+		pod := create(t, ctx, cs, helper("term", "kwok-node-0", AgentName, "fake", "on-term", "finish", "sleep", "60s"))
+		waitTrue(t, func() bool { _, err := os.Stat(filepath.Join(root, "sigterm-finish")); return err == nil })
+		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p := until(t, ctx, cs, pod, func(p *corev1.Pod) bool { return terminal(p) })
+		if p.DeletionTimestamp == nil || p.Status.ContainerStatuses[0].State.Terminated == nil ||
+			!strings.Contains(p.Status.ContainerStatuses[0].State.Terminated.Message, "stopped on SIGTERM") {
+			t.Fatalf("want the Terminating pod's status to say it stopped on SIGTERM: %+v", p.Status)
+		}
+		waitFile(t, filepath.Join(hosts.Dir, "runner.log"), "TERMINATED default/term")
+	})
+	// Killed at the end of its grace period (3 s, deletionTimestamp to the
+	// second: 2–3 s after the deletion), not before. (The pod reaper of
+	// this harness's sim is another process and does not wait for this
+	// runner: the pod may be gone before its final status.)
+	t.Run("deleted while running, outlives its grace period", func(t *testing.T) {
+		pod := helper("stubborn", "kwok-node-0", AgentName, "fake", "on-term", "ignore", "sleep", "60s")
+		pod.Spec.TerminationGracePeriodSeconds = ptr(int64(3))
+		pod = create(t, ctx, cs, pod)
+		waitTrue(t, func() bool { _, err := os.Stat(filepath.Join(root, "sigterm-ignore")); return err == nil })
+		start := time.Now()
+		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitTrue(t, func() bool {
+			return strings.Contains(readFile(t, filepath.Join(hosts.Dir, "runner.log")), "KILLED default/stubborn") ||
+				strings.Contains(readFile(t, filepath.Join(hosts.Dir, "runner.log")), "killed=true")
+		})
+		if took := time.Since(start); took < 2*time.Second || took > 6*time.Second {
+			t.Fatalf("killed %s after the deletion, want at the end of its 3s grace period:\n%s", took,
+				readFile(t, filepath.Join(hosts.Dir, "runner.log")))
+		}
 	})
 	t.Run("device holder", func(t *testing.T) {
 		base := inspectOK(t, root).Refcnt

@@ -3,8 +3,10 @@ package tthost
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,6 +50,20 @@ func fakeAgent(args []string) int {
 		case "sleep":
 			d, _ := time.ParseDuration(args[i+1])
 			time.Sleep(d)
+		case "on-term": // "ignore": SIGTERM does nothing; "finish": it ends the sleep, the agent reports
+			ch := make(chan os.Signal, 1)
+			signal.Notify(ch, syscall.SIGTERM)
+			// Says so on the host: a SIGTERM before this would kill it.
+			_ = os.WriteFile(filepath.Join(os.Getenv(envFakeRoot), "sigterm-"+args[i+1]), nil, 0o644)
+			if args[i+1] == "finish" {
+				d, _ := time.ParseDuration(args[i+3])
+				select {
+				case <-ch:
+					msg = "stopped on SIGTERM"
+				case <-time.After(d):
+				}
+				i += 2
+			}
 		case "msg":
 			msg = args[i+1]
 		case "env": // msg becomes NAME=<its value>

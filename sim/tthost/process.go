@@ -20,6 +20,9 @@ type proc struct {
 	outPath string // stdout+stderr
 	// newNS starts it in a mount namespace of its own (the helper launcher).
 	newNS bool
+	// term, when closed, sends SIGTERM to the process itself (not its
+	// group): what a container runtime sends a container's main process.
+	term <-chan struct{}
 }
 
 // exitKilled is the exit code of a process ended by SIGKILL (128+9), as
@@ -47,7 +50,18 @@ func (p proc) run(ctx context.Context) (code int, err error) {
 	if err := cmd.Start(); err != nil {
 		return -1, err
 	}
+	exited := make(chan struct{})
+	if p.term != nil {
+		go func() {
+			select {
+			case <-p.term:
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+			case <-exited:
+			}
+		}()
+	}
 	err = cmd.Wait()
+	close(exited)
 	// The agent may have left tools behind in its group; a kubelet tears
 	// the whole container down.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)

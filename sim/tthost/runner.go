@@ -19,6 +19,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/utils/clock"
 
+	"github.com/rollbook/rollbook/sim/cluster"
 	"github.com/rollbook/rollbook/sim/helperns"
 	"github.com/rollbook/rollbook/sim/podloop"
 )
@@ -35,7 +36,11 @@ import (
 // or Failed) and never leaves a terminal phase; every status write is
 // conditional on the resourceVersion it was computed from; a helper that
 // outlives activeDeadlineSeconds is killed and Failed with reason
-// DeadlineExceeded; a helper deleted while running is killed; helpers on
+// DeadlineExceeded; a helper deleted while running gets, as from a kubelet,
+// SIGTERM on its containers' main processes, SIGKILL at the end of its
+// grace period (at once with none), and its final status written while it
+// is Terminating; the pod reaper waits for that before it removes the pod
+// (cluster.HoldExits); helpers on
 // nodes without a host root, or whose command is not `kubectl-tt …`, fail
 // with a message saying so.
 type Runner struct {
@@ -74,6 +79,10 @@ type Runner struct {
 type run struct {
 	uid    types.UID
 	cancel context.CancelCauseFunc
+	// term is closed to send SIGTERM to the containers (a graceful
+	// deletion); terminating says it was.
+	term        chan struct{}
+	terminating bool
 }
 
 var (
@@ -89,6 +98,7 @@ const helperStarters = 8
 // Run runs helpers until ctx is done.
 func (r *Runner) Run(ctx context.Context) error {
 	r.init()
+	cluster.HoldExits(r.exitHold)
 	c := &podloop.Controller{
 		Name: "tt-helper-runner", Client: r.Client, Resync: r.Resync, Logf: r.Logf,
 		Workers: helperStarters,
@@ -137,6 +147,10 @@ func (r *Runner) sync(ctx context.Context, key string, pods corelisters.PodListe
 	r.mu.Unlock()
 	switch {
 	case pod.DeletionTimestamp != nil:
+		if g := pod.DeletionGracePeriodSeconds; g != nil && *g > 0 && cur != nil && cur.uid == pod.UID {
+			r.terminate(key, pod)
+			return nil
+		}
 		r.stop(key, "", errDeleted)
 		return nil
 	case terminal(pod):
@@ -160,6 +174,52 @@ func (r *Runner) stop(key string, keep types.UID, cause error) {
 		cur.cancel(cause)
 		delete(r.runs, key)
 	}
+}
+
+// graceLeft is what is left of a deleted pod's grace period: the kubelet
+// sends SIGTERM at the deletion and SIGKILL at deletionTimestamp.
+func graceLeft(p *corev1.Pod, now time.Time) time.Duration {
+	if p.DeletionTimestamp == nil || p.DeletionGracePeriodSeconds == nil || *p.DeletionGracePeriodSeconds <= 0 {
+		return 0
+	}
+	return p.DeletionTimestamp.Sub(now)
+}
+
+// terminate sends SIGTERM to the run of pod (once) and kills it when its
+// grace period ends.
+func (r *Runner) terminate(key string, pod *corev1.Pod) {
+	r.mu.Lock()
+	cur := r.runs[key]
+	if cur == nil || cur.uid != pod.UID || cur.terminating {
+		r.mu.Unlock()
+		return
+	}
+	cur.terminating = true
+	close(cur.term)
+	r.mu.Unlock()
+	left := max(graceLeft(pod, r.Clock.Now()), 0)
+	r.log.Printf("TERMINATE %s: deleted; SIGTERM, SIGKILL in %s", key, left.Round(time.Millisecond))
+	go func() {
+		<-r.Clock.After(left)
+		r.cancelRun(key, pod.UID, errDeleted)
+	}()
+}
+
+// exitHold keeps a deleted helper's pod until its run has ended and its
+// final status is written, as a kubelet removes a pod only once its
+// containers stopped (never past the grace period: the reaper's bound).
+func (r *Runner) exitHold(p *corev1.Pod) (time.Duration, string) {
+	if p.Labels[HelperLabel] == "" {
+		return 0, ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Held while its run lasts: the reaper may see the deletion before
+	// the runner sends SIGTERM.
+	if cur := r.runs[podKey(p)]; cur != nil && cur.uid == p.UID {
+		return time.Second, "the helper is stopping after SIGTERM"
+	}
+	return 0, ""
 }
 
 // NotReadyLabel set to "true" on a node means its kubelet is down (the sim's
@@ -226,7 +286,8 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	key := podKey(pod)
 	r.mu.Lock()
-	r.runs[key] = &run{uid: pod.UID, cancel: cancel}
+	term := make(chan struct{})
+	r.runs[key] = &run{uid: pod.UID, cancel: cancel, term: term}
 	r.mu.Unlock()
 	running := runningStatus(pod, r.imageID(), now)
 	updated, err := r.patchStatus(ctx, pod, running)
@@ -240,7 +301,7 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 		r.Logf("tt-helper-runner: %s runs OUTSIDE the node-agent image (%s=1)", key, EnvOutsideImage)
 	}
 	r.log.Printf("START %s node=%s in=%s argv=%q", key, pod.Spec.NodeName, where, argvs)
-	go r.execute(runCtx, updated, root, dir, argvs, running.StartTime.Time, secrets)
+	go r.execute(runCtx, updated, root, dir, argvs, running.StartTime.Time, secrets, term)
 	return nil
 }
 
@@ -271,7 +332,7 @@ func (r *Runner) commands(pod *corev1.Pod) ([][]string, string) {
 
 // execute runs the containers, enforces the deadline and reports.
 func (r *Runner) execute(ctx context.Context, pod *corev1.Pod, root, dir string, argvs [][]string, started time.Time,
-	secrets map[string]string) {
+	secrets map[string]string, term <-chan struct{}) {
 	key := podKey(pod)
 	if ads := pod.Spec.ActiveDeadlineSeconds; ads != nil {
 		left := started.Add(time.Duration(*ads) * time.Second).Sub(r.Clock.Now())
@@ -289,7 +350,7 @@ func (r *Runner) execute(ctx context.Context, pod *corev1.Pod, root, dir string,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[i] = r.runContainer(ctx, pod, c, root, dir, argvs[i], secrets)
+			res[i] = r.runContainer(ctx, pod, c, root, dir, argvs[i], secrets, term)
 		}()
 	}
 	wg.Wait()
@@ -302,9 +363,21 @@ func (r *Runner) execute(ctx context.Context, pod *corev1.Pod, root, dir string,
 	if r.Ran != nil {
 		defer r.Ran(pod.Spec.NodeName)
 	}
+	graceful := r.terminating(key, pod.UID)
 	switch {
-	case errors.Is(cause, errDeleted):
+	case errors.Is(cause, errDeleted) && !graceful:
 		r.log.Printf("KILLED %s: deleted while running", key)
+		return
+	case graceful:
+		// Deleted with a grace period: it stopped after SIGTERM (or was
+		// killed at the end of it); the kubelet reports how, while the pod
+		// is Terminating.
+		st := finalStatus(pod, started, res, false, r.Clock.Now())
+		if err := r.finishTerminating(context.WithoutCancel(ctx), pod, st); err != nil {
+			r.Logf("tt-helper-runner: %s: final status: %v", key, err)
+		}
+		r.log.Printf("TERMINATED %s phase=%s exit=%v killed=%v msg=%q", key, st.Phase, exitCodes(res), errors.Is(cause, errDeleted),
+			firstBytes(res, 300))
 		return
 	case cause != nil && !errors.Is(cause, errDeadline):
 		// Finished by someone else, or the sim is stopping: no report.
@@ -328,6 +401,13 @@ func (r *Runner) endRun(key string, uid types.UID) {
 	}
 }
 
+func (r *Runner) terminating(key string, uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.runs[key]
+	return cur != nil && cur.uid == uid && cur.terminating
+}
+
 func (r *Runner) cancelRun(key string, uid types.UID, cause error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -337,7 +417,7 @@ func (r *Runner) cancelRun(key string, uid types.UID, cause error) {
 }
 
 func (r *Runner) runContainer(ctx context.Context, pod *corev1.Pod, c corev1.Container, root, dir string, argv []string,
-	secrets map[string]string) result {
+	secrets map[string]string, term <-chan struct{}) result {
 	cdir := filepath.Join(dir, c.Name)
 	res := result{name: c.Name, image: c.Image, imageID: r.imageID(), started: r.Clock.Now()}
 	if err := os.MkdirAll(cdir, 0o755); err != nil {
@@ -350,7 +430,7 @@ func (r *Runner) runContainer(ctx context.Context, pod *corev1.Pod, c corev1.Con
 		res.exitCode, res.startErr, res.finished = exitStartError, err.Error(), r.Clock.Now()
 		return res
 	}
-	p := proc{argv: argv, dir: cdir, outPath: filepath.Join(cdir, "output.log"),
+	p := proc{argv: argv, dir: cdir, outPath: filepath.Join(cdir, "output.log"), term: term,
 		env: append(helperEnv(pod, c, r.Hosts, root, termLog, cdir, secrets), vols...)}
 	if !r.OutsideImage {
 		spec, why := r.launchSpec(pod, c, root, dir, cdir, termLog, secrets)
@@ -451,6 +531,32 @@ func (r *Runner) finish(ctx context.Context, pod *corev1.Pod, st corev1.PodStatu
 			return err
 		}
 		if cur.UID != pod.UID || cur.DeletionTimestamp != nil || terminal(cur) {
+			return nil
+		}
+	}
+}
+
+// finishTerminating writes the final status of a helper deleted with a
+// grace period, on the Terminating pod (re-read on conflicts: the deletion
+// changed it), unless the pod is gone or another.
+func (r *Runner) finishTerminating(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus) error {
+	cur := pod
+	for attempt := 0; ; attempt++ {
+		_, err := r.patchStatus(ctx, cur, st)
+		if err == nil || !apierrors.IsConflict(err) || attempt >= 5 {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}
+		cur, err = r.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if cur.UID != pod.UID || terminal(cur) {
 			return nil
 		}
 	}

@@ -3,8 +3,10 @@ package atecmd
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
@@ -30,7 +32,8 @@ func (a *apiFlags) dial(ctx context.Context, g *cli.Globals) (*ateapi.Client, er
 	if err != nil {
 		return nil, err
 	}
-	c, err := ateapi.Dial(ctx, ateapi.DialOptions{Endpoint: a.endpoint, CAFile: a.caFile, TokenFile: a.tokenFile, RESTConfig: cfg})
+	c, err := ateapi.Dial(ctx, ateapi.DialOptions{Endpoint: a.endpoint, CAFile: a.caFile, TokenFile: a.tokenFile, RESTConfig: cfg,
+		Unary: lockGated(g)})
 	if err != nil {
 		return nil, fmt.Errorf("connect to the Agent Substrate control API: %w", err)
 	}
@@ -65,4 +68,19 @@ func rollClients(ctx context.Context, g *cli.Globals, s *cli.Session, api *apiFl
 		}
 	}
 	return roll.Clients{Client: s.Client, Dynamic: dyn, API: client, Recorder: s.Recorder}, closeAPI, nil
+}
+
+// lockGated holds every control-API call (a suspend, a drain: the
+// substrate's mutations do not pass the Kubernetes clients' gate) until the
+// run's lock says it may still act (lease.Gate); reflection passes.
+func lockGated(g *cli.Globals) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker,
+		opts ...grpc.CallOption) error {
+		if !strings.HasPrefix(method, "/grpc.reflection.") {
+			if err := g.Gate.Check(ctx); err != nil {
+				return fmt.Errorf("%s not sent: %w", method, err)
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/install/installcmd"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/ui"
 )
@@ -76,6 +77,11 @@ func (o *preflightOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if c, err := installCheck(ctx, o.g); err != nil {
+		return err
+	} else if c != nil {
+		checks = append(checks, *c)
+	}
 	failed := campaign.Failed(checks)
 	if o.run.Output != "" {
 		if err := ui.PrintObject(o.g.IOStreams.Out, o.run.Output, ui.Object{Kind: "PreflightChecks",
@@ -126,4 +132,16 @@ func printChecks(w io.Writer, checks []fleet.Check) {
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// installCheck warns when the policies and roles `kubectl ate install`
+// applies are missing or from another version; nil when they match.
+func installCheck(ctx context.Context, g *cli.Globals) (*fleet.Check, error) {
+	skew, err := installcmd.CheckInstalled(ctx, g, installSpec.Plugin)
+	if err != nil || len(skew.Skews) == 0 {
+		return nil, err
+	}
+	detail, fix := skew.Summary(installSpec.Plugin)
+	return &fleet.Check{Group: "install", Name: "the policies and roles match this plugin", OK: true, Warning: true,
+		Detail: detail, Fix: fix}, nil
 }

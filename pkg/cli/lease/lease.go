@@ -118,6 +118,10 @@ type LockOptions struct {
 	Notify func(msg string)
 	// Local describes this machine; tests replace it to act as another host.
 	Local *Local
+	// BootClock is a clock that runs on while the machine is suspended
+	// (default SystemBootClock); tests give a fake one to make a machine
+	// sleep.
+	BootClock BootClock
 }
 
 // DefaultDuration is how long a lease stays valid without renewal.
@@ -147,6 +151,10 @@ func AcquireIn(ctx context.Context, s Store, holder Holder, o LockOptions) (*Loc
 	if o.Local == nil {
 		o.Local = ThisMachine()
 	}
+	if o.BootClock == nil {
+		o.BootClock = SystemBootClock
+	}
+	clk := clocks{boot: o.BootClock}
 	ns, name := s.Key()
 	policy := Policy{Steal: o.Steal, Duration: o.Duration, Margin: o.Margin}
 	// The version of the Lease this machine has seen, since when by its
@@ -167,7 +175,8 @@ func AcquireIn(ctx context.Context, s Store, holder Holder, o LockOptions) (*Loc
 			if err != nil {
 				return fmt.Errorf("read lease %s/%s: %w", ns, name, err)
 			}
-			now := time.Now()
+			sent := clk.now()
+			now := sent.mono
 			var f Facts
 			if cur != nil {
 				if cur.ResourceVersion != seen {
@@ -180,11 +189,11 @@ func AcquireIn(ctx context.Context, s Store, holder Holder, o LockOptions) (*Loc
 			d := Decide(RecordOf(cur), holder, f, policy)
 			switch d.Action {
 			case Create:
-				created, err := s.Create(ctx, HeldLease(ns, name, holder, o.Duration, now))
+				created, err := s.Create(ctx, HeldLease(ns, name, holder, o.Duration, kube.ServerNow()))
 				if err != nil {
 					return fmt.Errorf("create lease %s/%s: %w", ns, name, err)
 				}
-				lock = newLock(s, holder, o.Duration, created, "", now)
+				lock = newLock(s, holder, o.Duration, created, "", sent, clk)
 				return nil
 			case Refuse:
 				return lockedError(cur)
@@ -206,10 +215,10 @@ func AcquireIn(ctx context.Context, s Store, holder Holder, o LockOptions) (*Loc
 						"at its next renewal (within %s)", ns+"/"+name, lockedError(cur).who(), o.Duration/3))
 				}
 				note = fmt.Sprintf("%s took over from %s at %s: %s", holder.Identity(), heldBy(cur),
-					now.UTC().Format(time.RFC3339), d.Reason)
+					kube.ServerNow().UTC().Format(time.RFC3339), d.Reason)
 			}
 			next := cur.DeepCopy()
-			hold(next, holder, o.Duration, now, note)
+			hold(next, holder, o.Duration, kube.ServerNow(), note)
 			next.Spec.LeaseTransitions = ptr.To(ptr.Deref(cur.Spec.LeaseTransitions, 0) + 1)
 			updated, err := s.Update(ctx, next)
 			if err != nil {
@@ -218,7 +227,7 @@ func AcquireIn(ctx context.Context, s Store, holder Holder, o LockOptions) (*Loc
 			if note != "" {
 				o.Notify("lock: " + note)
 			}
-			lock = newLock(s, holder, o.Duration, updated, note, now)
+			lock = newLock(s, holder, o.Duration, updated, note, sent, clk)
 			return nil
 		}
 	})
@@ -268,7 +277,7 @@ func lockedError(l *coordv1.Lease) *LockedError {
 		e.Since = l.Spec.AcquireTime.Time
 	}
 	if l.Spec.RenewTime != nil {
-		e.RenewedAgo = time.Since(l.Spec.RenewTime.Time)
+		e.RenewedAgo = kube.ServerNow().Sub(l.Spec.RenewTime.Time)
 	}
 	return e
 }

@@ -35,6 +35,9 @@ func acquire(t *testing.T, s Store, h Holder, o LockOptions) *Lock {
 	if o.Local == nil {
 		o.Local = elsewhere
 	}
+	if o.BootClock == nil {
+		o.BootClock = newMachineClock().read
+	}
 	l, err := AcquireIn(t.Context(), s, h, o)
 	if err != nil {
 		t.Fatalf("%s: %v", h.Identity(), err)

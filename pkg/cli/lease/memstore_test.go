@@ -97,6 +97,16 @@ func (s *memStore) edit(change func(*coordv1.Lease)) {
 	s.write(l)
 }
 
+// remove deletes the stored Lease as another client would.
+func (s *memStore) remove() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lease = nil
+	s.version++
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
 // cutStore is one client's view of a store, which a test can cut off:
 // then every request fails with fail, or, when fail is nil, hangs until its
 // deadline, as towards an unreachable server.

@@ -175,6 +175,11 @@ func (w *PauseWatch) follow(watcher watch.Interface) {
 			w.cur = PauseOf(l)
 		}
 		w.mu.Unlock()
+		if ev.Type == watch.Deleted || heldBy(l) != w.lock.holder.Identity() {
+			// Deleted or taken under us: the lock learns which with a
+			// renewal now, not at its next tick.
+			w.lock.Recheck()
+		}
 	}
 	w.mu.Lock()
 	w.live = false

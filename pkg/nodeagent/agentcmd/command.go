@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -97,7 +99,7 @@ func (c *common) report(cmd *cobra.Command, r nodeagent.Result) error {
 	return nil
 }
 
-// run is the shared RunE body.
+// run is the shared RunE body: SIGTERM or SIGINT cancels op.
 func (c *common) run(cmd *cobra.Command, op func(context.Context, *nodeagent.Agent) nodeagent.Result) error {
 	a, err := c.agent(cmd)
 	if err != nil {
@@ -107,5 +109,36 @@ func (c *common) run(cmd *cobra.Command, op func(context.Context, *nodeagent.Age
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	return c.report(cmd, op(ctx, a))
+}
+
+// runStoppable is run for an operation that changes the device (flash,
+// kmd): SIGTERM or SIGINT asks it to stop (Agent.Stop) instead of
+// cancelling it, so what it is writing is finished, not cut, and its
+// result says what was skipped. The pod's grace period bounds the wait.
+func (c *common) runStoppable(cmd *cobra.Command, op func(context.Context, *nodeagent.Agent) nodeagent.Result) error {
+	a, err := c.agent(cmd)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	if cmd.Context() != nil {
+		// Keep its values, not its cancellation on the signal.
+		ctx = context.WithoutCancel(cmd.Context())
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sig)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-sig:
+			close(stop)
+		case <-done:
+		}
+	}()
+	a.Stop = stop
 	return c.report(cmd, op(ctx, a))
 }

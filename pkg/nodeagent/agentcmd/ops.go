@@ -21,7 +21,7 @@ func newKMDCommand(c *common) *cobra.Command {
 		Short: "Install tt-kmd X.Y.Z: the module kubectl tt vouched for (unload, insmod, verify, persist)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result {
+			return c.runStoppable(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result {
 				if o.ModuleFrom != "" {
 					o.ModuleFrom = underVolumeRoot(o.ModuleFrom)
 				}
@@ -135,7 +135,7 @@ func newFlashCommand(c *common) *cobra.Command {
 						"admission policy checked only the base)", urlEnv, urlBase)
 				}
 			}
-			return c.run(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.Flash(ctx, o) })
+			return c.runStoppable(cmd, func(ctx context.Context, a *nodeagent.Agent) nodeagent.Result { return a.Flash(ctx, o) })
 		},
 	}
 	f := cmd.Flags()

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/install/installcmd"
 	"github.com/rollbook/rollbook/pkg/tt"
 	"github.com/rollbook/rollbook/pkg/ui"
 )
@@ -126,6 +127,14 @@ func runPreflight(ctx context.Context, g *cli.Globals, p tt.Preflight, sel tt.Se
 	if err != nil {
 		return err
 	}
+	skew, err := installcmd.CheckInstalled(ctx, g, installSpec.Plugin)
+	if err != nil {
+		return err
+	}
+	if len(skew.Skews) > 0 {
+		detail, fix := skew.Summary(installSpec.Plugin)
+		rep.Warnings = append(rep.Warnings, tt.Finding{Check: tt.CheckInstall, Message: detail + "; " + fix})
+	}
 	if output != "" {
 		if err := ui.PrintObject(g.IOStreams.Out, output, rep); err != nil {
 			return err
@@ -147,10 +156,13 @@ func printPreflight(w io.Writer, rep *tt.PreflightReport) {
 		by[f.Node] = append(by[f.Node], f)
 	}
 	line := func(f tt.Finding) { fmt.Fprintf(w, "  %s %s %s\n", st.Bad("✗"), st.Dim("["+f.Check+"]"), f.Message) }
-	if fs := by[""]; len(fs) > 0 {
+	if fs := by[""]; len(fs) > 0 || len(rep.Warnings) > 0 {
 		fmt.Fprintf(w, "%s\n", st.Bold("cluster"))
 		for _, f := range fs {
 			line(f)
+		}
+		for _, f := range rep.Warnings {
+			fmt.Fprintf(w, "  %s %s %s\n", st.Warn("!"), st.Dim("["+f.Check+"]"), f.Message)
 		}
 	}
 	for _, n := range rep.Nodes {

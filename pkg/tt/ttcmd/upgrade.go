@@ -281,6 +281,7 @@ func ttPermissions(lockNS, helperNS string) []cli.Permission {
 		{Verb: "create", Resource: "events"},
 		{Verb: "create", Resource: "pods", Namespace: helperNS}, {Verb: "get", Resource: "pods", Namespace: helperNS},
 		{Verb: "get", Resource: "pods", Subresource: "log", Namespace: helperNS},
+		{Verb: "create", Group: "policy", Resource: "poddisruptionbudgets", Namespace: helperNS},
 		{Verb: "get", Resource: "configmaps", Namespace: helperNS}, {Verb: "create", Resource: "configmaps", Namespace: helperNS},
 		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS, Name: tt.LockName},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: lockNS},

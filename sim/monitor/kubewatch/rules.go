@@ -307,3 +307,10 @@ func (e *episodes) observe(now time.Time, keys map[string]string, grace time.Dur
 	sort.Strings(due)
 	return due
 }
+
+// reopen forgets k's episode: a fresh read showed it false, so a stale
+// cache's view is not counted.
+func (e *episodes) reopen(k string) {
+	delete(e.since, k)
+	delete(e.reported, k)
+}

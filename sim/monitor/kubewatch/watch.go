@@ -231,6 +231,30 @@ func (w *watcher) node(name string) *corev1.Node {
 	return o.(*corev1.Node)
 }
 
+// fresh reads the nodes and rollbook's Leases from the API server, not the
+// caches; ok false when it cannot (it is down).
+func (w *watcher) fresh() (nodes []*corev1.Node, leases []*coordv1.Lease, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nl, err := w.cfg.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, false
+	}
+	for i := range nl.Items {
+		nodes = append(nodes, &nl.Items[i])
+	}
+	for _, name := range LeaseNames {
+		ll, err := w.cfg.Client.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			return nil, nil, false
+		}
+		for i := range ll.Items {
+			leases = append(leases, &ll.Items[i])
+		}
+	}
+	return nodes, leases, true
+}
+
 // checkState evaluates the rules on the current state: out of service,
 // cordons left behind, version skew.
 func (w *watcher) checkState(now time.Time) {
@@ -247,9 +271,23 @@ func (w *watcher) checkState(now time.Time) {
 	}
 	w.outNow = detail != ""
 
+	// The caches may lag the API server (a watch re-established after an
+	// apiserver restart): a Lease renewed since looks expired by now. A
+	// cordon left behind for the grace holds only on a fresh read.
 	left := cordonsLeft(nodes, leases, now)
-	for _, n := range w.cordons.observe(now, left, w.cfg.CordonGrace) {
-		w.report(monitor.RuleCordonLeft, "node/"+n, fmt.Sprintf("%s for %s", left[n], w.cfg.CordonGrace))
+	if over := w.cordons.observe(now, left, w.cfg.CordonGrace); len(over) > 0 {
+		fn, fl, ok := w.fresh()
+		var still map[string]string
+		if ok {
+			still = cordonsLeft(fn, fl, now)
+		}
+		for _, n := range over {
+			if why, ok := still[n]; ok {
+				w.report(monitor.RuleCordonLeft, "node/"+n, fmt.Sprintf("%s for %s", why, w.cfg.CordonGrace))
+			} else {
+				w.cordons.reopen(n) // not so on a fresh read: watched again
+			}
+		}
 	}
 	sk := skews(listOf[*corev1.Pod](w.workers), listOf[*corev1.Pod](w.atelets))
 	for _, k := range w.skewEps.observe(now, sk, w.cfg.SkewGrace) {

@@ -41,6 +41,10 @@ func TestATEInstallForThisCluster(t *testing.T) {
 		t.Logf("%s → exit %d\n%s", strings.Join(args, " "), code, errOut.String())
 		return out.String(), code
 	}
+	if out, _ := exec("preflight", "-o", "json"); !strings.Contains(out, "not installed: ") ||
+		!strings.Contains(out, "clusterrole/ate-operator") {
+		t.Errorf("ate preflight before install must name what is not installed:\n%s", out)
+	}
 	out, code := exec("install")
 	if code != 0 {
 		t.Fatalf("ate install: exit %d", code)
@@ -63,5 +67,8 @@ func TestATEInstallForThisCluster(t *testing.T) {
 		if err != nil || r.Labels[install.LabelComponent] != "ate" {
 			t.Errorf("Role %s/ate-operator after install --apply: %v %v", p.GetNamespace(), err, r.GetLabels())
 		}
+	}
+	if out, _ := exec("preflight", "-o", "json"); strings.Contains(out, `"group": "install"`) {
+		t.Errorf("ate preflight after install must find it current:\n%s", out)
 	}
 }

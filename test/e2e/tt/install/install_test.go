@@ -20,6 +20,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 
@@ -66,6 +67,11 @@ func TestTTInstallThenRollAsOperator(t *testing.T) {
 	}
 	bundles := "file://" + filepath.Join(c.Dir, "bundles") + "/"
 
+	// Before install, preflight says what is missing; it blocks nothing.
+	if out, _ := run(t, ctx, c, ttcmd.NewRootCommand, "", "preflight", "kmd", "--version", "2.8.0", "--helper-image", image); !strings.Contains(out,
+		"[install]") || !strings.Contains(out, "not installed: ") || !strings.Contains(out, "validatingadmissionpolicy/"+install.HelperPolicyName) {
+		t.Errorf("preflight before install must name what is not installed")
+	}
 	out, code := run(t, ctx, c, ttcmd.NewRootCommand, "", "install", "--image", image)
 	if code != 0 || strings.Contains(out, "ate-system") || strings.Contains(out, "ate-operator") ||
 		!strings.Contains(out, "name: "+install.HelperPolicyName) {
@@ -83,6 +89,24 @@ func TestTTInstallThenRollAsOperator(t *testing.T) {
 	vap, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, install.HelperPolicyName, metav1.GetOptions{})
 	if err != nil || vap.Labels[install.LabelComponent] != "tt" || vap.Labels[install.LabelVersion] == "" {
 		t.Fatalf("the helper policy as installed: %v %v", err, vap.GetLabels())
+	}
+	if out, code := run(t, ctx, c, ttcmd.NewRootCommand, "", "preflight", "kmd", "--version", "2.8.0"); code != 0 ||
+		strings.Contains(out, "[install]") {
+		t.Errorf("preflight after install: exit %d, and it must find the install current", code)
+	}
+	// A policy another version installed is reported, named with its version.
+	if _, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Patch(ctx, install.HelperPolicyName,
+		types.MergePatchType, []byte(`{"metadata":{"labels":{"`+install.LabelVersion+`":"v0.0.1"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, ctx, c, ttcmd.NewRootCommand, "", "preflight", "kmd", "--version", "2.8.0"); code != 0 ||
+		!strings.Contains(out, "from another version: validatingadmissionpolicy/"+install.HelperPolicyName+" (v0.0.1)") ||
+		!strings.Contains(out, "kubectl tt install --apply") {
+		t.Errorf("preflight with a policy of v0.0.1: exit %d, and it must name the policy, its version and the fix", code)
+	}
+	if _, code := run(t, ctx, c, ttcmd.NewRootCommand, "", "install", "--apply", "--image", image, "--bundle-url-prefix",
+		bundles); code != 0 {
+		t.Fatalf("install --apply again: exit %d", code)
 	}
 	bindAll(t, ctx, c, operator, "tt-operator")
 	if _, code := run(t, ctx, c, ttcmd.NewRootCommand, operator, "upgrade", "kmd", "--version", "2.8.0"); code != 0 {

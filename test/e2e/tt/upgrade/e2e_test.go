@@ -471,9 +471,10 @@ func TestKMDRequestsPerNode(t *testing.T) {
 	// the label reopens them and uncordons, each in one write (#29); +2
 	// since the module is built in a kmd-build helper of its own, before the
 	// cordon (its pod created, watched and deleted; the dry run of its
-	// shape), which the kmd helper no longer does (#39).
-	if got := rc.Total(); got > 50 {
-		t.Errorf("a one-node kmd roll made %d API requests (limit 50): %s\n%s", got, rc.Breakdown(), rc.Paths())
+	// shape), which the kmd helper no longer does; one more for the kmd
+	// helper's own PodDisruptionBudget (#39).
+	if got := rc.Total(); got > 51 {
+		t.Errorf("a one-node kmd roll made %d API requests (limit 51): %s\n%s", got, rc.Breakdown(), rc.Paths())
 	}
 }
 
