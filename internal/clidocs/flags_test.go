@@ -99,3 +99,35 @@ func TestNodesAndOutputComplete(t *testing.T) {
 		t.Fatalf("only %d -o and --nodes flags: the walk is broken", n)
 	}
 }
+
+// A command's help shows its own flags, not the 20-odd global ones again:
+// as kubectl, it points at "kubectl tt|ate options", which lists them
+// (without -n, which no command reads and every command refuses).
+func TestHelpHidesGlobalFlags(t *testing.T) {
+	for _, root := range roots() {
+		var b strings.Builder
+		root.SetOut(&b)
+		root.SetArgs([]string{"options"})
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%s options: %v", root.CommandPath(), err)
+		}
+		if opts := b.String(); !strings.Contains(opts, "--kubeconfig") || !strings.Contains(opts, "--context") ||
+			strings.Contains(opts, "--namespace") {
+			t.Errorf("%s options lists:\n%s", root.CommandPath(), opts)
+		}
+		visit(root, func(c *cobra.Command) {
+			if c == root || c.Hidden || !c.IsAvailableCommand() {
+				return
+			}
+			var h strings.Builder
+			c.SetOut(&h)
+			if err := c.Usage(); err != nil {
+				t.Fatal(err)
+			}
+			if u := h.String(); strings.Contains(u, "--kubeconfig") || strings.Contains(u, "--namespace") ||
+				!strings.Contains(u, root.CommandPath()+" options") {
+				t.Errorf("%s help repeats the global flags or does not point at options:\n%s", c.CommandPath(), u)
+			}
+		})
+	}
+}
