@@ -54,3 +54,34 @@ func TestOneClientAcrossAPIRolls(t *testing.T) {
 		}
 	}
 }
+
+// An API server rolled between GetWorker and the era D assignments list
+// that completes it (the runbook's step 6, mid-node): the get starts again
+// on the new server's descriptors instead of failing the node because the
+// new server lacks ListWorkerActorAssignments.
+func TestGetWorkerAcrossARollBetweenItsCalls(t *testing.T) {
+	h := startFake(t, fakesubstrate.Options{Era: fakesubstrate.EraD})
+	seedFleet(t, h.srv)
+	c := h.mustDial(t, func(o *DialOptions) { o.Client.Retry.ReconnectWait = 2 * time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The assignments list is held in the server until the roll cuts it.
+	h.srv.SetLatency("ListWorkerActorAssignments", time.Minute)
+	rolled := make(chan error, 1)
+	go func() {
+		for h.srv.Calls("ListWorkerActorAssignments") == 0 && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		rolled <- h.srv.Roll(fakesubstrate.EraC, 200*time.Millisecond)
+	}()
+	w, err := c.GetWorker(ctx, "uid-a")
+	if err != nil || w.Name != "uid-a" {
+		t.Fatalf("GetWorker across the roll: %+v, %v", w, err)
+	}
+	if err := <-rolled; err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Capabilities().Era; got != wantEra[fakesubstrate.EraC] {
+		t.Errorf("after the roll the client says era %s", got)
+	}
+}

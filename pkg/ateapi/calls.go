@@ -191,6 +191,17 @@ func (c *Client) listActors(ctx context.Context, atespace string) ([]Actor, erro
 // GetWorker returns one worker by name (pod UID). Servers without GetWorker
 // (era B) are answered from ListWorkers.
 func (c *Client) GetWorker(ctx context.Context, name string) (Worker, error) {
+	// Relisted too: in era D the worker and its assignments must come from
+	// one API server, and a server rolled between the two calls (to one
+	// without ListWorkerActorAssignments) fails the old plan, not the get.
+	ws, err := relisted(c, func() ([]Worker, error) {
+		w, err := c.getWorker(ctx, name)
+		return []Worker{w}, err
+	})
+	return ws[0], err
+}
+
+func (c *Client) getWorker(ctx context.Context, name string) (Worker, error) {
 	if !c.Capabilities().Has("GetWorker") {
 		all, err := c.ListWorkers(ctx)
 		if err != nil {

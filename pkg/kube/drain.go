@@ -63,6 +63,9 @@ type DrainBlocker struct {
 	Settles bool
 	// Reason is the last eviction error, if any.
 	Reason string
+	// Claimed: the PDBs allow a disruption now, but other nodes' drains of
+	// the same run will take it first; only their end frees it.
+	Claimed bool
 }
 
 func (b DrainBlocker) String() string {

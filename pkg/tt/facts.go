@@ -54,6 +54,9 @@ type Facts struct {
 	// PDBs are the PodDisruptionBudgets of the namespaces of the pods the
 	// drain would evict, read only for the cordon's decision (readPDBs).
 	PDBs kube.PDBsByNamespace
+	// PDBClaims are the disruptions of PDBs that other cordoned nodes'
+	// drains will take first (read with PDBs, by a run).
+	PDBClaims PDBClaims
 	// Shared is the module another node published for this node's kernel
 	// (kmd), read when a step asks for readShared and carried over after.
 	Shared *SharedModule
@@ -193,9 +196,13 @@ func (o observer) readPDBs(ctx context.Context, f *Facts, early cordonReads) err
 	var err error
 	if early.pdbs != nil && samePods(early.pods, f.Pods) && early.probe == f.Node.Annotations[AnnProbe] {
 		f.PDBs, err = early.pdbs.get()
+	} else {
+		f.PDBs, err = o.listPDBs(ctx, f)
+	}
+	if err != nil || o.owner == "" { // preflight's observer: no run, no cordon of its own to decide
 		return err
 	}
-	f.PDBs, err = o.listPDBs(ctx, f)
+	f.PDBClaims, err = readPDBClaims(ctx, o.cs, f, o.evicts)
 	return err
 }
 

@@ -22,17 +22,29 @@ func pdbBlocked(f *Facts, evicts func(*Facts, *corev1.Pod) bool) []kube.DrainBlo
 		return nil
 	}
 	var out []kube.DrainBlocker
+	blocked := map[string]bool{}
 	for _, b := range kube.PDBBlockers(f.Pods, f.PDBs, func(p *corev1.Pod) bool { return evicts(f, p) }) {
 		if len(b.PDBs) > 0 {
 			out = append(out, b)
+			blocked[b.Namespace+"/"+b.Name] = true
 		}
 	}
+	for _, b := range claimedBlockers(f, evicts) {
+		if !blocked[b.Namespace+"/"+b.Name] {
+			out = append(out, b)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name })
 	return out
 }
 
 // pdbMessage is one blocked pod's line, with its fix.
 func pdbMessage(b kube.DrainBlocker) string {
 	s := fmt.Sprintf("pod %s/%s is covered by PodDisruptionBudget %s: ", b.Namespace, b.Name, strings.Join(b.PDBs, ", "))
+	if b.Claimed {
+		return s + "waiting, uncordoned, for those nodes' drains and swaps to end (a node is cordoned only when its " +
+			"drain can go on at once)"
+	}
 	if b.Settles {
 		return s + "it allows no disruption until its pods are healthy again (one may be being replaced); the drain would " +
 			"wait for it with the node cordoned; let the workload's pods become ready, scale it up or relax the budget first"
@@ -86,6 +98,9 @@ func pdbGuards(cs kubernetes.Interface, rb string, enabled bool, evicts func(*Fa
 		Settle: func(ctx context.Context, f Facts) bool {
 			var pods []*corev1.Pod
 			for _, b := range pdbBlocked(&f, evicts) {
+				if b.Claimed { // freed by another target's end, which the wait counts
+					return false
+				}
 				for i := range f.Pods {
 					if p := &f.Pods[i]; p.Namespace == b.Namespace && p.Name == b.Name {
 						pods = append(pods, p)

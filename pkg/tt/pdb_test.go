@@ -75,3 +75,55 @@ func TestPDBGuardsRefuseOrWait(t *testing.T) {
 		t.Error("without the drain there are no PDB guards")
 	}
 }
+
+// A PDB that allows a disruption now, which other cordoned nodes' drains
+// will take first, is waited for (uncordoned) until one of them ends, and
+// never refused as a person's; its Settle does not spin on the PDB that
+// still reads "allowed". Allowances beyond the claims pass.
+func TestPDBClaimedByCordonedNodesIsWaitedFor(t *testing.T) {
+	pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "w", Labels: map[string]string{"app": "a"},
+		OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "a", Controller: ptr.To(true)}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady,
+			Status: corev1.ConditionTrue}}}}
+	pdb := policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "a-pdb", Namespace: "w", Generation: 1},
+		Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}},
+		Status: policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, CurrentHealthy: 3, ExpectedPods: 3, DesiredHealthy: 2,
+			DisruptionsAllowed: 1}}
+	g := pdbGuards(nil, "tt-kmd", true, func(*Facts, *corev1.Pod) bool { return true }, 0)
+	for _, c := range []struct {
+		name    string
+		allowed int32
+		claims  []string
+		waits   bool
+	}{
+		{"no claim", 1, nil, false},
+		{"one allowed, one claimed", 1, []string{"n1"}, true},
+		{"two allowed, one claimed", 2, []string{"n1"}, false},
+		{"two allowed, two claimed on one node", 2, []string{"n1", "n1"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := pdb
+			p.Status.DisruptionsAllowed = c.allowed
+			f := Facts{Node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}, Pods: []corev1.Pod{pod},
+				PDBs: kube.PDBsByNamespace{"w": {p}}}
+			if c.claims != nil {
+				f.PDBClaims = PDBClaims{"w/a-pdb": c.claims}
+			}
+			if ok, why := g.refuse[0].Check(f); !ok {
+				t.Fatalf("refused as a person's: %s", why)
+			}
+			ok, why := g.wait[0].Check(f)
+			if ok == c.waits {
+				t.Fatalf("waits %v, want %v: %s", !ok, c.waits, why)
+			}
+			if c.waits {
+				if !strings.Contains(why, "taken by the drain of cordoned node(s) n1") {
+					t.Errorf("reason %q", why)
+				}
+				if g.wait[0].Settle(t.Context(), f) {
+					t.Error("a claimed budget settles only by another target's end, not by the PDB's status")
+				}
+			}
+		})
+	}
+}
