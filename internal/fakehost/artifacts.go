@@ -9,13 +9,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/rollbook/rollbook/pkg/ttflash"
 )
 
 // KernelObject is the content of a fake tenstorrent.ko built for kernel: an
@@ -300,7 +301,8 @@ type fwBundle struct {
 	boards  map[string]bool // directories with an image.bin
 }
 
-// readBundle reads the manifest and the per-board images.
+// readBundle reads the manifest and the per-board images as tt-flash does
+// (ttflash.ReadBundle, which the probe reads bundles with too).
 func readBundle(path string) (fwBundle, error) {
 	b := fwBundle{boards: map[string]bool{}}
 	f, err := os.Open(path)
@@ -308,43 +310,13 @@ func readBundle(path string) (fwBundle, error) {
 		return b, err
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
-	found := false
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return b, fmt.Errorf("%s: not a firmware bundle: %w", path, err)
-		}
-		name := strings.TrimPrefix(h.Name, "./")
-		if dir, ok := strings.CutSuffix(name, "/image.bin"); ok {
-			b.boards[dir] = true
-			continue
-		}
-		if name != "manifest.json" {
-			continue
-		}
-		var m struct {
-			Version       string         `json:"version"`
-			BundleVersion map[string]int `json:"bundle_version"`
-		}
-		if err := json.NewDecoder(tr).Decode(&m); err != nil {
-			return b, fmt.Errorf("manifest.json: %w", err)
-		}
-		if m.Version == "" {
-			return b, fmt.Errorf("could not find version in %s/manifest.json", path)
-		}
-		if m.Version == "2.0.0" && m.BundleVersion["fwId"] < 19 {
-			return b, fmt.Errorf("bundle version %v does not meet the requirements for version 2.0.0", m.BundleVersion)
-		}
-		bv := m.BundleVersion
-		b.version = fmt.Sprintf("%d.%d.%d.%d", bv["fwId"], bv["releaseId"], bv["patch"], bv["debug"])
-		found = true
+	read, err := ttflash.ReadBundle(f)
+	if err != nil {
+		return b, fmt.Errorf("%s: %w", path, err)
 	}
-	if !found {
-		return b, fmt.Errorf("could not find manifest in %s", path)
+	b.version = read.Version
+	for _, d := range read.Boards {
+		b.boards[d] = true
 	}
 	return b, nil
 }

@@ -151,3 +151,25 @@ func KillNextFlash(root string) error {
 	st.FlashKilledAfterWrite = true
 	return saveState(root, st)
 }
+
+// SetFirmware makes card index (-1: every card) run and hold in its SPI
+// version, as tt-smi and sysfs print it: "80.17.2.0" (the scheme before 18),
+// "255.255.255.255" (a Galaxy chip that reports no bundle version).
+func SetFirmware(root string, index int, version string) error {
+	st, err := loadState(root)
+	if err != nil {
+		return err
+	}
+	if index >= len(st.Devices) {
+		return fmt.Errorf("fakehost: no card %d (the host has %d)", index, len(st.Devices))
+	}
+	for i := range st.Devices {
+		if index < 0 || i == index {
+			st.Devices[i].Firmware, st.Devices[i].SPI = version, ""
+		}
+	}
+	if err := saveState(root, st); err != nil {
+		return err
+	}
+	return renderDeviceAttrs(root, st, boundDevices(st, loadedVersion(root)))
+}

@@ -3,17 +3,19 @@ package fakehost
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rollbook/rollbook/pkg/ttflash"
 )
 
 // tt-flash [--no-color] [--no-tty] [flash] (--fw-tar PATH | PATH) [--force]
 // [--allow-major-downgrades] [--no-reset]. As tt-flash's flash.py: per
-// chip, the running and the SPI bundle versions decide; a major downgrade
-// is refused even with --force; a chip whose SPI is at or above the bundle
-// is not written (unless --force) and not reset, so it keeps running what
-// it ran; only written chips are reset, and only then run the new image.
+// chip, the running and the SPI bundle versions decide, by the rules
+// pkg/ttflash reads from it (ttflash.Decide; the contract test holds the
+// fake to ttflash.Rules); a chip whose SPI is at or above the bundle is not
+// written (unless --force) and not reset, so it keeps running what it ran;
+// only written chips are reset, and only then run the new image.
 func ttFlash(t *tool) int {
 	var bundle string
 	force, allowMajorDowngrade, noReset := false, false, false
@@ -73,35 +75,38 @@ func ttFlash(t *tool) int {
 	// Stage 1 decides per chip before anything is written.
 	write := make([]bool, len(st.Devices))
 	for i, d := range st.Devices {
-		dir := bundleBoards[d.Board]
-		if !b.boards[dir] {
+		running, spi := ttflash.Parse(d.Firmware), ttflash.Parse(d.spi())
+		if d.BundleUnreadable {
+			running, spi = ttflash.Version{}, ttflash.Version{}
+		}
+		dec := ttflash.Decide(running, spi, ttflash.Parse(target), ttflash.Flags{Force: force, AllowMajorDowngrades: allowMajorDowngrade})
+		switch dec.Refusal {
+		case ttflash.RefuseNoRunning:
+			fmt.Fprintf(out, "Error: chip %d reports no running bundle version; it can be flashed only with --force\nFLASH FAILED\n", i)
+			return 1
+		case ttflash.RefuseMajorDowngrade:
+			fmt.Fprintf(out, "Error: Detected major version downgrade from %s to %s, this is not supported. "+
+				"If you really want to do this please re-run with --allow-major-downgrades\nFLASH FAILED\n", d.Firmware, target)
+			return 1
+		case ttflash.RefuseFwID:
+			fmt.Fprintf(out, "Error: Bundle fwId (%d) does not match expected fwId (%d); %s != %s bypass with --force\nFLASH FAILED\n",
+				ttflash.Parse(target).Major(), running.Major(), target, d.Firmware)
+			return 1
+		}
+		// The image is looked for only for a chip it will write.
+		if dir := bundleBoards[d.Board]; dec.Outcome == ttflash.Write && !b.boards[dir] {
 			fmt.Fprintf(out, "Error: Could not find flash image for %s in tarfile; expected to see %s/image.bin\nFLASH FAILED\n",
 				d.Board, dir)
 			return 1
 		}
-		running, tgt := major(d.Firmware), major(target)
-		if !d.BundleUnreadable && running > tgt && !allowMajorDowngrade {
-			fmt.Fprintf(out, "Error: Detected major version downgrade from %s to %s, this is not supported. "+
-				"If you really want to do this please re-run with --allow-major-downgrades\nFLASH FAILED\n", d.Firmware, target)
-			return 1
-		}
-		if !d.BundleUnreadable && running != tgt && running != tgt-1 && !force {
-			fmt.Fprintf(out, "Error: Bundle fwId (%d) does not match expected fwId (%d); %s != %s bypass with --force\nFLASH FAILED\n",
-				tgt, running, target, d.Firmware)
-			return 1
-		}
 		switch {
-		case force:
+		case dec.Outcome == ttflash.Write:
 			write[i] = true
-		case compareVersions(d.spi(), target) >= 0:
-			if compareVersions(d.Firmware, target) < 0 {
-				fmt.Fprintf(out, "\t%d: ROM does not need to be updated, while the chip is running old FW the SPI is up to date. "+
-					"You can load the new firmware after a reboot, or in the case of WH a reset. Or skip this check with --force.\n", i)
-			} else {
-				fmt.Fprintf(out, "\t%d: ROM version is %s; ROM does not need to be updated\n", i, d.Firmware)
-			}
+		case running.Known() && running.Compare(ttflash.Parse(target)) < 0:
+			fmt.Fprintf(out, "\t%d: ROM does not need to be updated, while the chip is running old FW the SPI is up to date. "+
+				"You can load the new firmware after a reboot, or in the case of WH a reset. Or skip this check with --force.\n", i)
 		default:
-			write[i] = true
+			fmt.Fprintf(out, "\t%d: ROM version is %s; ROM does not need to be updated\n", i, d.Firmware)
 		}
 	}
 	fmt.Fprintln(out, "Stage: FLASH")
@@ -174,31 +179,5 @@ func ttFlash(t *tool) int {
 		return rc
 	}
 	fmt.Fprintln(out, "FLASH SUCCESS")
-	return 0
-}
-
-func major(v string) int {
-	n, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
-	return n
-}
-
-// compareVersions compares dotted numeric versions; non-numbers sort lowest.
-func compareVersions(a, b string) int {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < max(len(as), len(bs)); i++ {
-		var x, y int
-		if i < len(as) {
-			x, _ = strconv.Atoi(as[i])
-		}
-		if i < len(bs) {
-			y, _ = strconv.Atoi(bs[i])
-		}
-		if x != y {
-			if x < y {
-				return -1
-			}
-			return 1
-		}
-	}
 	return 0
 }

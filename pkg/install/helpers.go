@@ -280,8 +280,9 @@ func paramFlagRule(g tt.ArgvGrammar, f tt.ArgvFlag) admission.Rule {
 		ok = fmt.Sprintf("params.data.%s.split(',').exists(u, u.trim().endsWith('/') && %s.startsWith(%s + u.trim())) && "+
 			"!%s.contains('..') && !%s.contains('%%')", f.Param, flagValue(f.Name), prefix, flagValue(f.Name), flagValue(f.Name))
 		msg = fmt.Sprintf("the %s helper's %s starts with one of the parameter %s's prefixes", g.Task, f.Name, f.Param)
-		if g.Task == "flash" {
-			// Or the bundle's exact bytes are the admin's choice.
+		if g.Task == "flash" || g.Task == "probe" {
+			// Or the bundle's exact bytes are the admin's choice (the
+			// firmware probe reads the bundle the flash will use).
 			ok = "(" + ok + ") || " + fmt.Sprintf("(%s in params.data && "+
 				"params.data.%s.split(',').exists(d, d.trim() != '' && %s == %s + d.trim()))",
 				admission.Quote(tt.KeyBundleDigests), tt.KeyBundleDigests, flagValue("--bundle-sha256"),

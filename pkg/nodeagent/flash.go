@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/rollbook/rollbook/pkg/ttflash"
 )
 
 // FlashOptions configures a firmware flash.
@@ -29,9 +31,12 @@ type FlashOptions struct {
 	// AllowMajorDowngrade lets a chip running a newer major version be
 	// flashed: tt-flash --allow-major-downgrades (and --force, which its
 	// fwId check needs across majors). Without it the agent refuses first.
+	// ForceWrite is the consent for the other cases tt-flash refuses
+	// without --force (ttflash.CaseMultiMajorUpgrade, CaseNoRunning).
 	AllowMajorDowngrade bool
-	// Homogenize passes --force when the chips report different versions,
-	// so tt-flash does not skip the newer ones and leave the node mixed.
+	// Homogenize is kept for the helper's argv: chips that disagree are
+	// brought together by the flags their cases need (ttflash.Case.Needs),
+	// never by a --force tt-flash does not need.
 	Homogenize bool
 	// WorkDir receives the downloaded bundle; default os.TempDir().
 	WorkDir string
@@ -119,17 +124,27 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 			return "all devices already at " + o.ReadbackVersion + "; skipping flash", nil
 		})
 	}
-	down, major := downgrades(before, o.ReadbackVersion)
-	if major && !o.AllowMajorDowngrade {
+	need, consent := flagsFor(before, o.ReadbackVersion)
+	if need.AllowMajorDowngrades && !o.AllowMajorDowngrade {
 		return x.step("downgrade-check", func() (string, error) {
 			return "", fail(ReasonMajorDowngrade, "%s; tt-flash refuses a major downgrade without --allow-major-downgrades: "+
 				"re-run with --allow-major-downgrade if this bundle is really wanted (nothing was flashed)",
 				DescribeFirmwareCases(before, o.ReadbackVersion))
 		})
 	}
-	// A downgrade writes nothing without --force: tt-flash skips a chip
-	// whose SPI already holds a bundle at or above the one given.
-	force := o.ForceWrite || down || (o.Homogenize && mixed(versions))
+	if consent && !o.ForceWrite {
+		return x.step("force-check", func() (string, error) {
+			return "", fail(ReasonNeedsForce, "%s; tt-flash refuses these without --force, which also skips its board checks: "+
+				"re-run with --force-write if this bundle is really wanted on them (nothing was flashed)",
+				DescribeFirmwareCases(before, o.ReadbackVersion))
+		})
+	}
+	// The flags are the least tt-flash needs for every chip (a downgrade
+	// writes nothing without --force: the SPI holds a newer bundle), plus
+	// --force when asked. Chips that disagree need nothing more: each one
+	// below the bundle is written, one above it is a downgrade (forced),
+	// one at it is already there — so Homogenize adds no --force.
+	need.Force = need.Force || o.ForceWrite
 	if err := x.step("holders", func() (string, error) { return x.checkFlashHolders(ctx, o) }); err != nil {
 		return err
 	}
@@ -140,13 +155,7 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 	}); err != nil {
 		return err
 	}
-	argv := []string{"tt-flash", "--no-color", "flash", "--fw-tar", bundle}
-	if force {
-		argv = append(argv, "--force")
-	}
-	if major {
-		argv = append(argv, "--allow-major-downgrades")
-	}
+	argv := append([]string{"tt-flash", "--no-color", "flash", "--fw-tar", bundle}, need.Argv()...)
 	x.res.Changed = true
 	flashErr := x.step("tt-flash", func() (string, error) {
 		var r toolRun
@@ -249,18 +258,15 @@ func withDeviceDetail(err error, devs []Device, want string) error {
 	return appendMsg(err, "; not at target: "+strings.Join(bad, ", ")+" ("+describeCases(devs, want)+")")
 }
 
-// downgrades reports whether any chip runs a newer bundle than want, and
-// whether any runs a newer major version.
-func downgrades(devs []DeviceFirmware, want string) (anyDown, major bool) {
+// flagsFor is the union of the tt-flash flags every chip's case needs, and
+// whether one of them needs --force only the user can consent to.
+func flagsFor(devs []DeviceFirmware, want string) (need ttflash.Flags, consent bool) {
 	for _, d := range devs {
-		switch ClassifyFirmware(d.Version, want) {
-		case CaseMajorDowngrade:
-			anyDown, major = true, true
-		case CaseMinorDowngrade:
-			anyDown = true
-		}
+		c := ClassifyFirmware(d.Version, want)
+		need = need.Or(c.Needs())
+		consent = consent || NeedsForceConsent(c)
 	}
-	return anyDown, major
+	return need, consent
 }
 
 // describeCases names the cases the devices were in before the flash,
@@ -306,17 +312,4 @@ func allEqual(vs []string, want string) bool {
 		}
 	}
 	return true
-}
-
-// mixed is true when devices report more than one distinct version; an
-// unknown ("?") version never triggers --force.
-func mixed(vs []string) bool {
-	seen := map[string]bool{}
-	for _, v := range vs {
-		if v == "?" {
-			return false
-		}
-		seen[v] = true
-	}
-	return len(seen) > 1
 }

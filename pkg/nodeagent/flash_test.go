@@ -64,6 +64,10 @@ func TestFlashSkipsOrForces(t *testing.T) {
 			version: "19.5.0", wantFlash: true, wantForce: true, wantFW: []string{"19.5.0.0", "19.5.0.0"}},
 		{name: "chips disagree without homogenize, none newer", fw: []string{"19.5.0.0", "19.2.0.0"}, version: "19.5.0",
 			wantFlash: true, wantFW: []string{"19.5.0.0", "19.5.0.0"}},
+		// Disagreeing chips none above the bundle: tt-flash writes the one
+		// behind and skips the one at it; --force would be one it does not need.
+		{name: "chips disagree, none newer: no --force even with homogenize", fw: []string{"19.5.0.0", "19.2.0.0"},
+			version: "19.5.0", homogenize: true, wantFlash: true, wantFW: []string{"19.5.0.0", "19.5.0.0"}},
 		// tt-flash writes nothing for a downgrade without --force (the SPI
 		// holds a newer bundle), so the agent passes it.
 		{name: "minor downgrade: --force", fw: []string{"19.9.0.0", "19.9.0.0"}, version: "19.5.0",
@@ -72,6 +76,23 @@ func TestFlashSkipsOrForces(t *testing.T) {
 		// refuses first, naming the case, and runs nothing.
 		{name: "major downgrade is refused even with --force", fw: []string{"19.9.0.0", "19.9.0.0"}, version: "18.5.0",
 			forceWrite: true, wantReason: nodeagent.ReasonMajorDowngrade, wantFW: []string{"19.9.0.0", "19.9.0.0"}},
+		// Bundles before the renumbering at 18 are 80.<major>.<minor>.<patch>;
+		// tt-flash normalises them first: 80.17 → 18 is a one-major upgrade.
+		{name: "80.x scheme: 80.17 → 18 is an upgrade", fw: []string{"80.17.2.0", "80.17.2.0"}, version: "18.2.0",
+			wantFlash: true, wantFW: []string{"18.2.0.0", "18.2.0.0"}},
+		// tt-flash's fwId check refuses more than one major without --force,
+		// and a chip with no running version (Galaxy's 0xffffffff) too:
+		// --force also skips its board checks, so only --force-write passes it.
+		{name: "two majors up: refused without --force-write", fw: []string{"80.17.2.0", "80.17.2.0"}, version: "19.0.0",
+			wantReason: nodeagent.ReasonNeedsForce, wantFW: []string{"80.17.2.0", "80.17.2.0"}},
+		{name: "two majors up with --force-write", fw: []string{"80.17.2.0", "80.17.2.0"}, version: "19.0.0", forceWrite: true,
+			wantFlash: true, wantForce: true, wantFW: []string{"19.0.0.0", "19.0.0.0"}},
+		{name: "Galaxy's 0xffffffff: refused without --force-write", fw: []string{"255.255.255.255", "19.0.0.0"}, version: "19.9.0",
+			wantReason: nodeagent.ReasonNeedsForce, wantFW: []string{"255.255.255.255", "19.0.0.0"}},
+		{name: "Galaxy's 0xffffffff with --force-write", fw: []string{"255.255.255.255", "19.0.0.0"}, version: "19.9.0",
+			forceWrite: true, wantFlash: true, wantForce: true, wantFW: []string{"19.9.0.0", "19.9.0.0"}},
+		{name: "80.x at the target's major: no --force", fw: []string{"80.18.2.0", "18.0.0.0"}, version: "18.5.0",
+			wantFlash: true, wantFW: []string{"18.5.0.0", "18.5.0.0"}},
 		{name: "major downgrade allowed", fw: []string{"19.9.0.0", "19.9.0.0"}, version: "18.5.0", allowMajor: true,
 			wantFlash: true, wantForce: true, wantFW: []string{"18.5.0.0", "18.5.0.0"}},
 	}

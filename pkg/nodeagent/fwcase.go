@@ -2,63 +2,40 @@ package nodeagent
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
+
+	"github.com/rollbook/rollbook/pkg/ttflash"
 )
 
-// FirmwareCase is how a bundle relates to what a chip runs. tt-flash
-// decides on it per chip (flash.py, stage 1): a major downgrade is refused
-// without --allow-major-downgrades, and any downgrade writes nothing
-// without --force (the SPI already holds a newer bundle).
-type FirmwareCase string
+// FirmwareCase is how a bundle relates to what a chip runs, as tt-flash
+// decides it per chip (pkg/ttflash): it picks the flags the flash passes
+// and names each device in every refusal.
+type FirmwareCase = ttflash.Case
 
 // The cases, named as every refusal names them.
 const (
-	CaseUpgrade        FirmwareCase = "upgrade"
-	CaseSame           FirmwareCase = "same"
-	CaseMinorDowngrade FirmwareCase = "minor downgrade"
-	CaseMajorDowngrade FirmwareCase = "major downgrade"
-	CaseUnknown        FirmwareCase = "unknown (the chip does not report its bundle version)"
+	CaseUpgrade           = ttflash.CaseUpgrade
+	CaseSame              = ttflash.CaseSame
+	CaseMinorDowngrade    = ttflash.CaseMinorDowngrade
+	CaseMajorDowngrade    = ttflash.CaseMajorDowngrade
+	CaseMultiMajorUpgrade = ttflash.CaseMultiMajorUpgrade
+	CaseNoRunning         = ttflash.CaseNoRunning
 )
 
 // ClassifyFirmware relates target (the bundle's version, 3 or 4 parts) to
-// running (a chip's readback, "?" when unknown).
-func ClassifyFirmware(running, target string) FirmwareCase {
-	r, okR := versionParts(running)
-	t, okT := versionParts(target)
-	if !okR || !okT {
-		return CaseUnknown
-	}
-	for i := range r {
-		if r[i] == t[i] {
-			continue
-		}
-		switch {
-		case r[i] < t[i]:
-			return CaseUpgrade
-		case i == 0:
-			return CaseMajorDowngrade
-		default:
-			return CaseMinorDowngrade
-		}
-	}
-	return CaseSame
-}
+// running (a chip's readback, "?" when unknown), the pre-18 80.x scheme
+// normalised as tt-flash does.
+func ClassifyFirmware(running, target string) FirmwareCase { return ttflash.Classify(running, target) }
 
-func versionParts(v string) ([4]int, bool) {
-	var out [4]int
-	parts := strings.Split(strings.TrimSpace(v), ".")
-	if len(parts) < 3 || len(parts) > 4 {
-		return out, false
-	}
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
-			return out, false
-		}
-		out[i] = n
-	}
-	return out, true
+// NeedsForceConsent reports whether case c makes tt-flash refuse without
+// --force for a reason the request alone does not settle: an upgrade
+// across more than one major, or a chip with no running version. --force
+// also skips tt-flash's board checks, so the user must ask for it
+// (--force-write). A minor downgrade needs --force too, but only because
+// the SPI holds a newer bundle: asking for the older version is the
+// consent; a major downgrade has its own flag.
+func NeedsForceConsent(c FirmwareCase) bool {
+	return c == CaseMultiMajorUpgrade || c == CaseNoRunning
 }
 
 // DescribeFirmwareCases names each device's case, "device 0 (n150) 19.4.0.0 → 18.5.0.0: major downgrade".

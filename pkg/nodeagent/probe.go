@@ -22,6 +22,11 @@ type ProbeOptions struct {
 	// GitURL is where the kmd helper would clone KMDVersion's tag from;
 	// default DefaultKMDGitURL.
 	GitURL string
+	// BundleURL, when set, is the firmware bundle a flash would use: the
+	// probe reads its manifest and board images (ProbeFacts.Bundle), held
+	// to BundleSHA256 when set.
+	BundleURL    string
+	BundleSHA256 string
 }
 
 // ProbeFacts is what a probe measured on the host (Result.Probe); device
@@ -57,6 +62,8 @@ type ProbeFacts struct {
 	// Kernels are the installed kernels other than the running one, which
 	// the kmd helper builds for too.
 	Kernels []KernelFacts `json:"kernels,omitempty"`
+	// Bundle is what ProbeOptions.BundleURL holds; nil when not asked.
+	Bundle *BundleFacts `json:"bundle,omitempty"`
 }
 
 // Probe measures the running kernel, the loaded module, DKMS markers,
@@ -75,6 +82,14 @@ func (a *Agent) Probe(ctx context.Context, o ProbeOptions) Result {
 	}
 	if err := ValidateSourceURL(o.GitURL); err != nil {
 		return x.finish(ctx, fail(ReasonInvalidInput, "--git-url: %v", err))
+	}
+	if o.BundleURL != "" {
+		if err := ValidateSourceURL(o.BundleURL); err != nil {
+			return x.finish(ctx, fail(ReasonInvalidInput, "--bundle-url: %v", err))
+		}
+	}
+	if err := ValidateSHA256(o.BundleSHA256); err != nil {
+		return x.finish(ctx, fail(ReasonInvalidInput, "--bundle-sha256: %v", err))
 	}
 	return x.finish(ctx, x.probe(ctx, o))
 }
@@ -136,6 +151,9 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 	}
 	if x.res.Holders, err = findHolders(a.Root); err != nil {
 		return err
+	}
+	if o.BundleURL != "" {
+		p.Bundle = x.inspectBundle(ctx, o.BundleURL, o.BundleSHA256)
 	}
 	if x.res.Before != "" {
 		devs, err := readSysfsFirmware(a.Root)

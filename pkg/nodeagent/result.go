@@ -56,10 +56,14 @@ const (
 	// ReasonMajorDowngrade: a chip runs a newer major version than the
 	// bundle and no --allow-major-downgrade was given; nothing was flashed.
 	ReasonMajorDowngrade Reason = "MajorDowngradeRefused"
-	ReasonDeviceMissing  Reason = "DeviceMissing"
-	ReasonToolMissing    Reason = "ToolMissing"
-	ReasonTimeout        Reason = "Timeout"
-	ReasonHostError      Reason = "HostError"
+	// ReasonNeedsForce: a chip is in a case tt-flash refuses without
+	// --force (an upgrade across more than one major, no running version)
+	// and no --force-write was given; nothing was flashed.
+	ReasonNeedsForce    Reason = "ForceNeeded"
+	ReasonDeviceMissing Reason = "DeviceMissing"
+	ReasonToolMissing   Reason = "ToolMissing"
+	ReasonTimeout       Reason = "Timeout"
+	ReasonHostError     Reason = "HostError"
 	// ReasonSigningFailed: a node could not sign a module (helpers of
 	// older releases; nodes no longer sign).
 	ReasonSigningFailed Reason = "SigningFailed"

@@ -87,6 +87,10 @@ var HelperGrammars = map[string]ArgvGrammar{
 	"probe": {Task: "probe", Slots: []ArgvSlot{
 		maybe(valueFlag("--kmd-version", patKMDVersion)),
 		maybe(gitURLFlag),
+		// upgrade firmware's probe reads the bundle the flash would use
+		// (not a presigned one: the probe carries no Secret).
+		maybe(bundleURLFlag("--bundle-url")),
+		maybe(valueFlag("--bundle-sha256", patSHA256)),
 	}},
 	// The module once per kernel group: loads nothing (kmdhelpers.go).
 	kmdBuildTask: {Task: kmdBuildTask, Slots: []ArgvSlot{

@@ -291,28 +291,43 @@ func fwBlockers(cfg *FirmwareConfig) func(f *Facts) []string {
 		if r.KMD == "" {
 			out = append(out, "tt-kmd is not loaded on the node; tt-flash needs the kernel module — run `kubectl tt upgrade kmd` first")
 		}
-		if !cfg.AllowMajorDowngrade && !f.Finished {
-			out = append(out, majorDowngrades(r, cfg.Readback)...)
+		if !f.Finished {
+			out = append(out, flashRefusals(r, cfg)...)
+			out = append(out, bundleRefusals(r, cfg)...)
 		}
 		return out
 	}
 }
 
-// majorDowngrades names each board whose chips run a newer major version
-// than the bundle: tt-flash refuses them without --allow-major-downgrades.
-func majorDowngrades(r *ProbeRecord, target string) []string {
-	var bad []string
+// flashRefusals names the boards whose chips tt-flash would refuse with
+// the flags this run may pass: a newer major version (without
+// --allow-major-downgrade), an upgrade across more than one major or no
+// running version (tt-flash wants --force for them; without --force-write
+// kubectl tt does not pass it).
+func flashRefusals(r *ProbeRecord, cfg *FirmwareConfig) []string {
+	target := cfg.Readback
+	var major, force []string
 	for i, v := range r.Firmware {
-		if nodeagent.ClassifyFirmware(v, target) == nodeagent.CaseMajorDowngrade {
-			bad = append(bad, fmt.Sprintf("device %d (%s) runs %s", i, orUnknown(at(r.Boards, i)), v))
+		dev := fmt.Sprintf("device %d (%s) runs %s", i, orUnknown(at(r.Boards, i)), orUnknown(v))
+		switch c := nodeagent.ClassifyFirmware(v, target); {
+		case c == nodeagent.CaseMajorDowngrade && !cfg.AllowMajorDowngrade:
+			major = append(major, dev)
+		case nodeagent.NeedsForceConsent(c) && !cfg.ForceWrite:
+			force = append(force, dev+" ("+string(c)+")")
 		}
 	}
-	if len(bad) == 0 {
-		return nil
+	var out []string
+	if len(major) > 0 {
+		out = append(out, fmt.Sprintf("major downgrade to %s: %s; tt-flash refuses it without --allow-major-downgrades — re-run "+
+			"with --allow-major-downgrade if this bundle is really wanted (%s)", target, strings.Join(major, ", "),
+			firmwareCases(r, target)))
 	}
-	return []string{fmt.Sprintf("major downgrade to %s: %s; tt-flash refuses it without --allow-major-downgrades — re-run "+
-		"with --allow-major-downgrade if this bundle is really wanted (%s)", target, strings.Join(bad, ", "),
-		firmwareCases(r, target))}
+	if len(force) > 0 {
+		out = append(out, fmt.Sprintf("flash to %s: %s; tt-flash refuses these without --force, which also skips its board "+
+			"checks — re-run with --force-write if this bundle is really wanted on them (across majors, flashing each "+
+			"major's bundle in turn needs no --force) (%s)", target, strings.Join(force, ", "), firmwareCases(r, target)))
+	}
+	return out
 }
 
 // firmwareCases counts the devices per case (upgrade, same, minor or major
@@ -361,7 +376,7 @@ happens to exist. The flash never runs while a process holds the device (unless
 		// A node that stops cordoned by this runbook keeps its --max-parallel slot.
 		OutOfService: func(f Facts) bool { return f.ourCordon() },
 		Steps: []runbook.Step[Facts]{
-			b.probe("tt.fw.probe", agentCommand("probe"), blockers),
+			b.probe("tt.fw.probe", fwProbeCommand(cfg), blockers),
 			b.cordon("tt.fw.cordon", cfg.DeployGates, cordonGuards(probeClear("tt-firmware", cfg.RunID, blockers), pdb,
 				append([]runbook.Guard[Facts]{outOfServiceBudget(cfg.MaxParallel)}, perLabelBudget(cfg.MaxUnavailablePer)...)...)...),
 			b.closeGates("tt.fw.close-gates", cfg.DeployGates),
@@ -371,7 +386,8 @@ happens to exist. The flash never runs while a process holds the device (unless
 				env: cfg.bundleEnv(),
 				doc: "Run the flash helper pod: refuse while any process holds the device (unless --force-unload), read every " +
 					"device's version (tt-smi -s, sysfs fallback, one reset-and-retry heal), skip when all already report the " +
-					"readback version unless --force-write, pass --force when chips disagree, run tt-flash, treat \"Config space " +
+					"readback version unless --force-write, pass tt-flash the flags the chips' cases need (pkg/ttflash), " +
+					"run tt-flash, treat \"Config space " +
 					"reset not completed\" as a failure even on exit 0, and verify every device reads back the target.",
 				hostPID: cfg.ForceUnload, timeout: cfg.FlashTimeout,
 				guards: []runbook.Guard[Facts]{{Name: "the node is cordoned by tt-firmware", Check: func(f Facts) (bool, string) {
@@ -421,6 +437,20 @@ happens to exist. The flash never runs while a process holds the device (unless
 			b.cleanup("tt.fw.cleanup", helperName),
 		},
 	}
+}
+
+// fwProbeCommand is the probe of upgrade firmware: it reads the bundle
+// the flash would use, unless the URL is presigned (the probe carries no
+// Secret; the flash helper reads that one).
+func fwProbeCommand(cfg *FirmwareConfig) []string {
+	if cfg.BundleURL == "" || cfg.Presigned() {
+		return agentCommand("probe")
+	}
+	args := []string{"--bundle-url", cfg.BundleURL}
+	if cfg.BundleSHA256 != "" {
+		args = append(args, "--bundle-sha256", strings.ToLower(cfg.BundleSHA256))
+	}
+	return agentCommand("probe", args...)
 }
 
 func flashCommand(cfg *FirmwareConfig) []string {

@@ -65,6 +65,23 @@ func TestFirmwareCordonGuards(t *testing.T) {
 			Firmware: []string{"19.9.0.0", "20.1.0.0"}, Boards: []string{"n150", "p150a"}}},
 			"major downgrade to 19.9.0.0: device 1 (p150a) runs 20.1.0.0; tt-flash refuses it without --allow-major-downgrades — " +
 				"re-run with --allow-major-downgrade if this bundle is really wanted (same ×1, major downgrade ×1)"},
+		// The pre-18 scheme is normalised as tt-flash does: 80.19 is 19.
+		{"80.x scheme: one major up", Facts{Measured: &ProbeRecord{Run: "r1", KMD: "2.8.0", Firmware: []string{"80.18.2.0"}}}, ""},
+		{"80.x scheme: two majors up", Facts{Measured: &ProbeRecord{Run: "r1", KMD: "2.8.0", Firmware: []string{"80.17.2.0"}}},
+			"device 0 (unknown) runs 80.17.2.0 (upgrade across more than one major); tt-flash refuses these without --force"},
+		{"Galaxy's 0xffffffff", Facts{Measured: &ProbeRecord{Run: "r1", KMD: "2.8.0", Firmware: []string{"19.0.0.0", "255.255.255.255"},
+			Boards: []string{"galaxy", "galaxy"}}}, "device 1 (galaxy) runs 255.255.255.255 (no running version)"},
+		// The bundle as the probe read it on the node.
+		{"the bundle fits", Facts{Measured: withBundle(&nodeagent.BundleFacts{URL: "file:///b", Version: "19.9.0.0",
+			Boards: []string{"NEBULA_X1"}}, "n150", "a-card-tt-flash-has-no-name-for")}, ""},
+		{"the bundle is another version", Facts{Measured: withBundle(&nodeagent.BundleFacts{URL: "file:///b", Version: "19.0.0.0",
+			Boards: []string{"NEBULA_X1"}}, "n150")},
+			"the firmware bundle file:///b is version 19.0.0.0, but --version 19.9.0 expects 19.9.0.0: give the bundle of 19.9.0"},
+		{"the bundle has no image for a board", Facts{Measured: withBundle(&nodeagent.BundleFacts{URL: "file:///b", Version: "19.9.0.0",
+			Boards: []string{"P150A-1"}}, "n150", "n150")},
+			"has no image for n150 (device 0; tt-flash looks for NEBULA_X1/image.bin); it has P150A-1"},
+		{"the bundle cannot be read", Facts{Measured: withBundle(&nodeagent.BundleFacts{URL: "file:///b", Error: "not readable"})},
+			"the firmware bundle file:///b cannot be used: not readable — fix --bundle-url"},
 	} {
 		tc.f.Owner, tc.f.Node = FirmwareRunbookName, nodeWith(nil, nil)
 		why := ""
@@ -167,4 +184,12 @@ func TestFirmwareBundlePinAndQuery(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--bundle-sha256") {
 		t.Errorf("a malformed pin: %v", err)
 	}
+}
+
+func withBundle(b *nodeagent.BundleFacts, boards ...string) *ProbeRecord {
+	r := &ProbeRecord{Run: "r1", KMD: "2.8.0", Bundle: b, Boards: boards}
+	for range boards {
+		r.Firmware = append(r.Firmware, "18.2.0.0")
+	}
+	return r
 }

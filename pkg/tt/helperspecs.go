@@ -21,6 +21,12 @@ func FirmwareHelperSpec(cfg *FirmwareConfig, node string) kube.HelperSpec {
 	return s
 }
 
+// FirmwareProbeSpec is upgrade firmware's probe on node: it reads the
+// bundle too.
+func FirmwareProbeSpec(cfg *FirmwareConfig, node string) kube.HelperSpec {
+	return probeSpec(cfg.Helper, node, cfg.RunID, fwProbeCommand(cfg))
+}
+
 // SMIHelperSpec is the smi helper on node.
 func SMIHelperSpec(cfg *SMIConfig, node string) kube.HelperSpec {
 	return helperSpec(cfg.Helper, "smi", node, cfg.Version, smiCommand(cfg.Version), false, cfg.RunID)

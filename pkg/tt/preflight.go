@@ -71,7 +71,7 @@ func kmdEvicts(c *KMDConfig) func(f *Facts, p *corev1.Pod) bool {
 
 // FirmwarePreflight is upgrade firmware's checks.
 func FirmwarePreflight(c *FirmwareConfig) Preflight {
-	return Preflight{Component: "firmware", Helper: c.Helper, ProbeCmd: agentCommand("probe"),
+	return Preflight{Component: "firmware", Helper: c.Helper, ProbeCmd: fwProbeCommand(c),
 		Blockers: fwBlockers(c), Skip: FirmwareSkipReason, Drain: c.Drain, Operators: true, evicts: fwEvicts}
 }
 

@@ -51,6 +51,9 @@ type ProbeRecord struct {
 	SignatureRequired bool `json:"signatureRequired,omitempty"`
 	// Kernels are the installed kernels besides the running one.
 	Kernels []nodeagent.KernelFacts `json:"kernels,omitempty"`
+	// Bundle is the firmware bundle upgrade firmware would flash, as read
+	// on the node.
+	Bundle *nodeagent.BundleFacts `json:"bundle,omitempty"`
 }
 
 func probeRecordOf(n *corev1.Node) *ProbeRecord {
@@ -72,7 +75,7 @@ func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
 		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI,
 			p.AgentVersion
 		rec.CC, rec.LoadRefused, rec.Tag, rec.PCIDevices, rec.BoundDevices = p.CC, p.LoadRefused, p.Tag, p.PCIDevices, p.BoundDevices
-		rec.SignatureRequired, rec.Kernels = p.SignatureRequired, p.Kernels
+		rec.SignatureRequired, rec.Kernels, rec.Bundle = p.SignatureRequired, p.Kernels, p.Bundle
 	}
 	for _, d := range r.Devices {
 		rec.Firmware = append(rec.Firmware, d.Before)

@@ -91,6 +91,9 @@ func newProbeCommand(c *common) *cobra.Command {
 	cmd.Flags().StringVar(&o.KMDVersion, "kmd-version", "", "also check the module cache for this tt-kmd version and, "+
 		"unless it is loaded, its tag's commit (git ls-remote)")
 	cmd.Flags().StringVar(&o.GitURL, "git-url", nodeagent.DefaultKMDGitURL, "tt-kmd repository the tag is looked up in")
+	cmd.Flags().StringVar(&o.BundleURL, "bundle-url", "", "also read this firmware bundle's manifest and board images "+
+		"(https or file://), as the flash would fetch it")
+	cmd.Flags().StringVar(&o.BundleSHA256, "bundle-sha256", "", "SHA-256 the bundle must have (hex)")
 	return cmd
 }
 
@@ -145,12 +148,14 @@ func newFlashCommand(c *common) *cobra.Command {
 	f.StringVar(&o.BundleURL, "bundle-url", "", "bundle URL (https or file://); default the tt-system-firmware release asset")
 	f.StringVar(&o.BundleSHA256, "bundle-sha256", "", "SHA-256 the bundle must have (hex); a mismatch refuses before flashing")
 	f.StringVar(&o.ReadbackVersion, "readback-version", "", "version every device must report afterwards (default <version>.0)")
-	f.BoolVar(&o.ForceWrite, "force-write", false, "flash even if already at the readback version, with tt-flash --force")
+	f.BoolVar(&o.ForceWrite, "force-write", false,
+		"flash even if already at the readback version, with tt-flash --force; also the consent to --force "+
+			"where tt-flash refuses without it (an upgrade across more than one major, no running version)")
 	f.BoolVar(&o.ContinueOnReadbackFailure, "continue-on-readback-failure", false,
 		"flash even if the pre-flash readback fails after one reset")
 	f.BoolVar(&o.AllowMajorDowngrade, "allow-major-downgrade", false,
 		"flash a bundle of an older major version than a chip runs (tt-flash --allow-major-downgrades --force)")
-	f.BoolVar(&o.Homogenize, "homogenize", true, "pass --force when the chips report different versions")
+	f.BoolVar(&o.Homogenize, "homogenize", true, "kept for compatibility: chips that disagree get the flags their cases need, no more")
 	f.StringVar(&o.WorkDir, "work-dir", "", "where to download the bundle (default $TMPDIR)")
 	f.BoolVar(&o.ForceUnload, "force-unload", false, "SIGKILL processes holding /dev/tenstorrent before the flash (needs hostPID)")
 	f.DurationVar(&o.ResetSettle, "reset-settle", 5*time.Second, "pause after a healing reset")

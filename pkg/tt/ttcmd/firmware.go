@@ -70,7 +70,9 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	fs.BoolVar(&o.cfg.Drain, "drain", true, "evict pods that hold /dev/tenstorrent before flashing")
 	fs.DurationVar(&o.cfg.DrainTimeout, "drain-timeout", 10*time.Minute, "how long the drain may take, kept across re-runs")
 	fs.BoolVar(&o.halt, "halt-on-failure", true, "start no new node once one has failed (nodes in progress finish their step)")
-	fs.BoolVar(&o.cfg.ForceWrite, "force-write", false, "re-flash nodes already at the readback version (recovery); resumable")
+	fs.BoolVar(&o.cfg.ForceWrite, "force-write", false,
+		"re-flash nodes already at the readback version (recovery), and let tt-flash run with --force where it "+
+			"refuses without it (an upgrade across more than one major, a chip with no running version); resumable")
 	fs.BoolVar(&o.cfg.AllowMajorDowngrade, "allow-major-downgrade", false,
 		"flash a bundle of an older major version than a chip runs (tt-flash --allow-major-downgrades); without it the probe "+
 			"refuses such a node before its cordon")
@@ -110,7 +112,7 @@ func (o *firmwareOptions) Validate() error {
 // Run flashes the selected nodes through one session.
 func (o *firmwareOptions) Run(ctx context.Context) error {
 	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, &o.cfg.Helper, tt.FirmwareTargets, func(node string) []kube.HelperSpec {
-		return []kube.HelperSpec{tt.ProbeSpec(o.cfg.Helper, node, ""), tt.FirmwareHelperSpec(&o.cfg, node)}
+		return []kube.HelperSpec{tt.FirmwareProbeSpec(&o.cfg, node), tt.FirmwareHelperSpec(&o.cfg, node)}
 	})
 	if err != nil {
 		return err

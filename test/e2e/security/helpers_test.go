@@ -86,6 +86,7 @@ func renderedHelpers(image string) []variant {
 			BundleSHA256: sha, FlashTimeout: 15 * time.Minute, Helper: h, RunID: "run-1"}
 		fw.Helper.Timeout = fw.FlashTimeout
 		add("flash"+sfx, tt.FirmwareHelperSpec(fw, node).Pod())
+		add("firmware probe --bundle-url --bundle-sha256"+sfx, tt.FirmwareProbeSpec(fw, node).Pod())
 		presigned := *fw
 		presigned.BundleURL += "?X-Amz-Signature=0badc0de"
 		presigned.ForceUnload, presigned.ForceWrite, presigned.AllowMajorDowngrade = true, true, true

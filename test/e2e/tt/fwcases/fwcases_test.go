@@ -29,6 +29,8 @@ const (
 	interruptedNode = "kwok-node-0"
 	downgradeNode   = "kwok-node-1"
 	smiNode         = "kwok-node-2"
+	schemeNode      = "kwok-node-2" // tt-smi's test leaves its firmware alone
+	galaxyNode      = "kwok-node-3"
 	fleetSMI        = "5.0.0" // sim/tthost FleetHostTTSMI
 	imageSMI        = fakehost.ImageTTSMIVersion
 )
@@ -140,6 +142,63 @@ func TestFirmwareDowngrades(t *testing.T) {
 		t.Fatalf("major downgrade with --allow-major-downgrade: exit %d", code)
 	}
 	wantRunning(t, downgradeNode, "18.2.0.0")
+	c.ExpectNoViolations(t)
+}
+
+// Firmware versions are compared as tt-flash compares them: the 80.x scheme
+// before the renumbering at 18 is normalised (80.17 → 18 is a one-major
+// upgrade tt-flash takes without flags), an upgrade across two majors and
+// a Galaxy chip reporting 0xffffffff (no running version) are refused
+// before the cordon until --force-write, which is what tt-flash wants.
+func TestFirmwareVersionsAsTTFlashReadsThem(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 8*time.Minute)
+	set := func(n string, chip int, v string) {
+		t.Helper()
+		if err := fakehost.SetFirmware(hostRoot(t, n), chip, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := func(n, v string, want ...string) {
+		t.Helper()
+		before := flashesPerChip(t, n)
+		out, code := flash(t, ctx, n, v)
+		if code != cli.ExitBlocked {
+			t.Fatalf("%s to %s: exit %d, want %d (refused before the cordon)", n, v, code, cli.ExitBlocked)
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s to %s: the refusal does not say %q", n, v, w)
+			}
+		}
+		if node(t, n).Spec.Unschedulable {
+			t.Fatalf("the refused node %s was cordoned", n)
+		}
+		if after := flashesPerChip(t, n); len(after) != len(before) {
+			t.Fatalf("the refused flash wrote the SPI: %v → %v", before, after)
+		}
+	}
+
+	set(schemeNode, -1, "80.17.2.0")
+	if out, code := flash(t, ctx, schemeNode, "18.2.0"); code != cli.ExitOK {
+		t.Fatalf("80.17.2.0 → 18.2.0 (one major up): exit %d\n%s", code, out)
+	}
+	wantRunning(t, schemeNode, "18.2.0.0")
+
+	set(schemeNode, -1, "80.17.2.0")
+	refused(schemeNode, "19.0.0", "upgrade across more than one major", "--force-write")
+	if out, code := flash(t, ctx, schemeNode, "19.0.0", "--force-write"); code != cli.ExitOK {
+		t.Fatalf("80.17.2.0 → 19.0.0 with --force-write: exit %d\n%s", code, out)
+	}
+	wantRunning(t, schemeNode, "19.0.0.0")
+
+	set(galaxyNode, 1, "255.255.255.255")
+	refused(galaxyNode, "19.0.0", "runs 255.255.255.255 (no running version)", "--force-write")
+	if out, code := flash(t, ctx, galaxyNode, "19.0.0", "--force-write"); code != cli.ExitOK {
+		t.Fatalf("a Galaxy chip at 0xffffffff with --force-write: exit %d\n%s", code, out)
+	}
+	wantRunning(t, galaxyNode, "19.0.0.0")
 	c.ExpectNoViolations(t)
 }
 
