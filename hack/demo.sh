@@ -70,10 +70,10 @@ run kubectl tt status
 say "what an upgrade to 2.8.0 would do (nothing is changed)"
 run kubectl tt upgrade kmd --version 2.8.0 --dry-run --nodes kwok-node-0
 say "upgrade tt-kmd to 2.8.0, one node at a time"
-run kubectl tt upgrade kmd --version 2.8.0
+run kubectl tt upgrade kmd --version 2.8.0 --yes
 run kubectl tt status
 say "flash firmware 19.0.0, two nodes out of service at most"
-run kubectl tt upgrade firmware --version 19.0.0 --bundle-url "file://$base/tt/bundles/fw_pack-19.0.0.fwbundle" --max-parallel 2
+run kubectl tt upgrade firmware --version 19.0.0 --bundle-url "file://$base/tt/bundles/fw_pack-19.0.0.fwbundle" --max-parallel 2 --yes
 run kubectl tt status
 
 # --------------------------------------------------------------- kubectl ate

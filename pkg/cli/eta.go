@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	coordv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -31,6 +32,9 @@ type RunProgress struct {
 	// NodeSeconds are the measured durations of this run's nodes that did
 	// work (first step started to last step done), the last keptDurations.
 	NodeSeconds []float64 `json:"nodeSeconds,omitempty"`
+	// Outcome is how the run ended (a runbook.Outcome); "" while it runs.
+	// status --wait exits by it.
+	Outcome runbook.Outcome `json:"outcome,omitempty"`
 }
 
 // keptDurations bounds the durations a run publishes: the mean of the
@@ -41,9 +45,55 @@ const keptDurations = 50
 // count and each worked node's duration on the Lease's next renewal.
 type progressReporter struct {
 	runbook.Reporter
-	lock *lease.Lock
-	mu   sync.Mutex
-	p    RunProgress
+	lock    *lease.Lock // nil for a dry run: nothing is published
+	started time.Time
+	mu      sync.Mutex
+	p       RunProgress
+}
+
+// Tally is how far the run is, as its own output says it: "2 of 6 done,
+// 1 failed · ETA 41m · 5.9 nodes/h" (the ETA once a node was measured, the
+// rate once one finished).
+func (r *progressReporter) Tally() string {
+	r.mu.Lock()
+	p := r.p
+	r.mu.Unlock()
+	s := fmt.Sprintf("%d done", p.Done)
+	if p.Total > 0 {
+		s = fmt.Sprintf("%d of %d done", p.Done, p.Total)
+	}
+	if p.Failed > 0 {
+		s += fmt.Sprintf(", %d stopped", p.Failed)
+	}
+	if eta, ok := EstimateETA(p, nil); ok && eta.Left > 0 {
+		s += " · ETA " + shortDuration(eta.Left)
+	}
+	if el := time.Since(r.started); p.Done > 0 && el > 0 {
+		rate := float64(p.Done) / el.Hours()
+		if rate >= 100 {
+			s += fmt.Sprintf(" · %.0f nodes/h", rate)
+		} else {
+			s += fmt.Sprintf(" · %.1f nodes/h", rate)
+		}
+	}
+	return s
+}
+
+// shortDuration is d to the second below ten minutes, to the minute above.
+func shortDuration(d time.Duration) string {
+	if d >= 10*time.Minute {
+		d = d.Round(time.Minute)
+	} else {
+		d = d.Round(time.Second)
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func (r *progressReporter) TargetDone(t runbook.TargetResult) {
@@ -65,7 +115,18 @@ func (r *progressReporter) TargetDone(t runbook.TargetResult) {
 	r.Reporter.TargetDone(t)
 }
 
+// end records how the run ended and publishes it with the lock's release.
+func (r *progressReporter) end(o runbook.Outcome) {
+	r.mu.Lock()
+	r.p.Outcome = o
+	r.mu.Unlock()
+	r.publish()
+}
+
 func (r *progressReporter) publish() {
+	if r.lock == nil {
+		return
+	}
 	r.mu.Lock()
 	b, _ := json.Marshal(r.p) // a struct of numbers always encodes
 	r.mu.Unlock()
@@ -199,6 +260,19 @@ func RunNote(ctx context.Context, cs kubernetes.Interface, plugin, ns, name stri
 	if err != nil {
 		return ""
 	}
+	return runNote(ctx, cs, plugin, ns, l)
+}
+
+// RunNoteOf is RunNote from a Lease already read (a watch's): it reads
+// nothing more, so the ETA rests on this run's measured nodes alone.
+func RunNoteOf(l *coordv1.Lease, plugin string) string {
+	if l == nil {
+		return ""
+	}
+	return runNote(context.Background(), nil, plugin, l.Namespace, l)
+}
+
+func runNote(ctx context.Context, cs kubernetes.Interface, plugin, ns string, l *coordv1.Lease) string {
 	var lines []string
 	if p := lease.PauseOf(l); p != nil {
 		lines = append(lines, fmt.Sprintf("PAUSED: %s — `kubectl %s resume` lifts it", p, plugin))
@@ -230,7 +304,7 @@ func RunNote(ctx context.Context, cs kubernetes.Interface, plugin, ns, name stri
 			run += fmt.Sprintf(", %d failed", p.Failed)
 		}
 		var earlier []time.Duration
-		if len(p.NodeSeconds) == 0 && p.Total > 0 {
+		if len(p.NodeSeconds) == 0 && p.Total > 0 && cs != nil {
 			// Only until this run has measured a node: the journal is a larger read.
 			if entries, _, err := journal.Read(ctx, cs, ns, journal.Name(plugin)); err == nil {
 				earlier = JournalNodeDurations(entries, p.Run)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +66,26 @@ func TestWorkedFor(t *testing.T) {
 		{Status: runbook.StepDone, Duration: time.Hour}, {Status: runbook.StepActed, Duration: 3 * time.Second}}}
 	if d := workedFor(acted); d != 5*time.Second {
 		t.Fatalf("acted steps measured %v, want 5s", d)
+	}
+}
+
+func TestShortDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{10 * time.Second: "10s", 90 * time.Second: "1m30s", 2 * time.Minute: "2m",
+		41*time.Minute + 20*time.Second: "41m", 2 * time.Hour: "2h", 150 * time.Minute: "2h30m"} {
+		if got := shortDuration(d); got != want {
+			t.Errorf("shortDuration(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// The run's own tally: k of N, an ETA once a node was measured, a rate.
+func TestTally(t *testing.T) {
+	r := &progressReporter{started: time.Now().Add(-time.Hour), p: RunProgress{Total: 6, Parallel: 1}}
+	if got := r.Tally(); got != "0 of 6 done" {
+		t.Errorf("before any node: %q", got)
+	}
+	r.p.Done, r.p.NodeSeconds = 2, []float64{600, 600}
+	if got := r.Tally(); !strings.HasPrefix(got, "2 of 6 done · ETA 40m · 2.0 nodes/h") {
+		t.Errorf("after two nodes: %q", got)
 	}
 }

@@ -45,7 +45,7 @@ so it outlives Events, which expire after an hour.`, plugin, journal.Name(plugin
 		},
 	}
 	cmd.Flags().StringVar(&o.LockNamespace, "lock-namespace", defaultNS, "namespace of the roll's Lease and history")
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: json|yaml|jsonpath=TEMPLATE")
+	AddOutputFlag(cmd, &o.Output, "json", "yaml", "name", "jsonpath")
 	cmd.Flags().StringVar(&o.RunID, "run", "", "only this run ID")
 	return cmd
 }
@@ -60,7 +60,7 @@ func (o *HistoryOptions) Complete(args []string) error {
 
 // Validate rejects bad flags before any API call.
 func (o *HistoryOptions) Validate() error {
-	if err := ui.ValidateOutput(o.Output, "json", "yaml", "jsonpath"); err != nil {
+	if err := ui.ValidateOutput(o.Output, "json", "yaml", "name", "jsonpath"); err != nil {
 		return UsageErrorf("%v", err)
 	}
 	return nil
@@ -97,7 +97,16 @@ func (o *HistoryOptions) Run(ctx context.Context) error {
 		out = append(out, e)
 	}
 	if o.Output != "" {
-		return ui.PrintObject(o.g.IOStreams.Out, o.Output, out)
+		// -o name: the objects the history touched, each once, in order.
+		var names []string
+		seen := map[string]bool{}
+		for _, e := range out {
+			if e.Object != "" && !seen[e.Object] {
+				seen[e.Object] = true
+				names = append(names, e.Object)
+			}
+		}
+		return ui.PrintObject(o.g.IOStreams.Out, o.Output, ui.Named(out, names))
 	}
 	w := o.g.IOStreams.Out
 	if len(out) == 0 {

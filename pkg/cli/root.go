@@ -69,7 +69,8 @@ func NewRoot(plugin, short, long string, streams genericiooptions.IOStreams) (*c
 	}
 	root.PersistentFlags().IntVarP(&g.Verbosity, "v", "v", 0,
 		"log client-go's requests to stderr: 6 each request, 7 with headers (capped at 7: bodies can carry minted tokens)")
-	root.AddCommand(NewVersionCommand(plugin, streams))
+	root.AddCommand(NewVersionCommand(plugin, streams), newOptionsCommand(root))
+	hideGlobalFlags(root)
 	root.CompletionOptions.HiddenDefaultCmd = false
 	registerFlagCompletions(root, g)
 	return root, g
@@ -146,3 +147,37 @@ func (g *Globals) MetadataClient() (metadata.Interface, error) { return g.Factor
 // WrapTransport wraps, when set, every client's transport: tests count the
 // API requests a run makes with it.
 var WrapTransport func(http.RoundTripper) http.RoundTripper
+
+// globalSection is the part of cobra's usage template that repeats every
+// global flag under each command.
+const globalSection = `{{if .HasAvailableInheritedFlags}}
+
+Global Flags:
+{{.InheritedFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}`
+
+// hideGlobalFlags makes each command's help show its own flags and point
+// at "options" for the global ones, as kubectl's help does; -n is hidden
+// too (no command reads it, every command refuses it).
+func hideGlobalFlags(root *cobra.Command) {
+	tmpl := root.UsageTemplate()
+	if strings.Contains(tmpl, globalSection) {
+		root.SetUsageTemplate(strings.Replace(tmpl, globalSection, `{{if .HasParent}}
+
+Use "{{.Root.CommandPath}} options" for a list of global command-line options (applies to all commands).{{end}}`, 1))
+	}
+	_ = root.PersistentFlags().MarkHidden("namespace")
+}
+
+// newOptionsCommand is "kubectl <plugin> options", kubectl's list of the
+// flags every command takes.
+func newOptionsCommand(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "options",
+		Short: "Print the flags every command takes (kubeconfig, context, impersonation, timeouts)",
+		Args:  cobra.NoArgs,
+		Run: func(c *cobra.Command, _ []string) {
+			fmt.Fprintf(c.OutOrStdout(), "The following options can be passed to any command:\n\n%s",
+				root.PersistentFlags().FlagUsages())
+		},
+	}
+}

@@ -63,8 +63,8 @@ func (f *RunFlags) AddFlags(fs *pflag.FlagSet, defaultLockNamespace string) {
 	fs.Var(dryRunValue{f}, "dry-run", "print the plan — every step and every object it would change — and change nothing "+
 		"(also --dry-run=client; --dry-run=none is off)")
 	fs.Lookup("dry-run").NoOptDefVal = "client"
-	fs.StringVarP(&f.Output, "output", "o", "", "output format of the result: json|yaml|name|jsonpath=TEMPLATE "+
-		"(progress then goes to stderr)")
+	fs.StringVarP(&f.Output, "output", "o", "", "output format of the result (progress then goes to stderr): "+
+		outputHelp([]string{"json", "yaml", "name", "jsonpath"}))
 	fs.BoolVar(&f.StealLock, "steal-lock", false, "take over the lock even from a run that still renews it "+
 		"(a live but stuck run; it stops acting at its next renewal). A dead holder is taken over without this flag")
 	fs.StringVar(&f.LockNamespace, "lock-namespace", defaultLockNamespace, "namespace of the Lease that keeps two runs from fighting")
@@ -99,6 +99,9 @@ type Session struct {
 	journal  *journal.Writer
 	events   *kube.EventWriter // nil for a dry run
 	pauses   *lease.PauseWatch // nil for a dry run
+	// progress counts the session's last runbook run; it publishes the
+	// run's outcome as the session ends.
+	progress *progressReporter
 }
 
 // DryRun reports whether the session only plans.
@@ -273,11 +276,13 @@ func (s *Session) options(ctx context.Context, o runbook.Options, total int) run
 	if s.journal != nil {
 		o.Reporter = flushBeforeLongSteps{o.Reporter, s.journal}
 	}
-	if s.lock != nil {
-		pr := &progressReporter{Reporter: o.Reporter, lock: s.lock,
-			p: RunProgress{Run: s.RunID, Total: total, Parallel: max(o.Parallel, 1)}}
-		pr.publish()
-		o.Reporter = pr
+	pr := &progressReporter{Reporter: o.Reporter, lock: s.lock, started: time.Now(),
+		p: RunProgress{Run: s.RunID, Total: total, Parallel: max(o.Parallel, 1)}}
+	s.progress = pr
+	pr.publish()
+	o.Reporter = pr
+	if !s.DryRun() {
+		s.Progress.SetRun(total, pr.Tally)
 	}
 	if o.Paused == nil {
 		o.Paused = s.Paused
@@ -339,6 +344,7 @@ func (s *Session) Finish(r runbook.Result, next string) error {
 		s.markLeftCordoned(r)
 		s.note(context.Background(), "RunFinished", "outcome "+string(r.Outcome))
 	}
+	s.recordOutcome(r.Outcome)
 	s.end()
 	if s.Flags.Output != "" {
 		if err := ui.PrintObject(s.globals.IOStreams.Out, s.Flags.Output, r); err != nil {
@@ -356,8 +362,28 @@ func (s *Session) Fail(err error) error {
 	if err != nil {
 		s.note(context.Background(), "RunFinished", "stopped: "+err.Error())
 	}
+	switch ExitCode(err) {
+	case ExitOK:
+		s.recordOutcome(runbook.OutcomeDone)
+	case ExitBlocked:
+		s.recordOutcome(runbook.OutcomeBlocked)
+	default:
+		s.recordOutcome(runbook.OutcomeFailed)
+	}
 	s.end()
 	return err
+}
+
+// recordOutcome publishes how the run ended on its Lease (written as the
+// lock is released): status --wait exits by it.
+func (s *Session) recordOutcome(o runbook.Outcome) {
+	if s.lock == nil {
+		return
+	}
+	if s.progress == nil {
+		s.progress = &progressReporter{lock: s.lock, p: RunProgress{Run: s.RunID}}
+	}
+	s.progress.end(o)
 }
 
 func (s *Session) end() {

@@ -25,8 +25,8 @@ func (x *execution) obtainVouched(ctx context.Context, o KMDOptions) (ko, detail
 	hit := false // the node's cache held the vouched bytes already
 	x.res.CacheHit = &hit
 	if o.ModuleSHA256 == "" {
-		return "", "", fail(ReasonModuleNotVouched, "no module was vouched for this node (kubectl tt passes --module-sha256 with "+
-			"the module it checked); tt-kmd %q stays loaded", x.res.Before)
+		return "", "", fail(ReasonModuleNotVouched, "no module was vouched for this node (the upgrade passes --module-sha256 with "+
+			"the module kubectl tt checked); tt-kmd %q stays loaded", x.res.Before)
 	}
 	// Any cache entry holding exactly the vouched bytes will do (an older
 	// rollbook's layout too): what is loaded is decided by the SHA-256.

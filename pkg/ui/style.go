@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
 	"golang.org/x/term"
 )
 
@@ -16,15 +17,23 @@ type Style struct {
 	ok, warn, bad, dim, bold, act lipgloss.Style
 }
 
-// NewStyle picks colours for w.
+// NewStyle picks colours for w: from w's own terminal, not lipgloss's
+// default (stdout), so progress on a terminal's stderr keeps its colours
+// while `-o json > file` takes stdout.
 func NewStyle(w io.Writer) Style {
 	s := Style{on: IsTerminal(w) && os.Getenv("NO_COLOR") == ""}
-	s.ok = lipgloss.NewStyle().Foreground(lipgloss.Color("2"))
-	s.warn = lipgloss.NewStyle().Foreground(lipgloss.Color("3"))
-	s.bad = lipgloss.NewStyle().Foreground(lipgloss.Color("1")).Bold(true)
-	s.dim = lipgloss.NewStyle().Faint(true)
-	s.bold = lipgloss.NewStyle().Bold(true)
-	s.act = lipgloss.NewStyle().Foreground(lipgloss.Color("6"))
+	r := lipgloss.NewRenderer(w)
+	if s.on && r.ColorProfile() == termenv.Ascii && os.Getenv("TERM") != "dumb" {
+		// A terminal whose TERM says nothing (a bare pty, some CI
+		// consoles) still shows the eight basic colours.
+		r.SetColorProfile(termenv.ANSI)
+	}
+	s.ok = r.NewStyle().Foreground(lipgloss.Color("2"))
+	s.warn = r.NewStyle().Foreground(lipgloss.Color("3"))
+	s.bad = r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true)
+	s.dim = r.NewStyle().Faint(true)
+	s.bold = r.NewStyle().Bold(true)
+	s.act = r.NewStyle().Foreground(lipgloss.Color("6"))
 	return s
 }
 

@@ -34,8 +34,9 @@ func TestProgressPlainOutput(t *testing.T) {
 	if strings.Contains(out, "\x1b[") {
 		t.Errorf("escape codes in non-terminal output:\n%q", out)
 	}
-	// Continuation lines of a multi-line reason stay aligned under the detail.
-	if !strings.Contains(out, "\n"+strings.Repeat(" ", 52)+"second line") {
+	// Continuation lines of a multi-line reason stay aligned under the detail
+	// (mark, the name column, the title column).
+	if !strings.Contains(out, "\n"+strings.Repeat(" ", 2+nameWidth+1+35)+"second line") {
 		t.Errorf("multi-line detail not indented:\n%s", out)
 	}
 }

@@ -84,7 +84,8 @@ func (o *preflightOptions) Run(ctx context.Context) error {
 	}
 	failed := campaign.Failed(checks)
 	if o.run.Output != "" {
-		if err := ui.PrintObject(o.g.IOStreams.Out, o.run.Output, map[string]any{"checks": checks, "failed": failed}); err != nil {
+		if err := ui.PrintObject(o.g.IOStreams.Out, o.run.Output, ui.Object{Kind: "PreflightChecks",
+			Value: map[string]any{"checks": checks, "failed": failed}}); err != nil {
 			return err
 		}
 	} else {

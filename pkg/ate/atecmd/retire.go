@@ -18,6 +18,7 @@ type retireOptions struct {
 	run    cli.RunFlags
 	api    apiFlags
 	backup roll.BackupOptions
+	yes    bool
 }
 
 func newRetireCommand(g *cli.Globals) *cobra.Command {
@@ -31,13 +32,16 @@ bound to an old-pool worker and every old pool has a clone serving on NEW. Steps
 save each old WorkerPool as YAML in --backup-dir (and with --backup-configmap as a ConfigMap in
 its namespace), stripped of server-set fields so that kubectl apply -f recreates it; delete the
 old pools (their Deployments and pods go with them); delete the OLD atelet DaemonSet.
-Re-run to resume after a stop.`,
+Re-run to resume after a stop. On a terminal it asks first; --yes answers for you.`,
 		Example: `  kubectl ate retire --dry-run
-  kubectl ate retire --backup-dir ./backups --backup-configmap
+  kubectl ate retire --backup-dir ./backups --backup-configmap --yes
   kubectl ate retire -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
+				return err
+			}
+			if err := o.confirm(); err != nil {
 				return err
 			}
 			return o.Run(cmd.Context())
@@ -47,7 +51,24 @@ Re-run to resume after a stop.`,
 	o.run.AddFlags(cmd.Flags(), fleet.Namespace)
 	cmd.Flags().StringVar(&o.backup.Dir, "backup-dir", ".", "directory to save each old WorkerPool's YAML in")
 	cmd.Flags().BoolVar(&o.backup.ConfigMap, "backup-configmap", false, "also save each old WorkerPool as a ConfigMap in its namespace")
+	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "retire without asking (a terminal is asked; a script is not)")
 	return cmd
+}
+
+// confirm asks on a terminal before anything is read or changed: retire
+// ends the rollback option, as kubeadm reset asks before it resets.
+func (o *retireOptions) confirm() error {
+	if o.yes || o.run.DryRun {
+		return nil
+	}
+	out := o.g.IOStreams.Out
+	if o.run.Output != "" {
+		out = o.g.IOStreams.ErrOut
+	}
+	return cli.ConfirmOnTerminal(o.g.IOStreams.In, out,
+		"Retire deletes every old WorkerPool (saved first to "+o.backup.Dir+") and the OLD atelet DaemonSet: "+
+			"afterwards the roll can no longer go back to OLD.",
+		"Retire the old version?", "Nothing retired.")
 }
 
 // Validate rejects bad flags before any API call.

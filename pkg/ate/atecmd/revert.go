@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ate/roll"
@@ -19,17 +17,6 @@ import (
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
-
-// inputIsTerminal reports whether the command's input stream is a TTY a
-// person can answer the prompt on. An input that says for itself
-// (IsTerminal) is taken at its word: a test's stands for a person.
-func inputIsTerminal(in io.Reader) bool {
-	if t, ok := in.(interface{ IsTerminal() bool }); ok {
-		return t.IsTerminal()
-	}
-	f, ok := in.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
-}
 
 // revertOptions are the flags and arguments of revert.
 type revertOptions struct {
@@ -100,7 +87,7 @@ func (o *revertOptions) Validate() error {
 	case o.timeout <= 0:
 		return cli.UsageErrorf("--timeout must be positive")
 	}
-	if !o.yes && !o.run.DryRun && !inputIsTerminal(o.g.IOStreams.In) {
+	if !o.yes && !o.run.DryRun && !cli.InputIsTerminal(o.g.IOStreams.In) {
 		return cli.UsageErrorf("refusing to revert without confirmation: the input is not a terminal, so nobody can answer the " +
 			"prompt. Reverting loses each actor's work since its last external snapshot; pass --yes to accept that")
 	}

@@ -34,6 +34,7 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		NodeAnnotations: campaign.CleanupAnnotations, HalfWay: halfWay(g), Finish: campaign.FinishHint}))
 	root.AddCommand(apicmd.NewCommand(g))
 	root.AddCommand(newInstallCommands(g)...)
+	cli.AddCompletions(root, g)
 	return root
 }
 

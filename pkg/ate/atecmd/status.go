@@ -24,6 +24,9 @@ type statusOptions struct {
 	output string
 	watch  bool
 	noAPI  bool
+	wait   bool
+	// timeout bounds --wait; 0 waits as long as it takes.
+	timeout time.Duration
 }
 
 func newStatusCommand(g *cli.Globals) *cobra.Command {
@@ -33,7 +36,9 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 		Short: "Show where the Agent Substrate roll stands and the exact next command",
 		Example: `  kubectl ate status
   kubectl ate status -o json
-  kubectl ate status --watch`,
+  kubectl ate status --watch
+  # In a script: wait for the run in progress to end; exit 0 done, 3 needs a person, 1 failed
+  kubectl ate status --wait --timeout 1h`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
@@ -43,16 +48,25 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 		},
 	}
 	o.api.add(cmd.Flags())
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json|yaml|name|jsonpath=TEMPLATE (name: the nodes in progress)")
-	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "redraw every 2 seconds")
+	cli.AddOutputFlag(cmd, &o.output, "wide", "json", "yaml", "name", "jsonpath")
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "read again every 2 seconds and redraw the lines that changed")
+	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the run in progress to end, printing its progress as it changes; exit 0 "+
+		"when it finished, 3 when it stopped for a person (blocked, paused), 1 when it failed")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "with --wait: give up after this long (exit 1); 0 waits as long as it takes")
 	cmd.Flags().BoolVar(&o.noAPI, "no-api", false, "do not contact the control API (Kubernetes facts only)")
 	return cmd
 }
 
 // Validate rejects bad flags before any API call.
 func (o *statusOptions) Validate() error {
-	if err := ui.ValidateOutput(o.output, "json", "yaml", "name", "jsonpath"); err != nil {
+	if err := ui.ValidateOutput(o.output, "wide", "json", "yaml", "name", "jsonpath"); err != nil {
 		return cli.UsageErrorf("%v", err)
+	}
+	if o.wait && (o.watch || ui.Machine(o.output)) {
+		return cli.UsageErrorf("--wait prints the run's progress and exits by its outcome: it takes neither --watch nor -o")
+	}
+	if o.timeout < 0 || o.timeout > 0 && !o.wait {
+		return cli.UsageErrorf("--timeout is how long --wait waits: a positive duration, with --wait")
 	}
 	return nil
 }
@@ -61,30 +75,47 @@ func (o *statusOptions) Validate() error {
 // connection (one port-forward, one token) serves the whole --watch: a
 // redraw only lists workers and actors again.
 func (o *statusOptions) Run(ctx context.Context) error {
+	if o.wait {
+		cs, err := o.g.Factory.KubernetesClientSet()
+		if err != nil {
+			return err
+		}
+		return cli.WaitForRun(ctx, cs, o.g.IOStreams.Out, "ate", fleet.Namespace, fleet.LockName, o.timeout)
+	}
 	r, err := connectReaders(ctx, o.g, &o.api, o.noAPI)
 	if err != nil {
 		return err
 	}
 	defer r.close()
 	out := o.g.IOStreams.Out
+	live := ui.NewLiveText(out)
 	for {
 		s, err := campaign.ReadStatus(ctx, r.cs, r.dyn, r.md, r.view)
 		if err != nil {
 			return err
 		}
-		if o.watch && o.output == "" && ui.IsTerminal(out) {
-			fmt.Fprint(out, "\033[H\033[2J")
-		}
-		if o.output != "" {
+		if ui.Machine(o.output) {
+			// -o name: the nodes in progress.
 			names := make([]string, len(s.Nodes))
 			for i, n := range s.Nodes {
 				names[i] = "node/" + n.Node
 			}
-			if err := ui.PrintObject(out, o.output, ui.Named(s, names)); err != nil {
+			run, err := cli.ReadRunInfo(ctx, r.cs, fleet.Namespace, fleet.LockName)
+			if err != nil {
 				return err
 			}
+			doc := ui.Object{Kind: "Status", Value: s, Extra: map[string]any{"run": run}}
+			if err := ui.PrintObject(out, o.output, ui.Named(doc, names)); err != nil {
+				return err
+			}
+		} else if o.watch {
+			// Redrawn in place: the lines that changed, no screen clear.
+			var b strings.Builder
+			printStatus(&b, s, o.output == "wide")
+			printGKEAfter(ctx, o.g, &b, s)
+			live.Show(b.String())
 		} else {
-			printStatus(out, s)
+			printStatus(out, s, o.output == "wide")
 			printGKEAfter(ctx, o.g, out, s)
 		}
 		if !o.watch {
@@ -105,7 +136,8 @@ func (o *statusOptions) Run(ctx context.Context) error {
 const actorsUnknown = "actors on old-pool workers and free workers are unknown, and a node drained before its move was " +
 	"recorded on it is not seen"
 
-func printStatus(w io.Writer, s *campaign.Status) {
+// printStatus prints s for people; wide adds every node's row.
+func printStatus(w io.Writer, s *campaign.Status, wide bool) {
 	st := ui.NewStyle(w)
 	c := s.Cluster
 	head := fmt.Sprintf("Agent Substrate roll: OLD %s", orDash(c.Old))
@@ -134,6 +166,21 @@ func printStatus(w io.Writer, s *campaign.Status) {
 				clone = "(clone of " + p.ClonedFrom + ")"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\n", p.Key(), orDash(p.Pin), p.Ready, p.Desired, orDash(clone))
+		}
+		_ = tw.Flush()
+	}
+	if wide && len(c.Nodes) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		// Where a node stands is the node runbook's answer (s.Nodes), not
+		// the marks a move leaves on it.
+		step := map[string]string{}
+		for _, n := range s.Nodes {
+			step[n.Node] = n.Direction + ": " + n.Step
+		}
+		fmt.Fprintln(tw, "NODE\tVERSION\tCORDONED\tIN PROGRESS")
+		for _, n := range c.Nodes {
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", n.Name, orDash(n.Version), n.Cordoned, orDash(step[n.Name]))
 		}
 		_ = tw.Flush()
 	}

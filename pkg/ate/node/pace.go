@@ -152,7 +152,7 @@ func (p Projection) Fix(full time.Duration) string {
 	need := p.Projected + p.Projected/10 // the pace is a mean: leave room
 	ways = append(ways, fmt.Sprintf("--suspend-timeout %s", (need+time.Minute-1)/time.Minute*time.Minute))
 	return "re-run with " + strings.Join(ways, " or ") + ", or suspend some of its actors by hand first " +
-		"(kubectl ate suspend actor NAME -a ATESPACE)"
+		"(" + SuspendByHand + ")"
 }
 
 // paceMeter measures this run's suspends, on top of what earlier runs

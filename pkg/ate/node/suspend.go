@@ -18,6 +18,16 @@ import (
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
 
+// SuspendByHand is how a person suspends one actor with this plugin (the
+// substrate's own CLI spells it "suspend actor"; kubectl ate has no such
+// command).
+const SuspendByHand = `kubectl ate api call SuspendActor -d '{"actor":{"atespace":"ATESPACE","name":"NAME"}}' --yes`
+
+// actorByHand is how a person reads one actor with this plugin.
+func actorByHand(atespace, name string) string {
+	return fmt.Sprintf(`kubectl ate api call GetActor -d '{"actor":{"atespace":%q,"name":%q}}'`, atespace, name)
+}
+
 // confirm drops the actors that are SUSPENDED, gone, or no longer on node
 // from pending, reading each one directly.
 func (e *evacuation) confirm(ctx context.Context, node string, pending map[ateapi.ActorRef]bool) error {
@@ -126,8 +136,8 @@ func (e *evacuation) suspend(ctx context.Context, node *corev1.Node, actors []at
 				mu.Lock()
 				errs = append(errs, runbook.Blocked(fmt.Errorf("suspend %s/%s refused: the actor is %s, a state it does not leave on "+
 					"its own; "+
-					"no further actor is touched. Find out why (kubectl ate get actors -a %s), then "+
-					"re-run", a.Atespace, a.Name, state, a.Atespace)))
+					"no further actor is touched. Find out why (%s), then "+
+					"re-run", a.Atespace, a.Name, state, actorByHand(a.Atespace, a.Name))))
 				mu.Unlock()
 			case errors.Is(err, ateapi.ErrUnavailable) && strings.Contains(err.Error(), "atelet"):
 				// A suspend checkpoints through the atelet of the worker's

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ate/node"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/runbook"
@@ -123,7 +124,7 @@ made again after the drain, when no actor can be placed there any more.`,
 				}},
 				{Name: "no actor is bound to a worker of an unpinned pool", Check: func(f pinFacts) (bool, string) {
 					return len(f.bound) == 0, fmt.Sprintf("%d actor(s) on their workers (%s); pinning now would roll the pool's "+
-						"Deployment through them. Suspend them first (kubectl ate suspend actor NAME -a ATESPACE), then re-run",
+						"Deployment through them. Suspend them first ("+node.SuspendByHand+"), then re-run",
 						len(f.bound), actorNames(f.bound))
 				}},
 			},
@@ -196,7 +197,7 @@ func drainForPin(ctx context.Context, api PinAPI, rec kube.Recorder, p fleet.Poo
 		if round > 0 {
 			if b := pinBlockers(inv, pools); len(b) > 0 {
 				return runbook.Blocked(fmt.Errorf("pool %s was not pinned: %d actor(s) were placed on its workers since the check (%s). "+
-					"Its workers are drained (the pin replaces them all): suspend them (kubectl ate suspend actor NAME -a ATESPACE), "+
+					"Its workers are drained (the pin replaces them all): suspend them ("+node.SuspendByHand+"), "+
 					"then re-run", p.Key(), len(b), actorNames(b)))
 			}
 			if len(todo) == 0 {

@@ -169,13 +169,13 @@ func noActorBound(r removal) runbook.Guard[removalFacts] {
 				}
 			}
 			if len(off) == 0 {
-				return len(f.bound) == 0, msg + "Suspend them (kubectl ate suspend actor NAME -a ATESPACE) and re-run"
+				return len(f.bound) == 0, msg + "Suspend them (" + node.SuspendByHand + ") and re-run"
 			}
 			// A suspend checkpoints through the atelet of the worker's own
 			// node, of the worker's version: gone once the node flipped.
 			return false, msg + fmt.Sprintf("Node(s) %s no longer carry %s, so no %s atelet there can checkpoint them and a "+
 				"suspend cannot work: put the label back (kubectl label node NODE %s=%s --overwrite), wait for the %s atelet "+
-				"there to be Ready, suspend them (kubectl ate suspend actor NAME -a ATESPACE), then move the node again and re-run",
+				"there to be Ready, suspend them ("+node.SuspendByHand+"), then move the node again and re-run",
 				fleet.Brief(off), f.version, f.version, fleet.VersionLabel, f.version, f.version)
 		}}
 }

@@ -80,7 +80,7 @@ func NewInstallCommand(g *cli.Globals, s Spec) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.apply, "apply", false, "apply the objects instead of printing them")
-	f.BoolVar(&o.dryRun, "dry-run", false, "with --apply: the server checks every object and applies none")
+	cli.DryRunVar(f, &o.dryRun, "server", "with --apply: the server checks every object and applies none")
 	f.StringVarP(&o.output, "output", "o", "yaml", "yaml or json, when printing")
 	f.StringSliceVar(&o.images, "image", nil, "node-agent image helpers may run, by digest (repeatable); default: this release's")
 	f.StringVar(&o.access, "helper-node-label", d.NodeLabel.String(), "KEY=VALUE a node must carry for helpers to run on it "+
@@ -269,7 +269,7 @@ func NewUninstallCommand(g *cli.Globals, s Spec) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&yes, "yes", false, "remove them (without it, print what would be removed)")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be removed")
+	cli.DryRunVar(cmd.Flags(), &dryRun, "client", "print what would be removed")
 	return cmd
 }
 

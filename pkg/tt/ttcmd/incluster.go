@@ -53,11 +53,36 @@ func addInClusterFlags(cmd *cobra.Command) {
 // runOrSubmit runs the validated command here, or with --in-cluster
 // submits it as a Job instead.
 func runOrSubmit(cmd *cobra.Command, g *cli.Globals, helperImage string, run func(context.Context) error) error {
+	if err := confirmFleetWide(cmd, g); err != nil {
+		return err
+	}
 	if in, _ := cmd.Flags().GetBool("in-cluster"); !in {
 		return run(cmd.Context())
 	}
 	ns, _ := cmd.Flags().GetString("runner-namespace")
 	return submit(cmd.Context(), cmd, g, ns, helperImage)
+}
+
+// confirmFleetWide asks on a terminal before an upgrade of every node (no
+// NODE, --nodes or --selector), as kubeadm upgrade apply asks before it
+// acts: the default selection is the whole fleet. A chosen set of nodes,
+// --yes, --dry-run and a script are not asked.
+func confirmFleetWide(cmd *cobra.Command, g *cli.Globals) error {
+	fs := cmd.Flags()
+	if yes, _ := fs.GetBool("yes"); yes || fs.Changed("nodes") || fs.Changed("selector") || len(fs.Args()) > 0 {
+		return nil
+	}
+	if dry := fs.Lookup("dry-run"); dry != nil && dry.Value.String() == "client" {
+		return nil
+	}
+	out := g.IOStreams.Out
+	if o, _ := fs.GetString("output"); o != "" {
+		out = g.IOStreams.ErrOut
+	}
+	return cli.ConfirmOnTerminal(g.IOStreams.In, out,
+		"No NODE, --nodes or --selector: "+cmd.CommandPath()+" acts on every Tenstorrent node of the cluster, --max-parallel at "+
+			"a time (--dry-run shows the plan).",
+		"Upgrade every node?", "Nothing upgraded.")
 }
 
 // submit checks what a Job's run would refuse, then creates the Job.
@@ -329,7 +354,7 @@ Re-run the same upgrade (here or --in-cluster) to continue.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.Run(cmd.Context()) },
 	}
 	cmd.Flags().StringVar(&o.namespace, "runner-namespace", deploy.RunnerNamespace, "namespace of in-cluster runs' Jobs")
-	cmd.Flags().BoolVar(&o.dry, "dry-run", false, "say which Job would be deleted and delete nothing")
+	cli.DryRunVar(cmd.Flags(), &o.dry, "client", "say which Job would be deleted and delete nothing")
 	return cmd
 }
 

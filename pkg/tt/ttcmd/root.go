@@ -28,5 +28,6 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	agent := agentcmd.NewCommand()
 	agent.Hidden = true
 	root.AddCommand(agent)
+	cli.AddCompletions(root, g)
 	return root
 }

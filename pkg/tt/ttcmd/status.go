@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/runbook"
@@ -26,6 +27,9 @@ type statusOptions struct {
 	output string
 	watch  bool
 	probe  bool
+	wait   bool
+	// timeout bounds --wait; 0 waits as long as it takes.
+	timeout time.Duration
 
 	selection tt.Selection
 }
@@ -37,6 +41,8 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 		Short: "Show every Tenstorrent node: versions, install mode, cordon owner, current step and why it is stuck",
 		Example: `  kubectl tt status
   kubectl tt status -o wide --watch
+  # In a script: wait for the roll in progress to end; exit 0 done, 3 needs a person, 1 failed
+  kubectl tt status --wait --timeout 2h
   kubectl tt status tt-node-3 -o json
   # Measure every node again (a short helper pod each) and show label vs measured
   kubectl tt status --probe`,
@@ -49,8 +55,11 @@ func newStatusCommand(g *cli.Globals) *cobra.Command {
 		},
 	}
 	o.sel.add(cmd, g)
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide|json|yaml|name|jsonpath=TEMPLATE")
-	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "keep watching and redraw when nodes change")
+	cli.AddOutputFlag(cmd, &o.output, "wide", "json", "yaml", "name", "jsonpath")
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "keep watching: a node's row is redrawn when it changes")
+	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the run in progress (or in the cluster) to end, printing its progress as it "+
+		"changes; exit 0 when it finished, 3 when it stopped for a person (blocked, paused), 1 when it failed")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "with --wait: give up after this long (exit 1); 0 waits as long as it takes")
 	cmd.Flags().BoolVar(&o.probe, "probe", false, "measure the nodes first (a probe helper pod each; nothing changes on them)")
 	o.helper.add(cmd.Flags(), 5*time.Minute)
 	return cmd
@@ -61,7 +70,7 @@ func (o *statusOptions) Complete(args []string) { o.selection = o.sel.selection(
 
 // Validate rejects bad input before any API call.
 func (o *statusOptions) Validate() error {
-	if err := ui.ValidateOutput(o.output, "json", "yaml", "wide", "name", "jsonpath"); err != nil {
+	if err := ui.ValidateOutput(o.output, "wide", "json", "yaml", "name", "jsonpath"); err != nil {
 		return cli.UsageErrorf("%v", err)
 	}
 	if err := o.selection.Validate(); err != nil {
@@ -69,6 +78,12 @@ func (o *statusOptions) Validate() error {
 	}
 	if o.probe && o.watch {
 		return cli.UsageErrorf("--probe and --watch do not mix: probe once, then watch")
+	}
+	if o.wait && (o.watch || o.probe || o.output != "") {
+		return cli.UsageErrorf("--wait prints the run's progress and exits by its outcome: it takes neither --watch, --probe nor -o")
+	}
+	if o.timeout < 0 || o.timeout > 0 && !o.wait {
+		return cli.UsageErrorf("--timeout is how long --wait waits: a positive duration, with --wait")
 	}
 	if err := o.helper.config().Validate(); o.probe && err != nil {
 		return cli.UsageErrorf("%v", err)
@@ -78,6 +93,13 @@ func (o *statusOptions) Validate() error {
 
 // Run measures first when asked, then prints (and with --watch redraws).
 func (o *statusOptions) Run(ctx context.Context) error {
+	if o.wait {
+		cs, err := o.g.Factory.KubernetesClientSet()
+		if err != nil {
+			return err
+		}
+		return cli.WaitForRun(ctx, cs, o.g.IOStreams.Out, "tt", "kube-system", tt.LockName, o.timeout)
+	}
 	if o.probe {
 		if err := o.measure(ctx, o.selection); err != nil {
 			return err
@@ -94,6 +116,9 @@ func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 	md, err := o.g.MetadataClient()
 	if err != nil {
 		return err
+	}
+	if o.watch && !ui.Machine(o.output) {
+		return o.watchTable(ctx, cs)
 	}
 	for {
 		// The pause note is read alongside the fleet, not after it.
@@ -112,10 +137,7 @@ func (o *statusOptions) print(ctx context.Context, sel tt.Selection) error {
 		if err != nil {
 			return err
 		}
-		if o.watch && !ui.Machine(o.output) && ui.IsTerminal(o.g.IOStreams.Out) {
-			fmt.Fprint(o.g.IOStreams.Out, "\033[H\033[2J")
-		}
-		if err := o.table(o.g.IOStreams.Out, rows); err != nil {
+		if err := o.table(ctx, cs, o.g.IOStreams.Out, rows); err != nil {
 			return err
 		}
 		if note := <-pause; note != "" {
@@ -184,13 +206,21 @@ func waitForChange(ctx context.Context, w watch.Interface) {
 	}
 }
 
-func (o *statusOptions) table(out io.Writer, rows []tt.NodeStatus) error {
+func (o *statusOptions) table(ctx context.Context, cs kubernetes.Interface, out io.Writer, rows []tt.NodeStatus) error {
 	if ui.Machine(o.output) {
 		names := make([]string, len(rows))
 		for i, r := range rows {
 			names[i] = "node/" + r.Node
 		}
-		return ui.PrintObject(out, o.output, ui.Named(map[string]any{"nodes": rows}, names))
+		doc := ui.List{Kind: "NodeStatusList", Items: rows}
+		if o.output != "name" {
+			run, err := cli.ReadRunInfo(ctx, cs, "kube-system", tt.LockName)
+			if err != nil {
+				return err
+			}
+			doc.Extra = map[string]any{"run": run}
+		}
+		return ui.PrintObject(out, o.output, ui.Named(doc, names))
 	}
 	if len(rows) == 0 {
 		_, err := fmt.Fprintln(out, noNodes(o.selection))
@@ -201,19 +231,29 @@ func (o *statusOptions) table(out io.Writer, rows []tt.NodeStatus) error {
 	buf := bufio.NewWriterSize(out, 64<<10)
 	defer buf.Flush()
 	tw := tabwriter.NewWriter(buf, 0, 4, 2, ' ', 0)
-	head := "NODE\tKMD\tTT-SMI\tFIRMWARE\tMODE\tCORDON\tSTATE\tWHY"
-	if o.output == "wide" {
-		head += "\tDEVICES\tSINCE\tRUN"
-	}
-	fmt.Fprintln(tw, head)
+	fmt.Fprintln(tw, strings.Join(o.headers(), "\t"))
 	for _, r := range rows {
-		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Node, r.KMD, r.SMI, r.Firmware, r.InstallMode, r.Cordon, r.State, r.Why)
-		if o.output == "wide" {
-			line += fmt.Sprintf("\t%s\t%s\t%s", r.DeviceSummary(), r.Since, r.Run)
-		}
-		fmt.Fprintln(tw, line)
+		fmt.Fprintln(tw, strings.Join(o.cells(r), "\t"))
 	}
 	return tw.Flush()
+}
+
+// headers are the table's columns; -o wide adds three.
+func (o *statusOptions) headers() []string {
+	h := []string{"NODE", "KMD", "TT-SMI", "FIRMWARE", "MODE", "CORDON", "STATE", "WHY"}
+	if o.output == "wide" {
+		h = append(h, "DEVICES", "SINCE", "RUN")
+	}
+	return h
+}
+
+// cells is r as a table row.
+func (o *statusOptions) cells(r tt.NodeStatus) []string {
+	c := []string{r.Node, r.KMD, r.SMI, r.Firmware, r.InstallMode, r.Cordon, r.State, r.Why}
+	if o.output == "wide" {
+		c = append(c, r.DeviceSummary(), r.Since, r.Run)
+	}
+	return c
 }
 
 // noNodes is what status says instead of an empty table: what it looked for.

@@ -27,6 +27,8 @@ func newUpgradeCommand(g *cli.Globals) *cobra.Command {
 	cmd.AddCommand(newUpgradeKMDCommand(g), newUpgradeSMICommand(g), newUpgradeFirmwareCommand(g))
 	for _, c := range cmd.Commands() {
 		addInClusterFlags(c)
+		c.Flags().BoolP("yes", "y", false, "upgrade every node without asking (with no NODE, --nodes or --selector a terminal is "+
+			"asked first; a script is not)")
 	}
 	return cmd
 }

@@ -53,7 +53,7 @@ func TestTTStatusWithoutTenstorrentNodesSaysWhatItLookedFor(t *testing.T) {
 	if code, out, _ := run(t, "tt", "status", "-o", "name"); code != 0 || out != "" {
 		t.Errorf("-o name: exit %d, %q", code, out)
 	}
-	if code, out, _ := run(t, "tt", "status", "-o", "jsonpath={.nodes}"); code != 0 || out != "[]" {
+	if code, out, _ := run(t, "tt", "status", "-o", "jsonpath={.items}"); code != 0 || out != "[]" {
 		t.Errorf("-o jsonpath: exit %d, %q", code, out)
 	}
 	// --any-node: every node is a Tenstorrent node now, and shows in the table.

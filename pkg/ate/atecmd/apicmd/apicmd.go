@@ -241,7 +241,7 @@ so it never races a roll.`,
 	conn.add(cmd.Flags())
 	cmd.Flags().StringVarP(&data, "data", "d", "", "request as JSON; @FILE reads a file, @- the input (default: an empty request)")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "confirm a method that changes the substrate")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the method and request a mutating call would send, and send nothing")
+	cli.DryRunVar(cmd.Flags(), &dryRun, "client", "print the method and request a mutating call would send, and send nothing")
 	cmd.Flags().BoolVar(&stealLock, "steal-lock", false, "take over the lock from a run that stopped renewing it (never from a live one)")
 	cmd.Flags().StringVar(&lockNS, "lock-namespace", fleet.Namespace, "namespace of the Lease that keeps two runs from fighting")
 	return cmd

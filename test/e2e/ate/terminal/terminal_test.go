@@ -21,6 +21,8 @@ import (
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate/campaign"
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/ui"
 )
 
 func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "ate-fleet"}) }
@@ -128,5 +130,33 @@ func TestStatusWithoutTheAPIClaimsNothingAboutActors(t *testing.T) {
 		if !strings.Contains(js, `"actorsOnOldPoolWorkers": null`) || !strings.Contains(js, `"actorsRead": false`) {
 			t.Errorf("status -o json %v: the actor counts must be null, actorsRead false", args)
 		}
+		// A typed document with the roll's last run beside the status.
+		var doc struct {
+			APIVersion, Kind string
+			Run              struct {
+				Progress *struct{ Run, Outcome string }
+			}
+		}
+		if err := json.Unmarshal([]byte(js[:strings.LastIndex(js, "}")+1]), &doc); err != nil || doc.APIVersion != ui.APIVersion ||
+			doc.Kind != "Status" || doc.Run.Progress == nil || doc.Run.Progress.Run == "" || doc.Run.Progress.Outcome != "done" {
+			t.Errorf("status -o json %v: %+v (%v), want a Status with the last run's progress, done", args, doc, err)
+		}
+	}
+}
+
+// After the roll, ate status --wait exits 0 saying the last run ended done;
+// paused, it exits 3 naming the pause and resume.
+func TestStatusWaitAfterTheRoll(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 2*time.Minute)
+	out, code := atetest.Run(t, ctx, "status", "--wait", "--timeout", "30s")
+	if code != 0 || !strings.Contains(out, "ended done") {
+		t.Errorf("status --wait after the roll: exit %d, want 0 saying it ended done\n%s", code, out)
+	}
+	atetest.MustRun(t, ctx, "pause", "--reason", "soak over the weekend")
+	defer atetest.MustRun(t, ctx, "resume")
+	out, code = atetest.Run(t, ctx, "status", "--wait", "--timeout", "30s")
+	if code != cli.ExitBlocked || !strings.Contains(out, "soak over the weekend") || !strings.Contains(out, "kubectl ate resume") {
+		t.Errorf("status --wait while paused: exit %d, want 3 naming the pause and resume\n%s", code, out)
 	}
 }

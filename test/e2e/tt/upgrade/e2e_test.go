@@ -428,10 +428,11 @@ func TestStatusOutputs(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	var doc struct {
-		Nodes []tt.NodeStatus `json:"nodes"`
+		Kind  string          `json:"kind"`
+		Nodes []tt.NodeStatus `json:"items"`
 	}
-	if err := json.Unmarshal([]byte(out[:bytes.LastIndexByte([]byte(out), '}')+1]), &doc); err != nil || len(doc.Nodes) != 6 {
-		t.Fatalf("json: %v, %d nodes", err, len(doc.Nodes))
+	if err := json.Unmarshal([]byte(out[:bytes.LastIndexByte([]byte(out), '}')+1]), &doc); err != nil || len(doc.Nodes) != 6 || doc.Kind != "NodeStatusList" {
+		t.Fatalf("json: %v, kind %q, %d nodes", err, doc.Kind, len(doc.Nodes))
 	}
 	for _, n := range doc.Nodes {
 		if n.Node == dkmsNode && (n.State != "skipped" || !strings.Contains(n.Why, "DKMS")) {
