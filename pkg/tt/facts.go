@@ -156,13 +156,13 @@ func (o observer) observeParts(ctx context.Context, node string, parts runbook.P
 // serial section of a parallel roll: each added a round trip to every node's
 // turn. Each is used only if the fresh node still calls for it.
 type cordonReads struct {
-	out   *pending[othersOut] // nil: read when needed
+	out *pending[othersOut] // nil: read when needed
 	// outNames are the other nodes out of service this observation read
 	// (nil: not read).
 	outNames []string
-	pdbs  *pending[kube.PDBsByNamespace]
-	pods  []corev1.Pod // the pods pdbs was read for
-	probe string       // and the probe record that chose them
+	pdbs     *pending[kube.PDBsByNamespace]
+	pods     []corev1.Pod // the pods pdbs was read for
+	probe    string       // and the probe record that chose them
 }
 
 func (o observer) startCordonReads(ctx context.Context, name string, parts runbook.Parts, prev *Facts) cordonReads {
