@@ -147,6 +147,11 @@ func (a *inventoryAPI) Inventory(context.Context) (*ateapi.Inventory, error) {
 	return &ateapi.Inventory{}, nil
 }
 
+// ProbeMove: this API refuses nothing (the mark asks before it writes).
+func (a *inventoryAPI) ProbeMove(context.Context, []string) ([]ateapi.Refusal, []string, error) {
+	return nil, nil, nil
+}
+
 // The mark step's result is its own patch's response and the facts it
 // decided on (annotations cannot show in the pods or the inventory): the
 // engine's look after it makes no request. The mark step alone, through

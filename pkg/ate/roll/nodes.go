@@ -61,6 +61,11 @@ type NodeRoll struct {
 	// stopped early (a refusal, nothing changed on that node).
 	sides node.Sides
 	err   error
+	// othersBehind counts, as the last pick read the cluster, the nodes
+	// other than the one picked that were not at the way's target: while
+	// any is, moving the picked one cannot make every node reach it, and
+	// settle reads nothing.
+	othersBehind int
 }
 
 // NewNodeRoll prepares moving nodes the way o says.
@@ -161,6 +166,12 @@ func (r *NodeRoll) pick(ctx context.Context) (string, error) {
 	cfg.Pace = node.LatestPace(c.NodeObjects())
 	// The node was just listed in full: the first look starts from it
 	// (its pods and the inventory are read then).
+	r.othersBehind = 0
+	for _, n := range c.Nodes {
+		if n.Name != target && n.Version != r.sides.To {
+			r.othersBehind++
+		}
+	}
 	r.run.Begin(&cfg, c.ListedNode(target))
 	if o.Wait && !r.sides.FirstNode && !o.DryRun {
 		if err := r.run.WaitForCapacity(ctx, target, o.WaitTimeout, o.Say); err != nil {
@@ -245,7 +256,7 @@ func (r *NodeRoll) controlPlaneFirst(ctx context.Context, c *fleet.Cluster) erro
 // NEW if it now is: the fact the rollback's "control plane first" rests on
 // is written when it becomes true.
 func (r *NodeRoll) settle(ctx context.Context) {
-	if r.o.Direction != node.Roll || r.o.DryRun || r.o.Node == "" && r.o.All {
+	if r.o.Direction != node.Roll || r.o.DryRun || r.o.Node == "" && r.o.All || r.othersBehind > 0 {
 		return
 	}
 	c, err := fleet.ObserveCluster(ctx, r.c.Client, r.c.Dynamic)
