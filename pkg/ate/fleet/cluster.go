@@ -184,12 +184,7 @@ func ObserveClusterMeta(ctx context.Context, cs kubernetes.Interface, dyn dynami
 		c.Atelets = append(c.Atelets, ateletOf(&ds))
 	}
 	sort.Slice(c.Atelets, func(i, j int) bool { return c.Atelets[i].Created.Before(c.Atelets[j].Created) })
-	for i := range nodes {
-		n := &nodes[i]
-		c.Nodes = append(c.Nodes, NodeInfo{Name: n.Name, Version: n.Labels[VersionLabel], Cordoned: n.Spec.Unschedulable,
-			MovingTo: n.Annotations[AnnMovingTo], VerifyPending: n.Annotations[AnnVerifyPending]})
-	}
-	sort.Slice(c.Nodes, func(i, j int) bool { return c.Nodes[i].Name < c.Nodes[j].Name })
+	c.Nodes = nodeInfos(nodes)
 	c.objects, c.listedFull = nodes, md == nil
 	if pools != nil {
 		for i := range pools.Items {
@@ -199,6 +194,26 @@ func ObserveClusterMeta(ctx context.Context, cs kubernetes.Interface, dyn dynami
 	sort.Slice(c.Pools, func(i, j int) bool { return c.Pools[i].Key() < c.Pools[j].Key() })
 	c.Infer()
 	return c, nil
+}
+
+func nodeInfos(nodes []corev1.Node) []NodeInfo {
+	out := make([]NodeInfo, 0, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
+		out = append(out, NodeInfo{Name: n.Name, Version: n.Labels[VersionLabel], Cordoned: n.Spec.Unschedulable,
+			MovingTo: n.Annotations[AnnMovingTo], VerifyPending: n.Annotations[AnnVerifyPending]})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// WithNodes is c with its nodes as nodes shows them (its atelets and pools
+// as c read them): a fresh look at the nodes alone.
+func (c *Cluster) WithNodes(nodes []corev1.Node) *Cluster {
+	d := *c
+	d.Nodes = nodeInfos(nodes)
+	d.objects, d.listedFull = nodes, true
+	return &d
 }
 
 func ateletOf(ds *appsv1.DaemonSet) Atelet {

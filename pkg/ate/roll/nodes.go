@@ -66,6 +66,8 @@ type NodeRoll struct {
 	// any is, moving the picked one cannot make every node reach it, and
 	// settle reads nothing.
 	othersBehind int
+	// picked is the cluster as the last pick read it.
+	picked *fleet.Cluster
 }
 
 // NewNodeRoll prepares moving nodes the way o says.
@@ -166,7 +168,7 @@ func (r *NodeRoll) pick(ctx context.Context) (string, error) {
 	cfg.Pace = node.LatestPace(c.NodeObjects())
 	// The node was just listed in full: the first look starts from it
 	// (its pods and the inventory are read then).
-	r.othersBehind = 0
+	r.othersBehind, r.picked = 0, c
 	for _, n := range c.Nodes {
 		if n.Name != target && n.Version != r.sides.To {
 			r.othersBehind++
@@ -256,12 +258,15 @@ func (r *NodeRoll) controlPlaneFirst(ctx context.Context, c *fleet.Cluster) erro
 // NEW if it now is: the fact the rollback's "control plane first" rests on
 // is written when it becomes true.
 func (r *NodeRoll) settle(ctx context.Context) {
-	if r.o.Direction != node.Roll || r.o.DryRun || r.o.Node == "" && r.o.All || r.othersBehind > 0 {
+	if r.o.Direction != node.Roll || r.o.DryRun || r.o.Node == "" && r.o.All || r.othersBehind > 0 || r.picked == nil {
 		return
 	}
-	c, err := fleet.ObserveCluster(ctx, r.c.Client, r.c.Dynamic)
+	// The atelets and pools as the pick read them (a move changes
+	// neither), the nodes read again: one joined at the old version since
+	// the pick keeps the fact from being recorded.
+	nodes, err := kube.ListNodesLight(ctx, nil, r.c.Client, "")
 	if err == nil {
-		err = RecordEveryNodeReached(ctx, r.c.Client, r.c.Recorder, c)
+		err = RecordEveryNodeReached(ctx, r.c.Client, r.c.Recorder, r.picked.WithNodes(nodes))
 	}
 	if err != nil {
 		r.o.Say("could not record whether every node is at the new version: %v (the next run records it)", err)

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/rollbook/rollbook/deploy"
+	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/internal/tttest"
 	"github.com/rollbook/rollbook/pkg/cli"
@@ -49,6 +50,13 @@ func TestCleanupAfterARoll(t *testing.T) {
 	// while the run still holds the Lease.
 	w, err := c.Client.CoreV1().Pods(deploy.HelperNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper + "=kmd"})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The module swap lasts long enough for cleanup to find its helper
+	// Running (the module is built before, in kmd-build: the swap alone is
+	// quick on the fake host).
+	root := filepath.Join(c.Dir, "hosts", target)
+	if err := fakehost.SetDelays(root, 0, 8*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -88,6 +96,9 @@ func TestCleanupAfterARoll(t *testing.T) {
 	}
 	cancel()
 	<-done
+	if err := fakehost.SetDelays(root, 0, 0); err != nil {
+		t.Fatal(err)
+	}
 
 	// The killed run left the node cordoned: half-way, refused, named.
 	if n, _ := c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{}); tt.HalfWay(n) == "" {

@@ -128,10 +128,17 @@ func TestPerNodeCost(t *testing.T) {
 	// apart, step clocks, Lease renewals and timed journal writes made it
 	// 39–46 by the machine's load, and 48–50 under a heavy one.
 	const maxPerNode = 40
-	sorted := slices.Sorted(slices.Values(reqs))
+	// The roll's last node also records, once per roll, that every node
+	// reached the new version (#42): a fresh node list, the DaemonSet's
+	// annotation and its Event. That is the roll's cost, not the node's.
+	const lastNodeRecord = 3
+	perNode := slices.Clone(reqs)
+	perNode[len(perNode)-1] -= lastNodeRecord
+	sorted := slices.Sorted(slices.Values(perNode))
 	median := (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
 	if hi := sorted[len(sorted)-1]; hi > median*3/2 || hi > maxPerNode {
-		t.Errorf("per-node requests %v: the costliest node (%d) is over 1.5× the median (%d) or over %d", reqs, hi, median, maxPerNode)
+		t.Errorf("per-node requests %v (the last node less its record of the roll, %d): the costliest node (%d) is over 1.5× "+
+			"the median (%d) or over %d", reqs, lastNodeRecord, hi, median, maxPerNode)
 	}
 	atetest.NoActorLost(t, ctx)
 }

@@ -82,9 +82,20 @@ func TestWorkersOfANotReadyNodeAreNotCapacity(t *testing.T) {
 func nodeNotReady(t *testing.T, ctx context.Context, node string) {
 	t.Helper()
 	cs := simtest.Get(t).Client
+	// NotReady and staying so: a heartbeat kwok computed before the label
+	// may still land and set Ready once more (on a loaded machine the
+	// window is seconds), and the pick must not read the node between.
+	var since time.Time
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		return err == nil && !kube.NodeReady(n), nil
+		if err != nil || kube.NodeReady(n) {
+			since = time.Time{}
+			return false, nil
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) >= 3*time.Second, nil
 	}); err != nil {
 		t.Fatalf("%s never went NotReady: %v", node, err)
 	}
