@@ -16,6 +16,9 @@ const (
 	InImage Where = "image"
 	// OnHost is the node, under the host root the pod mounts.
 	OnHost Where = "host"
+	// InVolume is a volume the helper's pod mounts (a ConfigMap kubectl tt
+	// publishes): present at run time, never in the image.
+	InVolume Where = "volume"
 )
 
 // Kind of access.
@@ -89,7 +92,7 @@ var Requirements = []Requirement{
 		"processes holding /dev/tenstorrent: fds, tenstorrent dma-bufs, mappings (hostPID)"},
 	{OpKMD, KindWrite, OnHost, "cache", "/var/cache/tt-kmd/<kver>/<version>/<module SHA-256>/tenstorrent.ko{,.json}", "",
 		"module cache, by content: the vouched module (--module-sha256), and builds for the installed kernels it does not run"},
-	{OpKMD, KindRead, InImage, "shared-module", "/rollbook/module/{tenstorrent.ko.gz,module.json,signing_key.x509}", "",
+	{OpKMD, KindRead, InVolume, "shared-module", "/rollbook/module/{tenstorrent.ko.gz,module.json,signing_key.x509}", "",
 		"the module kubectl tt vouched for and its signing certificate (a ConfigMap volume, --module-from)"},
 	{OpKMD, KindWrite, OnHost, "updates", "/lib/modules/<kver>/updates/tenstorrent.ko", "", "reboot persistence"},
 	{OpKMD, KindWrite, OnHost, "modules-load", "/etc/modules-load.d/tenstorrent.conf", "", "load at boot"},
