@@ -168,19 +168,8 @@ func KillNextFlash(root string) error {
 // version, as tt-smi and sysfs print it: "80.17.2.0" (the scheme before 18),
 // "255.255.255.255" (a Galaxy chip that reports no bundle version).
 func SetFirmware(root string, index int, version string) error {
-	st, err := loadState(root)
+	st, err := changeCards(root, index, func(d *Device) { d.Firmware, d.SPI = version, "" })
 	if err != nil {
-		return err
-	}
-	if index >= len(st.Devices) {
-		return fmt.Errorf("fakehost: no card %d (the host has %d)", index, len(st.Devices))
-	}
-	for i := range st.Devices {
-		if index < 0 || i == index {
-			st.Devices[i].Firmware, st.Devices[i].SPI = version, ""
-		}
-	}
-	if err := saveState(root, st); err != nil {
 		return err
 	}
 	return renderDeviceAttrs(root, st, boundDevices(st, loadedVersion(root)))
@@ -190,17 +179,24 @@ func SetFirmware(root string, index int, version string) error {
 // root's host, or every card for index < 0, until set back: a flash that
 // fails after the cordon, for tests of what a failed node does to a roll.
 func SetFailFlash(root string, index int, fail bool) error {
+	_, err := changeCards(root, index, func(d *Device) { d.FailFlash = fail })
+	return err
+}
+
+// changeCards applies change to card index of root's host (index < 0:
+// every card) and saves the host's state.
+func changeCards(root string, index int, change func(*Device)) (*state, error) {
 	st, err := loadState(root)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if index >= len(st.Devices) {
-		return fmt.Errorf("fakehost: no card %d (the host has %d)", index, len(st.Devices))
+		return nil, fmt.Errorf("fakehost: no card %d (the host has %d)", index, len(st.Devices))
 	}
 	for i := range st.Devices {
 		if index < 0 || i == index {
-			st.Devices[i].FailFlash = fail
+			change(&st.Devices[i])
 		}
 	}
-	return saveState(root, st)
+	return st, saveState(root, st)
 }
