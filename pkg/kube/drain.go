@@ -412,6 +412,42 @@ func WaitDisruptionsAllowed(ctx context.Context, cs kubernetes.Interface, pods [
 	return true
 }
 
+// WaitAnyLeaves watches, at most max, the pods sel selects in ns until
+// one of names is being deleted or gone (another drain evicted it), and
+// reports whether that happened: a PDB's disruption that drain claimed is
+// then counted in the PDB's own status.
+func WaitAnyLeaves(ctx context.Context, cs kubernetes.Interface, ns string, sel labels.Selector, names []string,
+	max time.Duration) bool {
+	wctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	pods := cs.CoreV1().Pods(ns)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel.String()
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel.String()
+			return pods.Watch(ctx, o)
+		},
+	}
+	left := func(s cache.Store) bool {
+		for _, n := range names {
+			o, ok, err := s.GetByKey(ns + "/" + n)
+			if err != nil || !ok || !Evictable(o.(*corev1.Pod)) {
+				return true
+			}
+		}
+		return false
+	}
+	var store cache.Store
+	_, err := watchtools.UntilWithSync(wctx, lw, &corev1.Pod{}, func(s cache.Store) (bool, error) {
+		store = s
+		return left(s), nil
+	}, func(watch.Event) (bool, error) { return left(store), nil })
+	return err == nil && ctx.Err() == nil
+}
+
 // Evictable reports whether a drain would evict p: not terminal, not
 // already being deleted, not a DaemonSet pod, not a static (mirror) pod and
 // not one of rollbook's helper pods.
