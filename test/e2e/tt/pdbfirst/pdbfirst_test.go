@@ -1,9 +1,10 @@
 //go:build e2e
 
 // Package pdbfirst runs kubectl tt upgrade kmd|firmware against nodes whose
-// drain a PodDisruptionBudget forbids: what preflight reports as `pdb` the
-// upgrade refuses before the node's cordon, and a budget the roll's own
-// progress frees is waited for, uncordoned, not refused.
+// drain a PodDisruptionBudget (or kubectl drain's emptyDir rule) forbids:
+// what preflight reports as `pdb` (`local-data`) the upgrade refuses before
+// the node's cordon, and a budget the roll's own progress frees is waited
+// for, uncordoned, not refused.
 package pdbfirst
 
 import (
@@ -366,6 +367,13 @@ func setUnschedulable(t *testing.T, ctx context.Context, name string, on bool) {
 func workload(t *testing.T, ctx context.Context, ns, name string, replicas int32, device bool, finalizers []string,
 	nodes ...string) {
 	t.Helper()
+	workloadWith(t, ctx, ns, name, replicas, device, finalizers, nil, nodes...)
+}
+
+// workloadWith is workload with tweak applied to the pods' spec.
+func workloadWith(t *testing.T, ctx context.Context, ns, name string, replicas int32, device bool, finalizers []string,
+	tweak func(*corev1.PodSpec), nodes ...string) {
+	t.Helper()
 	cs := simtest.Get(t).Client
 	lbl := map[string]string{"app": name}
 	spec := corev1.PodSpec{
@@ -382,6 +390,9 @@ func workload(t *testing.T, ctx context.Context, ns, name string, replicas int32
 		spec.Volumes = []corev1.Volume{{Name: "dev", VolumeSource: corev1.VolumeSource{
 			HostPath: &corev1.HostPathVolumeSource{Path: "/dev/tenstorrent"}}}}
 		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "dev", MountPath: "/dev/tenstorrent"}}
+	}
+	if tweak != nil {
+		tweak(&spec)
 	}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: lbl},
@@ -445,4 +456,45 @@ func waitPod(t *testing.T, ctx context.Context, ns, selector string, cond func(*
 		t.Fatalf("waiting for a pod %s in %s: %v", selector, ns, err)
 	}
 	return found
+}
+
+// A device holder with emptyDir data is refused before the cordon, as
+// kubectl drain refuses it, by preflight and the upgrade alike; with
+// --delete-emptydir-data the same command evicts it, with the grace period
+// --grace-period gives.
+func TestEmptyDirDataStopsBeforeCordon(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	ns := c.NewNamespace(t)
+	const n, version = "kwok-node-2", "2.8.1"
+	workloadWith(t, ctx, ns, "scratch", 1, true, nil, func(s *corev1.PodSpec) {
+		s.Volumes = append(s.Volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		s.TerminationGracePeriodSeconds = ptr.To(int64(600))
+	}, n)
+	want := []string{"has emptyDir volumes", "--delete-emptydir-data", "will not take node " + n + " out of service"}
+	if out, code := run(t, ctx, "preflight", "kmd", "--version", version, "--nodes", n); code != cli.ExitBlocked ||
+		!strings.Contains(out, "has emptyDir volumes") {
+		t.Errorf("preflight: exit %d, want %d naming the emptyDir pod", code, cli.ExitBlocked)
+	}
+	tttest.BlockedUncordoned(t, ctx, n, want, "upgrade", "kmd", "--version", version, "--nodes", n)
+	bundle := "file://" + filepath.Join(c.Dir, "bundles", "fw_pack-19.0.0.fwbundle")
+	tttest.BlockedUncordoned(t, ctx, n, want, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle,
+		"--nodes", n)
+
+	evicted := make(chan *corev1.Pod, 1)
+	go func() {
+		evicted <- waitPod(t, ctx, ns, "app=scratch", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	}()
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", version, "--nodes", n, "--delete-emptydir-data",
+		"--grace-period", "7"); code != 0 {
+		t.Fatalf("with --delete-emptydir-data: exit %d", code)
+	}
+	if h := host(t, n); h.LoadedKMD != version {
+		t.Errorf("the host runs %q, want %s", h.LoadedKMD, version)
+	}
+	p := <-evicted
+	if g := p.DeletionGracePeriodSeconds; g == nil || *g != 7 {
+		t.Errorf("pod %s evicted with grace period %v, want 7 (--grace-period)", p.Name, g)
+	}
 }
