@@ -345,7 +345,7 @@ func TestPDBClaimEndsAtTheClaimingDrainsEviction(t *testing.T) {
 	if len(as) != 1 || len(bs) != 1 {
 		t.Fatalf("cordon spans %v / %v, want one each", as, bs)
 	}
-	if !(as[0][0] < bs[0][0] && bs[0][0] < as[0][1]) {
+	if bs[0][0] <= as[0][0] || as[0][1] <= bs[0][0] {
 		t.Errorf("%s cordoned at resourceVersion %d, want between %s's cordon %d and its uncordon %d: the wait for the "+
 			"claimed budget must end at the claiming drain's eviction", b, bs[0][0], a, as[0][0], as[0][1])
 	}
