@@ -183,6 +183,14 @@ func SetFailFlash(root string, index int, fail bool) error {
 	return err
 }
 
+// SetSPIVerifyFails makes tt-flash's SPI write to card index of root's
+// host (index < 0: every card) fail both verifications, until set back:
+// the failure tt-flash says needs a person (ttflash.FailureSource).
+func SetSPIVerifyFails(root string, index int, fail bool) error {
+	_, err := changeCards(root, index, func(d *Device) { d.SPIVerifyFails = fail })
+	return err
+}
+
 // changeCards applies change to card index of root's host (index < 0:
 // every card) and saves the host's state.
 func changeCards(root string, index int, change func(*Device)) (*state, error) {

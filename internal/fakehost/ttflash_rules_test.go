@@ -50,3 +50,42 @@ func TestFakeTTFlashFollowsTheRules(t *testing.T) {
 		})
 	}
 }
+
+// The fake tt-flash fails an SPI write as tt-flash does
+// (ttflash.FailureSource): the chip's failure carries the phrase that
+// hands the board to a person, the exit status counts the failed chips,
+// the chips whose writes verified hold the bundle in their SPI, and no
+// chip is reset (each still runs what it ran).
+func TestFakeTTFlashSPIWriteFailureNeedsAPerson(t *testing.T) {
+	for _, failing := range [][]int{{0}, {1}, {0, 2}, {0, 1, 2}} {
+		devs := []Device{{Firmware: "18.2.0.0", Board: "n150"}, {Firmware: "18.2.0.0", Board: "n150"}, {Firmware: "18.2.0.0", Board: "n150"}}
+		bad := map[int]bool{}
+		for _, i := range failing {
+			devs[i].SPIVerifyFails, bad[i] = true, true
+		}
+		root := newRoot(t, Spec{LoadedKMD: "2.0.0", Devices: devs})
+		bundle := filepath.Join(t.TempDir(), "b.fwbundle")
+		if err := WriteBundle(bundle, "18.3.0"); err != nil {
+			t.Fatal(err)
+		}
+		code, out := invoke(t, root, "tt-flash", "--no-color", "flash", "--fw-tar", bundle)
+		if code != len(failing) || !strings.Contains(out, ttflash.NeedsPersonMarker) || !strings.Contains(out, "FLASH FAILED") {
+			t.Fatalf("%v failing: want exit %d with %q and FLASH FAILED; exit %d\n%s", failing, len(failing),
+				ttflash.NeedsPersonMarker, code, out)
+		}
+		o, err := Inspect(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range devs {
+			wantSPI := "18.3.0.0"
+			if bad[i] {
+				wantSPI = "18.2.0.0"
+			}
+			if o.Firmware[i] != "18.2.0.0" || o.SPI[i] != wantSPI {
+				t.Errorf("%v failing: chip %d runs %s with %s in its SPI; want 18.2.0.0 (no reset) with %s",
+					failing, i, o.Firmware[i], o.SPI[i], wantSPI)
+			}
+		}
+	}
+}
