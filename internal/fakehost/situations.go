@@ -187,7 +187,10 @@ func SetFailFlash(root string, index int, fail bool) error {
 // host (index < 0: every card) fail both verifications, until set back:
 // the failure tt-flash says needs a person (ttflash.FailureSource).
 func SetSPIVerifyFails(root string, index int, fail bool) error {
-	_, err := changeCards(root, index, func(d *Device) { d.SPIVerifyFails = fail })
+	_, err := changeCards(root, index, func(d *Device) {
+		// Set back, it stands for the fix support made to the board.
+		d.SPIVerifyFails, d.SPIFailed = fail, d.SPIFailed && fail
+	})
 	return err
 }
 

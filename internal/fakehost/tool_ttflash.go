@@ -3,6 +3,8 @@ package fakehost
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,6 +112,10 @@ func ttFlash(t *tool) int {
 		}
 	}
 	fmt.Fprintln(out, "Stage: FLASH")
+	if failed := failedSPI(st); failed != "" && slices.Contains(write, true) {
+		t.recordEvent(EventFailedSPITouched, "tt-flash wrote a board whose chip(s) "+failed+" failed an SPI write tt-flash said "+
+			"needs a person")
+	}
 	for i := 0; i < st.FlashNoiseLines; i++ {
 		fmt.Fprintf(out, "\t\tWriting block %d of %d (progress %d%%)\n", i, st.FlashNoiseLines, 100*i/max(st.FlashNoiseLines, 1))
 	}
@@ -143,6 +149,7 @@ func ttFlash(t *tool) int {
 			// again; the second mismatch hands the board to a person.
 			fmt.Fprintf(out, "\t%d: Writing new firmware... SUCCESS\n\t\tInitial verification: failed\n"+
 				"\t\tWrote the firmware once more\n\t\tSecond verification failed: %s, contact support\n", i, ttflash.NeedsPersonMarker)
+			d.SPIFailed = true
 			rc++
 		default:
 			fmt.Fprintf(out, "\t%d: Sub Stage: FLASH  Writing %s over %s\n", i, target, d.spi())
@@ -188,4 +195,16 @@ func ttFlash(t *tool) int {
 	}
 	fmt.Fprintln(out, "FLASH SUCCESS")
 	return 0
+}
+
+// failedSPI names the chips with a failed SPI write not fixed since, ""
+// when none.
+func failedSPI(st *state) string {
+	var s []string
+	for i, d := range st.Devices {
+		if d.SPIFailed {
+			s = append(s, strconv.Itoa(i))
+		}
+	}
+	return strings.Join(s, ",")
 }

@@ -89,3 +89,42 @@ func TestFakeTTFlashSPIWriteFailureNeedsAPerson(t *testing.T) {
 		}
 	}
 }
+
+// A board left with a failed SPI write is not to be reset or flashed
+// again until a person fixed it: the fake records either as
+// EventFailedSPITouched (a sim violation), and nothing once fixed.
+func TestFakeHostRecordsTouchingAFailedSPI(t *testing.T) {
+	bundle := filepath.Join(t.TempDir(), "b.fwbundle")
+	if err := WriteBundle(bundle, "18.3.0"); err != nil {
+		t.Fatal(err)
+	}
+	touched := func(root string) int {
+		evs, err := Events(root, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range evs {
+			if e.Kind == EventFailedSPITouched {
+				n++
+			}
+		}
+		return n
+	}
+	for _, again := range [][]string{{"tt-flash", "flash", "--fw-tar", bundle}, {"tt-smi", "-r"}} {
+		root := newRoot(t, Spec{LoadedKMD: "2.0.0", Devices: []Device{{Board: "n150"}, {Board: "n150", SPIVerifyFails: true}}})
+		if code, out := invoke(t, root, "tt-flash", "flash", "--fw-tar", bundle); code != 1 || touched(root) != 0 {
+			t.Fatalf("the failing flash: exit %d, %d events\n%s", code, touched(root), out)
+		}
+		invoke(t, root, again...)
+		if touched(root) != 1 {
+			t.Fatalf("%v after a failed SPI write: %d events, want 1", again, touched(root))
+		}
+		if err := SetSPIVerifyFails(root, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		if code, out := invoke(t, root, "tt-flash", "flash", "--fw-tar", bundle); code != 0 || touched(root) != 1 {
+			t.Fatalf("the flash after the fix: exit %d, %d events\n%s", code, touched(root), out)
+		}
+	}
+}

@@ -85,6 +85,7 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 		"node labels set to \"false\" during the flash so DaemonSets holding the device leave (empty to disable)")
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
+	o.sel.addAcknowledge(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
 	_ = fs.MarkHidden("helper-timeout") // the flash timeout is the helper's deadline
 	o.run.AddFlags(fs, "kube-system")

@@ -139,6 +139,7 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 	}
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
+	o.sel.addAcknowledge(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
 	o.run.AddFlags(fs, "kube-system")
 	o.soak.AddFlags(fs)
@@ -238,7 +239,8 @@ func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selecti
 	}
 	var operator *tt.OperatorError
 	var denied *tt.AccessError
-	if errors.As(err, &operator) || errors.As(err, &denied) { // what preflight reports: blocked, nothing changed
+	var person *tt.NeedsPersonError
+	if errors.As(err, &operator) || errors.As(err, &denied) || errors.As(err, &person) { // what preflight reports: blocked, nothing changed
 		return nil, ctx, nil, cli.WithExitCode(cli.ExitBlocked, err)
 	}
 	if err != nil {
