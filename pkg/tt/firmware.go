@@ -66,6 +66,9 @@ type FirmwareConfig struct {
 	// start of the run (ReadFirmwareOperatorClaims): a claimed node is
 	// refused before its cordon.
 	Operators OperatorClaims
+	// Acknowledged are the nodes --acknowledge-failed-flash names: a
+	// failed flash that needs a person does not stop them.
+	Acknowledged []string
 }
 
 // Complete fills defaults that depend on other fields.
@@ -392,7 +395,7 @@ happens to exist. The flash never runs while a process holds the device (unless
 				hostPID: cfg.ForceUnload, timeout: cfg.FlashTimeout,
 				guards: []runbook.Guard[Facts]{{Name: "the node is cordoned by tt-firmware", Check: func(f Facts) (bool, string) {
 					return f.ourCordon(), "a flash resets the chips; the node must be cordoned by rollbook tt-firmware first"
-				}}},
+				}}, noFlashNeedsPerson(cfg)},
 				succeeded: func(h helperFacts) bool { return h.ok() },
 				describe:  describeFlash,
 				failed: func(ctx context.Context, f Facts, h helperFacts) error {

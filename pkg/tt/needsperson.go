@@ -80,6 +80,22 @@ func flashNeedsPerson(ctx context.Context, cs kubernetes.Interface, rec kube.Rec
 	return runbook.Blocked(fmt.Errorf("%s%s", desc, describeDevices(h.Result)))
 }
 
+// noFlashNeedsPerson refuses to replace a flash helper that failed in a
+// way that needs a person, unacknowledged, even when its record never
+// reached the node (the run was killed between the two): a retry must
+// not flash the board again.
+func noFlashNeedsPerson(cfg *FirmwareConfig) runbook.Guard[Facts] {
+	return runbook.Guard[Facts]{Name: "no earlier flash of the node needs a person", Check: func(f Facts) (bool, string) {
+		h := f.Helper
+		if !h.finished() || h.Result == nil || h.Result.Error == nil || h.Result.Error.Reason != nodeagent.ReasonFlashNeedsPerson ||
+			slices.Contains(cfg.Acknowledged, f.Node.Name) {
+			return true, ""
+		}
+		return false, describeNeedsPerson(f.Node.Name, needsPersonRecord{Firmware: cfg.Readback, Message: h.Result.Error.Message,
+			At: h.Result.StartedAt})
+	}}
+}
+
 // describeNeedsPerson says what happened on node, when, and what to do.
 func describeNeedsPerson(node string, rec needsPersonRecord) string {
 	when := "at an unknown time"

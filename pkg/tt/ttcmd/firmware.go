@@ -100,6 +100,7 @@ func (o *firmwareOptions) Complete(args []string) {
 	o.cfg.MaxParallel = o.maxParallel
 	o.cfg.Complete()
 	o.selection = o.sel.selection(args)
+	o.cfg.Acknowledged = o.selection.AcknowledgedFailedFlash
 }
 
 // Validate rejects bad input before any API call.

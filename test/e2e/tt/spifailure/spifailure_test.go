@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/internal/tttest"
@@ -59,7 +62,8 @@ func writes(t *testing.T) int {
 // records it on the node, which keeps its cordon; every later run (flash,
 // kmd, tt-smi) refuses the node before anything changes until
 // --acknowledge-failed-flash names it; status says what to do; nothing
-// resets or flashes the board before the fix. After the fix, the
+// resets or flashes the board before the fix, even when the record was
+// lost (the failed helper stops the flash step). After the fix, the
 // acknowledged run flashes it and the record is gone.
 func TestFailedSPIWriteStopsForAPerson(t *testing.T) {
 	c := simtest.Get(t)
@@ -108,6 +112,20 @@ func TestFailedSPIWriteStopsForAPerson(t *testing.T) {
 	}
 	if o := node(t, other); o.Spec.Unschedulable {
 		t.Fatal("a refused run cordoned another node")
+	}
+	c.ExpectNoViolations(t)
+
+	// The record lost (the run killed between the helper's failure and its
+	// write): the failed helper still stops the flash step.
+	patch := []byte(`{"metadata":{"annotations":{"` + tt.AnnFlashNeedsPerson + `":null}}}`)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, target, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := flash(t, ctx, "19.0.0"); code != cli.ExitBlocked || !strings.Contains(out, ack) {
+		t.Fatalf("with the record lost: exit %d, want %d naming %s", code, cli.ExitBlocked, ack)
+	}
+	if w := writes(t); w != wrote {
+		t.Fatalf("with the record lost, the run wrote the SPI: %d writes, then %d", wrote, w)
 	}
 	c.ExpectNoViolations(t)
 
