@@ -42,6 +42,10 @@ const (
 	ReasonVersionMismatch  Reason = "VersionMismatch"
 	ReasonSMISourceInvalid Reason = "SMISourceInvalid"
 	ReasonSMIInstallFailed Reason = "SMIInstallFailed"
+	// ReasonSMIPackaged: a package manager owns a tt-smi on the host's
+	// PATH, which rollbook's copy would shadow or overwrite; nothing was
+	// written.
+	ReasonSMIPackaged Reason = "SMIPackaged"
 	// ReasonSMIHostIncompatible: the image's tt-smi does not run with the
 	// host's libc (a flavour built for a newer OS release).
 	ReasonSMIHostIncompatible Reason = "SMIHostIncompatible"

@@ -31,13 +31,15 @@ type ProbeRecord struct {
 	Kernel string    `json:"kernel"`
 	// KernelBuild is the running kernel's build (uname -v): with Kernel,
 	// the kernel group a module is built once for.
-	KernelBuild  string              `json:"kernelBuild,omitempty"`
-	KMD          string              `json:"kmd,omitempty"`
-	DKMS         []string            `json:"dkms,omitempty"`
-	Headers      bool                `json:"headers"`
-	Toolchain    bool                `json:"toolchain"`
-	Cached       bool                `json:"cached,omitempty"`
-	SMI          string              `json:"smi,omitempty"`
+	KernelBuild string   `json:"kernelBuild,omitempty"`
+	KMD         string   `json:"kmd,omitempty"`
+	DKMS        []string `json:"dkms,omitempty"`
+	Headers     bool     `json:"headers"`
+	Toolchain   bool     `json:"toolchain"`
+	Cached      bool     `json:"cached,omitempty"`
+	SMI         string   `json:"smi,omitempty"`
+	// SMIOnPath: see nodeagent.ProbeFacts.
+	SMIOnPath    []nodeagent.HostSMI `json:"smiOnPath,omitempty"`
 	AgentVersion string              `json:"agentVersion,omitempty"`
 	Firmware     []string            `json:"firmware,omitempty"`
 	Boards       []string            `json:"boards,omitempty"` // per device, as Firmware
@@ -76,6 +78,7 @@ func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
 			p.AgentVersion
 		rec.CC, rec.LoadRefused, rec.Tag, rec.PCIDevices, rec.BoundDevices = p.CC, p.LoadRefused, p.Tag, p.PCIDevices, p.BoundDevices
 		rec.SignatureRequired, rec.Kernels, rec.Bundle = p.SignatureRequired, p.Kernels, p.Bundle
+		rec.SMIOnPath = p.SMIOnPath
 	}
 	for _, d := range r.Devices {
 		rec.Firmware = append(rec.Firmware, d.Before)
