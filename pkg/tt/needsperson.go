@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -155,6 +156,32 @@ func (s Selection) validateAcknowledged() error {
 		}
 	}
 	return nil
+}
+
+// NeedPerson are the nodes of r this run stopped at its flash with a
+// failure recorded as needing a person, for the summary's next command.
+func NeedPerson(ctx context.Context, cs kubernetes.Interface, r runbook.Result, run string) []string {
+	var out []string
+	for _, t := range r.Targets {
+		if t.Outcome != runbook.OutcomeBlocked || t.State != "tt.fw.flash" || t.Ref.Name == "" {
+			continue
+		}
+		n, err := cs.CoreV1().Nodes().Get(ctx, t.Ref.Name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		if rec, ok := needsPersonOf(n); ok && rec.Run == run {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// NeedPersonNext is the summary's next command for nodes that need a person.
+func NeedPersonNext(nodes []string, version string) string {
+	list := strings.Join(nodes, ",")
+	return fmt.Sprintf("contact Tenstorrent support about %s (tt-flash: do not reset or power off the board); once fixed: "+
+		"kubectl tt upgrade firmware --version %s --nodes %s --%s=%s", list, version, list, AcknowledgeFlag, list)
 }
 
 // needsPersonStatus is the status of a node with a failed flash on

@@ -163,6 +163,9 @@ func (o *firmwareOptions) Run(ctx context.Context) error {
 	next := "kubectl tt status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl tt upgrade firmware --version %s", cfg.Version)
+		if nodes := tt.NeedPerson(ctx, s.Client, res, cfg.RunID); len(nodes) > 0 {
+			next = tt.NeedPersonNext(nodes, cfg.Version)
+		}
 	}
 	return s.Finish(res, next)
 }

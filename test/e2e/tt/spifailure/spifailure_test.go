@@ -73,7 +73,8 @@ func TestFailedSPIWriteStopsForAPerson(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, code := flash(t, ctx, "19.0.0")
-	if code != cli.ExitBlocked || !strings.Contains(out, "needs a person") || !strings.Contains(out, "support") {
+	if code != cli.ExitBlocked || !strings.Contains(out, "needs a person") || !strings.Contains(out, "support") ||
+		!strings.Contains(out, "--"+tt.AcknowledgeFlag+"="+target) {
 		t.Fatalf("the failed SPI write: exit %d, want %d saying it needs a person", code, cli.ExitBlocked)
 	}
 	n := node(t, target)
