@@ -31,15 +31,13 @@ type ProbeRecord struct {
 	Kernel string    `json:"kernel"`
 	// KernelBuild is the running kernel's build (uname -v): with Kernel,
 	// the kernel group a module is built once for.
-	KernelBuild string   `json:"kernelBuild,omitempty"`
-	KMD         string   `json:"kmd,omitempty"`
-	DKMS        []string `json:"dkms,omitempty"`
-	Headers     bool     `json:"headers"`
-	Toolchain   bool     `json:"toolchain"`
-	Cached      bool     `json:"cached,omitempty"`
-	SMI         string   `json:"smi,omitempty"`
-	// SMIOnPath: see nodeagent.ProbeFacts.
-	SMIOnPath    []nodeagent.HostSMI `json:"smiOnPath,omitempty"`
+	KernelBuild  string              `json:"kernelBuild,omitempty"`
+	KMD          string              `json:"kmd,omitempty"`
+	DKMS         []string            `json:"dkms,omitempty"`
+	Headers      bool                `json:"headers"`
+	Toolchain    bool                `json:"toolchain"`
+	Cached       bool                `json:"cached,omitempty"`
+	SMI          string              `json:"smi,omitempty"`
 	AgentVersion string              `json:"agentVersion,omitempty"`
 	Firmware     []string            `json:"firmware,omitempty"`
 	Boards       []string            `json:"boards,omitempty"` // per device, as Firmware
@@ -56,6 +54,8 @@ type ProbeRecord struct {
 	// Bundle is the firmware bundle upgrade firmware would flash, as read
 	// on the node.
 	Bundle *nodeagent.BundleFacts `json:"bundle,omitempty"`
+	// SMIOnPath: see nodeagent.ProbeFacts.
+	SMIOnPath []nodeagent.HostSMI `json:"smiOnPath,omitempty"`
 }
 
 func probeRecordOf(n *corev1.Node) *ProbeRecord {
