@@ -158,6 +158,22 @@ func (s Selection) validateAcknowledged() error {
 	return nil
 }
 
+// CheckNeedsPerson is what targets refuses for a failed flash that needs
+// a person (a *NeedsPersonError, or a *SelectionError for an acknowledged
+// node sel does not select), read before an --in-cluster Job is made.
+// firmware picks the firmware runbook's skips, else the driver's.
+func CheckNeedsPerson(ctx context.Context, cs kubernetes.Interface, sel Selection, firmware bool) error {
+	nodes, err := ListNodes(ctx, cs, sel)
+	if err != nil {
+		return err
+	}
+	skip := DriverSkipReason
+	if firmware {
+		skip = FirmwareSkipReason
+	}
+	return sel.checkNeedsPerson(nodes, skip)
+}
+
 // NeedPerson are the nodes of r this run stopped at its flash with a
 // failure recorded as needing a person, for the summary's next command.
 func NeedPerson(ctx context.Context, cs kubernetes.Interface, r runbook.Result, run string) []string {

@@ -17,7 +17,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
+	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/internal/tttest"
@@ -100,6 +102,23 @@ func TestFailedSPIWriteStopsForAPerson(t *testing.T) {
 		if code != cli.ExitBlocked || !strings.Contains(out, ack) || !strings.Contains(out, "19.0.0.0") {
 			t.Fatalf("%v: exit %d, want %d naming the failed flash and %s", again, code, cli.ExitBlocked, ack)
 		}
+	}
+	// An --in-cluster run is refused before its Job is made (where in-cluster
+	// runs are set up: without the check, the Job would be).
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"rbac/tt-operator.yaml", deploy.RunnerFile} {
+		if err := deploy.Apply(ctx, dyn, f, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, code := flash(t, ctx, "19.0.0", "--in-cluster"); code != cli.ExitBlocked {
+		t.Fatalf("--in-cluster: exit %d, want %d", code, cli.ExitBlocked)
+	}
+	if l, err := c.Client.BatchV1().Jobs(deploy.RunnerNamespace).List(ctx, metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
+		t.Fatalf("a Job was made for a refused node: %v, %v", l, err)
 	}
 	// Acknowledging a node the run does not select is bad input.
 	if _, code := flash(t, ctx, "19.0.0", "--"+tt.AcknowledgeFlag+"="+other); code != cli.ExitUsage {
