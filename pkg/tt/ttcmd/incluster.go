@@ -406,7 +406,7 @@ func checkNeedsPerson(ctx context.Context, cs kubernetes.Interface, cmd *cobra.C
 	var sel tt.Selection
 	sel.Selector, _ = fs.GetString("selector")
 	nodes, _ := fs.GetStringSlice("nodes")
-	sel.Nodes = append(nodes, fs.Args()...)
+	sel.Nodes = append(append([]string{}, nodes...), fs.Args()...)
 	sel.AnyNode, _ = fs.GetBool("any-node")
 	sel.AcknowledgedFailedFlash, _ = fs.GetStringSlice(tt.AcknowledgeFlag)
 	err := tt.CheckNeedsPerson(ctx, cs, sel, verbOf(cmd) == "firmware")
