@@ -3,6 +3,8 @@ package ttcmd
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -104,6 +106,7 @@ func (o *firmwareOptions) Complete(args []string) {
 	o.cfg.Complete()
 	o.selection = o.sel.selection(args)
 	o.cfg.Acknowledged = o.selection.AcknowledgedFailedFlash
+	o.selection.BudgetLabels = slices.Sorted(maps.Keys(o.cfg.MaxUnavailablePer))
 }
 
 // Validate rejects bad input before any API call.
