@@ -20,6 +20,10 @@ const (
 	// (SIGKILL, or SIGTERM, which tt-flash does not catch), leaving a
 	// half-written image the chip would boot at its next reset.
 	EventFlashInterrupted = "flash-interrupted"
+	// EventFailedSPITouched: a board with a chip whose SPI write tt-flash
+	// failed (it says: do not reset or power off, contact support) was
+	// reset or flashed again before the fix (SetSPIVerifyFails(false)).
+	EventFailedSPITouched = "failed-spi-touched"
 )
 
 // Event is something unsafe a fake tool was asked to do.

@@ -183,6 +183,17 @@ func SetFailFlash(root string, index int, fail bool) error {
 	return err
 }
 
+// SetSPIVerifyFails makes tt-flash's SPI write to card index of root's
+// host (index < 0: every card) fail both verifications, until set back:
+// the failure tt-flash says needs a person (ttflash.FailureSource).
+func SetSPIVerifyFails(root string, index int, fail bool) error {
+	_, err := changeCards(root, index, func(d *Device) {
+		// Set back, it stands for the fix support made to the board.
+		d.SPIVerifyFails, d.SPIFailed = fail, d.SPIFailed && fail
+	})
+	return err
+}
+
 // changeCards applies change to card index of root's host (index < 0:
 // every card) and saves the host's state.
 func changeCards(root string, index int, change func(*Device)) (*state, error) {
@@ -199,4 +210,45 @@ func changeCards(root string, index int, change func(*Device)) (*state, error) {
 		}
 	}
 	return st, saveState(root, st)
+}
+
+// Package managers a host's tt-smi can come from (InstallPackagedTTSMI).
+const (
+	PackagedByDpkg = "dpkg"
+	PackagedByPip  = "pip"
+)
+
+// InstallPackagedTTSMI installs tt-smi version on root's host the way a
+// package manager does (tenstorrent/tt-smi ships a Debian package and a
+// PyPI one): dpkg puts /usr/bin/tt-smi and lists it in
+// /var/lib/dpkg/info/tt-smi.list (debian/control: Architecture all, so no
+// ":arch" in the name); a system pip puts the console script
+// (pyproject.toml [project.scripts]) at /usr/local/bin/tt-smi and lists it
+// in its dist-info RECORD, relative to site-packages.
+func InstallPackagedTTSMI(root, manager, version string) error {
+	var bin string
+	var files map[string]string
+	switch manager {
+	case PackagedByDpkg:
+		bin = "usr/bin/tt-smi"
+		files = map[string]string{"var/lib/dpkg/info/tt-smi.list": "/.\n/usr\n/usr/bin\n/usr/bin/tt-smi\n/usr/share/doc/tt-smi\n"}
+	case PackagedByPip:
+		bin = hostSMIPath
+		files = map[string]string{"usr/local/lib/python3.11/dist-packages/tt_smi-" + version + ".dist-info/RECORD": "" +
+			"../../../bin/tt-smi,sha256=x,100\ntt_smi/__init__.py,sha256=y,10\ntt_smi-" + version + ".dist-info/RECORD,,\n"}
+	default:
+		return fmt.Errorf("fakehost: no package manager %q", manager)
+	}
+	if err := WriteTTSMIBinaryFor(filepath.Join(root, bin), version, hostGlibc(root)); err != nil {
+		return err
+	}
+	for p, body := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -157,6 +157,14 @@ type Device struct {
 	SubsystemDevice string
 	// FailFlash makes tt-flash fail on this chip.
 	FailFlash bool
+	// SPIVerifyFails: what tt-flash writes to this chip's SPI never reads
+	// back the same, so both its verifications fail and it says the board
+	// needs a person (ttflash.NeedsPersonMarker).
+	SPIVerifyFails bool
+	// SPIFailed: tt-flash failed this chip's SPI write (SPIVerifyFails)
+	// and no one has fixed it since; resetting or flashing the board is
+	// EventFailedSPITouched.
+	SPIFailed bool
 	// SPI is the bundle version in the chip's SPI flash, which it runs
 	// after its next reset; "" means Firmware. Set it ahead of Firmware for
 	// a card flashed but not reset.

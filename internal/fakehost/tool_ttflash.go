@@ -3,6 +3,8 @@ package fakehost
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,6 +112,10 @@ func ttFlash(t *tool) int {
 		}
 	}
 	fmt.Fprintln(out, "Stage: FLASH")
+	if failed := failedSPI(st); failed != "" && slices.Contains(write, true) {
+		t.recordEvent(EventFailedSPITouched, "tt-flash wrote a board whose chip(s) "+failed+" failed an SPI write tt-flash said "+
+			"needs a person")
+	}
 	for i := 0; i < st.FlashNoiseLines; i++ {
 		fmt.Fprintf(out, "\t\tWriting block %d of %d (progress %d%%)\n", i, st.FlashNoiseLines, 100*i/max(st.FlashNoiseLines, 1))
 	}
@@ -118,7 +124,7 @@ func ttFlash(t *tool) int {
 	// remembers (CheckInterruptedFlash).
 	st.Writing = nil
 	for i := range st.Devices {
-		if write[i] && !st.Devices[i].FailFlash {
+		if write[i] && !st.Devices[i].FailFlash && !st.Devices[i].SPIVerifyFails {
 			st.Writing = append(st.Writing, i)
 		}
 	}
@@ -137,6 +143,13 @@ func ttFlash(t *tool) int {
 		case !write[i]:
 		case d.FailFlash:
 			fmt.Fprintf(out, "\t%d: Error: SPI write verify mismatch at 0x20000; chip %s not updated\n", i, busID(i))
+			rc++
+		case d.SPIVerifyFails:
+			// As flash_chip_stage2: write, verify, write again, verify
+			// again; the second mismatch hands the board to a person.
+			fmt.Fprintf(out, "\t%d: Writing new firmware... SUCCESS\n\t\tInitial verification: failed\n"+
+				"\t\tWrote the firmware once more\n\t\tSecond verification failed: %s, contact support\n", i, ttflash.NeedsPersonMarker)
+			d.SPIFailed = true
 			rc++
 		default:
 			fmt.Fprintf(out, "\t%d: Sub Stage: FLASH  Writing %s over %s\n", i, target, d.spi())
@@ -157,6 +170,8 @@ func ttFlash(t *tool) int {
 		return 137
 	}
 	if rc != 0 {
+		// main.py: one failed chip and no chip is reset, the written ones
+		// included.
 		fmt.Fprintln(out, "Errors detected on some chips; skipping reset\nFLASH FAILED")
 	} else if written > 0 && !noReset {
 		fmt.Fprintln(out, "Stage: RESET\n\tResetting devices, waiting for M3 boot")
@@ -180,4 +195,16 @@ func ttFlash(t *tool) int {
 	}
 	fmt.Fprintln(out, "FLASH SUCCESS")
 	return 0
+}
+
+// failedSPI names the chips with a failed SPI write not fixed since, ""
+// when none.
+func failedSPI(st *state) string {
+	var s []string
+	for i, d := range st.Devices {
+		if d.SPIFailed {
+			s = append(s, strconv.Itoa(i))
+		}
+	}
+	return strings.Join(s, ",")
 }

@@ -87,6 +87,10 @@ func (t *tool) reset(st *state, galaxy bool) int {
 			" Starting PCI link reset on WH devices at PCI indices: all\n Finishing PCI link reset on WH devices\n"+
 				" Re-initializing boards after reset....")
 	}
+	if failed := failedSPI(st); failed != "" {
+		t.recordEvent(EventFailedSPITouched, "tt-smi reset a board whose chip(s) "+failed+" failed an SPI write tt-flash said "+
+			"needs a person")
+	}
 	if galaxy == st.Galaxy {
 		if st.ResetsNeeded > 0 {
 			st.ResetsNeeded--

@@ -50,3 +50,81 @@ func TestFakeTTFlashFollowsTheRules(t *testing.T) {
 		})
 	}
 }
+
+// The fake tt-flash fails an SPI write as tt-flash does
+// (ttflash.FailureSource): the chip's failure carries the phrase that
+// hands the board to a person, the exit status counts the failed chips,
+// the chips whose writes verified hold the bundle in their SPI, and no
+// chip is reset (each still runs what it ran).
+func TestFakeTTFlashSPIWriteFailureNeedsAPerson(t *testing.T) {
+	for _, failing := range [][]int{{0}, {1}, {0, 2}, {0, 1, 2}} {
+		devs := []Device{{Firmware: "18.2.0.0", Board: "n150"}, {Firmware: "18.2.0.0", Board: "n150"}, {Firmware: "18.2.0.0", Board: "n150"}}
+		bad := map[int]bool{}
+		for _, i := range failing {
+			devs[i].SPIVerifyFails, bad[i] = true, true
+		}
+		root := newRoot(t, Spec{LoadedKMD: "2.0.0", Devices: devs})
+		bundle := filepath.Join(t.TempDir(), "b.fwbundle")
+		if err := WriteBundle(bundle, "18.3.0"); err != nil {
+			t.Fatal(err)
+		}
+		code, out := invoke(t, root, "tt-flash", "--no-color", "flash", "--fw-tar", bundle)
+		if code != len(failing) || !strings.Contains(out, ttflash.NeedsPersonMarker) || !strings.Contains(out, "FLASH FAILED") {
+			t.Fatalf("%v failing: want exit %d with %q and FLASH FAILED; exit %d\n%s", failing, len(failing),
+				ttflash.NeedsPersonMarker, code, out)
+		}
+		o, err := Inspect(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range devs {
+			wantSPI := "18.3.0.0"
+			if bad[i] {
+				wantSPI = "18.2.0.0"
+			}
+			if o.Firmware[i] != "18.2.0.0" || o.SPI[i] != wantSPI {
+				t.Errorf("%v failing: chip %d runs %s with %s in its SPI; want 18.2.0.0 (no reset) with %s",
+					failing, i, o.Firmware[i], o.SPI[i], wantSPI)
+			}
+		}
+	}
+}
+
+// A board left with a failed SPI write is not to be reset or flashed
+// again until a person fixed it: the fake records either as
+// EventFailedSPITouched (a sim violation), and nothing once fixed.
+func TestFakeHostRecordsTouchingAFailedSPI(t *testing.T) {
+	bundle := filepath.Join(t.TempDir(), "b.fwbundle")
+	if err := WriteBundle(bundle, "18.3.0"); err != nil {
+		t.Fatal(err)
+	}
+	touched := func(root string) int {
+		evs, err := Events(root, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range evs {
+			if e.Kind == EventFailedSPITouched {
+				n++
+			}
+		}
+		return n
+	}
+	for _, again := range [][]string{{"tt-flash", "flash", "--fw-tar", bundle}, {"tt-smi", "-r"}} {
+		root := newRoot(t, Spec{LoadedKMD: "2.0.0", Devices: []Device{{Board: "n150"}, {Board: "n150", SPIVerifyFails: true}}})
+		if code, out := invoke(t, root, "tt-flash", "flash", "--fw-tar", bundle); code != 1 || touched(root) != 0 {
+			t.Fatalf("the failing flash: exit %d, %d events\n%s", code, touched(root), out)
+		}
+		invoke(t, root, again...)
+		if touched(root) != 1 {
+			t.Fatalf("%v after a failed SPI write: %d events, want 1", again, touched(root))
+		}
+		if err := SetSPIVerifyFails(root, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		if code, out := invoke(t, root, "tt-flash", "flash", "--fw-tar", bundle); code != 0 || touched(root) != 1 {
+			t.Fatalf("the flash after the fix: exit %d, %d events\n%s", code, touched(root), out)
+		}
+	}
+}

@@ -162,12 +162,18 @@ func (x *execution) flash(ctx context.Context, o FlashOptions) error {
 		// tt-flash cut short leaves a chip's SPI half-written: asked to
 		// stop, it finishes writing (and resetting) first.
 		if err := x.critical(ctx, "tt-flash writing the chips", func(ctx context.Context) error {
-			r = x.run(ctx, argv, configSpaceResetMarker)
+			r = x.run(ctx, argv, configSpaceResetMarker, ttflash.NeedsPersonMarker)
 			return nil
 		}); err != nil {
 			return "", err
 		}
 		x.res.OutputTail = r.combined()
+		if r.err != nil && r.seen[ttflash.NeedsPersonMarker] {
+			// tt-flash's exit status is the number of chips it failed.
+			return "", failOutput(ReasonFlashNeedsPerson, r, "tt-flash could not write the SPI of %d chip(s) (its second "+
+				"verification failed, exit %d) and says not to reset or power off the board and to contact Tenstorrent "+
+				"support; tt-flash reset no chip, so the chips it did write still run their old firmware", r.exitCode, r.exitCode)
+		}
 		if r.err != nil {
 			return "", toolFailure(ReasonFlashFailed, r, "tt-flash")
 		}

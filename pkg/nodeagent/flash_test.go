@@ -197,6 +197,20 @@ func TestFlashFailures(t *testing.T) {
 		assert.Contains(t, r.Error.Message, "device 1 (0000:02:00.0)")
 		assert.Contains(t, r.OutputTail, "FLASH FAILED")
 	})
+	t.Run("an SPI write tt-flash hands to a person", func(t *testing.T) {
+		a, root := flashHost(t, fakehost.Spec{Devices: []fakehost.Device{{}, {SPIVerifyFails: true}, {}}})
+		r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+		requireFailure(t, r, nodeagent.ReasonFlashNeedsPerson)
+		assert.Contains(t, r.Error.Message, "contact Tenstorrent support")
+		for _, st := range r.Steps {
+			assert.NotEqual(t, "reset-to-load", st.Name, "a board with a failed chip must not be reset")
+		}
+		o, err := fakehost.Inspect(root)
+		require.NoError(t, err)
+		// The siblings hold the bundle in their SPI, unloaded: no reset.
+		assert.Equal(t, []string{"18.2.0.0", "18.2.0.0", "18.2.0.0"}, o.Firmware)
+		assert.Equal(t, []string{"19.9.0.0", "18.2.0.0", "19.9.0.0"}, o.SPI)
+	})
 	t.Run("config space reset on exit 0", func(t *testing.T) {
 		a, root := flashHost(t, fakehost.Spec{ConfigSpaceResetBug: true})
 		r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))

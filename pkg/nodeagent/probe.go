@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // OpProbe measures a node without changing it.
@@ -41,6 +42,9 @@ type ProbeFacts struct {
 	// running kernel.
 	Cached bool   `json:"cached,omitempty"`
 	SMI    string `json:"smi,omitempty"`
+	// SMIOnPath are the tt-smi files on the host's PATH, in its order,
+	// with the package that owns each; SMI is the first one's version.
+	SMIOnPath []HostSMI `json:"smiOnPath,omitempty"`
 	// CC is the compiler the kernel headers name ("" when they name none);
 	// Toolchain is false without it.
 	CC string `json:"cc,omitempty"`
@@ -142,11 +146,13 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 			p.Tag = x.checkTag(ctx, o.GitURL, "ttkmd-"+o.KMDVersion)
 		}
 	}
-	if _, err := os.Stat(a.hostPath(hostSMIPath)); err == nil {
-		if v, err := x.hostBinaryVersion(ctx, hostSMIPath); err == nil {
+	// The tt-smi the host runs: the first on its PATH (a package's
+	// /usr/bin/tt-smi, or rollbook's /usr/local/bin/tt-smi).
+	if p.SMIOnPath = a.findHostSMI(); len(p.SMIOnPath) > 0 {
+		if v, err := x.hostBinaryVersion(ctx, strings.TrimPrefix(p.SMIOnPath[0].Path, "/")); err == nil {
 			p.SMI = v
 		} else {
-			x.warn("host tt-smi: %v", err)
+			x.warn("host tt-smi %s: %v", p.SMIOnPath[0].Path, err)
 		}
 	}
 	if x.res.Holders, err = findHolders(a.Root); err != nil {

@@ -115,6 +115,7 @@ var Requirements = []Requirement{
 	{OpSMI, KindExec, InImage, "chroot", "", "coreutils", "run the host's tt-smi as the host does"},
 	{OpSMI, KindExec, OnHost, "tt-smi", "/" + hostSMIPath, "", "current and installed version"},
 	{OpSMI, KindExec, OnHost, ".tt-smi.new", "/" + stagedSMIPath, "", "staged binary, tried with the host's libc"},
+	{OpSMI, KindRead, OnHost, "packages", smiPackageFiles, "", "refuse to shadow or overwrite a package's tt-smi"},
 	{OpSMI, KindRead, OnHost, "dkms", "/var/lib/dkms/tenstorrent, /usr/src/tenstorrent-*/dkms.conf", "", "host-managed check"},
 	{OpSMI, KindWrite, OnHost, "tt-smi", "/" + hostSMIPath, "", "atomic rename over the host's tt-smi"},
 	{OpSMI, KindWrite, OnHost, "legacy-venv", "/opt/tt", "", "pre-5.x virtualenv removed"},
@@ -133,7 +134,8 @@ var Requirements = []Requirement{
 	{OpCleanCache, KindWrite, OnHost, "cache", "/var/cache/tt-kmd, /usr/local/bin/.tt-smi.new", "", "removed"},
 	// probe
 	{OpProbe, KindExec, InImage, "chroot", "", "coreutils", "run the host's tt-smi --version"},
-	{OpProbe, KindExec, OnHost, "tt-smi", "/" + hostSMIPath, "", "host tt-smi version"},
+	{OpProbe, KindExec, OnHost, "tt-smi", onHostPATH + "tt-smi", "", "the version of the first tt-smi on the host's PATH"},
+	{OpProbe, KindRead, OnHost, "packages", smiPackageFiles, "", "which package owns each tt-smi on the host's PATH"},
 	{OpProbe, KindExec, InImage, "git", "", "git", "ls-remote tag ttkmd-<version> (the roll pins its commit), unless it is loaded"},
 	{OpProbe, KindRead, InImage, "ca-certificates", caBundle, "ca-certificates", "git ls-remote over https"},
 	{OpProbe, KindRead, OnHost, "host", "/proc, /sys/module/tenstorrent, /lib/modules/<kver>/build{,/.kernelvariables}, " +
@@ -143,6 +145,13 @@ var Requirements = []Requirement{
 	{OpProbe, KindRead, OnHost, "devices", "/sys/bus/pci/devices/*/vendor, /dev/tenstorrent/*", "",
 		"the cards present and those the module bound"},
 }
+
+// onHostPATH prefixes a program found on the host's PATH (HostSMI).
+const onHostPATH = "$PATH/"
+
+// smiPackageFiles are what says which package owns a tt-smi.
+const smiPackageFiles = "/etc/environment, /var/lib/dpkg/info/*.list, " +
+	"/usr{,/local}/lib/python3*/{dist,site}-packages/tt_smi-*.dist-info/RECORD"
 
 // errUndeclared marks an exec the requirements table does not list: an
 // agent bug (the image may lack the program), never run.
@@ -173,6 +182,8 @@ func declared(task Op, where Where, prog string) bool {
 			return false
 		}
 		switch {
+		case where == OnHost && strings.HasPrefix(r.Path, onHostPATH):
+			return prog == r.Name || filepath.IsAbs(prog) && filepath.Base(prog) == strings.TrimPrefix(r.Path, onHostPATH)
 		case where == OnHost:
 			return prog == r.Path || prog == r.Name || kverMatch(r.Path, prog)
 		case filepath.IsAbs(prog):

@@ -42,6 +42,10 @@ const (
 	ReasonVersionMismatch  Reason = "VersionMismatch"
 	ReasonSMISourceInvalid Reason = "SMISourceInvalid"
 	ReasonSMIInstallFailed Reason = "SMIInstallFailed"
+	// ReasonSMIPackaged: a package manager owns a tt-smi on the host's
+	// PATH, which rollbook's copy would shadow or overwrite; nothing was
+	// written.
+	ReasonSMIPackaged Reason = "SMIPackaged"
 	// ReasonSMIHostIncompatible: the image's tt-smi does not run with the
 	// host's libc (a flavour built for a newer OS release).
 	ReasonSMIHostIncompatible Reason = "SMIHostIncompatible"
@@ -51,8 +55,13 @@ const (
 	// --bundle-sha256 pin; nothing was flashed.
 	ReasonBundleChecksumMismatch Reason = "BundleChecksumMismatch"
 	ReasonFlashFailed            Reason = "FlashFailed"
-	ReasonConfigSpaceReset       Reason = "ConfigSpaceResetNotCompleted"
-	ReasonFirmwareMismatch       Reason = "FirmwareMismatch"
+	// ReasonFlashNeedsPerson: tt-flash could not write a chip's SPI (its
+	// second verification failed) and says not to reset or power off the
+	// board but to contact support (ttflash.FailureSource). Nothing was
+	// reset; no later run may touch the node until a person says so.
+	ReasonFlashNeedsPerson Reason = "FlashNeedsPerson"
+	ReasonConfigSpaceReset Reason = "ConfigSpaceResetNotCompleted"
+	ReasonFirmwareMismatch Reason = "FirmwareMismatch"
 	// ReasonMajorDowngrade: a chip runs a newer major version than the
 	// bundle and no --allow-major-downgrade was given; nothing was flashed.
 	ReasonMajorDowngrade Reason = "MajorDowngradeRefused"

@@ -62,6 +62,15 @@ func (x *execution) smi(ctx context.Context, o SMIOptions) error {
 	if err := x.step("host-managed-check", func() (string, error) { return x.checkNotHostManaged() }); err != nil {
 		return err
 	}
+	if err := x.step("packaged-check", func() (string, error) {
+		found := a.findHostSMI()
+		if s, ok := packagedSMI(found); ok {
+			return "", fail(ReasonSMIPackaged, "%s", PackagedSMIRefusal(s))
+		}
+		return fmt.Sprintf("%d tt-smi on the host's PATH, none a package's", len(found)), nil
+	}); err != nil {
+		return err
+	}
 	var sum [32]byte
 	if err := x.step("check-source", func() (string, error) {
 		if same, _ := sameFile(o.Source, target); same {

@@ -12,20 +12,25 @@ import (
 )
 
 // Every rollbook.dev/ key this package writes is classified for cleanup:
-// removed (CleanupAnnotations), a half-way mark (HalfWay refuses on it) or
-// not on a node. A new key fails here until someone decides which.
+// removed (CleanupAnnotations), a half-way mark (HalfWay refuses on it),
+// kept for a person, or not on a node. A new key fails here until someone decides which.
 func TestCleanupClassifiesEveryKey(t *testing.T) {
 	const sharedModule = "on a shared module's ConfigMap (build once per kernel), kept for later runs; no rollbook role deletes it (README)"
 	notOnNode := map[string]string{AnnForceCampaign: "on the Lease, which cleanup deletes",
 		LabelSharedModule: sharedModule, "rollbook.dev/tt-kmd-kernel": sharedModule,
 		"rollbook.dev/tt-kmd-commit": sharedModule, "rollbook.dev/tt-kmd-sha256": sharedModule}
 	halfWay := map[string]bool{AnnGatesPrior: true}
+	// Kept: a fact about the board only a person may end (cleanup must not erase it).
+	kept := map[string]string{AnnFlashNeedsPerson: "a failed flash that needs a person; a flash after --acknowledge-failed-flash ends it"}
 	keys := keysIn(t, ".")
 	if len(keys) < 5 {
 		t.Fatalf("found only %v: the scan is broken", keys)
 	}
 	for _, k := range keys {
-		if !contains(CleanupAnnotations, k) && !halfWay[k] && notOnNode[k] == "" {
+		if contains(CleanupAnnotations, k) && kept[k] != "" {
+			t.Errorf("cleanup removes %s, which it must keep: %s", k, kept[k])
+		}
+		if !contains(CleanupAnnotations, k) && !halfWay[k] && notOnNode[k] == "" && kept[k] == "" {
 			t.Errorf("%s is not classified for cleanup (CleanupAnnotations, HalfWay, or not on a node)", k)
 		}
 	}

@@ -69,6 +69,9 @@ type FirmwareConfig struct {
 	// start of the run (ReadFirmwareOperatorClaims): a claimed node is
 	// refused before its cordon.
 	Operators OperatorClaims
+	// Acknowledged are the nodes --acknowledge-failed-flash names: a
+	// failed flash that needs a person does not stop them.
+	Acknowledged []string
 }
 
 // Complete fills defaults that depend on other fields.
@@ -398,10 +401,13 @@ happens to exist. The flash never runs while a process holds the device (unless
 				hostPID: cfg.ForceUnload, timeout: cfg.FlashTimeout,
 				guards: []runbook.Guard[Facts]{{Name: "the node is cordoned by tt-firmware", Check: func(f Facts) (bool, string) {
 					return f.ourCordon(), "a flash resets the chips; the node must be cordoned by rollbook tt-firmware first"
-				}}},
+				}}, noFlashNeedsPerson(cfg)},
 				succeeded: func(h helperFacts) bool { return h.ok() },
 				describe:  describeFlash,
 				failed: func(ctx context.Context, f Facts, h helperFacts) error {
+					if h.Result != nil && h.Result.Error != nil && h.Result.Error.Reason == nodeagent.ReasonFlashNeedsPerson {
+						return flashNeedsPerson(ctx, cs, rec, f.Node, cfg, h)
+					}
 					rec.Record(ctx, kube.NodeRef(f.Node), true, "FlashFailed", helperError(h))
 					err := errors.New(helperError(h) + describeDevices(h.Result))
 					if h.Result != nil && h.Result.Error != nil && h.Result.Error.Reason == nodeagent.ReasonDeviceInUse {
@@ -498,7 +504,8 @@ func firmwareResultChange(node *corev1.Node, cfg *FirmwareConfig, r *nodeagent.R
 	}
 	b, _ := json.Marshal(firmwareRecord{Readback: measured, Devices: r.Devices, Forced: cfg.ForceWrite, Changed: r.Changed,
 		Duration: r.DurationMS, Run: cfg.RunID, At: kube.ServerNow().UTC()})
-	result := map[string]*string{AnnFirmwareResult: ptr.To(string(b))}
+	// A flash that succeeds ends a failure a person acknowledged.
+	result := map[string]*string{AnnFirmwareResult: ptr.To(string(b)), AnnFlashNeedsPerson: nil}
 	return kube.NodeChange{Labels: map[string]*string{LabelFirmware: &measured},
 			Annotations: withClockTakenAlong(node, FirmwareRunbookName, result)},
 		fmt.Sprintf("%s=%s (%s)", LabelFirmware, measured, describeFlash(r)), nil

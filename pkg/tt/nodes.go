@@ -27,6 +27,10 @@ type Selection struct {
 	// helper runs there (AdminParams.NodeLabel); a selected node without
 	// it is refused before anything changes. Empty: not checked.
 	Access kube.NodeLabel
+	// AcknowledgedFailedFlash names nodes whose failed flash
+	// (AnnFlashNeedsPerson) a person has dealt with; any other selected
+	// node with one is refused before anything changes.
+	AcknowledgedFailedFlash []string
 	// BudgetLabels are the label keys a flag budgets by
 	// (--max-unavailable-per): a key no selected node carries would limit
 	// nothing, silently, so it is refused before anything changes.
@@ -56,8 +60,10 @@ func (s Selection) selector() (labels.Selector, error) {
 
 // Validate checks the selection before any API call.
 func (s Selection) Validate() error {
-	_, err := s.selector()
-	return err
+	if _, err := s.selector(); err != nil {
+		return err
+	}
+	return s.validateAcknowledged()
 }
 
 // AccessError names selected nodes the cluster admin does not let helpers

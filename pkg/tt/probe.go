@@ -54,6 +54,8 @@ type ProbeRecord struct {
 	// Bundle is the firmware bundle upgrade firmware would flash, as read
 	// on the node.
 	Bundle *nodeagent.BundleFacts `json:"bundle,omitempty"`
+	// SMIOnPath: see nodeagent.ProbeFacts.
+	SMIOnPath []nodeagent.HostSMI `json:"smiOnPath,omitempty"`
 }
 
 func probeRecordOf(n *corev1.Node) *ProbeRecord {
@@ -76,6 +78,7 @@ func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
 			p.AgentVersion
 		rec.CC, rec.LoadRefused, rec.Tag, rec.PCIDevices, rec.BoundDevices = p.CC, p.LoadRefused, p.Tag, p.PCIDevices, p.BoundDevices
 		rec.SignatureRequired, rec.Kernels, rec.Bundle = p.SignatureRequired, p.Kernels, p.Bundle
+		rec.SMIOnPath = p.SMIOnPath
 	}
 	for _, d := range r.Devices {
 		rec.Firmware = append(rec.Firmware, d.Before)

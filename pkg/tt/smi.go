@@ -71,10 +71,20 @@ func smiBlockers(v string) func(f *Facts) []string {
 		if r == nil {
 			return []string{"no probe result"}
 		}
-		if r.SMI == v || len(r.DKMS) == 0 {
+		if r.SMI == v {
 			return nil
 		}
-		return []string{"the host's Tenstorrent software is managed by the OS (" + r.DKMS[0] + "); tt-smi is left to it"}
+		var out []string
+		if len(r.DKMS) > 0 {
+			out = append(out, "the host's Tenstorrent software is managed by the OS ("+r.DKMS[0]+"); tt-smi is left to it")
+		}
+		for _, s := range r.SMIOnPath {
+			if s.Owner != "" {
+				out = append(out, nodeagent.PackagedSMIRefusal(s))
+				break
+			}
+		}
+		return out
 	}
 }
 

@@ -268,6 +268,9 @@ func nodeStatus(n *corev1.Node, helpers []corev1.Pod) NodeStatus {
 	if cs.Foreign() && r.Why == "" {
 		r.Why = "cordoned by someone else; rollbook will not touch it"
 	}
+	if state, why, ok := needsPersonStatus(n); ok {
+		r.State, r.Why = state, why
+	}
 	return r
 }
 

@@ -32,7 +32,11 @@ const (
 	RuleTooManyOut       = "too-many-nodes-out-of-service"
 	RuleRmmodUnderHolder = "rmmod-under-holder"
 	RuleFlashUnderHolder = "flash-under-holder"
-	RuleFlashInterrupted = "flash-interrupted"  // a chip's SPI write cut short (a helper killed mid-flash)
+	RuleFlashInterrupted = "flash-interrupted" // a chip's SPI write cut short (a helper killed mid-flash)
+	// RuleFailedSPITouched: a board tt-flash said needs a person (a failed
+	// SPI write: do not reset or power off) was reset or flashed again
+	// before the person's fix.
+	RuleFailedSPITouched = "failed-spi-touched"
 	RuleCordonLeft       = "cordon-left-behind" // a node left cordoned by a run that ended without saying so
 )
 

@@ -20,6 +20,7 @@ var hostEventRules = map[string]string{
 	fakehost.EventRmmodUnderHolder: monitor.RuleRmmodUnderHolder,
 	fakehost.EventFlashUnderHolder: monitor.RuleFlashUnderHolder,
 	fakehost.EventFlashInterrupted: monitor.RuleFlashInterrupted,
+	fakehost.EventFailedSPITouched: monitor.RuleFailedSPITouched,
 }
 
 // HostEvents reports every unsafe tool call recorded on a simulated host.

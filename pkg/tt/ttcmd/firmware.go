@@ -89,6 +89,7 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 		"node labels set to \"false\" during the flash so DaemonSets holding the device leave (empty to disable)")
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
+	o.sel.addAcknowledge(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
 	_ = fs.MarkHidden("helper-timeout") // the flash timeout is the helper's deadline
 	o.run.AddFlags(fs, "kube-system")
@@ -104,6 +105,7 @@ func (o *firmwareOptions) Complete(args []string) {
 	o.cfg.DeleteEmptyDirData, o.cfg.GracePeriod = o.drainFlags.deleteEmptyDirData, o.drainFlags.gracePeriodSeconds()
 	o.cfg.Complete()
 	o.selection = o.sel.selection(args)
+	o.cfg.Acknowledged = o.selection.AcknowledgedFailedFlash
 	o.selection.BudgetLabels = slices.Sorted(maps.Keys(o.cfg.MaxUnavailablePer))
 }
 
@@ -167,6 +169,9 @@ func (o *firmwareOptions) Run(ctx context.Context) error {
 	next := "kubectl tt status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {
 		next = fmt.Sprintf("fix what is shown above, then re-run: kubectl tt upgrade firmware --version %s", cfg.Version)
+		if nodes := tt.NeedPerson(ctx, s.Client, res, cfg.RunID); len(nodes) > 0 {
+			next = tt.NeedPersonNext(nodes, cfg.Version)
+		}
 	}
 	return s.Finish(res, next)
 }

@@ -2,6 +2,7 @@ package ttcmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -115,6 +116,9 @@ func submit(ctx context.Context, cmd *cobra.Command, g *cli.Globals, ns, image s
 		return err
 	}
 	if err := checkNodesExist(ctx, cs, fs); err != nil {
+		return err
+	}
+	if err := checkNeedsPerson(ctx, cs, cmd); err != nil {
 		return err
 	}
 	if _, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, deploy.RunnerServiceAccount, metav1.GetOptions{}); err != nil {
@@ -393,4 +397,26 @@ func (o *cancelOptions) Run(ctx context.Context) error {
 		fmt.Fprintf(out, "no in-cluster run active in %s\n", o.namespace)
 	}
 	return nil
+}
+
+// checkNeedsPerson refuses, before a Job is made, a selected node whose
+// failed flash needs a person (the Job's run would refuse it, exit 3).
+func checkNeedsPerson(ctx context.Context, cs kubernetes.Interface, cmd *cobra.Command) error {
+	fs := cmd.Flags()
+	var sel tt.Selection
+	sel.Selector, _ = fs.GetString("selector")
+	nodes, _ := fs.GetStringSlice("nodes")
+	sel.Nodes = append(append([]string{}, nodes...), fs.Args()...)
+	sel.AnyNode, _ = fs.GetBool("any-node")
+	sel.AcknowledgedFailedFlash, _ = fs.GetStringSlice(tt.AcknowledgeFlag)
+	err := tt.CheckNeedsPerson(ctx, cs, sel, verbOf(cmd) == "firmware")
+	var person *tt.NeedsPersonError
+	var bad *tt.SelectionError
+	switch {
+	case errors.As(err, &person):
+		return cli.WithExitCode(cli.ExitBlocked, err)
+	case errors.As(err, &bad):
+		return cli.UsageErrorf("%v", err)
+	}
+	return err
 }

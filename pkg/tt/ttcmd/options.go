@@ -18,6 +18,7 @@ type selectionFlags struct {
 	selector string
 	nodes    []string
 	anyNode  bool
+	ack      []string
 }
 
 func (s *selectionFlags) add(cmd *cobra.Command, g *cli.Globals) {
@@ -28,8 +29,17 @@ func (s *selectionFlags) add(cmd *cobra.Command, g *cli.Globals) {
 	_ = cmd.RegisterFlagCompletionFunc("nodes", cli.NodeCompletion(g))
 }
 
+// addAcknowledge adds --acknowledge-failed-flash, for the commands that
+// change nodes.
+func (s *selectionFlags) addAcknowledge(cmd *cobra.Command, g *cli.Globals) {
+	cmd.Flags().StringSliceVar(&s.ack, tt.AcknowledgeFlag, nil, "let this run touch these nodes (comma-separated) although "+
+		"a flash on them failed in a way tt-flash says needs a person (a failed SPI write); only once the board is fixed")
+	_ = cmd.RegisterFlagCompletionFunc(tt.AcknowledgeFlag, cli.NodeCompletion(g))
+}
+
 func (s *selectionFlags) selection(args []string) tt.Selection {
-	return tt.Selection{Selector: s.selector, Nodes: append(append([]string{}, s.nodes...), args...), AnyNode: s.anyNode}
+	return tt.Selection{Selector: s.selector, Nodes: append(append([]string{}, s.nodes...), args...), AnyNode: s.anyNode,
+		AcknowledgedFailedFlash: s.ack}
 }
 
 // helperFlags say how helper pods run.

@@ -44,6 +44,7 @@ func upgradeSMICommand(g *cli.Globals) (*cobra.Command, *smiOptions) {
 	fs.StringVar(&o.version, "version", "", "tt-smi version the helper image ships, MAJOR.MINOR.PATCH (required)")
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
+	o.sel.addAcknowledge(cmd, g)
 	o.helper.add(fs, 5*time.Minute)
 	o.run.AddFlags(fs, "kube-system")
 	o.soak.AddFlags(fs)

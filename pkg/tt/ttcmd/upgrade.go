@@ -144,6 +144,7 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 	}
 	_ = cmd.MarkFlagRequired("version")
 	o.sel.add(cmd, g)
+	o.sel.addAcknowledge(cmd, g)
 	o.helper.add(fs, 15*time.Minute)
 	o.run.AddFlags(fs, "kube-system")
 	o.soak.AddFlags(fs)
@@ -245,8 +246,10 @@ func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selecti
 	}
 	var operator *tt.OperatorError
 	var denied *tt.AccessError
+	var person *tt.NeedsPersonError
 	var budget *tt.BudgetLabelError
-	if errors.As(err, &operator) || errors.As(err, &denied) || errors.As(err, &budget) { // blocked, nothing changed
+	if errors.As(err, &operator) || errors.As(err, &denied) || errors.As(err, &budget) ||
+		errors.As(err, &person) { // blocked, nothing changed
 		return nil, ctx, nil, cli.WithExitCode(cli.ExitBlocked, err)
 	}
 	if err != nil {
