@@ -37,10 +37,12 @@ import (
 	"github.com/rollbook/rollbook/pkg/tt"
 )
 
-// Four plain nodes of one kernel (tt-fleet; fewer than five has no
-// awkward nodes): the first node of a roll builds tt-kmd and shares it, the
-// others wait for it before their cordon.
-func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 4, Scenario: "tt-fleet"}) }
+// Eight nodes of one kernel (tt-fleet): five plain ones, then the three
+// awkward ones no test here rolls. The first node of a roll builds tt-kmd
+// and shares it, the others wait for it before their cordon. Each test
+// rolls nodes no earlier test's workloads hold (their namespaces are
+// deleted in the background).
+func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 8, Scenario: "tt-fleet"}) }
 
 var run, node, host = tttest.Run, tttest.Node, tttest.Host
 
@@ -282,25 +284,29 @@ func TestPDBFreedByTheRollIsWaitedForUncordoned(t *testing.T) {
 }
 
 // A PDB allowing one disruption that a cordoned node's drain has yet to
-// take (its device pod, evicted first, is slow to go): the second node of
+// take (its device pod, evicted first, is slow to go): the other node of
 // the roll waits, uncordoned, for that drain to evict, then for the
 // replacement on a spare node, and is cordoned while the first node is
 // still swapping its module, not after its whole task. Before, the wait
-// ended only at the first node's end.
+// ended only at the first node's end. Which node cordons first is the
+// roll's choice (its kernel group's builder): both hold alike, and the
+// test reads the order from the cordons.
 func TestPDBClaimEndsAtTheClaimingDrainsEviction(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 6*time.Minute)
 	ns := c.NewNamespace(t)
-	a, b, spare := "kwok-node-0", "kwok-node-3", "kwok-node-1" // a rolls first (names sort)
-	// The first node's module swap takes 20 s: time for the second's cordon.
-	if err := fakehost.SetDelays(tttest.HostRoot(t, a), time.Second, 20*time.Second); err != nil {
-		t.Fatal(err)
+	pair, spare := []string{"kwok-node-3", "kwok-node-4"}, "kwok-node-1"
+	// Each node's module swap takes 20 s: time for the other's cordon.
+	for _, n := range pair {
+		if err := fakehost.SetDelays(tttest.HostRoot(t, n), time.Second, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// The spare, cordoned by a person while the pair is placed on a and b,
-	// takes the replacement of a's pod.
+	// The spare, cordoned by a person while the pair is placed, takes the
+	// replacement of the first node's pod.
 	setUnschedulable(t, ctx, spare, true)
-	workload(t, ctx, ns, "claim", 2, false, nil, a, b, spare)
+	workload(t, ctx, ns, "claim", 2, false, nil, append(pair, spare)...)
 	setUnschedulable(t, ctx, spare, false)
 	mu := intstr.FromInt(1)
 	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
@@ -310,42 +316,61 @@ func TestPDBClaimEndsAtTheClaimingDrainsEviction(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPDB(t, ctx, ns, "claim-pdb", func(p *policyv1.PodDisruptionBudget) bool { return p.Status.DisruptionsAllowed == 1 })
-	// a's device holder goes only when the test lets it (a finalizer): a
-	// stays cordoned with its claim-pdb pod not yet evicted.
-	const hold = "rollbook.test/hold"
-	workload(t, ctx, ns, "slow", 1, true, []string{hold}, a)
-	spans := watchCordons(t, ctx, a, b)
+	// Each node's device holder goes only when the test lets it (a
+	// finalizer on the pod, not its template: replacements carry none), so
+	// the first node cordoned stays cordoned with its claim-pdb pod not yet
+	// evicted.
+	workload(t, ctx, ns, "slow", 2, true, nil, pair...)
+	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType,
+			[]byte(`{"metadata":{"finalizers":["rollbook.test/hold"]}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spans := watchCordons(t, ctx, pair...)
 
 	done := make(chan int, 1)
 	go func() {
-		_, code := run(t, ctx, "upgrade", "kmd", "--version", "2.10.0", "--nodes", a+","+b, "--max-parallel", "2")
+		_, code := run(t, ctx, "upgrade", "kmd", "--version", "2.10.0", "--nodes", strings.Join(pair, ","), "--max-parallel", "2")
 		done <- code
 	}()
-	// Once a's device holder is leaving, give b time to decide its cordon
-	// on the claim, then let the holder go.
-	slow := waitPod(t, ctx, ns, "app=slow", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	// Once the first node's holder is leaving, give the other node time to
+	// decide its cordon on the claim, then let the holder go; the second
+	// node's holder goes at once.
+	release := func(p *corev1.Pod) {
+		if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`),
+			metav1.PatchOptions{}); err != nil {
+			t.Error(err)
+		}
+	}
+	leaving := func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil && len(p.Finalizers) > 0 }
+	first := waitPod(t, ctx, ns, "app=slow", leaving)
 	time.Sleep(5 * time.Second)
-	patch := `{"metadata":{"finalizers":null}}`
-	if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, slow.Name, types.MergePatchType, []byte(patch),
-		metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// Its replacement (pending until a is back) keeps no hold.
-	if _, err := c.Client.AppsV1().Deployments(ns).Patch(ctx, "slow", types.MergePatchType,
-		[]byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	release(first)
+	second := waitPod(t, ctx, ns, "app=slow", leaving)
+	release(second)
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
-	spans.waitUncordoned(t, ctx, a, b)
+	spans.waitUncordoned(t, ctx, pair...)
 	spans.mu.Lock()
-	as, bs := spans.spans[a], spans.spans[b]
+	as, bs := spans.spans[pair[0]], spans.spans[pair[1]]
 	spans.mu.Unlock()
 	if len(as) != 1 || len(bs) != 1 {
 		t.Fatalf("cordon spans %v / %v, want one each", as, bs)
 	}
-	if bs[0][0] <= as[0][0] || as[0][1] <= bs[0][0] {
+	a, b := pair[0], pair[1]
+	if bs[0][0] < as[0][0] {
+		a, b, as, bs = b, a, bs, as
+	}
+	if first.Spec.NodeName != a {
+		t.Fatalf("the first holder leaving was on %s, but %s was cordoned first", first.Spec.NodeName, a)
+	}
+	if as[0][1] <= bs[0][0] {
 		t.Errorf("%s cordoned at resourceVersion %d, want between %s's cordon %d and its uncordon %d: the wait for the "+
 			"claimed budget must end at the claiming drain's eviction", b, bs[0][0], a, as[0][0], as[0][1])
 	}
