@@ -39,6 +39,7 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 		if cfg.Drain {
 			out = append(out, f.holdersThatStay(cfg.DeployGates)...)
 			out = append(out, barePodBlockers(f, kmdEvicts(cfg), cfg.Force)...)
+			out = append(out, localDataBlockers(f, kmdEvicts(cfg), cfg.DeleteEmptyDirData)...)
 		}
 		switch {
 		case r.LoadRefused != "" && r.SignatureRequired:
@@ -165,7 +166,8 @@ the target version is measured on it, whatever its label says.`,
 				append([]runbook.Guard[Facts]{outOfServiceBudget(max(cfg.MaxParallel, 1))},
 					perLabelBudget(cfg.MaxUnavailablePer)...)...)...)),
 			labelOnly(b.closeGates("tt.kmd.close-gates", cfg.DeployGates)),
-			labelOnly(b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "tt-kmd "+v+" upgrade")),
+			labelOnly(b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.drainFlags(), cfg.DrainTimeout,
+				"tt-kmd "+v+" upgrade")),
 			labelOnly(kmdDrainStep(cs, rec, cfg)),
 			labelOnly(kmdInstallStep(b, cs, rec, cfg, share, render)),
 			kmdLabelStep(cs, rec, cfg, obs.finished),
@@ -301,7 +303,8 @@ func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) ru
 		Act: func(ctx context.Context, f Facts) error {
 			return blockedIfDrain(kube.Drain(ctx, cs, rec, f.Node.Name, kube.DrainOptions{
 				PodFilter: cfg.drainSelects, Why: "tt-kmd " + cfg.Version + " upgrade (full-node drain)",
-				Timeout: remaining(ctx, cfg.DrainTimeout), Force: cfg.Force, Pods: f.Pods,
+				Timeout: remaining(ctx, cfg.DrainTimeout), Force: cfg.Force, DeleteEmptyDirData: cfg.DeleteEmptyDirData,
+				GracePeriodSeconds: cfg.GracePeriod, Pods: f.Pods,
 			}))
 		},
 	}

@@ -28,10 +28,13 @@ type KMDConfig struct {
 	PodSelector  labels.Selector
 	DrainTimeout time.Duration
 	ForceUnload  bool
-	// Force evicts bare pods (no controller), as kubectl drain --force.
-	Force  bool
-	Helper HelperConfig
-	RunID  string
+	// Force evicts bare pods (no controller), as kubectl drain --force;
+	// DeleteEmptyDirData and GracePeriod as kubectl drain's.
+	Force              bool
+	DeleteEmptyDirData bool
+	GracePeriod        *int64
+	Helper             HelperConfig
+	RunID              string
 	// MaxParallel bounds the nodes out of service at once (cordon to
 	// uncordon), counted from the cluster; default 1, as the operator.
 	MaxParallel int
@@ -102,4 +105,8 @@ func (c *KMDConfig) gitURL() string {
 		return nodeagent.DefaultKMDGitURL
 	}
 	return c.GitURL
+}
+
+func (c *KMDConfig) drainFlags() drainFlags {
+	return drainFlags{force: c.Force, deleteEmptyDirData: c.DeleteEmptyDirData, gracePeriod: c.GracePeriod}
 }

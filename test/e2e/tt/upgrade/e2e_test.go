@@ -582,3 +582,33 @@ func failFlash(t *testing.T, fail bool) {
 		}
 	}
 }
+
+// version asks the API server its version and finds it in the supported
+// range (the sim's Kubernetes is the newest tested); --client asks nothing.
+func TestVersionReportsTheServer(t *testing.T) {
+	c := simtest.Get(t)
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	if code := cli.ExecuteContext(t.Context(), ttcmd.NewRootCommand(streams),
+		[]string{"version", "-o", "json", "--kubeconfig", c.Kubeconfig}, errOut); code != 0 {
+		t.Fatalf("version: exit %d\n%s", code, errOut)
+	}
+	var r struct {
+		Version       string `json:"version"`
+		ServerVersion *struct {
+			GitVersion string `json:"gitVersion"`
+		} `json:"serverVersion"`
+		Warnings []string `json:"warnings"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("version -o json: %v\n%s", err, out)
+	}
+	if r.Version == "" || r.ServerVersion == nil || !strings.HasPrefix(r.ServerVersion.GitVersion, "v1.") || len(r.Warnings) > 0 {
+		t.Fatalf("version -o json against the sim: %s", out)
+	}
+	streams, _, out, errOut = genericiooptions.NewTestIOStreams()
+	if code := cli.ExecuteContext(t.Context(), ttcmd.NewRootCommand(streams),
+		[]string{"version", "--client", "--kubeconfig", filepath.Join(t.TempDir(), "none")}, errOut); code != 0 ||
+		strings.Contains(out.String()+errOut.String(), "server") {
+		t.Fatalf("version --client: exit %d\n%s%s", code, out, errOut)
+	}
+}
