@@ -3,8 +3,10 @@ package ui
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/rollbook/rollbook/pkg/runbook"
 )
@@ -83,6 +85,9 @@ func PrintSummary(out io.Writer, r runbook.Result, next string) {
 		}
 	}
 	fmt.Fprintln(&w)
+	if r.DryRun && len(r.Targets) > 0 {
+		writePlanTable(&w, r)
+	}
 	for _, t := range r.Targets {
 		if t.Outcome == runbook.OutcomeDone || t.Outcome == runbook.OutcomePlanned {
 			continue
@@ -99,6 +104,43 @@ func PrintSummary(out io.Writer, r runbook.Result, next string) {
 	if next != "" {
 		fmt.Fprintf(&w, "Next: %s\n", next)
 	}
+}
+
+// writePlanTable is a dry run's plan at a glance, one row per target (as
+// kubeadm's upgrade plan): what it would do first, how many objects the
+// plan changes, and the sum of the timeouts of its steps left (those that
+// have one): the time the roll allows it, not an estimate.
+func writePlanTable(w io.Writer, r runbook.Result) {
+	rows := make([][]string, 0, len(r.Targets))
+	for _, t := range r.Targets {
+		plan, first, changes, budget := "nothing to do", "-", 0, time.Duration(0)
+		for _, s := range t.Steps {
+			if s.Status == runbook.StepDone {
+				continue
+			}
+			changes += len(s.Changes)
+			budget += s.Budget
+			if first == "-" && (s.Status == runbook.StepWouldAct || s.Status == runbook.StepBlocked) {
+				first = s.Title
+			}
+		}
+		switch t.Outcome {
+		case runbook.OutcomePlanned:
+			plan = "would act"
+		case runbook.OutcomeBlocked:
+			plan = "blocked"
+		case runbook.OutcomeDone:
+		default:
+			plan = string(t.Outcome)
+		}
+		most := "-"
+		if budget > 0 {
+			most = budget.String()
+		}
+		rows = append(rows, []string{t.Target, plan, first, strconv.Itoa(changes), most})
+	}
+	fmt.Fprintln(w, "Plan:")
+	_ = Table(w, []string{"target", "plan", "first step", "changes", "budget"}, rows)
 }
 
 // Table writes rows under headers, aligned in columns (kubectl's style: no

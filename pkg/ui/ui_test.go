@@ -177,3 +177,42 @@ func TestPrintNameAndJSONPath(t *testing.T) {
 		t.Errorf("error does not list the formats: %v", err)
 	}
 }
+
+// A dry run's summary carries the plan table: per target what it would do
+// first, the changes its plan counts and the sum of its steps' budgets.
+func TestDryRunSummaryHasAPlanTable(t *testing.T) {
+	var b bytes.Buffer
+	min := func(n int) time.Duration { return time.Duration(n) * time.Minute }
+	PrintSummary(&b, runbook.Result{Runbook: "tt-kmd", DryRun: true, Outcome: runbook.OutcomeBlocked, Targets: []runbook.TargetResult{
+		{Target: "node/a", Outcome: runbook.OutcomePlanned, State: "tt.kmd.cordon", Steps: []runbook.StepResult{
+			{ID: "tt.kmd.probe", Title: "Probe the node", Status: runbook.StepDone, Budget: min(5)},
+			{ID: "tt.kmd.cordon", Title: "Cordon the node", Status: runbook.StepWouldAct,
+				Changes: []runbook.Change{{Object: "node/a", Action: "cordon"}}},
+			{ID: "tt.kmd.drain", Title: "Drain", Status: runbook.StepPending, Budget: min(10),
+				Changes: []runbook.Change{{Object: "node/a", Action: "drain"}}},
+			{ID: "tt.kmd.install", Title: "Swap", Status: runbook.StepPending, Budget: min(15)},
+		}},
+		{Target: "node/b", Outcome: runbook.OutcomeBlocked, State: "tt.kmd.cordon", Steps: []runbook.StepResult{
+			{ID: "tt.kmd.cordon", Title: "Cordon the node", Status: runbook.StepBlocked, Error: "a PDB allows no disruption"},
+		}},
+		{Target: "node/c", Outcome: runbook.OutcomeDone, State: "done"},
+	}}, "")
+	lines := map[string]string{}
+	for _, l := range strings.Split(b.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && lines[f[0]] == "" { // the table's row, not the lines after
+			lines[f[0]] = strings.Join(f, " ")
+		}
+	}
+	for target, want := range map[string]string{
+		"node/a": "node/a would act Cordon the node 2 25m0s",
+		"node/b": "node/b blocked Cordon the node 0 -",
+		"node/c": "node/c nothing to do - 0 -",
+	} {
+		if lines[target] != want {
+			t.Errorf("plan row %q, want %q:\n%s", lines[target], want, b.String())
+		}
+	}
+	if !strings.Contains(b.String(), "TARGET  PLAN") {
+		t.Errorf("no plan table header:\n%s", b.String())
+	}
+}

@@ -121,6 +121,8 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 		{kmd("--git-url", "-uhttps://host/x"), cli.ExitUsage, "--git-url"},
 		{[]string{"upgrade", "smi", "--version", "5"}, cli.ExitUsage, "--version"},
 		{[]string{"upgrade", "smi", "--version", "5.2.0`id`"}, cli.ExitUsage, "5.2.0`id`"},
+		{kmd("--max-unavailable-per", "rollbook-test/rak=1"), cli.ExitBlocked, "rollbook-test/rak that none of the"},
+		{fw("--max-unavailable-per", "example.com/hostname=1"), cli.ExitBlocked, "the selected nodes carry kubernetes.io/hostname"},
 		{fw("--max-parallel", "0"), cli.ExitUsage, "--max-parallel"},
 		{fw("--max-parallel", "-2"), cli.ExitUsage, "--max-parallel"},
 		{fw("--flash-timeout", "5s"), cli.ExitUsage, "--flash-timeout"},
