@@ -206,7 +206,7 @@ dist: $(GORELEASER) ## release snapshot into dist/: archives, checksums, krew ma
 	$(GORELEASER) check
 	ROLLBOOK_COMMIT=$$(git rev-parse HEAD) $(GORELEASER) release --snapshot --clean --skip=sign \
 	  $$(command -v syft >/dev/null || echo --skip=sbom)
-	ROLLBOOK_DIST=$(CURDIR)/dist $(GO) test -count=1 ./test/e2e/krew
+	ROLLBOOK_DIST=$(CURDIR)/dist $(GO) test $(E2E) -count=1 ./test/e2e/krew
 
 # The whole release offline (hack/rehearse-release.sh): the image pushed to a
 # registry on localhost and signed with a throwaway key, the snapshot's

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package simtest
 
 import (
@@ -21,8 +23,6 @@ import (
 
 // These tests prove the simulated cluster behaves like a real one in every
 // way rollbook relies on.
-
-func TestMain(m *testing.M) { Main(m, Options{Nodes: 3}) }
 
 func eventually(t *testing.T, ctx context.Context, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()

@@ -8,6 +8,10 @@ import (
 	"testing"
 )
 
+// The package's own tests (cluster_test.go, built with the e2e tag) share
+// one sim; under -short Main starts none, which TestShortStartsNoSim checks.
+func TestMain(m *testing.M) { Main(m, Options{Nodes: 3}) }
+
 // A -short run starts no sim: Main starts none, Get skips, Start and
 // SimBinary refuse. Without -short the test runs itself again in a child
 // test binary with -short, so every run of the package proves it.

@@ -212,9 +212,15 @@ func TestModelATEBothWays(t *testing.T) {
 // how.
 func TestModelATESeededBug(t *testing.T) {
 	c := aConfig{nodes: 2, wakes: 1, kills: 1, person: true, skip: "ate.node.suspend"}
-	if res := exploreATE(t, c); res.Violation != nil {
-		t.Fatalf("with the suspend step broken the flip's guards must still hold:\n%s", res.Violation)
-	}
+	// Proving nothing is lost walks the whole space (24k states, half this
+	// test's time): a full configuration, not the -short run's. Finding the
+	// dropped guard below stops at the first counterexample.
+	t.Run("the flip's guards hold with the suspend step broken", func(t *testing.T) {
+		modelcheck.Full.Skip(t)
+		if res := exploreATE(t, c); res.Violation != nil {
+			t.Fatalf("with the suspend step broken the flip's guards must still hold:\n%s", res.Violation)
+		}
+	})
 	c.drop = "ate.node.flip/no actor lives on the node"
 	res := exploreATE(t, c)
 	if res.Violation == nil {

@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package clustertest proves ateapi.Dial's real paths against the sim's
 // ate-fleet scenario: port-forward to svc/api through the Kubernetes API,
 // the CA from the live ClusterTrustBundles, a TokenRequest token checked by

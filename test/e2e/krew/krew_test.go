@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package krew checks the release's krew manifests against a `make dist`
 // snapshot: plugins/*.yaml render to valid manifests that krew itself
 // installs from the snapshot archives, goreleaser's generated manifests say

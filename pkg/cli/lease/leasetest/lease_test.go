@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package leasetest runs the lock against the real API server of the
 // simulated cluster: the create and update races, the watch and this
 // host's own processes, which pkg/cli/lease's fake-clock tests stand in
