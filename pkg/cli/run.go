@@ -9,6 +9,7 @@ import (
 	"iter"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -102,6 +103,10 @@ type Session struct {
 	// progress counts the session's last runbook run; it publishes the
 	// run's outcome as the session ends.
 	progress *progressReporter
+	// scheduleWhy says, once the window closed (or --stop-at passed),
+	// when to re-run and how; scheduleNote says it once.
+	scheduleWhy  string
+	scheduleNote sync.Once
 }
 
 // DryRun reports whether the session only plans.
@@ -340,6 +345,9 @@ const AnnMaxOutOfService = "rollbook.dev/max-out-of-service"
 // the result (text summary with the next command, or JSON/YAML on stdout),
 // releases the lock and returns an error carrying the exit code.
 func (s *Session) Finish(r runbook.Result, next string) error {
+	if r.Outcome == runbook.OutcomePaused && s.scheduleWhy != "" {
+		next = s.scheduleWhy
+	}
 	if !s.DryRun() {
 		s.markLeftCordoned(r)
 		s.note(context.Background(), "RunFinished", "outcome "+string(r.Outcome))

@@ -9,12 +9,18 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/cli/lease"
 	"github.com/rollbook/rollbook/pkg/runbook"
+	"github.com/rollbook/rollbook/pkg/window"
 )
 
-// SoakFlags are --canary and --soak of the commands that roll many nodes.
+// SoakFlags are the pacing flags of the commands that roll many nodes:
+// --canary and --soak, and when nodes may start, --window and --stop-at.
 type SoakFlags struct {
 	Canary int
 	Soak   time.Duration
+	// Window (nil: always) and StopAt (zero: never) bound when a node may
+	// start; parsed as the flags are set.
+	Window *window.Window
+	StopAt time.Time
 }
 
 // AddFlags registers --canary and --soak.
@@ -22,6 +28,7 @@ func (f *SoakFlags) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.Canary, "canary", 0, "roll this many nodes first, then --soak before the rest (needs --soak)")
 	fs.DurationVar(&f.Soak, "soak", 0, "watch the rolled nodes' health this long before going on: after the --canary nodes, "+
 		"or without --canary after every node. A failed check pauses the roll with the reason")
+	f.addScheduleFlags(fs)
 }
 
 // Validate rejects bad values before any API call.
@@ -39,10 +46,12 @@ func (f *SoakFlags) Validate() error {
 
 // ApplySoak sets o's canary and soak from f, with health as the check. A
 // failed check pauses the roll on the Lease, so a re-run does not simply
-// carry on: a person looks, then `resume`s.
+// carry on: a person looks, then `resume`s. The window and --stop-at
+// pause the run alone, not the Lease: a re-run in the next window goes on.
 func (s *Session) ApplySoak(o *runbook.Options, f SoakFlags, health func(ctx context.Context) error) {
 	o.Canary, o.Soak, o.Health = f.Canary, f.Soak, health
 	o.OnHealthFailure = s.PauseOnHealthFailure
+	s.applySchedule(o, f.Schedule())
 }
 
 // PauseOnHealthFailure pauses the roll on its Lease because a soak's health

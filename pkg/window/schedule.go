@@ -50,7 +50,7 @@ func (s Schedule) At(now time.Time) Verdict {
 	}
 	v := Verdict{Reason: fmt.Sprintf("outside the maintenance window %q", s.Window.String())}
 	if next := s.Window.NextOpen(now); !next.IsZero() && (s.StopAt.IsZero() || next.Before(s.StopAt)) {
-		v.Next = next
+		v.Next = next.In(s.Window.Location())
 	}
 	return v
 }

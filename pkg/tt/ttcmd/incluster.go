@@ -57,6 +57,9 @@ func runOrSubmit(cmd *cobra.Command, g *cli.Globals, helperImage string, run fun
 		return err
 	}
 	if in, _ := cmd.Flags().GetBool("in-cluster"); !in {
+		if cli.OutsideSchedule(cmd.Flags(), g, "tt") {
+			return nil
+		}
 		return run(cmd.Context())
 	}
 	ns, _ := cmd.Flags().GetString("runner-namespace")
