@@ -152,7 +152,7 @@ func (s *Session) applySchedule(o *runbook.Options, sched window.Schedule) {
 			s.note(ctx, "Paused", s.scheduleWhy)
 		})
 		if !v.Next.IsZero() {
-			return true, fmt.Sprintf("%s (it opens %s)", v.Reason, window.When(v.Next, now, v.Next.Location()))
+			return true, fmt.Sprintf("%s; it opens %s", v.Reason, window.When(v.Next, now, v.Next.Location()))
 		}
 		return true, v.Reason
 	}
@@ -206,9 +206,10 @@ func ResumeCommand(plugin string, args []string, dropStopAt bool) string {
 
 // shellQuote quotes s for a POSIX shell when it needs it.
 func shellQuote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_=./:,@+%", r))
-	}) < 0 {
+	plain := func(r rune) bool {
+		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_=./:,@+%", r)
+	}
+	if s != "" && strings.IndexFunc(s, func(r rune) bool { return !plain(r) }) < 0 {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"

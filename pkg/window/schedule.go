@@ -78,13 +78,14 @@ func When(t, now time.Time, loc *time.Location) string {
 	return fmt.Sprintf("%s (in %s)", t.In(loc).Format("Mon 2006-01-02 15:04 MST"), roundUp(t.Sub(now)))
 }
 
-// roundUp is d to the minute (up: "in 0s" would say it is now).
-func roundUp(d time.Duration) time.Duration {
+// roundUp is d to the minute, up ("in 0m" would say it is now), as
+// 23h0m or 5m.
+func roundUp(d time.Duration) string {
 	if d <= 0 {
-		return 0
+		return "0m"
 	}
 	if r := d.Truncate(time.Minute); r < d {
-		return r + time.Minute
+		d = r + time.Minute
 	}
-	return d
+	return strings.TrimSuffix(d.String(), "0s")
 }

@@ -59,7 +59,7 @@ func TestUntilAndWhen(t *testing.T) {
 	w := must(t, "Mon-Fri 01:00-05:00 Europe/Berlin")
 	now := at(t, "UTC", "2026-03-02 01:00") // 02:00 CET
 	got := Schedule{Window: w, StopAt: now.Add(90*time.Minute + time.Second)}.Until(now)
-	for _, want := range []string{"closes Mon 2026-03-02 05:00 CET (in 3h0m0s)", "--stop-at Mon 2026-03-02 02:30 UTC (in 1h31m0s)"} {
+	for _, want := range []string{"closes Mon 2026-03-02 05:00 CET (in 3h0m)", "--stop-at Mon 2026-03-02 02:30 UTC (in 1h31m)"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Until = %q; want it to contain %q", got, want)
 		}
