@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/rollbook/rollbook/pkg/cli/lease"
 	"github.com/rollbook/rollbook/pkg/journal"
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/notify"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/ui"
 )
@@ -107,6 +109,10 @@ type Session struct {
 	// when to re-run and how; scheduleNote says it once.
 	scheduleWhy  string
 	scheduleNote sync.Once
+	// notifier posts to --notify-url (nil without it); contextName is
+	// the kube context the run acts on, for its notifications.
+	notifier    *notify.Notifier
+	contextName string
 }
 
 // DryRun reports whether the session only plans.
@@ -121,7 +127,8 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	if err != nil {
 		return nil, ctx, err
 	}
-	s := &Session{RunID: NewRunID(), Client: cs, Flags: f, globals: g, plugin: plugin, lockName: lockName}
+	s := &Session{RunID: NewRunID(), Client: cs, Flags: f, globals: g, plugin: plugin, lockName: lockName,
+		contextName: currentContext(g)}
 	progressOut := g.IOStreams.Out
 	if f.Output != "" {
 		progressOut = g.IOStreams.ErrOut
@@ -136,6 +143,8 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 		return s, ctx, nil
 	}
 	holder := lease.CurrentHolder(ctx, cs, s.RunID)
+	// The command as executed (a test executes many in one process).
+	holder.Command = strings.Join(lease.RedactArgs(append([]string{os.Args[0]}, commandArgs()...)), " ")
 	lock, err := lease.Acquire(ctx, cs, f.LockNamespace, lockName, holder, lease.LockOptions{
 		Steal:  f.StealLock,
 		Notify: func(msg string) { s.Progress.Printf("%s", msg) },
@@ -219,6 +228,18 @@ func (s *Session) note(ctx context.Context, reason, message string) {
 	if err := s.journal.Append(wctx, e); err != nil {
 		s.Progress.Printf("warning: could not write the run's history: %v", err)
 	}
+}
+
+// currentContext is the name of the kube context the command acts in.
+func currentContext(g *Globals) string {
+	if c := g.ConfigFlags.Context; c != nil && *c != "" {
+		return *c
+	}
+	raw, err := g.ConfigFlags.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return ""
+	}
+	return raw.CurrentContext
 }
 
 // Where is the line every mutating run starts with: the kube context,
@@ -352,6 +373,7 @@ func (s *Session) Finish(r runbook.Result, next string) error {
 		s.markLeftCordoned(r)
 		s.note(context.Background(), "RunFinished", "outcome "+string(r.Outcome))
 	}
+	s.notifyEnd(r)
 	s.recordOutcome(r.Outcome)
 	s.end()
 	if s.Flags.Output != "" {
@@ -395,6 +417,7 @@ func (s *Session) recordOutcome(o runbook.Outcome) {
 }
 
 func (s *Session) end() {
+	s.closeNotifier()
 	if s.events != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := s.events.Close(ctx); err != nil {

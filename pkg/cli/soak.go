@@ -21,6 +21,9 @@ type SoakFlags struct {
 	// start; parsed as the flags are set.
 	Window *window.Window
 	StopAt time.Time
+	// NotifyURL is --notify-url; badNotifyURL says why it is refused.
+	NotifyURL    string
+	badNotifyURL error
 }
 
 // AddFlags registers --canary and --soak.
@@ -29,11 +32,14 @@ func (f *SoakFlags) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.Soak, "soak", 0, "watch the rolled nodes' health this long before going on: after the --canary nodes, "+
 		"or without --canary after every node. A failed check pauses the roll with the reason")
 	f.addScheduleFlags(fs)
+	f.addNotifyFlag(fs)
 }
 
 // Validate rejects bad values before any API call.
 func (f *SoakFlags) Validate() error {
 	switch {
+	case f.badNotifyURL != nil:
+		return UsageErrorf("%v", f.badNotifyURL)
 	case f.Canary < 0:
 		return UsageErrorf("--canary %d: want 0 or more nodes", f.Canary)
 	case f.Soak < 0:
@@ -52,6 +58,7 @@ func (s *Session) ApplySoak(o *runbook.Options, f SoakFlags, health func(ctx con
 	o.Canary, o.Soak, o.Health = f.Canary, f.Soak, health
 	o.OnHealthFailure = s.PauseOnHealthFailure
 	s.applySchedule(o, f.Schedule())
+	s.applyNotify(o, f.NotifyURL)
 }
 
 // PauseOnHealthFailure pauses the roll on its Lease because a soak's health
