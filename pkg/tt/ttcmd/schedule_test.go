@@ -36,10 +36,12 @@ func TestScheduleIsJudgedBeforeTheCluster(t *testing.T) {
 		{"upgrade", "firmware", "--version", "18.7.0", "--bundle-sha256", strings.Repeat("a", 64)}} {
 		with := func(extra ...string) []string { return append(append([]string{}, up...), extra...) }
 		for _, bad := range [][]string{{"--window", "Mon-Fri 01:00-05:00"}, {"--window", "Mon-Fri 1:00-05:00 UTC"},
-			{"--window", "01:00-05:00 Local"}, {"--stop-at", "tomorrow"}, {"--stop-at", "-1h"}} {
+			{"--window", "01:00-05:00 Local"}, {"--stop-at", "tomorrow"}, {"--stop-at", "-1h"},
+			{"--notify-url", "http://example.com/hook"}, {"--notify-url", "https://u:p@example.com/hook"}} {
 			out, errOut, code := run(with(bad...)...)
-			if code != cli.ExitUsage || strings.Contains(out+errOut, "127.0.0.1") || !strings.Contains(errOut, strings.TrimPrefix(bad[0], "--")) {
-				t.Errorf("%v %v: exit %d, want 2 naming the flag, before the cluster\n%s%s", up, bad, code, out, errOut)
+			if code != cli.ExitUsage || strings.Contains(out+errOut, "127.0.0.1:1") || !strings.Contains(errOut, strings.TrimPrefix(bad[0], "--")) ||
+				strings.Contains(errOut, "/hook") {
+				t.Errorf("%v %v: exit %d, want 2 naming the flag (not a URL's path), before the cluster\n%s%s", up, bad, code, out, errOut)
 			}
 		}
 		for _, closed := range [][]string{{"--window", closedWindow()}, {"--stop-at", past}} {
@@ -87,5 +89,20 @@ func TestInClusterRunGetsAbsoluteStopAt(t *testing.T) {
 	}
 	if !strings.Contains(args, "--window=Mon-Fri 01:00-05:00 Europe/Berlin") {
 		t.Errorf("Job args %s: want the window passed on", args)
+	}
+}
+
+// --notify-url keeps its secret (the path) out of an in-cluster Job's
+// spec: the submit refuses it, before the cluster.
+func TestInClusterRefusesNotifyURL(t *testing.T) {
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	args := []string{"upgrade", "kmd", "--version", "2.8.0", "--nodes", "a", "--in-cluster", "--notify-url",
+		"https://hooks.example/services/SECRET", "--kubeconfig", unreachable(t), "--helper-image",
+		"example.com/node-agent@sha256:" + strings.Repeat("b", 64)}
+	code := cli.ExecuteContext(context.Background(), NewRootCommand(streams), args, errOut)
+	all := out.String() + errOut.String()
+	if code != cli.ExitUsage || !strings.Contains(all, "--notify-url") || strings.Contains(all, "SECRET") ||
+		strings.Contains(all, "127.0.0.1") {
+		t.Errorf("--in-cluster --notify-url: exit %d, want 2 naming the flag, not its value, before the cluster\n%s", code, all)
 	}
 }
