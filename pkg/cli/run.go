@@ -109,6 +109,7 @@ type Session struct {
 	// when to re-run and how; scheduleNote says it once.
 	scheduleWhy  string
 	scheduleNote sync.Once
+	waiting      time.Time // the opening a --wait-for-window run last said it waits for
 	// notifier posts to --notify-url (nil without it); contextName is
 	// the kube context the run acts on, for its notifications.
 	notifier    *notify.Notifier

@@ -69,6 +69,9 @@ func (f *SoakFlags) addScheduleFlags(fs *pflag.FlagSet) {
 		"window opens. Re-run the same command then")
 	fs.Var(stopAtValue{&f.StopAt}, "stop-at", "start no node after this time, RFC 3339 (2026-03-01T06:00:00+01:00) "+
 		"or a duration from now (4h); a node in progress finishes, then the run stops \"paused\"")
+	fs.BoolVar(&f.WaitForWindow, "wait-for-window", false, "while the --window is closed, wait for it to open (holding "+
+		"the roll's lock) and go on, instead of ending \"paused\"; --stop-at still ends the run. An --in-cluster run "+
+		"waits unless this is set to false")
 }
 
 // Schedule is the roll's --window and --stop-at.
@@ -105,8 +108,8 @@ func ScheduleOf(fs *pflag.FlagSet) window.Schedule {
 func OutsideSchedule(fs *pflag.FlagSet, g *Globals, plugin string) bool {
 	now := scheduleClock()
 	v := ScheduleOf(fs).At(now)
-	if v.Open {
-		return false
+	if wait, _ := fs.GetBool("wait-for-window"); v.Open || wait && !v.Next.IsZero() {
+		return false // a run that waits starts, and waits before its first node
 	}
 	why := scheduleStop(v, now, plugin)
 	if f := fs.Lookup("dry-run"); f != nil && f.Value.String() == "client" {
@@ -125,7 +128,11 @@ func OutsideSchedule(fs *pflag.FlagSet, g *Globals, plugin string) bool {
 // applySchedule makes o's pause check also close at the schedule's end,
 // as `kubectl <plugin> pause` would: nodes in progress finish, no other
 // starts, and the run ends "paused" saying when to re-run.
-func (s *Session) applySchedule(o *runbook.Options, sched window.Schedule) {
+//
+// With wait, a closed window is waited out instead (a Lease pause and the
+// context still end the wait, checked every scheduleRecheck); only
+// --stop-at ends the run.
+func (s *Session) applySchedule(o *runbook.Options, sched window.Schedule, wait bool) {
 	if sched.Window == nil && sched.StopAt.IsZero() {
 		return
 	}
@@ -143,6 +150,22 @@ func (s *Session) applySchedule(o *runbook.Options, sched window.Schedule) {
 		}
 		now := scheduleClock()
 		v := sched.At(now)
+		for wait && !v.Open && !v.Next.IsZero() && ctx.Err() == nil {
+			if !s.waiting.Equal(v.Next) {
+				s.waiting = v.Next
+				s.Progress.Printf("%s: waiting until it opens %s", v.Reason, window.When(v.Next, now, v.Next.Location()))
+			}
+			select {
+			case <-ctx.Done():
+				return false, "" // the engine sees the context
+			case <-time.After(min(v.Next.Sub(now), scheduleRecheck)):
+			}
+			if p, why := paused(ctx); p {
+				return p, why
+			}
+			now = scheduleClock()
+			v = sched.At(now)
+		}
 		if v.Open {
 			return false, ""
 		}
@@ -157,6 +180,10 @@ func (s *Session) applySchedule(o *runbook.Options, sched window.Schedule) {
 		return true, v.Reason
 	}
 }
+
+// scheduleRecheck is how often a run waiting for its window checks for a
+// pause: a person's pause stops a waiting roll within it.
+const scheduleRecheck = time.Minute
 
 // scheduleStop says why the schedule starts no node now, when it next may
 // and the command to run then.

@@ -19,8 +19,9 @@ import (
 // work, then uncordoned: a node is "" (untouched), "cordoned" (half-way)
 // or "done".
 type memRoll struct {
-	mu    sync.Mutex
-	state map[string]string
+	mu     sync.Mutex
+	state  map[string]string
+	starts []time.Time // when each node was cordoned
 }
 
 func (m *memRoll) get(n string) string { m.mu.Lock(); defer m.mu.Unlock(); return m.state[n] }
@@ -33,7 +34,13 @@ func (m *memRoll) runbook(work time.Duration) *runbook.Runbook[string] {
 		Observe: func(_ context.Context, t runbook.Target) (f, error) { return t.Name() + "=" + m.get(t.Name()), nil },
 		Steps: []runbook.Step[f]{
 			{ID: "cordon", Title: "Cordon", Done: func(s f) (bool, string) { return !strings.HasSuffix(s, "="), "" },
-				Act: func(_ context.Context, s f) error { m.set(strings.TrimSuffix(s, "="), "cordoned"); return nil }},
+				Act: func(_ context.Context, s f) error {
+					m.mu.Lock()
+					m.starts = append(m.starts, time.Now())
+					m.mu.Unlock()
+					m.set(strings.TrimSuffix(s, "="), "cordoned")
+					return nil
+				}},
 			{ID: "work", Title: "Work and uncordon", Done: func(s f) (bool, string) { return strings.HasSuffix(s, "=done"), "" },
 				Act: func(_ context.Context, s f) error {
 					time.Sleep(work)
@@ -67,7 +74,7 @@ func TestWindowClosingMidRollPausesWithNoNodeHalfWay(t *testing.T) {
 					targets = append(targets, runbook.ScopeTarget{Scope: fmt.Sprintf("n%02d", i)})
 				}
 				o := runbook.Options{Parallel: parallel, Paused: func(context.Context) (bool, string) { return false, "" }}
-				s.applySchedule(&o, window.Schedule{Window: w})
+				s.applySchedule(&o, window.Schedule{Window: w}, false)
 				res := runbook.Run(context.Background(), m.runbook(3*time.Minute), targets, o)
 
 				if res.Outcome != runbook.OutcomePaused {
@@ -114,7 +121,7 @@ func TestStopAtAndLeasePause(t *testing.T) {
 		m := &memRoll{state: map[string]string{}}
 		targets := []runbook.Target{runbook.ScopeTarget{Scope: "a"}, runbook.ScopeTarget{Scope: "b"}, runbook.ScopeTarget{Scope: "c"}}
 		o := runbook.Options{Paused: func(context.Context) (bool, string) { return false, "" }}
-		s.applySchedule(&o, window.Schedule{StopAt: time.Now().Add(4 * time.Minute)})
+		s.applySchedule(&o, window.Schedule{StopAt: time.Now().Add(4 * time.Minute)}, false)
 		res := runbook.Run(context.Background(), m.runbook(3*time.Minute), targets, o)
 		if res.Outcome != runbook.OutcomePaused || m.get("a") != "done" || m.get("b") != "done" || m.get("c") != "" {
 			t.Fatalf("want a and b done (started at 0 and 3 min), c untouched: %s %v", res.Outcome, m.state)
@@ -126,10 +133,70 @@ func TestStopAtAndLeasePause(t *testing.T) {
 		m2 := &memRoll{state: map[string]string{}}
 		o = runbook.Options{Paused: func(context.Context) (bool, string) { return true, "paused by someone" }}
 		s2 := &Session{plugin: "ate", Progress: s.Progress}
-		s2.applySchedule(&o, window.Schedule{StopAt: time.Now().Add(time.Hour)})
+		s2.applySchedule(&o, window.Schedule{StopAt: time.Now().Add(time.Hour)}, false)
 		res = runbook.Run(context.Background(), m2.runbook(time.Minute), targets, o)
 		if res.Outcome != runbook.OutcomePaused || res.Targets[0].Error != "paused by someone" || m2.get("a") != "" {
 			t.Fatalf("a Lease pause must stop the roll as before: %+v", res.Targets[0])
+		}
+	})
+}
+
+// With --wait-for-window (an in-cluster run's default) the run waits
+// out the closed window and goes on in the next: every node is done, and
+// every one started inside a window. A pause set while it waits ends the
+// wait within scheduleRecheck.
+func TestWaitForWindowStartsEveryNodeInsideAWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		defer func(c func() time.Time) { scheduleClock = c }(scheduleClock)
+		scheduleClock = time.Now
+		w, err := window.Parse("Sat,Sun 00:00-00:10 UTC") // the bubble starts Saturday 00:00 UTC
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		s := &Session{plugin: "tt", Progress: ui.NewProgress(&out)}
+		defer s.Progress.Close()
+		m := &memRoll{state: map[string]string{}}
+		var targets []runbook.Target
+		for i := range 6 {
+			targets = append(targets, runbook.ScopeTarget{Scope: fmt.Sprintf("n%d", i)})
+		}
+		o := runbook.Options{Paused: func(context.Context) (bool, string) { return false, "" }}
+		s.applySchedule(&o, window.Schedule{Window: w}, true)
+		res := runbook.Run(context.Background(), m.runbook(3*time.Minute), targets, o)
+		if res.Outcome != runbook.OutcomeDone || len(m.starts) != 6 {
+			t.Fatalf("outcome %s, %d nodes started; want all 6 done", res.Outcome, len(m.starts))
+		}
+		for i, st := range m.starts {
+			if !w.Open(st) {
+				t.Errorf("node %d started at %s, outside the window", i, st)
+			}
+		}
+		if !strings.Contains(out.String(), "waiting until it opens Sun 2000-01-02 00:00 UTC") {
+			t.Errorf("the run does not say it waits:\n%s", out.String())
+		}
+
+		// A pause while waiting: the wait ends paused within a recheck.
+		var mu sync.Mutex
+		pausedNow := false
+		o = runbook.Options{Paused: func(context.Context) (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			return pausedNow, "paused by someone"
+		}}
+		s.applySchedule(&o, window.Schedule{Window: w}, true)
+		time.Sleep(10 * time.Minute) // the roll ended Sunday 00:06; now closed until Saturday
+		start := time.Now()
+		go func() {
+			time.Sleep(time.Hour)
+			mu.Lock()
+			pausedNow = true
+			mu.Unlock()
+		}()
+		m2 := &memRoll{state: map[string]string{}}
+		res = runbook.Run(context.Background(), m2.runbook(time.Minute), targets[:1], o)
+		if res.Outcome != runbook.OutcomePaused || len(m2.starts) != 0 || time.Since(start) > time.Hour+scheduleRecheck {
+			t.Errorf("a pause during the wait: %s after %s, %d started", res.Outcome, time.Since(start), len(m2.starts))
 		}
 	})
 }

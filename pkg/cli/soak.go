@@ -21,6 +21,8 @@ type SoakFlags struct {
 	// start; parsed as the flags are set.
 	Window *window.Window
 	StopAt time.Time
+	// WaitForWindow waits out a closed window rather than ending paused.
+	WaitForWindow bool
 	// NotifyURL is --notify-url; badNotifyURL says why it is refused.
 	NotifyURL    string
 	badNotifyURL error
@@ -57,7 +59,7 @@ func (f *SoakFlags) Validate() error {
 func (s *Session) ApplySoak(o *runbook.Options, f SoakFlags, health func(ctx context.Context) error) {
 	o.Canary, o.Soak, o.Health = f.Canary, f.Soak, health
 	o.OnHealthFailure = s.PauseOnHealthFailure
-	s.applySchedule(o, f.Schedule())
+	s.applySchedule(o, f.Schedule(), f.WaitForWindow)
 	s.applyNotify(o, f.NotifyURL)
 }
 

@@ -59,7 +59,7 @@ func (s Schedule) At(now time.Time) Verdict {
 // first line: "" when it does not.
 func (s Schedule) Until(now time.Time) string {
 	var parts []string
-	if s.Window != nil {
+	if s.Window != nil && s.Window.Open(now) {
 		if end := s.Window.CloseAt(now); !end.IsZero() {
 			parts = append(parts, fmt.Sprintf("window %q closes %s", s.Window.String(), When(end, now, s.Window.Location())))
 		}

@@ -56,6 +56,10 @@ func TestScheduleIsJudgedBeforeTheCluster(t *testing.T) {
 				t.Errorf("%v %v -o json: exit %d, %v\n%s%s", up, closed, code, err, out, errOut)
 			}
 		}
+		// A run that waits for its window starts (and waits before its first node).
+		if out, errOut, _ := run(with("--window", closedWindow(), "--wait-for-window")...); !strings.Contains(out+errOut, "127.0.0.1:1") {
+			t.Errorf("%v --wait-for-window outside the window did not go on to the cluster:\n%s%s", up, out, errOut)
+		}
 		// A dry run plans anyway (it reaches the cluster) and notes the window.
 		_, errOut, _ := run(with("--window", closedWindow(), "--dry-run")...)
 		if !strings.Contains(errOut, "note: outside the maintenance window") || !strings.Contains(errOut, "127.0.0.1") {
@@ -76,6 +80,7 @@ func TestInClusterRunGetsAbsoluteStopAt(t *testing.T) {
 	if err := cmd.ParseFlags([]string{"--version", "2.8.0", "--stop-at", "4h", "--window", "Mon-Fri  01:00-05:00 Europe/Berlin"}); err != nil {
 		t.Fatal(err)
 	}
+	waitForWindow(cmd.Flags())
 	args := strings.Join(runnerArgs(cmd, "img"), " ")
 	want := before.Add(4 * time.Hour).Truncate(time.Second)
 	var got time.Time
@@ -87,8 +92,16 @@ func TestInClusterRunGetsAbsoluteStopAt(t *testing.T) {
 	if err != nil || got.Sub(want) < 0 || got.Sub(want) > 2*time.Second {
 		t.Errorf("Job args %s: --stop-at %s, want about %s", args, got, want)
 	}
-	if !strings.Contains(args, "--window=Mon-Fri 01:00-05:00 Europe/Berlin") {
-		t.Errorf("Job args %s: want the window passed on", args)
+	if !strings.Contains(args, "--window=Mon-Fri 01:00-05:00 Europe/Berlin") || !strings.Contains(args, "--wait-for-window=true") {
+		t.Errorf("Job args %s: want the window passed on, and the Job to wait for it", args)
+	}
+	cmd, _, _ = NewRootCommand(genericiooptions.NewTestIOStreamsDiscard()).Find([]string{"upgrade", "kmd"})
+	if err := cmd.ParseFlags([]string{"--version", "2.8.0", "--window", "01:00-05:00 UTC", "--wait-for-window=false"}); err != nil {
+		t.Fatal(err)
+	}
+	waitForWindow(cmd.Flags())
+	if args := strings.Join(runnerArgs(cmd, "img"), " "); !strings.Contains(args, "--wait-for-window=false") {
+		t.Errorf("Job args %s: --wait-for-window=false must stay", args)
 	}
 }
 
