@@ -161,7 +161,11 @@ func TestSearchesAgreeWithOpen(t *testing.T) {
 	for _, s := range []string{"Mon-Fri 01:00-05:00 Europe/Berlin", "Sat,Sun 23:30-00:30 America/New_York", "02:15-02:45 Europe/Berlin"} {
 		w := must(t, s)
 		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-		for m := start; m.Before(start.AddDate(1, 0, 0)); m = m.Add(401 * time.Minute) {
+		step := 401 * time.Minute
+		if testing.Short() {
+			step = 997 * time.Minute
+		}
+		for m := start; m.Before(start.AddDate(1, 0, 0)); m = m.Add(step) {
 			next, end := w.NextOpen(m), w.CloseAt(m)
 			if next.IsZero() || !w.Open(next) {
 				t.Fatalf("%q NextOpen(%s) = %s is not open", s, m, next)
