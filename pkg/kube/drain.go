@@ -44,8 +44,14 @@ type DrainOptions struct {
 	RetryDelay time.Duration
 	// Force evicts pods no controller will recreate (bare pods).
 	Force bool
-	// GracePeriodSeconds overrides pods' grace periods; 0 keeps theirs.
-	GracePeriodSeconds int
+	// DeleteEmptyDirData evicts pods with emptyDir volumes, whose data is
+	// deleted with them (kubectl drain --delete-emptydir-data); without it
+	// they are left, and named.
+	DeleteEmptyDirData bool
+	// GracePeriodSeconds, when not nil, replaces each pod's own
+	// terminationGracePeriodSeconds (kubectl drain --grace-period); 0 asks
+	// for an immediate stop.
+	GracePeriodSeconds *int64
 	// NoWait returns once every eviction was accepted, for callers that
 	// wait for the pods to be gone themselves.
 	NoWait bool
@@ -133,10 +139,15 @@ func Drain(ctx context.Context, cs kubernetes.Interface, rec Recorder, node stri
 				Reason: "no controller recreates it; an eviction deletes it for good (--force evicts it)"})
 			continue
 		}
+		if !o.DeleteEmptyDirData && HasLocalData(p) {
+			bare = append(bare, DrainBlocker{Namespace: p.Namespace, Name: p.Name,
+				Reason: "its emptyDir data is deleted with it (--delete-emptydir-data evicts it)"})
+			continue
+		}
 		evict = append(evict, p)
 	}
 	if len(bare) > 0 {
-		return &DrainError{Node: node, Blockers: bare, Err: errors.New("pods without a controller")}
+		return &DrainError{Node: node, Blockers: bare, Err: errors.New("pods a drain may not evict without a flag")}
 	}
 	var (
 		mu       sync.Mutex
@@ -205,8 +216,8 @@ func Drain(ctx context.Context, cs kubernetes.Interface, rec Recorder, node stri
 func evictPod(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, o DrainOptions, refused func(string)) error {
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}}
-	if o.GracePeriodSeconds > 0 {
-		ev.DeleteOptions.GracePeriodSeconds = ptr.To(int64(o.GracePeriodSeconds))
+	if o.GracePeriodSeconds != nil {
+		ev.DeleteOptions.GracePeriodSeconds = ptr.To(*o.GracePeriodSeconds)
 	}
 	for {
 		err := cs.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
@@ -410,6 +421,58 @@ func WaitDisruptionsAllowed(ctx context.Context, cs kubernetes.Interface, pods [
 		}
 	}
 	return true
+}
+
+// WaitAnyLeaves watches, at most max, the pods sel selects in ns until
+// one of names is being deleted or gone (another drain evicted it), and
+// reports whether that happened: a PDB's disruption that drain claimed is
+// then counted in the PDB's own status.
+func WaitAnyLeaves(ctx context.Context, cs kubernetes.Interface, ns string, sel labels.Selector, names []string,
+	max time.Duration) bool {
+	wctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	pods := cs.CoreV1().Pods(ns)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel.String()
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel.String()
+			return pods.Watch(ctx, o)
+		},
+	}
+	left := func(s cache.Store) bool {
+		for _, n := range names {
+			o, ok, err := s.GetByKey(ns + "/" + n)
+			if err != nil || !ok || !Evictable(o.(*corev1.Pod)) {
+				return true
+			}
+		}
+		return false
+	}
+	var store cache.Store
+	_, err := watchtools.UntilWithSync(wctx, lw, &corev1.Pod{}, func(s cache.Store) (bool, error) {
+		store = s
+		return left(s), nil
+	}, func(watch.Event) (bool, error) { return left(store), nil })
+	return err == nil && ctx.Err() == nil
+}
+
+// HasLocalData reports a pod with an emptyDir volume: its data lives on
+// the node and is deleted with the pod, so kubectl drain evicts it only
+// with --delete-emptydir-data. rollbook's own in-cluster runner is not
+// one: its emptyDir is scratch, its run's state is in the cluster.
+func HasLocalData(p *corev1.Pod) bool {
+	if _, runner := p.Labels[LabelInCluster]; runner {
+		return false
+	}
+	for i := range p.Spec.Volumes {
+		if p.Spec.Volumes[i].EmptyDir != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Evictable reports whether a drain would evict p: not terminal, not

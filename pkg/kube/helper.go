@@ -22,7 +22,9 @@ const (
 	// simulator's helper runner owns pods with this label, and drains skip them.
 	LabelHelper = AnnotationPrefix + "helper"
 	LabelNode   = AnnotationPrefix + "node"
-	LabelRun    = AnnotationPrefix + "run"
+	// LabelInCluster marks the Jobs (and their pods) of in-cluster runs.
+	LabelInCluster = AnnotationPrefix + "in-cluster"
+	LabelRun       = AnnotationPrefix + "run"
 	// AnnHelperKey is the full, unhashed key the helper's name was made from.
 	AnnHelperKey = AnnotationPrefix + "helper-key"
 	// AnnSpecHash is SpecHash of the pod as the CLI created it. A pod with

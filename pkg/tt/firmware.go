@@ -58,10 +58,13 @@ type FirmwareConfig struct {
 	MaxUnavailablePer map[string]int
 	// ForceUnload kills processes holding the device before the flash.
 	ForceUnload bool
-	// Force evicts bare pods (no controller), as kubectl drain --force.
-	Force  bool
-	Helper HelperConfig
-	RunID  string
+	// Force evicts bare pods (no controller), as kubectl drain --force;
+	// DeleteEmptyDirData and GracePeriod as kubectl drain's.
+	Force              bool
+	DeleteEmptyDirData bool
+	GracePeriod        *int64
+	Helper             HelperConfig
+	RunID              string
 	// Operators are the firmware operator's claims on nodes, read at the
 	// start of the run (ReadFirmwareOperatorClaims): a claimed node is
 	// refused before its cordon.
@@ -287,6 +290,7 @@ func fwBlockers(cfg *FirmwareConfig) func(f *Facts) []string {
 		if cfg.Drain {
 			out = append(out, f.holdersThatStay(cfg.DeployGates)...)
 			out = append(out, barePodBlockers(f, fwEvicts, cfg.Force)...)
+			out = append(out, localDataBlockers(f, fwEvicts, cfg.DeleteEmptyDirData)...)
 		}
 		if r.KMD == "" {
 			out = append(out, "tt-kmd is not loaded on the node; tt-flash needs the kernel module — run `kubectl tt upgrade kmd` first")
@@ -380,7 +384,9 @@ happens to exist. The flash never runs while a process holds the device (unless
 			b.cordon("tt.fw.cordon", cfg.DeployGates, cordonGuards(probeClear("tt-firmware", cfg.RunID, blockers), pdb,
 				append([]runbook.Guard[Facts]{outOfServiceBudget(cfg.MaxParallel)}, perLabelBudget(cfg.MaxUnavailablePer)...)...)...),
 			b.closeGates("tt.fw.close-gates", cfg.DeployGates),
-			b.evictDevicePods("tt.fw.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "firmware "+cfg.Version+" flash"),
+			b.evictDevicePods("tt.fw.evict-device-pods", cfg.Drain, drainFlags{force: cfg.Force,
+				deleteEmptyDirData: cfg.DeleteEmptyDirData, gracePeriod: cfg.GracePeriod}, cfg.DrainTimeout,
+				"firmware "+cfg.Version+" flash"),
 			b.helperTask(task{
 				id: "tt.fw.flash", title: "Flash the firmware", name: "flash", key: cfg.helperKey(), command: flashCommand(cfg),
 				env: cfg.bundleEnv(),

@@ -40,10 +40,13 @@ type KMDConfig struct {
 	PodSelector  labels.Selector
 	DrainTimeout time.Duration
 	ForceUnload  bool
-	// Force evicts bare pods (no controller), as kubectl drain --force.
-	Force  bool
-	Helper HelperConfig
-	RunID  string
+	// Force evicts bare pods (no controller), as kubectl drain --force;
+	// DeleteEmptyDirData and GracePeriod as kubectl drain's.
+	Force              bool
+	DeleteEmptyDirData bool
+	GracePeriod        *int64
+	Helper             HelperConfig
+	RunID              string
 	// MaxParallel bounds the nodes out of service at once (cordon to
 	// uncordon), counted from the cluster; default 1, as the operator.
 	MaxParallel int
@@ -200,6 +203,7 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 		if cfg.Drain {
 			out = append(out, f.holdersThatStay(cfg.DeployGates)...)
 			out = append(out, barePodBlockers(f, kmdEvicts(cfg), cfg.Force)...)
+			out = append(out, localDataBlockers(f, kmdEvicts(cfg), cfg.DeleteEmptyDirData)...)
 		}
 		switch {
 		case r.LoadRefused != "" && r.SignatureRequired:
@@ -326,7 +330,8 @@ the target version is measured on it, whatever its label says.`,
 				append([]runbook.Guard[Facts]{outOfServiceBudget(max(cfg.MaxParallel, 1))},
 					perLabelBudget(cfg.MaxUnavailablePer)...)...)...)),
 			labelOnly(b.closeGates("tt.kmd.close-gates", cfg.DeployGates)),
-			labelOnly(b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.Force, cfg.DrainTimeout, "tt-kmd "+v+" upgrade")),
+			labelOnly(b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.drainFlags(), cfg.DrainTimeout,
+				"tt-kmd "+v+" upgrade")),
 			labelOnly(kmdDrainStep(cs, rec, cfg)),
 			labelOnly(b.helperTask(task{
 				id: "tt.kmd.install", title: "Swap the kernel module", name: kmdTask, key: v, render: render,
@@ -446,7 +451,8 @@ func kmdDrainStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) ru
 		Act: func(ctx context.Context, f Facts) error {
 			return blockedIfDrain(kube.Drain(ctx, cs, rec, f.Node.Name, kube.DrainOptions{
 				PodFilter: cfg.drainSelects, Why: "tt-kmd " + cfg.Version + " upgrade (full-node drain)",
-				Timeout: remaining(ctx, cfg.DrainTimeout), Force: cfg.Force, Pods: f.Pods,
+				Timeout: remaining(ctx, cfg.DrainTimeout), Force: cfg.Force, DeleteEmptyDirData: cfg.DeleteEmptyDirData,
+				GracePeriodSeconds: cfg.GracePeriod, Pods: f.Pods,
 			}))
 		},
 	}
@@ -636,4 +642,8 @@ func kmdResultChange(node *corev1.Node, r *nodeagent.Result, run string) (kube.N
 		Labels:      map[string]*string{LabelKMDVersion: &r.After, LabelInstallMode: &mode},
 		Annotations: withClockTakenAlong(node, KMDRunbookName, map[string]*string{AnnKMDResult: ptr.To(string(b))}),
 	}, fmt.Sprintf("%s=%s (%s)", LabelKMDVersion, r.After, describeKMDResult(r))
+}
+
+func (c *KMDConfig) drainFlags() drainFlags {
+	return drainFlags{force: c.Force, deleteEmptyDirData: c.DeleteEmptyDirData, gracePeriod: c.GracePeriod}
 }

@@ -42,7 +42,7 @@ func pdbBlocked(f *Facts, evicts func(*Facts, *corev1.Pod) bool) []kube.DrainBlo
 func pdbMessage(b kube.DrainBlocker) string {
 	s := fmt.Sprintf("pod %s/%s is covered by PodDisruptionBudget %s: ", b.Namespace, b.Name, strings.Join(b.PDBs, ", "))
 	if b.Claimed {
-		return s + "waiting, uncordoned, for those nodes' drains and swaps to end (a node is cordoned only when its " +
+		return s + "waiting, uncordoned, for those nodes' drains to take it (a node is cordoned only when its " +
 			"drain can go on at once)"
 	}
 	if b.Settles {
@@ -70,8 +70,9 @@ func pdbMessages(blockers []kube.DrainBlocker, settling bool) []string {
 // cordon at a time): at once (exit 3) when only a person can change that
 // (every pod healthy at 0: maxUnavailable 0, minAvailable all); otherwise
 // (a pod of it is being replaced, e.g. after an earlier node's drain in
-// this roll) waiting, uncordoned, for another node of the run to end or for
-// the PDB to allow one, at most wait.
+// this roll; or its allowance is claimed by cordoned nodes' drains still to
+// come) waiting, uncordoned, for another node of the run to end, for a
+// claiming drain to evict, or for the PDB to allow one, at most wait.
 func pdbGuards(cs kubernetes.Interface, rb string, enabled bool, evicts func(*Facts, *corev1.Pod) bool,
 	wait time.Duration) pdbGuardPair {
 	if !enabled {
@@ -98,8 +99,8 @@ func pdbGuards(cs kubernetes.Interface, rb string, enabled bool, evicts func(*Fa
 		Settle: func(ctx context.Context, f Facts) bool {
 			var pods []*corev1.Pod
 			for _, b := range pdbBlocked(&f, evicts) {
-				if b.Claimed { // freed by another target's end, which the wait counts
-					return false
+				if b.Claimed { // freed when a claiming drain evicts
+					return waitClaimTaken(ctx, cs, &f, wait)
 				}
 				for i := range f.Pods {
 					if p := &f.Pods[i]; p.Namespace == b.Namespace && p.Name == b.Name {

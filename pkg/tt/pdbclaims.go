@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +21,10 @@ import (
 // decides on is the PDB's allowance less these: a node cordoned before
 // this one takes its disruptions at its drain, which has not happened yet
 // (the cordon spends the node budget, the drain the PDB's).
-type PDBClaims map[string][]string
+type PDBClaims map[string][]PDBClaim
+
+// PDBClaim is one pod a cordoned node's drain has yet to evict.
+type PDBClaim struct{ Node, Pod string }
 
 // readPDBClaims reads, for each PDB selecting a pod the drain of f's node
 // would evict and allowing a disruption now, the pods it covers on the
@@ -85,7 +89,7 @@ func readPDBClaims(ctx context.Context, cs kubernetes.Interface, f *Facts, evict
 			p := &pl.Items[i]
 			// An evicted pod is already counted in the PDB's status.
 			if out[p.Spec.NodeName] && p.DeletionTimestamp == nil && kube.Evictable(p) {
-				claims[c.ns+"/"+c.name] = append(claims[c.ns+"/"+c.name], p.Spec.NodeName)
+				claims[c.ns+"/"+c.name] = append(claims[c.ns+"/"+c.name], PDBClaim{Node: p.Spec.NodeName, Pod: p.Name})
 			}
 		}
 	}
@@ -94,8 +98,8 @@ func readPDBClaims(ctx context.Context, cs kubernetes.Interface, f *Facts, evict
 
 // claimedBlockers are the pods f's drain would evict whose PDBs allow
 // disruptions now that other cordoned nodes' drains will take first. They
-// settle when those nodes' drains end (another target's end), never by a
-// person's hand.
+// settle when one of those drains evicts a claimed pod (waitClaimTaken),
+// never by a person's hand.
 func claimedBlockers(f *Facts, evicts func(*Facts, *corev1.Pod) bool) []kube.DrainBlocker {
 	if len(f.PDBClaims) == 0 {
 		return nil
@@ -117,7 +121,10 @@ func claimedBlockers(f *Facts, evicts func(*Facts, *corev1.Pod) bool) []kube.Dra
 			if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
 				continue
 			}
-			nodes := append([]string(nil), taken...)
+			var nodes []string
+			for _, c := range taken {
+				nodes = append(nodes, c.Node)
+			}
 			sort.Strings(nodes)
 			names = append(names, fmt.Sprintf("%s (%d disruption(s) allowed, taken by the drain of cordoned node(s) %s)",
 				pdb.Name, pdb.Status.DisruptionsAllowed, strings.Join(compactStrings(nodes), ", ")))
@@ -139,4 +146,50 @@ func compactStrings(s []string) []string {
 		}
 	}
 	return out
+}
+
+// waitClaimTaken watches, at most max, the pods other cordoned nodes'
+// drains have yet to evict under the PDBs claimed from f's drain, until one
+// of them leaves: the drain that claimed it has taken the disruption, which
+// the PDB's status now counts, so the cordon decides again on that, at
+// once, rather than at the end of the claiming node's whole task.
+func waitClaimTaken(ctx context.Context, cs kubernetes.Interface, f *Facts, max time.Duration) bool {
+	type claimed struct {
+		ns    string
+		sel   labels.Selector
+		names []string
+	}
+	var waits []claimed
+	for ns, pdbs := range f.PDBs {
+		for i := range pdbs {
+			taken := f.PDBClaims[ns+"/"+pdbs[i].Name]
+			if len(taken) == 0 {
+				continue
+			}
+			sel, err := metav1.LabelSelectorAsSelector(pdbs[i].Spec.Selector)
+			if err != nil || sel.Empty() {
+				continue
+			}
+			c := claimed{ns: ns, sel: sel}
+			for _, t := range taken {
+				c.names = append(c.names, t.Pod)
+			}
+			waits = append(waits, c)
+		}
+	}
+	if len(waits) == 0 {
+		return false
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	left := make(chan bool, len(waits))
+	for _, c := range waits {
+		go func() { left <- kube.WaitAnyLeaves(wctx, cs, c.ns, c.sel, c.names, max) }()
+	}
+	for range waits {
+		if <-left {
+			return true
+		}
+	}
+	return false
 }

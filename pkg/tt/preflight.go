@@ -33,6 +33,7 @@ const (
 	CheckProbeFailed      = "probe-failed"      // the probe helper did not run or report
 	CheckPDB              = "pdb"               // a pod the drain evicts is held by a PDB allowing no disruption
 	CheckBarePod          = "bare-pod"          // a pod without a controller the drain would delete
+	CheckLocalData        = "local-data"        // a pod whose emptyDir data the drain would delete
 	CheckInstall          = "install"           // the policy and roles are missing or from another version (a warning)
 )
 
@@ -100,6 +101,30 @@ func barePodBlockers(f *Facts, evicts func(*Facts, *corev1.Pod) bool, force bool
 		}
 		out = append(out, s+" has no controller: the drain does not delete it (nothing would recreate it); move or delete it, "+
 			"or re-run with --force to evict it for good")
+	}
+	sort.Strings(out)
+	return out
+}
+
+// localDataPrefix begins every emptyDir blocker (preflight names its check).
+const localDataPrefix = "pod with local data "
+
+// localDataBlockers are the pods with emptyDir volumes the drain would
+// evict (evicts): their data is deleted with them, so, as kubectl drain,
+// it refuses them unless --delete-emptydir-data. Knowable before the
+// cordon from the pods already read.
+func localDataBlockers(f *Facts, evicts func(*Facts, *corev1.Pod) bool, deleteEmptyDirData bool) []string {
+	if deleteEmptyDirData {
+		return nil
+	}
+	var out []string
+	for i := range f.Pods {
+		p := &f.Pods[i]
+		if !kube.Evictable(p) || !kube.HasLocalData(p) || !evicts(f, p) {
+			continue
+		}
+		out = append(out, localDataPrefix+p.Namespace+"/"+p.Name+" has emptyDir volumes: the drain would delete their data "+
+			"with the pod; move the data, or re-run with --delete-emptydir-data to evict it anyway")
 	}
 	sort.Strings(out)
 	return out
@@ -229,9 +254,12 @@ func (p Preflight) node(ctx context.Context, cs kubernetes.Interface, n *corev1.
 		return nil, err
 	}
 	for _, b := range p.Blockers(&f) {
-		if strings.HasPrefix(b, barePodPrefix) {
+		switch {
+		case strings.HasPrefix(b, barePodPrefix):
 			add(CheckBarePod, b)
-		} else {
+		case strings.HasPrefix(b, localDataPrefix):
+			add(CheckLocalData, b)
+		default:
 			add(CheckProbe, b)
 		}
 	}

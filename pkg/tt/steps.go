@@ -120,9 +120,15 @@ func (b *builder) closeGates(id string, gates []string) runbook.Step[Facts] {
 	}
 }
 
+// drainFlags are kubectl drain's flags a drain of rollbook's honours.
+type drainFlags struct {
+	force, deleteEmptyDirData bool
+	gracePeriod               *int64
+}
+
 // evictDevicePods moves the pods holding the device off the node and waits
-// until none is left. force also evicts bare pods (kubectl drain --force).
-func (b *builder) evictDevicePods(id string, enabled, force bool, timeout time.Duration, why string) runbook.Step[Facts] {
+// until none is left. d.force also evicts bare pods (kubectl drain --force).
+func (b *builder) evictDevicePods(id string, enabled bool, d drainFlags, timeout time.Duration, why string) runbook.Step[Facts] {
 	return runbook.Step[Facts]{
 		ID: id, Title: "Move device-holding pods away",
 		Reads: readNode | readPods,
@@ -147,12 +153,13 @@ func (b *builder) evictDevicePods(id string, enabled, force bool, timeout time.D
 		Act: func(ctx context.Context, f Facts) error {
 			measured := f.measuredHolders()
 			holds := func(p *corev1.Pod) bool { return holdReason(p, measured) != "" }
-			if bare := bareHolders(f.deviceHolders()); len(bare) > 0 && !force {
+			if bare := bareHolders(f.deviceHolders()); len(bare) > 0 && !d.force {
 				return runbook.Blocked(fmt.Errorf("pods without a controller hold /dev/tenstorrent on %s: %s; an eviction "+
 					"deletes them for good. Move them yourself, or re-run with --force to evict them", f.Node.Name, bare))
 			}
 			err := kube.Drain(ctx, b.cs, b.rec, f.Node.Name, kube.DrainOptions{
-				PodFilter: holds, Why: why + ": the pod holds /dev/tenstorrent", Timeout: remaining(ctx, timeout), Force: force,
+				PodFilter: holds, Why: why + ": the pod holds /dev/tenstorrent", Timeout: remaining(ctx, timeout), Force: d.force,
+				DeleteEmptyDirData: d.deleteEmptyDirData, GracePeriodSeconds: d.gracePeriod,
 				Pods: f.Pods, NoWait: true, // Wait watches them go, DaemonSet pods leaving through the gates too
 			})
 			return blockedIfDrain(err)

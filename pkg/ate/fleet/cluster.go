@@ -59,6 +59,9 @@ type NodeInfo struct {
 	Name     string `json:"name"`
 	Version  string `json:"version"`
 	Cordoned bool   `json:"cordoned,omitempty"`
+	// CordonedBy is the rollbook runbook whose cordon it is ("" for a
+	// person's, or none).
+	CordonedBy string `json:"cordonedBy,omitempty"`
 	// MovingTo is the version a node's move has begun towards (AnnMovingTo).
 	MovingTo string `json:"movingTo,omitempty"`
 	// VerifyPending is the version a flipped node has yet to show it serves
@@ -133,6 +136,9 @@ func (i NodeInfo) Stub() *corev1.Node {
 	n := &corev1.Node{}
 	n.Name, n.Labels, n.Annotations = i.Name, map[string]string{VersionLabel: i.Version}, map[string]string{}
 	n.Spec.Unschedulable = i.Cordoned
+	if i.CordonedBy != "" {
+		n.Annotations[kube.AnnCordonedBy] = i.CordonedBy
+	}
 	if i.MovingTo != "" {
 		n.Annotations[AnnMovingTo] = i.MovingTo
 	}
@@ -201,7 +207,7 @@ func nodeInfos(nodes []corev1.Node) []NodeInfo {
 	for i := range nodes {
 		n := &nodes[i]
 		out = append(out, NodeInfo{Name: n.Name, Version: n.Labels[VersionLabel], Cordoned: n.Spec.Unschedulable,
-			MovingTo: n.Annotations[AnnMovingTo], VerifyPending: n.Annotations[AnnVerifyPending]})
+			CordonedBy: kube.CordonStateOf(n).Owner, MovingTo: n.Annotations[AnnMovingTo], VerifyPending: n.Annotations[AnnVerifyPending]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

@@ -232,12 +232,22 @@ func (l *Locator) Next(s Sides) (string, error) {
 	if len(out) > 0 {
 		return "", drainedElsewhere(out[0], "")
 	}
+	// Nodes someone else cordoned (a person's repair, another runbook's
+	// upgrade) last: the roll goes as far as it can, then stops on them
+	// (othersCordonGuard) saying so.
+	first := ""
 	for _, n := range l.c.Nodes { // sorted by name
-		if n.Version == s.From {
+		if n.Version != s.From {
+			continue
+		}
+		if !n.Cordoned || n.CordonedBy == CordonOwner {
 			return n.Name, nil
 		}
+		if first == "" {
+			first = n.Name
+		}
 	}
-	return "", nil
+	return first, nil
 }
 
 // Named says whether node may be moved by name now: not while another

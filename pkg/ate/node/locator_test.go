@@ -99,3 +99,41 @@ func TestNextNodeResumesHalfMovedNodeFirst(t *testing.T) {
 		t.Fatalf("roll next-node with n2 half-way back: %q %v, want n2", n, err)
 	}
 }
+
+// A node someone else cordoned (a person, another runbook) is picked last:
+// the roll moves every other node first, then stops on it, saying so
+// (othersCordonGuard); the roll's own cordon is no reason to wait.
+func TestNextNodeLeavesOthersCordonsForLast(t *testing.T) {
+	c := fleettest.Cluster(fleettest.TwoAtelets, map[string]string{"n0": "v1", "n1": "v1", "n2": "v1"})
+	c.Pools = []fleet.Pool{{Namespace: "ns", Name: "p", Pin: "v1"}, {Namespace: "ns", Name: "p-v2", Pin: "v2", ClonedFrom: "ns/p"}}
+	roll := sides(c, "v1", "v2")
+	next := func() string {
+		t.Helper()
+		n, err := NewLocator(c, nil, &ateapi.Inventory{}).Next(roll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	c.Nodes[0].Cordoned = true // a person's
+	c.Nodes[1].Cordoned, c.Nodes[1].CordonedBy = true, "tt-kmd"
+	if got := next(); got != "n2" {
+		t.Fatalf("with n0 and n1 cordoned by others: %s, want n2", got)
+	}
+	c.Nodes[2].Version = "v2"
+	if got := next(); got != "n0" {
+		t.Fatalf("only others' cordons left: %s, want n0 (its guard says why it stops)", got)
+	}
+	c.Nodes[0].CordonedBy = CordonOwner
+	if got := next(); got != "n0" {
+		t.Fatalf("the roll's own cordon: %s, want n0", got)
+	}
+	f := nodeFacts{node: c.Nodes[1].Stub()}
+	if ok, why := othersCordonGuard().Check(f); ok || !strings.Contains(why, "rollbook tt-kmd") {
+		t.Fatalf("n1 cordoned by tt-kmd: guard passes %v, %q", ok, why)
+	}
+	f = nodeFacts{node: c.Nodes[0].Stub()}
+	if ok, _ := othersCordonGuard().Check(f); !ok {
+		t.Fatal("the roll's own cordon stops the guard")
+	}
+}

@@ -266,6 +266,34 @@ func unreadableAdvice(inv *ateapi.Inventory, node string) string {
 		strings.Join(spaces, ", "))
 }
 
+// othersCordonGuard keeps a move from starting on a node someone else
+// cordoned: a person (repairs, an investigation) or another runbook
+// (a tt driver upgrade mid-swap). Flipping it would restart its atelet and
+// move its workers under their feet; a move already begun finishes (a
+// half-way node is worse), keeping that cordon.
+func othersCordonGuard() runbook.Guard[nodeFacts] {
+	return runbook.Guard[nodeFacts]{
+		Name: "the node is not cordoned by someone else",
+		Check: func(f nodeFacts) (bool, string) {
+			st := kube.CordonStateOf(f.node)
+			if !st.Cordoned || st.Owner == CordonOwner {
+				return true, ""
+			}
+			who := "someone other than rollbook"
+			if st.Owner != "" {
+				who = "rollbook " + st.Owner
+				if st.Run != "" {
+					who += " (run " + st.Run + ")"
+				}
+			}
+			return false, fmt.Sprintf("node %s is cordoned by %s: it may be under repair or in another upgrade, and "+
+				"moving it would restart its atelet and move its workers; nothing was written to it. Let that work "+
+				"finish and the node be uncordoned (`kubectl uncordon %s` once it may serve), then re-run; or leave it "+
+				"out of this roll", f.node.Name, who, f.node.Name)
+		},
+	}
+}
+
 func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 	return runbook.Step[nodeFacts]{
 		ID: "ate.node.mark", Title: "Record the move",
@@ -285,7 +313,7 @@ func (b *nodeBuilder) mark() runbook.Step[nodeFacts] {
 			}
 			return false, fmt.Sprintf("%s=%q; %s", fleet.AnnMovingTo, f.node.Annotations[fleet.AnnMovingTo], f.paceEvidence())
 		},
-		Guards: []runbook.Guard[nodeFacts]{visibleGuard(), capacityGuard(), paceGuard()},
+		Guards: []runbook.Guard[nodeFacts]{othersCordonGuard(), visibleGuard(), capacityGuard(), paceGuard()},
 		Plan:   nodeFacts.recordChange,
 		Act: func(ctx context.Context, f nodeFacts) error {
 			// Ask before you mark: the mark is the first write to the

@@ -23,6 +23,7 @@ type firmwareOptions struct {
 	maxParallel int
 	halt        bool
 	soak        cli.SoakFlags
+	drainFlags  drainFlags
 	selection   tt.Selection
 }
 
@@ -79,6 +80,7 @@ firmware.tenstorrent.com/skip=true are skipped.`,
 	fs.BoolVar(&o.cfg.ForceUnload, "force-unload", false,
 		"kill processes still holding the device before flashing (their in-flight work is lost)")
 	fs.BoolVar(&o.cfg.Force, "force", false, "also evict bare pods that hold the device, as kubectl drain --force; they are not recreated")
+	o.drainFlags.add(fs)
 	fs.BoolVar(&o.cfg.ContinueOnReadbackFailure, "continue-on-readback-failure", false,
 		"flash even when the pre-flash readback fails after one reset")
 	fs.StringSliceVar(&o.gates, "deploy-gate", []string{tt.DefaultDeployGate},
@@ -97,6 +99,7 @@ func (o *firmwareOptions) Complete(args []string) {
 	o.cfg.DeployGates = gateList(o.gates)
 	o.cfg.Helper = o.helper.config()
 	o.cfg.MaxParallel = o.maxParallel
+	o.cfg.DeleteEmptyDirData, o.cfg.GracePeriod = o.drainFlags.deleteEmptyDirData, o.drainFlags.gracePeriodSeconds()
 	o.cfg.Complete()
 	o.selection = o.sel.selection(args)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/cli/lease"
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
 
@@ -29,7 +30,7 @@ import (
 // over from the other as two terminals do.
 const (
 	// LabelInCluster marks the Jobs (and their pods) of in-cluster runs.
-	LabelInCluster = "rollbook.dev/in-cluster"
+	LabelInCluster = kube.LabelInCluster
 	// annSubmittedBy says who submitted an in-cluster run.
 	annSubmittedBy  = "rollbook.dev/submitted-by"
 	runnerContainer = "run"

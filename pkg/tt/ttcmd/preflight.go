@@ -66,7 +66,7 @@ something does. -o json prints a PreflightReport (docs/output.md).`,
 
 // notForPreflight are the upgrade's flags that only pace or record a run.
 var notForPreflight = []string{"dry-run", "steal-lock", "lock-namespace", "max-parallel", "max-failures", "max-unavailable-per",
-	"halt-on-failure", "canary"}
+	"halt-on-failure", "canary", "grace-period"}
 
 // preflightOf is `kubectl tt preflight <component>`: the upgrade command's
 // own flags and configuration (so both check the same), run read-only.

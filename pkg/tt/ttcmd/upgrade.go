@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
@@ -48,6 +49,7 @@ type kmdOptions struct {
 	drainTO     time.Duration
 	forceUnload bool
 	force       bool
+	drainFlags  drainFlags
 	soak        cli.SoakFlags
 	maxParallel int
 	perLabel    map[string]int
@@ -119,6 +121,7 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 		"kill processes still holding the device before unloading (their in-flight work is lost)")
 	fs.BoolVar(&o.force, "force", false,
 		"also evict pods no controller manages (bare pods), as kubectl drain --force; they are not recreated")
+	o.drainFlags.add(fs)
 	fs.IntVar(&o.maxParallel, "max-parallel", 1, "nodes out of service at once, counted from cordon to uncordon "+
 		"(1, the operator's, drains one node at a time)")
 	addPerLabelFlag(fs, &o.perLabel)
@@ -149,7 +152,8 @@ Re-run the same command to continue after an interruption or a fixed failure.`,
 func (o *kmdOptions) Complete(args []string) error {
 	o.cfg = &tt.KMDConfig{Version: o.version, Commit: o.commit, GitURL: o.gitURL, Drain: o.drain, FullNode: o.fullNode,
 		DrainTimeout: o.drainTO, ForceUnload: o.forceUnload, Force: o.force, Helper: o.helper.config(), MaxParallel: o.maxParallel,
-		MaxUnavailablePer: o.perLabel, Signing: o.signing}
+		MaxUnavailablePer: o.perLabel, Signing: o.signing, DeleteEmptyDirData: o.drainFlags.deleteEmptyDirData,
+		GracePeriod: o.drainFlags.gracePeriodSeconds()}
 	o.cfg.DeployGates = gateList(o.gates)
 	if o.podSelector != "" {
 		sel, err := labels.Parse(o.podSelector)
@@ -353,4 +357,28 @@ func readOperatorClaims(ctx context.Context, g *cli.Globals, cs kubernetes.Inter
 		return nil, err
 	}
 	return tt.ReadFirmwareOperatorClaims(ctx, cs, dyn, nodes)
+}
+
+// drainFlags are kubectl drain's flags for the pods a drain evicts.
+type drainFlags struct {
+	deleteEmptyDirData bool
+	gracePeriod        int
+}
+
+func (d *drainFlags) add(fs *pflag.FlagSet) {
+	fs.BoolVar(&d.deleteEmptyDirData, "delete-emptydir-data", false,
+		"also evict pods with emptyDir volumes, as kubectl drain --delete-emptydir-data: their data is deleted; without it "+
+			"such a pod refuses the node before its cordon")
+	fs.IntVar(&d.gracePeriod, "grace-period", -1,
+		"seconds each evicted pod has to stop, as kubectl drain --grace-period; negative: the pod's own "+
+			"terminationGracePeriodSeconds")
+}
+
+// gracePeriodSeconds is the eviction's grace period, nil for the pod's own.
+func (d *drainFlags) gracePeriodSeconds() *int64 {
+	if d.gracePeriod < 0 {
+		return nil
+	}
+	g := int64(d.gracePeriod)
+	return &g
 }

@@ -5,7 +5,9 @@
 // stand-in for a policy that grants reads but not a drain or a suspend).
 // The refusal must come before the first write to the node, naming what
 // to grant: found later, it leaves the node marked, its workers drained
-// and its actors where they were (#42, "ask before you mark").
+// and its actors where they were (#42, "ask before you mark"). A node
+// someone else cordoned is likewise refused before its mark, and picked
+// last.
 package askfirst
 
 import (
@@ -13,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +27,8 @@ import (
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 func TestMain(m *testing.M) {
@@ -63,6 +68,61 @@ func TestARefusedCallStopsTheMoveBeforeTheNodeIsMarked(t *testing.T) {
 	}
 	if moved != 1 {
 		t.Fatalf("%d nodes at %s after the fix, want 1", moved, atetest.NewV)
+	}
+	atetest.NoActorLost(t, ctx)
+}
+
+// A node a person cordoned (a repair) is not moved: named, the roll stops
+// before its mark, saying who cordoned it and what to do; unnamed, the roll
+// takes another node first.
+func TestAPersonsCordonKeepsTheNodeFromMoving(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 8*time.Minute)
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+	var old []string
+	for n, v := range atetest.NodeLabels(t, ctx) {
+		if v == atetest.OldV {
+			old = append(old, n)
+		}
+	}
+	if len(old) < 2 {
+		t.Fatalf("nodes at %s: %v, want two or more", atetest.OldV, old)
+	}
+	sort.Strings(old)
+	repaired := old[0] // the picker's first choice by name
+	setCordon := func(on bool) {
+		patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
+		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, repaired, types.MergePatchType, []byte(patch),
+			metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setCordon(true)
+	defer setCordon(false)
+
+	out, code := atetest.Run(t, ctx, "roll", "next-node", repaired)
+	if code != cli.ExitBlocked || !strings.Contains(out, "cordoned by someone other than rollbook") ||
+		!strings.Contains(out, "nothing was written to it") {
+		t.Fatalf("roll next-node %s, cordoned by a person: exit %d, want %d saying who cordoned it", repaired, code,
+			cli.ExitBlocked)
+	}
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, repaired, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, marked := n.Annotations[fleet.AnnMovingTo]; marked || n.Labels[fleet.VersionLabel] != atetest.OldV ||
+		!n.Spec.Unschedulable || n.Annotations[kube.AnnCordonedBy] != "" {
+		t.Fatalf("node %s after the refusal: marked %v, at %q, cordon %v by %q; want the person's node untouched", repaired,
+			marked, n.Labels[fleet.VersionLabel], n.Spec.Unschedulable, n.Annotations[kube.AnnCordonedBy])
+	}
+
+	atetest.MustRun(t, ctx, "roll", "next-node", "--wait")
+	labels := atetest.NodeLabels(t, ctx)
+	if labels[repaired] != atetest.OldV || labels[old[1]] != atetest.NewV {
+		t.Fatalf("after roll next-node: %s at %q (cordoned by a person), %s at %q; want the other node moved",
+			repaired, labels[repaired], old[1], labels[old[1]])
 	}
 	atetest.NoActorLost(t, ctx)
 }

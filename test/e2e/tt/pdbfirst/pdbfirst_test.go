@@ -1,9 +1,10 @@
 //go:build e2e
 
 // Package pdbfirst runs kubectl tt upgrade kmd|firmware against nodes whose
-// drain a PodDisruptionBudget forbids: what preflight reports as `pdb` the
-// upgrade refuses before the node's cordon, and a budget the roll's own
-// progress frees is waited for, uncordoned, not refused.
+// drain a PodDisruptionBudget (or kubectl drain's emptyDir rule) forbids:
+// what preflight reports as `pdb` (`local-data`) the upgrade refuses before
+// the node's cordon, and a budget the roll's own progress frees is waited
+// for, uncordoned, not refused.
 package pdbfirst
 
 import (
@@ -29,16 +30,17 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 
+	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/internal/tttest"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/tt"
 )
 
-// Three plain nodes of one kernel (tt-fleet): the first node of a roll
-// builds tt-kmd 2.8.0 and shares it, the others wait for it before their
-// cordon.
-func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "tt-fleet"}) }
+// Four plain nodes of one kernel (tt-fleet; fewer than five has no
+// awkward nodes): the first node of a roll builds tt-kmd and shares it, the
+// others wait for it before their cordon.
+func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 4, Scenario: "tt-fleet"}) }
 
 var run, node, host = tttest.Run, tttest.Node, tttest.Host
 
@@ -276,5 +278,223 @@ func TestPDBFreedByTheRollIsWaitedForUncordoned(t *testing.T) {
 	spans.waitUncordoned(t, ctx, a, b)
 	if o := spans.overlaps(); o != "" {
 		t.Errorf("nodes cordoned at once (resourceVersions [cordon, uncordon]): %s", o)
+	}
+}
+
+// A PDB allowing one disruption that a cordoned node's drain has yet to
+// take (its device pod, evicted first, is slow to go): the second node of
+// the roll waits, uncordoned, for that drain to evict, then for the
+// replacement on a spare node, and is cordoned while the first node is
+// still swapping its module, not after its whole task. Before, the wait
+// ended only at the first node's end.
+func TestPDBClaimEndsAtTheClaimingDrainsEviction(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 6*time.Minute)
+	ns := c.NewNamespace(t)
+	a, b, spare := "kwok-node-0", "kwok-node-3", "kwok-node-1" // a rolls first (names sort)
+	// The first node's module swap takes 20 s: time for the second's cordon.
+	if err := fakehost.SetDelays(tttest.HostRoot(t, a), time.Second, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The spare, cordoned by a person while the pair is placed on a and b,
+	// takes the replacement of a's pod.
+	setUnschedulable(t, ctx, spare, true)
+	workload(t, ctx, ns, "claim", 2, false, nil, a, b, spare)
+	setUnschedulable(t, ctx, spare, false)
+	mu := intstr.FromInt(1)
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "claim-pdb", Namespace: ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &mu,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "claim"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPDB(t, ctx, ns, "claim-pdb", func(p *policyv1.PodDisruptionBudget) bool { return p.Status.DisruptionsAllowed == 1 })
+	// a's device holder goes only when the test lets it (a finalizer): a
+	// stays cordoned with its claim-pdb pod not yet evicted.
+	const hold = "rollbook.test/hold"
+	workload(t, ctx, ns, "slow", 1, true, []string{hold}, a)
+	spans := watchCordons(t, ctx, a, b)
+
+	done := make(chan int, 1)
+	go func() {
+		_, code := run(t, ctx, "upgrade", "kmd", "--version", "2.10.0", "--nodes", a+","+b, "--max-parallel", "2")
+		done <- code
+	}()
+	// Once a's device holder is leaving, give b time to decide its cordon
+	// on the claim, then let the holder go.
+	slow := waitPod(t, ctx, ns, "app=slow", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	time.Sleep(5 * time.Second)
+	patch := `{"metadata":{"finalizers":null}}`
+	if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, slow.Name, types.MergePatchType, []byte(patch),
+		metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Its replacement (pending until a is back) keeps no hold.
+	if _, err := c.Client.AppsV1().Deployments(ns).Patch(ctx, "slow", types.MergePatchType,
+		[]byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	spans.waitUncordoned(t, ctx, a, b)
+	spans.mu.Lock()
+	as, bs := spans.spans[a], spans.spans[b]
+	spans.mu.Unlock()
+	if len(as) != 1 || len(bs) != 1 {
+		t.Fatalf("cordon spans %v / %v, want one each", as, bs)
+	}
+	if bs[0][0] <= as[0][0] || as[0][1] <= bs[0][0] {
+		t.Errorf("%s cordoned at resourceVersion %d, want between %s's cordon %d and its uncordon %d: the wait for the "+
+			"claimed budget must end at the claiming drain's eviction", b, bs[0][0], a, as[0][0], as[0][1])
+	}
+}
+
+// setUnschedulable sets a node's spec.unschedulable as a person would.
+func setUnschedulable(t *testing.T, ctx context.Context, name string, on bool) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
+	if _, err := simtest.Get(t).Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch),
+		metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// workload creates a Deployment of replicas pods, one per node, on nodes
+// (the first replicas of them that are schedulable), optionally holding
+// /dev/tenstorrent and carrying finalizers, and waits until all run.
+func workload(t *testing.T, ctx context.Context, ns, name string, replicas int32, device bool, finalizers []string,
+	nodes ...string) {
+	t.Helper()
+	workloadWith(t, ctx, ns, name, replicas, device, finalizers, nil, nodes...)
+}
+
+// workloadWith is workload with tweak applied to the pods' spec.
+func workloadWith(t *testing.T, ctx context.Context, ns, name string, replicas int32, device bool, finalizers []string,
+	tweak func(*corev1.PodSpec), nodes ...string) {
+	t.Helper()
+	cs := simtest.Get(t).Client
+	lbl := map[string]string{"app": name}
+	spec := corev1.PodSpec{
+		Affinity: &corev1.Affinity{
+			NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+					Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: nodes}}}}}},
+			PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: lbl}, TopologyKey: "kubernetes.io/hostname"}}},
+		},
+		Containers: []corev1.Container{{Name: "c", Image: "example.com/" + name}},
+	}
+	if device {
+		spec.Volumes = []corev1.Volume{{Name: "dev", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: "/dev/tenstorrent"}}}}
+		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "dev", MountPath: "/dev/tenstorrent"}}
+	}
+	if tweak != nil {
+		tweak(&spec)
+	}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: lbl},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: lbl, Finalizers: finalizers}, Spec: spec}}}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deps := cs.AppsV1().Deployments(ns)
+	for {
+		d, err := deps.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Status.ReadyReplicas == replicas {
+			return
+		}
+		w, err := deps.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: d.ResourceVersion})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-w.ResultChan():
+		case <-ctx.Done():
+			w.Stop()
+			t.Fatalf("deployment %s/%s never ready", ns, name)
+		}
+		w.Stop()
+	}
+}
+
+// waitPod watches the pods selector selects in ns until one satisfies cond.
+func waitPod(t *testing.T, ctx context.Context, ns, selector string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	pods := simtest.Get(t).Client.CoreV1().Pods(ns)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return pods.Watch(ctx, o)
+		},
+	}
+	var found *corev1.Pod
+	check := func(o any) bool {
+		if p, ok := o.(*corev1.Pod); ok && cond(p) {
+			found = p
+			return true
+		}
+		return false
+	}
+	if _, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, func(s cache.Store) (bool, error) {
+		for _, o := range s.List() {
+			if check(o) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}, func(ev watch.Event) (bool, error) { return check(ev.Object), nil }); err != nil {
+		t.Fatalf("waiting for a pod %s in %s: %v", selector, ns, err)
+	}
+	return found
+}
+
+// A device holder with emptyDir data is refused before the cordon, as
+// kubectl drain refuses it, by preflight and the upgrade alike; with
+// --delete-emptydir-data the same command evicts it, with the grace period
+// --grace-period gives.
+func TestEmptyDirDataStopsBeforeCordon(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	ns := c.NewNamespace(t)
+	const n, version = "kwok-node-2", "2.8.1"
+	workloadWith(t, ctx, ns, "scratch", 1, true, nil, func(s *corev1.PodSpec) {
+		s.Volumes = append(s.Volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		s.TerminationGracePeriodSeconds = ptr.To(int64(600))
+	}, n)
+	want := []string{"has emptyDir volumes", "--delete-emptydir-data", "will not take node " + n + " out of service"}
+	if out, code := run(t, ctx, "preflight", "kmd", "--version", version, "--nodes", n); code != cli.ExitBlocked ||
+		!strings.Contains(out, "has emptyDir volumes") {
+		t.Errorf("preflight: exit %d, want %d naming the emptyDir pod", code, cli.ExitBlocked)
+	}
+	tttest.BlockedUncordoned(t, ctx, n, want, "upgrade", "kmd", "--version", version, "--nodes", n)
+	bundle := "file://" + filepath.Join(c.Dir, "bundles", "fw_pack-19.0.0.fwbundle")
+	tttest.BlockedUncordoned(t, ctx, n, want, "upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle,
+		"--nodes", n)
+
+	evicted := make(chan *corev1.Pod, 1)
+	go func() {
+		evicted <- waitPod(t, ctx, ns, "app=scratch", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	}()
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", version, "--nodes", n, "--delete-emptydir-data",
+		"--grace-period", "7"); code != 0 {
+		t.Fatalf("with --delete-emptydir-data: exit %d", code)
+	}
+	if h := host(t, n); h.LoadedKMD != version {
+		t.Errorf("the host runs %q, want %s", h.LoadedKMD, version)
+	}
+	p := <-evicted
+	if g := p.DeletionGracePeriodSeconds; g == nil || *g != 7 {
+		t.Errorf("pod %s evicted with grace period %v, want 7 (--grace-period)", p.Name, g)
 	}
 }
