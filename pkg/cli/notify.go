@@ -111,6 +111,9 @@ func (s *Session) closeNotifier() {
 }
 
 func (s *Session) notify(e notify.Event) {
+	if s.notifier == nil {
+		return
+	}
 	e.Plugin, e.Run, e.Context = s.plugin, s.RunID, s.contextName
 	e.Time = time.Now().UTC()
 	s.notifier.Send(e)

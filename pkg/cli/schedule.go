@@ -12,6 +12,7 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/cli/lease"
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/notify"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/ui"
 	"github.com/rollbook/rollbook/pkg/window"
@@ -150,11 +151,15 @@ func (s *Session) applySchedule(o *runbook.Options, sched window.Schedule, wait 
 		}
 		now := scheduleClock()
 		v := sched.At(now)
+		waited := false
 		for wait && !v.Open && !v.Next.IsZero() && ctx.Err() == nil {
 			if !s.waiting.Equal(v.Next) {
 				s.waiting = v.Next
-				s.Progress.Printf("%s: waiting until it opens %s", v.Reason, window.When(v.Next, now, v.Next.Location()))
+				msg := fmt.Sprintf("%s: waiting until it opens %s", v.Reason, window.When(v.Next, now, v.Next.Location()))
+				s.Progress.Printf("%s", msg)
+				s.notify(notify.Event{Kind: notify.Paused, Reason: msg, Text: s.who() + ": paused, " + msg})
 			}
+			waited = true
 			select {
 			case <-ctx.Done():
 				return false, "" // the engine sees the context
@@ -167,6 +172,10 @@ func (s *Session) applySchedule(o *runbook.Options, sched window.Schedule, wait 
 			v = sched.At(now)
 		}
 		if v.Open {
+			if waited {
+				s.notify(notify.Event{Kind: notify.Resumed, Text: fmt.Sprintf("%s: the window %q opened; the roll goes on",
+					s.who(), sched.Window.String())})
+			}
 			return false, ""
 		}
 		s.scheduleNote.Do(func() {

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/rollbook/rollbook/pkg/notify"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/ui"
 	"github.com/rollbook/rollbook/pkg/window"
@@ -154,7 +155,9 @@ func TestWaitForWindowStartsEveryNodeInsideAWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out bytes.Buffer
-		s := &Session{plugin: "tt", Progress: ui.NewProgress(&out)}
+		var kinds []string
+		s := &Session{plugin: "tt", Progress: ui.NewProgress(&out),
+			notifier: notify.NewFunc(func(e notify.Event) error { kinds = append(kinds, e.Kind); return nil }, nil)}
 		defer s.Progress.Close()
 		m := &memRoll{state: map[string]string{}}
 		var targets []runbook.Target
@@ -175,6 +178,10 @@ func TestWaitForWindowStartsEveryNodeInsideAWindow(t *testing.T) {
 		if !strings.Contains(out.String(), "waiting until it opens Sun 2000-01-02 00:00 UTC") {
 			t.Errorf("the run does not say it waits:\n%s", out.String())
 		}
+		if err := s.notifier.Close(context.Background()); err != nil || strings.Join(kinds, ",") != "paused,resumed" {
+			t.Errorf("notified %v (%v), want paused as it waits and resumed as the window opens", kinds, err)
+		}
+		s.notifier = nil
 
 		// A pause while waiting: the wait ends paused within a recheck.
 		var mu sync.Mutex

@@ -87,6 +87,7 @@ const queueSize = 64
 type Notifier struct {
 	url    string
 	client *http.Client
+	send   func(Event) error // post, or a test's
 	warn   func(string)
 	q      chan Event
 	done   chan struct{}
@@ -106,6 +107,15 @@ func New(rawURL string, warn func(string)) *Notifier {
 			// A redirect could lead the body anywhere; a webhook does not redirect.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}}
+	n.send = n.post
+	go n.loop()
+	return n
+}
+
+// NewFunc delivers events through send instead of HTTP (tests), with
+// the same queue, order and bounds.
+func NewFunc(send func(Event) error, warn func(string)) *Notifier {
+	n := &Notifier{send: send, warn: warn, q: make(chan Event, queueSize), done: make(chan struct{})}
 	go n.loop()
 	return n
 }
@@ -153,7 +163,7 @@ func (n *Notifier) Close(ctx context.Context) error {
 func (n *Notifier) loop() {
 	defer close(n.done)
 	for e := range n.q {
-		if err := n.post(e); err != nil {
+		if err := n.send(e); err != nil {
 			n.mu.Lock()
 			n.failed++
 			first := n.failed == 1
