@@ -32,6 +32,9 @@ func (f *SoakFlags) addNotifyFlag(fs *pflag.FlagSet) {
 		"Posting never holds the roll up; the URL is kept out of the Lease, the history and an in-cluster Job")
 }
 
+// The session's notification state: notifier posts to --notify-url (nil
+// without it); contextName is the kube context the run acts on.
+
 // applyNotify posts the run's events to url: the nodes that block or
 // fail as they do, and (Finish) how the run ends. A run that starts
 // where the last one paused says it resumed.
@@ -122,4 +125,16 @@ func (s *Session) notify(e notify.Event) {
 // who names the run in a notification: plugin, run and kube context.
 func (s *Session) who() string {
 	return fmt.Sprintf("kubectl %s run %s on %q", s.plugin, s.RunID, s.contextName)
+}
+
+// currentContext is the name of the kube context the command acts in.
+func currentContext(g *Globals) string {
+	if c := g.ConfigFlags.Context; c != nil && *c != "" {
+		return *c
+	}
+	raw, err := g.ConfigFlags.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return ""
+	}
+	return raw.CurrentContext
 }

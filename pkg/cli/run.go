@@ -105,15 +105,12 @@ type Session struct {
 	// progress counts the session's last runbook run; it publishes the
 	// run's outcome as the session ends.
 	progress *progressReporter
-	// scheduleWhy says, once the window closed (or --stop-at passed),
-	// when to re-run and how; scheduleNote says it once.
+	// The schedule's and --notify-url's state: schedule.go, notify.go.
 	scheduleWhy  string
 	scheduleNote sync.Once
-	waiting      time.Time // the opening a --wait-for-window run last said it waits for
-	// notifier posts to --notify-url (nil without it); contextName is
-	// the kube context the run acts on, for its notifications.
-	notifier    *notify.Notifier
-	contextName string
+	waiting      time.Time
+	notifier     *notify.Notifier
+	contextName  string
 }
 
 // DryRun reports whether the session only plans.
@@ -229,18 +226,6 @@ func (s *Session) note(ctx context.Context, reason, message string) {
 	if err := s.journal.Append(wctx, e); err != nil {
 		s.Progress.Printf("warning: could not write the run's history: %v", err)
 	}
-}
-
-// currentContext is the name of the kube context the command acts in.
-func currentContext(g *Globals) string {
-	if c := g.ConfigFlags.Context; c != nil && *c != "" {
-		return *c
-	}
-	raw, err := g.ConfigFlags.ToRawKubeConfigLoader().RawConfig()
-	if err != nil {
-		return ""
-	}
-	return raw.CurrentContext
 }
 
 // Where is the line every mutating run starts with: the kube context,

@@ -126,6 +126,11 @@ func OutsideSchedule(fs *pflag.FlagSet, g *Globals, plugin string) bool {
 	return true
 }
 
+// The session's schedule state: scheduleWhy says, once the window closed
+// (or --stop-at passed), when to re-run and how (scheduleNote says it
+// once); waiting is the opening a --wait-for-window run last said it
+// waits for.
+
 // applySchedule makes o's pause check also close at the schedule's end,
 // as `kubectl <plugin> pause` would: nodes in progress finish, no other
 // starts, and the run ends "paused" saying when to re-run.
