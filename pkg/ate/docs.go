@@ -19,6 +19,7 @@ func Docs() map[string]string {
 		"ate-revert.md":      roll.RevertRunbook(nil, nil, 2*time.Minute).Markdown(),
 		"ate-pin-pools.md":   roll.PinPoolsRunbook(nil, nil, nil, nil).Markdown(),
 		"ate-recover-node.md": node.RecoverRunbook(nil, nil, nil,
-			&node.RecoverConfig{MaxConcurrentSuspends: 4, SuspendTimeout: 30 * time.Minute, ReplaceTimeout: 5 * time.Minute}).Markdown(),
+			&node.RecoverConfig{MaxConcurrentSuspends: 4, SuspendTimeout: 30 * time.Minute, ReplaceTimeout: 5 * time.Minute,
+				DeleteTimeout: 10 * time.Minute}).Markdown(),
 	}
 }

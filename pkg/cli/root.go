@@ -69,7 +69,7 @@ func NewRoot(plugin, short, long string, streams genericiooptions.IOStreams) (*c
 	}
 	root.PersistentFlags().IntVarP(&g.Verbosity, "v", "v", 0,
 		"log client-go's requests to stderr: 6 each request, 7 with headers (capped at 7: bodies can carry minted tokens)")
-	root.AddCommand(NewVersionCommand(plugin, streams), newOptionsCommand(root))
+	root.AddCommand(NewVersionCommand(plugin, streams, flags), newOptionsCommand(root))
 	hideGlobalFlags(root)
 	root.CompletionOptions.HiddenDefaultCmd = false
 	registerFlagCompletions(root, g)

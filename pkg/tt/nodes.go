@@ -27,6 +27,10 @@ type Selection struct {
 	// helper runs there (AdminParams.NodeLabel); a selected node without
 	// it is refused before anything changes. Empty: not checked.
 	Access kube.NodeLabel
+	// BudgetLabels are the label keys a flag budgets by
+	// (--max-unavailable-per): a key no selected node carries would limit
+	// nothing, silently, so it is refused before anything changes.
+	BudgetLabels []string
 }
 
 // Skipped is a node the runbook will not touch, and why.
@@ -83,6 +87,66 @@ func (s Selection) checkAccess(nodes []corev1.Node, skip func(*corev1.Node) stri
 		return &AccessError{Nodes: denied, Access: s.Access}
 	}
 	return nil
+}
+
+// BudgetLabelError names the budget label keys no selected node carries.
+type BudgetLabelError struct {
+	Keys     []string
+	Selected int
+	// Similar are label keys the selected nodes do carry that end like a
+	// missing one (after its last '/' or '.'): the likely intended keys.
+	Similar []string
+}
+
+func (e *BudgetLabelError) Error() string {
+	s := fmt.Sprintf("--max-unavailable-per names label(s) %s that none of the %d selected node(s) carries, so it would limit "+
+		"nothing; nothing was changed. Check the key's spelling (kubectl get nodes --show-labels), or drop it",
+		strings.Join(e.Keys, ", "), e.Selected)
+	if len(e.Similar) > 0 {
+		s += "; the selected nodes carry " + strings.Join(e.Similar, ", ")
+	}
+	return s
+}
+
+// checkBudgetLabels is a *BudgetLabelError for the budget keys no node
+// (but those skip excludes) carries.
+func (s Selection) checkBudgetLabels(nodes []corev1.Node, skip func(*corev1.Node) string) error {
+	if len(s.BudgetLabels) == 0 {
+		return nil
+	}
+	carried := map[string]bool{}
+	selected := 0
+	for i := range nodes {
+		if skip != nil && skip(&nodes[i]) != "" {
+			continue
+		}
+		selected++
+		for k := range nodes[i].Labels {
+			carried[k] = true
+		}
+	}
+	if selected == 0 {
+		return nil // nothing to roll: the run says so
+	}
+	e := &BudgetLabelError{Selected: selected}
+	for _, k := range s.BudgetLabels {
+		if carried[k] {
+			continue
+		}
+		e.Keys = append(e.Keys, k)
+		tail := k[strings.LastIndexAny(k, "/.")+1:]
+		for c := range carried {
+			if c != k && tail != "" && (strings.HasSuffix(c, "/"+tail) || strings.HasSuffix(c, "."+tail) || c == tail) {
+				e.Similar = append(e.Similar, c)
+			}
+		}
+	}
+	if len(e.Keys) == 0 {
+		return nil
+	}
+	sort.Strings(e.Keys)
+	sort.Strings(e.Similar)
+	return e
 }
 
 // SelectionError says the nodes asked for do not exist or do not match:

@@ -50,6 +50,9 @@ func targets(ctx context.Context, cs kubernetes.Interface, sel Selection, skip f
 	if err := sel.checkAccess(nodes, skip); err != nil {
 		return nil, nil, err
 	}
+	if err := sel.checkBudgetLabels(nodes, skip); err != nil {
+		return nil, nil, err
+	}
 	for i := range nodes {
 		if why := skip(&nodes[i]); why != "" {
 			skipped = append(skipped, Skipped{Node: nodes[i].Name, Why: why})

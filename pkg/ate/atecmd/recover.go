@@ -115,6 +115,8 @@ merely paused on the node are left alone. Re-run the same command to resume.`,
 	fs.DurationVar(&o.cfg.SuspendTimeout, "suspend-timeout", 30*time.Minute, "how long emptying the drained workers may take, "+
 		"kept across re-runs; a run stops once the actors left cannot fit what is left at the suspend pace measured")
 	fs.DurationVar(&o.cfg.ReplaceTimeout, "replace-timeout", 5*time.Minute, "how long the replacements may take to register")
+	fs.DurationVar(&o.cfg.DeleteTimeout, "delete-timeout", 10*time.Minute, "how long the drained workers' pods may take to "+
+		"go once deleted, kept across re-runs (a node whose kubelet is down stops the wait within seconds)")
 	o.api.add(fs)
 	o.run.AddFlags(fs, fleet.Namespace)
 	return cmd

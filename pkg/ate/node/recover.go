@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -39,6 +40,8 @@ type RecoverConfig struct {
 	SuspendTimeout        time.Duration
 	// ReplaceTimeout bounds the wait for the replacements to register.
 	ReplaceTimeout time.Duration
+	// DeleteTimeout bounds the wait for the drained workers' pods to go.
+	DeleteTimeout time.Duration
 }
 
 // recoverFacts is a node and the worker pods that could replace its own.
@@ -291,12 +294,25 @@ func (b *recoverBuilder) deletePods() runbook.Step[recoverFacts] {
 			}
 			return b.evac.deleteIdle(ctx, b.cs, b.rec, pods, "Re-run to suspend it")
 		},
+		Timeout: b.cfg.DeleteTimeout,
 		Wait: func(ctx context.Context, f recoverFacts) error {
 			gone := map[types.UID]bool{}
 			for _, w := range f.stale() {
 				gone[types.UID(w.Name)] = true
 			}
-			return kube.WaitForNoPods(ctx, b.cs, f.node.Name, func(p *corev1.Pod) bool { return gone[p.UID] })
+			// A node whose kubelet is down finishes no deletion: stop within
+			// seconds naming it, not at the budget's end.
+			ctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			go kube.CancelOnNodeDown(ctx, cancel, b.cs, func(context.Context) string { return f.node.Name })
+			err := kube.WaitForNoPods(ctx, b.cs, f.node.Name, func(p *corev1.Pod) bool { return gone[p.UID] })
+			var nd *kube.NodeNotReadyError
+			if errors.As(context.Cause(ctx), &nd) {
+				return runbook.Blocked(fmt.Errorf("%w: its kubelet cannot finish deleting the drained workers' pods "+
+					"(their Deployments already replace them elsewhere); bring the node back and run the same command "+
+					"again, or, once you know the node is gone for good, delete its Node object", nd))
+			}
+			return err
 		},
 	}
 }

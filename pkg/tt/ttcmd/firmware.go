@@ -3,6 +3,8 @@ package ttcmd
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -102,6 +104,7 @@ func (o *firmwareOptions) Complete(args []string) {
 	o.cfg.DeleteEmptyDirData, o.cfg.GracePeriod = o.drainFlags.deleteEmptyDirData, o.drainFlags.gracePeriodSeconds()
 	o.cfg.Complete()
 	o.selection = o.sel.selection(args)
+	o.selection.BudgetLabels = slices.Sorted(maps.Keys(o.cfg.MaxUnavailablePer))
 }
 
 // Validate rejects bad input before any API call.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -163,6 +165,7 @@ func (o *kmdOptions) Complete(args []string) error {
 		o.cfg.PodSelector = sel
 	}
 	o.selection = o.sel.selection(args)
+	o.selection.BudgetLabels = slices.Sorted(maps.Keys(o.perLabel))
 	return nil
 }
 
@@ -242,7 +245,8 @@ func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selecti
 	}
 	var operator *tt.OperatorError
 	var denied *tt.AccessError
-	if errors.As(err, &operator) || errors.As(err, &denied) { // what preflight reports: blocked, nothing changed
+	var budget *tt.BudgetLabelError
+	if errors.As(err, &operator) || errors.As(err, &denied) || errors.As(err, &budget) { // blocked, nothing changed
 		return nil, ctx, nil, cli.WithExitCode(cli.ExitBlocked, err)
 	}
 	if err != nil {

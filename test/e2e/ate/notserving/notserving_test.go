@@ -3,7 +3,8 @@
 // Package notserving checks that nothing is weighed that cannot serve:
 // the substrate keeps a worker ACTIVE until its pod is deleted, also while
 // its node is NotReady (its kubelet down) — such a worker takes no actor,
-// so it is neither free capacity for the next node's actors nor serving.
+// so it is neither free capacity for the next node's actors nor serving;
+// and a wait on such a node's pods stops, naming it.
 package notserving
 
 import (
@@ -19,6 +20,8 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/kube"
 )
 
@@ -99,4 +102,47 @@ func nodeNotReady(t *testing.T, ctx context.Context, node string) {
 	}); err != nil {
 		t.Fatalf("%s never went NotReady: %v", node, err)
 	}
+}
+
+// recover-node's wait for the deleted worker pods stops within seconds on
+// a node whose kubelet is down (the pods stay Terminating until it is
+// back), naming the node, where it used to wait without a bound; back up,
+// the same command finishes (#42 item 6).
+func TestRecoverNodeStopsOnANodeDown(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 8*time.Minute)
+	const node = "kwok-node-1"
+	api := atetest.Client(t, ctx)
+	time.Sleep(time.Second) // the sim's list window: a duration of its world, not synchronisation
+	inv, err := api.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drained := 0
+	for _, w := range inv.WorkersOnNode(node) {
+		if w.State == ateapi.WorkerActive && len(w.Actors) == 0 { // idle: nothing to suspend on a node that is down
+			if _, err := api.DrainWorker(ctx, w.Name); err != nil {
+				t.Fatal(err)
+			}
+			drained++
+		}
+	}
+	if drained == 0 {
+		t.Fatalf("no idle worker on %s to drain", node)
+	}
+	setNotReady(t, ctx, node, true)
+	t.Cleanup(func() { setNotReady(t, context.Background(), node, false) })
+	nodeNotReady(t, ctx, node)
+
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	out, code := atetest.Run(t, rctx, "recover-node", node)
+	if code != cli.ExitBlocked || !strings.Contains(out, "node "+node+" is NotReady") || !strings.Contains(out, "bring the node back") {
+		t.Fatalf("recover-node %s with its kubelet down: exit %d, want %d naming the node and the fix", node, code, cli.ExitBlocked)
+	}
+
+	setNotReady(t, ctx, node, false)
+	atetest.MustRun(t, ctx, "recover-node", node)
+	atetest.NoActorLost(t, ctx)
 }

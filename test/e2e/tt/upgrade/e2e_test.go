@@ -121,6 +121,8 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 		{kmd("--git-url", "-uhttps://host/x"), cli.ExitUsage, "--git-url"},
 		{[]string{"upgrade", "smi", "--version", "5"}, cli.ExitUsage, "--version"},
 		{[]string{"upgrade", "smi", "--version", "5.2.0`id`"}, cli.ExitUsage, "5.2.0`id`"},
+		{kmd("--max-unavailable-per", "rollbook-test/rak=1"), cli.ExitBlocked, "rollbook-test/rak that none of the"},
+		{fw("--max-unavailable-per", "example.com/hostname=1"), cli.ExitBlocked, "the selected nodes carry kubernetes.io/hostname"},
 		{fw("--max-parallel", "0"), cli.ExitUsage, "--max-parallel"},
 		{fw("--max-parallel", "-2"), cli.ExitUsage, "--max-parallel"},
 		{fw("--flash-timeout", "5s"), cli.ExitUsage, "--flash-timeout"},
@@ -580,5 +582,35 @@ func failFlash(t *testing.T, fail bool) {
 		if err := fakehost.SetFailFlash(root, -1, fail); err != nil {
 			t.Fatalf("%s: %v", root, err)
 		}
+	}
+}
+
+// version asks the API server its version and finds it in the supported
+// range (the sim's Kubernetes is the newest tested); --client asks nothing.
+func TestVersionReportsTheServer(t *testing.T) {
+	c := simtest.Get(t)
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	if code := cli.ExecuteContext(t.Context(), ttcmd.NewRootCommand(streams),
+		[]string{"version", "-o", "json", "--kubeconfig", c.Kubeconfig}, errOut); code != 0 {
+		t.Fatalf("version: exit %d\n%s", code, errOut)
+	}
+	var r struct {
+		Version       string `json:"version"`
+		ServerVersion *struct {
+			GitVersion string `json:"gitVersion"`
+		} `json:"serverVersion"`
+		Warnings []string `json:"warnings"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("version -o json: %v\n%s", err, out)
+	}
+	if r.Version == "" || r.ServerVersion == nil || !strings.HasPrefix(r.ServerVersion.GitVersion, "v1.") || len(r.Warnings) > 0 {
+		t.Fatalf("version -o json against the sim: %s", out)
+	}
+	streams, _, out, errOut = genericiooptions.NewTestIOStreams()
+	if code := cli.ExecuteContext(t.Context(), ttcmd.NewRootCommand(streams),
+		[]string{"version", "--client", "--kubeconfig", filepath.Join(t.TempDir(), "none")}, errOut); code != 0 ||
+		strings.Contains(out.String()+errOut.String(), "server") {
+		t.Fatalf("version --client: exit %d\n%s%s", code, out, errOut)
 	}
 }
