@@ -100,6 +100,7 @@ func ExecuteContext(ctx context.Context, root *cobra.Command, args []string, err
 	klog.SetOutput(io.Discard)
 	klog.LogToStderr(false)
 	root.SetArgs(args)
+	invokedArgs.Store(&args)
 	requireSubcommands(root)
 	root.PersistentPreRunE = chainPreRun(root.PersistentPreRunE, func(c *cobra.Command) error {
 		if f := c.Flags().Lookup("v"); f != nil && f.Changed {

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -19,6 +21,7 @@ import (
 	"github.com/rollbook/rollbook/pkg/cli/lease"
 	"github.com/rollbook/rollbook/pkg/journal"
 	"github.com/rollbook/rollbook/pkg/kube"
+	"github.com/rollbook/rollbook/pkg/notify"
 	"github.com/rollbook/rollbook/pkg/runbook"
 	"github.com/rollbook/rollbook/pkg/ui"
 )
@@ -102,6 +105,12 @@ type Session struct {
 	// progress counts the session's last runbook run; it publishes the
 	// run's outcome as the session ends.
 	progress *progressReporter
+	// The schedule's and --notify-url's state: schedule.go, notify.go.
+	scheduleWhy  string
+	scheduleNote sync.Once
+	waiting      time.Time
+	notifier     *notify.Notifier
+	contextName  string
 }
 
 // DryRun reports whether the session only plans.
@@ -116,7 +125,8 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 	if err != nil {
 		return nil, ctx, err
 	}
-	s := &Session{RunID: NewRunID(), Client: cs, Flags: f, globals: g, plugin: plugin, lockName: lockName}
+	s := &Session{RunID: NewRunID(), Client: cs, Flags: f, globals: g, plugin: plugin, lockName: lockName,
+		contextName: currentContext(g)}
 	progressOut := g.IOStreams.Out
 	if f.Output != "" {
 		progressOut = g.IOStreams.ErrOut
@@ -131,6 +141,8 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 		return s, ctx, nil
 	}
 	holder := lease.CurrentHolder(ctx, cs, s.RunID)
+	// The command as executed (a test executes many in one process).
+	holder.Command = strings.Join(lease.RedactArgs(append([]string{os.Args[0]}, commandArgs()...)), " ")
 	lock, err := lease.Acquire(ctx, cs, f.LockNamespace, lockName, holder, lease.LockOptions{
 		Steal:  f.StealLock,
 		Notify: func(msg string) { s.Progress.Printf("%s", msg) },
@@ -340,10 +352,14 @@ const AnnMaxOutOfService = "rollbook.dev/max-out-of-service"
 // the result (text summary with the next command, or JSON/YAML on stdout),
 // releases the lock and returns an error carrying the exit code.
 func (s *Session) Finish(r runbook.Result, next string) error {
+	if r.Outcome == runbook.OutcomePaused && s.scheduleWhy != "" {
+		next = s.scheduleWhy
+	}
 	if !s.DryRun() {
 		s.markLeftCordoned(r)
 		s.note(context.Background(), "RunFinished", "outcome "+string(r.Outcome))
 	}
+	s.notifyEnd(r)
 	s.recordOutcome(r.Outcome)
 	s.end()
 	if s.Flags.Output != "" {
@@ -387,6 +403,7 @@ func (s *Session) recordOutcome(o runbook.Outcome) {
 }
 
 func (s *Session) end() {
+	s.closeNotifier()
 	if s.events != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := s.events.Close(ctx); err != nil {

@@ -9,12 +9,23 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/cli/lease"
 	"github.com/rollbook/rollbook/pkg/runbook"
+	"github.com/rollbook/rollbook/pkg/window"
 )
 
-// SoakFlags are --canary and --soak of the commands that roll many nodes.
+// SoakFlags are the pacing flags of the commands that roll many nodes:
+// --canary and --soak, and when nodes may start, --window and --stop-at.
 type SoakFlags struct {
 	Canary int
 	Soak   time.Duration
+	// Window (nil: always) and StopAt (zero: never) bound when a node may
+	// start; parsed as the flags are set.
+	Window *window.Window
+	StopAt time.Time
+	// WaitForWindow waits out a closed window rather than ending paused.
+	WaitForWindow bool
+	// NotifyURL is --notify-url; badNotifyURL says why it is refused.
+	NotifyURL    string
+	badNotifyURL error
 }
 
 // AddFlags registers --canary and --soak.
@@ -22,11 +33,15 @@ func (f *SoakFlags) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.Canary, "canary", 0, "roll this many nodes first, then --soak before the rest (needs --soak)")
 	fs.DurationVar(&f.Soak, "soak", 0, "watch the rolled nodes' health this long before going on: after the --canary nodes, "+
 		"or without --canary after every node. A failed check pauses the roll with the reason")
+	f.addScheduleFlags(fs)
+	f.addNotifyFlag(fs)
 }
 
 // Validate rejects bad values before any API call.
 func (f *SoakFlags) Validate() error {
 	switch {
+	case f.badNotifyURL != nil:
+		return UsageErrorf("%v", f.badNotifyURL)
 	case f.Canary < 0:
 		return UsageErrorf("--canary %d: want 0 or more nodes", f.Canary)
 	case f.Soak < 0:
@@ -39,10 +54,13 @@ func (f *SoakFlags) Validate() error {
 
 // ApplySoak sets o's canary and soak from f, with health as the check. A
 // failed check pauses the roll on the Lease, so a re-run does not simply
-// carry on: a person looks, then `resume`s.
+// carry on: a person looks, then `resume`s. The window and --stop-at
+// pause the run alone, not the Lease: a re-run in the next window goes on.
 func (s *Session) ApplySoak(o *runbook.Options, f SoakFlags, health func(ctx context.Context) error) {
 	o.Canary, o.Soak, o.Health = f.Canary, f.Soak, health
 	o.OnHealthFailure = s.PauseOnHealthFailure
+	s.applySchedule(o, f.Schedule(), f.WaitForWindow)
+	s.applyNotify(o, f.NotifyURL)
 }
 
 // PauseOnHealthFailure pauses the roll on its Lease because a soak's health

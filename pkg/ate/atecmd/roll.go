@@ -219,6 +219,9 @@ so an interrupted run resumes exactly where it stopped.`,
 			if err := n.Validate(); err != nil {
 				return err
 			}
+			if cli.OutsideSchedule(cmd.Flags(), g, "ate") {
+				return nil
+			}
 			return n.Run(cmd.Context(), g, "kubectl ate roll next-node")
 		},
 	}

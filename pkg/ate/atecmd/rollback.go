@@ -133,6 +133,9 @@ registered. Every node after the first needs enough free workers of each pool li
 			if err := n.Validate(); err != nil {
 				return err
 			}
+			if cli.OutsideSchedule(cmd.Flags(), g, "ate") {
+				return nil
+			}
 			return n.Run(cmd.Context(), g, "kubectl ate rollback next-node")
 		},
 	}

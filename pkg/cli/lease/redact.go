@@ -6,8 +6,8 @@ import (
 )
 
 // secretFlags take a credential as their value; it must never reach a
-// Lease, an event or a log.
-var secretFlags = []string{"--token", "--password", "--username", "--client-key"}
+// Lease, an event or a log. A webhook URL (--notify-url) keeps its secret in the path.
+var secretFlags = []string{"--token", "--password", "--username", "--client-key", "--notify-url"}
 
 // RedactArgs returns args with the values of credential flags replaced,
 // and the query string and user info of every URL among them dropped (a

@@ -59,6 +59,9 @@ func runOrSubmit(cmd *cobra.Command, g *cli.Globals, helperImage string, run fun
 		return err
 	}
 	if in, _ := cmd.Flags().GetBool("in-cluster"); !in {
+		if cli.OutsideSchedule(cmd.Flags(), g, "tt") {
+			return nil
+		}
 		return run(cmd.Context())
 	}
 	ns, _ := cmd.Flags().GetString("runner-namespace")
@@ -104,6 +107,7 @@ func submit(ctx context.Context, cmd *cobra.Command, g *cli.Globals, ns, image s
 	if image == "" {
 		return cli.UsageErrorf("--in-cluster needs an image: pass --helper-image (the node-agent image ships kubectl-tt)")
 	}
+	waitForWindow(fs)
 	args := runnerArgs(cmd, image)
 	for _, a := range args {
 		if lease.RedactArgs([]string{a})[0] != a {
@@ -152,6 +156,15 @@ Take it over from a terminal: run the same command there with --steal-lock (the 
 
 // verbOf is "kmd", "smi" or "firmware".
 func verbOf(cmd *cobra.Command) string { return cmd.Name() }
+
+// waitForWindow makes an in-cluster run with --window wait for the next
+// window rather than end paused (unless --wait-for-window=false): a Job
+// has no one to re-run it.
+func waitForWindow(fs *pflag.FlagSet) {
+	if fs.Changed("window") && !fs.Changed("wait-for-window") {
+		_ = fs.Set("wait-for-window", "true")
+	}
+}
 
 // runnerArgs are the command's arguments for the Job: its command path
 // below the root, every flag set (minus dropped), and the positional
