@@ -127,8 +127,9 @@ func (s *Session) who() string {
 	return fmt.Sprintf("kubectl %s run %s on %q", s.plugin, s.RunID, s.contextName)
 }
 
-// currentContext is the name of the kube context the command acts in.
-func currentContext(g *Globals) string {
+// ContextName is the kube context the command acts in (--context, else
+// the kubeconfig's current one; "" when the kubeconfig is unreadable).
+func (g *Globals) ContextName() string {
 	if c := g.ConfigFlags.Context; c != nil && *c != "" {
 		return *c
 	}

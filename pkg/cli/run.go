@@ -126,7 +126,7 @@ func StartSession(ctx context.Context, g *Globals, f RunFlags, plugin, lockName 
 		return nil, ctx, err
 	}
 	s := &Session{RunID: NewRunID(), Client: cs, Flags: f, globals: g, plugin: plugin, lockName: lockName,
-		contextName: currentContext(g)}
+		contextName: g.ContextName()}
 	progressOut := g.IOStreams.Out
 	if f.Output != "" {
 		progressOut = g.IOStreams.ErrOut

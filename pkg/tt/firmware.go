@@ -387,8 +387,7 @@ happens to exist. The flash never runs while a process holds the device (unless
 			b.cordon("tt.fw.cordon", cfg.DeployGates, cordonGuards(probeClear("tt-firmware", cfg.RunID, blockers), pdb,
 				append([]runbook.Guard[Facts]{outOfServiceBudget(cfg.MaxParallel)}, perLabelBudget(cfg.MaxUnavailablePer)...)...)...),
 			b.closeGates("tt.fw.close-gates", cfg.DeployGates),
-			b.evictDevicePods("tt.fw.evict-device-pods", cfg.Drain, drainFlags{force: cfg.Force,
-				deleteEmptyDirData: cfg.DeleteEmptyDirData, gracePeriod: cfg.GracePeriod}, cfg.DrainTimeout,
+			b.evictDevicePods("tt.fw.evict-device-pods", cfg.Drain, cfg.drainFlags(), cfg.DrainTimeout,
 				"firmware "+cfg.Version+" flash"),
 			b.helperTask(task{
 				id: "tt.fw.flash", title: "Flash the firmware", name: "flash", key: cfg.helperKey(), command: flashCommand(cfg),
@@ -539,4 +538,8 @@ func describeDevices(r *nodeagent.Result) string {
 		fmt.Fprintf(&b, "\n  device %d (%s %s): %s → %s %s", d.Index, d.Board, d.BusID, orUnknown(d.Before), orUnknown(d.After), mark)
 	}
 	return b.String()
+}
+
+func (c *FirmwareConfig) drainFlags() drainFlags {
+	return drainFlags{force: c.Force, deleteEmptyDirData: c.DeleteEmptyDirData, gracePeriod: c.GracePeriod}
 }

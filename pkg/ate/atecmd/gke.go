@@ -23,19 +23,7 @@ func gkeOf(ctx context.Context, g *cli.Globals) *campaign.GKE {
 	if err != nil {
 		return nil
 	}
-	return campaign.DetectGKE(nodes.Items, contextName(g))
-}
-
-// contextName is the kube context in use (--context, else the current one).
-func contextName(g *cli.Globals) string {
-	if c := g.ConfigFlags.Context; c != nil && *c != "" {
-		return *c
-	}
-	raw, err := g.ConfigFlags.ToRawKubeConfigLoader().RawConfig()
-	if err != nil {
-		return ""
-	}
-	return raw.CurrentContext
+	return campaign.DetectGKE(nodes.Items, g.ContextName())
 }
 
 // printGKEBefore prints the runbook's "On GKE" commands, filled in with
