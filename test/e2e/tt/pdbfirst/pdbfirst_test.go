@@ -55,23 +55,7 @@ func holders(t *testing.T, ctx context.Context, ns, name string, replicas int32,
 	t.Helper()
 	cs := simtest.Get(t).Client
 	lbl := map[string]string{"app": name}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: lbl},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: lbl}, Spec: corev1.PodSpec{
-				Affinity: &corev1.Affinity{
-					NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-						NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
-							Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: nodes}}}}}},
-					PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-						LabelSelector: &metav1.LabelSelector{MatchLabels: lbl}, TopologyKey: "kubernetes.io/hostname"}}},
-				},
-				Volumes: []corev1.Volume{{Name: "dev", VolumeSource: corev1.VolumeSource{
-					HostPath: &corev1.HostPathVolumeSource{Path: "/dev/tenstorrent"}}}},
-				Containers: []corev1.Container{{Name: "c", Image: "example.com/" + name,
-					VolumeMounts: []corev1.VolumeMount{{Name: "dev", MountPath: "/dev/tenstorrent"}}}}}}}}
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	workload(t, ctx, ns, name, replicas, true, nil, nodes...)
 	mu := intstr.FromInt(maxUnavailable)
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name + "-pdb", Namespace: ns},
 		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &mu, Selector: &metav1.LabelSelector{MatchLabels: lbl}}}
@@ -297,9 +281,10 @@ func TestPDBClaimEndsAtTheClaimingDrainsEviction(t *testing.T) {
 	ctx := simtest.Context(t, 6*time.Minute)
 	ns := c.NewNamespace(t)
 	pair, spare := []string{"kwok-node-3", "kwok-node-4"}, "kwok-node-1"
-	// Each node's module swap takes 20 s: time for the other's cordon.
+	// Each node's module swap takes 45 s: time, even on a loaded machine, for
+	// the other's cordon once the replacement is Ready on the spare.
 	for _, n := range pair {
-		if err := fakehost.SetDelays(tttest.HostRoot(t, n), time.Second, 20*time.Second); err != nil {
+		if err := fakehost.SetDelays(tttest.HostRoot(t, n), time.Second, 45*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
