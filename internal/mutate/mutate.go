@@ -382,6 +382,9 @@ func set(v reflect.Value, steps []step, val any) error {
 		for v.Kind() == reflect.Pointer {
 			v = v.Elem()
 		}
+		if v.Len() == 0 {
+			return ErrNotApplicable // the object changed since the mutation was generated
+		}
 		v.Set(v.Slice(0, v.Len()-1))
 		return nil
 	}
