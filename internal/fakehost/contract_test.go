@@ -283,6 +283,50 @@ func TestContractKbuildNeedsTheHeadersCompilerAndTree(t *testing.T) {
 	sameCode(t, "make without the build tree", fo, ro)
 }
 
+// Headers that name their compiler only in the kernel config (Ubuntu's;
+// here Debian's without .kernelvariables): kbuild runs its Makefile's
+// "gcc", whatever the host has under that name, unless CC= names the
+// kernel's own; the same compiler under another name builds.
+func TestContractKbuildRunsTheCompilerCCNames(t *testing.T) {
+	fake, real, kver := worlds(t)
+	url := realhost.ModuleRepo(t, "2.8.0")
+	src := "/var/cache/tt-kmd/build/tt-kmd"
+	both(fake, real, func(w world) {
+		if o := w.run(t, "git", "clone", "--depth", "1", "--branch", "ttkmd-2.8.0", url, "HOST"+src); o.code != 0 {
+			t.Fatalf("%s git clone: %s", w.name, o.output)
+		}
+		for _, f := range []string{"usr/src/linux-headers-" + kver + "/.kernelvariables", "usr/bin/gcc"} {
+			if err := os.Remove(filepath.Join(w.root, f)); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+		}
+	})
+	build := func(extra ...string) []string {
+		cmd := []string{"chroot", "HOST", "make", "-j2", "-C", "/lib/modules/" + kver + "/build", "M=" + src}
+		return append(append(cmd, extra...), "modules")
+	}
+	fo, ro := fake.run(t, build()...), real.run(t, build()...)
+	sameCode(t, "make with no gcc and no CC=", fo, ro)
+	if ro.code == 0 || !strings.Contains(fo.output, "gcc: not found") || !strings.Contains(ro.output, "gcc: not found") {
+		t.Errorf("make with no gcc: fake %d %q\nreal %d %q", fo.code, fo.output, ro.code, ro.output)
+	}
+	fo, ro = fake.run(t, build("CC=gcc-12")...), real.run(t, build("CC=gcc-12")...)
+	sameCode(t, "make CC=gcc-12", fo, ro)
+	if ro.code != 0 {
+		t.Errorf("make CC=gcc-12: real %q", ro.output)
+	}
+	both(fake, real, func(w world) {
+		if err := os.Symlink("gcc-12", filepath.Join(w.root, "usr/bin/gcc")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	fo, ro = fake.run(t, build()...), real.run(t, build()...)
+	sameCode(t, "make with gcc linking to gcc-12", fo, ro)
+	if ro.code != 0 {
+		t.Errorf("make with gcc linking to gcc-12: real %q", ro.output)
+	}
+}
+
 // depmod and modprobe run inside the host root (chroot) read the host's own
 // configuration: a host whose depmod.d searches extra/ before updates/ (a
 // DKMS-style layout) boots the extra/ copy, until the agent's override

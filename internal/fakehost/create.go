@@ -175,25 +175,29 @@ func createHeaders(root string, s Spec) error {
 	}
 	src := "/usr/src/linux-headers-" + s.Kernel
 	makefile := "# fake kernel build tree for " + s.Kernel + "\n"
-	if s.DebianHeaders {
+	// Where the headers name the compiler the kernel was built with:
+	// Debian in .kernelvariables and the config, Ubuntu in the config only.
+	ccText := ""
+	switch {
+	case s.DebianHeaders:
 		common := "/usr/src/linux-headers-" + s.Kernel + "-common"
 		if err := writeFile(filepath.Join(root, common, "Makefile"), "# the common half of the tree\n"); err != nil {
 			return err
 		}
 		makefile += "include " + common + "/Makefile\n"
-		// Debian's headers name the compiler the kernel was built with.
 		if err := writeFile(filepath.Join(root, src, ".kernelvariables"), "CC = $(CROSS_COMPILE)gcc-12\n"); err != nil {
 			return err
 		}
+		ccText = "gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0"
+	case s.UbuntuHWEHeaders:
+		ccText = ubuntuHWECompiler + " (Ubuntu 12.3.0-1ubuntu1~22.04) 12.3.0"
 	}
 	if err := writeFile(filepath.Join(root, src, "Makefile"), makefile); err != nil {
 		return err
 	}
 	if !s.NoToolchain {
-		for _, bin := range []string{"usr/bin/make", "usr/bin/gcc-12"} {
-			if err := writeFile(filepath.Join(root, bin), "#!fake host toolchain\n"); err != nil {
-				return err
-			}
+		if err := createToolchain(root, s.UbuntuHWEHeaders); err != nil {
+			return err
 		}
 	}
 	if err := writeFile(filepath.Join(root, src, "include/config/kernel.release"), s.Kernel+"\n"); err != nil {
@@ -206,6 +210,9 @@ func createHeaders(root string, s Spec) error {
 		hash = "sha256"
 	}
 	autoConf := "CONFIG_MODULE_SIG=y\nCONFIG_MODULE_SIG_HASH=\"" + hash + "\"\n"
+	if ccText != "" {
+		autoConf += "CONFIG_CC_VERSION_TEXT=" + ccText + "\nCONFIG_CC_IS_GCC=y\n"
+	}
 	if err := writeFile(filepath.Join(root, src, "include/config/auto.conf"), autoConf); err != nil {
 		return err
 	}
@@ -217,6 +224,38 @@ func createHeaders(root string, s Spec) error {
 	}
 	// Absolute, like Ubuntu's: resolving it needs the host root prefix.
 	return os.Symlink(src, filepath.Join(root, "lib/modules", s.Kernel, "build"))
+}
+
+// ubuntuHWECompiler is the compiler Ubuntu 22.04's HWE kernels name in
+// their config (CONFIG_CC_VERSION_TEXT), while the release's gcc is 11.
+const ubuntuHWECompiler = "x86_64-linux-gnu-gcc-12"
+
+// createToolchain installs make and the host's compilers as the
+// distribution does: gcc-12 under its triplet name, gcc-12 linking to it,
+// and the default gcc linking to gcc-12 (Debian 12) or to gcc-11 (Ubuntu
+// 22.04 with gcc-12 installed for its HWE kernels).
+func createToolchain(root string, ubuntu bool) error {
+	files := []string{"usr/bin/make", "usr/bin/" + ubuntuHWECompiler}
+	links := map[string]string{"usr/bin/gcc-12": ubuntuHWECompiler, "usr/bin/gcc": "gcc-12"}
+	if ubuntu {
+		files = append(files, "usr/bin/x86_64-linux-gnu-gcc-11")
+		links["usr/bin/gcc-11"], links["usr/bin/gcc"] = "x86_64-linux-gnu-gcc-11", "gcc-11"
+	}
+	for _, f := range files {
+		if err := writeFile(filepath.Join(root, f), "#!fake host toolchain\n"); err != nil {
+			return err
+		}
+	}
+	for l, to := range links {
+		at := filepath.Join(root, l)
+		if err := os.Remove(at); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		if err := os.Symlink(to, at); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func createDKMS(root string, s Spec) error {

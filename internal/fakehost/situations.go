@@ -23,6 +23,24 @@ func InstallHeaders(root, kernel string, debian bool) error {
 	return createHeaders(root, Spec{Kernel: kernel, KernelHeaders: true, DebianHeaders: debian})
 }
 
+// InstallUbuntuHWEHeaders adds an Ubuntu HWE kernel's build tree for
+// kernel (Spec.UbuntuHWEHeaders), with make, gcc-11 as the default gcc,
+// and gcc-12 only when withCompiler.
+func InstallUbuntuHWEHeaders(root, kernel string, withCompiler bool) error {
+	if err := createHeaders(root, Spec{Kernel: kernel, KernelHeaders: true, UbuntuHWEHeaders: true}); err != nil {
+		return err
+	}
+	if withCompiler {
+		return nil
+	}
+	for _, f := range []string{"usr/bin/gcc-12", "usr/bin/" + ubuntuHWECompiler} {
+		if err := os.Remove(filepath.Join(root, f)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // PullCards models every Tenstorrent card gone from the bus (removed, or
 // fallen off it): no PCI function, no device node, nothing for tt-smi.
 func PullCards(root string) error {

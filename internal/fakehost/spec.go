@@ -33,6 +33,10 @@ type Spec struct {
 	// arch-specific tree's Makefile includes the common tree by absolute
 	// path, so it builds only with paths as the host sees them.
 	DebianHeaders bool
+	// UbuntuHWEHeaders lays the build tree out as an Ubuntu 22.04 HWE
+	// kernel's: the compiler it was built with (x86_64-linux-gnu-gcc-12)
+	// named in its config only, and the host's default gcc is gcc-11.
+	UbuntuHWEHeaders bool
 	// NoToolchain leaves the host without make and gcc (a headers package
 	// alone does not pull in build-essential).
 	NoToolchain bool

@@ -106,10 +106,13 @@ var moduleVersionRE = regexp.MustCompile(`MODULE_VERSION\("([^"]+)"\)`)
 
 // make [-jN] -C KDIR M=SRC modules: the kbuild out-of-tree module build.
 func makeModules(t *tool) int {
-	var kdir, src string
+	var kdir, src, cc string
 	var targets []string
 	for i := 0; i < len(t.args); i++ {
 		switch a := t.args[i]; {
+		case strings.HasPrefix(a, "CC="):
+			cc = strings.TrimPrefix(a, "CC=")
+		case strings.HasPrefix(a, "LLVM="):
 		case a == "-C":
 			if i+1 >= len(t.args) {
 				return t.errorf(2, "option requires an argument -- 'C'")
@@ -165,21 +168,8 @@ func makeModules(t *tool) int {
 	if err != nil {
 		return t.errorf(2, "*** %v", err)
 	}
-	// Debian's .kernelvariables names the compiler (CC = …gcc-12); kbuild
-	// runs it by name, so a host without that very gcc cannot build.
-	if vars, err := os.ReadFile(filepath.Join(kdir, ".kernelvariables")); err == nil {
-		if m := kernelCCRE.FindSubmatch(vars); m != nil {
-			cc := string(m[1])
-			at := filepath.Join("/usr/bin", cc)
-			if t.chrooted {
-				at = filepath.Join(t.root, at)
-			}
-			if _, err := os.Stat(at); err != nil {
-				fmt.Fprintf(t.stdout, "  CC [M]  %s/module.o\n", src)
-				fmt.Fprintf(t.stderr, "/bin/sh: 1: %s: not found\n", cc)
-				return t.errorf(2, "*** [%s] Error 2", shownKdir)
-			}
-		}
+	if code := t.checkCompiler(kdir, shownKdir, src, cc); code != 0 {
+		return code
 	}
 	if st.BrokenBuild {
 		fmt.Fprintf(t.stdout, "  CC [M]  %s/module.o\n", src)
@@ -202,6 +192,59 @@ func makeModules(t *tool) int {
 	fmt.Fprintf(t.stdout, "make: Leaving directory '%s'\n", kdir)
 	return 0
 }
+
+// checkCompiler runs kbuild's compiler as the real one does: CC= on the
+// command line, else Debian's .kernelvariables, else the Makefile's "gcc",
+// run by name from the host's PATH; a compiler other than the one the
+// kernel config's CONFIG_CC_VERSION_TEXT names gets the warning kbuild
+// prints and the failure the kernel's flags then cause (an Ubuntu HWE
+// kernel built by gcc-12, built against with gcc-11). The same file under
+// another name (gcc → gcc-12) is the same compiler.
+func (t *tool) checkCompiler(kdir, shownKdir, src, cc string) int {
+	if cc == "" {
+		cc = "gcc"
+		if vars, err := os.ReadFile(filepath.Join(kdir, ".kernelvariables")); err == nil {
+			if m := kernelCCRE.FindSubmatch(vars); m != nil {
+				cc = string(m[1])
+			}
+		}
+	}
+	used, ok := t.compiler(cc)
+	if !ok {
+		fmt.Fprintf(t.stdout, "  CC [M]  %s/module.o\n", src)
+		fmt.Fprintf(t.stderr, "/bin/sh: 1: %s: not found\n", cc)
+		return t.errorf(2, "*** [%s] Error 2", shownKdir)
+	}
+	built := ""
+	if conf, err := os.ReadFile(filepath.Join(kdir, "include/config/auto.conf")); err == nil {
+		if m := configCCRE.FindSubmatch(conf); m != nil {
+			built = string(m[1])
+		}
+	}
+	if built == "" {
+		return 0
+	}
+	if want, ok := t.compiler(strings.Fields(built)[0]); ok && os.SameFile(used, want) {
+		return 0
+	}
+	fmt.Fprintf(t.stderr, "warning: the compiler differs from the one used to build the kernel\n"+
+		"  The kernel was built by: %s\n  You are using:           %s (fake)\n", built, cc)
+	fmt.Fprintf(t.stdout, "  CC [M]  %s/module.o\n", src)
+	fmt.Fprintf(t.stderr, "%s: error: unrecognized command-line option '-ftrivial-auto-var-init=zero'\n", cc)
+	return t.errorf(2, "*** [scripts/Makefile.build:243: %s/module.o] Error 1", src)
+}
+
+// compiler finds a compiler by name on the host's /usr/bin.
+func (t *tool) compiler(name string) (os.FileInfo, bool) {
+	at, err := t.path(filepath.Join("/usr/bin", name))
+	if err != nil {
+		return nil, false
+	}
+	fi, err := os.Stat(at)
+	return fi, err == nil
+}
+
+var configCCRE = regexp.MustCompile(`(?m)^CONFIG_CC_VERSION_TEXT="?([^"\n]+)"?$`)
 
 // git ls-remote URL [PATTERN…]: the remote's tags whose name ends with a
 // pattern at a "/" boundary, as git matches them, one "<commit>\t<ref>" a

@@ -76,8 +76,8 @@ func (a *Agent) otherKernels(running, version string) []KernelFacts {
 		}
 		f := KernelFacts{Release: k}
 		if build, ok := kernelHeaders(a.Root, k); ok {
-			f.Headers, f.CC = true, headersCompiler(build)
-			f.Toolchain = hostToolchain(a.Root) && (f.CC == "" || hostHas(a.Root, f.CC))
+			cc := compilerFor(a.Root, build)
+			f.Headers, f.CC, f.Toolchain = true, cc.CC, hostToolchain(a.Root) && cc.Have
 		}
 		if version != "" {
 			own := a.cacheEntries(k, version)

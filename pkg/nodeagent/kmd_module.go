@@ -62,7 +62,7 @@ func (x *execution) build(ctx context.Context, version, gitURL, commit, kver, kb
 	if err != nil {
 		return "", ModuleInfo{}, err
 	}
-	run := x.run(ctx, a.buildCommand(kver, src))
+	run := x.run(ctx, a.buildCommand(kver, src, compilerFor(a.Root, buildDir)))
 	if run.err != nil {
 		return "", ModuleInfo{}, toolFailure(ReasonBuildFailed, run, "building tt-kmd "+version+" for "+kver)
 	}
@@ -115,21 +115,22 @@ func (x *execution) checkBuilt(ctx context.Context, ko, version, kver string) (s
 	return vermagic, nil
 }
 
-// buildCommand is the kbuild invocation. With the host mounted under Root
-// it runs in a chroot of the host: the host's kernel tree with paths as the
-// host sees them (Debian's split header trees include each other by
-// absolute path) and the host's compiler, the one the kernel was built for.
-func (a *Agent) buildCommand(kver, src string) []string {
-	jobs := "-j" + strconv.Itoa(buildJobs())
-	if a.Root == "/" || a.Root == "" {
-		return []string{"make", jobs, "-C", filepath.Join("/lib/modules", kver, "build"), "M=" + src, "modules"}
+// buildCommand is the kbuild invocation with the compiler the kernel was
+// built with (cc). With the host mounted under Root it runs in a chroot of
+// the host: the host's kernel tree with paths as the host sees them
+// (Debian's split header trees include each other by absolute path) and
+// the host's compilers.
+func (a *Agent) buildCommand(kver, src string, cc kernelCompiler) []string {
+	var cmd []string
+	if a.Root != "/" && a.Root != "" {
+		cmd = []string{"chroot", a.Root}
+		if rel, err := filepath.Rel(a.Root, src); err == nil && !strings.HasPrefix(rel, "..") {
+			src = filepath.Join("/", rel)
+		}
 	}
-	rel, err := filepath.Rel(a.Root, src)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		rel = src
-	}
-	return []string{"chroot", a.Root, "make", jobs, "-C", filepath.Join("/lib/modules", kver, "build"), "M=" + filepath.Join("/", rel),
-		"modules"}
+	cmd = append(cmd, "make", "-j"+strconv.Itoa(buildJobs()), "-C", filepath.Join("/lib/modules", kver, "build"), "M="+src)
+	cmd = append(cmd, cc.makeArgs()...)
+	return append(cmd, "modules")
 }
 
 // unload removes the loaded module, killing holders first when allowed.

@@ -132,9 +132,11 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 	if build, err := resolveInRoot(a.Root, filepath.Join("lib/modules", kver, "build")); err == nil {
 		_, err = os.Stat(filepath.Join(build, "Makefile"))
 		p.Headers = err == nil
-		p.CC = headersCompiler(build)
+		cc := compilerFor(a.Root, build)
+		p.CC, p.Toolchain = cc.CC, hostToolchain(a.Root) && cc.Have
+	} else {
+		p.Toolchain = hostToolchain(a.Root)
 	}
-	p.Toolchain = hostToolchain(a.Root) && (p.CC == "" || hostHas(a.Root, p.CC))
 	p.LoadRefused, _ = a.loadPolicy()
 	p.SignatureRequired = a.signatureRequired()
 	pci, bound := countDevices(a.Root)

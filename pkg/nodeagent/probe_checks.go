@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -81,38 +80,6 @@ func (a *Agent) loadPolicy() (refused, allowed string) {
 			"kubectl tt upgrade kmd --signing-key FILE --signing-cert FILE (files on your machine)", ""
 	}
 	return "", "unsigned modules load (lockdown " + orDash(mode) + ", sig_enforce " + orDash(enforce) + ")"
-}
-
-// ccRE finds Debian's compiler line in .kernelvariables, e.g.
-// "CC = $(if $(DEBIAN_KERNEL_USE_CCACHE),$(CCACHE)) $(CROSS_COMPILE)gcc-12".
-var ccRE = regexp.MustCompile(`(?m)^CC\s*=(.*)$`)
-
-var makeVarRE = regexp.MustCompile(`\$\([^()]*\)`)
-
-// headersCompiler is the compiler a kernel build tree names (Debian's
-// .kernelvariables; kbuild runs it by that name), "" when it names none.
-func headersCompiler(buildDir string) string {
-	b, err := os.ReadFile(filepath.Join(buildDir, ".kernelvariables"))
-	if err != nil {
-		return ""
-	}
-	m := ccRE.FindSubmatch(b)
-	if m == nil {
-		return ""
-	}
-	line := string(m[1])
-	for makeVarRE.MatchString(line) { // innermost references first: $(if $(X),$(Y)) nests
-		line = makeVarRE.ReplaceAllString(line, " ")
-	}
-	f := strings.Fields(line)
-	if len(f) == 0 {
-		return ""
-	}
-	cc := f[len(f)-1]
-	if strings.ContainsAny(cc, "/$()") {
-		return ""
-	}
-	return cc
 }
 
 // hostHas reports an executable name in the host's /usr/bin (the build runs

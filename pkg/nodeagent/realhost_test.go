@@ -127,6 +127,24 @@ func TestKMDOnRealHostWithoutTheHeadersCompiler(t *testing.T) {
 	assert.Contains(t, r.OutputTail, "gcc-12")
 }
 
+// Ubuntu's headers name their compiler only in the kernel config (here:
+// Debian's without .kernelvariables, on a host whose only compiler is
+// gcc-12, so kbuild's default "gcc" is missing): the agent passes the
+// kernel's compiler as CC= and the real build succeeds.
+func TestKMDOnRealHostBuildsWithTheCompilerTheConfigNames(t *testing.T) {
+	rootfs := realhost.Rootfs(t)
+	host := realhost.Host(t, rootfs)
+	t.Setenv("PATH", realhost.Tools(t, rootfs))
+	kver := realhost.KernelRelease(t, rootfs)
+	require.NoError(t, os.Remove(filepath.Join(host, "usr/src/linux-headers-"+kver, ".kernelvariables")))
+	_, err := os.Lstat(filepath.Join(host, "usr/bin/gcc"))
+	require.True(t, os.IsNotExist(err), "the real-host rootfs has no default gcc")
+	a := &nodeagent.Agent{Root: host, Env: []string{realhost.HostEnv(host)}, Log: testLog{t}}
+	raw, r := realBuild(t, a, "2.8.0", realhost.ModuleRepo(t, "2.8.0"))
+	requireSuccess(t, r)
+	require.True(t, bytes.HasPrefix(raw, []byte("\x7fELF")), "kbuild wrote an ELF module")
+}
+
 // A host whose own depmod.d searches extra/ first (where DKMS-style
 // installs leave a copy) still boots the module the agent installed, also
 // after the host itself re-runs depmod (a kernel package, another DKMS

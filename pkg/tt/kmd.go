@@ -89,7 +89,7 @@ func otherKernelBlockers(r *ProbeRecord, version string) []string {
 		}
 		need := "make and gcc (build-essential)"
 		if k.CC != "" {
-			need = k.CC + " (named by its headers' .kernelvariables) and make"
+			need = k.CC + " (the compiler its headers say the kernel was built with) and make"
 		}
 		out = append(out, fmt.Sprintf("installed kernel %s has headers but tt-kmd %s cannot be built for it: the node lacks %s, "+
 			"and a boot into it would come back without tt-kmd; install them on the node, or remove linux-headers-%s to skip "+

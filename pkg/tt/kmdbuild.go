@@ -169,9 +169,9 @@ func buildBlockers(cfg *KMDConfig, r *ProbeRecord) []string {
 		return []string{fmt.Sprintf("tt-kmd %s cannot be built here for kernel %s (no kernel headers); install linux-headers-%s "+
 			"on the node", cfg.Version, r.Kernel, r.Kernel)}
 	case !r.Toolchain && r.CC != "":
-		return []string{fmt.Sprintf("tt-kmd %s cannot be built here for kernel %s: the kernel headers name the compiler %s (in "+
-			".kernelvariables), which the node lacks, or make is missing; install %s and make on the node", cfg.Version, r.Kernel,
-			r.CC, r.CC)}
+		return []string{fmt.Sprintf("tt-kmd %s cannot be built here for kernel %s: its headers say it was built with the compiler %s "+
+			"(kernel config, or Debian's .kernelvariables), which the node lacks, or make is missing; install %s and make on the node",
+			cfg.Version, r.Kernel, r.CC, r.CC)}
 	case !r.Toolchain:
 		return []string{fmt.Sprintf("tt-kmd %s cannot be built here for kernel %s (no make or gcc); install build-essential on "+
 			"the node", cfg.Version, r.Kernel)}

@@ -83,6 +83,34 @@ func TestHeadersCompilerMissingStopsBeforeCordon(t *testing.T) {
 	}
 }
 
+// Ubuntu's HWE kernels name their compiler (gcc-12) only in the kernel
+// config, on hosts whose default gcc is 11: the probe reads it there, a
+// host without it is not taken out, and with it the build gets CC=. Before,
+// the node was cordoned and drained and kbuild then failed with gcc-11.
+func TestUbuntuHWEKernelsCompilerIsTheOneUsed(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 4*time.Minute)
+	const target, kernel = "kwok-node-1", "6.8.0-60-generic"
+	root := hostRoot(t, target)
+	if err := fakehost.Reboot(root, kernel, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fakehost.InstallUbuntuHWEHeaders(root, kernel, false); err != nil {
+		t.Fatal(err)
+	}
+	const cc = "x86_64-linux-gnu-gcc-12"
+	blockedUncordoned(t, ctx, target, []string{"built with the compiler " + cc, "install " + cc}, "--version", fleetKMD)
+	if err := os.WriteFile(filepath.Join(root, "usr/bin", cc), []byte("#!fake host toolchain\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, ctx, "upgrade", "kmd", "--version", fleetKMD, "--nodes", target); code != 0 {
+		t.Fatalf("with %s: exit %d\n%s", cc, code, out)
+	}
+	if h := host(t, target); h.LoadedKMD != fleetKMD || h.Kernel != kernel {
+		t.Fatalf("with %s the host runs %q on %q", cc, h.LoadedKMD, h.Kernel)
+	}
+}
+
 // Under Secure Boot's lockdown, module.sig_enforce or modules_disabled the
 // kernel would refuse the module: the probe says so before the cordon.
 func TestUnsignedModuleRefusedStopsBeforeCordon(t *testing.T) {
