@@ -193,6 +193,16 @@ func SetFirmware(root string, index int, version string) error {
 	return renderDeviceAttrs(root, st, boundDevices(st, loadedVersion(root)))
 }
 
+// SetSilent makes card index (-1: every card) stop answering (Device.Silent),
+// or answer again: its firmware hangs, or is fixed.
+func SetSilent(root string, index int, silent bool) error {
+	st, err := changeCards(root, index, func(d *Device) { d.Silent = silent })
+	if err != nil {
+		return err
+	}
+	return renderDeviceAttrs(root, st, boundDevices(st, loadedVersion(root)))
+}
+
 // SetFailFlash makes tt-flash fail (a verify mismatch) on card index of
 // root's host, or every card for index < 0, until set back: a flash that
 // fails after the cordon, for tests of what a failed node does to a roll.

@@ -180,6 +180,11 @@ type Device struct {
 	// BundleUnreadable: the running firmware does not report its bundle
 	// version (tt-smi prints N/A; no sysfs tt_fw_bundle_ver).
 	BundleUnreadable bool
+	// Silent: the card's firmware does not answer. tt-kmd binds it and
+	// makes its /dev/tenstorrent node all the same (enumerate.c:
+	// init_hardware fails, needs_hw_init), but reads no telemetry from it,
+	// so none of its tt_* sysfs attributes reads (telemetry.c: -ENODATA).
+	Silent bool
 	// ProbeFailsOn are tt-kmd versions whose PCI probe of this card fails
 	// (enumerate.c: "Device initialization failed", -EIO): the module loads,
 	// but the card gets no driver binding and no /dev/tenstorrent node.

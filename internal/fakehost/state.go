@@ -243,7 +243,18 @@ func renderDeviceAttrs(root string, st *state, bound []int) error {
 		d := st.Devices[i]
 		dir := filepath.Join(root, classDir, "tenstorrent!"+strconv.Itoa(ord))
 		fw := filepath.Join(dir, "tt_fw_bundle_ver")
-		if st.ResetsNeeded > 0 || d.BundleUnreadable {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if d.Silent {
+			// No telemetry at all: the real attributes exist but fail to
+			// read; here they are absent, which a reader sees the same way.
+			for _, f := range []string{fw, filepath.Join(dir, "tt_card_type")} {
+				if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return err
+				}
+			}
+		} else if st.ResetsNeeded > 0 || d.BundleUnreadable {
 			// A hung chip cannot answer telemetry: the attribute reads fail.
 			if err := os.Remove(fw); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
@@ -251,8 +262,10 @@ func renderDeviceAttrs(root string, st *state, bound []int) error {
 		} else if err := writeFile(fw, d.Firmware+"\n"); err != nil {
 			return err
 		}
-		if err := writeFile(filepath.Join(dir, "tt_card_type"), d.Board+"\n"); err != nil {
-			return err
+		if !d.Silent {
+			if err := writeFile(filepath.Join(dir, "tt_card_type"), d.Board+"\n"); err != nil {
+				return err
+			}
 		}
 		link := filepath.Join(dir, "device")
 		if _, err := os.Lstat(link); errors.Is(err, os.ErrNotExist) {

@@ -22,6 +22,40 @@ type binding struct {
 	present []string // PCI addresses, sorted
 	bound   []string // those bound to tenstorrent
 	nodes   int      // /dev/tenstorrent/<N>
+	// silent are the ordinals N whose card does not answer: tt-kmd made
+	// its node although the card's hardware init failed.
+	silent []int
+}
+
+// A card counts as served only when its firmware answers. tt-kmd registers
+// a card (chardev, /dev/tenstorrent/N) even when init_hardware fails, and
+// then skips init_telemetry (enumerate.c, tenstorrent_pci_probe:
+// needs_hw_init); every telemetry attribute read fails -ENODATA while it
+// needs init (telemetry.c, tt_telemetry_read32). So a card answers when one
+// of its telemetry attributes (docs/sysfs-attributes.md) reads. tt-kmd
+// exposes them since 1.28 ("Establish pattern for exposing attributes in
+// sysfs"); with an older module loaded there is nothing to read.
+var telemetryAttrs = []string{"tt_card_type", "tt_fw_bundle_ver", "tt_heartbeat", "tt_asic_id", "tt_serial", "tt_aiclk",
+	"tt_arcclk", "tt_axiclk", "tt_m3app_fw_ver"}
+
+// answers reports whether a card's class entry has readable telemetry.
+func answers(classEntry string) bool {
+	for _, f := range telemetryAttrs {
+		if v, err := readTrimmed(filepath.Join(classEntry, f)); err == nil && v != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// exposesTelemetry: tt-kmd version v has telemetry attributes in sysfs
+// (1.28 and later; an unparsable version is taken to be recent).
+func exposesTelemetry(v string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return true
+	}
+	return major > 1 || (major == 1 && minor >= 28)
 }
 
 func (a *Agent) devicesBound() binding {
@@ -37,17 +71,26 @@ func (a *Agent) devicesBound() binding {
 		}
 	}
 	sort.Strings(b.present)
+	loaded, _ := readOptional(a.hostPath(filepath.Join(moduleSysfs, "version")))
+	telemetry := loaded != "" && exposesTelemetry(loaded)
 	nodes, _ := os.ReadDir(a.hostPath("dev/tenstorrent"))
 	for _, n := range nodes {
-		if _, err := strconv.Atoi(n.Name()); err == nil {
-			b.nodes++
+		ord, err := strconv.Atoi(n.Name())
+		if err != nil {
+			continue
+		}
+		b.nodes++
+		if telemetry && !answers(a.hostPath(filepath.Join("sys/class/tenstorrent", "tenstorrent!"+n.Name()))) {
+			b.silent = append(b.silent, ord)
 		}
 	}
+	sort.Ints(b.silent)
 	return b
 }
 
-// count is how many cards the module serves: bound and with a device node.
-func (b binding) count() int { return min(len(b.bound), b.nodes) }
+// count is how many cards the module serves: bound, with a device node,
+// and answering.
+func (b binding) count() int { return min(len(b.bound), b.nodes-len(b.silent)) }
 
 func (b binding) complete() bool { return len(b.present) > 0 && b.count() == len(b.present) }
 
@@ -67,7 +110,20 @@ func (b binding) missing() string {
 	if len(out) > 0 {
 		return "not bound: " + strings.Join(out, ", ")
 	}
+	if len(b.silent) > 0 {
+		return "bound, but " + b.silentText()
+	}
 	return fmt.Sprintf("all bound, but only %d /dev/tenstorrent node(s)", b.nodes)
+}
+
+// silentText names the cards that do not answer and why.
+func (b binding) silentText() string {
+	var devs []string
+	for _, n := range b.silent {
+		devs = append(devs, "/dev/tenstorrent/"+strconv.Itoa(n))
+	}
+	return strings.Join(devs, ", ") + " do not answer: tt-kmd's hardware init of the card failed, its firmware reports no " +
+		"telemetry (/sys/class/tenstorrent/tenstorrent!N/tt_*)"
 }
 
 func (b binding) String() string {

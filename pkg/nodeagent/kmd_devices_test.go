@@ -87,3 +87,37 @@ func TestForeignDmaBufIsNotAHolder(t *testing.T) {
 	requireSuccess(t, r)
 	assert.Empty(t, r.Holders)
 }
+
+// A card whose firmware does not answer keeps its /dev node (tt-kmd
+// registers it although its hardware init failed) but is not served: the
+// probe says which, and a swap onto such a card fails and puts the
+// previous module back. A module older than tt-kmd's telemetry (1.28)
+// exposes nothing to ask, so its cards count as before.
+func TestServedMeansAnswering(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, CachedKMD: []string{"1.31.0"}})
+	require.NoError(t, fakehost.SetSilent(root, 1, true))
+	r := a.Probe(context.Background(), nodeagent.ProbeOptions{})
+	requireSuccess(t, r)
+	require.NotNil(t, r.Probe.PCIDevices)
+	assert.Equal(t, 2, *r.Probe.PCIDevices)
+	assert.Equal(t, 1, r.Probe.BoundDevices)
+	assert.Equal(t, []int{1}, r.Probe.SilentDevices)
+
+	r = a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
+	requireFailure(t, r, nodeagent.ReasonDevicesUnbound)
+	for _, want := range []string{"bound 1 of 2", "/dev/tenstorrent/1 do not answer", "restored tt-kmd 1.31.0"} {
+		assert.Contains(t, r.Error.Message, want)
+	}
+	assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD)
+
+	require.NoError(t, fakehost.SetSilent(root, 1, false))
+	r = a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
+	requireSuccess(t, r)
+
+	old, oldRoot := newHost(t, fakehost.Spec{LoadedKMD: "1.27.0"})
+	require.NoError(t, fakehost.SetSilent(oldRoot, -1, true))
+	r = old.Probe(context.Background(), nodeagent.ProbeOptions{})
+	requireSuccess(t, r)
+	assert.Equal(t, 2, r.Probe.BoundDevices, "tt-kmd 1.27 has no telemetry to ask")
+	assert.Empty(t, r.Probe.SilentDevices)
+}

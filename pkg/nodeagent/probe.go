@@ -59,10 +59,13 @@ type ProbeFacts struct {
 	// is loaded already and nothing needs a build.
 	Tag *TagCheck `json:"tag,omitempty"`
 	// PCIDevices are the Tenstorrent PCI functions present; BoundDevices
-	// the device nodes the loaded module made. nil: not measured (an older
-	// helper).
+	// the cards the loaded module serves (bound, with a device node, and
+	// answering). nil: not measured (an older helper).
 	PCIDevices   *int `json:"pciDevices,omitempty"`
 	BoundDevices int  `json:"boundDevices"`
+	// SilentDevices are the /dev/tenstorrent ordinals whose card does not
+	// answer (its hardware init failed; see binding): not counted bound.
+	SilentDevices []int `json:"silentDevices,omitempty"`
 	// Kernels are the installed kernels other than the running one, which
 	// the kmd helper builds for too.
 	Kernels []KernelFacts `json:"kernels,omitempty"`
@@ -139,8 +142,9 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 	}
 	p.LoadRefused, _ = a.loadPolicy()
 	p.SignatureRequired = a.signatureRequired()
-	pci, bound := countDevices(a.Root)
-	p.PCIDevices, p.BoundDevices = &pci, bound
+	b := a.devicesBound()
+	pci := len(b.present)
+	p.PCIDevices, p.BoundDevices, p.SilentDevices = &pci, b.count(), b.silent
 	p.Kernels = a.otherKernels(kver, o.KMDVersion)
 	if o.KMDVersion != "" {
 		p.Cached = len(a.cacheEntries(kver, o.KMDVersion)) > 0
@@ -171,7 +175,11 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 		x.res.Devices = devicesFrom(devs, nil, "")
 	}
 	return x.step("measure", func() (string, error) {
-		return fmt.Sprintf("kernel %s, kmd %q (refcnt %d), %d holder(s), %d device(s), %d of %d PCI device(s) bound", kver,
-			x.res.Before, p.Refcnt, len(x.res.Holders), len(x.res.Devices), bound, pci), nil
+		s := fmt.Sprintf("kernel %s, kmd %q (refcnt %d), %d holder(s), %d device(s), %d of %d PCI device(s) served", kver,
+			x.res.Before, p.Refcnt, len(x.res.Holders), len(x.res.Devices), p.BoundDevices, pci)
+		if len(b.silent) > 0 {
+			s += "; " + b.silentText()
+		}
+		return s, nil
 	})
 }

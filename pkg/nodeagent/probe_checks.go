@@ -93,24 +93,6 @@ func hostHas(root, name string) bool {
 	return err == nil
 }
 
-// countDevices counts the Tenstorrent PCI functions (vendor 0x1e52) and
-// the device nodes the loaded module made for them.
-func countDevices(root string) (pci, bound int) {
-	devs, _ := filepath.Glob(filepath.Join(root, "sys/bus/pci/devices/*"))
-	for _, d := range devs {
-		if v, _ := readTrimmed(filepath.Join(d, "vendor")); v == "0x1e52" {
-			pci++
-		}
-	}
-	nodes, _ := os.ReadDir(filepath.Join(root, "dev/tenstorrent"))
-	for _, n := range nodes {
-		if _, err := strconv.Atoi(n.Name()); err == nil {
-			bound++
-		}
-	}
-	return pci, bound
-}
-
 // signatureRequired: the kernel loads modules, but only signed ones
 // (module.sig_enforce or lockdown), so signing with a trusted key lets the
 // module load.

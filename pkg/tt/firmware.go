@@ -289,6 +289,7 @@ func fwBlockers(cfg *FirmwareConfig) func(f *Facts) []string {
 			return []string{"no probe result"}
 		}
 		out := r.commonBlockers(cfg.ForceUnload)
+		out = append(out, r.cardsNotServing()...)
 		out = append(out, cfg.Operators[f.Node.Name]...)
 		if cfg.Drain {
 			out = append(out, f.holdersThatStay(cfg.DeployGates)...)

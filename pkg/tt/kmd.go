@@ -32,7 +32,7 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 			out = append(out, "tt-kmd is host-managed (DKMS) on this node: "+strings.Join(r.DKMS, "; ")+
 				"; it is now labelled "+LabelInstallMode+"=host and later runs skip it")
 		}
-		out = append(out, r.cardGone()...)
+		out = append(out, r.cardsNotServing()...)
 		if atTarget {
 			return out
 		}

@@ -35,9 +35,10 @@ func measuredKMD(n *corev1.Node, run string) (string, bool) {
 // kmdFinished: this run measured the target version on the node and its
 // label says so. A label alone (set by hand, from intent, or left from
 // before a reboot into another kernel) never counts: every run measures.
-// A node whose cards are gone is not done either: it is reported.
+// A node whose cards are gone or silent is not done either: it is
+// reported.
 func kmdFinished(n *corev1.Node, want, run string) bool {
-	if p := probeRecordOf(n); p != nil && p.Run == run && len(p.cardGone()) > 0 {
+	if p := probeRecordOf(n); p != nil && p.Run == run && len(p.cardsNotServing()) > 0 {
 		return false
 	}
 	v, ok := measuredKMD(n, run)

@@ -47,6 +47,8 @@ type ProbeRecord struct {
 	Tag          *nodeagent.TagCheck `json:"tag,omitempty"`
 	PCIDevices   *int                `json:"pciDevices,omitempty"`
 	BoundDevices int                 `json:"boundDevices,omitempty"`
+	// SilentDevices: see nodeagent.ProbeFacts.
+	SilentDevices []int `json:"silentDevices,omitempty"`
 	// SignatureRequired: see nodeagent.ProbeFacts.
 	SignatureRequired bool `json:"signatureRequired,omitempty"`
 	// Kernels are the installed kernels besides the running one.
@@ -77,6 +79,7 @@ func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
 		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI,
 			p.AgentVersion
 		rec.CC, rec.LoadRefused, rec.Tag, rec.PCIDevices, rec.BoundDevices = p.CC, p.LoadRefused, p.Tag, p.PCIDevices, p.BoundDevices
+		rec.SilentDevices = p.SilentDevices
 		rec.SignatureRequired, rec.Kernels, rec.Bundle = p.SignatureRequired, p.Kernels, p.Bundle
 		rec.SMIOnPath = p.SMIOnPath
 	}
@@ -239,19 +242,30 @@ func probeSpec(h HelperConfig, node, run string, cmd []string) kube.HelperSpec {
 func describeProbe(r *ProbeRecord) string {
 	s := fmt.Sprintf("kernel %s, kmd %s, %d holder(s)", r.Kernel, orUnknown(r.KMD), len(r.Holders))
 	if r.PCIDevices != nil && r.KMD != "" && r.BoundDevices != *r.PCIDevices {
-		s += fmt.Sprintf("; the module bound %d of %d Tenstorrent PCI device(s)", r.BoundDevices, *r.PCIDevices)
+		s += fmt.Sprintf("; the module serves %d of %d Tenstorrent PCI device(s)", r.BoundDevices, *r.PCIDevices)
 	}
 	return s
 }
 
-// cardGone is the blocker of a node whose Tenstorrent cards are not on the
-// PCI bus: no driver or firmware work can succeed there.
-func (r *ProbeRecord) cardGone() []string {
-	if r.PCIDevices == nil || *r.PCIDevices > 0 {
+// cardsNotServing is the blocker of a node whose Tenstorrent cards are not
+// on the PCI bus, or whose firmware does not answer the loaded tt-kmd:
+// no driver or firmware work can be verified there, and the node is not
+// done even at the target version.
+func (r *ProbeRecord) cardsNotServing() []string {
+	if r.PCIDevices != nil && *r.PCIDevices == 0 {
+		return []string{"no Tenstorrent PCI device (vendor 0x1e52) under /sys/bus/pci/devices: the card is gone or the kernel " +
+			"does not see it (check `lspci -d 1e52:` on the node); reseat or replace it, or take the node out of the selection"}
+	}
+	if len(r.SilentDevices) == 0 {
 		return nil
 	}
-	return []string{"no Tenstorrent PCI device (vendor 0x1e52) under /sys/bus/pci/devices: the card is gone or the kernel does " +
-		"not see it (check `lspci -d 1e52:` on the node); reseat or replace it, or take the node out of the selection"}
+	var devs []string
+	for _, n := range r.SilentDevices {
+		devs = append(devs, fmt.Sprintf("/dev/tenstorrent/%d", n))
+	}
+	return []string{fmt.Sprintf("%s: the card does not answer tt-kmd %s (its hardware init failed: no firmware telemetry in "+
+		"/sys/class/tenstorrent), so neither a module swap nor a flash could be verified; reset it (tt-smi -r on the node), "+
+		"reseat or replace it, then re-run", strings.Join(devs, ", "), orUnknown(r.KMD))}
 }
 
 // waitHelper watches a helper until it ends, and notices within seconds a

@@ -155,7 +155,8 @@ const CardBusID = "0000:01:00.0"
 // the host's running kernel (as the kernel does) and otherwise writes
 // /sys/module/tenstorrent/{version,refcnt} from the module's real modinfo
 // and binds every Tenstorrent PCI function as tt-kmd's probe does (the
-// function's driver link, /dev/tenstorrent/<ordinal>).
+// function's driver link, /dev/tenstorrent/<ordinal>, and the class entry
+// with the telemetry a card whose firmware answers has).
 // The host root is $REALHOST_ROOT.
 func insmodStandIn(tools string) string {
 	return `#!/bin/sh
@@ -183,6 +184,8 @@ for d in "$root"/sys/bus/pci/devices/*; do
   [ "$(cat "$d/vendor" 2>/dev/null)" = 0x1e52 ] || continue
   ln -sfn ../../../bus/pci/drivers/tenstorrent "$d/driver"
   : >"$root/dev/tenstorrent/$n"
+  mkdir -p "$root/sys/class/tenstorrent/tenstorrent!$n"
+  echo n150 >"$root/sys/class/tenstorrent/tenstorrent!$n/tt_card_type"
   n=$((n + 1))
 done
 `
@@ -201,6 +204,7 @@ m=$root/sys/module/$1
 [ "$(cat "$m/refcnt")" = 0 ] || { echo "rmmod: ERROR: Module $1 is in use" >&2; exit 1; }
 rm -rf "$m"
 rm -f "$root"/sys/bus/pci/devices/*/driver "$root"/dev/tenstorrent/[0-9]*
+rm -rf "$root"/sys/class/tenstorrent/tenstorrent!*
 `
 
 func shellJoin(argv []string) string {

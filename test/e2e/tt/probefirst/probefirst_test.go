@@ -153,6 +153,33 @@ func TestCardGoneIsReported(t *testing.T) {
 		"--version", fleetKMD)
 }
 
+// A card whose firmware does not answer keeps its /dev node (tt-kmd makes
+// it although the card's init failed): it is not served, so the node is
+// neither done at the target nor taken out for a swap or flash that could
+// not be verified; answering again, it is done. Before, the node at the
+// target counted done with exit 0.
+func TestSilentCardIsNotServed(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-0"
+	root := hostRoot(t, target)
+	if err := fakehost.SetSilent(root, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if h := host(t, target); h.LoadedKMD != fleetKMD {
+		t.Fatalf("the host runs %q, want %s", h.LoadedKMD, fleetKMD)
+	}
+	want := []string{"/dev/tenstorrent/1: the card does not answer tt-kmd " + fleetKMD, "tt-smi -r"}
+	blockedUncordoned(t, ctx, target, want, "--version", fleetKMD)
+	blockedUncordoned(t, ctx, target, want, "--version", "2.8.0")
+	if err := fakehost.SetSilent(root, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, ctx, "upgrade", "kmd", "--version", fleetKMD, "--nodes", target); code != 0 {
+		t.Fatalf("answering again: exit %d\n%s", code, out)
+	}
+}
+
 // A node already running the target whose label is missing gets the label
 // and nothing else: no cordon, no helper, no module reload.
 func TestAtTargetGetsOnlyTheLabel(t *testing.T) {
