@@ -65,6 +65,7 @@ func Create(root string, spec Spec) error {
 		osFiles(func() error { return createHeaders(root, s) }),
 		func() error { return createDKMS(root, s) },
 		osFiles(func() error { return createCache(root, s) }),
+		osFiles(func() error { return createInstalled(root, s) }),
 		func() error { return createTTSMI(root, s) },
 		osFiles(func() error { return writeFile(filepath.Join(root, libcPath), libcContent(s.HostGlibc)) }),
 		func() error { return os.MkdirAll(filepath.Join(root, "etc/udev/rules.d"), 0o755) },
@@ -287,6 +288,18 @@ func createCache(root string, s Spec) error {
 		}
 	}
 	return nil
+}
+
+// createInstalled puts Spec.InstalledKMD where the host's modprobe finds it.
+func createInstalled(root string, s Spec) error {
+	if s.InstalledKMD == "" {
+		return nil
+	}
+	dir := filepath.Join(root, "lib/modules", s.Kernel)
+	if err := writeFile(filepath.Join(dir, "updates/tenstorrent.ko"), string(KernelObject(s.InstalledKMD, s.Kernel))); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, "modules.dep"), "updates/tenstorrent.ko:\n")
 }
 
 func createTTSMI(root string, s Spec) error {

@@ -50,6 +50,10 @@ type Spec struct {
 	InstalledKernels []InstalledKernel
 	// DKMS leaves the markers of a host-managed (DKMS) tt-kmd install.
 	DKMS bool
+	// InstalledKMD is the tt-kmd version installed for Kernel where the
+	// host's modprobe finds it (/lib/modules/<kernel>/updates, indexed in
+	// modules.dep): what the host boots. "" = none.
+	InstalledKMD string
 	// CachedKMD lists tt-kmd versions already built in
 	// /var/cache/tt-kmd/<kernel>/<version>/tenstorrent.ko.
 	CachedKMD []string

@@ -216,8 +216,10 @@ func (x *execution) killHolders(ctx context.Context, wait time.Duration, refs in
 }
 
 // insmod loads ko. If that fails with the old module already gone, it
-// tries to put the previous version back from the cache so the node is not
-// left without a driver.
+// puts the previous version back so the node is not left without a
+// driver: from the cache, else the host's own installed copy (what it
+// would boot: after cleanup --host-caches, or on a fleet the operator
+// installed, the cache lacks it), through the host's modprobe.
 func (x *execution) insmod(ctx context.Context, ko, previous string) (string, error) {
 	opts := x.hostModuleOptions(ctx)
 	in := x.run(ctx, append([]string{"insmod", ko}, opts...))
@@ -231,16 +233,21 @@ func (x *execution) insmod(ctx context.Context, ko, previous string) (string, er
 	if previous == "" {
 		return "", err
 	}
-	olds := x.agent.cacheEntries(x.res.Kernel, previous)
-	if len(olds) == 0 {
-		return "", appendMsg(err, "; tt-kmd "+previous+" is not cached (or fails its checksum), the node has no driver loaded")
-	}
-	for _, old := range olds {
+	for _, old := range x.agent.cacheEntries(x.res.Kernel, previous) {
 		if back := x.run(ctx, append([]string{"insmod", old.path}, opts...)); back.err == nil {
 			return "", appendMsg(err, "; rolled back to tt-kmd "+previous)
 		}
 	}
-	return "", appendMsg(err, "; rollback to "+previous+" failed too, the node has no driver loaded")
+	if back := x.run(ctx, x.agent.onHost("modprobe", kmdModuleName)); back.err == nil {
+		switch got, _ := readOptional(x.agent.hostPath(filepath.Join(moduleSysfs, "version"))); got {
+		case previous:
+			return "", appendMsg(err, "; rolled back to tt-kmd "+previous+" (the host's installed copy)")
+		case "":
+		default:
+			return "", appendMsg(err, "; tt-kmd "+previous+" is not cached, loaded the host's installed tt-kmd "+got+" instead")
+		}
+	}
+	return "", appendMsg(err, "; tt-kmd "+previous+" is neither cached nor installed on the host, the node has no driver loaded")
 }
 
 // hostModuleOptions are the options the host's own modprobe would pass to

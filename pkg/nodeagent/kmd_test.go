@@ -325,6 +325,25 @@ func TestKMDUnknownSymbolsRollBack(t *testing.T) {
 	_ = root
 }
 
+// The same, with the previous version not in rollbook's cache (after
+// cleanup --host-caches, or a fleet the operator installed): the host's
+// own installed copy goes back, through its modprobe.
+func TestKMDRollsBackToTheHostsCopyWhenUncached(t *testing.T) {
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", InstalledKMD: "1.31.0", KernelHeaders: true,
+		UnresolvedKMD: []string{"2.0.0"}})
+	r := a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
+	requireFailure(t, r, nodeagent.ReasonInsmodFailed)
+	assert.Contains(t, r.Error.Message, "rolled back to tt-kmd 1.31.0 (the host's installed copy)")
+	assert.Equal(t, "1.31.0", observe(t, root).LoadedKMD)
+	assert.Equal(t, "1.31.0", r.After, "the result says what is loaded")
+
+	// Nothing installed either: said so.
+	a, _ = newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true, UnresolvedKMD: []string{"2.0.0"}})
+	r = a.KMD(context.Background(), vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
+	requireFailure(t, r, nodeagent.ReasonInsmodFailed)
+	assert.Contains(t, r.Error.Message, "neither cached nor installed on the host")
+}
+
 // With the agent's rule installed (upstream's, with by-id links), udev
 // gives each device a stable /dev/tenstorrent/by-id link.
 func TestKMDUdevRuleGivesByIDLinks(t *testing.T) {
