@@ -1,0 +1,162 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+// What the PodDisruptionBudgets of a node's pods allow: which refuse an
+// eviction now, which may settle by themselves, and waits for either.
+
+// PDBsByNamespace are the PodDisruptionBudgets of some namespaces, as read.
+type PDBsByNamespace map[string][]policyv1.PodDisruptionBudget
+
+// ListPDBsFor reads the PDBs of the namespaces of the pods a drain would
+// evict (filter): one list per namespace.
+func ListPDBsFor(ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod, filter func(*corev1.Pod) bool,
+) (PDBsByNamespace, error) {
+	out := PDBsByNamespace{}
+	for i := range pods {
+		p := &pods[i]
+		if _, ok := out[p.Namespace]; ok || !Evictable(p) || (filter != nil && !filter(p)) {
+			continue
+		}
+		l, err := cs.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		out[p.Namespace] = l.Items
+	}
+	return out, nil
+}
+
+// PDBBlockers decides, from PDBs already read (ListPDBsFor), each pod a
+// drain would evict (filter) with the PDBs allowing it no disruption now;
+// pure, so a guard decides on it.
+func PDBBlockers(pods []corev1.Pod, pdbs PDBsByNamespace, filter func(*corev1.Pod) bool) []DrainBlocker {
+	var out []DrainBlocker
+	for i := range pods {
+		p := &pods[i]
+		if !Evictable(p) || (filter != nil && !filter(p)) {
+			continue
+		}
+		b := DrainBlocker{Namespace: p.Namespace, Name: p.Name}
+		b.PDBs, b.Settles = blockingPDBs(p, pdbs[p.Namespace])
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name })
+	return out
+}
+
+// BlockingPDBs names the PDBs selecting p that allow no disruption now.
+func BlockingPDBs(p *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) []string {
+	names, _ := blockingPDBs(p, pdbs)
+	return names
+}
+
+// blockingPDBs names the PDBs selecting p that allow no disruption now, and
+// says whether every one of them may allow one without anyone changing it
+// (PDBMaySettle).
+func blockingPDBs(p *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) (names []string, settles bool) {
+	settles = true
+	for i := range pdbs {
+		pdb := &pdbs[i]
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		if pdb.Status.DisruptionsAllowed < 1 && !unhealthyEvictable(p, pdb) {
+			names = append(names, fmt.Sprintf("%s (%d of %d healthy, %d disruptions allowed)",
+				pdb.Name, pdb.Status.CurrentHealthy, pdb.Status.ExpectedPods, pdb.Status.DisruptionsAllowed))
+			settles = settles && PDBMaySettle(pdb)
+		}
+	}
+	return names, settles && len(names) > 0
+}
+
+// unhealthyEvictable: the eviction API lets an unready p go despite pdb at
+// 0 (its unhealthyPodEvictionPolicy: AlwaysAllow, or the default
+// IfHealthyBudget while the budget's healthy pods suffice).
+func unhealthyEvictable(p *corev1.Pod, pdb *policyv1.PodDisruptionBudget) bool {
+	if PodReady(p) {
+		return false
+	}
+	if pol := pdb.Spec.UnhealthyPodEvictionPolicy; pol != nil && *pol == policyv1.AlwaysAllow {
+		return true
+	}
+	return pdb.Status.ObservedGeneration >= pdb.Generation && pdb.Status.DesiredHealthy > 0 &&
+		pdb.Status.CurrentHealthy >= pdb.Status.DesiredHealthy
+}
+
+// PDBMaySettle reports a PDB at no disruption allowed that may allow one
+// by itself: fewer of its pods are healthy than it expects (one is being
+// replaced, e.g. after an earlier node's drain), an eviction it admitted is
+// not yet counted (disruptedPods), or its controller has not yet observed
+// its spec. All healthy at 0 (maxUnavailable 0, minAvailable as many as
+// there are pods) needs a person.
+func PDBMaySettle(pdb *policyv1.PodDisruptionBudget) bool {
+	return pdb.Status.ObservedGeneration < pdb.Generation || pdb.Status.CurrentHealthy < pdb.Status.ExpectedPods ||
+		len(pdb.Status.DisruptedPods) > 0
+}
+
+// WaitDisruptionsAllowed watches, at most max, until for each of pods every
+// PDB selecting it allows a disruption (or none selects it any more), and
+// reports whether that happened.
+func WaitDisruptionsAllowed(ctx context.Context, cs kubernetes.Interface, pods []*corev1.Pod, max time.Duration) bool {
+	wctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	for _, p := range pods {
+		if _, ok, err := waitDisruptionAllowed(wctx, cs, p, max); err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitAnyLeaves watches, at most max, the pods sel selects in ns until
+// one of names is being deleted or gone (another drain evicted it), and
+// reports whether that happened: a PDB's disruption that drain claimed is
+// then counted in the PDB's own status.
+func WaitAnyLeaves(ctx context.Context, cs kubernetes.Interface, ns string, sel labels.Selector, names []string,
+	max time.Duration) bool {
+	wctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	pods := cs.CoreV1().Pods(ns)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel.String()
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel.String()
+			return pods.Watch(ctx, o)
+		},
+	}
+	left := func(s cache.Store) bool {
+		for _, n := range names {
+			o, ok, err := s.GetByKey(ns + "/" + n)
+			if err != nil || !ok || !Evictable(o.(*corev1.Pod)) {
+				return true
+			}
+		}
+		return false
+	}
+	var store cache.Store
+	_, err := watchtools.UntilWithSync(wctx, lw, &corev1.Pod{}, func(s cache.Store) (bool, error) {
+		store = s
+		return left(s), nil
+	}, func(watch.Event) (bool, error) { return left(store), nil })
+	return err == nil && ctx.Err() == nil
+}
