@@ -96,7 +96,7 @@ func createPCI(root string, devs []Device) error {
 		dir := filepath.Join(root, pciDir, busID(i))
 		attrs := map[string]string{
 			"vendor":           vendorTenstorrent,
-			"device":           deviceWormhole,
+			"device":           d.pciDevice(),
 			"subsystem_vendor": vendorTenstorrent,
 			"subsystem_device": d.SubsystemDevice,
 			"class":            "0x120000",

@@ -1,6 +1,7 @@
 package fakehost
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -84,5 +85,22 @@ func TestDebianHeadersBuildOnlyInAChroot(t *testing.T) {
 	noTools := newRoot(t, Spec{LoadedKMD: "2.0.0", KernelHeaders: true, NoToolchain: true})
 	if code, out := invoke(t, noTools, "chroot", noTools, "make", "-C", "/lib/modules/"+DefaultKernel+"/build", "M=/x", "modules"); code != 127 {
 		t.Fatalf("a host without make: %d\n%s", code, out)
+	}
+}
+
+// The fake kernel binds a card only when the loaded tt-kmd's id table
+// has its chip (ttkmd.Drives): a Blackhole before 1.31 stays unbound.
+func TestLoadBindsOnlyTheChipsTheVersionDrives(t *testing.T) {
+	root := newRoot(t, Spec{LoadedKMD: "1.30", Devices: []Device{{Board: "n150", Firmware: "18.2.0.0"},
+		{Board: "p150", Firmware: "18.2.0.0"}}})
+	dev, err := os.ReadFile(filepath.Join(root, pciDir, BusID(1), "device"))
+	if err != nil || strings.TrimSpace(string(dev)) != "0xb140" {
+		t.Fatalf("a p150's PCI device id: %q (%v), want 0xb140", dev, err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, pciDir, BusID(1), "driver")); !os.IsNotExist(err) {
+		t.Errorf("tt-kmd 1.30 bound the Blackhole card (%v)", err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, pciDir, BusID(0), "driver")); err != nil {
+		t.Errorf("tt-kmd 1.30 left the Wormhole card unbound: %v", err)
 	}
 }

@@ -193,6 +193,24 @@ func SetFirmware(root string, index int, version string) error {
 	return renderDeviceAttrs(root, st, boundDevices(st, loadedVersion(root)))
 }
 
+// SetBoard makes card index another board (its PCI device id follows: a
+// p150 is a Blackhole, 0xb140), as if it had been swapped for one the
+// loaded module drives the same way.
+func SetBoard(root string, index int, board string) error {
+	st, err := changeCards(root, index, func(d *Device) { d.Board = board })
+	if err != nil {
+		return err
+	}
+	for i, d := range st.Devices {
+		if index < 0 || i == index {
+			if err := writeFile(filepath.Join(root, pciDir, busID(i), "device"), d.pciDevice()+"\n"); err != nil {
+				return err
+			}
+		}
+	}
+	return renderDeviceAttrs(root, st, boundDevices(st, loadedVersion(root)))
+}
+
 // SetSilent makes card index (-1: every card) stop answering (Device.Silent),
 // or answer again: its firmware hangs, or is fixed.
 func SetSilent(root string, index int, silent bool) error {

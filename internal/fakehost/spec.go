@@ -4,7 +4,10 @@
 // run the real node-side sequence without a kernel, devices or root.
 package fakehost
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Spec describes the fake host to create. Zero values give a healthy PCIe
 // Wormhole node with two devices, kmd 1.31.0 loaded and no holders.
@@ -229,7 +232,21 @@ const (
 	pcieSubsystem            = "0x0008"
 	vendorTenstorrent        = "0x1e52"
 	deviceWormhole           = "0x401e"
+	deviceBlackhole          = "0xb140"
+	deviceGrayskull          = "0xfaca"
 )
+
+// pciDevice is the PCI device id of d's chips, by its board: Blackhole's
+// p100/p150/p300 and Galaxy, Grayskull's e75/e150/e300, else Wormhole.
+func (d Device) pciDevice() string {
+	switch {
+	case strings.HasPrefix(d.Board, "p") || strings.HasSuffix(d.Board, "galaxy-bh"):
+		return deviceBlackhole
+	case strings.HasPrefix(d.Board, "e"):
+		return deviceGrayskull
+	}
+	return deviceWormhole
+}
 
 func (s Spec) withDefaults() Spec {
 	if s.Kernel == "" {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rollbook/rollbook/pkg/ttkmd"
 )
 
 // stateDir holds what a real host keeps in silicon or the network (device
@@ -182,7 +184,7 @@ func loadModule(root, version string, refs int, st *state) error {
 func boundDevices(st *state, version string) []int {
 	var out []int
 	for i, d := range st.Devices {
-		if !slices.Contains(d.ProbeFailsOn, version) {
+		if drives, _ := ttkmd.Drives(version, d.pciDevice()); drives && !slices.Contains(d.ProbeFailsOn, version) {
 			out = append(out, i)
 		}
 	}

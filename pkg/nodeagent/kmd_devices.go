@@ -20,6 +20,7 @@ const pciVendorTenstorrent = "0x1e52"
 // the module loads all the same.
 type binding struct {
 	present []string // PCI addresses, sorted
+	ids     []string // their PCI device ids ("0x401e"), as present
 	bound   []string // those bound to tenstorrent
 	nodes   int      // /dev/tenstorrent/<N>
 	// silent are the ordinals N whose card does not answer: tt-kmd made
@@ -66,11 +67,13 @@ func (a *Agent) devicesBound() binding {
 			continue
 		}
 		b.present = append(b.present, filepath.Base(d))
+		id, _ := readTrimmed(filepath.Join(d, "device"))
+		b.ids = append(b.ids, id)
 		if drv, err := os.Readlink(filepath.Join(d, "driver")); err == nil && filepath.Base(drv) == kmdModuleName {
 			b.bound = append(b.bound, filepath.Base(d))
 		}
 	}
-	sort.Strings(b.present)
+	// Glob lists sorted: present and ids stay in step.
 	loaded, _ := readOptional(a.hostPath(filepath.Join(moduleSysfs, "version")))
 	telemetry := loaded != "" && exposesTelemetry(loaded)
 	nodes, _ := os.ReadDir(a.hostPath("dev/tenstorrent"))

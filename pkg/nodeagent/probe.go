@@ -63,6 +63,9 @@ type ProbeFacts struct {
 	// answering). nil: not measured (an older helper).
 	PCIDevices   *int `json:"pciDevices,omitempty"`
 	BoundDevices int  `json:"boundDevices"`
+	// PCIFunctions are the Tenstorrent PCI functions present, with their
+	// device ids: what the target tt-kmd must drive.
+	PCIFunctions []PCIFunction `json:"pciFunctions,omitempty"`
 	// SilentDevices are the /dev/tenstorrent ordinals whose card does not
 	// answer (its hardware init failed; see binding): not counted bound.
 	SilentDevices []int `json:"silentDevices,omitempty"`
@@ -99,6 +102,12 @@ func (a *Agent) Probe(ctx context.Context, o ProbeOptions) Result {
 		return x.finish(ctx, fail(ReasonInvalidInput, "--bundle-sha256: %v", err))
 	}
 	return x.finish(ctx, x.probe(ctx, o))
+}
+
+// PCIFunction is a Tenstorrent PCI function: its address and device id.
+type PCIFunction struct {
+	BusID  string `json:"busID"`
+	Device string `json:"device"`
 }
 
 // hostToolchain reports make and a gcc on the host (the build runs in a
@@ -145,6 +154,9 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 	b := a.devicesBound()
 	pci := len(b.present)
 	p.PCIDevices, p.BoundDevices, p.SilentDevices = &pci, b.count(), b.silent
+	for i, bus := range b.present {
+		p.PCIFunctions = append(p.PCIFunctions, PCIFunction{BusID: bus, Device: b.ids[i]})
+	}
 	p.Kernels = a.otherKernels(kver, o.KMDVersion)
 	if o.KMDVersion != "" {
 		p.Cached = len(a.cacheEntries(kver, o.KMDVersion)) > 0

@@ -36,6 +36,7 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 		if atTarget {
 			return out
 		}
+		out = append(out, r.undriven(cfg.Version)...)
 		if cfg.Drain {
 			out = append(out, f.holdersThatStay(cfg.DeployGates)...)
 			out = append(out, barePodBlockers(f, kmdEvicts(cfg), cfg.Force)...)

@@ -18,6 +18,7 @@ import (
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
 	"github.com/rollbook/rollbook/pkg/runbook"
+	"github.com/rollbook/rollbook/pkg/ttkmd"
 	"github.com/rollbook/rollbook/pkg/version"
 )
 
@@ -49,6 +50,8 @@ type ProbeRecord struct {
 	BoundDevices int                 `json:"boundDevices,omitempty"`
 	// SilentDevices: see nodeagent.ProbeFacts.
 	SilentDevices []int `json:"silentDevices,omitempty"`
+	// PCIFunctions: see nodeagent.ProbeFacts.
+	PCIFunctions []nodeagent.PCIFunction `json:"pciFunctions,omitempty"`
 	// SignatureRequired: see nodeagent.ProbeFacts.
 	SignatureRequired bool `json:"signatureRequired,omitempty"`
 	// Kernels are the installed kernels besides the running one.
@@ -79,7 +82,7 @@ func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
 		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI,
 			p.AgentVersion
 		rec.CC, rec.LoadRefused, rec.Tag, rec.PCIDevices, rec.BoundDevices = p.CC, p.LoadRefused, p.Tag, p.PCIDevices, p.BoundDevices
-		rec.SilentDevices = p.SilentDevices
+		rec.SilentDevices, rec.PCIFunctions = p.SilentDevices, p.PCIFunctions
 		rec.SignatureRequired, rec.Kernels, rec.Bundle = p.SignatureRequired, p.Kernels, p.Bundle
 		rec.SMIOnPath = p.SMIOnPath
 	}
@@ -245,6 +248,25 @@ func describeProbe(r *ProbeRecord) string {
 		s += fmt.Sprintf("; the module serves %d of %d Tenstorrent PCI device(s)", r.BoundDevices, *r.PCIDevices)
 	}
 	return s
+}
+
+// undriven is the blocker of a node with a card the tt-kmd version's id
+// table does not bind (ttkmd.Drives): the swap would leave it without a
+// driver, found by the device check after the drain.
+func (r *ProbeRecord) undriven(version string) []string {
+	var out []string
+	for _, f := range r.PCIFunctions {
+		if ok, why := ttkmd.Drives(version, f.Device); !ok {
+			name := ttkmd.ChipName(f.Device)
+			if name == "" {
+				name = "unknown chip"
+			}
+			out = append(out, fmt.Sprintf("tt-kmd %s would leave the card at %s (%s, 1e52:%s) without a driver: %s; choose a "+
+				"version that drives every card of the node, or take the node out of the selection", version, f.BusID, name,
+				strings.TrimPrefix(f.Device, "0x"), why))
+		}
+	}
+	return out
 }
 
 // cardsNotServing is the blocker of a node whose Tenstorrent cards are not

@@ -180,6 +180,27 @@ func TestSilentCardIsNotServed(t *testing.T) {
 	}
 }
 
+// A card the target tt-kmd's id table does not bind (Blackhole before
+// 1.31, Grayskull from 2.2.0) would have no driver after the swap: the
+// node is refused before its cordon, naming the card and the versions
+// that drive it. Before, the device check after the drain found it.
+func TestCardTheTargetDoesNotDriveStopsBeforeCordon(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-0"
+	root := hostRoot(t, target)
+	if err := fakehost.SetBoard(root, 1, "p150"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := fakehost.SetBoard(root, 1, "n150"); err != nil {
+			t.Error(err)
+		}
+	}()
+	blockedUncordoned(t, ctx, target, []string{"tt-kmd 1.30 would leave the card at " + fakehost.BusID(1) +
+		" (Blackhole, 1e52:b140) without a driver", "from 1.31"}, "--version", "1.30")
+}
+
 // A node already running the target whose label is missing gets the label
 // and nothing else: no cordon, no helper, no module reload.
 func TestAtTargetGetsOnlyTheLabel(t *testing.T) {
