@@ -28,16 +28,25 @@ type Counter struct {
 	paced     map[string]int
 	by        map[string]int
 	paths     []string
+	// conflicts are writes the server refused 409 Conflict: another
+	// writer (the sim's kubelets, controllers) changed the object first.
+	conflicts map[string]int
 }
 
 // Start wraps the CLI's transport (cli.WrapTransport) until the returned
 // stop is called. Not for parallel tests: the hook is global.
 func Start() (*Counter, func()) {
-	rc := &Counter{by: map[string]int{}, paced: map[string]int{}}
+	rc := &Counter{by: map[string]int{}, paced: map[string]int{}, conflicts: map[string]int{}}
 	cli.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return httpcount.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			rc.add(r)
-			return rt.RoundTrip(r)
+			resp, err := rt.RoundTrip(r)
+			if err == nil && resp.StatusCode == http.StatusConflict {
+				rc.mu.Lock()
+				rc.conflicts[requestKey(r)]++
+				rc.mu.Unlock()
+			}
+			return resp, err
 		})
 	}
 	return rc, func() { cli.WrapTransport = nil }
@@ -122,7 +131,22 @@ func (rc *Counter) Breakdown() string {
 	for k, n := range rc.paced {
 		fmt.Fprintf(&b, "  (%d  %s, paced)\n", n, k)
 	}
+	for k, n := range rc.conflicts {
+		fmt.Fprintf(&b, "  [%d  %s refused 409 Conflict]\n", n, k)
+	}
 	return b.String()
+}
+
+// Conflicts is the number of requests the server refused 409 Conflict
+// (paced ones included): each costs its retry a read and the write again.
+func (rc *Counter) Conflicts() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	n := 0
+	for _, v := range rc.conflicts {
+		n += v
+	}
+	return n
 }
 
 // Paths lists every request in order, each with its time (a cost per

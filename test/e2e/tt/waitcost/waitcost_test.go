@@ -24,8 +24,11 @@ import (
 )
 
 const (
-	half     = 20 // nodes per roll: two rounds of K, K more queued for a slot
-	parallel = 10
+	// Nodes per roll, K at once: 15 queued for a slot at the start, so a
+	// wait that cost a request per slot freed (or per second) would show
+	// several requests per node, far above the noise (below).
+	half     = 20
+	parallel = 5
 )
 
 var kernels = []string{"6.1.0-28-amd64", "6.1.0-31-amd64"}
@@ -67,13 +70,18 @@ func roll(t *testing.T, from int, version string, build, load time.Duration) (fl
 }
 
 // TestRequestsPerNodeDoNotGrowWithWaiting: the stretched roll waits 10 to
-// 20 times as long in its builds and module loads, so at every end K nodes
-// are queued for a slot; it may cost no more than 5 % more per node (an
-// Event, a retry) than the fast one. When every end woke every queued node
-// to observe again, the stretched roll cost 8 % more (37.9 → 41.0 per node;
-// 40.3 → 47.0 at 40 nodes and 60 s / 20 s in fleetbench); since, 38.1 → 38.4.
-// The PDB claims' wait ending at another node's end cost +5 % again (39.0 →
-// 40.9); ending at the claiming drain's eviction, 39.8 → 39.5.
+// 20 times as long in its builds and module loads, so at every end nodes
+// are queued for a slot; it may cost no more than 10 % more per node than
+// the fast one. At K=10 the fast roll's own cost varied: 11 runs gave
+// 38.0 to 41.0 requests per node (the stretched 39.5 to 40.6), so a 5 %
+// bound failed one run in four with nothing wrong. Waking every queued
+// node at every end cost 8 % more at K=10 (37.9 → 41.0; 40.3 → 47.0 at 40
+// nodes in fleetbench): one observation per end per queued node, about
+// (N-K)(N-K+1)/2N per node, 2.75 at K=10 and 6 at K=5. So K=5, where that
+// bug is some 15 %, and the 10 % bound; at K=5 three runs gave 41.7 to
+// 42.0 fast and 41.5 to 42.1 stretched. The PDB claims' wait ending at
+// another node's end cost +5 % (39.0 → 40.9); ending at the claiming
+// drain's eviction, 39.8 → 39.5.
 func TestRequestsPerNodeDoNotGrowWithWaiting(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
@@ -81,7 +89,7 @@ func TestRequestsPerNodeDoNotGrowWithWaiting(t *testing.T) {
 	slow, slowBy := roll(t, half, "2.9.0", 20*time.Second, 10*time.Second)
 	t.Logf("requests per node: %.1f with 1 s builds and loads, %.1f with 20 s builds and 10 s loads", fast, slow)
 	t.Logf("fast: %s\nstretched: %s", fastBy, slowBy)
-	if slow > 1.05*fast {
+	if slow > 1.10*fast {
 		t.Errorf("a roll whose helpers wait longer costs more per node: %.1f requests with 1 s helpers, %.1f with 20 s / 10 s",
 			fast, slow)
 	}
