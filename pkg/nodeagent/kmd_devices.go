@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/rollbook/rollbook/pkg/ttkmd"
 )
 
 // pciVendorTenstorrent is Tenstorrent's PCI vendor id (tt-kmd's id table).
@@ -51,13 +53,7 @@ func answers(classEntry string) bool {
 
 // exposesTelemetry: tt-kmd version v has telemetry attributes in sysfs
 // (1.28 and later; an unparsable version is taken to be recent).
-func exposesTelemetry(v string) bool {
-	var major, minor int
-	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
-		return true
-	}
-	return major > 1 || (major == 1 && minor >= 28)
-}
+func exposesTelemetry(v string) bool { return !ttkmd.Less(v, "1.28") }
 
 func (a *Agent) devicesBound() binding {
 	var b binding
