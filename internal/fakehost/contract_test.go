@@ -252,17 +252,23 @@ func TestContractKMDTools(t *testing.T) {
 	})
 }
 
+// cloneBoth clones tag ttkmd-2.8.0 of url to src on both hosts.
+func cloneBoth(t *testing.T, fake, real world, url, src string) {
+	t.Helper()
+	both(fake, real, func(w world) {
+		if o := w.run(t, "git", "clone", "--depth", "1", "--branch", "ttkmd-2.8.0", url, "HOST"+src); o.code != 0 {
+			t.Fatalf("%s git clone: %s", w.name, o.output)
+		}
+	})
+}
+
 // kbuild against Debian's headers needs the compiler they name (gcc-12),
 // and fails without the headers.
 func TestContractKbuildNeedsTheHeadersCompilerAndTree(t *testing.T) {
 	fake, real, kver := worlds(t)
 	url := realhost.ModuleRepo(t, "2.8.0")
 	src := "/var/cache/tt-kmd/build/tt-kmd"
-	both(fake, real, func(w world) {
-		if o := w.run(t, "git", "clone", "--depth", "1", "--branch", "ttkmd-2.8.0", url, "HOST"+src); o.code != 0 {
-			t.Fatalf("%s git clone: %s", w.name, o.output)
-		}
-	})
+	cloneBoth(t, fake, real, url, src)
 	build := []string{"chroot", "HOST", "make", "-j2", "-C", "/lib/modules/" + kver + "/build", "M=" + src, "modules"}
 	both(fake, real, func(w world) {
 		if err := os.Remove(filepath.Join(w.root, "usr/bin/gcc-12")); err != nil {
@@ -291,10 +297,8 @@ func TestContractKbuildRunsTheCompilerCCNames(t *testing.T) {
 	fake, real, kver := worlds(t)
 	url := realhost.ModuleRepo(t, "2.8.0")
 	src := "/var/cache/tt-kmd/build/tt-kmd"
+	cloneBoth(t, fake, real, url, src)
 	both(fake, real, func(w world) {
-		if o := w.run(t, "git", "clone", "--depth", "1", "--branch", "ttkmd-2.8.0", url, "HOST"+src); o.code != 0 {
-			t.Fatalf("%s git clone: %s", w.name, o.output)
-		}
 		for _, f := range []string{"usr/src/linux-headers-" + kver + "/.kernelvariables", "usr/bin/gcc"} {
 			if err := os.Remove(filepath.Join(w.root, f)); err != nil && !os.IsNotExist(err) {
 				t.Fatal(err)
