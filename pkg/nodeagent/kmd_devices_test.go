@@ -121,3 +121,25 @@ func TestServedMeansAnswering(t *testing.T) {
 	assert.Equal(t, 2, r.Probe.BoundDevices, "tt-kmd 1.27 has no telemetry to ask")
 	assert.Empty(t, r.Probe.SilentDevices)
 }
+
+// A Galaxy's probe (32 chips) fits its termination message whole: every
+// chip's firmware reaches kubectl tt, which refuses a chip's case before
+// the cordon (a record listing each PCI function did not fit, and the
+// firmware was dropped to make room).
+func TestGalaxyProbeFitsWithEveryChip(t *testing.T) {
+	devs := make([]fakehost.Device, 32)
+	for i := range devs {
+		devs[i] = fakehost.Device{Firmware: "18.2.0.0", Board: "tt-galaxy-wh", SubsystemDevice: fakehost.GalaxyWormholeSubsystem}
+	}
+	a, _ := newHost(t, fakehost.Spec{LoadedKMD: "2.7.0", KernelHeaders: true, Devices: devs})
+	r := a.Probe(context.Background(), nodeagent.ProbeOptions{KMDVersion: "2.8.0"})
+	requireSuccess(t, r)
+	b, err := nodeagent.EncodeResult(r)
+	require.NoError(t, err)
+	back, err := nodeagent.ParseResult(b)
+	require.NoError(t, err)
+	t.Logf("a Galaxy's probe result: %d of %d bytes", len(b), nodeagent.MaxTerminationMessageBytes)
+	assert.False(t, back.Truncated, "the probe of a Galaxy was cut to fit (%d bytes)", len(b))
+	assert.Len(t, back.Devices, 32)
+	assert.Equal(t, map[string]int{"0x401e": 32}, back.Probe.PCIChips)
+}

@@ -63,9 +63,11 @@ type ProbeFacts struct {
 	// answering). nil: not measured (an older helper).
 	PCIDevices   *int `json:"pciDevices,omitempty"`
 	BoundDevices int  `json:"boundDevices"`
-	// PCIFunctions are the Tenstorrent PCI functions present, with their
-	// device ids: what the target tt-kmd must drive.
-	PCIFunctions []PCIFunction `json:"pciFunctions,omitempty"`
+	// PCIChips counts the Tenstorrent PCI functions present by device id
+	// ("0x401e": 32): what the target tt-kmd must drive. Counts, not a
+	// list: a Galaxy's 32 chips must leave the result room to fit a
+	// termination message with every device's firmware.
+	PCIChips map[string]int `json:"pciChips,omitempty"`
 	// SilentDevices are the /dev/tenstorrent ordinals whose card does not
 	// answer (its hardware init failed; see binding): not counted bound.
 	SilentDevices []int `json:"silentDevices,omitempty"`
@@ -102,12 +104,6 @@ func (a *Agent) Probe(ctx context.Context, o ProbeOptions) Result {
 		return x.finish(ctx, fail(ReasonInvalidInput, "--bundle-sha256: %v", err))
 	}
 	return x.finish(ctx, x.probe(ctx, o))
-}
-
-// PCIFunction is a Tenstorrent PCI function: its address and device id.
-type PCIFunction struct {
-	BusID  string `json:"busID"`
-	Device string `json:"device"`
 }
 
 // hostToolchain reports make and a gcc on the host (the build runs in a
@@ -154,8 +150,11 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 	b := a.devicesBound()
 	pci := len(b.present)
 	p.PCIDevices, p.BoundDevices, p.SilentDevices = &pci, b.count(), b.silent
-	for i, bus := range b.present {
-		p.PCIFunctions = append(p.PCIFunctions, PCIFunction{BusID: bus, Device: b.ids[i]})
+	for _, id := range b.ids {
+		if p.PCIChips == nil {
+			p.PCIChips = map[string]int{}
+		}
+		p.PCIChips[id]++
 	}
 	p.Kernels = a.otherKernels(kver, o.KMDVersion)
 	if o.KMDVersion != "" {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -50,8 +52,8 @@ type ProbeRecord struct {
 	BoundDevices int                 `json:"boundDevices,omitempty"`
 	// SilentDevices: see nodeagent.ProbeFacts.
 	SilentDevices []int `json:"silentDevices,omitempty"`
-	// PCIFunctions: see nodeagent.ProbeFacts.
-	PCIFunctions []nodeagent.PCIFunction `json:"pciFunctions,omitempty"`
+	// PCIChips: see nodeagent.ProbeFacts.
+	PCIChips map[string]int `json:"pciChips,omitempty"`
 	// SignatureRequired: see nodeagent.ProbeFacts.
 	SignatureRequired bool `json:"signatureRequired,omitempty"`
 	// Kernels are the installed kernels besides the running one.
@@ -82,7 +84,7 @@ func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
 		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI,
 			p.AgentVersion
 		rec.CC, rec.LoadRefused, rec.Tag, rec.PCIDevices, rec.BoundDevices = p.CC, p.LoadRefused, p.Tag, p.PCIDevices, p.BoundDevices
-		rec.SilentDevices, rec.PCIFunctions = p.SilentDevices, p.PCIFunctions
+		rec.SilentDevices, rec.PCIChips = p.SilentDevices, p.PCIChips
 		rec.SignatureRequired, rec.Kernels, rec.Bundle = p.SignatureRequired, p.Kernels, p.Bundle
 		rec.SMIOnPath = p.SMIOnPath
 	}
@@ -255,15 +257,15 @@ func describeProbe(r *ProbeRecord) string {
 // driver, found by the device check after the drain.
 func (r *ProbeRecord) undriven(version string) []string {
 	var out []string
-	for _, f := range r.PCIFunctions {
-		if ok, why := ttkmd.Drives(version, f.Device); !ok {
-			name := ttkmd.ChipName(f.Device)
+	for _, id := range slices.Sorted(maps.Keys(r.PCIChips)) {
+		if ok, why := ttkmd.Drives(version, id); !ok {
+			name := ttkmd.ChipName(id)
 			if name == "" {
 				name = "unknown chip"
 			}
-			out = append(out, fmt.Sprintf("tt-kmd %s would leave the card at %s (%s, 1e52:%s) without a driver: %s; choose a "+
-				"version that drives every card of the node, or take the node out of the selection", version, f.BusID, name,
-				strings.TrimPrefix(f.Device, "0x"), why))
+			out = append(out, fmt.Sprintf("tt-kmd %s would leave %d card(s) of the node (%s, 1e52:%s) without a driver: %s; "+
+				"choose a version that drives every card of the node, or take the node out of the selection", version,
+				r.PCIChips[id], name, strings.TrimPrefix(id, "0x"), why))
 		}
 	}
 	return out

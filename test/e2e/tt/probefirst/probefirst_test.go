@@ -197,8 +197,8 @@ func TestCardTheTargetDoesNotDriveStopsBeforeCordon(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	blockedUncordoned(t, ctx, target, []string{"tt-kmd 1.30 would leave the card at " + fakehost.BusID(1) +
-		" (Blackhole, 1e52:b140) without a driver", "from 1.31"}, "--version", "1.30")
+	blockedUncordoned(t, ctx, target, []string{"tt-kmd 1.30 would leave 1 card(s) of the node (Blackhole, 1e52:b140) without a driver",
+		"from 1.31"}, "--version", "1.30")
 }
 
 // A node already running the target whose label is missing gets the label
