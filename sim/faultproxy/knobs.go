@@ -1,9 +1,11 @@
 package faultproxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -173,6 +175,26 @@ func (p *Proxy) holdIfAsked(r *http.Request) {
 	case <-h.arrived:
 		p.k.mu.Unlock()
 		return // one request only
+	default:
+	}
+	p.k.mu.Unlock()
+	// Held once the client has sent all of it: a test that stops the
+	// client "right after it sent a write" means the write, not headers
+	// whose body the stopped client would send only once resumed (the
+	// server then times the request out, 504, at the resume).
+	if r.Body != nil {
+		body, err := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		if err != nil {
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	p.k.mu.Lock()
+	select {
+	case <-h.arrived:
+		p.k.mu.Unlock()
+		return // another request took the hold meanwhile
 	default:
 	}
 	h.request = r.Method + " " + r.URL.RequestURI()
