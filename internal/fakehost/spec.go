@@ -7,6 +7,8 @@ package fakehost
 import (
 	"strings"
 	"time"
+
+	"github.com/rollbook/rollbook/pkg/ttkmd"
 )
 
 // Spec describes the fake host to create. Zero values give a healthy PCIe
@@ -230,7 +232,7 @@ const (
 	GalaxyWormholeSubsystem  = "0x0035"
 	GalaxyBlackholeSubsystem = "0x0047"
 	pcieSubsystem            = "0x0008"
-	vendorTenstorrent        = "0x1e52"
+	vendorTenstorrent        = ttkmd.VendorID
 	deviceWormhole           = "0x401e"
 	deviceBlackhole          = "0xb140"
 	deviceGrayskull          = "0xfaca"

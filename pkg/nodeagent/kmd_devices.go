@@ -13,7 +13,7 @@ import (
 )
 
 // pciVendorTenstorrent is Tenstorrent's PCI vendor id (tt-kmd's id table).
-const pciVendorTenstorrent = "0x1e52"
+const pciVendorTenstorrent = ttkmd.VendorID
 
 // binding is which Tenstorrent PCI functions a loaded module bound: the
 // driver core links <function>/driver to the driver it bound, and tt-kmd
