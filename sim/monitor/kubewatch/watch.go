@@ -35,6 +35,9 @@ type Config struct {
 	// of another version (default 15s); Tick how often the state rules are
 	// re-evaluated (default 500ms).
 	CordonGrace, SkewGrace, Tick time.Duration
+	// workerLag delays each worker-pod event's handling (tests only): a
+	// lagging handler sees an informer store that is ahead of its event.
+	workerLag time.Duration
 }
 
 func (c *Config) defaults() {
@@ -120,19 +123,31 @@ func Start(ctx context.Context, cfg Config) error {
 		_, _ = l.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: declared,
 			UpdateFunc: func(_, n any) { declared(n) }, DeleteFunc: declared})
 	}
+	live := liveReplicas{}
 	_, _ = w.workers.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { live.observe(obj.(*corev1.Pod), false) },
 		UpdateFunc: func(o, n any) {
 			op, np := o.(*corev1.Pod), n.(*corev1.Pod)
+			time.Sleep(w.cfg.workerLag)
+			if owningReplicaSet(op) != owningReplicaSet(np) {
+				live.observe(op, true) // orphaned or adopted: it leaves its old set
+			}
+			before := live.observe(np, false)
 			if op.DeletionTimestamp == nil && np.DeletionTimestamp != nil {
-				w.podDeleted(np)
+				w.podDeleted(np, before)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if p, ok := obj.(*corev1.Pod); ok && p.DeletionTimestamp == nil {
-				w.podDeleted(p) // deleted at once: no Terminating update was seen
+			p, ok := obj.(*corev1.Pod)
+			if !ok {
+				return
+			}
+			before := live.observe(p, true)
+			if p.DeletionTimestamp == nil {
+				w.podDeleted(p, before) // deleted at once: no Terminating update was seen
 			}
 		},
 	})
@@ -296,25 +311,22 @@ func (w *watcher) checkState(now time.Time) {
 	}
 }
 
-// podDeleted checks a worker pod's deletion against the node's version.
-func (w *watcher) podDeleted(p *corev1.Pod) {
-	var rs *appsv1.ReplicaSet
-	live := 0
-	if name := owningReplicaSet(p); name != "" {
+// podDeleted checks a worker pod's deletion against the node's version;
+// live is how many of its ReplicaSet's pods were not being deleted just
+// before, p included.
+func (w *watcher) podDeleted(p *corev1.Pod, live int) {
+	node := w.node(p.Spec.NodeName)
+	replicaSet := func() *appsv1.ReplicaSet {
+		name := owningReplicaSet(p)
+		if name == "" {
+			return nil
+		}
 		if o, ok, _ := w.rss.GetStore().GetByKey(p.Namespace + "/" + name); ok {
-			rs = o.(*appsv1.ReplicaSet)
+			return o.(*appsv1.ReplicaSet)
 		}
-		for _, q := range listOf[*corev1.Pod](w.workers) {
-			if owningReplicaSet(q) == name && q.Namespace == p.Namespace && (q.DeletionTimestamp == nil || q.UID == p.UID) {
-				live++
-			}
-		}
-		if !containsUID(w.workers, p) {
-			live++ // gone from the cache already
-		}
+		return nil
 	}
-	d := oldPodDeleted(p, w.node(p.Spec.NodeName), rs, live)
-	if d == "" {
+	if oldPodDeleted(p, node, replicaSet(), live) == "" {
 		return
 	}
 	at := time.Now()
@@ -331,11 +343,18 @@ func (w *watcher) podDeleted(p *corev1.Pod) {
 		return
 	}
 	time.AfterFunc(lateDeclaration, func() {
-		if !judge() {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			w.report(monitor.RuleOldPodBeforeFlip, "pod/"+p.Namespace+"/"+p.Name, d)
+		if judge() {
+			return
 		}
+		// The ReplicaSet's watch is not ordered with the pods': a
+		// scale-down that removed p may be seen only now.
+		d := oldPodDeleted(p, node, replicaSet(), live)
+		if d == "" {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.report(monitor.RuleOldPodBeforeFlip, "pod/"+p.Namespace+"/"+p.Name, d)
 	})
 }
 
@@ -377,11 +396,6 @@ func (w *watcher) recoveringAt(node string, t time.Time) bool {
 	return false
 }
 
-func containsUID(inf cache.SharedIndexInformer, p *corev1.Pod) bool {
-	o, ok, _ := inf.GetStore().GetByKey(p.Namespace + "/" + p.Name)
-	return ok && o.(*corev1.Pod).UID == p.UID
-}
-
 // poolChanged checks an update (cur nil: deletion) of a WorkerPool.
 func (w *watcher) poolChanged(old, cur *pool) {
 	if old == nil {
@@ -398,9 +412,20 @@ func (w *watcher) poolChanged(old, cur *pool) {
 	for _, n := range listOf[*corev1.Node](w.nodes) {
 		nodes[n.Name] = n
 	}
-	if d := poolChange(old, cur, serving(pods, nodes)); d != "" {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		w.report(monitor.RuleServingPoolEdit, "workerpool/"+old.Namespace+"/"+old.Name, d)
+	d := poolChange(old, cur, true)
+	if d == "" {
+		return
 	}
+	if !serving(pods, nodes) {
+		// Said, not reported: when this rule misses, the log tells why.
+		var seen []string
+		for _, p := range pods {
+			seen = append(seen, fmt.Sprintf("%s %s on %s (pinned %q, deleting %t)", p.Name, p.Status.Phase, p.Spec.NodeName, pin(p), p.DeletionTimestamp != nil))
+		}
+		w.cfg.Logf("invariant monitor: workerpool %s/%s %s while not serving: %s", old.Namespace, old.Name, d, strings.Join(seen, "; "))
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.report(monitor.RuleServingPoolEdit, "workerpool/"+old.Namespace+"/"+old.Name, d)
 }
