@@ -291,17 +291,7 @@ func (c *Cluster) Infer() {
 	case 1:
 		c.Old = c.Atelets[0].Version
 	case 2:
-		c.Old, c.New = c.Atelets[0].Version, c.Atelets[1].Version
-		// OLD is what the serving pools are pinned to, if they say.
-		pins := map[string]int{}
-		for _, p := range c.Pools {
-			if p.ClonedFrom == "" && p.Pin != "" {
-				pins[p.Pin]++
-			}
-		}
-		if pins[c.New] > pins[c.Old] {
-			c.Old, c.New = c.New, c.Old
-		}
+		c.Old, c.New = oldAndNew(c.Atelets[0], c.Atelets[1], c.Pools)
 	default:
 		var names []string
 		for _, a := range c.Atelets {
