@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 // Permission is one verb on one resource a command needs.
@@ -90,6 +92,11 @@ func explainForbidden(err error, plugin string) error {
 	var se apierrors.APIStatus
 	if !apierrors.IsForbidden(err) || !errors.As(err, &se) {
 		return err
+	}
+	if kube.QuotaRefusal(err) {
+		return fmt.Errorf("%w\nThe run stopped where it was; `kubectl %s status` shows what it left. A ResourceQuota refused it, "+
+			"not your role: make room in the quota it names (kubectl describe resourcequota -n NAMESPACE), then re-run "+
+			"the same command", err, plugin)
 	}
 	return fmt.Errorf("%w\nThe run stopped where it was; `kubectl %s status` shows what it left. "+
 		"Bind the role in deploy/rbac/%s-operator.yaml, then re-run the same command", err, plugin, plugin)

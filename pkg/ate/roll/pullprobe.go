@@ -252,6 +252,12 @@ func probePulls(ctx context.Context, cs kubernetes.Interface, probes []pullProbe
 		if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil &&
 			!apierrors.IsAlreadyExists(err) {
 			removeProbes(cs, pods)
+			if kube.QuotaRefusal(err) {
+				return runbook.Blocked(fmt.Errorf("a ResourceQuota in namespace %s refuses the pull probe of %s: %w (the probe is "+
+					"one pod per platform, deleted once the images are pulled; nothing was changed on any node: raise the quota "+
+					"it names by one pod, or free one, then re-run; kubectl describe resourcequota -n %s)", pod.Namespace, p.set.pool,
+					err, pod.Namespace))
+			}
 			if apierrors.IsForbidden(err) {
 				return runbook.Blocked(fmt.Errorf("cannot start the pull probe of %s in namespace %s: %w (the ate-operator Role "+
 					"in each WorkerPool namespace grants create pods: deploy/rbac/ate-operator.yaml)", p.set.pool, pod.Namespace, err))

@@ -72,6 +72,11 @@ func checkHelpersAdmitted(ctx context.Context, cs kubernetes.Interface, specs []
 			return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("the cluster admin's helper policy refuses this run's %s helper: %v; "+
 				"nothing was changed. Change the flag it names, or ask the admin to allow it in ConfigMap %s/%s", s.Task,
 				err, p.Namespace, tt.AdminParamsName))
+		case kube.QuotaRefusal(err):
+			return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("a ResourceQuota in namespace %s refuses this run's %s helper "+
+				"pod: %v; nothing was changed, and no node was cordoned. Each node the run works on at once has one helper pod "+
+				"there: make room in the quota it names for as many (kubectl describe resourcequota -n %s), then re-run",
+				p.Namespace, s.Task, err, p.Namespace))
 		case apierrors.IsForbidden(err):
 			// RBAC: CheckPermissions names what is missing; a dry run is not
 			// worth a second report.

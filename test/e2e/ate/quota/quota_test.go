@@ -8,6 +8,7 @@ package quota
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
@@ -93,5 +95,52 @@ func waitReplicaFailure(t *testing.T, ctx context.Context, ns, pool string) {
 	})
 	if err != nil {
 		t.Fatalf("the Deployment of %s/%s never said its pods were refused: %v", ns, pool, err)
+	}
+}
+
+// TestAFullQuotaIsNamedAsQuota fills the pool namespace's quota once the
+// clones' pods exist: the roll's pull probe is then refused with 403, as
+// an RBAC denial is, and the refusal must name the quota (whose fix is the
+// namespace owner's), not the ate-operator Role.
+func TestAFullQuotaIsNamedAsQuota(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	const ns = "ate-workers"
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+	clone := roll.CloneName("python-small", atetest.NewV)
+	var pods *corev1.PodList
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: fleet.PoolLabel + "=" + clone})
+		if err != nil || len(l.Items) == 0 {
+			return false, nil
+		}
+		pods, err = c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("the clone %s made no pod: %v", clone, err)
+	}
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "full", Namespace: ns},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+			corev1.ResourcePods: *resource.NewQuantity(int64(len(pods.Items)), resource.DecimalSI)}}}
+	if _, err := c.Client.CoreV1().ResourceQuotas(ns).Create(ctx, q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().ResourceQuotas(ns).Delete(context.Background(), q.Name, metav1.DeleteOptions{})
+	})
+	// The quota's usage is the quota controller's to count; until it has,
+	// admission refuses every pod.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		cur, err := c.Client.CoreV1().ResourceQuotas(ns).Get(ctx, q.Name, metav1.GetOptions{})
+		return err == nil && cur.Status.Used != nil, nil
+	}); err != nil {
+		t.Fatalf("the quota was never counted: %v", err)
+	}
+
+	out := atetest.ExpectRefused(t, ctx, "a ResourceQuota in namespace "+ns+" refuses the pull probe", "roll", "next-node")
+	if strings.Contains(out, "ate-operator Role") || strings.Contains(out, "deploy/rbac/") {
+		t.Errorf("a quota's refusal was blamed on RBAC:\n%s", out)
 	}
 }

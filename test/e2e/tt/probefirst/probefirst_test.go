@@ -10,11 +10,17 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/rollbook/rollbook/deploy"
 
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
@@ -34,9 +40,9 @@ var node, host, hostRoot = tttest.Node, tttest.Host, tttest.HostRoot
 var run = tttest.Run
 
 // blockedUncordoned: upgrade kmd of target is refused before its cordon.
-func blockedUncordoned(t *testing.T, ctx context.Context, target string, want []string, args ...string) {
+func blockedUncordoned(t *testing.T, ctx context.Context, target string, want []string, args ...string) string {
 	t.Helper()
-	tttest.BlockedUncordoned(t, ctx, target, want, append([]string{"upgrade", "kmd", "--nodes", target}, args...)...)
+	return tttest.BlockedUncordoned(t, ctx, target, want, append([]string{"upgrade", "kmd", "--nodes", target}, args...)...)
 }
 
 // A version tt-kmd never tagged, or a tag that names another commit than
@@ -253,5 +259,32 @@ func TestTwoPartVersionInstalls(t *testing.T) {
 	}
 	if n := node(t, target); n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != "1.34" {
 		t.Errorf("unschedulable %v, label %q", n.Spec.Unschedulable, n.Labels[tt.LabelKMDVersion])
+	}
+}
+
+// A ResourceQuota in the helpers' namespace with no room answers the
+// helper's pod with 403, as a missing role does: the run stops before the
+// cordon and names the quota, not the role.
+func TestAFullQuotaIsNamedBeforeTheCordon(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-room", Namespace: deploy.HelperNamespace},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}
+	quotas := c.Client.CoreV1().ResourceQuotas(deploy.HelperNamespace)
+	if _, err := quotas.Create(ctx, q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = quotas.Delete(context.Background(), q.Name, metav1.DeleteOptions{}) }()
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		cur, err := quotas.Get(ctx, q.Name, metav1.GetOptions{})
+		return err == nil && cur.Status.Used != nil, nil
+	}); err != nil {
+		t.Fatalf("the quota was never counted: %v", err)
+	}
+	out := blockedUncordoned(t, ctx, "kwok-node-1", []string{"a ResourceQuota in namespace " + deploy.HelperNamespace + " refuses",
+		"exceeded quota: no-room"}, "--version", "2.8.0")
+	if strings.Contains(out, "deploy/rbac/") {
+		t.Errorf("a quota's refusal was blamed on the role:\n%s", out)
 	}
 }
