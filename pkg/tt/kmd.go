@@ -118,6 +118,14 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 	cfg.share = share
 	obs.shared = share.read
 	b := newBuilder(cs, rec, cfg.RunID, cfg.Helper)
+	blockers := kmdBlockers(cfg)
+	// A node this run found at the target, with nothing in the way, whose
+	// other installed kernels lack the target: its kmd helper runs without
+	// a cordon, given no vouched module (kernelsToPersist says why).
+	persistOnly := func(f *Facts) bool {
+		return !f.ourCordon() && f.measuredFresh(cfg.RunID) && f.Measured.KMD == v && len(blockers(f)) == 0 &&
+			len(f.Measured.kernelsToPersist(v)) > 0
+	}
 	// The kmd helper: with the module this run vouched for the node's
 	// kernel group; one an interrupted run started, as it was created.
 	render := func(f Facts, existing *corev1.Pod) kube.HelperSpec {
@@ -125,12 +133,11 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 			return KMDHelperSpec(cfg, f.Node.Name, commitIn(existing), vouchedIn(existing))
 		}
 		var m *VouchedModule
-		if sh := share.vouchedFor(share.key(&f)); sh != nil {
-			m = &sh.VouchedModule
+		if sh := share.vouchedFor(share.key(&f)); sh != nil && !persistOnly(&f) {
+			m = &sh.VouchedModule // never on a node in service: without it the helper swaps nothing
 		}
 		return KMDHelperSpec(cfg, f.Node.Name, share.pinned(), m)
 	}
-	blockers := kmdBlockers(cfg)
 	// A node this run's probe found at the target, with nothing in the way,
 	// lacks only its label: no cordon, drain or helper for that.
 	labelOnly := func(s runbook.Step[Facts]) runbook.Step[Facts] {
@@ -138,6 +145,21 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 		s.Done = func(f Facts) (bool, string) {
 			if !f.ourCordon() && f.measuredFresh(cfg.RunID) && f.Measured.KMD == v && len(blockers(&f)) == 0 {
 				return true, "tt-kmd " + v + " is loaded already (measured by the probe): only the label is written"
+			}
+			return done(f)
+		}
+		return s
+	}
+	persistOrLabelOnly := func(s runbook.Step[Facts]) runbook.Step[Facts] {
+		done := labelOnly(s).Done
+		helperDone := s.Done
+		s.Done = func(f Facts) (bool, string) {
+			if persistOnly(&f) {
+				if ok, why := helperDone(f); ok || f.Helper.Pod != nil {
+					return ok, why
+				}
+				return false, "tt-kmd " + v + " is loaded; its helper persists it for installed kernel(s) " +
+					strings.Join(f.Measured.kernelsToPersist(v), ", ") + " without a cordon (the loaded module stays)"
 			}
 			return done(f)
 		}
@@ -170,7 +192,7 @@ the target version is measured on it, whatever its label says.`,
 			labelOnly(b.evictDevicePods("tt.kmd.evict-device-pods", cfg.Drain, cfg.drainFlags(), cfg.DrainTimeout,
 				"tt-kmd "+v+" upgrade")),
 			labelOnly(kmdDrainStep(cs, rec, cfg)),
-			labelOnly(kmdInstallStep(b, cs, rec, cfg, share, render)),
+			persistOrLabelOnly(kmdInstallStep(b, cs, rec, cfg, share, render, persistOnly)),
 			kmdLabelStep(cs, rec, cfg, obs.finished),
 			b.openGates("tt.kmd.open-gates"),
 			b.uncordon("tt.kmd.uncordon"),
@@ -182,7 +204,7 @@ the target version is measured on it, whatever its label says.`,
 // kmdInstallStep runs the kmd helper pod that swaps the module, with the
 // module this run vouched for (render).
 func kmdInstallStep(b *builder, cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig, share *moduleShare,
-	render func(f Facts, existing *corev1.Pod) kube.HelperSpec,
+	render func(f Facts, existing *corev1.Pod) kube.HelperSpec, persistOnly func(*Facts) bool,
 ) runbook.Step[Facts] {
 	v := cfg.Version
 	return b.helperTask(task{
@@ -197,9 +219,10 @@ func kmdInstallStep(b *builder, cs kubernetes.Interface, rec kube.Recorder, cfg 
 			"read from the pod's termination message.",
 		hostPID: cfg.ForceUnload, timeout: cfg.Helper.Timeout,
 		guards: []runbook.Guard[Facts]{{
-			Name: "the node is cordoned by tt-kmd",
+			Name: "the node is cordoned by tt-kmd, or its helper only persists the loaded version for other kernels",
 			Check: func(f Facts) (bool, string) {
-				return f.ourCordon(), "the node is not cordoned by rollbook tt-kmd; a module swap needs the node out of service"
+				return f.ourCordon() || persistOnly(&f), "the node is not cordoned by rollbook tt-kmd; a module swap needs the " +
+					"node out of service"
 			},
 		}, {
 			Name: "a module is vouched for the node's kernel",
@@ -211,6 +234,9 @@ func kmdInstallStep(b *builder, cs kubernetes.Interface, rec kube.Recorder, cfg 
 		succeeded: func(h helperFacts) bool { return h.reached(v) },
 		describe:  describeKMDResult,
 		before: func(ctx context.Context, f Facts) error {
+			if !f.ourCordon() {
+				return nil // persisting for other kernels: the loaded module stays, and so does its label
+			}
 			// Never leave the old version on the label while the module changes.
 			_, err := kube.SetNodeKeys(ctx, cs, f.Node.Name, kube.NodeChange{Labels: map[string]*string{LabelKMDVersion: nil}})
 			return err

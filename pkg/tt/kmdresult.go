@@ -38,11 +38,43 @@ func measuredKMD(n *corev1.Node, run string) (string, bool) {
 // A node whose cards are gone or silent is not done either: it is
 // reported.
 func kmdFinished(n *corev1.Node, want, run string) bool {
-	if p := probeRecordOf(n); p != nil && p.Run == run && len(p.cardsNotServing()) > 0 {
-		return false
+	if p := probeRecordOf(n); p != nil && p.Run == run {
+		if len(p.cardsNotServing()) > 0 {
+			return false
+		}
+		if len(p.kernelsToPersist(want)) > 0 && !kmdRecordOfRun(n, run) {
+			return false // its helper persists the target for them first
+		}
 	}
 	v, ok := measuredKMD(n, run)
 	return ok && v == want && n.Labels[LabelKMDVersion] == want
+}
+
+// kmdRecordOfRun: the kmd helper of run reported on n (its record).
+func kmdRecordOfRun(n *corev1.Node, run string) bool {
+	var r kmdRecord
+	raw, ok := n.Annotations[AnnKMDResult]
+	return ok && json.Unmarshal([]byte(raw), &r) == nil && r.Run == run
+}
+
+// kernelsToPersist are, on a node the probe found running want, the
+// installed kernels (not running) a boot into which would come back
+// without it: headers and a toolchain there, want not persisted for them
+// (a kernel installed after the last roll). A kmd helper given no vouched
+// module persists them without a cordon: at the target it only builds and
+// persists, and it can swap nothing (obtain-module refuses without
+// --module-sha256). Not where only signed modules load: nodes never sign.
+func (p *ProbeRecord) kernelsToPersist(want string) []string {
+	if p == nil || want == "" || p.KMD != want || p.SignatureRequired {
+		return nil
+	}
+	var out []string
+	for _, k := range p.Kernels {
+		if k.Headers && k.Toolchain && !k.Persisted {
+			out = append(out, k.Release)
+		}
+	}
+	return out
 }
 
 // kmdFailure turns a failed helper into a clear error: device holders and

@@ -128,3 +128,46 @@ func TestOtherKernelsCompilerMissingStopsBeforeCordon(t *testing.T) {
 		t.Errorf("not persisted for %s", other)
 	}
 }
+
+// A kernel installed after the roll, not yet booted: the same command run
+// again builds and persists tt-kmd for it without a cordon and without
+// touching the loaded module, so the next boot comes back with the driver.
+func TestAKernelInstalledAfterTheRollIsBuiltWithoutACordon(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 4*time.Minute)
+	const target, later = "kwok-node-1", "6.8.0-70-generic"
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", version, "--nodes", target); code != 0 {
+		t.Fatalf("the roll: exit %d", code)
+	}
+	root := hostRoot(t, target)
+	if err := fakehost.InstallKernel(root, fakehost.InstalledKernel{Release: later, Headers: true}); err != nil {
+		t.Fatal(err)
+	}
+	ops, _ := fakehost.Ops(root)
+	untouched := c.NeverCordoned(t, ctx, target)
+	out, code := run(t, ctx, "upgrade", "kmd", "--version", version, "--nodes", target)
+	if code != 0 {
+		t.Fatalf("the re-run: exit %d", code)
+	}
+	if !persisted(t, target, later) {
+		t.Fatalf("tt-kmd %s was not persisted for %s, installed after the roll:\n%s", version, later, out)
+	}
+	if !untouched() {
+		t.Error("the node was cordoned to persist for a kernel it does not run")
+	}
+	if after, _ := fakehost.Ops(root); len(after) != len(ops) {
+		t.Errorf("the loaded module changed: %v", after[len(ops):])
+	}
+	if h := host(t, target); h.LoadedKMD != version {
+		t.Errorf("the host runs %q", h.LoadedKMD)
+	}
+	// Nothing left to do: a third run only measures.
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", version, "--nodes", target); code != 0 {
+		t.Errorf("the third run: exit %d", code)
+	}
+	tttest.Reboot(t, ctx, target, later)
+	if h := host(t, target); h.LoadedKMD != version {
+		t.Fatalf("after the reboot into %s the host runs %q", later, h.LoadedKMD)
+	}
+}
