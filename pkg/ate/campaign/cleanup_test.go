@@ -24,6 +24,7 @@ import (
 func TestCleanupClassifiesEveryKey(t *testing.T) {
 	notOnNode := map[string]string{
 		fleet.AnnClonedFrom:              "on a cloned WorkerPool: how the roll pairs pools, not bookkeeping",
+		fleet.AnnSourceGeneration:        "on a cloned WorkerPool: its source's generation when cloned",
 		node.AnnRecoveringNode:           "on the Lease, which cleanup deletes",
 		"rollbook.dev/backup-of":         "on retire's backup ConfigMaps, the user's backups",
 		roll.LabelPullProbe:              "on the pull probe pods, which the roll deletes",

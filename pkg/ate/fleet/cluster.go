@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +47,10 @@ type Pool struct {
 	Desired      int64             `json:"desired"`
 	Ready        int64             `json:"ready"`
 	ClonedFrom   string            `json:"clonedFrom,omitempty"`
+	// Generation is metadata.generation; SourceGeneration a clone's
+	// AnnSourceGeneration (0: not recorded).
+	Generation       int64 `json:"generation,omitempty"`
+	SourceGeneration int64 `json:"sourceGeneration,omitempty"`
 	// CloneName is the clone serving this pool's traffic on NEW, if any.
 	CloneName string                     `json:"clone,omitempty"`
 	Object    *unstructured.Unstructured `json:"-"`
@@ -272,6 +277,8 @@ func PoolOf(u *unstructured.Unstructured) Pool {
 	p.Desired, _, _ = unstructured.NestedInt64(u.Object, "spec", "replicas")
 	p.Ready, _, _ = unstructured.NestedInt64(u.Object, "status", "readyReplicas")
 	p.ClonedFrom = u.GetAnnotations()[AnnClonedFrom]
+	p.Generation = u.GetGeneration()
+	p.SourceGeneration, _ = strconv.ParseInt(u.GetAnnotations()[AnnSourceGeneration], 10, 64)
 	return p
 }
 

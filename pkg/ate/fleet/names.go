@@ -15,6 +15,10 @@ const (
 	// AnnClonedFrom marks a WorkerPool rollbook cloned, naming its source
 	// ("<namespace>/<name>"), so pairing never rests on naming conventions.
 	AnnClonedFrom = "rollbook.dev/cloned-from"
+	// AnnSourceGeneration on a clone is its source's metadata.generation
+	// when clone-pools copied it: a source edited or scaled since (the
+	// runbook warns against it mid-roll) has another.
+	AnnSourceGeneration = "rollbook.dev/cloned-from-generation"
 	// LockName is the Lease every ate runbook takes.
 	LockName = "rollbook-ate"
 )

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -158,7 +159,8 @@ func PlanClonesFor(c *fleet.Cluster, images Images, s *fleet.Schema) ([]ClonePla
 			"spec":     spec,
 		}}
 		obj.SetLabels(p.Labels)
-		obj.SetAnnotations(map[string]string{fleet.AnnClonedFrom: p.Key()})
+		obj.SetAnnotations(map[string]string{fleet.AnnClonedFrom: p.Key(),
+			fleet.AnnSourceGeneration: strconv.FormatInt(p.Object.GetGeneration(), 10)})
 		imageField := "workerImage"
 		if s != nil && !s.Has("spec", "workerImage") && s.Has("spec", "ateomImage") {
 			imageField = "ateomImage" // a release before the rename

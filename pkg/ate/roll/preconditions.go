@@ -26,7 +26,7 @@ func RollPreconditions(c *fleet.Cluster, deployments fleet.PoolDeployments, allo
 	if c.New == "" {
 		return out
 	}
-	var unpinned, unpaired, undeployed, failing, unplaceable, unlike []string
+	var unpinned, unpaired, undeployed, failing, unplaceable, unlike, edited []string
 	byKey := map[string]fleet.Pool{}
 	for _, p := range c.Pools {
 		byKey[p.Key()] = p
@@ -50,6 +50,17 @@ func RollPreconditions(c *fleet.Cluster, deployments fleet.PoolDeployments, allo
 			} else if !maps.Equal(p.Labels, cp.Labels) {
 				unlike = append(unlike, fmt.Sprintf("%s: labels %v, its source %s %v", clone, cp.Labels, p.Key(), p.Labels))
 			}
+			// A source changed since clone-pools copied it, and unlike its
+			// clone now: edited or scaled mid-roll. Changes undone, or made
+			// in the clone too, leave them alike; a clone edited alone (its
+			// placement fixed, as the checks below advise) is not its
+			// source's change.
+			if g := cp.SourceGeneration; g != 0 && p.Generation != g {
+				if diff := CloneDiff(p, cp, nil); len(diff) > 0 {
+					edited = append(edited, fmt.Sprintf("%s: generation %d when %s was cloned from it, %d now: %s", p.Key(), g,
+						clone, p.Generation, strings.Join(diff, ", ")))
+				}
+			}
 		}
 		if deployments.Count[clone] == 0 {
 			undeployed = append(undeployed, clone)
@@ -71,6 +82,9 @@ func RollPreconditions(c *fleet.Cluster, deployments fleet.PoolDeployments, allo
 	add("every clone keeps its source's sandbox class and labels", len(unlike) == 0, strings.Join(unlike, "; "),
 		"before any node is at NEW: delete the clone (kubectl delete workerpool -n NS NAME) and clone again; a class lost on "+
 			"write means the served WorkerPool CRD is older than the new release's: apply it first (runbook step 1)")
+	add("no serving pool edited or scaled since its clone was made", len(edited) == 0, strings.Join(edited, "; "),
+		"the runbook: do not edit or scale serving pools mid-roll. Undo the change, or make the same change in the "+
+			"clone (kubectl edit workerpool -n NS CLONE), then re-run")
 	add("every clone has its Deployment", len(undeployed) == 0, "no Deployment: "+fleet.Brief(undeployed),
 		"is ate-controller running? It renders each WorkerPool into a Deployment")
 	// A clone whose pods cannot even be created serves nowhere once nodes
