@@ -8,7 +8,6 @@
 package window
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -21,11 +20,6 @@ import (
 )
 
 func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "ate-fleet"}) }
-
-// daily is a daily window in UTC from an hour before end to end.
-func daily(end time.Time) string {
-	return fmt.Sprintf("%s-%s UTC", end.Add(-time.Hour).UTC().Format("15:04"), end.UTC().Format("15:04"))
-}
 
 // counts are the nodes per version label, and those a move is on.
 func counts(t *testing.T) (old, new, moving int) {
@@ -49,7 +43,7 @@ func TestWindowClosingMidRollLeavesNoNodeHalfWay(t *testing.T) {
 		return atetest.Run(t, ctx, append([]string{"roll", "next-node", "--all", "--wait"}, extra...)...)
 	}
 
-	out, code := roll("--window", daily(time.Now().Add(3*time.Hour)))
+	out, code := roll("--window", simtest.DailyWindow(time.Now().Add(3*time.Hour)))
 	if code != 0 || !strings.Contains(out, "outside the maintenance window") || !strings.Contains(out, "kubectl ate roll next-node") {
 		t.Fatalf("outside the window: exit %d, want 0 saying so and what to re-run", code)
 	}
@@ -64,12 +58,8 @@ func TestWindowClosingMidRollLeavesNoNodeHalfWay(t *testing.T) {
 	// The window closes at a minute boundary: start a few seconds before
 	// it, so the first node starts inside it, and soak after each node so
 	// the next would start after it.
-	end := time.Now().Truncate(time.Minute).Add(time.Minute)
-	if time.Until(end) < 10*time.Second {
-		end = end.Add(time.Minute)
-	}
-	time.Sleep(time.Until(end) - 6*time.Second)
-	out, code = roll("--window", daily(end), "--soak", "10s")
+	end := simtest.SleepUntilWindowCloses(6 * time.Second)
+	out, code = roll("--window", simtest.DailyWindow(end), "--soak", "10s")
 	if code != 0 || !strings.Contains(out, "paused") || !strings.Contains(out, "it opens") {
 		t.Errorf("the window closed mid-roll: exit %d, want 0 paused saying when it opens", code)
 	}
@@ -80,7 +70,7 @@ func TestWindowClosingMidRollLeavesNoNodeHalfWay(t *testing.T) {
 	}
 
 	// In a window open now the same command goes on.
-	if _, code := roll("--window", daily(time.Now().Add(30*time.Minute))); code != 0 {
+	if _, code := roll("--window", simtest.DailyWindow(time.Now().Add(30*time.Minute))); code != 0 {
 		t.Fatalf("re-run in an open window: exit %d", code)
 	}
 	if old, moved, moving := counts(t); moved != 3 || old != 0 || moving != 0 {

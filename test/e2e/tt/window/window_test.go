@@ -44,11 +44,6 @@ func states(t *testing.T, from, to string) map[string]string {
 	return out
 }
 
-// daily is a daily window in UTC from an hour before end to end.
-func daily(end time.Time) string {
-	return fmt.Sprintf("%s-%s UTC", end.Add(-time.Hour).UTC().Format("15:04"), end.UTC().Format("15:04"))
-}
-
 // Run outside its window the roll starts nothing and takes no lock; run
 // so that the window closes after the first node started, it finishes
 // that node, starts no other, and ends paused (exit 0) saying when the
@@ -62,7 +57,7 @@ func TestWindowClosingMidRollLeavesNoNodeHalfWay(t *testing.T) {
 		return tttest.Run(t, ctx, append([]string{"upgrade", "kmd", "--version", to, "--nodes", strings.Join(nodes, ",")}, extra...)...)
 	}
 
-	closed := daily(time.Now().Add(3 * time.Hour))
+	closed := simtest.DailyWindow(time.Now().Add(3 * time.Hour))
 	out, code := roll("--window", closed)
 	if code != 0 || !strings.Contains(out, "paused before starting: outside the maintenance window") ||
 		!strings.Contains(out, "re-run then: kubectl tt upgrade kmd") {
@@ -82,12 +77,8 @@ func TestWindowClosingMidRollLeavesNoNodeHalfWay(t *testing.T) {
 	// seconds before it, so the first node starts inside it, and soak
 	// after each node (a sim's node takes about a second) so the next
 	// would start after it.
-	end := time.Now().Truncate(time.Minute).Add(time.Minute)
-	if time.Until(end) < 10*time.Second {
-		end = end.Add(time.Minute)
-	}
-	time.Sleep(time.Until(end) - 6*time.Second)
-	out, code = roll("--window", daily(end), "--soak", "10s")
+	end := simtest.SleepUntilWindowCloses(6 * time.Second)
+	out, code = roll("--window", simtest.DailyWindow(end), "--soak", "10s")
 	ended := time.Now()
 	if code != 0 || !strings.Contains(out, "paused") || !strings.Contains(out, "re-run then: kubectl tt upgrade kmd") ||
 		!strings.Contains(out, "it opens") {
@@ -112,7 +103,7 @@ func TestWindowClosingMidRollLeavesNoNodeHalfWay(t *testing.T) {
 		untouched, ended.Sub(end).Round(time.Second))
 
 	// In a window open now the same command goes on: no pause to lift.
-	out, code = roll("--window", daily(time.Now().Add(30*time.Minute)))
+	out, code = roll("--window", simtest.DailyWindow(time.Now().Add(30*time.Minute)))
 	if code != 0 {
 		t.Fatalf("re-run in an open window: exit %d", code)
 	}
