@@ -114,22 +114,28 @@ func TestRecoverNodeStopsOnANodeDown(t *testing.T) {
 	ctx := simtest.Context(t, 8*time.Minute)
 	const node = "kwok-node-1"
 	api := atetest.Client(t, ctx)
-	time.Sleep(time.Second) // the sim's list window: a duration of its world, not synchronisation
-	inv, err := api.Inventory(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	drained := 0
-	for _, w := range inv.WorkersOnNode(node) {
-		if w.State == ateapi.WorkerActive && len(w.Actors) == 0 { // idle: nothing to suspend on a node that is down
-			if _, err := api.DrainWorker(ctx, w.Name); err != nil {
-				t.Fatal(err)
-			}
-			drained++
+	// The roll before may have left node's new workers registering or
+	// holding actors it moved; wait until one is ACTIVE and idle.
+	var idle []string
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		inv, err := api.Inventory(ctx)
+		if err != nil {
+			return false, nil //nolint:nilerr // retried until the poll's deadline
 		}
+		idle = idle[:0]
+		for _, w := range inv.WorkersOnNode(node) {
+			if w.State == ateapi.WorkerActive && len(w.Actors) == 0 { // idle: nothing to suspend on a node that is down
+				idle = append(idle, w.Name)
+			}
+		}
+		return len(idle) > 0, nil
+	}); err != nil {
+		t.Fatalf("no idle worker on %s to drain: %v", node, err)
 	}
-	if drained == 0 {
-		t.Fatalf("no idle worker on %s to drain", node)
+	for _, w := range idle {
+		if _, err := api.DrainWorker(ctx, w); err != nil {
+			t.Fatal(err)
+		}
 	}
 	setNotReady(t, ctx, node, true)
 	t.Cleanup(func() { setNotReady(t, context.Background(), node, false) })
