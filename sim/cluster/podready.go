@@ -30,7 +30,7 @@ func resyncPodReadiness(ctx context.Context, cs kubernetes.Interface) error {
 	nf.Start(ctx.Done())
 	nf.WaitForCacheSync(ctx.Done())
 	c := &podloop.Controller{
-		Name: "sim-pod-readiness", Client: cs, Logf: log.Printf,
+		Name: "sim-pod-readiness", Client: cs, Logf: log.Printf, SyncTimeout: apiCallTimeout,
 		Tweak: func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.AndSelectors(
 				fields.OneTermNotEqualSelector("spec.nodeName", ""),

@@ -30,7 +30,7 @@ func reapDeletedPods(ctx context.Context, cs kubernetes.Interface) error {
 	nf.Start(ctx.Done())
 	nf.WaitForCacheSync(ctx.Done())
 	c := &podloop.Controller{
-		Name: "sim-pod-reaper", Client: cs, Logf: log.Printf,
+		Name: "sim-pod-reaper", Client: cs, Logf: log.Printf, SyncTimeout: apiCallTimeout,
 		Tweak: func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermNotEqualSelector("spec.nodeName", "").String()
 		},
@@ -116,3 +116,6 @@ func DeletionRequested(p *corev1.Pod) time.Time {
 	}
 	return t
 }
+
+// apiCallTimeout bounds a sim controller's sync that only calls the API.
+const apiCallTimeout = 30 * time.Second

@@ -30,6 +30,12 @@ type Controller struct {
 	// hands one key to two workers). Real kubelets act per node in
 	// parallel: a single worker would serialise pod starts across nodes.
 	Workers int
+	// SyncTimeout bounds one Sync (0: none), for a Sync that only calls the
+	// API: a request that never returns (sent on a connection an
+	// apiserver restart left half-open) must not wedge a worker, and with
+	// it every pod on every node; a kubelet's calls time out too. A Sync
+	// that starts work outliving it (a helper's run) must not set it.
+	SyncTimeout time.Duration
 }
 
 // Run syncs until ctx is done.
@@ -74,7 +80,12 @@ func (c *Controller) next(ctx context.Context, q workqueue.TypedRateLimitingInte
 		return false
 	}
 	defer q.Done(key)
-	err := c.Sync(ctx, key, lister)
+	sctx, cancel := ctx, context.CancelFunc(func() {})
+	if c.SyncTimeout > 0 {
+		sctx, cancel = context.WithTimeout(ctx, c.SyncTimeout)
+	}
+	err := c.Sync(sctx, key, lister)
+	cancel()
 	var later RetryAfter
 	switch {
 	case errors.As(err, &later):

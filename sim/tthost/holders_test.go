@@ -169,3 +169,36 @@ func TestStubbornHostHolderIsLeftAlone(t *testing.T) {
 		t.Fatalf("stubborn host holder changed: %+v", o)
 	}
 }
+
+// A pod's containers, once stopped for its deletion, never start again —
+// also when this sync's own watch lags (after an apiserver restart, by its
+// reconnect backoff) and still shows the pod Running: a holder reopened
+// then holds the device for a pod the API no longer has.
+func TestStoppedForDeletionNeverReopens(t *testing.T) {
+	h := testHosts(t, map[string]fakehost.Spec{"n0": {LoadedKMD: "2.7.0"}})
+	root, _ := h.Root("n0")
+	s := &HolderSync{Hosts: h}
+	p := devicePod("1", "n0", corev1.PodRunning, "/dev/tenstorrent")
+	key := podKey(p)
+	if err := s.Sync(key, p); err != nil || !s.Holding(key) {
+		t.Fatalf("running pod: holding=%v err=%v", s.Holding(key), err)
+	}
+	deleting := p.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now().Add(30 * time.Second)}
+	if d, why := s.exitHold(deleting); d != 0 {
+		t.Fatalf("exit held %s: %s", d, why)
+	}
+	// The stale view: the same pod, Running, no deletionTimestamp.
+	if err := s.Sync(key, p); err != nil {
+		t.Fatal(err)
+	}
+	if o := inspect(t, root); s.Holding(key) || o.Refcnt != 0 || len(o.PIDs) != 1 {
+		t.Fatalf("a pod stopped for its deletion holds the device again: holding=%v observed=%+v", s.Holding(key), o)
+	}
+	// Another pod under the same name (a StatefulSet's) is another pod.
+	again := devicePod("2", "n0", corev1.PodRunning, "/dev/tenstorrent")
+	again.Name = p.Name
+	if err := s.Sync(key, again); err != nil || !s.Holding(key) {
+		t.Fatalf("a new pod under the name: holding=%v err=%v", s.Holding(key), err)
+	}
+}

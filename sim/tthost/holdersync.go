@@ -44,6 +44,10 @@ type HolderSync struct {
 
 	mu      sync.Mutex
 	holders map[string]*podHolder // by pod key
+	// stopped are the pods whose containers exitHold stopped for their
+	// deletion: a kubelet never starts those again, whatever a lagging
+	// watch still shows.
+	stopped map[types.UID]bool
 	nextPID int
 }
 
@@ -84,6 +88,7 @@ func (s *HolderSync) init() {
 	defer s.mu.Unlock()
 	if s.holders == nil {
 		s.holders = map[string]*podHolder{}
+		s.stopped = map[types.UID]bool{}
 	}
 	if s.Clock == nil {
 		s.Clock = clock.RealClock{}
@@ -123,7 +128,7 @@ func (s *HolderSync) Sync(key string, p *corev1.Pod) error {
 		return nil
 	}
 	root, devs, want := s.wants(p)
-	if !want {
+	if !want || s.stopped[p.UID] {
 		if h != nil {
 			return s.release(key, h)
 		}
@@ -178,6 +183,7 @@ func (s *HolderSync) exitHold(p *corev1.Pod) (time.Duration, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := p.Namespace + "/" + p.Name
+	s.stopped[p.UID] = true
 	if h := s.holders[key]; h != nil && h.uid == p.UID {
 		if err := s.release(key, h); err != nil {
 			return time.Second, "its device holder (pid " + strconv.Itoa(h.pid) + ") did not stop: " + err.Error()
