@@ -106,6 +106,11 @@ func run(m *testing.M, o Options) int {
 			code = 1
 		}
 	}
+	if code != 0 {
+		// The sim's own story (its controllers' retries, its faults) is
+		// the other half of a failure's cause; its directory is removed.
+		fmt.Fprintf(os.Stderr, "simtest: the last %d lines of the sim's output:\n%s\n", simTailOnFailure, tail(filepath.Join(c.base, "sim.out"), simTailOnFailure))
+	}
 	return code
 }
 
@@ -248,6 +253,9 @@ func Context(t testing.TB, timeout time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// simTailOnFailure is how much of the sim's output a failed package prints.
+const simTailOnFailure = 150
 
 func tail(path string, n int) string {
 	b, _ := os.ReadFile(path)
