@@ -124,20 +124,7 @@ func TestAFullQuotaIsNamedAsQuota(t *testing.T) {
 	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "full", Namespace: ns},
 		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
 			corev1.ResourcePods: *resource.NewQuantity(int64(len(pods.Items)), resource.DecimalSI)}}}
-	if _, err := c.Client.CoreV1().ResourceQuotas(ns).Create(ctx, q, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Client.CoreV1().ResourceQuotas(ns).Delete(context.Background(), q.Name, metav1.DeleteOptions{})
-	})
-	// The quota's usage is the quota controller's to count; until it has,
-	// admission refuses every pod.
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		cur, err := c.Client.CoreV1().ResourceQuotas(ns).Get(ctx, q.Name, metav1.GetOptions{})
-		return err == nil && cur.Status.Used != nil, nil
-	}); err != nil {
-		t.Fatalf("the quota was never counted: %v", err)
-	}
+	c.CreateQuota(t, ctx, q)
 
 	out := atetest.ExpectRefused(t, ctx, "a ResourceQuota in namespace "+ns+" refuses the pull probe", "roll", "next-node")
 	if strings.Contains(out, "ate-operator Role") || strings.Contains(out, "deploy/rbac/") {

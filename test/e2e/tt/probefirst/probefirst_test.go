@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/rollbook/rollbook/deploy"
 
@@ -271,17 +270,7 @@ func TestAFullQuotaIsNamedBeforeTheCordon(t *testing.T) {
 	ctx := simtest.Context(t, 3*time.Minute)
 	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-room", Namespace: deploy.HelperNamespace},
 		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}
-	quotas := c.Client.CoreV1().ResourceQuotas(deploy.HelperNamespace)
-	if _, err := quotas.Create(ctx, q, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = quotas.Delete(context.Background(), q.Name, metav1.DeleteOptions{}) }()
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		cur, err := quotas.Get(ctx, q.Name, metav1.GetOptions{})
-		return err == nil && cur.Status.Used != nil, nil
-	}); err != nil {
-		t.Fatalf("the quota was never counted: %v", err)
-	}
+	c.CreateQuota(t, ctx, q)
 	out := blockedUncordoned(t, ctx, "kwok-node-1", []string{"a ResourceQuota in namespace " + deploy.HelperNamespace + " refuses",
 		"exceeded quota: no-room"}, "--version", "2.8.0")
 	if strings.Contains(out, "deploy/rbac/") {
