@@ -627,3 +627,62 @@ func TestWaitForAPodAlreadyGoneEndsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A pod bound to the node after the caller evicted its own (a scheduler
+// whose view lagged the cordon) matches what the wait waits for; without
+// being told, the wait would outlast its budget for a pod nothing moves.
+// WaitForNoPodsOrArrivals hands it back at once instead.
+func TestWaitForNoPodsHandsBackALateArrival(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, time.Minute)
+	ns := c.NewNamespace(t)
+	const node = "kwok-node-3"
+	pods := c.Client.CoreV1().Pods(ns)
+	holder := func(name string, finalizers ...string) *corev1.Pod {
+		p, err := pods.Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"holds": "yes"}, Finalizers: finalizers},
+			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// The evicted one stays Terminating (its finalizer) while the wait runs.
+	const keep = "rollbook.dev/test-keeps-it"
+	evicted := holder("evicted", keep)
+	t.Cleanup(func() {
+		_, _ = pods.Patch(context.Background(), evicted.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`),
+			metav1.PatchOptions{})
+	})
+	if err := pods.Delete(ctx, evicted.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	match := func(p *corev1.Pod) bool { return p.Namespace == ns && p.Labels["holds"] == "yes" }
+	arrived := func(p *corev1.Pod) bool { return p.UID != evicted.UID && Evictable(p) }
+	type result struct {
+		late []corev1.Pod
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		late, err := WaitForNoPodsOrArrivals(ctx, c.Client, node, match, arrived)
+		got <- result{late, err}
+	}()
+	// Not handed back while only the evicted pod is left.
+	select {
+	case r := <-got:
+		t.Fatalf("the wait ended with only the evicted pod left: %v, %v", r.late, r.err)
+	case <-time.After(2 * time.Second):
+	}
+	late := holder("late")
+	select {
+	case r := <-got:
+		if r.err != nil || len(r.late) != 1 || r.late[0].UID != late.UID {
+			t.Fatalf("the wait handed back %d pod(s), %v; want the late one", len(r.late), r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a pod that arrived after the eviction kept the wait going")
+	}
+}

@@ -193,32 +193,50 @@ func DeploymentAvailable(d *appsv1.Deployment) bool {
 // (terminal and deleted pods never match; terminating ones still count,
 // as they may still hold what the caller waits for), and returns nil then.
 func WaitForNoPods(ctx context.Context, cs kubernetes.Interface, node string, match func(*corev1.Pod) bool) error {
+	_, err := WaitForNoPodsOrArrivals(ctx, cs, node, match, nil)
+	return err
+}
+
+// WaitForNoPodsOrArrivals is WaitForNoPods that also returns, early, the
+// matching pods arrived reports (nil: none): pods bound to the node after
+// the caller evicted its own — by a scheduler whose view lagged the
+// cordon, or tolerating it — which nothing else would move, so the caller
+// evicts them too and waits again.
+func WaitForNoPodsOrArrivals(ctx context.Context, cs kubernetes.Interface, node string, match,
+	arrived func(*corev1.Pod) bool) ([]corev1.Pod, error) {
 	lw := PodsOnNodeLW(cs, metav1.NamespaceAll, node)
 	// Track the matching pods by UID; the condition sees one event at a time.
 	left := map[types.UID]bool{}
-	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, func(store cache.Store) (bool, error) {
-		for _, o := range store.List() {
-			if p := o.(*corev1.Pod); !PodTerminal(p) && match(p) {
-				left[p.UID] = true
+	var arrivals []corev1.Pod
+	see := func(p *corev1.Pod, gone bool) {
+		switch {
+		case gone || PodTerminal(p) || !match(p):
+			delete(left, p.UID)
+		default:
+			left[p.UID] = true
+			if arrived != nil && arrived(p) {
+				arrivals = append(arrivals, *p)
 			}
 		}
-		return len(left) == 0, nil
+	}
+	done := func() bool { return len(left) == 0 || len(arrivals) > 0 }
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, func(store cache.Store) (bool, error) {
+		for _, o := range store.List() {
+			see(o.(*corev1.Pod), false)
+		}
+		return done(), nil
 	}, func(e watch.Event) (bool, error) {
 		p, ok := e.Object.(*corev1.Pod)
 		if !ok {
 			return false, nil
 		}
-		if e.Type == watch.Deleted || PodTerminal(p) || !match(p) {
-			delete(left, p.UID)
-		} else {
-			left[p.UID] = true
-		}
-		return len(left) == 0, nil
+		see(p, e.Type == watch.Deleted)
+		return done(), nil
 	})
 	if err != nil && ctx.Err() != nil {
-		return context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
-	return err
+	return arrivals, err
 }
 
 // PodsOnNodeLW lists and watches the pods of ns bound to node.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rollbook/rollbook/pkg/kube"
@@ -171,10 +172,33 @@ func (b *builder) evictDevicePods(id string, enabled bool, d drainFlags, timeout
 			defer cancel(nil)
 			go kube.CancelOnNodeDown(ctx, cancel, b.cs, func(context.Context) string { return f.Node.Name })
 			measured := f.measuredHolders()
-			err := kube.WaitForNoPods(ctx, b.cs, f.Node.Name, func(p *corev1.Pod) bool {
-				return !isHelper(p) && holdReason(p,
-					measured) != ""
-			})
+			holds := func(p *corev1.Pod) bool { return !isHelper(p) && holdReason(p, measured) != "" }
+			// A holder bound after the eviction (a scheduler that had not yet
+			// seen the cordon, or a pod tolerating it) is evicted too: it
+			// would hold the device through the swap, and nothing else moves it.
+			seen := map[types.UID]bool{}
+			for _, p := range f.Pods {
+				seen[p.UID] = true
+			}
+			arrived := func(p *corev1.Pod) bool { return !seen[p.UID] && kube.Evictable(p) }
+			var err error
+			for {
+				var late []corev1.Pod
+				if late, err = kube.WaitForNoPodsOrArrivals(ctx, b.cs, f.Node.Name, holds, arrived); err != nil || len(late) == 0 {
+					break
+				}
+				for _, p := range late {
+					seen[p.UID] = true
+				}
+				err = kube.Drain(ctx, b.cs, b.rec, f.Node.Name, kube.DrainOptions{
+					PodFilter: holds, Why: why + ": the pod holds /dev/tenstorrent (it arrived after the cordon)",
+					Timeout: remaining(ctx, timeout), Force: d.force, DeleteEmptyDirData: d.deleteEmptyDirData,
+					GracePeriodSeconds: d.gracePeriod, Pods: late, NoWait: true,
+				})
+				if err != nil {
+					return blockedIfDrain(err)
+				}
+			}
 			if nd, down := asNodeDown(ctx); down && err != nil {
 				return runbook.Blocked(fmt.Errorf("%w: the pods holding /dev/tenstorrent cannot leave it (%s); bring the node back, "+
 					"then re-run the same command", nd, b.remainingHolders(f)))
