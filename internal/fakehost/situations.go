@@ -221,6 +221,33 @@ func SetSilent(root string, index int, silent bool) error {
 	return renderDeviceAttrs(root, st, boundDevices(st, loadedVersion(root)))
 }
 
+// SetBootsSilent makes the image in card index's SPI (-1: every card) not
+// start, so the next reset leaves the card Silent (Device.BootsSilent);
+// set back, it stands for the power cycle that brought the card back
+// (fixed, it runs what its SPI holds).
+func SetBootsSilent(root string, index int, silent bool) error {
+	st, err := changeCards(root, index, func(d *Device) {
+		d.BootsSilent = silent
+		if !silent && d.Silent {
+			d.Silent = false
+			d.boot()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return renderDeviceAttrs(root, st, boundDevices(st, loadedVersion(root)))
+}
+
+func anySilent(st *state) bool {
+	for _, d := range st.Devices {
+		if d.Silent {
+			return true
+		}
+	}
+	return false
+}
+
 // SetFailFlash makes tt-flash fail (a verify mismatch) on card index of
 // root's host, or every card for index < 0, until set back: a flash that
 // fails after the cordon, for tests of what a failed node does to a roll.

@@ -194,6 +194,9 @@ type Device struct {
 	// init_hardware fails, needs_hw_init), but reads no telemetry from it,
 	// so none of its tt_* sysfs attributes reads (telemetry.c: -ENODATA).
 	Silent bool
+	// BootsSilent: the image in the card's SPI does not start. The reset
+	// that boots it (tt-flash's, or tt-smi -r) leaves the card Silent.
+	BootsSilent bool
 	// ProbeFailsOn are tt-kmd versions whose PCI probe of this card fails
 	// (enumerate.c: "Device initialization failed", -EIO): the module loads,
 	// but the card gets no driver binding and no /dev/tenstorrent node.
@@ -212,6 +215,15 @@ func (d Device) remote() int {
 }
 
 // spi is the bundle the chip loads on its next reset.
+// boot is the card's reset: it runs what its SPI holds, or nothing that
+// answers when that image does not start.
+func (d *Device) boot() {
+	d.Firmware = d.spi()
+	if d.BootsSilent {
+		d.Silent = true
+	}
+}
+
 func (d Device) spi() string {
 	if d.SPI == "" {
 		return d.Firmware

@@ -69,7 +69,8 @@ func ttFlash(t *tool) int {
 		fmt.Fprintf(out, "Error: device busy: /dev/tenstorrent is open (%s)\nFLASH FAILED\n", who)
 		return 1
 	}
-	if st.ResetsNeeded > 0 {
+	if st.ResetsNeeded > 0 || anySilent(st) {
+		// A chip whose firmware does not answer fails detect_chips.
 		fmt.Fprintln(out, "Error: Timed out waiting for ARC to respond\nFLASH FAILED")
 		return 1
 	}
@@ -177,7 +178,7 @@ func ttFlash(t *tool) int {
 		fmt.Fprintln(out, "Stage: RESET\n\tResetting devices, waiting for M3 boot")
 		for i := range st.Devices {
 			if write[i] {
-				st.Devices[i].Firmware = st.Devices[i].SPI
+				st.Devices[i].boot()
 			}
 		}
 		if st.ConfigSpaceResetBug {

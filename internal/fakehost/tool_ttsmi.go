@@ -53,7 +53,8 @@ func ttSMI(t *tool) int {
 }
 
 func (t *tool) snapshot(st *state) int {
-	if st.ResetsNeeded > 0 {
+	if st.ResetsNeeded > 0 || anySilent(st) {
+		// tt_smi.py: a chip that does not answer fails device detection.
 		fmt.Fprintln(t.stdout, " Error in detecting devices!\nTimed out waiting for ARC to respond\n Exiting...")
 		return 1
 	}
@@ -98,7 +99,7 @@ func (t *tool) reset(st *state, galaxy bool) int {
 		// A reset boots every chip from its SPI: a card flashed but not
 		// reset now runs the new image.
 		for i := range st.Devices {
-			st.Devices[i].Firmware = st.Devices[i].spi()
+			st.Devices[i].boot()
 		}
 		if err := saveState(t.root, st); err != nil {
 			return t.errorf(1, "%v", err)

@@ -1,6 +1,7 @@
 package fakehost
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -126,5 +127,36 @@ func TestFakeHostRecordsTouchingAFailedSPI(t *testing.T) {
 		if code, out := invoke(t, root, "tt-flash", "flash", "--fw-tar", bundle); code != 0 || touched(root) != 1 {
 			t.Fatalf("the flash after the fix: exit %d, %d events\n%s", code, touched(root), out)
 		}
+	}
+}
+
+// A card whose new image does not start: tt-flash's reset leaves it
+// silent; then tt-smi -s fails device detection (tt_smi/tt_smi.py: "Error
+// in detecting devices!", exit 1), tt-flash cannot detect it either, and
+// its sysfs firmware does not read. A power cycle boots what the SPI holds.
+func TestFakeCardThatBootsSilent(t *testing.T) {
+	root := newRoot(t, Spec{LoadedKMD: "2.0.0", Devices: []Device{{Firmware: "18.2.0.0", Board: "n150"},
+		{Firmware: "18.2.0.0", Board: "n150", BootsSilent: true}}})
+	bundle := filepath.Join(t.TempDir(), "b.fwbundle")
+	if err := WriteBundle(bundle, "18.3.0"); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := invoke(t, root, "tt-flash", "--no-color", "flash", "--fw-tar", bundle); code != 0 {
+		t.Fatalf("the flash itself succeeds: exit %d\n%s", code, out)
+	}
+	if code, out := invoke(t, root, "tt-smi", "-s"); code != 1 || !strings.Contains(out, "Error in detecting devices!") {
+		t.Fatalf("tt-smi -s with a silent card: exit %d, want 1 and tt-smi's detection error\n%s", code, out)
+	}
+	if code, out := invoke(t, root, "tt-flash", "--no-color", "flash", "--fw-tar", bundle); code == 0 || !strings.Contains(out, "FLASH FAILED") {
+		t.Fatalf("tt-flash with a silent card: exit %d, want a detection failure\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(root, classDir, "tenstorrent!1", "tt_fw_bundle_ver")); !os.IsNotExist(err) {
+		t.Fatalf("the silent card's firmware reads in sysfs: %v", err)
+	}
+	if err := SetBootsSilent(root, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := invoke(t, root, "tt-smi", "-s"); code != 0 || !strings.Contains(out, "18.3.0.0") {
+		t.Fatalf("after the power cycle: exit %d, want the card at 18.3.0.0\n%s", code, out)
 	}
 }

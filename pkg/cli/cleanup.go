@@ -44,6 +44,11 @@ type CleanupSpec struct {
 	HalfWay func(ctx context.Context, nodes []corev1.Node) (map[string]string, error)
 	// Finish is the sentence that says how to finish a half-way node.
 	Finish string
+	// KeepHelper says why a finished helper pod must stay ("" lets it go):
+	// it is the only record of something a later run must see (a failed
+	// flash that needs a person, whose node lost its record). nodes are
+	// every node; nil keeps none.
+	KeepHelper func(p *corev1.Pod, nodes []corev1.Node) string
 	// Extra adds the plugin's own items (the tt host caches) to the plan,
 	// from the nodes read; nil for none.
 	Extra func(ctx context.Context, o *CleanupOptions, cs kubernetes.Interface, nodes []corev1.Node) ([]CleanupItem, error)
@@ -242,17 +247,16 @@ func (o *CleanupOptions) Plan(ctx context.Context, cs kubernetes.Interface) ([]C
 			cm.UID, cm.ResourceVersion, cs.CoreV1().ConfigMaps(cm.Namespace).Delete))
 	}
 
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, explainForbidden(fmt.Errorf("list nodes: %w", err), o.spec.Plugin)
+	}
 	if o.HelperNamespace != "" {
-		helpers, r, err := o.helperItems(ctx, cs, rec)
+		helpers, r, err := o.helperItems(ctx, cs, rec, nodes.Items)
 		if err != nil {
 			return nil, err
 		}
 		items, refuse = append(items, helpers...), append(refuse, r...)
-	}
-
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, explainForbidden(fmt.Errorf("list nodes: %w", err), o.spec.Plugin)
 	}
 	halfWay, err := o.spec.HalfWay(ctx, nodes.Items)
 	if err != nil {
@@ -284,7 +288,8 @@ func (o *CleanupOptions) Plan(ctx context.Context, cs kubernetes.Interface) ([]C
 
 // helperItems lists finished helpers and rollbook's Secrets in the helper
 // namespace; a helper still running refuses the cleanup.
-func (o *CleanupOptions) helperItems(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder) ([]CleanupItem, []string, error) {
+func (o *CleanupOptions) helperItems(ctx context.Context, cs kubernetes.Interface, rec kube.Recorder, nodes []corev1.Node) ([]CleanupItem,
+	[]string, error) {
 	ns := o.HelperNamespace
 	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -301,6 +306,12 @@ func (o *CleanupOptions) helperItems(ctx context.Context, cs kubernetes.Interfac
 						ns, p.Name, p.Labels[kube.LabelHelper], p.Spec.NodeName, p.Status.Phase))
 				}
 				continue
+			}
+			if o.spec.KeepHelper != nil {
+				if why := o.spec.KeepHelper(&p, nodes); why != "" {
+					refuse = append(refuse, fmt.Sprintf("helper pod %s/%s must stay: %s", ns, p.Name, why))
+					continue
+				}
 			}
 			items = append(items, CleanupItem{Object: "pod/" + ns + "/" + p.Name,
 				What: fmt.Sprintf("finished %s helper on %s (%s)", p.Labels[kube.LabelHelper], p.Spec.NodeName, p.Status.Phase),

@@ -231,11 +231,27 @@ func verifyDevices(before, after []DeviceFirmware, want string, devs []Device) (
 		return "", fail(ReasonDeviceMissing, "%d device(s) before the flash, %d after: a device did not come back from reset",
 			len(before), len(after))
 	}
-	var bad []string
+	var bad, silent []string
 	for _, d := range devs {
-		if !d.OK {
+		switch {
+		case !d.OK && d.After == "?":
+			silent = append(silent, fmt.Sprintf("device %d (%s)", d.Index, d.BusID))
+		case !d.OK:
 			bad = append(bad, fmt.Sprintf("device %d (%s) reads %s", d.Index, d.BusID, d.After))
 		}
+	}
+	if len(silent) > 0 {
+		// tt-flash waits for each chip's firmware to boot after its reset
+		// (flash.py: m3_delay), and a second reset did not bring these
+		// back: no re-flash helps a card that does not answer.
+		also := ""
+		if len(bad) > 0 {
+			also = "; also " + strings.Join(bad, "; ")
+		}
+		return "", fail(ReasonDeviceSilent, "%s does not answer after the reset that loads %s: tt-kmd keeps its device node, "+
+			"but neither tt-smi nor sysfs reads its firmware (the chip's firmware did not start)%s. Power the host off and on "+
+			"(a cold boot resets the card's power), then re-run the same command: a card that then reads %s is done without "+
+			"another write", strings.Join(silent, ", "), want, also, want)
 	}
 	if len(bad) > 0 {
 		return "", fail(ReasonFirmwareMismatch, "expected %s on every device (%s); %s", want, describeCases(devs, want),

@@ -71,6 +71,22 @@ func (x *execution) readbackBefore(ctx context.Context, o FlashOptions) ([]Devic
 	if ctx.Err() != nil {
 		return nil, last
 	}
+	// A card that does not answer (tt-kmd keeps its node, sysfs reads no
+	// firmware) fails tt-flash's detection too: no flash reaches it, blind
+	// or not. After a flash that left it so, this is the re-run's answer.
+	if all, err := readSysfsFirmware(x.agent.Root); err == nil {
+		var silent []string
+		for i, d := range all {
+			if d.Version == "?" {
+				silent = append(silent, fmt.Sprintf("device %d (%s)", i, d.BusID))
+			}
+		}
+		if len(silent) > 0 {
+			return nil, fail(ReasonDeviceSilent, "%s does not answer, also after a reset: tt-kmd keeps its device node, but "+
+				"neither tt-smi nor sysfs reads its firmware, and tt-flash cannot reach it. Power the host off and on (a cold "+
+				"boot resets the card's power), then re-run the same command", strings.Join(silent, ", "))
+		}
+	}
 	if o.ContinueOnReadbackFailure {
 		x.warn("pre-flash readback failed after one reset; flashing without knowing current versions")
 		return nil, nil

@@ -211,6 +211,26 @@ func TestFlashFailures(t *testing.T) {
 		assert.Equal(t, []string{"18.2.0.0", "18.2.0.0", "18.2.0.0"}, o.Firmware)
 		assert.Equal(t, []string{"19.9.0.0", "18.2.0.0", "19.9.0.0"}, o.SPI)
 	})
+	t.Run("a card silent after the flash's reset", func(t *testing.T) {
+		a, root := flashHost(t, fakehost.Spec{Devices: []fakehost.Device{{}, {BootsSilent: true}}})
+		r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+		requireFailure(t, r, nodeagent.ReasonDeviceSilent)
+		assert.Contains(t, r.Error.Message, "device 1 ("+fakehost.BusID(1)+") does not answer")
+		assert.Contains(t, r.Error.Message, "Power the host off and on")
+		assert.NotContains(t, r.Error.Message, "device 0", "the card that answers is not named")
+		// Both SPIs hold the bundle: a power cycle, not a re-flash, is what is left.
+		assert.Equal(t, []string{"19.9.0.0", "19.9.0.0"}, observe(t, root).SPI)
+		// The re-run before the power cycle says the same, and writes nothing.
+		again := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+		requireFailure(t, again, nodeagent.ReasonDeviceSilent)
+		assert.Contains(t, again.Error.Message, "device 1 ("+fakehost.BusID(1)+") does not answer")
+		assert.False(t, again.Changed, "nothing written")
+		// After it, the card runs what tt-flash wrote: done with no write.
+		require.NoError(t, fakehost.SetBootsSilent(root, 1, false))
+		after := a.Flash(context.Background(), flashOpts(t, "19.9.0"))
+		require.True(t, after.Success, "%+v", after.Error)
+		assert.False(t, after.Changed, "no second write")
+	})
 	t.Run("config space reset on exit 0", func(t *testing.T) {
 		a, root := flashHost(t, fakehost.Spec{ConfigSpaceResetBug: true})
 		r := a.Flash(context.Background(), flashOpts(t, "19.9.0"))

@@ -62,6 +62,11 @@ const (
 	ReasonFlashNeedsPerson Reason = "FlashNeedsPerson"
 	ReasonConfigSpaceReset Reason = "ConfigSpaceResetNotCompleted"
 	ReasonFirmwareMismatch Reason = "FirmwareMismatch"
+	// ReasonDeviceSilent: after the flash's reset a card does not answer
+	// (no firmware version from tt-smi or sysfs, also after a second
+	// reset). It needs a person to power-cycle the host; no run flashes
+	// it again.
+	ReasonDeviceSilent Reason = "DeviceSilentAfterFlash"
 	// ReasonMajorDowngrade: a chip runs a newer major version than the
 	// bundle and no --allow-major-downgrade was given; nothing was flashed.
 	ReasonMajorDowngrade Reason = "MajorDowngradeRefused"

@@ -13,7 +13,7 @@ import (
 const AgentPath = "/usr/local/bin/kubectl-tt"
 
 // HelperTasks are the helper pods kubectl tt creates, by their task.
-var HelperTasks = []string{"probe", kmdBuildTask, kmdTask, "smi", "flash", string(nodeagent.OpCleanCache)}
+var HelperTasks = []string{"probe", kmdBuildTask, kmdTask, "smi", flashTask, string(nodeagent.OpCleanCache)}
 
 // ArgvFlag is one flag a helper's command may carry.
 type ArgvFlag struct {

@@ -292,7 +292,7 @@ func at(s []string, i int) string {
 // FirmwareRunbook builds the firmware flash runbook.
 func FirmwareRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *FirmwareConfig) *runbook.Runbook[Facts] {
 	cs = kube.RememberNodeWrites(cs)
-	helperName := func(node string) string { return kube.HelperName("flash", node, cfg.helperKey()) }
+	helperName := func(node string) string { return kube.HelperName(flashTask, node, cfg.helperKey()) }
 	obs := observer{cs: cs, owner: FirmwareRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
 		finished: cfg.fwFinished, skip: FirmwareSkipReason, countOut: cfg.MaxParallel > 0, run: cfg.RunID, daemonSets: &templateCache{}}
@@ -325,7 +325,7 @@ happens to exist. The flash never runs while a process holds the device (unless
 			b.evictDevicePods("tt.fw.evict-device-pods", cfg.Drain, cfg.drainFlags(), cfg.DrainTimeout,
 				"firmware "+cfg.Version+" flash"),
 			b.helperTask(task{
-				id: "tt.fw.flash", title: "Flash the firmware", name: "flash", key: cfg.helperKey(), command: flashCommand(cfg),
+				id: "tt.fw.flash", title: "Flash the firmware", name: flashTask, key: cfg.helperKey(), command: flashCommand(cfg),
 				env: cfg.bundleEnv(),
 				doc: "Run the flash helper pod: refuse while any process holds the device (unless --force-unload), read every " +
 					"device's version (tt-smi -s, sysfs fallback, one reset-and-retry heal), skip when all already report the " +
@@ -344,6 +344,9 @@ happens to exist. The flash never runs while a process holds the device (unless
 					}
 					rec.Record(ctx, kube.NodeRef(f.Node), true, "FlashFailed", helperError(h))
 					err := errors.New(helperError(h) + describeDevices(h.Result))
+					if h.Result != nil && h.Result.Error != nil && h.Result.Error.Reason == nodeagent.ReasonDeviceSilent {
+						return runbook.Blocked(fmt.Errorf("%w\nThe node stays cordoned until the card answers", err))
+					}
 					if h.Result != nil && h.Result.Error != nil && h.Result.Error.Reason == nodeagent.ReasonDeviceInUse {
 						pods, _ := kube.PodsOnNode(ctx, cs, f.Node.Name)
 						return runbook.Blocked(fmt.Errorf("%w\n%s\nStop those processes or drain their pods, or re-run with "+
@@ -422,7 +425,7 @@ func flashCommand(cfg *FirmwareConfig) []string {
 	if cfg.ForceUnload {
 		cmd = append(cmd, "--force-unload")
 	}
-	return agentCommand("flash", cmd...)
+	return agentCommand(flashTask, cmd...)
 }
 
 // firmwareResultChange is the write that records flash result r on node,

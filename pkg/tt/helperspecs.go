@@ -16,7 +16,7 @@ func KMDProbeSpec(cfg *KMDConfig, node string) kube.HelperSpec {
 
 // FirmwareHelperSpec is the flash helper on node.
 func FirmwareHelperSpec(cfg *FirmwareConfig, node string) kube.HelperSpec {
-	s := helperSpec(cfg.Helper, "flash", node, cfg.helperKey(), flashCommand(cfg), cfg.ForceUnload, cfg.RunID)
+	s := helperSpec(cfg.Helper, flashTask, node, cfg.helperKey(), flashCommand(cfg), cfg.ForceUnload, cfg.RunID)
 	s.Env = append(s.Env, cfg.bundleEnv()...)
 	return s
 }

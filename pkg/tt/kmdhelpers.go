@@ -37,10 +37,12 @@ import (
 // SHA-256 of the module kubectl tt vouched for, S the SHA-256 of the
 // certificate (DER) it signed it with, which is in the ConfigMap.
 
-// Names of the kmd helpers' tasks (the rollbook.dev/helper label).
+// Names of helper tasks (the rollbook.dev/helper label) more than one
+// file uses.
 const (
 	kmdTask      = "kmd"
 	kmdBuildTask = "kmd-build"
+	flashTask    = "flash"
 )
 
 // VouchedModule is a module kubectl tt checked (and signed): the only one

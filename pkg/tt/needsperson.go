@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -59,8 +60,91 @@ func needsPersonChange(cfg *FirmwareConfig, r *nodeagent.Result, msg string) kub
 	if r != nil {
 		rec.Devices = r.Devices
 	}
+	return rec.change()
+}
+
+// change writes rec on a node.
+func (rec needsPersonRecord) change() kube.NodeChange {
 	b, _ := json.Marshal(rec)
 	return kube.NodeChange{Annotations: map[string]*string{AnnFlashNeedsPerson: ptr.To(string(b))}}
+}
+
+// OnlyRecordOfNeedsPerson says why cleanup must keep helper p: a flash
+// helper whose failure needs a person, on a node whose record of it is
+// gone (a run killed before it wrote it, or the annotation removed); ""
+// when p may go. Deleted, nothing would tell a later run.
+func OnlyRecordOfNeedsPerson(p *corev1.Pod, nodes []corev1.Node) string {
+	h := helperOf(p)
+	if p.Labels[kube.LabelHelper] != flashTask || h.Result == nil || h.Result.Error == nil ||
+		h.Result.Error.Reason != nodeagent.ReasonFlashNeedsPerson {
+		return ""
+	}
+	for i := range nodes {
+		if nodes[i].Name != p.Spec.NodeName {
+			continue
+		}
+		if _, recorded := needsPersonOf(&nodes[i]); recorded {
+			return ""
+		}
+		return fmt.Sprintf("it is the only record that the flash on %s needs a person (tt-flash: %s), and the node's record "+
+			"(%s) is gone; any kubectl tt upgrade that selects the node writes it again, then cleanup removes the helper",
+			p.Spec.NodeName, strings.TrimSuffix(h.Result.Error.Message, "."), AnnFlashNeedsPerson)
+	}
+	return "" // the node is gone
+}
+
+// restoreLostNeedsPerson records again, on each selected node (but those
+// skip excludes, and those acknowledged), a failed flash that needs a
+// person whose record never reached the node: the run that saw it was
+// killed between the helper's failure and its write, or someone removed
+// the annotation. The node's failed flash helper still says so; every run
+// reads it here, whatever it upgrades, so a kmd or tt-smi run refuses the
+// node as a firmware run does, and status shows it again. nodes are
+// updated in place.
+func (s Selection) restoreLostNeedsPerson(ctx context.Context, cs kubernetes.Interface, nodes []corev1.Node,
+	skip func(*corev1.Node) string) error {
+	if s.HelperNamespace == "" {
+		return nil
+	}
+	byName := map[string]*corev1.Node{}
+	for i := range nodes {
+		n := &nodes[i]
+		if _, recorded := needsPersonOf(n); !recorded && (skip == nil || skip(n) == "") &&
+			!slices.Contains(s.AcknowledgedFailedFlash, n.Name) {
+			byName[n.Name] = n
+		}
+	}
+	if len(byName) == 0 {
+		return nil
+	}
+	l, err := cs.CoreV1().Pods(s.HelperNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{kube.LabelHelper: flashTask}.String()})
+	if err != nil {
+		return fmt.Errorf("list the flash helpers in namespace %s (a failed flash whose record was lost is found by its "+
+			"helper): %w", s.HelperNamespace, err)
+	}
+	for i := range l.Items {
+		p := &l.Items[i]
+		n := byName[p.Spec.NodeName]
+		h := helperOf(p)
+		if n == nil || !h.finished() || h.Result == nil || h.Result.Error == nil ||
+			h.Result.Error.Reason != nodeagent.ReasonFlashNeedsPerson {
+			continue
+		}
+		rec := needsPersonRecord{Firmware: h.Result.Target, Message: h.Result.Error.Message, Devices: h.Result.Devices,
+			Run: p.Labels[kube.LabelRun], At: h.Result.StartedAt}
+		change := rec.change()
+		if _, err := kube.SetNodeKeys(ctx, cs, n.Name, change); err != nil {
+			return fmt.Errorf("%s: its flash helper %s says the flash needs a person, and recording that on the node again "+
+				"failed: %w", n.Name, p.Name, err)
+		}
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[AnnFlashNeedsPerson] = *change.Annotations[AnnFlashNeedsPerson]
+		delete(byName, n.Name)
+	}
+	return nil
 }
 
 // flashNeedsPerson records on node that its flash failed in a way that
@@ -170,6 +254,9 @@ func CheckNeedsPerson(ctx context.Context, cs kubernetes.Interface, sel Selectio
 	skip := DriverSkipReason
 	if firmware {
 		skip = FirmwareSkipReason
+	}
+	if err := sel.restoreLostNeedsPerson(ctx, cs, nodes, skip); err != nil {
+		return err
 	}
 	return sel.checkNeedsPerson(nodes, skip)
 }

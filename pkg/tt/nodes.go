@@ -31,6 +31,10 @@ type Selection struct {
 	// (AnnFlashNeedsPerson) a person has dealt with; any other selected
 	// node with one is refused before anything changes.
 	AcknowledgedFailedFlash []string
+	// HelperNamespace is where the flash helpers run: a failed flash that
+	// needs a person whose record never reached its node is found by its
+	// helper there and recorded again. Empty: not looked for.
+	HelperNamespace string
 	// BudgetLabels are the label keys a flag budgets by
 	// (--max-unavailable-per): a key no selected node carries would limit
 	// nothing, silently, so it is refused before anything changes.

@@ -20,7 +20,8 @@ func newCleanupCommand(g *cli.Globals) *cobra.Command {
 	var image string
 	spec := cli.CleanupSpec{Plugin: "tt", LockName: tt.LockName, DefaultLockNamespace: "kube-system",
 		HelperNamespace: deploy.HelperNamespace, Secrets: []string{tt.BundleSecretName},
-		NodeAnnotations: tt.CleanupAnnotations, HalfWay: cli.EachNode(tt.HalfWay), Finish: tt.FinishHint}
+		NodeAnnotations: tt.CleanupAnnotations, HalfWay: cli.EachNode(tt.HalfWay), Finish: tt.FinishHint,
+		KeepHelper: tt.OnlyRecordOfNeedsPerson}
 	spec.ExtraFlags = func(cmd *cobra.Command) {
 		cmd.Flags().BoolVar(&hostCaches, "host-caches", false,
 			"also remove "+tt.HostCacheNote+" on every Tenstorrent node (a downgrade then rebuilds the module)")

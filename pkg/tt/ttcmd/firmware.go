@@ -105,6 +105,7 @@ func (o *firmwareOptions) Complete(args []string) {
 	o.cfg.DeleteEmptyDirData, o.cfg.GracePeriod = o.drainFlags.deleteEmptyDirData, o.drainFlags.gracePeriodSeconds()
 	o.cfg.Complete()
 	o.selection = o.sel.selection(args)
+	o.selection.HelperNamespace = o.helper.namespace
 	o.cfg.Acknowledged = o.selection.AcknowledgedFailedFlash
 	o.selection.BudgetLabels = slices.Sorted(maps.Keys(o.cfg.MaxUnavailablePer))
 }

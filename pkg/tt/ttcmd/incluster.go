@@ -422,6 +422,7 @@ func checkNeedsPerson(ctx context.Context, cs kubernetes.Interface, cmd *cobra.C
 	sel.Nodes = append(append([]string{}, nodes...), fs.Args()...)
 	sel.AnyNode, _ = fs.GetBool("any-node")
 	sel.AcknowledgedFailedFlash, _ = fs.GetStringSlice(tt.AcknowledgeFlag)
+	sel.HelperNamespace, _ = fs.GetString("helper-namespace")
 	err := tt.CheckNeedsPerson(ctx, cs, sel, verbOf(cmd) == "firmware")
 	var person *tt.NeedsPersonError
 	var bad *tt.SelectionError

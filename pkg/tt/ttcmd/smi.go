@@ -55,6 +55,7 @@ func upgradeSMICommand(g *cli.Globals) (*cobra.Command, *smiOptions) {
 func (o *smiOptions) Complete(args []string) {
 	o.cfg = &tt.SMIConfig{Version: o.version, Helper: o.helper.config()}
 	o.selection = o.sel.selection(args)
+	o.selection.HelperNamespace = o.helper.namespace
 }
 
 // Validate rejects bad input before any API call.

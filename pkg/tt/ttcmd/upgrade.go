@@ -166,6 +166,7 @@ func (o *kmdOptions) Complete(args []string) error {
 		o.cfg.PodSelector = sel
 	}
 	o.selection = o.sel.selection(args)
+	o.selection.HelperNamespace = o.helper.namespace
 	o.selection.BudgetLabels = slices.Sorted(maps.Keys(o.perLabel))
 	return nil
 }

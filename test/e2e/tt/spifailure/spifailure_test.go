@@ -5,7 +5,8 @@
 // reset or power off, contact support). The fake tt-flash produces it
 // (held to tt-flash's source by internal/fakehost's contract test) and the
 // fake host reports any reset or flash of that board before the fix as a
-// violation (failed-spi-touched).
+// violation (failed-spi-touched). And onto a card whose new firmware does
+// not start after the flash's reset: a power cycle, not a re-flash.
 package spifailure
 
 import (
@@ -45,9 +46,9 @@ func flash(t *testing.T, ctx context.Context, v string, extra ...string) (string
 		extra...)...)
 }
 
-// writes counts the SPI writes the fake tt-flash made on the node.
-func writes(t *testing.T) int {
-	ops, err := fakehost.Ops(hostRoot(t, target))
+// writes counts the SPI writes the fake tt-flash made on node.
+func writes(t *testing.T, node string) int {
+	ops, err := fakehost.Ops(hostRoot(t, node))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestFailedSPIWriteStopsForAPerson(t *testing.T) {
 	if h.Firmware[0] != "18.2.0.0" || h.SPI[0] != "19.0.0.0" || h.SPI[1] != "18.2.0.0" {
 		t.Fatalf("the fake did not set the situation up: running %v, SPI %v", h.Firmware, h.SPI)
 	}
-	wrote := writes(t)
+	wrote := writes(t, target)
 
 	ack := "--" + tt.AcknowledgeFlag + "=" + target
 	for _, again := range [][]string{
@@ -124,7 +125,7 @@ func TestFailedSPIWriteStopsForAPerson(t *testing.T) {
 	if _, code := flash(t, ctx, "19.0.0", "--"+tt.AcknowledgeFlag+"="+other); code != cli.ExitUsage {
 		t.Fatalf("acknowledging an unselected node: exit %d, want %d", code, cli.ExitUsage)
 	}
-	if w := writes(t); w != wrote {
+	if w := writes(t, target); w != wrote {
 		t.Fatalf("a refused run wrote the SPI: %d writes, then %d", wrote, w)
 	}
 	if out, _ := run(t, ctx, "status", "--nodes", target); !strings.Contains(out, "needs a person") || !strings.Contains(out, ack) {
@@ -136,15 +137,34 @@ func TestFailedSPIWriteStopsForAPerson(t *testing.T) {
 	c.ExpectNoViolations(t)
 
 	// The record lost (the run killed between the helper's failure and its
-	// write): the failed helper still stops the flash step.
+	// write, or the annotation removed): the failed flash helper still says
+	// so, and any run that selects the node — a kmd run here — records it
+	// again and refuses the node; status shows it again.
 	patch := []byte(`{"metadata":{"annotations":{"` + tt.AnnFlashNeedsPerson + `":null}}}`)
 	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, target, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if out, code := run(t, ctx, "upgrade", "kmd", "--version", "2.9.1", "--nodes", target); code != cli.ExitBlocked ||
+		!strings.Contains(out, ack) {
+		t.Fatalf("a kmd run with the record lost: exit %d, want %d naming %s", code, cli.ExitBlocked, ack)
+	}
+	if n := node(t, target); n.Annotations[tt.AnnFlashNeedsPerson] == "" || !strings.Contains(n.Annotations[tt.AnnFlashNeedsPerson], "19.0.0.0") {
+		t.Fatalf("the lost record was not written again: %q", n.Annotations[tt.AnnFlashNeedsPerson])
+	}
+	if out, _ := run(t, ctx, "status", "--nodes", target); !strings.Contains(out, "needs a person") {
+		t.Fatal("status does not show the node needing a person once its record is back")
+	}
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, target, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// cleanup keeps the helper that is now the only record.
+	if out, code := run(t, ctx, "cleanup", "--yes"); code != cli.ExitBlocked || !strings.Contains(out, "only record") {
+		t.Fatalf("cleanup with the record lost: exit %d, want %d keeping the failed flash helper\n%s", code, cli.ExitBlocked, out)
+	}
 	if out, code := flash(t, ctx, "19.0.0"); code != cli.ExitBlocked || !strings.Contains(out, ack) {
 		t.Fatalf("with the record lost: exit %d, want %d naming %s", code, cli.ExitBlocked, ack)
 	}
-	if w := writes(t); w != wrote {
+	if w := writes(t, target); w != wrote {
 		t.Fatalf("with the record lost, the run wrote the SPI: %d writes, then %d", wrote, w)
 	}
 	c.ExpectNoViolations(t)
@@ -165,6 +185,55 @@ func TestFailedSPIWriteStopsForAPerson(t *testing.T) {
 		if fw != "19.0.0.0" {
 			t.Fatalf("device %d runs %s after the acknowledged flash", i, fw)
 		}
+	}
+	c.ExpectNoViolations(t)
+}
+
+// A card whose new firmware does not start: tt-flash wrote and verified
+// its SPI, but after the reset it does not answer (tt-kmd keeps its device
+// node; tt-smi cannot detect it; its sysfs attributes do not read). The
+// run stops for a person (exit 3), naming the card and the cold boot, and
+// the node keeps its cordon; a re-run before the power cycle writes
+// nothing; after it, the same command finishes with no second write.
+func TestACardSilentAfterTheFlashStopsForAPowerCycle(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 6*time.Minute)
+	root := hostRoot(t, other)
+	if err := fakehost.SetBootsSilent(root, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"upgrade", "firmware", "--version", "19.0.0", "--bundle-url", bundle(t, "19.0.0"), "--nodes", other}
+	out, code := run(t, ctx, args...)
+	if code != cli.ExitBlocked || !strings.Contains(out, "device 1 ("+fakehost.BusID(1)+") does not answer") ||
+		!strings.Contains(out, "Power the host off and on") {
+		t.Fatalf("a card silent after the flash: exit %d, want %d naming the card and the power cycle", code, cli.ExitBlocked)
+	}
+	if n := node(t, other); !n.Spec.Unschedulable {
+		t.Fatal("the node was given back with a card that does not answer")
+	}
+	if h := host(t, other); h.SPI[1] != "19.0.0.0" {
+		t.Fatalf("the fake did not set the situation up: SPI %v", h.SPI)
+	}
+	wrote := writes(t, other)
+	if _, code := run(t, ctx, args...); code != cli.ExitBlocked {
+		t.Fatalf("re-run before the power cycle: exit %d, want %d", code, cli.ExitBlocked)
+	}
+	if w := writes(t, other); w != wrote {
+		t.Fatalf("a re-run flashed a card that does not answer: %d writes, then %d", wrote, w)
+	}
+	// The power cycle: the card boots what its SPI holds.
+	if err := fakehost.SetBootsSilent(root, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, ctx, args...); code != cli.ExitOK {
+		t.Fatalf("after the power cycle: exit %d\n%s", code, out)
+	}
+	if n := node(t, other); n.Spec.Unschedulable || n.Labels[tt.LabelFirmware] != "19.0.0.0" {
+		t.Fatalf("after the power cycle: cordoned %v, label %q", n.Spec.Unschedulable, n.Labels[tt.LabelFirmware])
+	}
+	if w := writes(t, other); w != wrote {
+		t.Fatalf("the card was flashed again after the power cycle: %d writes, then %d", wrote, w)
 	}
 	c.ExpectNoViolations(t)
 }
