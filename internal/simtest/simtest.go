@@ -109,7 +109,8 @@ func run(m *testing.M, o Options) int {
 	if code != 0 {
 		// The sim's own story (its controllers' retries, its faults) is
 		// the other half of a failure's cause; its directory is removed.
-		fmt.Fprintf(os.Stderr, "simtest: the last %d lines of the sim's output:\n%s\n", simTailOnFailure, tail(filepath.Join(c.base, "sim.out"), simTailOnFailure))
+		fmt.Fprintf(os.Stderr, "simtest: the last %d lines of the sim's output:\n%s\n", simTailOnFailure,
+			tail(filepath.Join(c.base, "sim.out"), simTailOnFailure))
 	}
 	return code
 }
