@@ -71,9 +71,11 @@ func (x *execution) readbackBefore(ctx context.Context, o FlashOptions) ([]Devic
 	if ctx.Err() != nil {
 		return nil, last
 	}
-	// A card that does not answer (tt-kmd keeps its node, sysfs reads no
-	// firmware) fails tt-flash's detection too: no flash reaches it, blind
-	// or not. After a flash that left it so, this is the re-run's answer.
+	// Some cards answer and some do not (tt-kmd keeps their nodes, sysfs
+	// reads no firmware): those fail tt-flash's detection too, so no flash
+	// reaches them, blind or not. After a flash that left them so, this is
+	// the re-run's answer. Every card silent is the wedged host the heal is
+	// for (more resets may bring it back): that stays a failed readback.
 	if all, err := readSysfsFirmware(x.agent.Root); err == nil {
 		var silent []string
 		for i, d := range all {
@@ -81,7 +83,7 @@ func (x *execution) readbackBefore(ctx context.Context, o FlashOptions) ([]Devic
 				silent = append(silent, fmt.Sprintf("device %d (%s)", i, d.BusID))
 			}
 		}
-		if len(silent) > 0 {
+		if len(silent) > 0 && len(silent) < len(all) {
 			return nil, fail(ReasonDeviceSilent, "%s does not answer, also after a reset: tt-kmd keeps its device node, but "+
 				"neither tt-smi nor sysfs reads its firmware, and tt-flash cannot reach it. Power the host off and on (a cold "+
 				"boot resets the card's power), then re-run the same command", strings.Join(silent, ", "))
