@@ -122,7 +122,7 @@ func (o *firmwareOptions) Validate() error {
 func (o *firmwareOptions) Run(ctx context.Context) error {
 	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, &o.cfg.Helper, tt.FirmwareTargets, func(node string) []kube.HelperSpec {
 		return []kube.HelperSpec{tt.FirmwareProbeSpec(&o.cfg, node), tt.FirmwareHelperSpec(&o.cfg, node)}
-	})
+	}, o.cfg.MaxParallel)
 	if err != nil {
 		return err
 	}

@@ -86,3 +86,48 @@ func checkHelpersAdmitted(ctx context.Context, cs kubernetes.Interface, specs []
 	}
 	return nil
 }
+
+// checkQuotaRoom refuses, before any cordon, a run whose helper
+// namespace's ResourceQuotas admit fewer of its helper pods than the nodes
+// it works on at once (each has one helper at a time): the helper of the
+// node past the room would be refused after that node was cordoned and
+// drained. Helpers already running there (an interrupted run's, adopted or
+// replaced, never added to) count as room. Quotas the caller may not list
+// are left to admission: the dry run above and the helper itself.
+func checkQuotaRoom(ctx context.Context, cs kubernetes.Interface, ns string, specs []kube.HelperSpec, parallel int) error {
+	if parallel < 2 || len(specs) == 0 { // one is what the dry run proved
+		return nil
+	}
+	quotas, err := cs.CoreV1().ResourceQuotas(ns).List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list the ResourceQuotas of namespace %s: %w", ns, err)
+	}
+	if len(quotas.Items) == 0 {
+		return nil
+	}
+	ours, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelHelper})
+	if err != nil {
+		return fmt.Errorf("list the helper pods of namespace %s: %w", ns, err)
+	}
+	running := int64(0)
+	for i := range ours.Items {
+		if !kube.PodTerminal(&ours.Items[i]) {
+			running++
+		}
+	}
+	for _, s := range specs {
+		room, quota, resource := kube.QuotaRoom(quotas.Items, s.Pod())
+		if room < 0 || room+running >= int64(parallel) {
+			continue
+		}
+		return cli.WithExitCode(cli.ExitBlocked, fmt.Errorf("ResourceQuota %s/%s (%s) has room for %d more %s helper pod(s), "+
+			"and this run works on %d node(s) at once, each with one helper: the helper of a node past the room would be "+
+			"refused after that node's cordon. Nothing was changed, and no node was cordoned. Re-run with --max-parallel %d, "+
+			"or make room in the quota (kubectl describe resourcequota -n %s %s)", ns, quota, resource, room+running, s.Task,
+			parallel, max(room+running, 1), ns, quota))
+	}
+	return nil
+}

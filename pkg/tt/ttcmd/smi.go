@@ -67,7 +67,7 @@ func (o *smiOptions) Validate() error {
 func (o *smiOptions) Run(ctx context.Context) error {
 	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, &o.cfg.Helper, tt.DriverTargets, func(node string) []kube.HelperSpec {
 		return []kube.HelperSpec{tt.ProbeSpec(o.cfg.Helper, node, ""), tt.SMIHelperSpec(o.cfg, node)}
-	})
+	}, 1) // one node at a time
 	if err != nil {
 		return err
 	}

@@ -194,7 +194,7 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 	cfg := o.cfg
 	s, ctx, targets, err := start(ctx, o.g, o.run, o.selection, &cfg.Helper, tt.DriverTargets, func(node string) []kube.HelperSpec {
 		return tt.KMDHelperShapes(cfg, node)
-	})
+	}, cfg.MaxParallel)
 	if err != nil {
 		return err
 	}
@@ -224,14 +224,15 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 }
 
 // start reads the admin's helper policy, finds the target nodes, proves
-// the helpers it will create are admitted, then starts the session and
+// the helpers it will create are admitted (and that the helper
+// namespace's quotas have room for parallel of them), then starts the session and
 // says which nodes it skips. All of it comes before the lock, so a typo in
 // a node name is bad input (exit 2), and a node or helper the admin does
 // not allow is blocked (exit 3), that changes nothing. helpers are the
 // helper pods the runbook creates on a node.
 func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selection, helper *tt.HelperConfig,
 	targetsOf func(context.Context, kubernetes.Interface, tt.Selection) ([]runbook.Target, []tt.Skipped, error),
-	helpers func(node string) []kube.HelperSpec,
+	helpers func(node string) []kube.HelperSpec, parallel int,
 ) (*cli.Session, context.Context, []runbook.Target, error) {
 	cs, err := g.Factory.KubernetesClientSet()
 	if err != nil {
@@ -268,6 +269,9 @@ func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selecti
 		if err := checkHelpersAdmitted(ctx, cs, helpers(targets[0].Ref().Name)); err != nil {
 			return nil, ctx, nil, err
 		}
+		if err := checkQuotaRoom(ctx, cs, helper.Namespace, helpers(targets[0].Ref().Name), min(parallel, len(targets))); err != nil {
+			return nil, ctx, nil, err
+		}
 	}
 	s, ctx, err := cli.StartSession(ctx, g, run, "tt", tt.LockName)
 	if err != nil {
@@ -280,7 +284,8 @@ func start(ctx context.Context, g *cli.Globals, run cli.RunFlags, sel tt.Selecti
 }
 
 // ttPermissions is what an upgrade needs, checked all at once before it
-// changes anything (deploy/rbac/tt-operator.yaml grants exactly these).
+// changes anything (deploy/rbac/tt-operator.yaml grants these, and list on
+// resourcequotas, which a run reads only when it may: checkQuotaRoom).
 func ttPermissions(lockNS, helperNS string) []cli.Permission {
 	return []cli.Permission{
 		{Verb: "get", Resource: "nodes"}, {Verb: "list", Resource: "nodes"}, {Verb: "watch", Resource: "nodes"},

@@ -277,3 +277,23 @@ func TestAFullQuotaIsNamedBeforeTheCordon(t *testing.T) {
 		t.Errorf("a quota's refusal was blamed on the role:\n%s", out)
 	}
 }
+
+// A quota with room for fewer helpers than the nodes the run works on at
+// once admits the first helper (the dry run passes) and refuses the one
+// of the node past the room — after that node's cordon and drain. It is
+// read before the first cordon: the run stops, names the quota and the
+// --max-parallel that fits, and cordons nothing.
+func TestQuotaRoomBelowMaxParallelStopsBeforeTheCordon(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "room-for-one", Namespace: deploy.HelperNamespace},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}}}
+	c.CreateQuota(t, ctx, q)
+	other := c.NeverCordoned(t, ctx, "kwok-node-2")
+	blockedUncordoned(t, ctx, "kwok-node-1", []string{"ResourceQuota " + deploy.HelperNamespace + "/room-for-one (pods) has room for 1",
+		"--max-parallel 1"}, "--nodes", "kwok-node-2", "--version", "2.8.0", "--max-parallel", "2")
+	if !other() {
+		t.Error("kwok-node-2 was cordoned")
+	}
+}
