@@ -178,6 +178,12 @@ func TestHoldersThatStayAreNamedWithTheFix(t *testing.T) {
 	if err := c.Client.AppsV1().Deployments(ns).Delete(ctx, "tolerates-all", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Their pods go with them through the garbage collector, later: the
+	// run's probe must not find them on the way out (it did on a loaded
+	// machine).
+	if err := kube.WaitForNoPods(ctx, c.Client, target, func(p *corev1.Pod) bool { return p.Namespace == ns }); err != nil {
+		t.Fatal(err)
+	}
 	if _, code := run(t, ctx, args...); code != 0 {
 		t.Fatalf("after removing them: exit %d", code)
 	}
