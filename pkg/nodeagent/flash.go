@@ -248,10 +248,8 @@ func verifyDevices(before, after []DeviceFirmware, want string, devs []Device) (
 		if len(bad) > 0 {
 			also = "; also " + strings.Join(bad, "; ")
 		}
-		return "", fail(ReasonDeviceSilent, "%s does not answer after the reset that loads %s: tt-kmd keeps its device node, "+
-			"but neither tt-smi nor sysfs reads its firmware (the chip's firmware did not start)%s. Power the host off and on "+
-			"(a cold boot resets the card's power), then re-run the same command: a card that then reads %s is done without "+
-			"another write", strings.Join(silent, ", "), want, also, want)
+		return "", silentCards(silent, "after the reset that loads "+want, "the chip's firmware did not start"+also,
+			": a card that then reads "+want+" is done without another write")
 	}
 	if len(bad) > 0 {
 		return "", fail(ReasonFirmwareMismatch, "expected %s on every device (%s); %s", want, describeCases(devs, want),
@@ -334,4 +332,13 @@ func allEqual(vs []string, want string) bool {
 		}
 	}
 	return true
+}
+
+// silentCards is the verdict on cards (named "device N (bus)") that do not
+// answer when, with why: tt-kmd keeps their nodes, but no tool reads their
+// firmware, no flash reaches them, and only a power cycle brings them back.
+func silentCards(cards []string, when, why, then string) error {
+	return fail(ReasonDeviceSilent, "%s does not answer %s: tt-kmd keeps its device node, but neither tt-smi nor sysfs "+
+		"reads its firmware (%s). Power the host off and on (a cold boot resets the card's power), then re-run the same "+
+		"command%s", strings.Join(cards, ", "), when, why, then)
 }

@@ -84,9 +84,7 @@ func (x *execution) readbackBefore(ctx context.Context, o FlashOptions) ([]Devic
 			}
 		}
 		if len(silent) > 0 && len(silent) < len(all) {
-			return nil, fail(ReasonDeviceSilent, "%s does not answer, also after a reset: tt-kmd keeps its device node, but "+
-				"neither tt-smi nor sysfs reads its firmware, and tt-flash cannot reach it. Power the host off and on (a cold "+
-				"boot resets the card's power), then re-run the same command", strings.Join(silent, ", "))
+			return nil, silentCards(silent, "also after a reset", "tt-flash cannot reach it either", "")
 		}
 	}
 	if o.ContinueOnReadbackFailure {

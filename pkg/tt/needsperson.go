@@ -205,6 +205,16 @@ func (e *NeedsPersonError) Error() string {
 		len(e.Details), strings.Join(e.Details, "\n  "))
 }
 
+// refuseNeedsPerson writes back the lost records of nodes, then refuses as
+// checkNeedsPerson does: what every run and --in-cluster submission does.
+func (s Selection) refuseNeedsPerson(ctx context.Context, cs kubernetes.Interface, nodes []corev1.Node,
+	skip func(*corev1.Node) string) error {
+	if err := s.restoreLostNeedsPerson(ctx, cs, nodes, skip); err != nil {
+		return err
+	}
+	return s.checkNeedsPerson(nodes, skip)
+}
+
 // checkNeedsPerson is a *NeedsPersonError naming the nodes (but those skip
 // excludes) with a failed flash on record that the selection does not
 // acknowledge, or a *SelectionError when it acknowledges a node it does
@@ -255,10 +265,7 @@ func CheckNeedsPerson(ctx context.Context, cs kubernetes.Interface, sel Selectio
 	if firmware {
 		skip = FirmwareSkipReason
 	}
-	if err := sel.restoreLostNeedsPerson(ctx, cs, nodes, skip); err != nil {
-		return err
-	}
-	return sel.checkNeedsPerson(nodes, skip)
+	return sel.refuseNeedsPerson(ctx, cs, nodes, skip)
 }
 
 // NeedPerson are the nodes of r this run stopped at its flash with a

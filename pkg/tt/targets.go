@@ -50,10 +50,7 @@ func targets(ctx context.Context, cs kubernetes.Interface, sel Selection, skip f
 	if err := sel.checkAccess(nodes, skip); err != nil {
 		return nil, nil, err
 	}
-	if err := sel.restoreLostNeedsPerson(ctx, cs, nodes, skip); err != nil {
-		return nil, nil, err
-	}
-	if err := sel.checkNeedsPerson(nodes, skip); err != nil {
+	if err := sel.refuseNeedsPerson(ctx, cs, nodes, skip); err != nil {
 		return nil, nil, err
 	}
 	if err := sel.checkBudgetLabels(nodes, skip); err != nil {
