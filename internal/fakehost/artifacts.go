@@ -25,9 +25,19 @@ import (
 // vermagic), so kmod's real modinfo and a .modinfo parser read it as they
 // read a real module. The fake insmod reads the version from it and rejects
 // a vermagic mismatch.
-func KernelObject(version, kernel string) []byte {
-	return ELFModule([]string{"version=" + version, "license=GPL", "srcversion=" + fakeSrcVersion(version),
+func KernelObject(version, kernel string) []byte { return KernelObjectFor(version, kernel, "") }
+
+// KernelObjectFor is KernelObject built against a kernel whose config gives
+// layout (LayoutCRC): like a module built with CONFIG_MODVERSIONS, it
+// carries the CRC of module_layout in __versions, and the fake insmod
+// refuses it on a kernel configured otherwise. "" leaves __versions out.
+func KernelObjectFor(version, kernel, layout string) []byte {
+	info := modinfoBytes([]string{"version=" + version, "license=GPL", "srcversion=" + fakeSrcVersion(version),
 		"depends=", "retpoline=Y", "name=" + moduleName, "vermagic=" + kernel + " " + vermagicFlags})
+	if layout == "" {
+		return elfObject(elfSection{".modinfo", info})
+	}
+	return elfObject(elfSection{".modinfo", info}, elfSection{"__versions", modversion("module_layout", layout)})
 }
 
 // vermagicFlags follow the release in a Debian amd64 kernel's vermagic
@@ -39,21 +49,98 @@ func fakeSrcVersion(version string) string {
 	return strings.ToUpper(hex.EncodeToString(sum[:]))[:23]
 }
 
+// LayoutCRC is the fake kernel's CRC of module_layout for a config file's
+// text: the kernel's config decides struct module's layout, so kernels
+// configured otherwise have other CRCs. "" when it sets nothing.
+func LayoutCRC(config []byte) string {
+	var set []string
+	for _, l := range strings.Split(string(config), "\n") {
+		if name, value, ok := strings.Cut(strings.TrimSpace(l), "="); ok && strings.HasPrefix(name, "CONFIG_") {
+			set = append(set, name+"="+strings.Trim(value, `"`))
+		}
+	}
+	if len(set) == 0 {
+		return ""
+	}
+	sort.Strings(set)
+	sum := sha256.Sum256([]byte(strings.Join(set, "\n")))
+	return hex.EncodeToString(sum[:4])
+}
+
+// modversion is one struct modversion_info of a 64-bit kernel: the CRC (8
+// bytes) and the symbol's name (56 bytes, NUL-padded).
+func modversion(symbol, crc string) []byte {
+	out := make([]byte, 64)
+	v, _ := strconv.ParseUint(crc, 16, 64)
+	binary.LittleEndian.PutUint64(out, v)
+	copy(out[8:63], symbol)
+	return out
+}
+
+// moduleLayout is the module_layout CRC in a module's __versions ("" when
+// it has none).
+func moduleLayout(b []byte) string {
+	f, err := elf.NewFile(bytes.NewReader(stripModuleSig(b)))
+	if err != nil {
+		return ""
+	}
+	sec := f.Section("__versions")
+	if sec == nil {
+		return ""
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return ""
+	}
+	for ; len(data) >= 64; data = data[64:] {
+		if string(bytes.TrimRight(data[8:64], "\x00")) == "module_layout" {
+			return fmt.Sprintf("%08x", binary.LittleEndian.Uint64(data))
+		}
+	}
+	return ""
+}
+
 // ELFModule is a minimal ELF64 (x86-64, little-endian) relocatable object
 // with a .modinfo section of the given entries and its .shstrtab: what
 // modinfo reads of a module (the ELF header, the section headers, the
 // section names and .modinfo).
-func ELFModule(modinfo []string) []byte {
+func ELFModule(modinfo []string) []byte { return elfObject(elfSection{".modinfo", modinfoBytes(modinfo)}) }
+
+func modinfoBytes(entries []string) []byte {
 	var info []byte
-	for _, kv := range modinfo {
+	for _, kv := range entries {
 		info = append(append(info, kv...), 0)
 	}
-	shstr := []byte("\x00.modinfo\x00.shstrtab\x00")
+	return info
+}
+
+type elfSection struct {
+	name string
+	data []byte
+}
+
+// elfObject lays out the sections (SHT_PROGBITS, SHF_ALLOC) after the ELF
+// header, then .shstrtab, then the section headers.
+func elfObject(sections ...elfSection) []byte {
+	shstr := []byte{0}
+	names := make([]uint32, len(sections))
+	for i, s := range sections {
+		names[i] = uint32(len(shstr))
+		shstr = append(append(shstr, s.name...), 0)
+	}
+	strName := uint32(len(shstr))
+	shstr = append(shstr, ".shstrtab\x00"...)
 	const ehsize, shentsize = 64, 64
-	infoOff := uint64(ehsize)
-	strOff := infoOff + uint64(len(info))
+	offs := make([]uint64, len(sections))
+	off := uint64(ehsize)
+	for i, s := range sections {
+		offs[i] = off
+		off += uint64(len(s.data))
+	}
+	strOff := off
 	shoff := (strOff + uint64(len(shstr)) + 7) &^ 7
-	out := make([]byte, shoff+3*shentsize)
+	shnum := len(sections) + 2
+	out := make([]byte, shoff+uint64(shnum)*shentsize)
 	copy(out, []byte{0x7f, 'E', 'L', 'F', 2 /* 64-bit */, 1 /* LSB */, 1 /* EV_CURRENT */})
 	le := binary.LittleEndian
 	le.PutUint16(out[16:], 1)  // ET_REL
@@ -62,11 +149,9 @@ func ELFModule(modinfo []string) []byte {
 	le.PutUint64(out[40:], shoff)
 	le.PutUint16(out[52:], ehsize)
 	le.PutUint16(out[58:], shentsize)
-	le.PutUint16(out[60:], 3) // e_shnum
-	le.PutUint16(out[62:], 2) // e_shstrndx
-	copy(out[infoOff:], info)
-	copy(out[strOff:], shstr)
-	section := func(i int, name, typ uint32, flags, off, size uint64) {
+	le.PutUint16(out[60:], uint16(shnum))   // e_shnum
+	le.PutUint16(out[62:], uint16(shnum-1)) // e_shstrndx
+	header := func(i int, name, typ uint32, flags, off, size uint64) {
 		h := out[shoff+uint64(i)*shentsize:]
 		le.PutUint32(h[0:], name)
 		le.PutUint32(h[4:], typ)
@@ -75,8 +160,12 @@ func ELFModule(modinfo []string) []byte {
 		le.PutUint64(h[32:], size)
 		le.PutUint64(h[48:], 1) // sh_addralign
 	}
-	section(1, 1, 1 /* SHT_PROGBITS */, 2 /* SHF_ALLOC */, infoOff, uint64(len(info)))
-	section(2, 10, 3 /* SHT_STRTAB */, 0, strOff, uint64(len(shstr)))
+	for i, s := range sections {
+		copy(out[offs[i]:], s.data)
+		header(i+1, names[i], 1 /* SHT_PROGBITS */, 2 /* SHF_ALLOC */, offs[i], uint64(len(s.data)))
+	}
+	copy(out[strOff:], shstr)
+	header(shnum-1, strName, 3 /* SHT_STRTAB */, 0, strOff, uint64(len(shstr)))
 	return out
 }
 

@@ -59,6 +59,7 @@ func Create(root string, spec Spec) error {
 		func() error { return writeFile(filepath.Join(root, osreleasePath), s.Kernel+"\n") },
 		func() error { return writeFile(filepath.Join(root, kversionPath), s.KernelBuild+"\n") },
 		func() error { return os.MkdirAll(filepath.Join(root, "lib/modules", s.Kernel, "kernel"), 0o755) },
+		osFiles(func() error { return writeFile(filepath.Join(root, bootConfigPath(s.Kernel)), kernelConfig(s)) }),
 		func() error { return createPCI(root, s.Devices) },
 		func() error { return createProcesses(root, s.Holders) },
 		func() error { return createModule(root, s, st) },
@@ -177,10 +178,9 @@ func createHeaders(root string, s Spec) error {
 	src := "/usr/src/linux-headers-" + s.Kernel
 	makefile := "# fake kernel build tree for " + s.Kernel + "\n"
 	// Where the headers name the compiler the kernel was built with:
-	// Debian in .kernelvariables and the config, Ubuntu in the config only.
-	ccText := ""
-	switch {
-	case s.DebianHeaders:
+	// Debian in .kernelvariables and the config, Ubuntu in the config only
+	// (kernelConfig).
+	if s.DebianHeaders {
 		common := "/usr/src/linux-headers-" + s.Kernel + "-common"
 		if err := writeFile(filepath.Join(root, common, "Makefile"), "# the common half of the tree\n"); err != nil {
 			return err
@@ -189,9 +189,6 @@ func createHeaders(root string, s Spec) error {
 		if err := writeFile(filepath.Join(root, src, ".kernelvariables"), "CC = $(CROSS_COMPILE)gcc-12\n"); err != nil {
 			return err
 		}
-		ccText = "gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0"
-	case s.UbuntuHWEHeaders:
-		ccText = ubuntuHWECompiler + " (Ubuntu 12.3.0-1ubuntu1~22.04) 12.3.0"
 	}
 	if err := writeFile(filepath.Join(root, src, "Makefile"), makefile); err != nil {
 		return err
@@ -204,17 +201,12 @@ func createHeaders(root string, s Spec) error {
 	if err := writeFile(filepath.Join(root, src, "include/config/kernel.release"), s.Kernel+"\n"); err != nil {
 		return err
 	}
-	// The hash modules are signed with: Debian's kernels use sha256,
-	// Ubuntu's sha512.
-	hash := "sha512"
-	if s.DebianHeaders {
-		hash = "sha256"
+	// The kernel's config, as its headers and its image package carry it.
+	conf := kernelConfig(s)
+	if err := writeFile(filepath.Join(root, src, "include/config/auto.conf"), conf); err != nil {
+		return err
 	}
-	autoConf := "CONFIG_MODULE_SIG=y\nCONFIG_MODULE_SIG_HASH=\"" + hash + "\"\n"
-	if ccText != "" {
-		autoConf += "CONFIG_CC_VERSION_TEXT=" + ccText + "\nCONFIG_CC_IS_GCC=y\n"
-	}
-	if err := writeFile(filepath.Join(root, src, "include/config/auto.conf"), autoConf); err != nil {
+	if err := writeFile(filepath.Join(root, bootConfigPath(s.Kernel)), conf); err != nil {
 		return err
 	}
 	if err := writeFile(filepath.Join(root, src, "scripts/sign-file"), "#!fake kernel sign-file\n"); err != nil {

@@ -13,7 +13,7 @@ func InstallKernel(root string, k InstalledKernel) error {
 		return err
 	}
 	if !k.Headers {
-		return nil
+		return writeFile(filepath.Join(root, bootConfigPath(k.Release)), kernelConfig(Spec{DebianHeaders: k.DebianHeaders}))
 	}
 	if err := createHeaders(root, Spec{Kernel: k.Release, KernelHeaders: true, DebianHeaders: k.DebianHeaders}); err != nil {
 		return err
@@ -58,8 +58,14 @@ func Reboot(root, kernel string, headers bool) error {
 	if err := os.MkdirAll(filepath.Join(root, "lib/modules", kernel, "kernel"), 0o755); err != nil {
 		return err
 	}
-	if headers {
-		if err := createHeaders(root, Spec{Kernel: kernel, KernelHeaders: true}); err != nil && !os.IsExist(err) {
+	// An installed kernel keeps its build tree and config.
+	if _, err := os.Lstat(filepath.Join(root, "lib/modules", kernel, "build")); headers && os.IsNotExist(err) {
+		if err := createHeaders(root, Spec{Kernel: kernel, KernelHeaders: true}); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, bootConfigPath(kernel))); os.IsNotExist(err) {
+		if err := writeFile(filepath.Join(root, bootConfigPath(kernel)), kernelConfig(Spec{})); err != nil {
 			return err
 		}
 	}
@@ -73,7 +79,7 @@ func Reboot(root, kernel string, headers bool) error {
 		if err != nil {
 			continue
 		}
-		if v, vermagic, err := parseKernelObject(b); err == nil && vermagic == kernel {
+		if v, vermagic, err := parseKernelObject(b); err == nil && vermagic == kernel && !layoutRefused(root, kernel, b) {
 			return loadModule(root, v, 0, st)
 		}
 	}

@@ -42,6 +42,10 @@ type Spec struct {
 	// kernel's: the compiler it was built with (x86_64-linux-gnu-gcc-12)
 	// named in its config only, and the host's default gcc is gcc-11.
 	UbuntuHWEHeaders bool
+	// KernelConfig are assignments (CONFIG_X=value) the kernel's config
+	// has besides the defaults: hosts of one release and build that differ
+	// here run kernels whose loaders refuse each other's modules.
+	KernelConfig []string
 	// NoToolchain leaves the host without make and gcc (a headers package
 	// alone does not pull in build-essential).
 	NoToolchain bool

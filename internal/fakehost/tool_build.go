@@ -185,7 +185,11 @@ func makeModules(t *tool) int {
 		return t.errorf(2, "*** %s/module.c has no MODULE_VERSION", src)
 	}
 	time.Sleep(st.BuildDelay)
-	if err := os.WriteFile(filepath.Join(src, "tenstorrent.ko"), KernelObject(string(m[1]), kernel), 0o644); err != nil {
+	// With CONFIG_MODVERSIONS the module carries the CRCs of the tree's
+	// config: module_layout's, which the loader checks.
+	conf, _ := os.ReadFile(filepath.Join(kdir, "include/config/auto.conf"))
+	ko := KernelObjectFor(string(m[1]), kernel, LayoutCRC(conf))
+	if err := os.WriteFile(filepath.Join(src, "tenstorrent.ko"), ko, 0o644); err != nil {
 		return t.errorf(2, "*** %v", err)
 	}
 	fmt.Fprintf(t.stdout, "  CC [M]  %s/module.o\n  LD [M]  %s/tenstorrent.ko\n", src, src)

@@ -89,6 +89,10 @@ func (t *tool) loadFile(path string, params ...string) int {
 	if vermagic != st.Kernel {
 		return t.errorf(1, "ERROR: could not insert module %s: Invalid module format (built for %s, running %s)", path, vermagic, st.Kernel)
 	}
+	if layoutRefused(t.root, st.Kernel, b) {
+		return t.errorf(1, "ERROR: could not insert module %s: Invalid module format (disagrees about version of symbol "+
+			"module_layout)", path)
+	}
 	if loadedVersion(t.root) != "" {
 		return t.errorf(1, "ERROR: could not insert module %s: File exists", path)
 	}

@@ -14,11 +14,11 @@ import (
 	"strings"
 
 	"github.com/fullstorydev/grpcurl"
-	"github.com/golang/protobuf/proto"   //nolint:staticcheck // grpcurl's RequestSupplier takes this type
 	"github.com/jhump/protoreflect/desc" //nolint:staticcheck // grpcurl's descriptor source speaks these types
 	"github.com/jhump/protoreflect/grpcreflect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/runtime/protoiface"
 	"google.golang.org/protobuf/types/descriptorpb"
 )
 
@@ -302,7 +302,9 @@ func (a *API) Call(ctx context.Context, m Method, data string, out io.Writer) er
 	}
 	var parseErr error
 	h := &grpcurl.DefaultEventHandler{Out: out, Formatter: formatter}
-	supply := func(msg proto.Message) error {
+	// grpcurl's RequestSupplier takes the deprecated golang/protobuf
+	// proto.Message, an alias of protoiface.MessageV1.
+	supply := func(msg protoiface.MessageV1) error {
 		err := parser.Next(msg)
 		if err != nil && !errors.Is(err, io.EOF) {
 			parseErr = err

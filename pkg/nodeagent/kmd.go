@@ -126,12 +126,10 @@ func (x *execution) kmd(ctx context.Context, o KMDOptions) error {
 	a := x.agent
 	var loaded string
 	if err := x.step("observe", func() (string, error) {
-		kver, err := readTrimmed(a.hostPath(osreleasePath))
-		if err != nil || kver == "" {
-			return "", fail(ReasonHostError, "cannot read kernel release from %s: %v", a.hostPath(osreleasePath), err)
+		kver, err := x.readKernel()
+		if err != nil {
+			return "", err
 		}
-		x.res.Kernel = kver
-		x.res.KernelBuild, _ = readOptional(a.hostPath(kversionPath))
 		if loaded, err = readOptional(a.hostPath(filepath.Join(moduleSysfs, "version"))); err != nil {
 			return "", err
 		}

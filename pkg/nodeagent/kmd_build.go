@@ -51,12 +51,10 @@ func (a *Agent) KMDBuild(ctx context.Context, o KMDBuildOptions) Result {
 
 func (x *execution) kmdBuild(ctx context.Context, o KMDBuildOptions) error {
 	a := x.agent
-	kver, err := readTrimmed(a.hostPath(osreleasePath))
-	if err != nil || kver == "" {
-		return fail(ReasonHostError, "cannot read kernel release from %s: %v", a.hostPath(osreleasePath), err)
+	kver, err := x.readKernel()
+	if err != nil {
+		return err
 	}
-	x.res.Kernel = kver
-	x.res.KernelBuild, _ = readOptional(a.hostPath(kversionPath))
 	var ko string
 	var info ModuleInfo
 	if err := x.step("build", func() (string, error) {

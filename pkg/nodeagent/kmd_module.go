@@ -85,8 +85,8 @@ func (x *execution) build(ctx context.Context, version, gitURL, commit, kver, kb
 	if err := os.Rename(out, cached); err != nil {
 		return "", ModuleInfo{}, err
 	}
-	info := ModuleInfo{Version: version, Vermagic: vermagic, Kernel: kver, KernelBuild: kbuildOf, Commit: built, GitURL: gitURL,
-		BuiltBy: a.Node, Source: "build"}
+	info := ModuleInfo{Version: version, Vermagic: vermagic, Kernel: kver, KernelBuild: kbuildOf,
+		KernelConfig: kernelConfigDigest(a.Root, kver), Commit: built, GitURL: gitURL, BuiltBy: a.Node, Source: "build"}
 	if err := recordCached(cached, info); err != nil {
 		return "", ModuleInfo{}, err
 	}

@@ -34,7 +34,9 @@ type ModuleInfo struct {
 	Kernel   string `json:"kernel"`
 	// KernelBuild is the build of the kernel it was built for (uname -v).
 	KernelBuild string `json:"kernelBuild,omitempty"`
-	Commit      string `json:"commit"`
+	// KernelConfig is that kernel's config digest (kmodule.ConfigDigest).
+	KernelConfig string `json:"kernelConfig,omitempty"`
+	Commit       string `json:"commit"`
 	// GitURL is the repository the commit was cloned from.
 	GitURL string `json:"gitURL,omitempty"`
 	// BuiltBy is the node that built it.

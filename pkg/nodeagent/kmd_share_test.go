@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -78,7 +79,7 @@ func TestKMDBuildThenAnotherNodeLoadsExactlyThoseBytes(t *testing.T) {
 	raw, err := nodeagent.Gunzip(gz)
 	require.NoError(t, err)
 	assert.Equal(t, m.SHA256, hexSHA(raw), "the result describes the bytes printed")
-	assert.Equal(t, fakehost.KernelObject("2.0.0", kernel), raw)
+	assert.Equal(t, fakehost.BuiltKernelObject(broot, "2.0.0", kernel), raw)
 
 	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
 	r := a.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", ModuleSHA256: m.SHA256, ModuleFrom: share(t, raw, nil)})
@@ -193,4 +194,41 @@ func TestKMDChecksTheSignatureBeforeUnloading(t *testing.T) {
 			assert.Empty(t, callsTo(t, root, "rmmod"))
 		})
 	}
+}
+
+// One release and build configured otherwise is another kernel: the
+// builder's result and the probe name the config; a node whose config
+// differs from the one the shared module was built for refuses it before
+// anything is unloaded, where its loader would have refused it after the
+// rmmod ("disagrees about version of symbol module_layout").
+func TestKMDSharedModuleOfAnotherConfigIsRefusedBeforeTheRmmod(t *testing.T) {
+	ctx := context.Background()
+	builder, broot := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelHeaders: true})
+	var out bytes.Buffer
+	builder.Publish = &out
+	built := builder.KMDBuild(ctx, nodeagent.KMDBuildOptions{Version: "2.0.0", Commit: fakehost.FakeCommit("ttkmd-2.0.0")})
+	requireSuccess(t, built)
+	require.NotEmpty(t, built.Module.KernelConfig)
+	raw := fakehost.BuiltKernelObject(broot, "2.0.0", kernel)
+	info, err := json.Marshal(built.Module)
+	require.NoError(t, err)
+	dir := share(t, raw, nil)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, nodeagent.SharedInfoKey), info, 0o644))
+
+	same, _ := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0"})
+	other, oroot := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", KernelConfig: []string{"CONFIG_RANDSTRUCT_FULL=y"}})
+	ps, po := same.Probe(ctx, nodeagent.ProbeOptions{}), other.Probe(ctx, nodeagent.ProbeOptions{})
+	requireSuccess(t, ps)
+	requireSuccess(t, po)
+	assert.Equal(t, built.Module.KernelConfig, ps.KernelConfig, "a host of the builder's kernel, without headers")
+	assert.NotEqual(t, ps.KernelConfig, po.KernelConfig, "the probe tells the two configs apart")
+	assert.Equal(t, ps.KernelBuild, po.KernelBuild)
+
+	r := other.KMD(ctx, nodeagent.KMDOptions{Version: "2.0.0", ModuleSHA256: hexSHA(raw), ModuleFrom: dir,
+		Commit: fakehost.FakeCommit("ttkmd-2.0.0")})
+	requireFailure(t, r, nodeagent.ReasonModuleNotVouched)
+	assert.Contains(t, r.Error.Message, "config "+built.Module.KernelConfig)
+	assert.Empty(t, callsTo(t, oroot, "rmmod"), "nothing unloaded")
+	assert.Equal(t, "1.31.0", observe(t, oroot).LoadedKMD)
+
 }

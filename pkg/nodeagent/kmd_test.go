@@ -281,7 +281,7 @@ func TestKMDBuildsAgainstDebianSplitHeaders(t *testing.T) {
 	a.Publish = &strings.Builder{}
 	r := a.KMDBuild(context.Background(), nodeagent.KMDBuildOptions{Version: "2.0.0", Commit: fakehost.FakeCommit("ttkmd-2.0.0")})
 	requireSuccess(t, r)
-	assert.Equal(t, fakehost.KernelObject("2.0.0", kernel), readFile(t, filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0",
+	assert.Equal(t, fakehost.BuiltKernelObject(root, "2.0.0", kernel), readFile(t, filepath.Join(root, "var/cache/tt-kmd", kernel, "2.0.0",
 		r.Module.SHA256[:16], "tenstorrent.ko")))
 	require.NotEmpty(t, callsTo(t, root, "chroot"), "the build runs in a chroot of the host")
 

@@ -81,6 +81,14 @@ func (x *execution) obtainVouched(ctx context.Context, o KMDOptions) (ko, detail
 	var rec ModuleInfo
 	if b, err := os.ReadFile(filepath.Join(o.ModuleFrom, SharedInfoKey)); err == nil && json.Unmarshal(b, &rec) == nil {
 		info.Commit, info.GitURL, info.BuiltBy, info.KernelBuild = rec.Commit, rec.GitURL, rec.BuiltBy, rec.KernelBuild
+		info.KernelConfig = rec.KernelConfig
+	}
+	// The vermagic cannot tell two configs of one release apart; the
+	// loader would refuse the module after the rmmod (kmodule.ConfigDigest).
+	if rec.KernelConfig != "" && x.res.KernelConfig != "" && rec.KernelConfig != x.res.KernelConfig {
+		return "", "", fail(ReasonModuleNotVouched, "the shared module was built by %s for kernel %s of config %s, this node's "+
+			"kernel has config %s: the loader would refuse it; tt-kmd %q stays loaded", orDash(rec.BuiltBy), rec.Kernel,
+			rec.KernelConfig, x.res.KernelConfig, x.res.Before)
 	}
 	info.Source = "cluster"
 	cached, err := a.storeCached(raw, x.res.Kernel, o.Version, info)

@@ -123,12 +123,10 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 	a := x.agent
 	p := &ProbeFacts{AgentVersion: o.AgentVersion}
 	x.res.Probe = p
-	kver, err := readTrimmed(a.hostPath(osreleasePath))
-	if err != nil || kver == "" {
-		return fail(ReasonHostError, "cannot read kernel release from %s: %v", a.hostPath(osreleasePath), err)
+	kver, err := x.readKernel()
+	if err != nil {
+		return err
 	}
-	x.res.Kernel = kver
-	x.res.KernelBuild, _ = readOptional(a.hostPath(kversionPath))
 	if x.res.Before, err = readOptional(a.hostPath(filepath.Join(moduleSysfs, "version"))); err != nil {
 		return err
 	}

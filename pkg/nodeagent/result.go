@@ -116,8 +116,12 @@ type Result struct {
 	// KernelBuild is the running kernel's build (uname -v): with Kernel,
 	// what a module built here is for (kmd, kmd-build, probe).
 	KernelBuild string `json:"kernelBuild,omitempty"`
-	InstallMode string `json:"installMode,omitempty"`
-	CacheHit    *bool  `json:"cacheHit,omitempty"`
+	// KernelConfig is the running kernel's config digest
+	// (kmodule.ConfigDigest): kernels of one release and build may differ
+	// in it, and a module built for one is refused by the other.
+	KernelConfig string `json:"kernelConfig,omitempty"`
+	InstallMode  string `json:"installMode,omitempty"`
+	CacheHit     *bool  `json:"cacheHit,omitempty"`
 	// Commit is the tt-kmd commit the module was built from (kmd).
 	Commit    string `json:"commit,omitempty"`
 	Persisted bool   `json:"persisted,omitempty"`

@@ -54,6 +54,10 @@ type ModuleKey struct {
 	// the kernel it is built for: its ABI, which the module's vermagic and
 	// symbol versions must match.
 	Kernel, KernelBuild string
+	// KernelConfig is its config digest (kmodule.ConfigDigest): one
+	// release and build may be configured twice, and the loader refuses
+	// a module built for the other (its module_layout CRC differs).
+	KernelConfig string
 	// Signer is the signing key's identity (SigningConfig.identity).
 	Signer string
 }
@@ -68,7 +72,7 @@ func (k ModuleKey) String() string {
 // the run pick a random one.
 func SharedModuleName(key ModuleKey, sha, nonce string) string {
 	sum := sha256.Sum256([]byte(key.GitURL + "\x00" + key.Commit + "\x00" + key.Version + "\x00" + key.Kernel + "\x00" +
-		key.KernelBuild + "\x00" + key.Signer + "\x00" + sha + "\x00" + nonce))
+		key.KernelBuild + "\x00" + key.KernelConfig + "\x00" + key.Signer + "\x00" + sha + "\x00" + nonce))
 	return "tt-kmd-" + hex.EncodeToString(sum[:])[:16]
 }
 
@@ -153,7 +157,7 @@ func (m *moduleShare) pinCommit(_ context.Context, node *corev1.Node, commit, wh
 func (m *moduleShare) key(f *Facts) ModuleKey {
 	k := ModuleKey{GitURL: m.gitURL, Commit: m.pinned(), Version: m.version, Signer: m.signing.identity()}
 	if f.Measured != nil && f.Measured.Kernel != "" {
-		k.Kernel, k.KernelBuild = f.Measured.Kernel, f.Measured.KernelBuild
+		k.Kernel, k.KernelBuild, k.KernelConfig = f.Measured.Kernel, f.Measured.KernelBuild, f.Measured.KernelConfig
 	} else if f.Node != nil {
 		k.Kernel = f.Node.Status.NodeInfo.KernelVersion // plans before any probe
 	}
@@ -162,7 +166,7 @@ func (m *moduleShare) key(f *Facts) ModuleKey {
 
 // group is the kernel group of key: what the builders and the vouched
 // modules of a roll are per (its other parts are the roll's).
-func group(k ModuleKey) string { return k.Kernel + "\x00" + k.KernelBuild }
+func group(k ModuleKey) string { return k.Kernel + "\x00" + k.KernelBuild + "\x00" + k.KernelConfig }
 
 // read is the module this run vouched for the node's kernel group.
 func (m *moduleShare) read(_ context.Context, f *Facts) (*SharedModule, error) {
@@ -192,7 +196,8 @@ func (m *moduleShare) claim(key, node string) string {
 }
 
 // planBuilder is the node a plan builds the module of kernel release on:
-// the first node planned with it.
+// the first node planned with it. A plan reads earlier probes' records
+// (or the kubelet's release), so it groups by release alone.
 func (m *moduleShare) planBuilder(kernel, node string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -346,6 +351,9 @@ func checkBuilt(raw []byte, k ModuleKey, info nodeagent.ModuleInfo) error {
 	case info.Kernel != k.Kernel || (k.KernelBuild != "" && info.KernelBuild != k.KernelBuild):
 		return fmt.Errorf("the helper built it for kernel %q %q, not the group's %q %q", info.Kernel, info.KernelBuild, k.Kernel,
 			k.KernelBuild)
+	case info.KernelConfig != k.KernelConfig:
+		return fmt.Errorf("the helper built it for kernel %s of config %q, not the group's config %q", info.Kernel,
+			info.KernelConfig, k.KernelConfig)
 	case info.Commit != k.Commit:
 		return fmt.Errorf("the helper built commit %q, not the pinned %s", info.Commit, k.Commit)
 	case info.SHA256 != hexSHA(raw):

@@ -124,10 +124,10 @@ func mountedReadOnly(p *corev1.Pod, volume, path string) bool {
 func TestCheckBuiltRefusesEveryMismatch(t *testing.T) {
 	const kernel = "6.1.0-28-amd64"
 	k := ModuleKey{GitURL: "https://github.com/tenstorrent/tt-kmd.git", Commit: strings.Repeat("c", 40), Version: "2.8.0",
-		Kernel: kernel, KernelBuild: fakehost.KernelBuildOf(kernel), Signer: "unsigned"}
+		Kernel: kernel, KernelBuild: fakehost.KernelBuildOf(kernel), KernelConfig: "0123456789abcdef", Signer: "unsigned"}
 	good := fakehost.KernelObject("2.8.0", kernel)
 	info := nodeagent.ModuleInfo{SHA256: hexSHA(good), Size: int64(len(good)), Version: "2.8.0", Kernel: kernel,
-		KernelBuild: k.KernelBuild, Commit: k.Commit}
+		KernelBuild: k.KernelBuild, KernelConfig: k.KernelConfig, Commit: k.Commit}
 	if err := checkBuilt(good, k, info); err != nil {
 		t.Fatalf("the module asked for: %v", err)
 	}
@@ -140,13 +140,18 @@ func TestCheckBuiltRefusesEveryMismatch(t *testing.T) {
 		raw  []byte
 		info func(i nodeagent.ModuleInfo) nodeagent.ModuleInfo
 	}{
-		"another version":     {fakehost.KernelObject("2.8.1", kernel), nil},
-		"another kernel":      {fakehost.KernelObject("2.8.0", "6.1.0-31-amd64"), nil},
-		"another module":      {fakehost.ELFModule([]string{"name=evil", "version=2.8.0", "vermagic=" + kernel + " SMP "}), nil},
-		"not a module":        {[]byte("#!/bin/sh\n"), nil},
-		"signed already":      {signed, nil},
-		"another commit":      {good, func(i nodeagent.ModuleInfo) nodeagent.ModuleInfo { i.Commit = strings.Repeat("d", 40); return i }},
-		"another build":       {good, func(i nodeagent.ModuleInfo) nodeagent.ModuleInfo { i.KernelBuild = "#2 SMP"; return i }},
+		"another version": {fakehost.KernelObject("2.8.1", kernel), nil},
+		"another kernel":  {fakehost.KernelObject("2.8.0", "6.1.0-31-amd64"), nil},
+		"another module":  {fakehost.ELFModule([]string{"name=evil", "version=2.8.0", "vermagic=" + kernel + " SMP "}), nil},
+		"not a module":    {[]byte("#!/bin/sh\n"), nil},
+		"signed already":  {signed, nil},
+		"another commit":  {good, func(i nodeagent.ModuleInfo) nodeagent.ModuleInfo { i.Commit = strings.Repeat("d", 40); return i }},
+		"another build":   {good, func(i nodeagent.ModuleInfo) nodeagent.ModuleInfo { i.KernelBuild = "#2 SMP"; return i }},
+		"another config": {good, func(i nodeagent.ModuleInfo) nodeagent.ModuleInfo {
+			i.KernelConfig = "fedcba9876543210"
+			return i
+		}},
+		"no config said":      {good, func(i nodeagent.ModuleInfo) nodeagent.ModuleInfo { i.KernelConfig = ""; return i }},
 		"another kernel said": {good, func(i nodeagent.ModuleInfo) nodeagent.ModuleInfo { i.Kernel = "6.1.0-31-amd64"; return i }},
 		"other bytes than its result": {good, func(i nodeagent.ModuleInfo) nodeagent.ModuleInfo {
 			i.SHA256 = strings.Repeat("0", 64)
@@ -276,5 +281,26 @@ func TestCommitPinnedOncePerRoll(t *testing.T) {
 	pinned := newModuleShare(nil, noRecorder{}, &KMDConfig{Version: "2.8.0", Commit: second})
 	if err := pinned.pin(ctx, facts("n1", "ttkmd-2.8.0", up, first)); err == nil || !strings.Contains(err.Error(), "--kmd-commit") {
 		t.Errorf("--kmd-commit, then a probe of another commit: %v", err)
+	}
+}
+
+// Every part of a module key names another shared module, and every part
+// that describes the kernel another kernel group: two kernels that differ
+// in any of them never share a module.
+func TestModuleKeyEveryFieldCounts(t *testing.T) {
+	base := ModuleKey{GitURL: "https://github.com/tenstorrent/tt-kmd.git", Commit: strings.Repeat("c", 40), Version: "2.8.0",
+		Kernel: "6.1.0-28-amd64", KernelBuild: "#1 SMP", KernelConfig: "0123456789abcdef", Signer: "unsigned"}
+	kernelParts := map[string]bool{"Kernel": true, "KernelBuild": true, "KernelConfig": true}
+	v := reflect.ValueOf(base)
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		changed := base
+		reflect.ValueOf(&changed).Elem().Field(i).SetString(v.Field(i).String() + "x")
+		if SharedModuleName(changed, "sha", "") == SharedModuleName(base, "sha", "") {
+			t.Errorf("%s changed: the same shared module name", f.Name)
+		}
+		if kernelParts[f.Name] && group(changed) == group(base) {
+			t.Errorf("%s changed: the same kernel group", f.Name)
+		}
 	}
 }

@@ -34,7 +34,10 @@ type ProbeRecord struct {
 	Kernel string    `json:"kernel"`
 	// KernelBuild is the running kernel's build (uname -v): with Kernel,
 	// the kernel group a module is built once for.
-	KernelBuild  string              `json:"kernelBuild,omitempty"`
+	KernelBuild string `json:"kernelBuild,omitempty"`
+	// KernelConfig is the running kernel's config digest: release, build
+	// and config are the kernel group a shared module serves.
+	KernelConfig string              `json:"kernelConfig,omitempty"`
 	KMD          string              `json:"kmd,omitempty"`
 	DKMS         []string            `json:"dkms,omitempty"`
 	Headers      bool                `json:"headers"`
@@ -78,7 +81,8 @@ func probeRecordOf(n *corev1.Node) *ProbeRecord {
 }
 
 func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
-	rec := ProbeRecord{Run: run, At: at.UTC().Truncate(time.Second), Kernel: r.Kernel, KernelBuild: r.KernelBuild, KMD: r.Before,
+	rec := ProbeRecord{Run: run, At: at.UTC().Truncate(time.Second), Kernel: r.Kernel, KernelBuild: r.KernelBuild, KernelConfig: r.KernelConfig,
+		KMD:     r.Before,
 		Holders: r.Holders}
 	if p := r.Probe; p != nil {
 		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI,

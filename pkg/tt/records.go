@@ -6,8 +6,11 @@ import (
 )
 
 // recordJSON decodes the records: json-iterator's configuration that
-// behaves as encoding/json, at about twice its speed on these records
-// (status decodes one or two per node of the fleet).
+// behaves as encoding/json. Status decodes one or two per node, and
+// encoding/json took 2.5× as long (BenchmarkNodeStatusRolledFleet: 115
+// against 45 ms for 5,000 nodes, 2026-12-06), a third of status's
+// headroom over its floor. k8s.io/apimachinery keeps the module in the
+// build either way.
 var recordJSON = jsoniter.ConfigCompatibleWithStandardLibrary
 
 // decodeRecord decodes a record annotation's raw JSON into v.

@@ -248,3 +248,59 @@ func TestBuildOncePerKernelInParallel(t *testing.T) {
 		}
 	}
 }
+
+// One release and build configured otherwise is a kernel group of its own:
+// kwok-node-0's kernel gets another config in place (a site's own build of
+// the distribution kernel, same uname -r and -v). Its loader refuses a
+// module built against the others' config, so it builds its own; the rest
+// of its release still share one build. (A plan cannot tell: it reads
+// the records of earlier probes, and groups by release.)
+func TestAKernelConfiguredOtherwiseGetsItsOwnBuild(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 6*time.Minute)
+	const odd, version = "kwok-node-0", "2.10.0" // a version no earlier test built: no cache
+	if err := fakehost.SetKernelConfig(tttest.HostRoot(t, odd), "CONFIG_RANDSTRUCT_FULL=y"); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, ctx, "upgrade", "kmd", "--version", version, "--nodes", nodes(rolled), "--max-parallel", "3"); code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	loaded := map[string]string{} // node → SHA-256 of the module it loads
+	for i := range rolled {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, fmt.Sprintf("kwok-node-%d", i), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec struct {
+			After  string `json:"after"`
+			Module string `json:"module"`
+		}
+		if err := json.Unmarshal([]byte(n.Annotations[tt.AnnKMDResult]), &rec); err != nil || rec.After != version || rec.Module == "" {
+			t.Fatalf("node %s: result %q", n.Name, n.Annotations[tt.AnnKMDResult])
+		}
+		if n.Spec.Unschedulable {
+			t.Errorf("node %s is still cordoned", n.Name)
+		}
+		if o := tttest.Host(t, n.Name); o.LoadedKMD != version {
+			t.Errorf("node %s loads %q", n.Name, o.LoadedKMD)
+		}
+		loaded[n.Name] = rec.Module
+	}
+	// Node i runs kernels[i%2]: 0, 2, 4 one release, node 0 configured otherwise.
+	if loaded["kwok-node-2"] != loaded["kwok-node-4"] || loaded["kwok-node-1"] != loaded["kwok-node-3"] ||
+		loaded["kwok-node-3"] != loaded["kwok-node-5"] {
+		t.Errorf("nodes of one kernel group load different modules: %v", loaded)
+	}
+	if loaded[odd] == loaded["kwok-node-2"] {
+		t.Errorf("%s loads the module of the other config: %v", odd, loaded)
+	}
+	cms, err := c.Client.CoreV1().ConfigMaps(deploy.HelperNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: tt.LabelSharedModule + "=" + version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cms.Items) != 3 {
+		t.Errorf("%d shared modules published, want 3: two releases, one of them configured twice", len(cms.Items))
+	}
+}
