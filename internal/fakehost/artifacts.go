@@ -104,7 +104,9 @@ func moduleLayout(b []byte) string {
 // with a .modinfo section of the given entries and its .shstrtab: what
 // modinfo reads of a module (the ELF header, the section headers, the
 // section names and .modinfo).
-func ELFModule(modinfo []string) []byte { return elfObject(elfSection{".modinfo", modinfoBytes(modinfo)}) }
+func ELFModule(modinfo []string) []byte {
+	return elfObject(elfSection{".modinfo", modinfoBytes(modinfo)})
+}
 
 func modinfoBytes(entries []string) []byte {
 	var info []byte
@@ -182,33 +184,41 @@ func parseKernelObject(b []byte) (version, kernel string, err error) {
 // modinfo prints): on a real-host node the fake insmod loads what kbuild
 // really built.
 func parseELFModule(b []byte) (version, kernel string, err error) {
-	f, err := elf.NewFile(bytes.NewReader(b))
+	info, err := modinfoOf(b)
 	if err != nil {
-		return "", "", fmt.Errorf("invalid module format: %w", err)
+		return "", "", err
 	}
-	sec := f.Section(".modinfo")
-	if sec == nil {
-		return "", "", fmt.Errorf("invalid module format: no .modinfo")
-	}
-	info, err := sec.Data()
-	if err != nil {
-		return "", "", fmt.Errorf("invalid module format: %w", err)
-	}
-	for _, kv := range bytes.Split(info, []byte{0}) {
-		k, v, _ := strings.Cut(string(kv), "=")
-		switch k {
-		case "version":
-			version = v
-		case "vermagic":
-			if fs := strings.Fields(v); len(fs) > 0 {
-				kernel = fs[0]
-			}
-		}
+	version = info["version"]
+	if fs := strings.Fields(info["vermagic"]); len(fs) > 0 {
+		kernel = fs[0]
 	}
 	if version == "" || kernel == "" {
 		return "", "", fmt.Errorf("invalid module format: no version or vermagic")
 	}
 	return version, kernel, nil
+}
+
+// modinfoOf is a module's .modinfo, its last value of each key.
+func modinfoOf(b []byte) (map[string]string, error) {
+	f, err := elf.NewFile(bytes.NewReader(stripModuleSig(b)))
+	if err != nil {
+		return nil, fmt.Errorf("invalid module format: %w", err)
+	}
+	sec := f.Section(".modinfo")
+	if sec == nil {
+		return nil, fmt.Errorf("invalid module format: no .modinfo")
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return nil, fmt.Errorf("invalid module format: %w", err)
+	}
+	info := map[string]string{}
+	for _, kv := range bytes.Split(data, []byte{0}) {
+		if k, v, ok := strings.Cut(string(kv), "="); ok {
+			info[k] = v
+		}
+	}
+	return info, nil
 }
 
 // TTSMIEnv names the fake tt-smi tool a tt-smi file hands all but --version

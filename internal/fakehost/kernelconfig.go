@@ -85,3 +85,27 @@ func BuiltKernelObject(root, version, kernel string) []byte {
 	conf, _ := os.ReadFile(filepath.Join(root, "usr/src/linux-headers-"+kernel, "include/config/auto.conf"))
 	return KernelObjectFor(version, kernel, LayoutCRC(conf))
 }
+
+// setSrcVersion shows the loaded module's srcversion in sysfs, as the
+// kernel does for a module with MODULE_VERSION (kernel/module/main.c,
+// MODINFO_ATTR(srcversion)): the digest modpost takes of its sources
+// (scripts/mod/sumversion.c), so two builds of one version from other
+// commits differ in it.
+func setSrcVersion(root string, ko []byte) error {
+	info, err := modinfoOf(ko)
+	if err != nil || info["srcversion"] == "" {
+		return os.Remove(filepath.Join(root, moduleDir, "srcversion"))
+	}
+	return writeFile(filepath.Join(root, moduleDir, "srcversion"), info["srcversion"]+"\n")
+}
+
+// LoadForeignBuild makes the loaded tt-kmd a build of its version from
+// other sources than the tag's (a fork, a moved tag, a hand build): its
+// srcversion is another.
+func LoadForeignBuild(root string) error {
+	v, err := readTrim(filepath.Join(root, moduleDir, "version"))
+	if err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(root, moduleDir, "srcversion"), fakeSrcVersion(v+" (foreign)")+"\n")
+}

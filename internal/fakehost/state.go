@@ -155,6 +155,10 @@ func loadModule(root, version string, refs int, st *state) error {
 	if err := writeFile(filepath.Join(root, moduleDir, "version"), version+"\n"); err != nil {
 		return err
 	}
+	// The tag's build unless the loader says otherwise (setSrcVersion).
+	if err := writeFile(filepath.Join(root, moduleDir, "srcversion"), fakeSrcVersion(version)+"\n"); err != nil {
+		return err
+	}
 	if err := writeFile(filepath.Join(root, moduleDir, "initstate"), "live\n"); err != nil {
 		return err
 	}

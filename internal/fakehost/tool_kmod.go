@@ -102,6 +102,9 @@ func (t *tool) loadFile(path string, params ...string) int {
 	if err := loadModule(t.root, version, 0, st); err != nil {
 		return t.errorf(1, "ERROR: %v", err)
 	}
+	if err := setSrcVersion(t.root, b); err != nil {
+		return t.errorf(1, "ERROR: %v", err)
+	}
 	if err := writeModuleParams(t.root, params); err != nil {
 		return t.errorf(1, "ERROR: %v", err)
 	}

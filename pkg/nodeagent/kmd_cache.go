@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/rollbook/rollbook/pkg/kmodule"
 )
 
 // The module cache: /var/cache/tt-kmd/<kver>/<version>/<first 16 hex of
@@ -123,4 +125,23 @@ func verifyCached(ko, pin string) (cacheRecord, error) {
 		return rec, fmt.Errorf("%s was built from commit %q, not the pinned %s", ko, rec.Commit, pin)
 	}
 	return rec, nil
+}
+
+// cachedCommitOf is the commit of the cached build of (kver, version)
+// whose srcversion is src: which build of the version is loaded. "" when
+// src is unknown or no cached build has it.
+func (a *Agent) cachedCommitOf(kver, version, src string) string {
+	if src == "" {
+		return ""
+	}
+	for _, e := range a.cacheEntries(kver, version) {
+		raw, err := os.ReadFile(e.path)
+		if err != nil {
+			continue
+		}
+		if mi, err := kmodule.ReadInfo(raw); err == nil && mi.SrcVersion == src {
+			return e.rec.Commit
+		}
+	}
+	return ""
 }

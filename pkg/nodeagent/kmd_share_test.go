@@ -232,3 +232,34 @@ func TestKMDSharedModuleOfAnotherConfigIsRefusedBeforeTheRmmod(t *testing.T) {
 	assert.Equal(t, "1.31.0", observe(t, oroot).LoadedKMD)
 
 }
+
+// The probe names the commit of the loaded build: the build in the node's
+// module cache with the loaded module's srcversion. A build of the version
+// from other sources, or one the cache does not hold, has none.
+func TestProbeNamesTheLoadedBuildsCommit(t *testing.T) {
+	ctx := context.Background()
+	a, root := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0", CachedKMD: []string{"1.31.0"}})
+	p := a.Probe(ctx, nodeagent.ProbeOptions{})
+	requireSuccess(t, p)
+	assert.NotEmpty(t, p.Probe.LoadedSrcVersion)
+	assert.Equal(t, fakehost.FakeCommit("ttkmd-1.31.0"), p.Probe.LoadedCommit, "the tag's build, in the cache")
+
+	require.NoError(t, fakehost.LoadForeignBuild(root))
+	f := a.Probe(ctx, nodeagent.ProbeOptions{})
+	requireSuccess(t, f)
+	assert.NotEqual(t, p.Probe.LoadedSrcVersion, f.Probe.LoadedSrcVersion)
+	assert.Empty(t, f.Probe.LoadedCommit, "another build of 1.31.0")
+
+	bare, _ := newHost(t, fakehost.Spec{LoadedKMD: "1.31.0"})
+	b := bare.Probe(ctx, nodeagent.ProbeOptions{})
+	requireSuccess(t, b)
+	assert.Equal(t, p.Probe.LoadedSrcVersion, b.Probe.LoadedSrcVersion)
+	assert.Empty(t, b.Probe.LoadedCommit, "no cache: the commit is unknown")
+
+	// What the kmd helper loads, a later probe names.
+	r := bare.KMD(ctx, vouch(t, nodeagent.KMDOptions{Version: "2.0.0"}))
+	requireSuccess(t, r)
+	after := bare.Probe(ctx, nodeagent.ProbeOptions{})
+	requireSuccess(t, after)
+	assert.Equal(t, fakehost.FakeCommit("ttkmd-2.0.0"), after.Probe.LoadedCommit)
+}

@@ -83,6 +83,11 @@ func (x *execution) obtainVouched(ctx context.Context, o KMDOptions) (ko, detail
 		info.Commit, info.GitURL, info.BuiltBy, info.KernelBuild = rec.Commit, rec.GitURL, rec.BuiltBy, rec.KernelBuild
 		info.KernelConfig = rec.KernelConfig
 	}
+	// kubectl tt vouched for it as the pinned commit's build (its builder's
+	// result named the pin): what a probe later names the loaded build.
+	if o.Commit != "" {
+		info.Commit = o.Commit
+	}
 	// The vermagic cannot tell two configs of one release apart; the
 	// loader would refuse the module after the rmmod (kmodule.ConfigDigest).
 	if rec.KernelConfig != "" && x.res.KernelConfig != "" && rec.KernelConfig != x.res.KernelConfig {

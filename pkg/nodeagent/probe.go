@@ -76,6 +76,13 @@ type ProbeFacts struct {
 	Kernels []KernelFacts `json:"kernels,omitempty"`
 	// Bundle is what ProbeOptions.BundleURL holds; nil when not asked.
 	Bundle *BundleFacts `json:"bundle,omitempty"`
+	// LoadedSrcVersion is the loaded module's srcversion (sysfs): the
+	// digest of the sources it was built from, so builds of one version
+	// from two commits differ. LoadedCommit is the commit of the build
+	// in the node's module cache that has it ("": none has, the module
+	// was built elsewhere or from other sources).
+	LoadedSrcVersion string `json:"loadedSrcVersion,omitempty"`
+	LoadedCommit     string `json:"loadedCommit,omitempty"`
 }
 
 // Probe measures the running kernel, the loaded module, DKMS markers,
@@ -131,6 +138,10 @@ func (x *execution) probe(ctx context.Context, o ProbeOptions) error {
 		return err
 	}
 	p.Refcnt, _ = readInt(a.hostPath(filepath.Join(moduleSysfs, "refcnt")))
+	if x.res.Before != "" {
+		p.LoadedSrcVersion, _ = readOptional(a.hostPath(filepath.Join(moduleSysfs, "srcversion")))
+		p.LoadedCommit = a.cachedCommitOf(kver, x.res.Before, p.LoadedSrcVersion)
+	}
 	x.res.InstallMode = InstallModeContainer
 	if _, err := x.checkNotHostManaged(); err != nil {
 		p.DKMS = append(p.DKMS, err.Error())

@@ -34,7 +34,7 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 		}
 		out = append(out, r.cardsNotServing()...)
 		if atTarget {
-			return out
+			return append(out, loadedCommitBlockers(cfg, r)...)
 		}
 		out = append(out, r.undriven(cfg.Version)...)
 		if cfg.Drain {
@@ -77,6 +77,37 @@ func kmdBlockers(cfg *KMDConfig) func(f *Facts) []string {
 	}
 }
 
+// loadedCommitBlockers: with --kmd-commit, a node at the version is only
+// labelled when the build it runs is the pinned commit's. The loaded
+// module's srcversion names its sources; the node's module cache says
+// which commit each build it holds came from. A build of the version from
+// other sources, or one rollbook did not make on the node, is refused
+// with the way on: the label would vouch for a commit that may not run.
+func loadedCommitBlockers(cfg *KMDConfig, r *ProbeRecord) []string {
+	pin := cfg.Commit
+	switch {
+	case pin == "" || r.LoadedCommit == pin:
+		return nil
+	case r.LoadedCommit != "":
+		return []string{fmt.Sprintf("tt-kmd %s is loaded, built from commit %s (srcversion %s, in the node's module cache), "+
+			"not --kmd-commit %s: labelling it would vouch for another build; to load the pinned build, roll the node to "+
+			"another version and back, or leave out --kmd-commit to label the build it runs", r.KMD, r.LoadedCommit,
+			orUnknown(r.LoadedSrcVersion), pin)}
+	default:
+		return []string{fmt.Sprintf("tt-kmd %s is loaded, but no build in the node's module cache has its sources "+
+			"(srcversion %s): it was built elsewhere (the operator, by hand) and its commit is unknown, so --kmd-commit %s "+
+			"cannot be checked; leave out --kmd-commit to label the build it runs, or roll the node to another version "+
+			"and back to load the pinned build", r.KMD, orUnknown(r.LoadedSrcVersion), pin)}
+	}
+}
+
+// pinHolds: this run's probe found no loaded build of the version that
+// --kmd-commit refuses (a labelled node is not done on its label alone).
+func pinHolds(cfg *KMDConfig, n *corev1.Node) bool {
+	p := probeRecordOf(n)
+	return cfg.Commit == "" || p == nil || p.Run != cfg.RunID || p.KMD != cfg.Version || len(loadedCommitBlockers(cfg, p)) == 0
+}
+
 // otherKernelBlockers: an installed kernel (not running) with headers the
 // module cannot be built against, known before the cordon. The helper
 // would only warn, but a boot into that kernel would come back without
@@ -106,7 +137,8 @@ func KMDRunbook(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig) *run
 	helperName := func(node string) string { return kube.HelperName("kmd", node, v) }
 	obs := observer{cs: cs, owner: KMDRunbookName, helperNS: cfg.Helper.Namespace, helper: helperName,
 		probe:    func(node string) string { return probeHelperName(node, cfg.RunID) },
-		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) }, skip: DriverSkipReason, countOut: true, run: cfg.RunID,
+		finished: func(n *corev1.Node) bool { return kmdFinished(n, v, cfg.RunID) && pinHolds(cfg, n) }, skip: DriverSkipReason,
+		countOut: true, run: cfg.RunID,
 		daemonSets: &templateCache{}}
 	if cfg.Drain {
 		obs.evicts = kmdEvicts(cfg)

@@ -35,10 +35,10 @@ func (m *moduleShare) moduleStep(b *builder, cfg *KMDConfig, blockers func(*Fact
 		}},
 		Doc: "Get the module the node will load, vouched for by kubectl tt: the commit of tag ttkmd-<version> is pinned once " +
 			"for the roll (--kmd-commit, or the first probe's git ls-remote); the first node of each kernel group (release, " +
-			"build and config of its running kernel) runs a kmd-build helper, before its cordon, which builds the module and prints it in " +
-			"its log; kubectl tt reads it, checks its .modinfo (name, version, vermagic), signs it with --signing-key when given, " +
-			"and publishes it as an immutable ConfigMap. The other nodes of the group wait for that, uncordoned. A node at the " +
-			"target already needs none.",
+			"build and config of its running kernel) runs a kmd-build helper, before its cordon, which builds the module and " +
+			"prints it in its log; kubectl tt reads it, checks its .modinfo (name, version, vermagic), signs it with " +
+			"--signing-key when given, and publishes it as an immutable ConfigMap. The other nodes of the group wait for " +
+			"that, uncordoned. A node at the target already needs none.",
 		Done: m.decide,
 		Plan: func(f Facts) []runbook.Change {
 			// A plan groups by kernel release (nodes not probed yet have

@@ -304,3 +304,29 @@ func TestModuleKeyEveryFieldCounts(t *testing.T) {
 		}
 	}
 }
+
+// With --kmd-commit, a node at the version is labelled only when its
+// loaded build is the pinned commit's; without, the pin is not asked.
+func TestLoadedCommitBlockers(t *testing.T) {
+	pin, other := strings.Repeat("a", 40), strings.Repeat("b", 40)
+	for _, c := range []struct {
+		name, pin, loaded string
+		blocked           string
+	}{
+		{"no pin", "", other, ""},
+		{"the pinned build", pin, pin, ""},
+		{"another commit's build", pin, other, "built from commit " + other},
+		{"a build the cache does not hold", pin, "", "its commit is unknown"},
+	} {
+		r := &ProbeRecord{KMD: "2.8.1", LoadedSrcVersion: "ABC", LoadedCommit: c.loaded}
+		got := strings.Join(loadedCommitBlockers(&KMDConfig{Version: "2.8.1", Commit: c.pin}, r), "; ")
+		switch {
+		case c.blocked == "" && got != "":
+			t.Errorf("%s: blocked: %s", c.name, got)
+		case c.blocked != "" && !strings.Contains(got, c.blocked):
+			t.Errorf("%s: %q, want it to say %q", c.name, got, c.blocked)
+		case c.blocked != "" && !strings.Contains(got, "leave out --kmd-commit"):
+			t.Errorf("%s: %q names no way on", c.name, got)
+		}
+	}
+}

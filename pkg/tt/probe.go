@@ -66,6 +66,9 @@ type ProbeRecord struct {
 	Bundle *nodeagent.BundleFacts `json:"bundle,omitempty"`
 	// SMIOnPath: see nodeagent.ProbeFacts.
 	SMIOnPath []nodeagent.HostSMI `json:"smiOnPath,omitempty"`
+	// LoadedSrcVersion, LoadedCommit: see nodeagent.ProbeFacts.
+	LoadedSrcVersion string `json:"loadedSrcVersion,omitempty"`
+	LoadedCommit     string `json:"loadedCommit,omitempty"`
 }
 
 func probeRecordOf(n *corev1.Node) *ProbeRecord {
@@ -81,16 +84,15 @@ func probeRecordOf(n *corev1.Node) *ProbeRecord {
 }
 
 func probeRecord(r *nodeagent.Result, run string, at time.Time) ProbeRecord {
-	rec := ProbeRecord{Run: run, At: at.UTC().Truncate(time.Second), Kernel: r.Kernel, KernelBuild: r.KernelBuild, KernelConfig: r.KernelConfig,
-		KMD:     r.Before,
-		Holders: r.Holders}
+	rec := ProbeRecord{Run: run, At: at.UTC().Truncate(time.Second), Kernel: r.Kernel, KernelBuild: r.KernelBuild,
+		KernelConfig: r.KernelConfig, KMD: r.Before, Holders: r.Holders}
 	if p := r.Probe; p != nil {
 		rec.DKMS, rec.Headers, rec.Toolchain, rec.Cached, rec.SMI, rec.AgentVersion = p.DKMS, p.Headers, p.Toolchain, p.Cached, p.SMI,
 			p.AgentVersion
 		rec.CC, rec.LoadRefused, rec.Tag, rec.PCIDevices, rec.BoundDevices = p.CC, p.LoadRefused, p.Tag, p.PCIDevices, p.BoundDevices
 		rec.SilentDevices, rec.PCIChips = p.SilentDevices, p.PCIChips
 		rec.SignatureRequired, rec.Kernels, rec.Bundle = p.SignatureRequired, p.Kernels, p.Bundle
-		rec.SMIOnPath = p.SMIOnPath
+		rec.SMIOnPath, rec.LoadedSrcVersion, rec.LoadedCommit = p.SMIOnPath, p.LoadedSrcVersion, p.LoadedCommit
 	}
 	for _, d := range r.Devices {
 		rec.Firmware = append(rec.Firmware, d.Before)

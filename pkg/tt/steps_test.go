@@ -116,9 +116,14 @@ func TestKMDBlockers(t *testing.T) {
 			""},
 		{"host process, at the target", func() ProbeRecord {
 			r := clean
-			r.KMD, r.Holders = "2.8.0", []nodeagent.Holder{{PID: 7777}}
+			r.KMD, r.Holders, r.LoadedCommit = "2.8.0", []nodeagent.Holder{{PID: 7777}}, strings.Repeat("c", 40)
 			return r
 		}(), false, ""},
+		{"at the target, another commit's build", func() ProbeRecord {
+			r := clean
+			r.KMD, r.LoadedCommit = "2.8.0", strings.Repeat("e", 40)
+			return r
+		}(), false, "built from commit eeee"},
 		{"no tag", func() ProbeRecord { r := clean; r.Tag = &nodeagent.TagCheck{Tag: "ttkmd-2.8.0", URL: "u"}; return r }(), false,
 			"u has no tag ttkmd-2.8.0"},
 		{"remote unreachable", func() ProbeRecord {
@@ -143,7 +148,7 @@ func TestKMDBlockers(t *testing.T) {
 			false, "kernel.modules_disabled is 1; tt-kmd 2.7.0 stays loaded"},
 		{"unsigned modules refused, at the target", func() ProbeRecord {
 			r := clean
-			r.KMD, r.LoadRefused = "2.8.0", "kernel.modules_disabled is 1"
+			r.KMD, r.LoadRefused, r.LoadedCommit = "2.8.0", "kernel.modules_disabled is 1", strings.Repeat("c", 40)
 			return r
 		}(), false, ""},
 		{"cards gone", func() ProbeRecord { r := clean; r.KMD, r.PCIDevices = "2.8.0", ptr.To(0); return r }(), false,

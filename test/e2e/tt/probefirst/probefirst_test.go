@@ -297,3 +297,34 @@ func TestQuotaRoomBelowMaxParallelStopsBeforeTheCordon(t *testing.T) {
 		t.Error("kwok-node-2 was cordoned")
 	}
 }
+
+// With --kmd-commit, a node already at the version is labelled only when
+// the build it runs is the pinned commit's: the loaded module's srcversion
+// found in the node's module cache names its commit. Another build of the
+// version is refused before anything happens, with the way on; without
+// the pin it is labelled, as before. Before, --kmd-commit was not asked on
+// this path at all.
+func TestKMDCommitIsCheckedOnANodeAtTheVersion(t *testing.T) {
+	simtest.Get(t).ExpectNoViolations(t)
+	ctx := simtest.Context(t, 4*time.Minute)
+	const target = "kwok-node-0"
+	v := host(t, target).LoadedKMD
+	if v == "" {
+		t.Fatalf("%s loads no tt-kmd", target)
+	}
+	pin := fakehost.FakeCommit("ttkmd-" + v)
+	if out, code := run(t, ctx, "upgrade", "kmd", "--nodes", target, "--version", v, "--kmd-commit", pin); code != 0 {
+		t.Fatalf("the tag's build, pinned: exit %d\n%s", code, out)
+	}
+	if err := fakehost.LoadForeignBuild(hostRoot(t, target)); err != nil {
+		t.Fatal(err)
+	}
+	blockedUncordoned(t, ctx, target, []string{"tt-kmd " + v + " is loaded", "its commit is unknown", "leave out --kmd-commit"},
+		"--version", v, "--kmd-commit", pin)
+	if out, code := run(t, ctx, "upgrade", "kmd", "--nodes", target, "--version", v); code != 0 {
+		t.Fatalf("without --kmd-commit: exit %d\n%s", code, out)
+	}
+	if l := node(t, target).Labels[tt.LabelKMDVersion]; l != v {
+		t.Errorf("label %q, want %s", l, v)
+	}
+}

@@ -118,7 +118,8 @@ func TestModuleChangedBetweenRunsIsNotLoaded(t *testing.T) {
 	}
 	reported(t, ctx, c.Client, out, bad, "2.8.1")
 	// What the node loaded is what a build of 2.8.1 for its kernel is.
-	want := hexSHA(fakehost.KernelObject("2.8.1", node(t, "kwok-node-3").Status.NodeInfo.KernelVersion))
+	want := hexSHA(fakehost.BuiltKernelObject(tttest.HostRoot(t, "kwok-node-3"), "2.8.1",
+		node(t, "kwok-node-3").Status.NodeInfo.KernelVersion))
 	if l := loaded(t, "kwok-node-3"); len(l) == 0 || l[len(l)-1] != want {
 		t.Errorf("kwok-node-3 loaded %v, want the build %s", l, want)
 	}
