@@ -7,11 +7,13 @@
 package handclones
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
@@ -41,10 +43,10 @@ func TestClonesWithoutTheirAnnotationKeepOldAndNew(t *testing.T) {
 		if p.GetAnnotations()[fleet.AnnClonedFrom] == "" {
 			continue
 		}
-		ann := p.GetAnnotations()
-		delete(ann, fleet.AnnClonedFrom)
-		p.SetAnnotations(ann)
-		updated, err := pools.Namespace(p.GetNamespace()).Update(ctx, p, metav1.UpdateOptions{})
+		// A patch: the sim's pool controller writes the clone's status
+		// meanwhile, and an update of the object listed would conflict.
+		drop, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{fleet.AnnClonedFrom: nil}}})
+		updated, err := pools.Namespace(p.GetNamespace()).Patch(ctx, p.GetName(), types.MergePatchType, drop, metav1.PatchOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
