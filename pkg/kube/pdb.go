@@ -3,12 +3,14 @@ package kube
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -22,6 +24,25 @@ import (
 
 // PDBsByNamespace are the PodDisruptionBudgets of some namespaces, as read.
 type PDBsByNamespace map[string][]policyv1.PodDisruptionBudget
+
+// Replace returns a copy with namespace ns's PDB name replaced by pdb (a
+// newer read), or dropped when pdb is nil; b itself, which observations
+// may share, is left as it was.
+func (b PDBsByNamespace) Replace(ns, name string, pdb *policyv1.PodDisruptionBudget) PDBsByNamespace {
+	out := make(PDBsByNamespace, len(b))
+	maps.Copy(out, b)
+	var list []policyv1.PodDisruptionBudget
+	for _, p := range b[ns] {
+		switch {
+		case p.Name != name:
+			list = append(list, p)
+		case pdb != nil:
+			list = append(list, *pdb)
+		}
+	}
+	out[ns] = list
+	return out
+}
 
 // ListPDBsFor reads the PDBs of the namespaces of the pods a drain would
 // evict (filter): one list per namespace.
@@ -158,5 +179,43 @@ func WaitAnyLeaves(ctx context.Context, cs kubernetes.Interface, ns string, sel 
 		store = s
 		return left(s), nil
 	}, func(watch.Event) (bool, error) { return left(store), nil })
+	return err == nil && ctx.Err() == nil
+}
+
+// WaitAnyUncordoned watches, at most max, the cordoned nodes until one of
+// names is no longer cordoned by rollbook (uncordoned, or its cordon now
+// another's). It reports whether one was; a name already so counts at once.
+func WaitAnyUncordoned(ctx context.Context, cs kubernetes.Interface, names []string, max time.Duration) bool {
+	if len(names) == 0 {
+		return false
+	}
+	wctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	nodes := cs.CoreV1().Nodes()
+	sel := fields.OneTermEqualSelector("spec.unschedulable", "true").String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return nodes.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return nodes.Watch(ctx, o)
+		},
+	}
+	back := func(s cache.Store) bool {
+		for _, n := range names {
+			o, ok, err := s.GetByKey(n)
+			if err != nil || !ok || CordonStateOf(o.(*corev1.Node)).Owner == "" {
+				return true
+			}
+		}
+		return false
+	}
+	var store cache.Store
+	_, err := watchtools.UntilWithSync(wctx, lw, &corev1.Node{}, func(s cache.Store) (bool, error) {
+		store = s
+		return back(s), nil
+	}, func(watch.Event) (bool, error) { return back(store), nil })
 	return err == nil && ctx.Err() == nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -87,10 +88,25 @@ func readPDBClaims(ctx context.Context, cs kubernetes.Interface, f *Facts, evict
 		}
 		for i := range pl.Items {
 			p := &pl.Items[i]
-			// An evicted pod is already counted in the PDB's status.
-			if out[p.Spec.NodeName] && p.DeletionTimestamp == nil && kube.Evictable(p) {
+			// An evicted pod is counted in the status read below.
+			if out[p.Spec.NodeName] && kube.Evictable(p) {
 				claims[c.ns+"/"+c.name] = append(claims[c.ns+"/"+c.name], PDBClaim{Node: p.Spec.NodeName, Pod: p.Name})
 			}
+		}
+		// The status the cordon decides on is read after the pods: one
+		// read before them misses an eviction made in between, which the
+		// list no longer shows as a claim either (seen: two nodes
+		// cordoned at once). An eviction after the list is counted twice
+		// for a moment, which only waits.
+		pdb, err := cs.PolicyV1().PodDisruptionBudgets(c.ns).Get(ctx, c.name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			f.PDBs = f.PDBs.Replace(c.ns, c.name, nil)
+			delete(claims, c.ns+"/"+c.name)
+		case err != nil:
+			return nil, err
+		default:
+			f.PDBs = f.PDBs.Replace(c.ns, c.name, pdb)
 		}
 	}
 	return claims, nil
@@ -160,6 +176,7 @@ func waitClaimTaken(ctx context.Context, cs kubernetes.Interface, f *Facts, max 
 		names []string
 	}
 	var waits []claimed
+	var claiming []string
 	for ns, pdbs := range f.PDBs {
 		for i := range pdbs {
 			taken := f.PDBClaims[ns+"/"+pdbs[i].Name]
@@ -173,6 +190,7 @@ func waitClaimTaken(ctx context.Context, cs kubernetes.Interface, f *Facts, max 
 			c := claimed{ns: ns, sel: sel}
 			for _, t := range taken {
 				c.names = append(c.names, t.Pod)
+				claiming = append(claiming, t.Node)
 			}
 			waits = append(waits, c)
 		}
@@ -182,11 +200,14 @@ func waitClaimTaken(ctx context.Context, cs kubernetes.Interface, f *Facts, max 
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	left := make(chan bool, len(waits))
+	left := make(chan bool, len(waits)+1)
 	for _, c := range waits {
 		go func() { left <- kube.WaitAnyLeaves(wctx, cs, c.ns, c.sel, c.names, max) }()
 	}
-	for range waits {
+	// A claiming node back in service (its roll stopped and undone, or a
+	// person uncordoned it) will not drain: its claims are void.
+	go func() { left <- kube.WaitAnyUncordoned(wctx, cs, claiming, max) }()
+	for range len(waits) + 1 {
 		if <-left {
 			return true
 		}

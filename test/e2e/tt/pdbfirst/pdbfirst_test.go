@@ -26,23 +26,30 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 
+	"github.com/rollbook/rollbook/internal/chaostest"
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/internal/tttest"
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
+	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
 )
 
-// Eight nodes of one kernel (tt-fleet): five plain ones, then the three
+// Twelve nodes of one kernel (tt-fleet): nine plain ones, then the three
 // awkward ones no test here rolls. The first node of a roll builds tt-kmd
 // and shares it, the others wait for it before their cordon. Each test
 // rolls nodes no earlier test's workloads hold (their namespaces are
-// deleted in the background).
-func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 8, Scenario: "tt-fleet"}) }
+// deleted in the background). The API proxy lets a test hold one request
+// of a run until it has made a race certain.
+func TestMain(m *testing.M) {
+	simtest.Main(m, simtest.Options{Nodes: 12, Scenario: "tt-fleet", ExtraArgs: []string{"--api-proxy"}})
+}
 
 var run, node, host = tttest.Run, tttest.Node, tttest.Host
 
@@ -507,4 +514,167 @@ func TestEmptyDirDataStopsBeforeCordon(t *testing.T) {
 	if g := p.DeletionGracePeriodSeconds; g == nil || *g != 7 {
 		t.Errorf("pod %s evicted with grace period %v, want 7 (--grace-period)", p.Name, g)
 	}
+}
+
+// An eviction lands between a node's read of a PDB and its list of the
+// pods that PDB covers on the nodes already out: the list no longer shows
+// the evicted pod as a claim, and the budget read still counts it healthy
+// (one disruption allowed). The proxy holds that list while the test
+// evicts the pod, as the other node's drain would, so the window is
+// certain, not a matter of timing. The node must not be cordoned while the
+// other is out: it waits, uncordoned, until the other is back. Before, it
+// was cordoned at once (seen in CI as a rare failure of
+// TestPDBFreedByTheRollIsWaitedForUncordoned).
+func TestEvictionBetweenTheBudgetAndTheClaimsIsCounted(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	proxied := chaostest.BypassFaults(t)
+	ctl := chaostest.Control(c.Dir)
+	ctx := simtest.Context(t, 6*time.Minute)
+	ns := c.NewNamespace(t)
+	out, next := "kwok-node-5", "kwok-node-6"
+	holders(t, ctx, ns, "race", 2, 1, out, next)
+	spans := watchCordons(t, ctx, out, next)
+	// Another roll (stopped before its drain) has the first node out.
+	setCordonOwner(t, ctx, out, tt.FirmwareRunbookName)
+	// Its other workloads' pods go elsewhere first: only the race's PDB is
+	// claimed from it.
+	onOut, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range onOut.Items {
+		if p.Namespace == ns || !kube.Evictable(&p) {
+			continue
+		}
+		if err := c.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pdbs, err := c.Client.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pdb := range pdbs.Items {
+			waitPDB(t, ctx, p.Namespace, pdb.Name, func(p *policyv1.PodDisruptionBudget) bool { return p.Status.DisruptionsAllowed > 0 })
+		}
+	}
+
+	held := make(chan string, 1)
+	go func() {
+		req, err := ctl.Hold(ctx, "GET", "/api/v1/namespaces/"+ns+"/pods")
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("hold: %v", err)
+		}
+		held <- req
+	}()
+	done := make(chan int, 1)
+	go func() {
+		streams, _, stdout, stderr := genericiooptions.NewTestIOStreams()
+		code := cli.ExecuteContext(ctx, ttcmd.NewRootCommand(streams), []string{"upgrade", "kmd", "--version", "2.9.1",
+			"--nodes", next, "--max-parallel", "2", "--kubeconfig", proxied}, stderr)
+		t.Logf("kubectl tt upgrade kmd → exit %d\n%s%s", code, stdout, stderr)
+		done <- code
+	}()
+	select {
+	case req := <-held:
+		t.Logf("held the list of the claimed pods: %s", req)
+	case code := <-done:
+		t.Fatalf("the run ended (exit %d) without listing the pods the PDB covers on %s", code, out)
+	}
+	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=race",
+		FieldSelector: "spec.nodeName=" + out})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the holder on %s: %v, %d pod(s)", out, err, len(pods.Items))
+	}
+	if err := c.Client.CoreV1().Pods(ns).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{
+		Name: pods.Items[0].Name, Namespace: ns}}); err != nil {
+		t.Fatalf("evicting %s: %v", pods.Items[0].Name, err)
+	}
+	if err := ctl.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A cordon decided on the stale budget follows the list at once; the
+	// first node stays out a while longer, then comes back.
+	time.Sleep(5 * time.Second)
+	setCordonOwner(t, ctx, out, "")
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	spans.waitUncordoned(t, ctx, out, next)
+	if o := spans.overlaps(); o != "" {
+		t.Errorf("nodes cordoned at once (resourceVersions [cordon, uncordon]): %s", o)
+	}
+}
+
+// A node waits, uncordoned, for a claim of another roll's cordoned node,
+// and that node comes back into service without its drain (its roll
+// stopped and undone, or a person uncordoned it): the claim is void, and
+// the wait ends there. Before, it went on to --drain-timeout and the node
+// was refused.
+func TestAClaimOfANodeBackInServiceIsVoid(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 6*time.Minute)
+	ns := c.NewNamespace(t)
+	out, next := "kwok-node-7", "kwok-node-8"
+	holders(t, ctx, ns, "void", 2, 1, out, next)
+	setCordonOwner(t, ctx, out, tt.FirmwareRunbookName)
+
+	waiting := &lineWatch{want: "waiting, uncordoned, for those nodes' drains", seen: make(chan struct{})}
+	done := make(chan int, 1)
+	go func() {
+		streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: waiting, ErrOut: waiting}
+		done <- cli.ExecuteContext(ctx, ttcmd.NewRootCommand(streams), []string{"upgrade", "kmd", "--version", "2.9.1",
+			"--nodes", next, "--max-parallel", "2", "--drain-timeout", "2m", "--kubeconfig", c.Kubeconfig}, waiting)
+	}()
+	select {
+	case <-waiting.seen:
+	case code := <-done:
+		t.Fatalf("exit %d before waiting on %s's claim:\n%s", code, out, waiting.String())
+	}
+	setCordonOwner(t, ctx, out, "")
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d, want 0: %s is back in service, its claim void\n%s", code, out, waiting.String())
+	}
+	t.Logf("output:\n%s", waiting.String())
+}
+
+// setCordonOwner cordons node on behalf of owner (a runbook, as its roll
+// would), or uncordons it for "".
+func setCordonOwner(t *testing.T, ctx context.Context, name, owner string) {
+	t.Helper()
+	on, ann := "true", `"`+owner+`"`
+	if owner == "" {
+		on, ann = "false", "null"
+	}
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%s},"metadata":{"annotations":{%q:%s}}}`, on, kube.AnnCordonedBy, ann)
+	if _, err := simtest.Get(t).Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch),
+		metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lineWatch keeps a run's output and closes seen once want appears in it.
+type lineWatch struct {
+	mu   sync.Mutex
+	buf  strings.Builder
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *lineWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+func (w *lineWatch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
