@@ -401,12 +401,18 @@ func RemoveOtherRunsHelpers(ctx context.Context, cs kubernetes.Interface, rec Re
 	return RemoveOtherRunsHelperPods(ctx, cs, rec, l.Items, task, runID)
 }
 
+// OtherRunsHelper reports a task helper that another run started and that
+// is not already being deleted.
+func OtherRunsHelper(p *corev1.Pod, task, runID string) bool {
+	return p.Labels[LabelHelper] == task && p.DeletionTimestamp == nil && p.Labels[LabelRun] != labelSafe(runID)
+}
+
 // RemoveOtherRunsHelperPods is RemoveOtherRunsHelpers over pods already read
 // (a node's pods); pods of other tasks are left alone.
 func RemoveOtherRunsHelperPods(ctx context.Context, cs kubernetes.Interface, rec Recorder, pods []corev1.Pod, task, runID string) error {
 	for i := range pods {
 		p := &pods[i]
-		if p.Labels[LabelHelper] != task || p.DeletionTimestamp != nil || p.Labels[LabelRun] == labelSafe(runID) {
+		if !OtherRunsHelper(p, task, runID) {
 			continue
 		}
 		_, err := DeleteHelperIfUnchanged(ctx, cs, rec, p,

@@ -129,6 +129,9 @@ func (m *moduleShare) pinned() string {
 // a node it left cordoned) says nothing: the build then pins what it
 // checked out.
 func (m *moduleShare) pin(ctx context.Context, f Facts) error {
+	if f.Measured == nil { // a node in progress whose record was removed
+		return nil
+	}
 	t := f.Measured.Tag
 	if t == nil || !t.Found || t.Commit == "" || t.Tag != "ttkmd-"+m.version || t.URL != m.gitURL {
 		return nil

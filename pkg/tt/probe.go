@@ -164,7 +164,9 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 			switch {
 			case f.Finished:
 				return true, "already measured at the target"
-			case f.ourCordon():
+			case f.ourCordon() && f.Measured != nil:
+				// One whose record is gone is probed again: the steps on
+				// decide on it, and a probe changes nothing.
 				return true, "node already in progress"
 			case f.measuredFresh(b.run) && f.Probe.Pod == nil:
 				if bl := blockers(&f); len(bl) > 0 {

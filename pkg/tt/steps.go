@@ -274,9 +274,12 @@ func (b *builder) uncordon(id string) runbook.Step[Facts] {
 // cleanup removes the node's finished helper, and the finished helpers of
 // also (kmd: a failed kmd-build kept for its log) from earlier attempts.
 func (b *builder) cleanup(id string, helperName func(node string) string, also ...string) runbook.Step[Facts] {
+	// Also a probe an earlier run left: a run stopped between its probe's
+	// record and the probe's deletion, then found the node past the probe.
 	leftover := func(f Facts) *corev1.Pod {
 		for i := range f.Helpers {
-			if p := &f.Helpers[i]; kube.PodTerminal(p) && slices.Contains(also, p.Labels[kube.LabelHelper]) {
+			p := &f.Helpers[i]
+			if kube.PodTerminal(p) && slices.Contains(also, p.Labels[kube.LabelHelper]) || kube.OtherRunsHelper(p, "probe", b.run) {
 				return p
 			}
 		}
@@ -310,16 +313,13 @@ func (b *builder) cleanup(id string, helperName func(node string) string, also .
 				if err := b.cleanupHelpers(ctx, f, p.Labels[kube.LabelHelper], p.UID); err != nil {
 					return err
 				}
-				if err := b.removeOtherRunsProbes(ctx, f); err != nil {
-					return err
-				}
 			}
 			for _, task := range also {
 				if err := b.cleanupHelpers(ctx, f, task, ""); err != nil {
 					return err
 				}
 			}
-			return nil
+			return b.removeOtherRunsProbes(ctx, f)
 		},
 	}
 }

@@ -26,6 +26,8 @@ import (
 	"github.com/rollbook/rollbook/internal/tttest"
 	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
+	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
+	"github.com/rollbook/rollbook/pkg/version"
 )
 
 // fleetKMD is what the tt-fleet scenario's hosts run and cache (sim/tthost).
@@ -326,5 +328,45 @@ func TestKMDCommitIsCheckedOnANodeAtTheVersion(t *testing.T) {
 	}
 	if l := node(t, target).Labels[tt.LabelKMDVersion]; l != v {
 		t.Errorf("label %q, want %s", l, v)
+	}
+}
+
+// A node an earlier run left cordoned, whose probe record is gone
+// (removed by hand, or written by a release that kept none) and with that
+// run's probe still on it: the run probes it again, goes on from the
+// cordon and removes the earlier probe. Before, the build step read the
+// missing record and the run panicked, the node left cordoned.
+func TestANodeInProgressWithoutItsRecordIsProbedAgain(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-0"
+	v := host(t, target).LoadedKMD
+	const earlier = "20261206-235959-0ld0ld"
+	change, _ := kube.CordonChange(node(t, target), tt.KMDRunbookName, earlier)
+	change.Annotations[tt.AnnProbe] = nil
+	if _, err := kube.SetNodeKeys(ctx, c.Client, target, change); err != nil {
+		t.Fatal(err)
+	}
+	h := tt.HelperConfig{Image: os.Getenv(ttcmd.HelperImageEnv), Namespace: deploy.HelperNamespace, Timeout: 10 * time.Minute,
+		PriorityClass: deploy.HelperPriorityClass}
+	if h.Image == "" {
+		h.Image = version.HelperImage()
+	}
+	left := tt.ProbeSpec(h, target, earlier).Pod()
+	if _, err := c.Client.CoreV1().Pods(left.Namespace).Create(ctx, left, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", v, "--nodes", target); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	n := node(t, target)
+	if n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != v || n.Annotations[tt.AnnProbe] == "" {
+		t.Errorf("unschedulable %v, label %q, probe record %t; want uncordoned at %s with a record", n.Spec.Unschedulable,
+			n.Labels[tt.LabelKMDVersion], n.Annotations[tt.AnnProbe] != "", v)
+	}
+	p, err := c.Client.CoreV1().Pods(left.Namespace).Get(ctx, left.Name, metav1.GetOptions{})
+	if err == nil && p.DeletionTimestamp == nil {
+		t.Errorf("the earlier run's probe %s is still there (%s)", p.Name, p.Status.Phase)
 	}
 }
