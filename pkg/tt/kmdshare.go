@@ -312,10 +312,14 @@ func (m *moduleShare) publish(ctx context.Context, node *corev1.Node, k ModuleKe
 		if err == nil {
 			return cm.Name, nil
 		}
-		if !apierrors.IsAlreadyExists(err) {
+		lost := kube.AnswerLost(err) && ctx.Err() == nil // applied or not: what the name holds decides
+		if !apierrors.IsAlreadyExists(err) && !lost {
 			return "", fmt.Errorf("publishing the module: %w", err)
 		}
 		found, err := cms.Get(ctx, cm.Name, metav1.GetOptions{})
+		if lost && apierrors.IsNotFound(err) {
+			continue // not applied: published under the next name
+		}
 		if err != nil {
 			return "", fmt.Errorf("publishing the module: configmap %s exists and cannot be read: %w", cm.Name, err)
 		}

@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/internal/chaostest"
 	"github.com/rollbook/rollbook/internal/fakehost"
 	"github.com/rollbook/rollbook/internal/simtest"
@@ -473,3 +474,41 @@ func TestFlashHelperDrainedByAnotherTool(t *testing.T) {
 
 // The lost-response injection: lossBurst writes every lossEvery.
 var lossBurst, lossEvery = 1, 2 * time.Second
+
+// The answer to the module's publication (its ConfigMap's create) is lost,
+// the create applied: the roll reads what the name holds, finds its own
+// bytes, and goes on. Before, it recorded a KMDModuleRefused warning
+// ("publishing the module: EOF") and failed the step; the step's retry
+// went on, unless other faults had spent the retries (seen in CI: the run
+// stopped, exit 3).
+func TestModulePublicationAnswerLost(t *testing.T) {
+	c, p, ctl := setup(t)
+	ctx := simtest.Context(t, 10*time.Minute)
+	before := opCounts(t, c)
+	k0, err := ctl.Knobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.LoseResponses(ctx, 1, "POST", "/namespaces/"+deploy.HelperNamespace+"/configmaps"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ctl.LoseResponses(context.Background(), 0, "", "") }()
+	const v = "2.10.0" // no other test here builds it: the roll publishes its module
+	r := p.Run(ctx, chaostest.KillPoint{}, "upgrade", "kmd", "--version", v)
+	k1, err := ctl.Knobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k1.Lost-k0.Lost != 1 {
+		t.Fatalf("%d answers lost, want the publication's one: the test proved nothing", k1.Lost-k0.Lost)
+	}
+	if r.Code != 0 {
+		t.Fatalf("exit %d, want 0 in one run:\n%s", r.Code, r.Out)
+	}
+	for _, bad := range []string{"KMDModuleRefused", "transient API error"} {
+		if strings.Contains(r.Out, bad) {
+			t.Errorf("the run said %q of its own publication:\n%s", bad, r.Out)
+		}
+	}
+	loadedOnce(t, ctx, c, before, v)
+}
