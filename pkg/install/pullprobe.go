@@ -20,7 +20,7 @@ const maxPullImages = 16
 
 // pullProbeRules: the pod is pkg/ate/pullpod's, whole; what varies is the
 // node, the names, the images a clone pulls and how, and the pool's pull
-// Secrets. The images are the operator's choice (a clone's worker image
+// Secrets and ServiceAccount. The images are the operator's choice (a clone's worker image
 // is): the probe runs none of them, unprivileged and without a token.
 func pullProbeRules() ([]admission.Rule, error) {
 	const img = "placeholder.example/image"
@@ -59,6 +59,14 @@ func pullProbeRules() ([]admission.Rule, error) {
 		},
 		"spec.imagePullSecrets": func(at string) []admission.Rule {
 			return rules("true", "") // the pool's own pull credentials, by name: they only let the kubelet pull
+		},
+		// The pool's ServiceAccount, for its pull Secrets only: its token is
+		// not mounted (automountServiceAccountToken false is pinned).
+		"spec.serviceAccountName": func(at string) []admission.Rule {
+			return rules("has("+at+") && size("+at+") > 0", "spec.serviceAccountName is the pool's ServiceAccount")
+		},
+		"spec.serviceAccount": func(at string) []admission.Rule {
+			return rules("!has("+at+") || "+at+" == object.spec.serviceAccountName", "spec.serviceAccount is spec.serviceAccountName")
 		},
 		"spec.containers": func(at string) []admission.Rule {
 			return rules(fmt.Sprintf("has(%s) && size(%s) >= 1 && size(%s) <= %d && %s.all(c, %s)", at, at, at, maxPullImages, at,

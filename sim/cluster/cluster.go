@@ -71,7 +71,7 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	if _, err := SingleArchImages(); err != nil {
+	if _, err := loadPullRules(); err != nil {
 		return nil, err // bad input: refused before anything starts
 	}
 	if o.NodePrefix == "" {

@@ -179,11 +179,11 @@ func runKwok(ctx context.Context, kubeconfig string, extraStageFiles []string, v
 	if err != nil {
 		return err
 	}
-	singleArch, err := SingleArchImages()
+	pulls, err := loadPullRules()
 	if err != nil {
 		return err
 	}
-	stages, err := loadStages(extraStageFiles, singleArch)
+	stages, err := loadStages(extraStageFiles, pulls.gated())
 	if err != nil {
 		return err
 	}
@@ -268,9 +268,9 @@ func runKwok(ctx context.Context, kubeconfig string, extraStageFiles []string, v
 			log.Printf("sim-pod-reaper: %v", err)
 		}
 	}()
-	if len(singleArch) > 0 {
+	if len(pulls.gated()) > 0 {
 		go func() {
-			if err := pullImages(ctx, typed, singleArch); err != nil {
+			if err := pullImages(ctx, typed, pulls); err != nil {
 				log.Printf("sim-image-pull: %v", err)
 			}
 		}()

@@ -39,7 +39,10 @@ type Spec struct {
 	// Policy is each image's pull policy, as the pool's pods pull it.
 	Policy  map[string]corev1.PullPolicy
 	Secrets []corev1.LocalObjectReference
-	Timeout time.Duration
+	// ServiceAccount is the pool's pods' (its token is not mounted): its
+	// pull Secrets are the pods' when they name none.
+	ServiceAccount string
+	Timeout        time.Duration
 }
 
 // Pod pulls the set's images on the node and runs none of them: no token,
@@ -53,6 +56,7 @@ func (s Spec) Pod() *corev1.Pod {
 		Spec: corev1.PodSpec{
 			NodeName: s.Node, RestartPolicy: corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: ptr.To(false), EnableServiceLinks: ptr.To(false),
+			ServiceAccountName:            s.ServiceAccount,
 			ImagePullSecrets:              s.Secrets,
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			TerminationGracePeriodSeconds: ptr.To[int64](1),

@@ -1,6 +1,7 @@
 package roll
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -55,13 +56,16 @@ func platformOf(n *corev1.Node) string {
 }
 
 // pullSet is what one pull probe pulls: images of the clones of one
-// namespace (the pull secrets are namespaced), each proven on its own.
+// namespace that pull with the same credentials (the pods' pull Secrets,
+// and their ServiceAccount's, which its admission plugin adds to a pod
+// naming none), each proven on its own.
 type pullSet struct {
-	pool      string // the clones, "namespace/name, …"
-	namespace string
-	images    []string
-	policy    map[string]corev1.PullPolicy
-	secrets   []corev1.LocalObjectReference
+	pool           string // the clones, "namespace/name, …"
+	namespace      string
+	serviceAccount string // "" is the namespace's default, as for the pods
+	images         []string
+	policy         map[string]corev1.PullPolicy
+	secrets        []corev1.LocalObjectReference
 }
 
 func pullSetOf(pool, namespace string, specs ...corev1.PodSpec) pullSet {
@@ -69,6 +73,9 @@ func pullSetOf(pool, namespace string, specs ...corev1.PodSpec) pullSet {
 	for _, spec := range specs {
 		if s.secrets == nil {
 			s.secrets = spec.ImagePullSecrets
+		}
+		if s.serviceAccount == "" {
+			s.serviceAccount = cmp.Or(spec.ServiceAccountName, spec.DeprecatedServiceAccount)
 		}
 		for _, c := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
 			if _, ok := s.policy[c.Image]; !ok && c.Image != "" {
@@ -81,14 +88,24 @@ func pullSetOf(pool, namespace string, specs ...corev1.PodSpec) pullSet {
 	return s
 }
 
-// imageKey names an image as the set pulls it (namespace and secrets).
+// imageKey names an image as the set pulls it (namespace and credentials).
 func (s pullSet) imageKey(image string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\nimage %s\n", s.namespace, image)
-	for _, r := range s.secrets {
-		fmt.Fprintf(h, "secret %s\n", r.Name)
-	}
+	fmt.Fprintf(h, "%s\nimage %s\n%s", s.namespace, image, s.credentials())
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// credentials are what the kubelet pulls the set's images with: the pods'
+// pull Secrets, else their ServiceAccount's.
+func (s pullSet) credentials() string {
+	c := ""
+	if s.serviceAccount != "" && s.serviceAccount != "default" {
+		c = "serviceaccount " + s.serviceAccount + "\n"
+	}
+	for _, r := range s.secrets {
+		c += "secret " + r.Name + "\n"
+	}
+	return c
 }
 
 // key names the whole set (the probe pod's name and label).
@@ -152,11 +169,15 @@ func pullProbesNeeded(sets []pullSet, nodes []corev1.Node, version string) []pul
 				if proven[s.imageKey(img)+" "+plat] {
 					continue
 				}
-				m := byNS[s.namespace]
+				// One probe per namespace and credentials: pools pulling
+				// with others' Secrets are proven with their own.
+				k := s.namespace + "\n" + s.credentials()
+				m := byNS[k]
 				if m == nil {
-					m = &pullSet{namespace: s.namespace, policy: map[string]corev1.PullPolicy{}, secrets: s.secrets}
-					byNS[s.namespace] = m
-					order = append(order, s.namespace)
+					m = &pullSet{namespace: s.namespace, serviceAccount: s.serviceAccount, policy: map[string]corev1.PullPolicy{},
+						secrets: s.secrets}
+					byNS[k] = m
+					order = append(order, k)
 				}
 				if !strings.Contains(", "+m.pool+", ", ", "+s.pool+", ") {
 					m.pool = strings.TrimPrefix(m.pool+", "+s.pool, ", ")
@@ -167,9 +188,9 @@ func pullProbesNeeded(sets []pullSet, nodes []corev1.Node, version string) []pul
 				}
 			}
 		}
-		for _, ns := range order {
-			sort.Strings(byNS[ns].images)
-			out = append(out, pullProbe{set: *byNS[ns], platform: plat, node: candidates[plat][0]})
+		for _, k := range order {
+			sort.Strings(byNS[k].images)
+			out = append(out, pullProbe{set: *byNS[k], platform: plat, node: candidates[plat][0]})
 		}
 	}
 	return out
@@ -179,7 +200,8 @@ func pullProbesNeeded(sets []pullSet, nodes []corev1.Node, version string) []pul
 // is rendered from).
 func (p pullProbe) probePod(timeout time.Duration) *corev1.Pod {
 	return pullpod.Spec{Name: p.podName(), Namespace: p.set.namespace, Node: p.node.Name, SetKey: p.set.key(), Pool: p.set.pool,
-		Images: p.set.images, Policy: p.set.policy, Secrets: p.set.secrets, Timeout: timeout}.Pod()
+		Images: p.set.images, Policy: p.set.policy, Secrets: p.set.secrets, ServiceAccount: p.set.serviceAccount,
+		Timeout: timeout}.Pod()
 }
 
 // pullVerdict reads a probe pod's container for image: pulled once it got

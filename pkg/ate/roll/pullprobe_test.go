@@ -69,3 +69,36 @@ func TestPullVerdictPerContainer(t *testing.T) {
 		}
 	}
 }
+
+// Pools of one namespace that pull with other credentials (another
+// ServiceAccount, other pull Secrets) are each proven with their own, in a
+// probe pod of that ServiceAccount; a pull proven with one says nothing of
+// another.
+func TestPullProbesPerCredentials(t *testing.T) {
+	spec := func(sa string, secrets ...string) corev1.PodSpec {
+		s := corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{Name: "ateom", Image: "img-a"}}}
+		for _, n := range secrets {
+			s.ImagePullSecrets = append(s.ImagePullSecrets, corev1.LocalObjectReference{Name: n})
+		}
+		return s
+	}
+	sets := []pullSet{
+		pullSetOf("ns/default", "ns", spec("")), pullSetOf("ns/named-default", "ns", spec("default")),
+		pullSetOf("ns/puller", "ns", spec("puller")), pullSetOf("ns/secret", "ns", spec("", "regcred")),
+	}
+	got := pullProbesNeeded(sets, []corev1.Node{probeNode("a", "amd64", "v1", "")}, "v2")
+	if len(got) != 3 {
+		t.Fatalf("%d probes, want 3 (default account, puller, regcred): %+v", len(got), got)
+	}
+	accounts := map[string]string{}
+	for _, p := range got {
+		pod := p.probePod(DefaultPullTimeout)
+		accounts[p.set.pool] = pod.Spec.ServiceAccountName
+	}
+	if accounts["ns/puller"] != "puller" || accounts["ns/default, ns/named-default"] != "" || accounts["ns/secret"] != "" {
+		t.Errorf("probe pods' ServiceAccounts by pools: %v", accounts)
+	}
+	if sets[0].imageKey("img-a") == sets[2].imageKey("img-a") || sets[0].imageKey("img-a") == sets[3].imageKey("img-a") {
+		t.Error("an image pulled with one account's credentials counts for another's")
+	}
+}
