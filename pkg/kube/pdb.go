@@ -192,17 +192,8 @@ func WaitAnyUncordoned(ctx context.Context, cs kubernetes.Interface, names []str
 	wctx, cancel := context.WithTimeout(ctx, max)
 	defer cancel()
 	nodes := cs.CoreV1().Nodes()
-	sel := fields.OneTermEqualSelector("spec.unschedulable", "true").String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return nodes.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return nodes.Watch(ctx, o)
-		},
-	}
+	lw := FieldSelectedLW(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nodes.List(ctx, o) },
+		nodes.Watch, fields.OneTermEqualSelector("spec.unschedulable", "true").String())
 	back := func(s cache.Store) bool {
 		for _, n := range names {
 			o, ok, err := s.GetByKey(n)
