@@ -1181,3 +1181,89 @@ func TestQueuedTargetsObserveOncePerFreedShare(t *testing.T) {
 		}
 	})
 }
+
+// haltRunbook probes (taking probeTime on n2 and n3), cordons within a
+// budget of limit nodes, flashes, which fails on n1, and uncordons.
+func haltRunbook(w *world, limit int, probeTime time.Duration) *Runbook[facts] {
+	names := []string{"n1", "n2", "n3"}
+	return &Runbook[facts]{
+		Name: owner,
+		Observe: func(_ context.Context, tg Target) (facts, error) {
+			name := strings.TrimPrefix(tg.Name(), "node/")
+			return facts{name: name, node: w.snapshot(name), target: fmt.Sprint(w.cordonedOthers(name, names...))}, nil
+		},
+		OutOfService: func(f facts) bool { return f.node.cordonedBy == owner },
+		Steps: []Step[facts]{
+			{ID: "probe",
+				Done: func(f facts) (bool, string) { return f.node.annotations["probed"] == "yes", "" },
+				Act: func(_ context.Context, f facts) error {
+					if f.name != "n1" {
+						time.Sleep(probeTime)
+					}
+					w.update(f.name, func(n *memNode) { n.annotations["probed"] = "yes" })
+					return nil
+				}},
+			{ID: "cordon", Exclusive: true,
+				Done: func(f facts) (bool, string) { return f.node.cordonedBy == owner, "" },
+				Guards: []Guard[facts]{{Name: "budget", SharedBudget: true, Check: func(f facts) (bool, string) {
+					return f.target < fmt.Sprint(limit), "the budget is spent"
+				}}},
+				Act: func(_ context.Context, f facts) error {
+					w.update(f.name, func(n *memNode) { n.cordonedBy = owner })
+					return nil
+				}},
+			{ID: "flash",
+				Done: func(f facts) (bool, string) { return f.node.labels[testLabel] == "v2", "" },
+				Act: func(_ context.Context, f facts) error {
+					time.Sleep(10 * time.Second)
+					if f.name == "n1" {
+						return errors.New("flash failed")
+					}
+					w.update(f.name, func(n *memNode) { n.labels[testLabel] = "v2" })
+					return nil
+				}},
+			{ID: "uncordon",
+				Done: func(f facts) (bool, string) { return f.node.cordonedBy == "", "" },
+				Act: func(_ context.Context, f facts) error {
+					w.update(f.name, func(n *memNode) { n.cordonedBy = "" })
+					return nil
+				}},
+		},
+	}
+}
+
+// A run that halts takes no more targets out of service: the prefetched
+// ones (probed, changed nothing) end skipped with the halt's cause, both
+// those waiting for the budget the failed node holds and one that reaches
+// its cordon after the halt with budget to spare. Without it, which of the
+// two a prefetched target met decided its outcome (blocked by the budget,
+// or cordoned after the run had halted).
+func TestAHaltedRunTakesNoPrefetchedTargetOutOfService(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		limit     int
+		probeTime time.Duration
+	}{
+		{"waiting for the budget", 1, time.Second},
+		{"budget to spare after the halt", 2, time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newWorld("n1", "n2", "n3")
+				res := Run(context.Background(), haltRunbook(w, tc.limit, tc.probeTime), targets(w, "n1", "n2", "n3"),
+					Options{Parallel: tc.limit, Prefetch: 2})
+				if res.Targets[0].Outcome != OutcomeFailed {
+					t.Fatalf("n1: %+v", res.Targets[0])
+				}
+				for _, r := range res.Targets[1:] {
+					if r.Outcome != OutcomeSkipped || !strings.Contains(r.Error, "node/n1 failed") {
+						t.Errorf("%s: %s (%s); want skipped for n1's failure", r.Target, r.Outcome, r.Error)
+					}
+					if n := strings.TrimPrefix(r.Target, "node/"); w.snapshot(n).cordonedBy != "" {
+						t.Errorf("%s was taken out of service after the run halted", r.Target)
+					}
+				}
+			})
+		})
+	}
+}

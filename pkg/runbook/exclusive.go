@@ -2,6 +2,8 @@ package runbook
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -21,6 +23,10 @@ type exclusion struct {
 	// counted as their end already.
 	waiters map[*int]struct{}
 	back    map[string]bool
+	// halted says why the run halted ("" while it goes on): a target not
+	// yet out of service then takes no budget, and one waiting for a
+	// budget stops waiting.
+	halted string
 }
 
 func newExclusion() *exclusion {
@@ -74,6 +80,18 @@ func (e *exclusion) took() {
 	}
 }
 
+// halt records that the run halted (why) and wakes the waiting targets.
+func (e *exclusion) halt(why string) {
+	e.mu.Lock()
+	if e.halted == "" {
+		e.halted = why
+	}
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+func (e *exclusion) haltedWhy() string { e.mu.Lock(); defer e.mu.Unlock(); return e.halted }
+
 func (e *exclusion) wake() { e.mu.Lock(); e.cond.Broadcast(); e.mu.Unlock() }
 
 // enter takes the exclusion and returns how many targets had ended, so a
@@ -125,6 +143,9 @@ func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(cont
 	e.waiters[&seen] = struct{}{}
 	e.cond.Broadcast()
 	for !settled.Load() && ctx.Err() == nil {
+		if e.halted != "" && !e.busy {
+			break // the caller stops: decideExclusive reads the halt
+		}
 		if e.finishes != seen && !e.busy {
 			break // an end to observe, and the exclusion free to observe it in
 		}
@@ -173,6 +194,12 @@ func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Ta
 	seen int, waiting func(reason string)) (F, string, error) {
 	woken := false // by an end, and observed again since
 	for {
+		if why := e.haltedWhy(); why != "" && (rb.OutOfService == nil || !rb.OutOfService(facts)) {
+			// A halted run takes no more targets out of service: this one,
+			// prefetched, had changed nothing yet.
+			e.leave()
+			return facts, "", haltedError(why)
+		}
 		g, reason := failingGuard(s.Guards, facts)
 		if g == nil {
 			if woken {
@@ -191,7 +218,11 @@ func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Ta
 			waiting(reason)
 		}
 		var ended bool
-		if seen, ended, woken = e.waitForAnEnd(ctx, seen, settle); !ended {
+		seen, ended, woken = e.waitForAnEnd(ctx, seen, settle)
+		if e.haltedWhy() != "" {
+			continue // the top of the loop stops it, on facts it has not acted on since
+		}
+		if !ended {
 			e.leave()
 			return facts, reason, nil
 		}
@@ -202,3 +233,9 @@ func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Ta
 		}
 	}
 }
+
+// errHalted is decideExclusive's stop for a target the halted run will not
+// take out of service.
+var errHalted = errors.New("the run halted")
+
+func haltedError(why string) error { return fmt.Errorf("%w: %s", errHalted, why) }

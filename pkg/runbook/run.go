@@ -33,7 +33,9 @@ type Options struct {
 	// before the next target starts).
 	Prefetch int
 	// KeepGoing continues with other targets after one is blocked or fails;
-	// by default the run halts (targets in progress finish their step).
+	// by default the run halts: targets out of service finish their step,
+	// and one not yet out of service (prefetched) stops, skipped, at its
+	// Exclusive step, also one waiting there for a budget.
 	KeepGoing bool
 	// MaxFailures, when above 0, is the run's failure budget: once that
 	// many targets failed or blocked, no other starts (those in progress
@@ -239,6 +241,11 @@ func (s *schedule) start(run func() TargetResult, r *TargetResult) {
 	go func() {
 		defer s.wg.Done()
 		res := run()
+		// The halt is known before the end is: a target waiting for the
+		// budget this end frees must stop, not take it.
+		if why := s.count(res); why != "" {
+			s.excl.halt(why)
+		}
 		s.excl.finished(res.Target)
 		s.o.Reporter.TargetDone(res)
 		s.mu.Lock()
@@ -252,14 +259,28 @@ func (s *schedule) start(run func() TargetResult, r *TargetResult) {
 		if res.Outcome == OutcomeDone && actedOn(res) {
 			s.acted++
 		}
-		if res.Outcome == OutcomeBlocked || res.Outcome == OutcomeFailed {
-			s.failures++
-			if (s.o.MaxFailures > 0 && s.failures >= s.o.MaxFailures) || (s.o.MaxFailures <= 0 && !s.o.KeepGoing) {
-				s.halted = true
-			}
-		}
 		s.cond.Broadcast()
 	}()
+}
+
+// count counts a stopped target against the failure budget and returns
+// why the run halts when it does.
+func (s *schedule) count(res TargetResult) string {
+	if res.Outcome != OutcomeBlocked && res.Outcome != OutcomeFailed {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures++
+	switch {
+	case s.o.MaxFailures > 0 && s.failures >= s.o.MaxFailures:
+		s.halted = true
+		return fmt.Sprintf("%d target(s) failed: the failure budget of %d is spent", s.failures, s.o.MaxFailures)
+	case s.o.MaxFailures <= 0 && !s.o.KeepGoing:
+		s.halted = true
+		return fmt.Sprintf("%s %s", res.Target, res.Outcome)
+	}
+	return ""
 }
 
 // actedOn reports whether the run changed something on the target (not

@@ -166,6 +166,11 @@ func (r *targetRun[F]) decide(ctx context.Context, i int, pos Position, sr StepR
 		} else {
 			r.facts, reason, err = enterExclusive(ctx, r.rb, s, r.t, r.excl, r.facts, waiting)
 		}
+		if errors.Is(err, errHalted) {
+			sr.Status, sr.Error = StepPending, err.Error()
+			r.tr.Error = sr.Error
+			return r.finish(sr, i, OutcomeSkipped), false
+		}
 		if err != nil {
 			return r.failed(s.ID, fmt.Errorf("observe: %w", err)), false
 		}

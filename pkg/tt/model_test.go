@@ -140,6 +140,9 @@ type tModel struct {
 	old      string
 	finished func(n *corev1.Node) bool
 	countOut bool
+	// cordonAfterHalt seeds the bug the engine had: a prefetched target
+	// decided its cordon as if the run had not halted.
+	cordonAfterHalt bool
 	// The helper and probe pods the runbook creates on a node.
 	helperSpec, probeSpec func(node string) kube.HelperSpec
 	// shared is the module the run vouched for the nodes' kernel (kmd):
@@ -636,6 +639,17 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 			}
 			add(msg, n)
 			continue
+		case s.Halted && s.XWait[i] != xNone && !m.cordonAfterHalt:
+			// The halt wakes a target waiting for the budget; not out of
+			// service, it is taken out by no halted run (runbook.errHalted).
+			n := s.clone()
+			if n.Excl == uint8(i+1) {
+				n.Excl, n.ExclStep = 0, 0
+			}
+			n.XWait[i], n.Prog[i] = xNone, tgSkipped
+			m.ended(&n)
+			add("cli: "+name+": the run halted while it waited for the budget; skipped", n)
+			continue
 		case s.XWait[i] == xWaiting:
 			continue // until another target ends
 		case s.XWait[i] == xWoken:
@@ -674,7 +688,13 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 			// The step's Wait saw its own helper fail: the target fails.
 			end, why, ops = tgStopped, "failed: the helper failed", nil
 		}
+		halted := exclusive && s.Halted && !m.rb.OutOfService(m.facts(&s, i))
 		switch {
+		case halted && !m.cordonAfterHalt:
+			n := s.clone()
+			n.Prog[i] = tgSkipped
+			m.ended(&n)
+			add(fmt.Sprintf("cli: %s: %s: the run halted; skipped", name, step), n)
 		case exclusive && end == tgStopped && budget: // only a spent shared budget waits (runbook.Guard.SharedBudget)
 			n := s.clone()
 			n.Excl, n.ExclStep, n.XWait[i] = uint8(i+1), uint8(idx), xDeciding
@@ -699,6 +719,9 @@ func (m *tModel) engine(s tState, add func(string, tState)) {
 			}
 			if why != "" && n.Bad == "" {
 				n.Bad = fmt.Sprintf("%s on %s: %s", step, name, why)
+			}
+			if halted && n.Bad == "" {
+				n.Bad = fmt.Sprintf("%s on %s: acts after the run halted", step, name)
 			}
 			add(fmt.Sprintf("cli: %s: %s (%d call(s))", name, step, len(ops)), n)
 		}
@@ -760,7 +783,8 @@ func (m *tModel) resetRun(n *tState) {
 	n.Excl, n.ExclStep, n.XWait, n.Held = 0, 0, [3]uint8{}, 0
 }
 
-const ruleActs = "never rmmod or flash under a holder; never lift a cordon someone else set; every call planned"
+const ruleActs = "never rmmod or flash under a holder; never lift a cordon someone else set; every call planned; " +
+	"no cordon after the run halted"
 
 func (m *tModel) invariants() []modelcheck.Invariant[tState] {
 	return []modelcheck.Invariant[tState]{
@@ -857,11 +881,13 @@ type tConfig struct {
 	left                 int    // 1+ node index an earlier run left cordoned (interrupted after its cordon), 0 none
 	drop                 string // "step/guard prefix": a seeded bug, the guard dropped
 	shared               string // a seeded bug: this step is not Exclusive
+	afterHalt            bool   // a seeded bug: a halted run still takes prefetched targets out of service
 	noDone               bool
 }
 
 func newTTModel(t *testing.T, c tConfig) modelcheck.Model[tState] {
-	m := &tModel{kind: c.kind, nodes: c.nodes, parallel: c.parallel, keep: c.keep, subsets: c.subsets, fails: c.fails}
+	m := &tModel{kind: c.kind, nodes: c.nodes, parallel: c.parallel, keep: c.keep, subsets: c.subsets, fails: c.fails,
+		cordonAfterHalt: c.afterHalt}
 	h := HelperConfig{Image: "agent", Namespace: helperNS}
 	switch c.kind {
 	case "kmd":
@@ -987,11 +1013,12 @@ func exploreTT(t *testing.T, c tConfig, want ...string) modelcheck.Result {
 // finds no broken rule.
 func TestModelTT(t *testing.T) {
 	const (
-		waits = "waits for another target to end"
-		woken = "another target ended"
-		full  = "the parallel limit is reached"
-		raced = "the result is not visible"
-		gap   = "a target ended since its observation"
+		waits  = "waits for another target to end"
+		woken  = "another target ended"
+		full   = "the parallel limit is reached"
+		raced  = "the result is not visible"
+		gap    = "a target ended since its observation"
+		halted = "the run halted while it waited for the budget"
 	)
 	for _, tc := range []struct {
 		name string
@@ -1012,6 +1039,10 @@ func TestModelTT(t *testing.T) {
 		// rest are skipped.
 		{"firmware, 3 nodes, --max-parallel 1, keep going, failing helper", tConfig{kind: "firmware", nodes: 3, parallel: 1,
 			keep: true, runs: -1, fails: true, host: -1}, []string{waits, woken, gap, full}, modelcheck.Full},
+		// A failed node halts the run: the prefetched ones, waiting for
+		// its slot or not yet at their cordon, are skipped.
+		{"firmware, 3 nodes, --max-parallel 1, failing helper halts", tConfig{kind: "firmware", nodes: 3, parallel: 1,
+			runs: -1, fails: true, host: -1}, []string{halted, "the run halted; skipped"}, modelcheck.Full},
 		{"firmware, 3 nodes, --max-parallel 2, helpers succeed", tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, host: -1},
 			nil, modelcheck.Full},
 		// A node an earlier run left cordoned is in no slot of the new run;
@@ -1023,6 +1054,8 @@ func TestModelTT(t *testing.T) {
 			fails: true, host: -1}, nil, modelcheck.Long},
 		{"firmware, 3 nodes, --max-parallel 2, keep going, failing helper", tConfig{kind: "firmware", nodes: 3, parallel: 2, keep: true,
 			runs: -1, fails: true, host: -1}, []string{full}, modelcheck.Long},
+		{"firmware, 3 nodes, --max-parallel 2, failing helper halts", tConfig{kind: "firmware", nodes: 3, parallel: 2,
+			runs: -1, fails: true, host: -1}, []string{halted, "the run halted; skipped"}, modelcheck.Long},
 		{"firmware, 3 nodes, --max-parallel 2, runs per node, an earlier run left n3 cordoned", tConfig{kind: "firmware", nodes: 3,
 			parallel: 2, runs: -1, subsets: true, left: 3, host: -1}, []string{waits, woken}, modelcheck.Long},
 		{"firmware, 3 nodes, --max-parallel 2, keep going, failing helper, n3 left cordoned", tConfig{kind: "firmware", nodes: 3,
@@ -1052,6 +1085,8 @@ func TestModelTTSeededBugs(t *testing.T) {
 				drop: "tt.fw.cordon/no more than --max-parallel"}},
 		{"firmware cordon not Exclusive", "at most 2 node(s) out of service",
 			tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, left: 3, host: -1, shared: "tt.fw.cordon"}},
+		{"firmware cordon after the run halted", ruleActs,
+			tConfig{kind: "firmware", nodes: 3, parallel: 2, runs: -1, fails: true, host: -1, afterHalt: true}},
 		{"kmd cordon without the probe's verdict", ruleActs,
 			tConfig{kind: "kmd", nodes: 2, parallel: 1, runs: -1, host: 1, noDone: true,
 				drop: "tt.kmd.cordon/the probe found nothing in the way"}},

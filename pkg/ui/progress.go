@@ -144,6 +144,9 @@ func (p *Progress) Step(target string, s runbook.StepResult) {
 		mark, detail = st.Warn("○"), "would act: "+s.Evidence
 	case runbook.StepPending:
 		mark, detail = st.Dim("·"), st.Dim("then")
+		if s.Error != "" { // the run stopped before this step began
+			mark, detail = st.Warn("·"), "not started: "+s.Error
+		}
 	case runbook.StepBlocked:
 		mark, detail = st.Bad("■"), "blocked: "+s.Error
 	case runbook.StepFailed:
