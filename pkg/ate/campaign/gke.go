@@ -12,7 +12,7 @@ import (
 )
 
 // GKENodePoolLabel is the label GKE puts on every node of a node pool.
-const GKENodePoolLabel = "cloud.google.com/gke-nodepool"
+const GKENodePoolLabel = fleet.GKENodePoolLabel
 
 // GKEPool is one GKE node pool as its nodes show it.
 type GKEPool struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ate/node"
+	"github.com/rollbook/rollbook/pkg/ate/roll"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/kube"
 )
@@ -159,6 +160,11 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 			s.Nodes = append(s.Nodes, NodeProgress{Node: m.Node, Version: m.Version, Direction: m.Direction.String(),
 				Step: m.Step(), Next: m.Next(), Back: m.Back()})
 			moves = append(moves, m)
+		}
+		if err := roll.RelabelledAtOnce(c, moves); err != nil {
+			what, fix, _ := strings.Cut(err.Error(), "\n")
+			s.Phase, s.Summary, s.Next = PhaseBlocked, what, fix
+			return s
 		}
 		var unpaired []string
 		for _, p := range c.OldPools() {

@@ -99,6 +99,10 @@ func (c *Cluster) ListedNode(name string) *corev1.Node {
 	return c.listed(name)
 }
 
+// ListedNodeMeta is node as the cluster's list showed it, in full or as
+// metadata (its labels either way); nil when it was not listed.
+func (c *Cluster) ListedNodeMeta(name string) *corev1.Node { return c.listed(name) }
+
 // ListedFull says whether the nodes were listed in full (their status
 // too), not as metadata.
 func (c *Cluster) ListedFull() bool { return c.listedFull }

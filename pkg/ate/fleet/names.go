@@ -10,8 +10,10 @@ const (
 	Namespace    = "ate-system"
 	VersionLabel = "ate.dev/substrate-version"
 	PoolLabel    = "ate.dev/worker-pool"
-	AppLabel     = "app"
-	AteletApp    = "atelet"
+	// GKENodePoolLabel is the label GKE puts on every node of a node pool.
+	GKENodePoolLabel = "cloud.google.com/gke-nodepool"
+	AppLabel         = "app"
+	AteletApp        = "atelet"
 	// AnnClonedFrom marks a WorkerPool rollbook cloned, naming its source
 	// ("<namespace>/<name>"), so pairing never rests on naming conventions.
 	AnnClonedFrom = "rollbook.dev/cloned-from"

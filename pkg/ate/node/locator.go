@@ -26,6 +26,9 @@ type HalfMoved struct {
 	// first: actors there sit on workers of that version, whose atelet is
 	// not on the node, so no suspend can reach them (nodeFacts.stranded).
 	Relabel string `json:"relabel,omitempty"`
+	// Unmarked: the node carries no move's mark, so no move flipped it:
+	// its label was changed by someone else (by hand, or a node pool's).
+	Unmarked bool `json:"unmarked,omitempty"`
 }
 
 // Next is the command that finishes the move, preceded by the label fix
@@ -156,7 +159,7 @@ func (l *Locator) HalfMoved() []HalfMoved {
 		}{{Roll, l.roll}, {Rollback, l.back}} {
 			if p := l.Locate(n.Name, *way.s); p.Stage == runbook.StageHalfway {
 				found = append(found, HalfMoved{Node: n.Name, Version: n.Version, Direction: way.d, From: way.s.From, To: way.s.To,
-					Position: p, Relabel: l.facts(n.Name, *way.s).stranded()})
+					Position: p, Relabel: l.facts(n.Name, *way.s).stranded(), Unmarked: n.MovingTo == "" && n.VerifyPending == ""})
 			}
 		}
 		if len(found) == 2 && found[1].To == n.MovingTo {

@@ -144,6 +144,11 @@ func (r *NodeRoll) pick(ctx context.Context) (string, error) {
 	}
 	fleet.MarkDown(inv, pods, notReady)
 	loc := node.NewLocator(c, pods, inv)
+	if o.Direction == node.Roll {
+		if err := RelabelledAtOnce(c, loc.HalfMoved()); err != nil {
+			return "", err
+		}
+	}
 	target := o.Node
 	if target == "" {
 		if target, err = loc.Next(r.sides); err != nil {
