@@ -370,3 +370,34 @@ func TestANodeInProgressWithoutItsRecordIsProbedAgain(t *testing.T) {
 		t.Errorf("the earlier run's probe %s is still there (%s)", p.Name, p.Status.Phase)
 	}
 }
+
+// A run killed between its probe's record and the probe's deletion leaves
+// the probe behind; the node may be finished by then (the module was
+// loaded already). The next run over it finds nothing to do, yet removes
+// the earlier run's probe (its probe step does, before its own probe).
+func TestAnEarlierRunsProbeOnAFinishedNodeIsRemoved(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	const target = "kwok-node-0"
+	v := host(t, target).LoadedKMD
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", v, "--nodes", target); code != 0 {
+		t.Fatalf("the run that finishes the node: exit %d", code)
+	}
+	h := tt.HelperConfig{Image: os.Getenv(ttcmd.HelperImageEnv), Namespace: deploy.HelperNamespace, Timeout: 10 * time.Minute,
+		PriorityClass: deploy.HelperPriorityClass}
+	if h.Image == "" {
+		h.Image = version.HelperImage()
+	}
+	left := tt.ProbeSpec(h, target, "20261206-235959-1eft0v").Pod()
+	if _, err := c.Client.CoreV1().Pods(left.Namespace).Create(ctx, left, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := run(t, ctx, "upgrade", "kmd", "--version", v, "--nodes", target); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	p, err := c.Client.CoreV1().Pods(left.Namespace).Get(ctx, left.Name, metav1.GetOptions{})
+	if err == nil && p.DeletionTimestamp == nil {
+		t.Errorf("the earlier run's probe %s is still there (%s)", p.Name, p.Status.Phase)
+	}
+}
