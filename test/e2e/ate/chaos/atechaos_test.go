@@ -4,8 +4,9 @@
 // SIGKILL at random points on a four-node ate-fleet with traffic on,
 // re-runs the same command until it finishes, and checks from the
 // substrate's own record that every node's version label flipped exactly
-// once and that no actor was lost. It also starts a roll and a rollback
-// together, and scans every output and cluster object for secrets.
+// once and that no actor was lost. First it kills clone-pools after each
+// line it prints. It also starts a roll and a rollback together, and
+// scans every output and cluster object for secrets.
 package atechaos
 
 import (
@@ -14,15 +15,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/chaostest"
 	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -97,6 +103,82 @@ func expectOneFlipEach(t *testing.T, skip int, from, to string) {
 			t.Errorf("%s flipped %v; want exactly once %s→%s", n, got[n], from, to)
 		}
 	}
+}
+
+// TestClonePoolsKilledAtEachLine kills `roll clone-pools` right after each
+// line it prints in turn — after each clone's create, after the step's
+// end, after the Deployments' check — from no clone each time; the same
+// command run again finishes, and preflight reads the clones back as
+// planned (each equal to its source but for image and pin).
+func TestClonePoolsKilledAtEachLine(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 8*time.Minute)
+	p := plugin(t)
+	atetest.DeployAtelet(t, atetest.NewV)
+	pools := atetest.Dynamic(t).Resource(fleet.WorkerPoolGVR)
+	clones := func(ctx context.Context) (map[string]string, error) {
+		l, err := pools.Namespace("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]string{}
+		for _, u := range l.Items {
+			if _, ok := u.GetAnnotations()[fleet.AnnClonedFrom]; ok {
+				out[u.GetNamespace()+"/"+u.GetName()] = u.GetName()
+			}
+		}
+		return out, nil
+	}
+	killed := 0
+	for n := 1; ; n++ {
+		r := p.Run(ctx, chaostest.KillPoint{AfterLines: n}, atetest.CloneArgs...)
+		if !r.Killed {
+			if r.Code != 0 {
+				t.Fatalf("clone-pools, not killed: exit %d\n%s", r.Code, r.Out)
+			}
+			break
+		}
+		killed++
+		t.Logf("killed after line %d: %s", n, r.LastLine)
+		mustRun(t, ctx, p, atetest.CloneArgs...)
+		mustRun(t, ctx, p, "preflight")
+		// From no clone again (no node is at NEW: the clones serve nothing).
+		made, err := clones(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for key, name := range made {
+			if err := pools.Namespace(path.Dir(key)).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var still string
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			left, err := clones(ctx)
+			if err != nil || len(left) > 0 {
+				still = fmt.Sprintf("clones %v (%v)", left, err)
+				return false, nil
+			}
+			pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: fleet.PoolLabel})
+			if err != nil {
+				return false, nil
+			}
+			for _, p := range pods.Items {
+				if _, clone := made[p.Namespace+"/"+p.Labels[fleet.PoolLabel]]; clone {
+					still = fmt.Sprintf("pod %s/%s (%s)", p.Namespace, p.Name, p.Status.Phase)
+					return false, nil
+				}
+			}
+			return true, nil
+		}); err != nil {
+			t.Fatalf("the clones and their pods did not go: %v; left: %s", err, still)
+		}
+	}
+	if killed < 4 {
+		t.Fatalf("clone-pools was killed at %d point(s) only: the test proved little", killed)
+	}
+	t.Logf("FIGURES clone-pools: killed after each of its first %d lines; every re-run finished and preflight passed", killed)
 }
 
 // TestRollKilledAnywhere: the whole roll, killed at random points and re-run
