@@ -348,15 +348,7 @@ func TestANodeInProgressWithoutItsRecordIsProbedAgain(t *testing.T) {
 	if _, err := kube.SetNodeKeys(ctx, c.Client, target, change); err != nil {
 		t.Fatal(err)
 	}
-	h := tt.HelperConfig{Image: os.Getenv(ttcmd.HelperImageEnv), Namespace: deploy.HelperNamespace, Timeout: 10 * time.Minute,
-		PriorityClass: deploy.HelperPriorityClass}
-	if h.Image == "" {
-		h.Image = version.HelperImage()
-	}
-	left := tt.ProbeSpec(h, target, earlier).Pod()
-	if _, err := c.Client.CoreV1().Pods(left.Namespace).Create(ctx, left, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	left := leaveProbe(t, ctx, target, earlier)
 	if _, code := run(t, ctx, "upgrade", "kmd", "--version", v, "--nodes", target); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
@@ -384,15 +376,7 @@ func TestAnEarlierRunsProbeOnAFinishedNodeIsRemoved(t *testing.T) {
 	if _, code := run(t, ctx, "upgrade", "kmd", "--version", v, "--nodes", target); code != 0 {
 		t.Fatalf("the run that finishes the node: exit %d", code)
 	}
-	h := tt.HelperConfig{Image: os.Getenv(ttcmd.HelperImageEnv), Namespace: deploy.HelperNamespace, Timeout: 10 * time.Minute,
-		PriorityClass: deploy.HelperPriorityClass}
-	if h.Image == "" {
-		h.Image = version.HelperImage()
-	}
-	left := tt.ProbeSpec(h, target, "20261206-235959-1eft0v").Pod()
-	if _, err := c.Client.CoreV1().Pods(left.Namespace).Create(ctx, left, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	left := leaveProbe(t, ctx, target, "20261206-235959-1eft0v")
 	if _, code := run(t, ctx, "upgrade", "kmd", "--version", v, "--nodes", target); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
@@ -400,4 +384,20 @@ func TestAnEarlierRunsProbeOnAFinishedNodeIsRemoved(t *testing.T) {
 	if err == nil && p.DeletionTimestamp == nil {
 		t.Errorf("the earlier run's probe %s is still there (%s)", p.Name, p.Status.Phase)
 	}
+}
+
+// leaveProbe creates the probe helper an earlier run (run) would have left
+// on node.
+func leaveProbe(t *testing.T, ctx context.Context, node, run string) *corev1.Pod {
+	t.Helper()
+	h := tt.HelperConfig{Image: os.Getenv(ttcmd.HelperImageEnv), Namespace: deploy.HelperNamespace, Timeout: 10 * time.Minute,
+		PriorityClass: deploy.HelperPriorityClass}
+	if h.Image == "" {
+		h.Image = version.HelperImage()
+	}
+	left := tt.ProbeSpec(h, node, run).Pod()
+	if _, err := simtest.Get(t).Client.CoreV1().Pods(left.Namespace).Create(ctx, left, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return left
 }
