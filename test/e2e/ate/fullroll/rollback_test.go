@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/yaml"
@@ -468,10 +471,21 @@ func TestRevertCrashedActor(t *testing.T) {
 	}
 	// The actor resumes from its snapshot: asked to, or woken by traffic
 	// first (then a resume of our own is refused while it is RESUMING).
-	if _, _, err := cl.ResumeActor(ctx, victim.Atespace, victim.Name); err != nil {
-		if st := stateOf(); st != ateapi.ActorResuming && st != ateapi.ActorRunning {
-			t.Fatalf("resume after revert: %v (state %s)", err, st)
+	// With every worker taken by the traffic's actors the substrate answers
+	// ResourceExhausted (seen in CI): asked again once one frees.
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, _, err := cl.ResumeActor(ctx, victim.Atespace, victim.Name)
+		switch st := stateOf(); {
+		case err == nil || st == ateapi.ActorResuming || st == ateapi.ActorRunning:
+			return true, nil
+		case errors.Is(err, ateapi.ErrResourceExhausted) && st == ateapi.ActorSuspended:
+			t.Logf("resume after revert: %v; again once a worker frees", err)
+			return false, nil
+		default:
+			return false, fmt.Errorf("resume after revert: %w (state %s)", err, st)
 		}
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if out, code := atetest.Run(t, ctx, "revert", "--all-crashed", "--yes"); code != 0 || !strings.Contains(out, "No CRASHED actor") {
 		t.Fatalf("--all-crashed with none: exit %d", code)
