@@ -3,6 +3,7 @@ package campaign
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -161,9 +162,8 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 				Step: m.Step(), Next: m.Next(), Back: m.Back()})
 			moves = append(moves, m)
 		}
-		if err := roll.RelabelledAtOnce(c, moves); err != nil {
-			what, fix, _ := strings.Cut(err.Error(), "\n")
-			s.Phase, s.Summary, s.Next = PhaseBlocked, what, fix
+		if re := (*roll.RelabelError)(nil); errors.As(roll.RelabelledAtOnce(c, moves), &re) {
+			s.Phase, s.Summary, s.Next = PhaseBlocked, re.What, re.Fix
 			return s
 		}
 		var unpaired []string

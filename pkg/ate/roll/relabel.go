@@ -68,5 +68,12 @@ func RelabelledAtOnce(c *fleet.Cluster, moves []node.HalfMoved) error {
 	fmt.Fprintf(&b, "Once the nodes show %s (kubectl get nodes -L %s), re-run: the roll moves them one at a time, each with "+
 		"its drain. Relabel a node pool with %s only after every node shows it (kubectl ate status prints the commands then).",
 		c.Old, fleet.VersionLabel, c.New)
-	return runbook.Blocked(fmt.Errorf("%s", b.String()))
+	what, fix, _ := strings.Cut(b.String(), "\n")
+	return runbook.Blocked(&RelabelError{What: what, Fix: fix})
 }
+
+// RelabelError is RelabelledAtOnce's stop: what happened (its first line)
+// and what puts it right, apart so status can show each where it belongs.
+type RelabelError struct{ What, Fix string }
+
+func (e *RelabelError) Error() string { return e.What + "\n" + e.Fix }
