@@ -120,7 +120,8 @@ func (n *nodeOptions) add(cmd *cobra.Command) {
 	fs.DurationVar(&c.PullTimeout, "pull-timeout", roll.DefaultPullTimeout, "how long pulling a clone's images may take on the "+
 		"first node of each platform (os/arch), before a node of it moves; an image with no build for the platform stops the roll")
 	fs.DurationVar(&c.RegisterTimeout, "register-timeout", 2*time.Minute,
-		"how long a worker pod on the node may take to register before the flip; then the run stops blocked")
+		"how long a worker pod of the pools the node leaves may stay unregistered before the flip; then it is taken as "+
+			"never registering (it holds no actor): the node is cordoned and the pod deleted, its pool replaces it elsewhere")
 	n.api.add(fs)
 	n.run.AddFlags(fs, fleet.Namespace)
 	n.soak.AddFlags(fs)

@@ -31,8 +31,10 @@ type evacuation struct {
 	suspendInterval time.Duration
 	revertCrashed   bool
 	// registerTimeout bounds the wait for a worker pod on the node to
-	// register as a worker (so it can be drained).
-	registerTimeout time.Duration
+	// register as a worker (so it can be drained); past it, clearUnregistered
+	// (nil: none, the run stops) takes such pods off the node.
+	registerTimeout   time.Duration
+	clearUnregistered func(context.Context, nodeFacts) error
 	// look reads the node again between rounds; prev is the last round's.
 	look func(ctx context.Context, prev nodeFacts) (nodeFacts, error)
 	// record (nil: none) is handed each round's facts before the round
@@ -128,9 +130,22 @@ func (e *evacuation) waitDrained(ctx context.Context, f nodeFacts) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return e.unregisteredErr(f, unreg)
+			if err := e.unregisteredOut(ctx, f, unreg); err != nil {
+				return err
+			}
+			deadline = time.Now().Add(e.registerTimeout)
 		}
 	}
+}
+
+// unregisteredOut is what happens to worker pods still unregistered after
+// registerTimeout: taken off the node when the caller can, or the run
+// stops.
+func (e *evacuation) unregisteredOut(ctx context.Context, f nodeFacts, unreg []string) error {
+	if e.clearUnregistered == nil {
+		return e.unregisteredErr(f, unreg)
+	}
+	return e.clearUnregistered(ctx, f)
 }
 
 func (e *evacuation) unregisteredErr(f nodeFacts, unreg []string) error {
@@ -174,7 +189,10 @@ func (e *evacuation) empty(ctx context.Context, f nodeFacts) error {
 		case unregisteredSince.IsZero():
 			unregisteredSince = time.Now()
 		case time.Since(unregisteredSince) > e.registerTimeout:
-			return e.unregisteredErr(f, unreg)
+			if err := e.unregisteredOut(ctx, f, unreg); err != nil {
+				return err
+			}
+			unregisteredSince = time.Now()
 		}
 		if f.empty() && len(pending) == 0 {
 			if e.settled != nil {

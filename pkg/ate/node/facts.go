@@ -188,7 +188,18 @@ func (f nodeFacts) residents() (live, crashed []ateapi.Actor) {
 // A pod that registers later is drained by the suspend step, and the flip
 // waits for it.
 func (f nodeFacts) drained() bool {
-	return len(f.undrained()) == 0 && (len(f.workers()) > 0 || len(f.podsOf(f.cfg.FromPools)) == 0)
+	if len(f.undrained()) > 0 {
+		return false
+	}
+	if len(f.workers()) > 0 {
+		return true
+	}
+	for _, p := range f.podsOf(f.cfg.FromPools) {
+		if p.DeletionTimestamp == nil { // a pod being deleted takes no actor
+			return false
+		}
+	}
+	return true
 }
 
 // empty: no actor lives on the node, every worker is draining and
@@ -237,17 +248,26 @@ func (f nodeFacts) fromHosted() []string {
 // the node with no registered worker: the syncer registers a pod some time
 // after it runs, and an unregistered worker can still be handed an actor.
 func (f nodeFacts) unregistered() []string {
+	var out []string
+	for _, p := range f.unregisteredPods() {
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	return out
+}
+
+// unregisteredPods are the pods unregistered names.
+func (f nodeFacts) unregisteredPods() []corev1.Pod {
 	known := map[string]bool{}
 	for _, w := range f.inv.Workers {
 		known[w.Name] = true
 	}
-	var out []string
+	var out []corev1.Pod
 	for _, p := range f.podsOf(f.cfg.FromPools) {
 		if _, wrongPlatform := fleet.PullFailure(&p); wrongPlatform {
 			continue // its image has no build for this node: it never runs, so it never registers or takes an actor
 		}
 		if !known[string(p.UID)] && p.DeletionTimestamp == nil {
-			out = append(out, p.Namespace+"/"+p.Name)
+			out = append(out, p)
 		}
 	}
 	return out

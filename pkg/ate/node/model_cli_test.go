@@ -18,9 +18,14 @@ type mCmd struct {
 	dir     Direction
 	node    string // a NODE argument ("" none)
 	recover bool   // kubectl ate recover-node NODE
+	late    bool   // --register-timeout passes during the run
 }
 
 func (c mCmd) String() string {
+	if c.late {
+		c.late = false
+		return c.String() + " (a pod stays unregistered past --register-timeout)"
+	}
 	switch {
 	case c.recover:
 		return "recover-node " + c.node
@@ -75,7 +80,7 @@ func (m *aModel) cliMove(s aState, cmd mCmd) (modelcheck.Move[aState], bool) {
 	if pos.Guard != "" {
 		return modelcheck.Move[aState]{Name: fmt.Sprintf("cli: %s: %s %s blocked: %s", cmd, target, st.ID, pos.Guard), Next: n}, true
 	}
-	ops, bad := m.effect(&s, st, f, ni)
+	ops, bad := m.effect(&s, st, f, ni, cmd.late)
 	return m.acting(s, n, cmd, target, st.ID, ops, bad)
 }
 
@@ -181,7 +186,7 @@ func (m *aModel) suspendOps(live []ateapi.Actor, ni int, planned map[string]bool
 
 // effect is the model's reading of a step's Act on facts f, as the API
 // calls it makes in order; bad names an action the plan does not justify.
-func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni int) (ops []mOp, bad string) {
+func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni int, late bool) (ops []mOp, bad string) {
 	var plan []runbook.Change
 	if st.Plan != nil {
 		plan = st.Plan(f)
@@ -235,6 +240,7 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 			}
 			drain(w)
 		}
+		ops, bad = m.clearUnregistered(s, f, ni, late, planned, ops, bad)
 	case "ate.node.suspend":
 		// emptyNode: record the residents, drain what registered since,
 		// stop at a crashed actor, suspend the live ones that are not
@@ -247,6 +253,7 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 		if len(crashed) > 0 {
 			return ops, bad // blocked after the drains (no --revert-crashed)
 		}
+		ops, bad = m.clearUnregistered(s, f, ni, late, planned, ops, bad)
 		more, b := m.suspendOps(live, ni, planned)
 		ops = append(ops, more...)
 		if b != "" {
@@ -312,6 +319,30 @@ func (m *aModel) effect(s *aState, st runbook.Step[nodeFacts], f nodeFacts, ni i
 			uids = append(uids, string(p.UID))
 		}
 		deletes(uids, false)
+	}
+	return ops, bad
+}
+
+// clearUnregistered is the model's reading of nodeBuilder.clearUnregistered,
+// run when --register-timeout passed (late): cordon the node, then each
+// unregistered pod's own worker read and the pod deleted if it hosts none.
+func (m *aModel) clearUnregistered(s *aState, f nodeFacts, ni int, late bool, planned map[string]bool, ops []mOp,
+	bad string) ([]mOp, string) {
+	stuck := f.unregisteredPods()
+	if !late || len(stuck) == 0 {
+		return ops, bad
+	}
+	if !planned["node/"+f.node.Name+" cordon"] {
+		bad = "the cordon before deleting unregistered pods is not in the plan"
+	}
+	ops = append(ops, mOp{Kind: opCordon, Arg: int8(ni), Node: int8(ni)})
+	for _, p := range stuck {
+		if !planned["pod/"+p.Namespace+"/"+p.Name+" delete"] {
+			bad = "delete of unregistered " + p.Name + " is not in the plan"
+		}
+		if slot, ok := slotOf(s, string(p.UID)); ok {
+			ops = append(ops, mOp{Kind: opDeleteUnregistered, Arg: int8(slot), Gen: s.Pods[slot].Gen, Node: int8(ni)})
+		}
 	}
 	return ops, bad
 }
@@ -423,6 +454,32 @@ func (m *aModel) call(s aState) (modelcheck.Move[aState], bool) {
 		n.Nodes[op.Arg].Verify = 0
 	case opRecheck:
 		name = m.recheck(&n, op)
+	case opDeleteUnregistered:
+		name = "GetWorker " + podName(int(op.Arg), op.Gen)
+		p := &n.Pods[op.Arg]
+		hosts := false
+		for _, a := range n.Actors {
+			hosts = hosts || int(a.Worker) == int(op.Arg) && a.St != mSuspended
+		}
+		switch {
+		case p.Gen != op.Gen:
+			name += ": gone already"
+		case p.Reg && hosts:
+			p.Drain = true
+			name += ": registered meanwhile and hosts an actor, drained and kept (blocked)"
+			n.Ops = nil
+		default:
+			if p.Reg {
+				p.Drain = true
+				name += ": registered meanwhile, drained"
+			}
+			name += "; delete pod " + podName(int(op.Arg), op.Gen)
+			if p.Node >= 0 && n.Nodes[p.Node].Label == slotPin(int(op.Arg)) && !n.Nodes[p.Node].Cordon && n.Bad == "" {
+				n.Bad = fmt.Sprintf("pod %s deleted while %s still carries %s, uncordoned", podName(int(op.Arg), op.Gen),
+					nodeName(int(p.Node)), versions[n.Nodes[p.Node].Label])
+			}
+			*p = mPod{Gen: p.Gen ^ 1, Node: -1, Stuck: p.Stuck}
+		}
 	case opDelete:
 		name = "delete pod " + podName(int(op.Arg), op.Gen)
 		if op.Flag {
@@ -442,7 +499,7 @@ func (m *aModel) call(s aState) (modelcheck.Move[aState], bool) {
 				a.St = mCrashed // its pod is gone with it
 			}
 		}
-		*p = mPod{Gen: p.Gen ^ 1, Node: -1}
+		*p = mPod{Gen: p.Gen ^ 1, Node: -1, Stuck: p.Stuck}
 	}
 	if len(n.Ops) == 0 {
 		n.CLI, n.Ops = cliIdle, nil

@@ -39,13 +39,20 @@ func (m *aModel) moves(s aState) []modelcheck.Move[aState] {
 			for _, i := range m.schedulable(&s, slot) {
 				n := s.clone()
 				n.Pods[slot].Node = int8(i)
-				n.Pods[slot].Reg = m.quiet // registered in the same move: a smaller model
+				n.Pods[slot].Reg = m.quiet && !p.Stuck // registered in the same move: a smaller model
 				add(fmt.Sprintf("env: pod %s scheduled on %s", podName(slot, p.Gen), nodeName(i)), n)
 			}
-		} else if !p.Reg {
+		} else if !p.Reg && !p.Stuck {
 			n := s.clone()
 			n.Pods[slot].Reg = true
 			add(fmt.Sprintf("env: pod %s registers as an ACTIVE worker", podName(slot, p.Gen)), n)
+		}
+	}
+	for slot, p := range s.Pods {
+		if p.Stuck && m.fix {
+			n := s.clone()
+			n.Pods[slot].Stuck = false
+			add(fmt.Sprintf("person: fixes what keeps pod %s from registering", podName(slot, p.Gen)), n)
 		}
 	}
 	out = append(out, m.atelets(s)...)
@@ -89,6 +96,17 @@ func (m *aModel) commands(s *aState) []mCmd {
 	cmds := []mCmd{{dir: Roll}}
 	if m.back {
 		cmds = append(cmds, mCmd{dir: Rollback})
+	}
+	// A pod on a node that has not registered: the run may wait out
+	// --register-timeout on it.
+	for _, p := range s.Pods {
+		if p.Node >= 0 && !p.Reg && m.clearing {
+			cmds = append(cmds, mCmd{dir: Roll, late: true})
+			if m.back {
+				cmds = append(cmds, mCmd{dir: Rollback, late: true})
+			}
+			break
+		}
 	}
 	if m.byNode {
 		for i := 0; i < m.nodes; i++ {
@@ -345,9 +363,9 @@ func (m *aModel) finished(s aState, v uint8) bool {
 // goals: the roll can always still finish (unless a v2 atelet may stay
 // broken for good: then only the way back can), and with the rollback a
 // command, the rollback can too.
-func (m *aModel) goals(fails int8) []modelcheck.Goal[aState] {
+func (m *aModel) goals(fails int8, stuck bool) []modelcheck.Goal[aState] {
 	var out []modelcheck.Goal[aState]
-	if fails == 0 || m.fix {
+	if (fails == 0 && !stuck) || m.fix {
 		out = append(out, modelcheck.Goal[aState]{Name: "the roll finishes", Done: func(s aState) bool { return m.finished(s, 1) }})
 	}
 	if m.back {

@@ -22,7 +22,9 @@ type aConfig struct {
 	person                  bool
 	byNode                  bool
 	back                    bool     // rollback next-node is a command too
-	fix                     bool     // a person may clear a broken atelet's image cache
+	fix                     bool     // a person may clear a broken atelet's image cache, or fix a stuck pod
+	stuck                   bool     // the clone's first pod never registers
+	noClear                 bool     // seeded bug: a run never takes an unregistered pod off the node
 	atomic                  []string // step IDs whose calls follow their observation at once
 	drop                    string   // "step-id/guard name prefix" removed from the runbook
 	skip                    string   // a step whose Done always says done (a broken step)
@@ -61,7 +63,7 @@ func newATEModel(t *testing.T, c aConfig) modelcheck.Model[aState] {
 		}
 	}
 	m := &aModel{nodes: c.nodes, rb: rb, rec: RecoverRunbook(nil, nil, nil, &RecoverConfig{}), byNode: c.byNode, back: c.back, quiet: c.quiet,
-		fix: c.fix, atomic: map[string]bool{}, memo: map[string]string{}, missWorkers: c.missWorkers, missActors: c.missActors, person: c.person}
+		fix: c.fix, clearing: !c.noClear, atomic: map[string]bool{}, memo: map[string]string{}, missWorkers: c.missWorkers, missActors: c.missActors, person: c.person}
 	for _, id := range c.atomic {
 		m.atomic[id] = true
 	}
@@ -70,7 +72,7 @@ func newATEModel(t *testing.T, c aConfig) modelcheck.Model[aState] {
 		init.Nodes[i] = mNode{Label: 0, Atelet: 0, Ready: true}
 	}
 	// The old pool serves from n1 and n2; its clone waits for a v2 node.
-	init.Pods = [4]mPod{{Node: 0, Reg: true}, {Node: 1, Reg: true}, {Node: -1}, {Node: -1}}
+	init.Pods = [4]mPod{{Node: 0, Reg: true}, {Node: 1, Reg: true}, {Node: -1, Stuck: c.stuck}, {Node: -1}}
 	// a1 runs on n1, a2 idled on n1 (snapshot there), a3 is suspended.
 	init.Actors = [3]mActor{{St: mRunning, Worker: 0, Pin: -1}, {St: mPaused, Worker: -1, Pin: 0}, {St: mSuspended, Worker: -1,
 		Pin: -1}}
@@ -85,7 +87,7 @@ func newATEModel(t *testing.T, c aConfig) modelcheck.Model[aState] {
 		Key:        key,
 		Moves:      m.moves,
 		Invariants: m.invariants(),
-		Goals:      m.goals(c.fails),
+		Goals:      m.goals(c.fails, c.stuck),
 		Describe:   describe,
 		MaxStates:  3_000_000,
 	}
@@ -178,6 +180,14 @@ func TestModelATEBothWays(t *testing.T) {
 		{"a kill at every call, both ways, every actor", aConfig{nodes: 2, kills: 1, back: true, person: true}, modelcheck.Long},
 		{"a failing atelet a person clears, a kill", aConfig{nodes: 2, fails: 1, fix: true, kills: 1, back: true, person: true,
 			quiet: true}, modelcheck.Full},
+		{"a canary whose new workers never register, rolled back", aConfig{nodes: 2, stuck: true, back: true, quiet: true,
+			idle: true, atomic: allSteps}, modelcheck.Quick},
+		{"workers that never register, an actor, a kill", aConfig{nodes: 2, stuck: true, kills: 1, back: true, person: true,
+			quiet: true}, modelcheck.Full},
+		{"workers that never register until a person fixes them, a kill", aConfig{nodes: 2, stuck: true, fix: true, kills: 1,
+			back: true, person: true, quiet: true}, modelcheck.Full},
+		{"workers that never register until a person fixes them, traffic, a kill", aConfig{nodes: 2, stuck: true, fix: true,
+			wakes: 1, kills: 1, back: true, person: true, quiet: true}, modelcheck.Long},
 		{"a worker drained by hand: recover-node", aConfig{nodes: 2, drains: 1, back: true, quiet: true, idle: true, atomic: allSteps},
 			modelcheck.Quick},
 		{"a worker drained by hand, an actor: recover-node", aConfig{nodes: 2, drains: 1, back: true, person: true, quiet: true},
@@ -246,4 +256,12 @@ func TestModelATESeededBug(t *testing.T) {
 		t.Fatalf("a rollback that cannot finish went unnoticed: %v", res.Violation)
 	}
 	t.Logf("seeded wedge caught:\n%s", res.Violation)
+
+	// The wedge of a canary whose new workers never register: a run that
+	// waits for them on every re-run never takes the node back.
+	res = exploreATE(t, aConfig{nodes: 2, stuck: true, back: true, quiet: true, idle: true, atomic: allSteps, noClear: true})
+	if res.Violation == nil || res.Violation.Invariant != "the rollback finishes stays reachable" {
+		t.Fatalf("a rollback that waits for a pod that never registers went unnoticed: %v", res.Violation)
+	}
+	t.Logf("seeded unregistered wedge caught:\n%s", res.Violation)
 }

@@ -64,6 +64,10 @@ type mPod struct {
 	Reg   bool // registered as a worker
 	Drain bool // the worker is DRAINING
 	Hand  bool // drained by a person, not by a run
+	// Stuck: the slot's pods never register (their ateom cannot reach the
+	// control plane) until a person fixes the cause; a replacement is
+	// stuck too (the cause is in the pool's template).
+	Stuck bool
 }
 
 type mActor struct {
@@ -95,6 +99,11 @@ const (
 	opUncordon // lift rollbook's cordon
 	opUnmark   // remove AnnMovingTo and AnnResidents
 	opVerified // remove AnnVerifyPending
+	// clearUnregistered's delete: GetWorker (draining it if it registered
+	// meanwhile), then the delete unless it hosts an actor. One move: the
+	// window between the read and the delete is the product's residual
+	// risk, documented in docs/ate.md.
+	opDeleteUnregistered
 )
 
 type mOp struct {
@@ -144,8 +153,13 @@ type aModel struct {
 	// quiet registers a pod as it is scheduled and readies an atelet as
 	// it starts (unless it fails): a smaller model for the long ways.
 	quiet bool
-	// fix: a person may clear a broken atelet's image cache.
+	// fix: a person may clear a broken atelet's image cache, and fix what
+	// keeps stuck pods from registering.
 	fix bool
+	// clearing: a run that waited --register-timeout for a pod to register
+	// takes it off the node (clearUnregistered); false is the seeded bug,
+	// the run that waits for it on every re-run.
+	clearing bool
 	// atomic steps make their calls in the same move as the observation
 	// that decided them.
 	atomic map[string]bool
@@ -421,7 +435,7 @@ func key(s aState) string {
 		if len(s.Ops) == 0 {
 			gen = 0
 		}
-		b = append(b, byte(p.Node+1)|gen<<2|boolBit(p.Reg)<<3|boolBit(p.Drain)<<4|boolBit(p.Hand)<<5)
+		b = append(b, byte(p.Node+1)|gen<<2|boolBit(p.Reg)<<3|boolBit(p.Drain)<<4|boolBit(p.Hand)<<5|boolBit(p.Stuck)<<6)
 	}
 	for _, a := range s.Actors {
 		b = append(b, a.St, byte(a.Worker+1)|byte(a.Pin+1)<<4)
@@ -455,7 +469,8 @@ func describe(s aState) string {
 		if p.Node >= 0 {
 			where = "on " + nodeName(int(p.Node))
 		}
-		fmt.Fprintf(&b, "  pod %s %s registered=%v draining=%v by hand=%v\n", podName(slot, p.Gen), where, p.Reg, p.Drain, p.Hand)
+		fmt.Fprintf(&b, "  pod %s %s registered=%v draining=%v by hand=%v stuck=%v\n", podName(slot, p.Gen), where, p.Reg, p.Drain,
+			p.Hand, p.Stuck)
 	}
 	for i, a := range s.Actors {
 		fmt.Fprintf(&b, "  actor %s %s", actorName(i), actorStateName[a.St])

@@ -125,7 +125,35 @@ lost: a crashed actor stops the run unless --revert-crashed says to revert it.`,
 // rounds.
 func (b *nodeBuilder) evacuation(look func(context.Context, nodeFacts) (nodeFacts, error)) *evacuation {
 	return &evacuation{api: b.o.api, rec: b.rec, maxSuspends: b.cfg.MaxConcurrentSuspends, suspendInterval: b.cfg.SuspendInterval,
-		revertCrashed: b.cfg.RevertCrashed, registerTimeout: b.cfg.RegisterTimeout, look: look, record: b.record, settled: b.o.saw}
+		revertCrashed: b.cfg.RevertCrashed, registerTimeout: b.cfg.RegisterTimeout, clearUnregistered: b.clearUnregistered, look: look,
+		record: b.record, settled: b.o.saw}
+}
+
+// clearUnregistered takes off the node the worker pods of the pools it
+// leaves that never registered within --register-timeout (an ateom that
+// cannot reach the control plane, a canary's new workers rolled back):
+// there is no worker to drain, so the flip would wait for them on every
+// re-run. Such a pod holds no actor — the control plane places actors on
+// registered workers only, and each pod's own worker is read just before
+// its delete (one that registered meanwhile is drained, and kept if it
+// was handed an actor). The node is cordoned first (the flip lifts the
+// cordon) so their pools' replacements land elsewhere, not right back;
+// the flip deletes the rest of those pools' pods anyway.
+func (b *nodeBuilder) clearUnregistered(ctx context.Context, f nodeFacts) error {
+	stuck := f.unregisteredPods()
+	if len(stuck) == 0 {
+		return nil
+	}
+	if _, err := kube.CordonNode(ctx, b.o.cs, b.rec, b.o.newest(f.node), CordonOwner, b.cfg.RunID); err != nil {
+		return fmt.Errorf("cordon node %s before deleting its unregistered worker pods: %w", f.node.Name, err)
+	}
+	var pods []idlePod
+	for _, p := range stuck {
+		pods = append(pods, idlePod{ref: kube.PodRef(&p), uid: p.UID, why: fmt.Sprintf("worker pod on node %s never registered "+
+			"as a worker within --register-timeout %s, so it holds no actor and cannot be drained; the node is cordoned and "+
+			"moves to %s, its pool replaces the pod elsewhere", f.node.Name, b.cfg.RegisterTimeout, f.cfg.To)})
+	}
+	return b.evacuation(nil).deleteIdle(ctx, b.o.cs, b.rec, pods, "Re-run to drain and suspend it")
 }
 
 // pacedEvacuation is evacuation with the suspends timed against the step's
@@ -357,7 +385,9 @@ func (b *nodeBuilder) drain() runbook.Step[nodeFacts] {
 	return runbook.Step[nodeFacts]{
 		ID: "ate.node.drain", Title: "Drain the node's workers",
 		Doc: "Call DrainWorker for every worker on the node: bound actors keep running, but no new actor is placed there. " +
-			"Idempotent; NotFound (the pod is gone) is fine. There is no undrain.",
+			"Idempotent; NotFound (the pod is gone) is fine. There is no undrain. A worker pod of the pools the node leaves " +
+			"that has not registered within --register-timeout holds no actor and cannot be drained: the node is cordoned " +
+			"(so its pool replaces it elsewhere) and the pod deleted, each pod's worker read just before.",
 		Done: func(f nodeFacts) (bool, string) {
 			if f.flipped() {
 				return true, "node at " + f.cfg.To
@@ -373,7 +403,7 @@ func (b *nodeBuilder) drain() runbook.Step[nodeFacts] {
 				out = append(out, runbook.Change{Object: "worker/" + w.Name, Action: "DrainWorker",
 					Detail: "pod " + w.Pod + ", pool " + w.Pool})
 			}
-			return out
+			return append(out, unregisteredPlan(f)...)
 		},
 		Act: func(ctx context.Context, f nodeFacts) error {
 			if err := b.record(ctx, f); err != nil {
@@ -388,6 +418,21 @@ func (b *nodeBuilder) drain() runbook.Step[nodeFacts] {
 			}).waitDrained(ctx, f)
 		},
 	}
+}
+
+// unregisteredPlan is what clearUnregistered would do to the pods f shows
+// unregistered, should they stay so for --register-timeout.
+func unregisteredPlan(f nodeFacts) []runbook.Change {
+	stuck := f.unregisteredPods()
+	if len(stuck) == 0 {
+		return nil
+	}
+	const cond = "only if not registered within --register-timeout"
+	out := []runbook.Change{{Object: "node/" + f.node.Name, Action: "cordon", Detail: cond + "; the flip lifts it"}}
+	for _, p := range stuck {
+		out = append(out, runbook.Change{Object: "pod/" + p.Namespace + "/" + p.Name, Action: "delete", Detail: cond})
+	}
+	return out
 }
 
 func (b *nodeBuilder) suspend() runbook.Step[nodeFacts] {
@@ -414,7 +459,7 @@ func (b *nodeBuilder) suspend() runbook.Step[nodeFacts] {
 		},
 		Plan: func(f nodeFacts) []runbook.Change {
 			live, crashed := f.residents()
-			return append(f.recordChange(), suspendPlan(live, crashed)...)
+			return append(append(f.recordChange(), suspendPlan(live, crashed)...), unregisteredPlan(f)...)
 		},
 		Act: func(ctx context.Context, f nodeFacts) error {
 			// Each round reads the inventory; the node's pods only when it

@@ -215,6 +215,9 @@ func oldPodDeleted(p *corev1.Pod, node *corev1.Node, rs *appsv1.ReplicaSet, live
 	if node.Labels[substrate.VersionLabel] != v {
 		return "" // flipped first: the runbook's order
 	}
+	if node.Spec.Unschedulable {
+		return "" // cordoned: the pool cannot put it back there
+	}
 	if rs == nil || rs.DeletionTimestamp != nil || (rs.Spec.Replicas != nil && int(*rs.Spec.Replicas) < live) {
 		return "" // the controller removes it: a pool deletion or scale-down
 	}

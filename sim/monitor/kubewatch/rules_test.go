@@ -40,6 +40,7 @@ func cordonedBy(owner string) nodeOpt {
 	}
 }
 func notReady(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }
+func cordoned(n *corev1.Node) { n.Spec.Unschedulable = true }
 func leftCordoned(r string) nodeOpt {
 	return func(n *corev1.Node) { n.Annotations[AnnLeftCordoned] = r }
 }
@@ -224,6 +225,7 @@ func TestOldPodDeleted(t *testing.T) {
 		{"deleted before the flip", p, node("n1", version("v1")), rs(4), 4, true},
 		{"second deletion before a replacement", p, node("n1", version("v1")), rs(4), 3, true},
 		{"after the flip", p, node("n1", version("v2")), rs(4), 4, false},
+		{"node cordoned", p, node("n1", version("v1"), cordoned), rs(4), 4, false},
 		{"node gone", p, nil, rs(4), 4, false},
 		{"node being deleted", p, node("n1", version("v1"), deleting), rs(4), 4, false},
 		{"node NotReady", p, node("n1", version("v1"), notReady), rs(4), 4, false},
