@@ -110,10 +110,14 @@ func TestAWorkerThatNeverRegistersHasBothWaysOut(t *testing.T) {
 		t.Fatalf("status should name the way on and the way back: next %q, back %q", n.Next, n.Back)
 	}
 
-	// The way back, with the new workers still unregistered.
-	atetest.MustRun(t, ctx, "rollback", "next-node", canary, "--wait", "--verify-timeout", "90s")
+	// The way back, with the new workers still unregistered: past
+	// --register-timeout they are taken off the node before its flip.
+	atetest.MustRun(t, ctx, "rollback", "next-node", canary, "--wait", "--verify-timeout", "90s", "--register-timeout", "10s")
 	if v := atetest.NodeLabels(t, ctx)[canary]; v != atetest.OldV {
 		t.Fatalf("%s at %s after its rollback", canary, v)
+	}
+	if n, err := simtest.Get(t).Client.CoreV1().Nodes().Get(ctx, canary, metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
+		t.Fatalf("%s left cordoned after its rollback (%v)", canary, err)
 	}
 	if s := atetest.Status(t, ctx); len(s.Nodes) != 0 {
 		t.Fatalf("after the node's rollback, still in progress: %+v", s.Nodes)
