@@ -150,6 +150,20 @@ func (s *Server) listActors(req, out *dynamicpb.Message, hidden map[string]bool)
 	return nil
 }
 
+// listAtespaces names every atespace an actor lives in (the fake creates
+// atespaces with their first actor), hidden ones too: upstream lists the
+// store's atespaces whoever asks.
+func (s *Server) listAtespaces(out *dynamicpb.Message) {
+	seen := map[string]bool{}
+	for _, a := range s.sortedActors("") {
+		if !seen[a.Atespace] {
+			seen[a.Atespace] = true
+			m := appendTo(out, "atespaces")
+			protopath.SetFirst(m, a.Atespace, "name")
+		}
+	}
+}
+
 func (s *Server) listAssignments(req, out *dynamicpb.Message) error {
 	w, err := s.workerLocked(req)
 	if err != nil {

@@ -104,6 +104,8 @@ func (s *Server) dispatchLocked(ctx context.Context, md protoreflect.MethodDescr
 		err = s.listAssignments(req, out)
 	case "ListActors":
 		err = s.listActors(req, out, s.hiddenFrom(PrincipalFrom(ctx)))
+	case "ListAtespaces":
+		s.listAtespaces(out)
 	case "GetActor":
 		err = s.actorCall(req, out, nil)
 	case "SuspendActor":

@@ -26,8 +26,8 @@ func TestProbeMoveNamesEachRefusalAndChangesNothing(t *testing.T) {
 			}
 			drains := c.Capabilities().DrainImplemented
 			for _, tc := range []struct {
-				name            string
-				methods, spaces []string
+				name                   string
+				methods, spaces, given []string
 				want            []Refusal
 			}{
 				{name: "allowed"},
@@ -36,6 +36,12 @@ func TestProbeMoveNamesEachRefusalAndChangesNothing(t *testing.T) {
 					want: []Refusal{{Method: "SuspendActor", Atespace: "other"}, {Method: "SuspendActor", Atespace: "team"}}},
 				{name: "atespace hidden", spaces: []string{"team"},
 					want: []Refusal{{Method: "ListActors", Atespace: "team"}, {Method: "SuspendActor", Atespace: "team"}}},
+				{name: "atespaces list refused", methods: []string{"ListAtespaces"}, want: []Refusal{{Method: "ListAtespaces"}}},
+				// An atespace the move was not given (no actor of it seen on
+				// the node: a paused one the lists hide) is named by
+				// ListAtespaces, and probed.
+				{name: "a hidden atespace only the list names", spaces: []string{"other"}, given: []string{"team"},
+					want: []Refusal{{Method: "ListActors", Atespace: "other"}, {Method: "SuspendActor", Atespace: "other"}}},
 			} {
 				h.srv.SetRefusedMethods(principal, tc.methods)
 				h.srv.SetHiddenAtespaces(principal, tc.spaces)
@@ -43,7 +49,11 @@ func TestProbeMoveNamesEachRefusalAndChangesNothing(t *testing.T) {
 				if !drains && tc.name == "drain refused" {
 					want = nil // a server that cannot drain is never asked to
 				}
-				refused, probed, err := c.ProbeMove(ctx, []string{"team", "other"})
+				given := tc.given
+				if given == nil {
+					given = []string{"team", "other"}
+				}
+				refused, probed, err := c.ProbeMove(ctx, given)
 				if err != nil {
 					t.Fatalf("%s: %v", tc.name, err)
 				}

@@ -38,6 +38,52 @@ const (
 	hiddenAnnotation = "sim.rollbook.dev/hidden-atespaces"
 )
 
+// TestAnAtespaceOnlyTheListNamesIsAskedFirst hides an atespace no worker
+// names: its running actor is suspended, so only a paused actor with its
+// snapshot on the node is left, and every list the client may read leaves
+// it out. ListAtespaces (served whoever asks, as upstream's) still names
+// the atespace, so the move asks to list and suspend there before its
+// first write and stops, naming the calls to grant. Without it the node
+// flipped and the paused actor was lost. It runs first: it leaves the
+// fleet as it found it.
+func TestAnAtespaceOnlyTheListNamesIsAskedFirst(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 4*time.Minute)
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+	api := atetest.Client(t, ctx)
+	paused, running := actorsOf(t, ctx, api)
+	node := paused.AssignedNode
+	suspend(t, ctx, api, running)
+
+	hide(t, ctx, space)
+	out, code := atetest.Run(t, ctx, "roll", "next-node", node)
+	if code != cli.ExitBlocked || !strings.Contains(out, "ListActors in atespace "+space) ||
+		!strings.Contains(out, "nothing was written") {
+		t.Fatalf("roll next-node %s with %s hidden and named by no worker: exit %d, want %d naming ListActors in %s",
+			node, space, code, cli.ExitBlocked, space)
+	}
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, marked := n.Annotations[fleet.AnnMovingTo]; marked || n.Spec.Unschedulable || n.Labels[fleet.VersionLabel] != atetest.OldV {
+		t.Fatalf("node %s after the refusal: marked %v, cordoned %v, at %s; want untouched", node, marked, n.Spec.Unschedulable,
+			n.Labels[fleet.VersionLabel])
+	}
+	hide(t, ctx, "")
+	if a, err := api.GetActor(ctx, space, paused.Name); err != nil || a.State != ateapi.ActorPaused {
+		t.Fatalf("%s/%s after the refusal: %+v, %v; want PAUSED as it was", space, paused.Name, a, err)
+	}
+	// As found: the running actor runs again (off node, as the next test
+	// wants; any node will do for this one).
+	if _, _, err := api.ResumeActor(ctx, space, running.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, api, running.Name, ateapi.ActorRunning)
+}
+
 func TestAnAtespaceTheTokenMayNotReadKeepsTheNodeFromFlipping(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
