@@ -54,6 +54,9 @@ type Session struct {
 	contextName  string
 }
 
+// ContextName is the kube context the session acts in.
+func (s *Session) ContextName() string { return s.contextName }
+
 // DryRun reports whether the session only plans.
 func (s *Session) DryRun() bool { return s.Flags.DryRun }
 

@@ -240,6 +240,7 @@ func (n *nodeOptions) moveNodes(ctx context.Context, s *cli.Session, c roll.Clie
 		return declareReplacing(ctx, s, node)
 	}
 	n.move.DryRun, n.move.Say = n.run.DryRun, s.Progress.Printf
+	n.move.GKE, _ = fleet.ParseGKEContext(s.ContextName())
 	nr := roll.NewNodeRoll(c, n.move)
 	var o runbook.Options
 	s.ApplySoak(&o, n.soak, nr.Health)

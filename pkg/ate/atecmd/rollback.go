@@ -106,7 +106,8 @@ func (o *rollbackOptions) Run(ctx context.Context, g *cli.Globals) error {
 		return err
 	}
 	if before.New != "" {
-		printExternal(info, before.Old)
+		gke, _ := fleet.ParseGKEContext(s.ContextName())
+		printExternal(info, before.Old, gke)
 		return nil
 	}
 	// Nothing was left to move: the user's commands ran, so now a stray
@@ -145,11 +146,11 @@ registered. Every node after the first needs enough free workers of each pool li
 	return cmd
 }
 
-func printExternal(w io.Writer, old string) {
+func printExternal(w io.Writer, old string, gke fleet.GKELocation) {
 	st := ui.NewStyle(w)
 	fmt.Fprintf(w, "\n%s\n", st.Bold("Left to you, from a checkout of the OLD release ("+old+
 		") with the install's environment (VERSION="+old+" if the install pinned it), in this order:"))
-	for i, e := range roll.RollbackExternalSteps(old) {
+	for i, e := range roll.RollbackExternalSteps(old, gke) {
 		fmt.Fprintf(w, "  %d. %s\n     %s\n", i+1, e.When, e.Command)
 	}
 }

@@ -90,7 +90,8 @@ func (o *statusOptions) Run(ctx context.Context) error {
 	out := o.g.IOStreams.Out
 	live := ui.NewLiveText(out)
 	for {
-		s, err := campaign.ReadStatus(ctx, r.cs, r.dyn, r.md, r.view)
+		gke, _ := fleet.ParseGKEContext(o.g.ContextName())
+		s, err := campaign.ReadStatus(ctx, r.cs, r.dyn, r.md, r.view, gke)
 		if err != nil {
 			return err
 		}

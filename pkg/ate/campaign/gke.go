@@ -2,7 +2,6 @@ package campaign
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -23,31 +22,11 @@ type GKEPool struct {
 	Unlabelled []string
 }
 
-// GKE is what the nodes and the kube context say about a GKE cluster.
+// GKE is what the nodes and the kube context say about a GKE cluster: its
+// location from a gcloud-made context name (zero when named otherwise).
 type GKE struct {
-	// Project, Location and Cluster come from a gcloud-made context name
-	// (gke_PROJECT_LOCATION_CLUSTER); "" when the context is named otherwise.
-	Project, Location, Cluster string
-	Pools                      []GKEPool
-}
-
-// gkeName is what GKE allows in project IDs, locations and cluster names:
-// no underscore, so a gcloud context name splits unambiguously.
-var gkeName = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
-
-// ParseGKEContext splits a context name gcloud wrote
-// (gke_PROJECT_LOCATION_CLUSTER).
-func ParseGKEContext(name string) (project, location, cluster string, ok bool) {
-	parts := strings.Split(name, "_")
-	if len(parts) != 4 || parts[0] != "gke" {
-		return "", "", "", false
-	}
-	for _, p := range parts[1:] {
-		if !gkeName.MatchString(p) {
-			return "", "", "", false
-		}
-	}
-	return parts[1], parts[2], parts[3], true
+	fleet.GKELocation
+	Pools []GKEPool
 }
 
 // DetectGKE groups the nodes carrying GKE's node-pool label by pool; nil
@@ -73,7 +52,7 @@ func DetectGKE(nodes []corev1.Node, kubeContext string) *GKE {
 		return nil
 	}
 	g := &GKE{}
-	g.Project, g.Location, g.Cluster, _ = ParseGKEContext(kubeContext)
+	g.GKELocation, _ = fleet.ParseGKEContext(kubeContext)
 	for _, p := range byPool {
 		sort.Strings(p.Nodes)
 		sort.Strings(p.Unlabelled)
@@ -81,36 +60,6 @@ func DetectGKE(nodes []corev1.Node, kubeContext string) *GKE {
 	}
 	sort.Slice(g.Pools, func(i, j int) bool { return g.Pools[i].Name < g.Pools[j].Name })
 	return g
-}
-
-// zone matches a zonal location (us-central1-a); a region has no suffix.
-var zone = regexp.MustCompile(`-[a-z]$`)
-
-// loc is the --zone (or --region) and --project part of a command, with
-// the runbook's placeholder for what the context did not say.
-func (g *GKE) loc() string {
-	if g.Location == "" {
-		return "--zone $ZONE"
-	}
-	flag := "--zone"
-	if !zone.MatchString(g.Location) {
-		flag = "--region"
-	}
-	s := flag + " " + g.Location
-	if g.Project != "" {
-		s += " --project " + g.Project
-	}
-	return s
-}
-
-// where is --cluster plus loc, for node-pool commands.
-func (g *GKE) where() string { return "--cluster " + g.clusterName() + " " + g.loc() }
-
-func (g *GKE) clusterName() string {
-	if g.Cluster == "" {
-		return "$CLUSTER"
-	}
-	return g.Cluster
 }
 
 // intro names the cluster and pools, or says which names to fill in.
@@ -144,15 +93,15 @@ func (g *GKE) BeforeRoll(old string) string {
 				p.Name, len(p.Unlabelled), len(p.Nodes), fleet.VersionLabel, fleet.Brief(p.Unlabelled), fleet.VersionLabel, old)
 		}
 	}
-	w := g.where()
+	w := g.Where()
 	for _, p := range g.Pools {
 		fmt.Fprintf(&b, "\n  # node pool %s\n", p.Name)
 		fmt.Fprintf(&b, "  # 1. save the autoscaler config (restore it after the roll), then park the autoscaler: the old pool's\n"+
 			"  #    Pending pods are the rollback reserve, not demand\n")
 		fmt.Fprintf(&b, "  gcloud container node-pools describe %s %s --format='json(autoscaling)' > autoscaling-%s.json\n", p.Name, w,
 			p.Name)
-		fmt.Fprintf(&b, "  gcloud container clusters update %s %s --node-pool %s --no-enable-autoscaling\n", g.clusterName(),
-			g.loc(), p.Name)
+		fmt.Fprintf(&b, "  gcloud container clusters update %s %s --node-pool %s --no-enable-autoscaling\n", g.ClusterName(),
+			g.Loc(), p.Name)
 		fmt.Fprintf(&b, "  # 2. stamp the pool with OLD so nodes GKE creates later carry it; --node-labels REPLACES the pool's user\n"+
 			"  #    labels: copy them from the first command into the second\n")
 		fmt.Fprintf(&b, "  gcloud container node-pools describe %s %s --format='get(config.labels)'\n", p.Name, w)
@@ -162,7 +111,7 @@ func (g *GKE) BeforeRoll(old string) string {
 	fmt.Fprintf(&b, "\n  # 3. if a maintenance window falls inside the roll: a node GKE recreates comes back at the pool's label\n")
 	fmt.Fprintf(&b, "  gcloud container clusters update %s %s --add-maintenance-exclusion-name=ate-roll "+
 		"--add-maintenance-exclusion-start=<start> --add-maintenance-exclusion-end=<end> "+
-		"--add-maintenance-exclusion-scope=no_upgrades\n", g.clusterName(), g.loc())
+		"--add-maintenance-exclusion-scope=no_upgrades\n", g.ClusterName(), g.Loc())
 	return b.String()
 }
 
@@ -174,7 +123,7 @@ func (g *GKE) AfterRoll(newVersion string) string {
 	fmt.Fprintf(&b, "After the roll, on GKE: %s.\n", g.intro())
 	fmt.Fprintf(&b, "  ! Only now that every node shows %s=%s, and never earlier: relabelling a node pool applies to every\n"+
 		"    node in it at once, with no drain and no pacing.\n", fleet.VersionLabel, newVersion)
-	w := g.where()
+	w := g.Where()
 	for _, p := range g.Pools {
 		fmt.Fprintf(&b, "\n  # node pool %s: --node-labels REPLACES the pool's user labels: copy them from the first command\n", p.Name)
 		fmt.Fprintf(&b, "  gcloud container node-pools describe %s %s --format='get(config.labels)'\n", p.Name, w)
@@ -182,7 +131,7 @@ func (g *GKE) AfterRoll(newVersion string) string {
 			fleet.VersionLabel, newVersion)
 		fmt.Fprintf(&b, "  # restore the autoscaler from the config saved before the roll (autoscaling-%s.json)\n", p.Name)
 		fmt.Fprintf(&b, "  gcloud container clusters update %s %s --node-pool %s --enable-autoscaling --min-nodes <min> "+
-			"--max-nodes <max>\n", g.clusterName(), g.loc(), p.Name)
+			"--max-nodes <max>\n", g.ClusterName(), g.Loc(), p.Name)
 	}
 	return b.String()
 }

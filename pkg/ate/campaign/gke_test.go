@@ -10,29 +10,6 @@ import (
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
 )
 
-func TestParseGKEContext(t *testing.T) {
-	for _, tc := range []struct {
-		name, project, location, cluster string
-		ok                               bool
-	}{
-		{"gke_my-proj_us-central1-a_prod", "my-proj", "us-central1-a", "prod", true},
-		{"gke_p1_europe-west4_ate-cluster-2", "p1", "europe-west4", "ate-cluster-2", true},
-		{"kind-kind", "", "", "", false},
-		{"gke_p_l", "", "", "", false},                 // too few parts
-		{"gke_p_l_c_extra", "", "", "", false},         // too many
-		{"gke_p_l_c;rm -rf /", "", "", "", false},      // never echoed into a command
-		{"gke_P_us-central1_c", "", "", "", false},     // not a GKE name
-		{"arn_p_us-central1_c", "", "", "", false},     // not gcloud's
-		{"gke__us-central1_c", "", "", "", false},      // empty project
-		{"gke_p_us-central1_$(id)", "", "", "", false}, // shell metacharacters
-	} {
-		p, l, c, ok := ParseGKEContext(tc.name)
-		if ok != tc.ok || p != tc.project || l != tc.location || c != tc.cluster {
-			t.Errorf("%q: %q %q %q %v; want %q %q %q %v", tc.name, p, l, c, ok, tc.project, tc.location, tc.cluster, tc.ok)
-		}
-	}
-}
-
 func gkeNode(name, pool, version string) corev1.Node {
 	n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
 	if pool != "" {

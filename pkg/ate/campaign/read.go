@@ -39,9 +39,10 @@ func ReadAPI(ctx context.Context, api APIReader, dialErr error) APIView {
 
 // ReadStatus says where the roll stands, from the cluster (nodes read as
 // metadata through md) and the view of the control API that readAPI returns.
-// The two are independent, so they are read together.
+// The two are independent, so they are read together. gke is where the kube
+// context says the cluster is, for the commands status prints.
 func ReadStatus(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, md metadata.Interface,
-	readAPI func(context.Context) APIView) (*Status, error) {
+	readAPI func(context.Context) APIView, gke fleet.GKELocation) (*Status, error) {
 	var c *fleet.Cluster
 	var v APIView
 	var g errgroup.Group
@@ -56,6 +57,7 @@ func ReadStatus(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interf
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	c.GKE = gke
 	s, err := ObserveStatus(ctx, cs, c, v.Inv)
 	if err != nil {
 		return nil, err

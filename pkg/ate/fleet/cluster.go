@@ -83,6 +83,9 @@ type Cluster struct {
 	Pools   []Pool     `json:"pools"`
 	// Problems make the roll unsafe to drive; each says what to do.
 	Problems []string `json:"problems,omitempty"`
+	// GKE is where the kube context says the cluster is (set by the
+	// command that read it), for the gcloud commands advice prints.
+	GKE GKELocation `json:"-"`
 	// objects are the nodes as listed: in full, or as metadata with the
 	// cordoned ones in full (listedFull says which).
 	objects    []corev1.Node

@@ -33,6 +33,9 @@ type NodeRollOptions struct {
 	// reached NEW.
 	ControlPlaneReverted bool
 	Config               node.Config
+	// GKE is where the kube context says the cluster is, for the gcloud
+	// commands a stop prints.
+	GKE fleet.GKELocation
 	// DryRun only plans (one node); Say prints the run's progress.
 	DryRun bool
 	Say    func(format string, a ...any)
@@ -120,6 +123,7 @@ func (r *NodeRoll) pick(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	c.GKE = o.GKE
 	if r.sides, err = r.way(ctx, c); err != nil {
 		return "", err
 	}

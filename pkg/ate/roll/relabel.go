@@ -60,10 +60,10 @@ func RelabelledAtOnce(c *fleet.Cluster, moves []node.HalfMoved) error {
 			"recorded, their %s workers next to the %s atelet (a pool's label applies to every node in it at once, with no "+
 			"drain: the runbook's third warning). Nothing was changed. Put the pool back to %s, carrying every existing user "+
 			"label (and park its autoscaler again if it was restored):\n"+
-			"    gcloud container node-pools describe %s --cluster $CLUSTER --zone $ZONE --format='get(config.labels)'\n"+
-			"    gcloud container node-pools update %s --cluster $CLUSTER --zone $ZONE "+
+			"    gcloud container node-pools describe %s %s --format='get(config.labels)'\n"+
+			"    gcloud container node-pools update %s %s "+
 			"--node-labels=<every existing user label>,%s=%s\n", p, fleet.VersionLabel, c.New, strings.Join(nodes, ", "), c.New,
-			c.Old, c.New, c.Old, p, p, fleet.VersionLabel, c.Old)
+			c.Old, c.New, c.Old, p, c.GKE.Where(), p, c.GKE.Where(), fleet.VersionLabel, c.Old)
 	}
 	fmt.Fprintf(&b, "Once the nodes show %s (kubectl get nodes -L %s), re-run: the roll moves them one at a time, each with "+
 		"its drain. Relabel a node pool with %s only after every node shows it (kubectl ate status prints the commands then).",

@@ -33,18 +33,24 @@ func TestRelabelledAtOnce(t *testing.T) {
 		name  string
 		moves []node.HalfMoved
 		want  []string // in the error; none: no stop
+		gke   fleet.GKELocation
 	}{
 		{"one pool's two nodes", []node.HalfMoved{move("a1", true, node.Roll), move("a2", true, node.Roll)},
-			[]string{"node pool pool-a was relabelled", "a1, a2", "gcloud container node-pools update pool-a",
-				fleet.VersionLabel + "=v1"}},
+			[]string{"node pool pool-a was relabelled", "a1, a2", "gcloud container node-pools update pool-a --cluster $CLUSTER " +
+				"--zone $ZONE", fleet.VersionLabel + "=v1"}, fleet.GKELocation{}},
+		{"one pool's two nodes, the context naming the cluster", []node.HalfMoved{move("a1", true, node.Roll), move("a2", true,
+			node.Roll)}, []string{"gcloud container node-pools describe pool-a --cluster prod --zone us-central1-a --project p1",
+			"gcloud container node-pools update pool-a --cluster prod --zone us-central1-a --project p1"},
+			fleet.GKELocation{Project: "p1", Location: "us-central1-a", Cluster: "prod"}},
 		{"two nodes of no pool", []node.HalfMoved{move("x1", true, node.Roll), move("x2", true, node.Roll)},
-			[]string{"2 nodes were relabelled", "kubectl label node x1 " + fleet.VersionLabel + "=v1 --overwrite"}},
-		{"one node by hand", []node.HalfMoved{move("a1", true, node.Roll)}, nil},
-		{"one node in each of two pools", []node.HalfMoved{move("a1", true, node.Roll), move("b1", true, node.Roll)}, nil},
-		{"one of them the roll's own move", []node.HalfMoved{move("a1", true, node.Roll), move("a2", false, node.Roll)}, nil},
-		{"half-way back, not forward", []node.HalfMoved{move("a1", true, node.Rollback), move("a2", true, node.Rollback)}, nil},
+			[]string{"2 nodes were relabelled", "kubectl label node x1 " + fleet.VersionLabel + "=v1 --overwrite"}, fleet.GKELocation{}},
+		{"one node by hand", []node.HalfMoved{move("a1", true, node.Roll)}, nil, fleet.GKELocation{}},
+		{"one node in each of two pools", []node.HalfMoved{move("a1", true, node.Roll), move("b1", true, node.Roll)}, nil, fleet.GKELocation{}},
+		{"one of them the roll's own move", []node.HalfMoved{move("a1", true, node.Roll), move("a2", false, node.Roll)}, nil, fleet.GKELocation{}},
+		{"half-way back, not forward", []node.HalfMoved{move("a1", true, node.Rollback), move("a2", true, node.Rollback)}, nil, fleet.GKELocation{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			c.GKE = tc.gke
 			err := RelabelledAtOnce(c, tc.moves)
 			if len(tc.want) == 0 {
 				if err != nil {

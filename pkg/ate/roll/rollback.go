@@ -85,11 +85,12 @@ func ControlPlaneFirst(old string) ExternalStep {
 // from a checkout of the OLD release with the install's environment. The
 // check for a third atelet DaemonSet comes only after them: that is when
 // one can appear.
-func RollbackExternalSteps(old string) []ExternalStep {
+// gke fills in the gcloud command's cluster and location.
+func RollbackExternalSteps(old string, gke fleet.GKELocation) []ExternalStep {
 	v := "VERSION=" + old + " "
 	return []ExternalStep{
 		{When: "if you relabeled the GKE node pool", Command: "park the autoscaler again, then set the node pool label back: " +
-			"gcloud container node-pools update $NODEPOOL --cluster $CLUSTER --zone $ZONE --node-labels=<every existing user label>," +
+			"gcloud container node-pools update $NODEPOOL " + gke.Where() + " --node-labels=<every existing user label>," +
 			fleet.VersionLabel + "=" + old},
 		{When: "if step 6 ran: now that the nodes are back", Command: v + "go run ./cmd/ate-setup deploy ate-system"},
 		{When: "if step 2 ran (ate-controller upgraded): last", Command: v + "go run ./cmd/ate-setup deploy ate-controller"},

@@ -14,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
@@ -31,6 +32,24 @@ func label(t *testing.T, ctx context.Context, node, key, value string) {
 		metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// gcloudContext adds to the sim's kubeconfig a context named as gcloud
+// names one (gke_PROJECT_LOCATION_CLUSTER), for the sim's cluster.
+func gcloudContext(t *testing.T) string {
+	t.Helper()
+	path := simtest.Get(t).Kubeconfig
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "gke_p1_us-central1-a_prod"
+	cur := *cfg.Contexts[cfg.CurrentContext]
+	cfg.Contexts[name] = &cur
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 func TestARelabelledNodePoolStopsTheRoll(t *testing.T) {
@@ -91,6 +110,17 @@ func TestARelabelledNodePoolStopsTheRoll(t *testing.T) {
 		}
 	}
 	atetest.ExpectRefused(t, ctx, "node pool "+pool+" was relabelled", "roll", "next-node", "--all")
+	// In a context gcloud named, the commands name the cluster and where
+	// it is instead of $CLUSTER and $ZONE.
+	gke := gcloudContext(t)
+	where := "--cluster prod --zone us-central1-a --project p1"
+	out = atetest.ExpectRefused(t, ctx, "node pool "+pool+" was relabelled", "roll", "next-node", "--context", gke)
+	if !strings.Contains(out, "gcloud container node-pools update "+pool+" "+where) {
+		t.Errorf("in context %s the stop does not name %q", gke, where)
+	}
+	if out, _ := atetest.Run(t, ctx, "status", "--context", gke); !strings.Contains(out, "node-pools update "+pool+" "+where) {
+		t.Errorf("in context %s status does not name %q", gke, where)
+	}
 	if st := atetest.Status(t, ctx); !strings.Contains(st.Summary, "node pool "+pool+" was relabelled") ||
 		!strings.Contains(st.Next, "gcloud container node-pools update "+pool) {
 		t.Errorf("status after the relabel: %s / %s", st.Summary, st.Next)
