@@ -28,7 +28,7 @@ func TestProbeMoveNamesEachRefusalAndChangesNothing(t *testing.T) {
 			for _, tc := range []struct {
 				name                   string
 				methods, spaces, given []string
-				want            []Refusal
+				want                   []Refusal
 			}{
 				{name: "allowed"},
 				{name: "drain refused", methods: []string{"DrainWorker"}, want: []Refusal{{Method: "DrainWorker"}}},

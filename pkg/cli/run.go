@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -52,6 +53,9 @@ type Session struct {
 	waiting      time.Time
 	notifier     *notify.Notifier
 	contextName  string
+	// --metrics-bind-address's endpoint (metrics.go); nil without it.
+	metrics       *runMetrics
+	metricsServer *http.Server
 }
 
 // ContextName is the kube context the session acts in.
@@ -235,6 +239,9 @@ func (s *Session) options(ctx context.Context, o runbook.Options, total int) run
 	pr := &progressReporter{Reporter: o.Reporter, lock: s.lock, started: time.Now(),
 		p: RunProgress{Run: s.RunID, Total: total, Parallel: max(o.Parallel, 1)}}
 	s.progress = pr
+	if s.metrics != nil {
+		s.metrics.progress.Store(pr)
+	}
 	pr.publish()
 	o.Reporter = pr
 	if !s.DryRun() {
@@ -337,6 +344,9 @@ func (s *Session) Fail(err error) error {
 // recordOutcome publishes how the run ended on its Lease (written as the
 // lock is released): status --wait exits by it.
 func (s *Session) recordOutcome(o runbook.Outcome) {
+	if s.metrics != nil {
+		s.metrics.ended(o)
+	}
 	if s.lock == nil {
 		return
 	}
@@ -348,6 +358,7 @@ func (s *Session) recordOutcome(o runbook.Outcome) {
 
 func (s *Session) end() {
 	s.closeNotifier()
+	s.closeMetrics()
 	if s.events != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := s.events.Close(ctx); err != nil {

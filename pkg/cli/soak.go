@@ -26,6 +26,8 @@ type SoakFlags struct {
 	// NotifyURL is --notify-url; badNotifyURL says why it is refused.
 	NotifyURL    string
 	badNotifyURL error
+	// MetricsAddr is --metrics-bind-address ("" or "0": none).
+	MetricsAddr string
 }
 
 // AddFlags registers --canary and --soak.
@@ -35,6 +37,7 @@ func (f *SoakFlags) AddFlags(fs *pflag.FlagSet) {
 		"or without --canary after every node. A failed check pauses the roll with the reason")
 	f.addScheduleFlags(fs)
 	f.addNotifyFlag(fs)
+	f.addMetricsFlag(fs)
 }
 
 // Validate rejects bad values before any API call.
@@ -42,6 +45,8 @@ func (f *SoakFlags) Validate() error {
 	switch {
 	case f.badNotifyURL != nil:
 		return UsageErrorf("%v", f.badNotifyURL)
+	case validMetricsAddr(f.MetricsAddr) != nil:
+		return validMetricsAddr(f.MetricsAddr)
 	case f.Canary < 0:
 		return UsageErrorf("--canary %d: want 0 or more nodes", f.Canary)
 	case f.Soak < 0:
@@ -56,11 +61,14 @@ func (f *SoakFlags) Validate() error {
 // failed check pauses the roll on the Lease, so a re-run does not simply
 // carry on: a person looks, then `resume`s. The window and --stop-at
 // pause the run alone, not the Lease: a re-run in the next window goes on.
-func (s *Session) ApplySoak(o *runbook.Options, f SoakFlags, health func(ctx context.Context) error) {
+// It also starts --notify-url's posts and --metrics-bind-address's endpoint;
+// an address that cannot be bound is the error, before anything acts.
+func (s *Session) ApplySoak(o *runbook.Options, f SoakFlags, health func(ctx context.Context) error) error {
 	o.Canary, o.Soak, o.Health = f.Canary, f.Soak, health
 	o.OnHealthFailure = s.PauseOnHealthFailure
 	s.applySchedule(o, f.Schedule(), f.WaitForWindow)
 	s.applyNotify(o, f.NotifyURL)
+	return s.applyMetrics(o, f.MetricsAddr)
 }
 
 // PauseOnHealthFailure pauses the roll on its Lease because a soak's health

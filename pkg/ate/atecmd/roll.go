@@ -243,7 +243,9 @@ func (n *nodeOptions) moveNodes(ctx context.Context, s *cli.Session, c roll.Clie
 	n.move.GKE, _ = fleet.ParseGKEContext(s.ContextName())
 	nr := roll.NewNodeRoll(c, n.move)
 	var o runbook.Options
-	s.ApplySoak(&o, n.soak, nr.Health)
+	if err := s.ApplySoak(&o, n.soak, nr.Health); err != nil {
+		return runbook.Result{}, err
+	}
 	res := cli.RunSource(ctx, s, nr.Run().Runbook(), nr.Nodes(ctx), o)
 	return res, nr.Err()
 }

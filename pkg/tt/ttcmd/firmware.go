@@ -160,7 +160,9 @@ func (o *firmwareOptions) Run(ctx context.Context) error {
 	// The next batch probes while this one flashes; the cordon's budget
 	// guard (an Exclusive step) keeps --max-parallel nodes out at most.
 	opts := runbook.Options{Parallel: o.maxParallel, Prefetch: o.maxParallel, KeepGoing: !o.halt}
-	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelFirmware, cfg.Readback))
+	if err := s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelFirmware, cfg.Readback)); err != nil {
+		return s.Fail(err)
+	}
 	res := cli.Run(ctx, s, tt.FirmwareRunbook(s.Client, s.Recorder, cfg), targets, opts)
 	if cfg.ForceWrite {
 		if err := tt.EndForceCampaign(ctx, lease, res); err != nil {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -108,6 +110,7 @@ func submit(ctx context.Context, cmd *cobra.Command, g *cli.Globals, ns, image s
 		return cli.UsageErrorf("--in-cluster needs an image: pass --helper-image (the node-agent image ships kubectl-tt)")
 	}
 	waitForWindow(fs)
+	serveMetrics(fs)
 	args := runnerArgs(cmd, image)
 	for _, a := range args {
 		if lease.RedactArgs([]string{a})[0] != a {
@@ -164,6 +167,33 @@ func waitForWindow(fs *pflag.FlagSet) {
 	if fs.Changed("window") && !fs.Changed("wait-for-window") {
 		_ = fs.Set("wait-for-window", "true")
 	}
+}
+
+// RunnerMetricsPort is where an in-cluster run serves its metrics (unless
+// --metrics-bind-address says otherwise).
+const RunnerMetricsPort = 9400
+
+// serveMetrics makes an in-cluster run serve its metrics on its pod's
+// RunnerMetricsPort unless --metrics-bind-address was given: a Job's
+// progress is otherwise seen only through status.
+func serveMetrics(fs *pflag.FlagSet) {
+	if fs.Lookup("metrics-bind-address") != nil && !fs.Changed("metrics-bind-address") {
+		_ = fs.Set("metrics-bind-address", fmt.Sprintf(":%d", RunnerMetricsPort))
+	}
+}
+
+// metricsPort is the port args serve metrics on (0: none).
+func metricsPort(args []string) int32 {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--metrics-bind-address="); ok {
+			if _, p, err := net.SplitHostPort(v); err == nil {
+				if n, err := strconv.Atoi(p); err == nil && n > 0 && n <= 65535 {
+					return int32(n)
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // runnerArgs are the command's arguments for the Job: its command path
@@ -223,6 +253,15 @@ func checkNodesExist(ctx context.Context, cs kubernetes.Interface, fs *pflag.Fla
 // the roll itself drains; it runs unprivileged with a read-only root.
 func RunnerJob(ns, verb, image string, args []string, submittedBy string) *batchv1.Job {
 	labels := map[string]string{LabelInCluster: "tt", "app.kubernetes.io/managed-by": "rollbook"}
+	// The metrics port, named, with the annotations a Prometheus that
+	// discovers pods by them reads.
+	var ports []corev1.ContainerPort
+	var podAnnotations map[string]string
+	if port := metricsPort(args); port > 0 {
+		ports = []corev1.ContainerPort{{Name: "metrics", ContainerPort: port, Protocol: corev1.ProtocolTCP}}
+		podAnnotations = map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": strconv.Itoa(int(port)),
+			"prometheus.io/path": "/metrics"}
+	}
 	failJob := batchv1.PodFailurePolicyRule{Action: batchv1.PodFailurePolicyActionFailJob,
 		OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{ContainerName: ptr.To(runnerContainer),
 			Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{cli.ExitUsage, cli.ExitBlocked, cli.ExitLocked}}}
@@ -236,7 +275,7 @@ func RunnerJob(ns, verb, image string, args []string, submittedBy string) *batch
 			TTLSecondsAfterFinished: ptr.To(int32(7 * 24 * 3600)),
 			PodFailurePolicy:        &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{failJob, evicted}},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: podAnnotations},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: deploy.RunnerServiceAccount,
 					RestartPolicy:      corev1.RestartPolicyNever,
@@ -250,7 +289,7 @@ func RunnerJob(ns, verb, image string, args []string, submittedBy string) *batch
 							Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
 								{Key: tt.LabelPCIPresent, Operator: corev1.NodeSelectorOpDoesNotExist}}}}}}},
 					Containers: []corev1.Container{{
-						Name: runnerContainer, Image: image, Command: []string{"kubectl-tt"}, Args: args,
+						Name: runnerContainer, Image: image, Command: []string{"kubectl-tt"}, Args: args, Ports: ports,
 						Env: []corev1.EnvVar{{Name: "HOME", Value: "/tmp"}},
 						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
 							ReadOnlyRootFilesystem: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},

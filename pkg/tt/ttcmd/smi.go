@@ -73,7 +73,10 @@ func (o *smiOptions) Run(ctx context.Context) error {
 	}
 	o.cfg.RunID = s.RunID
 	opts := runbook.Options{}
-	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelSMIVersion, o.cfg.Version))
+	health := tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelSMIVersion, o.cfg.Version)
+	if err := s.ApplySoak(&opts, o.soak, health); err != nil {
+		return s.Fail(err)
+	}
 	res := cli.Run(ctx, s, tt.SMIRunbook(s.Client, s.Recorder, o.cfg), targets, opts)
 	return s.Finish(res, "kubectl tt status")
 }

@@ -212,7 +212,9 @@ func (o *kmdOptions) Run(ctx context.Context) error {
 	if !s.DryRun() { // a plan keeps each kernel group's builder to the end: the plan names one per kernel
 		opts.Reporter = targetEnded{s.Progress, func(r runbook.TargetResult) { cfg.TargetEnded(r.Ref.Name) }}
 	}
-	s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelKMDVersion, cfg.Version))
+	if err := s.ApplySoak(&opts, o.soak, tt.RolledNodesHealthy(s.Client, nodeNames(targets), tt.LabelKMDVersion, cfg.Version)); err != nil {
+		return s.Fail(err)
+	}
 	res := cli.Run(ctx, s, tt.KMDRunbook(s.Client, s.Recorder, cfg), targets, opts)
 	next := "kubectl tt status"
 	if res.Outcome != runbook.OutcomeDone && res.Outcome != runbook.OutcomePlanned {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -130,6 +131,11 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 				t.Fatalf("the Job's args carry %s: %v", a, args)
 			}
 		}
+		// It serves its metrics on its pod's port.
+		if !slices.Contains(args, "--metrics-bind-address=:9400") || len(pod.Containers[0].Ports) != 1 ||
+			pod.Containers[0].Ports[0].ContainerPort != 9400 {
+			t.Fatalf("the Job serves no metrics on port 9400: args %v, ports %+v", args, pod.Containers[0].Ports)
+		}
 		return args
 	}
 	jobArgs := submit()
@@ -163,6 +169,8 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 	}
 	// pod starts the Job's command as its pod would.
 	pod := func(args []string) (*exec.Cmd, *strings.Builder) {
+		// Each pod has its own network; these processes share this one.
+		args = append(slices.Clone(args), "--metrics-bind-address=127.0.0.1:0")
 		cmd := exec.Command(bin, append(args, "--kubeconfig", kubeconfig)...)
 		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 		var out strings.Builder
@@ -199,6 +207,9 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 	if err != nil || !strings.Contains(out2.String(), "paused") {
 		t.Fatalf("the paused in-cluster run finishes its node and exits 0 paused: %v\n%s", err, out2)
 	}
+	if !strings.Contains(out2.String(), "serving the run's metrics at http://127.0.0.1:") {
+		t.Errorf("the in-cluster run does not say where it serves its metrics")
+	}
 	// Paused mid-way: status shows the ETA from the two nodes this run measured.
 	if st, _ = run(t, ctx, "status"); !strings.Contains(st, "PAUSED") || !strings.Contains(st, "2 done of 3") ||
 		!strings.Contains(st, "over 2 node(s) of this run") {
@@ -222,7 +233,7 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 	}()
 	local := make([]string, 0, len(jobArgs))
 	for _, a := range jobArgs {
-		if !strings.HasPrefix(a, "--helper-image=") {
+		if !strings.HasPrefix(a, "--helper-image=") && !strings.HasPrefix(a, "--metrics-bind-address=") {
 			local = append(local, a)
 		}
 	}
