@@ -64,14 +64,7 @@ func TestAnAtespaceOnlyTheListNamesIsAskedFirst(t *testing.T) {
 		t.Fatalf("roll next-node %s with %s hidden and named by no worker: exit %d, want %d naming ListActors in %s",
 			node, space, code, cli.ExitBlocked, space)
 	}
-	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, marked := n.Annotations[fleet.AnnMovingTo]; marked || n.Spec.Unschedulable || n.Labels[fleet.VersionLabel] != atetest.OldV {
-		t.Fatalf("node %s after the refusal: marked %v, cordoned %v, at %s; want untouched", node, marked, n.Spec.Unschedulable,
-			n.Labels[fleet.VersionLabel])
-	}
+	untouched(t, ctx, node)
 	hide(t, ctx, "")
 	if a, err := api.GetActor(ctx, space, paused.Name); err != nil || a.State != ateapi.ActorPaused {
 		t.Fatalf("%s/%s after the refusal: %+v, %v; want PAUSED as it was", space, paused.Name, a, err)
@@ -122,21 +115,7 @@ func TestAnAtespaceTheTokenMayNotReadKeepsTheNodeFromFlipping(t *testing.T) {
 		t.Fatalf("roll next-node %s with %s hidden: exit %d, want %d naming the atespace and the fix", node, space, code,
 			cli.ExitBlocked)
 	}
-	if got := atetest.NodeLabels(t, ctx)[node]; got != atetest.OldV {
-		t.Fatalf("node %s at %q after the refusal, want %s", node, got, atetest.OldV)
-	}
-	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, marked := n.Annotations[fleet.AnnMovingTo]; marked || n.Spec.Unschedulable {
-		t.Fatalf("node %s after the refusal: marked %v, cordoned %v; want untouched", node, marked, n.Spec.Unschedulable)
-	}
-	for w, d := range atetest.Draining(t, ctx) {
-		if d {
-			t.Fatalf("worker %s draining after the refusal", w)
-		}
-	}
+	untouched(t, ctx, node)
 	// Status says the same, and claims nothing about actors it cannot see.
 	s := atetest.Status(t, ctx)
 	if !strings.Contains(s.Summary, space) || !strings.Contains(s.Next, "allow the client's identity") {
@@ -153,6 +132,25 @@ func TestAnAtespaceTheTokenMayNotReadKeepsTheNodeFromFlipping(t *testing.T) {
 		t.Fatalf("%s/%s after the roll: %+v, %v", space, paused.Name, a, err)
 	}
 	atetest.NoActorLost(t, ctx)
+}
+
+// untouched fails unless a refused move left node as it was: at OLD,
+// unmarked, uncordoned, and no worker draining.
+func untouched(t *testing.T, ctx context.Context, node string) {
+	t.Helper()
+	n, err := simtest.Get(t).Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, marked := n.Annotations[fleet.AnnMovingTo]; marked || n.Spec.Unschedulable || n.Labels[fleet.VersionLabel] != atetest.OldV {
+		t.Fatalf("node %s after the refusal: marked %v, cordoned %v, at %s; want untouched", node, marked, n.Spec.Unschedulable,
+			n.Labels[fleet.VersionLabel])
+	}
+	for w, d := range atetest.Draining(t, ctx) {
+		if d {
+			t.Fatalf("worker %s draining after the refusal", w)
+		}
+	}
 }
 
 func actorsOf(t *testing.T, ctx context.Context, api *ateapi.Client) (paused, running ateapi.Actor) {
