@@ -45,6 +45,13 @@ func TestMain(m *testing.M) {
 	// the environment through).
 	_ = os.Setenv("ROLLBOOK_SIM_TT_KERNELS", strings.Join(kernels, ","))
 	_ = os.Setenv("ROLLBOOK_SIM_TT_BUILD_DELAY", "2s")
+	// The tests drain up to 3 nodes at once (--max-parallel 3): the
+	// inference PDB lets as many replicas go (scenario.EnvPDBDisruptions).
+	// At 1, a drain's eviction briefly leaves the budget's pod count one
+	// short before the replacement exists, and with minAvailable an integer
+	// that reads as "every pod healthy at 0": the next cordon refused it as
+	// needing a person (CI, 2026-12-07).
+	_ = os.Setenv("ROLLBOOK_SIM_TT_PDB_DISRUPTIONS", "3")
 	simtest.Main(m, simtest.Options{Nodes: rolled + 3, Scenario: "tt-fleet"})
 }
 
