@@ -24,7 +24,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "ate-fleet"})
+	// Traffic off: an actor that suspends itself between the test's read
+	// and its ResumeActor is SUSPENDING, which ResumeActor refuses.
+	simtest.Main(m, simtest.Options{Nodes: 3, Scenario: "ate-fleet", Env: []string{"ROLLBOOK_SIM_ATE_TRAFFIC=off"}})
 }
 
 // run executes `kubectl ate ARGS` in-process against the sim, with stdin.
