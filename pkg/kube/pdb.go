@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -60,7 +61,63 @@ func ListPDBsFor(ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod
 		}
 		out[p.Namespace] = l.Items
 	}
+	for i := range pods {
+		p := &pods[i]
+		if Evictable(p) && (filter == nil || filter(p)) {
+			countReplacements(ctx, cs, p, out[p.Namespace])
+		}
+	}
 	return out, nil
+}
+
+// countReplacements raises, for each PDB over p that reads as every pod
+// healthy at no disruption allowed, the pods it expects to the replicas
+// p's controller (a ReplicaSet or a StatefulSet) wants. With an integer
+// minAvailable the disruption controller expects only the pods that exist,
+// so in the moment between an eviction and its replacement's creation a
+// budget with room reads like one only a person can change; expecting what
+// the controller wants, the missing replacement makes it one that settles
+// (PDBMaySettle). The controller is read only for such a budget; one that
+// cannot be read leaves the budget as it reads (refused, not waited for).
+func countReplacements(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) {
+	var want int32 = -1 // not read yet
+	for i := range pdbs {
+		pdb := &pdbs[i]
+		if pdb.Status.DisruptionsAllowed >= 1 || PDBMaySettle(pdb) || pdb.Spec.MinAvailable == nil ||
+			pdb.Spec.MinAvailable.Type != intstr.Int {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		if want < 0 {
+			want = controllerWants(ctx, cs, p)
+		}
+		pdb.Status.ExpectedPods = max(pdb.Status.ExpectedPods, want)
+	}
+}
+
+// controllerWants is how many replicas p's controller wants (0 when it has
+// none that says, or it cannot be read).
+func controllerWants(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod) int32 {
+	ref := metav1.GetControllerOf(p)
+	if ref == nil {
+		return 0
+	}
+	switch ref.Kind {
+	case "ReplicaSet":
+		rs, err := cs.AppsV1().ReplicaSets(p.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err == nil && rs.UID == ref.UID && rs.Spec.Replicas != nil {
+			return *rs.Spec.Replicas
+		}
+	case "StatefulSet":
+		ss, err := cs.AppsV1().StatefulSets(p.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err == nil && ss.UID == ref.UID && ss.Spec.Replicas != nil {
+			return *ss.Spec.Replicas
+		}
+	}
+	return 0
 }
 
 // PDBBlockers decides, from PDBs already read (ListPDBsFor), each pod a

@@ -20,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -677,4 +678,66 @@ func (w *lineWatch) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.String()
+}
+
+// A budget with an integer minAvailable reads as every pod healthy at no
+// disruption allowed while one of its workload's pods is being replaced:
+// the disruption controller expects only the pods that exist. A
+// ResourceQuota holds the replacement off so the gap lasts; the cordon
+// must wait for it, uncordoned, not refuse it as needing a person (as it
+// did: kernelgroups met the gap for a moment in CI). Once the quota is
+// lifted the replacement runs and the same command goes on.
+func TestAReplacementsGapIsWaitedForNotRefused(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	ns := c.NewNamespace(t)
+	const n, other, version = "kwok-node-0", "kwok-node-1", "2.8.1"
+	workload(t, ctx, ns, "gap", 2, true, nil, n, other)
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "gap-pdb", Namespace: ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{"app": "gap"}}}}
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPDB(t, ctx, ns, "gap-pdb", func(p *policyv1.PodDisruptionBudget) bool { return p.Status.DisruptionsAllowed == 1 })
+	// At most one pod from now on, then the pod on other goes: its
+	// replacement is refused, and the budget reads 1 of 1 healthy at 0.
+	c.CreateQuota(t, ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "one-pod", Namespace: ns},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}}})
+	p := waitPod(t, ctx, ns, "app=gap", func(p *corev1.Pod) bool { return p.Spec.NodeName == other })
+	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPDB(t, ctx, ns, "gap-pdb", func(p *policyv1.PodDisruptionBudget) bool {
+		return p.Status.DisruptionsAllowed == 0 && p.Status.CurrentHealthy == 1 && p.Status.ExpectedPods == 1
+	})
+
+	type result struct {
+		out  string
+		code int
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, code := run(t, ctx, "upgrade", "kmd", "--version", version, "--nodes", n, "--drain-timeout", "3m")
+		done <- result{out, code}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("the run ended (exit %d) while the workload's replacement was still to come; want it waiting, uncordoned", r.code)
+	case <-time.After(15 * time.Second):
+	}
+	if nd := node(t, n); nd.Spec.Unschedulable {
+		t.Fatalf("%s cordoned while the budget allows no disruption", n)
+	}
+	if err := c.Client.CoreV1().ResourceQuotas(ns).Delete(ctx, "one-pod", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.code != 0 {
+		t.Fatalf("once the replacement could run: exit %d", r.code)
+	}
+	if h := host(t, n); h.LoadedKMD != version {
+		t.Errorf("the host runs %q, want %s", h.LoadedKMD, version)
+	}
 }
