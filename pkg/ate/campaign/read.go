@@ -10,6 +10,7 @@ import (
 
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
+	"github.com/rollbook/rollbook/pkg/kube"
 )
 
 // APIReader is the part of the substrate client status and preflight read.
@@ -45,9 +46,15 @@ func ReadStatus(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interf
 	readAPI func(context.Context) APIView, gke fleet.GKELocation) (*Status, error) {
 	var c *fleet.Cluster
 	var v APIView
+	var notReady map[string]string
 	var g errgroup.Group
 	g.Go(func() (err error) {
 		c, err = fleet.ObserveClusterMeta(ctx, cs, dyn, md)
+		return err
+	})
+	g.Go(func() (err error) {
+		// Only the status column: the metadata list carries no conditions.
+		notReady, err = kube.NodesNotReady(ctx, cs, "")
 		return err
 	})
 	g.Go(func() error {
@@ -58,7 +65,7 @@ func ReadStatus(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interf
 		return nil, err
 	}
 	c.GKE = gke
-	s, err := ObserveStatus(ctx, cs, c, v.Inv)
+	s, err := ObserveStatus(ctx, cs, c, v.Inv, notReady)
 	if err != nil {
 		return nil, err
 	}

@@ -98,8 +98,10 @@ var Unobservable = []string{
 }
 
 // ObserveStatus builds the status from the cluster and, when inv is not
-// nil, the substrate's workers and actors.
-func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *fleet.Cluster, inv *ateapi.Inventory) (*Status, error) {
+// nil, the substrate's workers and actors; notReady names the nodes whose
+// Ready condition is not True (kube.NodesNotReady).
+func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *fleet.Cluster, inv *ateapi.Inventory,
+	notReady map[string]string) (*Status, error) {
 	var pods []corev1.Pod
 	if len(c.Problems) == 0 {
 		var err error
@@ -112,9 +114,9 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *fleet.Cluste
 			return nil, err
 		}
 	}
-	// What cannot serve is not counted as serving or free (its pod's
-	// Ready condition says when its node is NotReady).
-	fleet.MarkDown(inv, pods, nil)
+	// What cannot serve is not counted as serving or free: a worker on a
+	// NotReady node, or whose pod is not Running and Ready.
+	fleet.MarkDown(inv, pods, notReady)
 	return InferStatus(c, pods, inv), nil
 }
 

@@ -63,11 +63,13 @@ func TestWorkersOfANotReadyNodeAreNotCapacity(t *testing.T) {
 	if !strings.Contains(out, "not counted") || !strings.Contains(out, "kwok-node-0") {
 		t.Errorf("the refusal should name the workers it did not count and why")
 	}
-	// Not asserted: status reads nodes as metadata and weighs a NotReady
-	// node's workers by their pods' Ready condition, which the node
-	// lifecycle controller sets only when it sees the node go from Ready
-	// (a kubelet that stops posting); the sim's kubelet posts NotReady
-	// itself, so status still counts them free here (#42, left open).
+	// Status agrees: the pods' Ready condition follows the node only when
+	// the node lifecycle controller saw a kubelet stop posting, and the
+	// sim's kubelet posts NotReady itself, so status reads the nodes'
+	// Ready column (a Table of cells) beside their metadata.
+	if s := atetest.Status(t, ctx); s.FreeNewWorkers != 0 {
+		t.Errorf("status counts %d free new-pool workers; the only ones are on NotReady kwok-node-0", s.FreeNewWorkers)
+	}
 
 	// Back up, the same command goes on.
 	setNotReady(t, ctx, "kwok-node-0", false)
