@@ -97,6 +97,14 @@ func connectReaders(ctx context.Context, g *cli.Globals, a *apiFlags, noAPI bool
 	return r, nil
 }
 
+// asked is the view status reads: nil when the API is not to be asked.
+func (r *readers) asked() func(context.Context) campaign.APIView {
+	if r.api == nil && r.dialErr == nil {
+		return nil
+	}
+	return r.view
+}
+
 // view asks the control API again (a redraw lists workers and actors anew).
 func (r *readers) view(ctx context.Context) campaign.APIView {
 	return campaign.ReadAPI(ctx, r.api, r.dialErr)

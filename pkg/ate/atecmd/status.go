@@ -91,7 +91,7 @@ func (o *statusOptions) Run(ctx context.Context) error {
 	live := ui.NewLiveText(out)
 	for {
 		gke, _ := fleet.ParseGKEContext(o.g.ContextName())
-		s, err := campaign.ReadStatus(ctx, r.cs, r.dyn, r.md, r.view, gke)
+		s, err := campaign.ReadStatus(ctx, r.cs, r.dyn, r.md, r.asked(), gke)
 		if err != nil {
 			return err
 		}

@@ -39,8 +39,9 @@ func ReadAPI(ctx context.Context, api APIReader, dialErr error) APIView {
 }
 
 // ReadStatus says where the roll stands, from the cluster (nodes read as
-// metadata through md) and the view of the control API that readAPI returns.
-// The two are independent, so they are read together. gke is where the kube
+// metadata through md) and the view of the control API that readAPI returns
+// (nil: the API is not asked). The two are independent, so they are read
+// together. gke is where the kube
 // context says the cluster is, for the commands status prints.
 func ReadStatus(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, md metadata.Interface,
 	readAPI func(context.Context) APIView, gke fleet.GKELocation) (*Status, error) {
@@ -52,15 +53,19 @@ func ReadStatus(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interf
 		c, err = fleet.ObserveClusterMeta(ctx, cs, dyn, md)
 		return err
 	})
-	g.Go(func() (err error) {
-		// Only the status column: the metadata list carries no conditions.
-		notReady, err = kube.NodesNotReady(ctx, cs, "")
-		return err
-	})
-	g.Go(func() error {
-		v = readAPI(ctx)
-		return nil
-	})
+	if readAPI != nil {
+		// Which nodes' workers cannot serve: only the status column, as
+		// the metadata list carries no conditions. Without the API there
+		// are no workers to mark, and status stays one node list.
+		g.Go(func() (err error) {
+			notReady, err = kube.NodesNotReady(ctx, cs, "")
+			return err
+		})
+		g.Go(func() error {
+			v = readAPI(ctx)
+			return nil
+		})
+	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
