@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"syscall"
+
+	"github.com/rollbook/rollbook/pkg/version"
 )
 
 // versionRe and revisionRe bound what reaches the linker's -X flags.
@@ -16,20 +18,21 @@ var (
 )
 
 // BuildAgent builds the kubectl-tt the image holds from the module at
-// repo into out: static, for linux/amd64, as the release builds its
-// archives (-trimpath, grpcnotrace, -s -w), with no VCS stamp (the
+// repo into out: static, for the helper platform (version.HelperOS and
+// HelperArch), as the release builds its archives (-trimpath,
+// grpcnotrace, -s -w), with no VCS stamp (the
 // revision travels in ldflags) so the same source gives the same bytes.
 // It carries no helper image digest: it is inside the image it would name.
-func BuildAgent(repo, version, revision, out string) error {
-	if !versionRe.MatchString(version) {
-		return fmt.Errorf("version %q is not vX.Y.Z[-pre]", version)
+func BuildAgent(repo, release, revision, out string) error {
+	if !versionRe.MatchString(release) {
+		return fmt.Errorf("version %q is not vX.Y.Z[-pre]", release)
 	}
 	if !revisionRe.MatchString(revision) {
 		return fmt.Errorf("revision %q is not a git commit", revision)
 	}
 	ldflags := "-s -w"
-	if version != "" {
-		ldflags += " -X github.com/rollbook/rollbook/pkg/version.version=" + version
+	if release != "" {
+		ldflags += " -X github.com/rollbook/rollbook/pkg/version.version=" + release
 	}
 	if revision != "" {
 		ldflags += " -X github.com/rollbook/rollbook/pkg/version.commit=" + revision
@@ -37,7 +40,7 @@ func BuildAgent(repo, version, revision, out string) error {
 	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-tags", "grpcnotrace", "-ldflags", ldflags,
 		"-o", out, "./cmd/kubectl-tt")
 	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOFLAGS=")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+version.HelperOS, "GOARCH="+version.HelperArch, "GOFLAGS=")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building kubectl-tt: %v\n%s", err, b)
 	}

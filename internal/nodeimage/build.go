@@ -22,6 +22,7 @@ import (
 
 	"github.com/rollbook/rollbook/internal/ocilayout"
 	"github.com/rollbook/rollbook/pkg/nodeagent"
+	"github.com/rollbook/rollbook/pkg/version"
 )
 
 // Repository is where the release pushes the image.
@@ -133,8 +134,8 @@ func image(opts Options, epoch time.Time, layers ...*builtLayer) (v1.Image, erro
 		labels[LabelStandIns] = strings.Join(s, ",")
 	}
 	cfg := &v1.ConfigFile{
-		Architecture: "amd64",
-		OS:           "linux",
+		Architecture: version.HelperArch,
+		OS:           version.HelperOS,
 		Created:      v1.Time{Time: epoch},
 		RootFS:       v1.RootFS{Type: "layers"},
 		Config: v1.Config{

@@ -217,7 +217,8 @@ func (b *builder) probe(id string, cmd []string, blockers func(*Facts) []string)
 				if h.Pod != nil { // never started: nothing to keep
 					b.dropHelper(ctx, h.Pod)
 				}
-				return runbook.Blocked(fmt.Errorf("probe on %s: %w; the node was not cordoned", f.Node.Name, err))
+				return runbook.Blocked(fmt.Errorf("probe on %s: %w%s; the node was not cordoned", f.Node.Name, err,
+					platformHint(f.Node, startFailure(h.Pod))))
 			}
 			if h = trusted(h, spec(f.Node.Name)); !h.ok() {
 				return runbook.Blocked(fmt.Errorf("probe on %s failed: %s; the node was not cordoned", f.Node.Name, helperError(h)))
@@ -339,9 +340,31 @@ func waitHelper(ctx context.Context, cs kubernetes.Interface, ns, name string, r
 	return helperOf(p), nil
 }
 
+// platformHint explains a helper that could not start on a node of another
+// platform than the release image's: the pull of an image without the
+// node's platform fails as any missing image does ("no match for platform
+// in manifest"), and the node's own labels say which one it needed. Empty
+// when the helper did not fail to start, or the node's platform is the
+// release's or unknown.
+func platformHint(n *corev1.Node, startFailed string) string {
+	if n == nil || startFailed == "" {
+		return ""
+	}
+	goos, arch := n.Labels[corev1.LabelOSStable], n.Labels[corev1.LabelArchStable]
+	if goos == "" || arch == "" || goos == version.HelperOS && arch == version.HelperArch {
+		return ""
+	}
+	return fmt.Sprintf("; node %s is %s/%s, and rollbook's release helper image is built for %s only: leave the node "+
+		"out of the selection, or pass --helper-image an image built for %s/%s (and have the cluster admin allow its "+
+		"digest in the helper policy)", n.Name, goos, arch, version.HelperOS+"/"+version.HelperArch, goos, arch)
+}
+
 // startFailure names a waiting reason a kubelet does not recover from by
 // itself.
 func startFailure(p *corev1.Pod) string {
+	if p == nil {
+		return ""
+	}
 	for _, c := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 		if w := c.State.Waiting; w != nil {
 			switch w.Reason {

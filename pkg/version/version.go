@@ -17,6 +17,13 @@ var (
 	helperImage = ""
 )
 
+// The one platform the release builds the node-agent image for: its
+// rootfs is Debian amd64 packages (internal/nodeimage pins them).
+const (
+	HelperOS   = "linux"
+	HelperArch = "amd64"
+)
+
 // Info describes the running binary.
 type Info struct {
 	Version   string `json:"version"`

@@ -44,19 +44,18 @@ func KnownImage(ref string) bool {
 const pullBackoffAfter = 3 * time.Second
 
 // pullFailedStatus is a kubelet's status for a pod whose image cannot be
-// pulled: Pending, every unknown image's container waiting, in the
-// kubelet's words (pkg/kubelet/images: the CRI's error for ErrImagePull,
-// wrapped by the back-off's) around containerd's.
-func pullFailedStatus(pod *corev1.Pod, resolves func(string) bool, reason string, now time.Time) corev1.PodStatus {
+// pulled: Pending, every container whose image pullErr refuses waiting, in
+// the kubelet's words (pkg/kubelet/images: the CRI's error for
+// ErrImagePull, wrapped by the back-off's) around containerd's.
+func pullFailedStatus(pod *corev1.Pod, pullErr func(string) string, reason string, now time.Time) corev1.PodStatus {
 	t := metav1.NewTime(now)
 	st := baseStatus(t, corev1.PodPending)
 	st.Conditions = conditions(t, corev1.ConditionFalse, "ContainersNotReady", "containers with unready status")
 	for _, c := range pod.Spec.Containers {
 		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Started: ptr(false)}
-		if resolves(c.Image) {
+		if msg := pullErr(c.Image); msg == "" {
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "PodInitializing"}
 		} else {
-			msg := PullError(c.Image)
 			if reason == "ImagePullBackOff" {
 				msg = `Back-off pulling image "` + c.Image + `": ErrImagePull: ` + msg
 			}
@@ -65,6 +64,39 @@ func pullFailedStatus(pod *corev1.Pod, resolves func(string) bool, reason string
 		st.ContainerStatuses = append(st.ContainerStatuses, cs)
 	}
 	return st
+}
+
+// imagePlatformOS and imagePlatformArch are the one platform the sim's
+// registry holds the image for (LoadImage refuses any other).
+const imagePlatformOS, imagePlatformArch = "linux", "amd64"
+
+// pullErrorOn is containerd's error for each image a kubelet on node
+// cannot pull, "" for one it can: an image the registry lacks, or one it
+// has for another platform than the node's labels say. containerd checks a
+// single-platform manifest's config against the node's platform
+// (core/images: "no match for platform in manifest"), so the release's
+// linux/amd64 image does not run on an arm64 node.
+func (r *Runner) pullErrorOn(node *corev1.Node) func(string) string {
+	goos, arch := "", ""
+	if node != nil {
+		goos, arch = node.Labels[corev1.LabelOSStable], node.Labels[corev1.LabelArchStable]
+	}
+	return func(image string) string {
+		switch {
+		case !r.resolves(image):
+			return PullError(image)
+		case goos != "" && goos != imagePlatformOS || arch != "" && arch != imagePlatformArch:
+			return PlatformError(image)
+		}
+		return ""
+	}
+}
+
+// PlatformError is containerd's error, through the CRI, for an image its
+// registry has for other platforms only.
+func PlatformError(image string) string {
+	return `rpc error: code = NotFound desc = failed to pull and unpack image "` + normalizedRef(image) +
+		`": no match for platform in manifest: not found`
 }
 
 // PullError is containerd's error, through the CRI, for an image its
@@ -91,10 +123,12 @@ func normalizedRef(image string) string {
 	return image
 }
 
-// unknownImage returns the first container image the registry lacks.
-func (r *Runner) unknownImage(pod *corev1.Pod) (string, bool) {
+// unpullable returns the first container image a kubelet on node cannot
+// pull.
+func (r *Runner) unpullable(pod *corev1.Pod, node *corev1.Node) (string, bool) {
+	pullErr := r.pullErrorOn(node)
 	for _, c := range pod.Spec.Containers {
-		if !r.resolves(c.Image) {
+		if pullErr(c.Image) != "" {
 			return c.Image, true
 		}
 	}

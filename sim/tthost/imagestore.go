@@ -67,8 +67,9 @@ func LoadImage(dir, store string) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	if li.Config.OS != "linux" || li.Config.Architecture != "amd64" {
-		return nil, fmt.Errorf("%s is a %s/%s image; the sim runs linux/amd64", dir, li.Config.OS, li.Config.Architecture)
+	if li.Config.OS != imagePlatformOS || li.Config.Architecture != imagePlatformArch {
+		return nil, fmt.Errorf("%s is a %s/%s image; the sim runs %s/%s", dir, li.Config.OS, li.Config.Architecture,
+			imagePlatformOS, imagePlatformArch)
 	}
 	repo, tag := ocilayout.SplitTag(li.RefName)
 	if repo == "" || tag == "" {

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/rollbook/rollbook/internal/ocilayout/ocitest"
 )
 
@@ -124,5 +127,38 @@ func TestPullErrorIsContainerds(t *testing.T) {
 		if got := PullError(image); got != want {
 			t.Errorf("PullError(%q) = %q, want %q", image, got, want)
 		}
+	}
+}
+
+// The registry's one image pulls only onto a node of its platform: a node
+// labelled for another gets containerd's "no match for platform", one with
+// no platform labels (older kubelets' nodes) pulls as before.
+func TestTheImagePullsOnlyOnItsPlatform(t *testing.T) {
+	r := &Runner{}
+	image := AgentImageRepo + ":v1.2.3" // in KnownImage's registry
+	node := func(goos, arch string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{
+			corev1.LabelOSStable: goos, corev1.LabelArchStable: arch}}}
+	}
+	for _, c := range []struct {
+		node *corev1.Node
+		want string
+	}{
+		{node("linux", "amd64"), ""},
+		{nil, ""},
+		{&corev1.Node{}, ""},
+		{node("linux", "arm64"), PlatformError(image)},
+		{node("windows", "amd64"), PlatformError(image)},
+	} {
+		if got := r.pullErrorOn(c.node)(image); got != c.want {
+			t.Errorf("on %v: %q, want %q", c.node, got, c.want)
+		}
+	}
+	if got := r.pullErrorOn(node("linux", "arm64"))(AgentImageRepo + ":no-such-tag"); got != PullError(AgentImageRepo+":no-such-tag") {
+		t.Errorf("an image the registry lacks: %q, want the not-found error", got)
+	}
+	want := `rpc error: code = NotFound desc = failed to pull and unpack image "` + image + `": no match for platform in manifest: not found`
+	if got := PlatformError(image); got != want {
+		t.Errorf("PlatformError = %q, want %q", got, want)
 	}
 }

@@ -254,8 +254,11 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 			fmt.Sprintf("sim: node %s is not a simulated Tenstorrent host; the helper runner runs helpers only on nodes with a host root",
 				pod.Spec.NodeName))
 	}
-	if _, bad := r.unknownImage(pod); bad {
-		return r.pullFailed(ctx, pod)
+	if err != nil {
+		node = nil
+	}
+	if _, bad := r.unpullable(pod, node); bad {
+		return r.pullFailed(ctx, pod, node)
 	}
 	if !r.OutsideImage {
 		if why := r.imageProblem(); why != "" {
@@ -468,7 +471,8 @@ func (r *Runner) imageID() string {
 // pullFailed reports the pod's image as unpullable, as a kubelet does:
 // ErrImagePull first, ImagePullBackOff a few seconds later; the pod stays
 // Pending and nothing runs.
-func (r *Runner) pullFailed(ctx context.Context, pod *corev1.Pod) error {
+func (r *Runner) pullFailed(ctx context.Context, pod *corev1.Pod, node *corev1.Node) error {
+	pullErr := r.pullErrorOn(node)
 	reason := ""
 	for _, c := range pod.Status.ContainerStatuses {
 		if w := c.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
@@ -479,9 +483,9 @@ func (r *Runner) pullFailed(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	if reason == "" {
-		img, _ := r.unknownImage(pod)
+		img, _ := r.unpullable(pod, node)
 		r.log.Printf("PULL-FAILED %s node=%s image=%s", podKey(pod), pod.Spec.NodeName, img)
-		updated, err := r.patchStatus(ctx, pod, pullFailedStatus(pod, r.resolves, "ErrImagePull", r.Clock.Now()))
+		updated, err := r.patchStatus(ctx, pod, pullFailedStatus(pod, pullErr, "ErrImagePull", r.Clock.Now()))
 		if err != nil {
 			return err
 		}
@@ -497,7 +501,7 @@ func (r *Runner) pullFailed(ctx context.Context, pod *corev1.Pod) error {
 		if err != nil || cur.UID != pod.UID || cur.DeletionTimestamp != nil || terminal(cur) {
 			return
 		}
-		if _, err := r.patchStatus(ctx, cur, pullFailedStatus(cur, r.resolves, "ImagePullBackOff", r.Clock.Now())); err != nil {
+		if _, err := r.patchStatus(ctx, cur, pullFailedStatus(cur, pullErr, "ImagePullBackOff", r.Clock.Now())); err != nil {
 			r.Logf("tt-helper-runner: %s: back-off status: %v", podKey(pod), err)
 		}
 	}()

@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/rollbook/rollbook/deploy"
@@ -126,5 +127,50 @@ func TestAnotherImageFailsToPull(t *testing.T) {
 		for _, h := range helpers.Items {
 			t.Errorf("helper pod %s left behind (%s)", h.Name, h.Status.Phase)
 		}
+	}
+}
+
+// A node of another platform than the image's (one labelled arm64; the
+// release builds linux/amd64 only): the probe's pull fails as containerd
+// reports it, the node is not cordoned, and the error names the node's
+// platform, the image's, and the ways out.
+func TestANodeOfAnotherPlatformIsNamedBeforeItsCordon(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	builtImage(t)
+	const target = "kwok-node-1"
+	ctx := simtest.Context(t, 2*time.Minute)
+	setArch := func(arch string) {
+		patch := `{"metadata":{"labels":{"` + corev1.LabelArchStable + `":"` + arch + `"}}}`
+		if _, err := c.Client.CoreV1().Nodes().Patch(context.Background(), target, types.MergePatchType, []byte(patch),
+			metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := tttest.Node(t, target)
+	setArch("arm64")
+	defer setArch(before.Labels[corev1.LabelArchStable])
+
+	out, code := tttest.Run(t, ctx, "upgrade", "kmd", "--version", "2.8.1", "--nodes", target)
+	for _, want := range []string{"no match for platform in manifest", "node " + target + " is linux/arm64",
+		"built for linux/amd64 only", "--helper-image", "not cordoned"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the refusal does not say %q", want)
+		}
+	}
+	if code != cli.ExitBlocked {
+		t.Errorf("exit %d, want %d (blocked)", code, cli.ExitBlocked)
+	}
+	n := tttest.Node(t, target)
+	if n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != before.Labels[tt.LabelKMDVersion] {
+		t.Fatalf("the node was touched (unschedulable %v, kmd %q)", n.Spec.Unschedulable, n.Labels[tt.LabelKMDVersion])
+	}
+	helpers, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{
+		LabelSelector: kube.LabelHelper, FieldSelector: "spec.nodeName=" + target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range helpers.Items {
+		t.Errorf("helper pod %s left behind (%s)", h.Name, h.Status.Phase)
 	}
 }
