@@ -51,13 +51,19 @@ type progressReporter struct {
 	p       RunProgress
 }
 
+// snapshot is the progress as it is now. NodeSeconds is only appended
+// to and resliced, so the copy's elements never change under its reader.
+func (r *progressReporter) snapshot() RunProgress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.p
+}
+
 // Tally is how far the run is, as its own output says it: "2 of 6 done,
 // 1 failed · ETA 41m · 5.9 nodes/h" (the ETA once a node was measured, the
 // rate once one finished).
 func (r *progressReporter) Tally() string {
-	r.mu.Lock()
-	p := r.p
-	r.mu.Unlock()
+	p := r.snapshot()
 	s := fmt.Sprintf("%d done", p.Done)
 	if p.Total > 0 {
 		s = fmt.Sprintf("%d of %d done", p.Done, p.Total)

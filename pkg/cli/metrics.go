@@ -103,9 +103,7 @@ func (m *runMetrics) ended(o runbook.Outcome) {
 func (m *runMetrics) write(w io.Writer) {
 	var p RunProgress
 	if pr := m.progress.Load(); pr != nil {
-		pr.mu.Lock()
-		p = pr.p
-		pr.mu.Unlock()
+		p = pr.snapshot()
 	}
 	m.mu.Lock()
 	acting, outcome := len(m.acting), m.outcome

@@ -130,7 +130,7 @@ func (e *evacuation) waitDrained(ctx context.Context, f nodeFacts) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			if err := e.unregisteredOut(ctx, f, unreg); err != nil {
+			if err := e.unregisteredOut(ctx, f); err != nil {
 				return err
 			}
 			deadline = time.Now().Add(e.registerTimeout)
@@ -140,18 +140,14 @@ func (e *evacuation) waitDrained(ctx context.Context, f nodeFacts) error {
 
 // unregisteredOut is what happens to worker pods still unregistered after
 // registerTimeout: taken off the node when the caller can, or the run
-// stops.
-func (e *evacuation) unregisteredOut(ctx context.Context, f nodeFacts, unreg []string) error {
-	if e.clearUnregistered == nil {
-		return e.unregisteredErr(f, unreg)
+// stops, naming them.
+func (e *evacuation) unregisteredOut(ctx context.Context, f nodeFacts) error {
+	if e.clearUnregistered != nil {
+		return e.clearUnregistered(ctx, f)
 	}
-	return e.clearUnregistered(ctx, f)
-}
-
-func (e *evacuation) unregisteredErr(f nodeFacts, unreg []string) error {
 	return runbook.Blocked(fmt.Errorf("worker pod(s) %s on node %s did not register as workers within %s, so they cannot be "+
-		"drained and the node must not flip; re-run once they register (kubectl ate status)", fleet.Brief(unreg), f.node.Name,
-		e.registerTimeout))
+		"drained and the node must not flip; re-run once they register (kubectl ate status)", fleet.Brief(f.unregistered()),
+		f.node.Name, e.registerTimeout))
 }
 
 // empty suspends residents until none is left, draining what registered
@@ -189,7 +185,7 @@ func (e *evacuation) empty(ctx context.Context, f nodeFacts) error {
 		case unregisteredSince.IsZero():
 			unregisteredSince = time.Now()
 		case time.Since(unregisteredSince) > e.registerTimeout:
-			if err := e.unregisteredOut(ctx, f, unreg); err != nil {
+			if err := e.unregisteredOut(ctx, f); err != nil {
 				return err
 			}
 			unregisteredSince = time.Now()
