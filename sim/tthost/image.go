@@ -46,7 +46,7 @@ const fakeTTSMIPath = "/.rollbook-sim/bin/tt-smi"
 var kernelAndCard = []string{"insmod", "rmmod", "kill"}
 
 // remainingFakes are image tools that cannot work against a fake host root
-// (docs/tt.md, "The fakes and the real tools"): chroot would run the fake
+// (docs/development.md, "The fakes and the real tools"): chroot would run the fake
 // host's make and tt-smi, which are not executables; git needs a real
 // repository of the module; modinfo, depmod and modprobe need a real .ko.
 // On a real-host node (Hosts.AddReal) all of them are the image's own.
