@@ -119,14 +119,7 @@ func TestAnotherImageFailsToPull(t *testing.T) {
 			t.Fatalf("--helper-image %s: the node was touched (unschedulable %v, kmd %q)", image, n.Spec.Unschedulable,
 				n.Labels[tt.LabelKMDVersion])
 		}
-		helpers, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{
-			LabelSelector: kube.LabelHelper, FieldSelector: "spec.nodeName=" + target})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, h := range helpers.Items {
-			t.Errorf("helper pod %s left behind (%s)", h.Name, h.Status.Phase)
-		}
+		noHelperLeft(t, c, target)
 	}
 }
 
@@ -165,8 +158,14 @@ func TestANodeOfAnotherPlatformIsNamedBeforeItsCordon(t *testing.T) {
 	if n.Spec.Unschedulable || n.Labels[tt.LabelKMDVersion] != before.Labels[tt.LabelKMDVersion] {
 		t.Fatalf("the node was touched (unschedulable %v, kmd %q)", n.Spec.Unschedulable, n.Labels[tt.LabelKMDVersion])
 	}
+	noHelperLeft(t, c, target)
+}
+
+// noHelperLeft fails t for each helper pod still on node.
+func noHelperLeft(t *testing.T, c *simtest.Cluster, node string) {
+	t.Helper()
 	helpers, err := c.Client.CoreV1().Pods(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{
-		LabelSelector: kube.LabelHelper, FieldSelector: "spec.nodeName=" + target})
+		LabelSelector: kube.LabelHelper, FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		t.Fatal(err)
 	}
