@@ -37,6 +37,16 @@ const (
 	RunnerServiceAccount = "tt-runner"
 )
 
+// The Secret an in-cluster run's --notify-url travels in: a webhook URL
+// keeps its secret in the path, and a Job's spec is readable by more
+// people than a Secret. The submit writes it in RunnerNamespace, owned by
+// the Job (deleted with it); the Job's pod reads it as RunnerNotifyEnv.
+const (
+	RunnerNotifySecret = "rollbook-tt-notify-url"
+	RunnerNotifyKey    = "url"
+	RunnerNotifyEnv    = "ROLLBOOK_NOTIFY_URL"
+)
+
 // HelperNamespace and HelperPriorityClass are what NamespaceFile and
 // PriorityClassFile create: the defaults of kubectl tt's helper flags.
 const (

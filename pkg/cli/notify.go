@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"regexp"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -20,16 +22,56 @@ type notifyURLValue struct{ f *SoakFlags }
 func (v notifyURLValue) String() string { return v.f.NotifyURL }
 
 func (v notifyURLValue) Set(s string) error {
-	v.f.NotifyURL, v.f.badNotifyURL = s, notify.ValidateURL(s)
+	v.f.NotifyURL, v.f.badNotifyURL, v.f.notifyURLSet = s, notify.ValidateURL(s), true
 	return nil
 }
 
 func (notifyURLValue) Type() string { return "url" }
 
+// notifyEnvValue is --notify-url-env, the name of an environment variable
+// holding the URL: how an in-cluster run's pod is given it (from a
+// Secret), so the URL is in no pod spec or argv.
+type notifyEnvValue struct{ f *SoakFlags }
+
+var envName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+
+func (v notifyEnvValue) String() string { return v.f.notifyEnv }
+
+func (v notifyEnvValue) Set(name string) error {
+	v.f.notifyEnv = name
+	switch url := os.Getenv(name); {
+	case !envName.MatchString(name):
+		v.f.badNotifyEnv = fmt.Errorf("--notify-url-env %q: want an environment variable's name (A-Z, 0-9, _)", name)
+	case url == "":
+		v.f.badNotifyEnv = fmt.Errorf("--notify-url-env: $%s is empty or unset", name)
+	default:
+		v.f.NotifyURL, v.f.badNotifyEnv = url, notify.ValidateURL(url)
+	}
+	return nil
+}
+
+func (notifyEnvValue) Type() string { return "name" }
+
 func (f *SoakFlags) addNotifyFlag(fs *pflag.FlagSet) {
 	fs.Var(notifyURLValue{f}, "notify-url", "post the roll's events (node blocked, node failed, paused, "+
 		"resumed, done) as JSON with a Slack-compatible \"text\" to this webhook: https, or http to a loopback address. "+
-		"Posting never holds the roll up; the URL is kept out of the Lease, the history and an in-cluster Job")
+		"Posting never holds the roll up; the URL is kept out of the Lease, the history and an in-cluster Job's spec")
+	fs.Var(notifyEnvValue{f}, "notify-url-env", "read --notify-url from this environment variable (an in-cluster run's "+
+		"pod is given it from a Secret)")
+	_ = fs.MarkHidden("notify-url-env")
+}
+
+// validNotify says why the notification flags are refused, or nil.
+func (f *SoakFlags) validNotify() error {
+	switch {
+	case f.notifyEnv != "" && f.notifyURLSet:
+		return UsageErrorf("--notify-url and --notify-url-env: give one")
+	case f.badNotifyURL != nil:
+		return UsageErrorf("%v", f.badNotifyURL)
+	case f.badNotifyEnv != nil:
+		return UsageErrorf("%v", f.badNotifyEnv)
+	}
+	return nil
 }
 
 // The session's notification state: notifier posts to --notify-url (nil

@@ -26,6 +26,10 @@ type SoakFlags struct {
 	// NotifyURL is --notify-url; badNotifyURL says why it is refused.
 	NotifyURL    string
 	badNotifyURL error
+	notifyURLSet bool
+	// notifyEnv is --notify-url-env; badNotifyEnv says why it is refused.
+	notifyEnv    string
+	badNotifyEnv error
 	// MetricsAddr is --metrics-bind-address ("" or "0": none).
 	MetricsAddr string
 }
@@ -43,8 +47,8 @@ func (f *SoakFlags) AddFlags(fs *pflag.FlagSet) {
 // Validate rejects bad values before any API call.
 func (f *SoakFlags) Validate() error {
 	switch {
-	case f.badNotifyURL != nil:
-		return UsageErrorf("%v", f.badNotifyURL)
+	case f.validNotify() != nil:
+		return f.validNotify()
 	case validMetricsAddr(f.MetricsAddr) != nil:
 		return validMetricsAddr(f.MetricsAddr)
 	case f.Canary < 0:

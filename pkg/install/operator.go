@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/pkg/admission"
 	"github.com/rollbook/rollbook/pkg/journal"
 	"github.com/rollbook/rollbook/pkg/kube"
@@ -138,11 +139,14 @@ func OperatorObjectsPolicy(helperNS string) (*admissionv1.ValidatingAdmissionPol
 		// Its URL is checked where it is used: the flash helper's
 		// --bundle-url-base (the policy) and the agent (the URL is that base
 		// plus a query); CEL cannot decode a Secret's base64 data.
-		{Expression: fmt.Sprintf("request.resource.resource != 'secrets' || (request.namespace == %s && %s == %s && "+
-			"has(object.type) && object.type == 'Opaque' && has(object.data) && size(object.data) == 1 && %s in object.data)",
-			admission.Quote(helperNS), name, admission.Quote(tt.BundleSecretName), admission.Quote(tt.BundleSecretKey)),
-			Message: "an operator role writes only the Secret " + tt.BundleSecretName + " in the helper namespace: type Opaque, " +
-				"its one key " + tt.BundleSecretKey},
+		{Expression: fmt.Sprintf("request.resource.resource != 'secrets' || (has(object.type) && object.type == 'Opaque' && "+
+			"has(object.data) && size(object.data) == 1 && ((request.namespace == %s && %s == %s && %s in object.data) || "+
+			"(request.namespace == %s && %s == %s && %s in object.data)))",
+			admission.Quote(helperNS), name, admission.Quote(tt.BundleSecretName), admission.Quote(tt.BundleSecretKey),
+			admission.Quote(deploy.RunnerNamespace), name, admission.Quote(deploy.RunnerNotifySecret),
+			admission.Quote(deploy.RunnerNotifyKey)),
+			Message: "an operator role writes only the Secrets " + tt.BundleSecretName + " in the helper namespace and " +
+				deploy.RunnerNotifySecret + " in " + deploy.RunnerNamespace + ": type Opaque, its one key " + tt.BundleSecretKey},
 	}
 	return policy(OperatorObjectsPolicyName, operatorOnly(), []admissionv1.NamedRuleWithOperations{
 		rule("", "configmaps", admissionv1.Create, admissionv1.Update),

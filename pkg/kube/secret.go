@@ -15,19 +15,23 @@ import (
 const LabelSecret = AnnotationPrefix + "secret"
 
 // PutSecret creates or updates the Secret ns/name holding data under its
-// label, so a re-run with another value replaces it. Neither the value nor
-// anything derived from it is recorded: the caller records the name only.
-func PutSecret(ctx context.Context, cs kubernetes.Interface, ns, name, purpose string, data map[string][]byte) error {
+// label, so a re-run with another value replaces it; owners (replacing
+// any earlier) make the garbage collector delete it with them. Neither the
+// value nor anything derived from it is recorded: the caller records the
+// name only.
+func PutSecret(ctx context.Context, cs kubernetes.Interface, ns, name, purpose string, data map[string][]byte,
+	owners ...metav1.OwnerReference) error {
 	want := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{LabelSecret: purpose}},
-		Type:       corev1.SecretTypeOpaque,
-		Data:       data,
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{LabelSecret: purpose},
+			OwnerReferences: owners},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
 	}
 	_, err := cs.CoreV1().Secrets(ns).Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		var cur *corev1.Secret
 		if cur, err = cs.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-			cur.Labels, cur.Data, cur.StringData = want.Labels, want.Data, nil
+			cur.Labels, cur.Data, cur.StringData, cur.OwnerReferences = want.Labels, want.Data, nil, owners
 			_, err = cs.CoreV1().Secrets(ns).Update(ctx, cur, metav1.UpdateOptions{})
 		}
 	}

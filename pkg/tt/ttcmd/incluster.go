@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -111,6 +112,7 @@ func submit(ctx context.Context, cmd *cobra.Command, g *cli.Globals, ns, image s
 	}
 	waitForWindow(fs)
 	serveMetrics(fs)
+	notifyURL := handNotifyToSecret(fs)
 	args := runnerArgs(cmd, image)
 	for _, a := range args {
 		if lease.RedactArgs([]string{a})[0] != a {
@@ -135,14 +137,23 @@ func submit(ctx context.Context, cmd *cobra.Command, g *cli.Globals, ns, image s
 		}
 		return err
 	}
-	jobs := []cli.Permission{{Verb: "create", Group: "batch", Resource: "jobs", Namespace: ns}}
-	if err := cli.CheckPermissions(ctx, cs, "tt", jobs); err != nil {
+	needs := []cli.Permission{{Verb: "create", Group: "batch", Resource: "jobs", Namespace: ns}}
+	if notifyURL != "" {
+		needs = append(needs, cli.Permission{Verb: "create", Resource: "secrets", Namespace: ns},
+			cli.Permission{Verb: "update", Resource: "secrets", Namespace: ns, Name: deploy.RunnerNotifySecret})
+	}
+	if err := cli.CheckPermissions(ctx, cs, "tt", needs); err != nil {
 		return err
 	}
 	who := lease.WhoAmI(ctx, cs)
 	job, err := cs.BatchV1().Jobs(ns).Create(ctx, RunnerJob(ns, verbOf(cmd), image, args, who), metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("create the in-cluster run's Job: %w", err)
+	}
+	if notifyURL != "" {
+		if err := storeNotifySecret(ctx, cs, job, notifyURL); err != nil {
+			return err
+		}
 	}
 	out := g.IOStreams.Out
 	fmt.Fprintln(out, cli.Where(g))
@@ -156,6 +167,42 @@ Take it over from a terminal: run the same command there with --steal-lock (the 
 `)
 	return nil
 }
+
+// handNotifyToSecret takes --notify-url (or --notify-url-env) off the
+// flags the Job is given and says the Job's pod reads it from
+// deploy.RunnerNotifyEnv; it returns the URL ("" without one).
+func handNotifyToSecret(fs *pflag.FlagSet) string {
+	f := fs.Lookup("notify-url")
+	if f == nil || !fs.Changed("notify-url") && !fs.Changed("notify-url-env") {
+		return ""
+	}
+	url := f.Value.String() // runnerArgs leaves --notify-url out
+	_ = fs.Set("notify-url-env", deploy.RunnerNotifyEnv)
+	return url
+}
+
+// storeNotifySecret puts the URL in deploy.RunnerNotifySecret, owned by the
+// Job so that it goes when the Job does (cancel, or the Job's TTL). The Job
+// is deleted again when the Secret cannot be written: its run would fail
+// to start without it.
+func storeNotifySecret(ctx context.Context, cs kubernetes.Interface, job *batchv1.Job, url string) error {
+	owner := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID}
+	err := kube.PutSecret(ctx, cs, job.Namespace, deploy.RunnerNotifySecret, notifySecretPurpose,
+		map[string][]byte{deploy.RunnerNotifyKey: []byte(url)}, owner)
+	if err == nil {
+		return nil
+	}
+	derr := cs.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name,
+		metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+	if derr != nil && !apierrors.IsNotFound(derr) {
+		return fmt.Errorf("--notify-url goes to the in-cluster run in a Secret: %w; and job/%s could not be deleted again: %v",
+			err, job.Name, derr)
+	}
+	return fmt.Errorf("--notify-url goes to the in-cluster run in a Secret: %w (job/%s deleted again; nothing ran)", err, job.Name)
+}
+
+// notifySecretPurpose labels the notify Secret (kube.LabelSecret).
+const notifySecretPurpose = "notify-url"
 
 // verbOf is "kmd", "smi" or "firmware".
 func verbOf(cmd *cobra.Command) string { return cmd.Name() }
@@ -206,7 +253,7 @@ func runnerArgs(cmd *cobra.Command, image string) []string {
 	}
 	args := path
 	cmd.Flags().Visit(func(f *pflag.Flag) {
-		if dropped[f.Name] || f.Name == "helper-image" {
+		if dropped[f.Name] || f.Name == "helper-image" || f.Name == "notify-url" {
 			return
 		}
 		if sv, ok := f.Value.(pflag.SliceValue); ok {
@@ -262,6 +309,12 @@ func RunnerJob(ns, verb, image string, args []string, submittedBy string) *batch
 		podAnnotations = map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": strconv.Itoa(int(port)),
 			"prometheus.io/path": "/metrics"}
 	}
+	env := []corev1.EnvVar{{Name: "HOME", Value: "/tmp"}}
+	if slices.Contains(args, "--notify-url-env="+deploy.RunnerNotifyEnv) {
+		ref := &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: deploy.RunnerNotifySecret},
+			Key: deploy.RunnerNotifyKey}
+		env = append(env, corev1.EnvVar{Name: deploy.RunnerNotifyEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: ref}})
+	}
 	failJob := batchv1.PodFailurePolicyRule{Action: batchv1.PodFailurePolicyActionFailJob,
 		OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{ContainerName: ptr.To(runnerContainer),
 			Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{cli.ExitUsage, cli.ExitBlocked, cli.ExitLocked}}}
@@ -290,7 +343,7 @@ func RunnerJob(ns, verb, image string, args []string, submittedBy string) *batch
 								{Key: tt.LabelPCIPresent, Operator: corev1.NodeSelectorOpDoesNotExist}}}}}}},
 					Containers: []corev1.Container{{
 						Name: runnerContainer, Image: image, Command: []string{"kubectl-tt"}, Args: args, Ports: ports,
-						Env: []corev1.EnvVar{{Name: "HOME", Value: "/tmp"}},
+						Env: env,
 						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
 							ReadOnlyRootFilesystem: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 						VolumeMounts: []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}},

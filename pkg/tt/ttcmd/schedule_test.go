@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/rollbook/rollbook/deploy"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -106,16 +109,45 @@ func TestInClusterRunGetsAbsoluteStopAt(t *testing.T) {
 }
 
 // --notify-url keeps its secret (the path) out of an in-cluster Job's
-// spec: the submit refuses it, before the cluster.
-func TestInClusterRefusesNotifyURL(t *testing.T) {
-	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
-	args := []string{"upgrade", "kmd", "--version", "2.8.0", "--nodes", "a", "--in-cluster", "--notify-url",
-		"https://hooks.example/services/SECRET", "--kubeconfig", unreachable(t), "--helper-image",
-		"example.com/node-agent@sha256:" + strings.Repeat("b", 64)}
-	code := cli.ExecuteContext(context.Background(), NewRootCommand(streams), args, errOut)
-	all := out.String() + errOut.String()
-	if code != cli.ExitUsage || !strings.Contains(all, "--notify-url") || strings.Contains(all, "SECRET") ||
-		strings.Contains(all, "127.0.0.1") {
-		t.Errorf("--in-cluster --notify-url: exit %d, want 2 naming the flag, not its value, before the cluster\n%s", code, all)
+// spec: the Job's pod reads it from the Secret, as an env var.
+func TestInClusterNotifyURLGoesThroughASecret(t *testing.T) {
+	for _, given := range [][]string{{"--notify-url", "https://hooks.example/services/SECRET"},
+		{"--notify-url-env", "HOOK"}} {
+		t.Setenv("HOOK", "https://hooks.example/services/SECRET")
+		cmd, _, _ := NewRootCommand(genericiooptions.NewTestIOStreamsDiscard()).Find([]string{"upgrade", "kmd"})
+		if err := cmd.ParseFlags(append([]string{"--version", "2.8.0", "--nodes", "a"}, given...)); err != nil {
+			t.Fatal(err)
+		}
+		url := handNotifyToSecret(cmd.Flags())
+		args := runnerArgs(cmd, "img")
+		spec, err := json.Marshal(RunnerJob(deploy.RunnerNamespace, "kmd", "img", args, "me"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if url != "https://hooks.example/services/SECRET" || strings.Contains(string(spec), "SECRET") ||
+			!slices.Contains(args, "--notify-url-env="+deploy.RunnerNotifyEnv) {
+			t.Errorf("%v: handed on %q; the Job's args %v", given, url, args)
+		}
+		var ref *corev1.SecretKeySelector
+		for _, e := range RunnerJob(deploy.RunnerNamespace, "kmd", "img", args, "me").Spec.Template.Spec.Containers[0].Env {
+			if e.Name == deploy.RunnerNotifyEnv && e.ValueFrom != nil {
+				ref = e.ValueFrom.SecretKeyRef
+			}
+		}
+		if ref == nil || ref.Name != deploy.RunnerNotifySecret || ref.Key != deploy.RunnerNotifyKey || ref.Optional != nil {
+			t.Errorf("%v: the Job's pod does not read $%s from Secret %s: %+v", given, deploy.RunnerNotifyEnv,
+				deploy.RunnerNotifySecret, ref)
+		}
+	}
+	// Without --notify-url the Job reads no Secret.
+	cmd, _, _ := NewRootCommand(genericiooptions.NewTestIOStreamsDiscard()).Find([]string{"upgrade", "kmd"})
+	if err := cmd.ParseFlags([]string{"--version", "2.8.0"}); err != nil {
+		t.Fatal(err)
+	}
+	if url := handNotifyToSecret(cmd.Flags()); url != "" {
+		t.Errorf("no --notify-url handed on %q", url)
+	}
+	if env := RunnerJob(deploy.RunnerNamespace, "kmd", "img", runnerArgs(cmd, "img"), "me").Spec.Template.Spec.Containers[0].Env; len(env) != 1 {
+		t.Errorf("a Job without --notify-url has env %+v", env)
 	}
 }

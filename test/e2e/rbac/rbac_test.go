@@ -25,6 +25,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
@@ -183,6 +184,25 @@ func proveInClusterSubmit(t *testing.T, ctx context.Context, c *simtest.Cluster)
 	}
 	if out, code := run(t, ctx, c, tcmd, operator, "cancel"); code != 0 || !strings.Contains(out, "deleted") {
 		t.Fatalf("operator cancel: exit %d", code)
+	}
+	// --notify-url goes in the one Secret the operator may write there, and
+	// with the Job.
+	hook := "https://hooks.example/services/T0/B0/SECRETPATH"
+	if out, code := run(t, ctx, c, tcmd, operator, append(args, "--notify-url", hook)...); code != 0 || strings.Contains(out, "SECRETPATH") {
+		t.Fatalf("operator --in-cluster --notify-url: exit %d (or the URL printed)", code)
+	}
+	secrets := c.Client.CoreV1().Secrets(deploy.RunnerNamespace)
+	if s, err := secrets.Get(ctx, deploy.RunnerNotifySecret, metav1.GetOptions{}); err != nil || string(s.Data[deploy.RunnerNotifyKey]) != hook {
+		t.Fatalf("the operator's submit stored no webhook URL in %s: %v", deploy.RunnerNotifySecret, err)
+	}
+	if out, code := run(t, ctx, c, tcmd, operator, "cancel"); code != 0 || !strings.Contains(out, "deleted") {
+		t.Fatalf("operator cancel: exit %d", code)
+	}
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := secrets.Get(ctx, deploy.RunnerNotifySecret, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("Secret %s outlived its cancelled Job", deploy.RunnerNotifySecret)
 	}
 	sa := "system:serviceaccount:" + deploy.RunnerNamespace + ":" + deploy.RunnerServiceAccount
 	if out, code := run(t, ctx, c, tcmd, sa, "status"); code != 0 || forbidden(out) {

@@ -48,6 +48,14 @@ func setup(t *testing.T, ctx context.Context, c *simtest.Cluster, params tt.Admi
 	for _, f := range []string{"tt-operator.yaml", "ate-operator.yaml"} {
 		applyFile(t, ctx, c, filepath.Join("deploy", "rbac", f))
 	}
+	// In-cluster runs' namespace, whose Role lets the operator submit.
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := deploy.Apply(ctx, dyn, deploy.RunnerFile, nil); err != nil {
+		t.Fatal(err)
+	}
 	bind(t, ctx, c, operator, "tt-operator")
 	bind(t, ctx, c, operator, "ate-operator")
 	applyAdmission(t, ctx, c, params)

@@ -4,6 +4,10 @@ package upgrade
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +19,9 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
@@ -281,6 +287,99 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 	}
 	if len(created) != len(nodes) {
 		t.Fatalf("kmd helpers created on %v; want one per node", created)
+	}
+}
+
+// An in-cluster run's --notify-url goes in a Secret owned by its Job, not
+// in the Job's spec; the Job's command, given the Secret's value as its pod
+// would be, posts the run's end to the webhook; cancelling the Job takes
+// the Secret with it.
+func TestInClusterRunNotifiesThroughItsSecret(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 3*time.Minute)
+	bin, err := simtest.AgentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"rbac/tt-operator.yaml", deploy.RunnerFile} {
+		if err := deploy.Apply(ctx, dyn, f, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := make(chan map[string]any, 16)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var e map[string]any
+		if r.URL.Path == "/hook/T0/SECRETPATH" && json.NewDecoder(r.Body).Decode(&e) == nil {
+			events <- e
+		}
+	}))
+	defer hook.Close()
+	url := hook.URL + "/hook/T0/SECRETPATH"
+	// A node labelled with the version it runs: the run has nothing to do
+	// but end. The package's earlier in-cluster test left it labelled; alone,
+	// this test labels the scenario's kmd.
+	n := "kwok-node-0"
+	version := node(t, n).Labels[tt.LabelKMDVersion]
+	if version == "" {
+		version = "2.7.0"
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, tt.LabelKMDVersion, version)
+		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, code := run(t, ctx, "upgrade", "kmd", "--nodes", n, "--version", version, "--in-cluster", "--notify-url", url)
+	if code != 0 || strings.Contains(out, "SECRETPATH") {
+		t.Fatalf("submit with --notify-url: exit %d, or the output shows the URL\n%s", code, out)
+	}
+	jobs := c.Client.BatchV1().Jobs(deploy.RunnerNamespace)
+	l, err := jobs.List(ctx, metav1.ListOptions{LabelSelector: ttcmd.LabelInCluster + "=tt"})
+	if err != nil || len(l.Items) != 1 {
+		t.Fatalf("want one Job: %v, %v", l, err)
+	}
+	job := l.Items[0]
+	if spec, _ := json.Marshal(job); strings.Contains(string(spec), "SECRETPATH") {
+		t.Fatalf("the Job's spec holds the webhook URL")
+	}
+	sec, err := c.Client.CoreV1().Secrets(deploy.RunnerNamespace).Get(ctx, deploy.RunnerNotifySecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(sec.Data[deploy.RunnerNotifyKey]) != url || len(sec.OwnerReferences) != 1 || sec.OwnerReferences[0].UID != job.UID {
+		t.Fatalf("Secret %s: owners %+v; want the URL, owned by job/%s", sec.Name, sec.OwnerReferences, job.Name)
+	}
+	// The Job's pod, played by a process: its env var from the Secret.
+	c0 := job.Spec.Template.Spec.Containers[0]
+	cmd := exec.Command(bin, append(slices.Clone(c0.Args), "--metrics-bind-address=0", "--kubeconfig", runnerKubeconfig(t, ctx))...)
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	for _, e := range c0.Env {
+		if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil && r.SecretKeyRef.Name == sec.Name {
+			cmd.Env = append(cmd.Env, e.Name+"="+string(sec.Data[r.SecretKeyRef.Key]))
+		}
+	}
+	if got, err := cmd.CombinedOutput(); err != nil || strings.Contains(string(got), "SECRETPATH") {
+		t.Fatalf("the Job's run: %v, or its output shows the URL\n%s", err, got)
+	}
+	select {
+	case e := <-events:
+		if e["event"] != "done" || e["plugin"] != "tt" {
+			t.Fatalf("the webhook got %v, want tt's done", e)
+		}
+	case <-ctx.Done():
+		t.Fatal("the in-cluster run posted nothing to --notify-url")
+	}
+	if out, code := run(t, ctx, "cancel"); code != 0 {
+		t.Fatalf("cancel: exit %d\n%s", code, out)
+	}
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Secrets(deploy.RunnerNamespace).Get(ctx, deploy.RunnerNotifySecret, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("the cancelled Job's notify Secret is still there")
 	}
 }
 
