@@ -60,19 +60,7 @@ func TestInClusterRunKilledHandedOverAndBack(t *testing.T) {
 	for _, e := range before {
 		earlierRuns[e.Run] = true
 	}
-	bin, err := simtest.AgentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(c.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"rbac/tt-operator.yaml", deploy.RunnerFile} {
-		if err := deploy.Apply(ctx, dyn, f, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin := installRunner(t, ctx)
 	nodes := []string{"kwok-node-0", "kwok-node-1", "kwok-node-2"}
 	version := "2.8.1"
 	for _, n := range nodes {
@@ -298,19 +286,7 @@ func TestInClusterRunNotifiesThroughItsSecret(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
 	ctx := simtest.Context(t, 3*time.Minute)
-	bin, err := simtest.AgentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(c.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"rbac/tt-operator.yaml", deploy.RunnerFile} {
-		if err := deploy.Apply(ctx, dyn, f, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin := installRunner(t, ctx)
 	events := make(chan map[string]any, 16)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var e map[string]any
@@ -381,6 +357,27 @@ func TestInClusterRunNotifiesThroughItsSecret(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the cancelled Job's notify Secret is still there")
 	}
+}
+
+// installRunner applies the tt-operator roles and deploy/runner.yaml as
+// shipped, and returns the kubectl-tt that plays the Job's pod.
+func installRunner(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	c := simtest.Get(t)
+	bin, err := simtest.AgentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"rbac/tt-operator.yaml", deploy.RunnerFile} {
+		if err := deploy.Apply(ctx, dyn, f, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin
 }
 
 // runnerKubeconfig is what the Job's pod has: the tt-runner ServiceAccount's
