@@ -39,7 +39,7 @@ func NodesNotReady(ctx context.Context, cs kubernetes.Interface, selector string
 		}
 		raw, err := req.Do(ctx).Raw()
 		if err != nil {
-			return nil, fmt.Errorf("list nodes' status: %w", err)
+			return nil, fmt.Errorf("list nodes' status: %w", serversWords(ctx, cs, selector, err))
 		}
 		var t metav1.Table
 		if err := json.Unmarshal(raw, &t); err != nil {
@@ -73,4 +73,15 @@ func NodesNotReady(ctx context.Context, cs kubernetes.Interface, selector string
 			return out, nil
 		}
 	}
+}
+
+// serversWords is err as the server words it. A refused Table request's
+// Status is not decoded (the client asked for a Table), so a 403 reads
+// "unknown (get nodes)"; the same list asked plainly (one node) brings the
+// server's message back: who may not list what. Asked only on failure.
+func serversWords(ctx context.Context, cs kubernetes.Interface, selector string, err error) error {
+	if _, plain := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector, Limit: 1}); plain != nil {
+		return plain
+	}
+	return err
 }

@@ -29,6 +29,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rollbook/rollbook/deploy"
@@ -37,6 +39,7 @@ import (
 	"github.com/rollbook/rollbook/pkg/ate/campaign"
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/cli"
+	"github.com/rollbook/rollbook/pkg/kube"
 	"github.com/rollbook/rollbook/pkg/tt"
 	"github.com/rollbook/rollbook/pkg/tt/ttcmd"
 )
@@ -315,6 +318,18 @@ func TestATEOperatorRollsAndViewerOnlyReads(t *testing.T) {
 	applyAdmission(t, ctx, c) // the operator's node writes and objects, limited
 	if out, code := run(t, ctx, c, acmd, stranger, "status"); code == 0 || !forbidden(out) {
 		t.Fatalf("an unbound user read the roll: exit %d", code)
+	}
+	// status reads the nodes' Ready column as a Table too, side by side
+	// with its list: whichever is refused first is what the user reads, so
+	// the Table's refusal must say who may not do what, as the list's does.
+	cfg := rest.CopyConfig(c.RESTConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: stranger}
+	as, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.NodesNotReady(ctx, as, ""); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), stranger) {
+		t.Fatalf("the nodes' Table, refused: %v; want forbidden, naming %s", err, stranger)
 	}
 	bind(t, ctx, c, operator, "ate-operator")
 	bind(t, ctx, c, viewer, "rollbook-viewer")
