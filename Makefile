@@ -124,7 +124,7 @@ FLEET_KMD_PARALLEL ?= 20
 FLEET_KMD_KERNELS ?= 4
 FLEET_KMD_BUILD ?= 30s
 FLEET_KMD_HIT ?= 5s
-bench-fleet-kmd: sim ## kmd --max-parallel over a fleet in kernel groups: time vs ideal, builds, requests per node
+bench-fleet-kmd: sim ## kmd --max-parallel over a fleet in kernel groups: time vs ideal, builds, requests per node, rollbook's own time by cause
 	CGO_ENABLED=0 $(GO) build -o $(CURDIR)/.cache/bin/ ./cmd/kubectl-tt
 	img=$(IMAGE) || exit 1; ROLLBOOK_FLEET_NODES=$(FLEET_KMD_NODES) ROLLBOOK_FLEET_PARALLEL=$(FLEET_KMD_PARALLEL) ROLLBOOK_FLEET_KERNELS=$(FLEET_KMD_KERNELS) \
 	  ROLLBOOK_FLEET_BUILD=$(FLEET_KMD_BUILD) ROLLBOOK_FLEET_HIT=$(FLEET_KMD_HIT) ROLLBOOK_FLEET_BENCH=1 ROLLBOOK_TT_IMAGE=$$img ROLLBOOK_SIM_BIN=$(SIM) \

@@ -2,11 +2,13 @@
 
 // Package fleetbench measures `kubectl tt upgrade kmd --max-parallel K` over
 // a simulated fleet in kernel groups against its ideal: one build per
-// kernel group (the groups build at once) plus ceil(N/K) × (drain + hit).
+// kernel group (the groups build at once) plus ceil(N/K) × (drain + hit),
+// and says where the slots' time beyond it went (internal/critpath).
 // Sizes come from the environment (`make bench-fleet-kmd` sets them):
 // ROLLBOOK_FLEET_NODES (default 24), ROLLBOOK_FLEET_PARALLEL (20),
 // ROLLBOOK_FLEET_KERNELS (4), ROLLBOOK_FLEET_BUILD (30s), ROLLBOOK_FLEET_HIT
-// (5s). The issue's size is 1,000 nodes. ROLLBOOK_FLEET_PROGRESS=FILE keeps
+// (5s), ROLLBOOK_FLEET_PDB_DISRUPTIONS (the parallel limit). The issue's
+// size is 1,000 nodes. ROLLBOOK_FLEET_PROGRESS=FILE keeps
 // the run's progress output (and FILE.requests every request, timed).
 package fleetbench
 
@@ -31,6 +33,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/rollbook/rollbook/internal/apicount"
+	"github.com/rollbook/rollbook/internal/critpath"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/tt"
@@ -75,8 +78,9 @@ func TestMain(m *testing.M) {
 	_ = os.Setenv("ROLLBOOK_SIM_TT_BUILD_DELAY", build.String())
 	_ = os.Setenv("ROLLBOOK_SIM_TT_LOAD_DELAY", hit.String())
 	// A fleet sized for K nodes drained at once: its PDB lets K replicas go
-	// (at the scenario's default of 1, K drains queue on one PDB).
-	_ = os.Setenv("ROLLBOOK_SIM_TT_PDB_DISRUPTIONS", strconv.Itoa(parallel))
+	// (at the scenario's default of 1, K drains queue on one PDB), or
+	// ROLLBOOK_FLEET_PDB_DISRUPTIONS (many: the slots alone bind).
+	_ = os.Setenv("ROLLBOOK_SIM_TT_PDB_DISRUPTIONS", strconv.Itoa(envInt("ROLLBOOK_FLEET_PDB_DISRUPTIONS", parallel)))
 	// The tt-fleet scenario's last three nodes are awkward and not rolled.
 	// Node Leases renewed every 20 min, not 10 s: at 1,000 nodes the
 	// kubelet-style renewals alone are 100 writes a second, which a real
@@ -283,6 +287,13 @@ func TestKMDFleetInParallel(t *testing.T) {
 	t.Logf("requests: %d in all (+%d permission checks), %.1f per node (target ≤ 40); per node while the first quarter finished %d, "+
 		"while the last quarter did %d (flat within ±20 %%); %s", rc.Total(), rc.Preflight(), perNode, first, last, rc.Breakdown())
 	t.Logf("status mid-roll: %s", mid)
+	if own, err := criticalPath(p.buf.Bytes()); err != nil {
+		t.Errorf("where rollbook's own time went: %v", err)
+	} else {
+		t.Logf("rollbook's own time in the slots (beyond each node's drain and hit): %s per node, %s of the roll at %d slots; "+
+			"the top three: %s", (own.Total() / time.Duration(max(1, own.Nodes))).Round(time.Millisecond),
+			(own.Total() / time.Duration(parallel)).Round(time.Second), parallel, own.Top(3))
+	}
 	if builds != groups {
 		t.Errorf("%d builds, want exactly %d (one per kernel group)", builds, groups)
 	}
@@ -298,6 +309,49 @@ func TestKMDFleetInParallel(t *testing.T) {
 	if over > 0.15 && !limited {
 		t.Errorf("the roll took %s, %.1f %% over its ideal %s (target ≤ 15 %%)", total.Round(time.Second), 100*over, ideal.Round(time.Second))
 	}
+}
+
+// The steps that take and give back a --max-parallel slot, and the one
+// whose time beyond the hit is rollbook's: the helper's start and finish.
+const (
+	takeStep   = "Cordon the node"
+	helperStep = "Swap the kernel module"
+	giveStep   = "Uncordon the node"
+)
+
+// criticalPath says where the slots' time beyond the ideal went, from the
+// run's progress lines (issue 45, item 2).
+func criticalPath(progress []byte) (critpath.Breakdown, error) {
+	rb := tt.KMDRunbook(nil, nil, &tt.KMDConfig{Version: "2.8.1", DeployGates: []string{tt.DefaultDeployGate}, Drain: true,
+		FullNode: true, Helper: tt.HelperConfig{Image: "IMAGE"}})
+	var titles []string
+	for _, s := range rb.Steps {
+		titles = append(titles, s.Title)
+	}
+	for _, want := range append([]string{takeStep, helperStep, giveStep}, drainSteps...) {
+		if !slices.Contains(titles, want) {
+			return critpath.Breakdown{}, fmt.Errorf("the kmd runbook has no step %q (its steps: %s)", want, strings.Join(titles, ", "))
+		}
+	}
+	marks, err := critpath.Parse(bytes.NewReader(progress), titles)
+	if err != nil {
+		return critpath.Breakdown{}, err
+	}
+	s := critpath.Slots{Parallel: parallel, Take: takeStep, Release: giveStep,
+		Ideal: func(step string, took time.Duration) time.Duration {
+			switch {
+			case slices.Contains(drainSteps, step):
+				return took
+			case step == helperStep:
+				return hit
+			}
+			return 0
+		}}
+	b := s.Analyse(marks)
+	if b.Nodes != nodes {
+		return b, fmt.Errorf("saw %d of %d nodes from their cordon to their uncordon in the progress output", b.Nodes, nodes)
+	}
+	return b, nil
 }
 
 // machineLimit is the share of the machine's cores busy above which the
