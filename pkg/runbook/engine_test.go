@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -1146,13 +1147,35 @@ func TestStepBudgetIsJudgedOnTheStoringClock(t *testing.T) {
 // six that queue once more, for the end that freed its share: 5N - 2 = 38
 // (44 when every end woke every waiter).
 func TestQueuedTargetsObserveOncePerFreedShare(t *testing.T) {
+	if n := queuedObservations(t, false); n > 5*8-2 {
+		t.Errorf("%d observations for 8 targets (limit %d): queued targets observe again on every end", n, 5*8-2)
+	}
+}
+
+// A Uniform budget found spent is not observed again by the targets that
+// reach it before the next end: they wait for that end first.
+func TestUniformBudgetSpentIsNotObservedAgainBeforeAnEnd(t *testing.T) {
+	plain, uniform := queuedObservations(t, false), queuedObservations(t, true)
+	// Six of the eight targets reach the cordon with both slots taken; the
+	// first of them observes that, the other five need not.
+	if uniform > plain-5 {
+		t.Errorf("%d observations with a Uniform budget, %d without: the targets queued behind a spent budget observed it",
+			uniform, plain)
+	}
+}
+
+// queuedObservations runs eight targets through a budget of two whose
+// helpers take a while, so every other target queues, and returns how
+// many observations the run made.
+func queuedObservations(t *testing.T, uniform bool) int {
+	observations := 0
 	synctest.Test(t, func(t *testing.T) {
 		names := []string{"n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"}
 		w := newWorld(names...)
 		var mu sync.Mutex
-		observations := 0
 		out := outOfService{}
 		steps := budgetedSteps(w, true, &out)
+		steps[0].Guards[0].Uniform = uniform
 		steps[1].Act = func(_ context.Context, f facts) error {
 			time.Sleep(10 * time.Second) // a helper that takes a while: every other target queues
 			w.update(f.name, func(n *memNode) { n.labels[testLabel] = "v2"; n.cordonedBy = "" })
@@ -1175,11 +1198,8 @@ func TestQueuedTargetsObserveOncePerFreedShare(t *testing.T) {
 		if res.Outcome != OutcomeDone || out.most() != 2 {
 			t.Fatalf("outcome %s, %d out at most (want done, 2): %+v", res.Outcome, out.most(), res.Targets)
 		}
-		if limit := 5*len(names) - 2; observations > limit {
-			t.Errorf("%d observations for %d targets (limit %d): queued targets observe again on every end", observations,
-				len(names), limit)
-		}
 	})
+	return observations
 }
 
 // haltRunbook probes (taking probeTime on n2 and n3), cordons within a
@@ -1266,4 +1286,86 @@ func TestAHaltedRunTakesNoPrefetchedTargetOutOfService(t *testing.T) {
 			})
 		})
 	}
+}
+
+// One end frees one share: of the targets waiting for it, one observes
+// and takes it, and the others wait on. Every waiter the end's broadcast
+// woke used to get past the check while the first stopped its settle,
+// before it took the exclusion, so each observed in turn, only to find the
+// share gone.
+func TestAnEndIsObservedByOneWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newExclusion()
+		e.started() // the target whose end frees the share
+		var woke atomic.Int32
+		for range 3 {
+			e.started()
+			go func() {
+				seen := e.enter(ctx)
+				// A settle that never fires (a PDB that stays at zero) and
+				// takes a moment to stop (its watch closing): the waiter an
+				// end wakes stops it, and the other waiters run meanwhile.
+				never := func(ctx context.Context) bool { <-ctx.Done(); time.Sleep(time.Millisecond); return false }
+				if _, ended := e.waitForAnEnd(ctx, seen, never); !ended {
+					e.leave() // the halt at the test's end
+					return
+				}
+				woke.Add(1)
+				e.took() // it observed the share free and takes it
+				e.leave()
+			}()
+		}
+		synctest.Wait()
+		e.released("node/n0")
+		time.Sleep(time.Second) // every settle stopped, and whoever woke has observed
+		if n := woke.Load(); n != 1 {
+			t.Errorf("one end woke %d waiters to observe, want 1", n)
+		}
+		e.released("node/n1") // the taker's own end, later: the next waiter's turn
+		time.Sleep(time.Second)
+		if n := woke.Load(); n != 2 {
+			t.Errorf("after a second end %d waiters had observed, want 2", n)
+		}
+		e.halt("test over")
+		time.Sleep(time.Second)
+	})
+}
+
+// A target that reaches the budget while an end's share is free (it had
+// not waited) and takes it marks that end seen for the waiters, as a
+// woken waiter does: the share is gone, and the waiter would observe only
+// to find so.
+func TestANewcomerTakingAFreedShareSparesTheWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newExclusion()
+		e.started() // the target whose end frees the share
+		var woke atomic.Int32
+		e.started()
+		go func() { // the waiter
+			seen := e.enter(ctx)
+			if _, ended := e.waitForAnEnd(ctx, seen, nil); ended {
+				woke.Add(1)
+			}
+			e.leave()
+		}()
+		synctest.Wait()
+		e.started()
+		seen := e.enter(ctx) // the newcomer holds the exclusion as the end comes
+		e.released("node/n0")
+		pass := Step[facts]{ID: "cordon", Exclusive: true,
+			Guards: []Guard[facts]{{Name: "budget", SharedBudget: true, Check: func(facts) (bool, string) { return true, "" }}}}
+		if _, reason, err := decideExclusive(ctx, &Runbook[facts]{}, pass, nil, e, facts{}, seen,
+			func(string) {}); reason != "" || err != nil {
+			t.Fatalf("the newcomer's decision: %q, %v", reason, err)
+		}
+		e.leave()
+		synctest.Wait()
+		if woke.Load() != 0 {
+			t.Errorf("the waiter woke to observe a share the newcomer took")
+		}
+		e.halt("test over")
+		synctest.Wait()
+	})
 }

@@ -27,10 +27,14 @@ type exclusion struct {
 	// yet out of service then takes no budget, and one waiting for a
 	// budget stops waiting.
 	halted string
+	// spentAt is the count of ends at which a decision last found a
+	// Uniform budget spent (-1: none since one passed): a target entering
+	// before the next end waits for it before observing (untilUnspent).
+	spentAt int
 }
 
 func newExclusion() *exclusion {
-	e := &exclusion{waiters: map[*int]struct{}{}, back: map[string]bool{}}
+	e := &exclusion{waiters: map[*int]struct{}{}, back: map[string]bool{}, spentAt: -1}
 	e.cond = sync.NewCond(&e.mu)
 	return e
 }
@@ -61,10 +65,10 @@ func (e *exclusion) released(name string) {
 	e.mu.Unlock()
 }
 
-// took says the caller, woken by an end, found the budget free and takes
-// it: a target's end frees its one share of each budget, which the caller
-// now holds again, so every other waiter counts one of the ends it has not
-// observed as seen. Without it every end woke every waiting target to
+// took says the caller found the budget free and takes it, whether an end
+// woke it or it had not waited: a target's end frees its one share of each
+// budget, which the caller now holds again, so every waiter counts one of
+// the ends it has not observed as seen. Without it every end woke every waiting target to
 // observe (three requests each) and all but one found the budget spent: a
 // cost that grew with how many targets waited, that is with how long the
 // helpers of those in service took. A waiter skipped wrongly (an end that
@@ -106,6 +110,37 @@ func (e *exclusion) enter(ctx context.Context) int {
 	return e.finishes
 }
 
+// spent records that a decision on an observation made after seen ends
+// found a Uniform budget spent (or, !spent, that one passed).
+func (e *exclusion) spent(seen int, spent bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case spent:
+		e.spentAt = seen
+	case e.spentAt == seen:
+		e.spentAt = -1
+	}
+}
+
+// untilUnspent is called holding the exclusion, entered when seen ends had
+// been counted, before observing for an Exclusive step. When a decision
+// since the last end found a Uniform budget spent, the caller's
+// observation would find the same: it waits for an end first (as a
+// decision that failed would) and returns the new count. Without it every
+// target reaching the step while the slots are full observes once for
+// nothing (five requests in a tt roll).
+func (e *exclusion) untilUnspent(ctx context.Context, seen int) int {
+	e.mu.Lock()
+	spent := e.spentAt == seen && e.spentAt >= 0
+	e.mu.Unlock()
+	if !spent {
+		return seen
+	}
+	seen, _ = e.waitForAnEnd(ctx, seen, nil)
+	return seen
+}
+
 func (e *exclusion) leave() {
 	e.mu.Lock()
 	e.busy = false
@@ -116,13 +151,13 @@ func (e *exclusion) leave() {
 // waitForAnEnd gives up the exclusion until another target of the run has
 // ended since seen (an end the caller's observation may have missed counts)
 // and the exclusion is free, or, when settle is set, until it reports true,
-// then takes it again and returns the new count and whether an end (not
-// the settle) woke it. It reports false, at once, when no other target
-// is in progress except ones waiting too and there is no settle: nothing
-// will free the budget; with a settle it waits for it to give up. An end
+// then takes it again and returns the new count and whether either came.
+// It reports false, at once, when no other target is in progress except
+// ones waiting too and there is no settle: nothing will free the budget;
+// with a settle it waits for it to give up. An end
 // is not taken up while another target holds the exclusion: that one may
 // take the budget the end freed (took) and spare this one an observation.
-func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(context.Context) bool) (int, bool, bool) {
+func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(context.Context) bool) (int, bool) {
 	var settled, settling atomic.Bool
 	stop := func() {}
 	if settle != nil {
@@ -142,12 +177,21 @@ func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(cont
 	e.waiting++
 	e.waiters[&seen] = struct{}{}
 	e.cond.Broadcast()
+	claimed := false
 	for !settled.Load() && ctx.Err() == nil {
 		if e.halted != "" && !e.busy {
 			break // the caller stops: decideExclusive reads the halt
 		}
 		if e.finishes != seen && !e.busy {
-			break // an end to observe, and the exclusion free to observe it in
+			// An end to observe, and the exclusion free to observe it in:
+			// taken at once, so the other waiters the same end woke find
+			// it busy and wait on (took may then spare them). Taken only
+			// after the lock is given up below, every waiter the end's
+			// broadcast woke got past this check first and observed in
+			// turn, all but one for nothing (issue 45: a dozen at every
+			// end of a 200-node roll).
+			e.busy, claimed = true, true
+			break
 		}
 		if e.finishes == seen && e.running-e.waiting <= 0 && !settling.Load() {
 			break // nothing will free the budget
@@ -156,17 +200,18 @@ func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(cont
 	}
 	delete(e.waiters, &seen)
 	e.waiting--
-	byEnd := e.finishes != seen
-	ended := byEnd || settled.Load()
+	ended := e.finishes != seen || settled.Load()
 	e.mu.Unlock()
 	stop() // outside the lock: the settle wakes the exclusion as it returns
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for e.busy && ctx.Err() == nil {
-		e.cond.Wait()
+	if !claimed {
+		for e.busy && ctx.Err() == nil {
+			e.cond.Wait()
+		}
+		e.busy = true
 	}
-	e.busy = true
-	return e.finishes, ended && ctx.Err() == nil, byEnd && !settled.Load()
+	return e.finishes, ended && ctx.Err() == nil
 }
 
 // enterExclusive takes the exclusion for step s of target t and decides its
@@ -174,7 +219,7 @@ func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(cont
 // is the target's last observation.
 func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion, prev F,
 	waiting func(reason string)) (F, string, error) {
-	seen := e.enter(ctx)
+	seen := e.untilUnspent(ctx, e.enter(ctx))
 	facts, err := observeParts(ctx, rb, t, s.reads(), prev)
 	if err != nil {
 		e.leave()
@@ -192,7 +237,6 @@ func enterExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Tar
 // it when they block (reason) or observing failed.
 func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Target, e *exclusion, facts F,
 	seen int, waiting func(reason string)) (F, string, error) {
-	woken := false // by an end, and observed again since
 	for {
 		if why := e.haltedWhy(); why != "" && (rb.OutOfService == nil || !rb.OutOfService(facts)) {
 			// A halted run takes no more targets out of service: this one,
@@ -202,10 +246,12 @@ func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Ta
 		}
 		g, reason := failingGuard(s.Guards, facts)
 		if g == nil {
-			if woken {
-				e.took()
-			}
+			e.took()
+			e.spent(seen, false)
 			return facts, "", nil
+		}
+		if g.SharedBudget && g.Uniform && g.Settle == nil {
+			e.spent(seen, true)
 		}
 		if !g.SharedBudget { // only a spent budget may be freed by another target
 			e.leave()
@@ -218,7 +264,7 @@ func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Ta
 			waiting(reason)
 		}
 		var ended bool
-		seen, ended, woken = e.waitForAnEnd(ctx, seen, settle)
+		seen, ended = e.waitForAnEnd(ctx, seen, settle)
 		if e.haltedWhy() != "" {
 			continue // the top of the loop stops it, on facts it has not acted on since
 		}

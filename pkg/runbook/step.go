@@ -118,6 +118,14 @@ type Guard[F any] struct {
 	// observes again; it blocks only when neither can come. Called outside
 	// the exclusion; ctx ends when another target ended first.
 	Settle func(ctx context.Context, f F) bool
+	// Uniform, on a SharedBudget guard with no Settle, says the guard
+	// decides alike for every target of the run not yet out of service (a
+	// count of the run's targets out, not this target's labels or pods).
+	// Once it failed, a target that reaches the step before the next end
+	// waits for that end before observing: it would only find the same.
+	// A target-specific guard that would have blocked it then says so
+	// after that end, not before.
+	Uniform bool
 }
 
 // Change is one object the plan would change, and how.

@@ -68,7 +68,7 @@ func (r *targetRun[F]) run(ctx context.Context) TargetResult {
 			// and this observation, of what the step reads, is the one made
 			// inside it (not a second).
 			if s := steps[i]; s.Exclusive && r.held < 0 && !r.o.DryRun {
-				r.heldSeen, r.held = r.excl.enter(ctx), i
+				r.heldSeen, r.held = r.excl.untilUnspent(ctx, r.excl.enter(ctx)), i
 				parts := r.covered | s.reads()
 				f, err := observeParts(ctx, r.rb, r.t, parts, r.facts)
 				if err != nil {

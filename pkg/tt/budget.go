@@ -25,6 +25,9 @@ func outOfServiceBudget(limit int) runbook.Guard[Facts] {
 	return runbook.Guard[Facts]{
 		Name:         "no more than --max-parallel nodes out of service",
 		SharedBudget: true,
+		// The same count for every node not out yet: one found spent
+		// holds for the nodes queued behind it until a node ends.
+		Uniform: true,
 		Check: func(f Facts) (bool, string) {
 			return limit <= 0 || f.OthersOut < limit, fmt.Sprintf("%d node(s) are already out of service by rollbook "+
 				"(at most %d at once), some left cordoned by failures; fix them and re-run", f.OthersOut, limit)
