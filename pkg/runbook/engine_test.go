@@ -1298,24 +1298,11 @@ func TestAnEndIsObservedByOneWaiter(t *testing.T) {
 		ctx := context.Background()
 		e := newExclusion()
 		e.started() // the target whose end frees the share
-		var woke atomic.Int32
-		for range 3 {
-			e.started()
-			go func() {
-				seen := e.enter(ctx)
-				// A settle that never fires (a PDB that stays at zero) and
-				// takes a moment to stop (its watch closing): the waiter an
-				// end wakes stops it, and the other waiters run meanwhile.
-				never := func(ctx context.Context) bool { <-ctx.Done(); time.Sleep(time.Millisecond); return false }
-				if _, ended := e.waitForAnEnd(ctx, seen, never); !ended {
-					e.leave() // the halt at the test's end
-					return
-				}
-				woke.Add(1)
-				e.took() // it observed the share free and takes it
-				e.leave()
-			}()
-		}
+		// A settle that never fires (a PDB that stays at zero) and takes a
+		// moment to stop (its watch closing): the waiter an end wakes stops
+		// it, and the other waiters run meanwhile.
+		never := func(ctx context.Context) bool { <-ctx.Done(); time.Sleep(time.Millisecond); return false }
+		woke := startWaiters(ctx, e, 3, never)
 		synctest.Wait()
 		e.released("node/n0")
 		time.Sleep(time.Second) // every settle stopped, and whoever woke has observed
@@ -1341,15 +1328,7 @@ func TestANewcomerTakingAFreedShareSparesTheWaiters(t *testing.T) {
 		ctx := context.Background()
 		e := newExclusion()
 		e.started() // the target whose end frees the share
-		var woke atomic.Int32
-		e.started()
-		go func() { // the waiter
-			seen := e.enter(ctx)
-			if _, ended := e.waitForAnEnd(ctx, seen, nil); ended {
-				woke.Add(1)
-			}
-			e.leave()
-		}()
+		woke := startWaiters(ctx, e, 1, nil)
 		synctest.Wait()
 		e.started()
 		seen := e.enter(ctx) // the newcomer holds the exclusion as the end comes
@@ -1368,4 +1347,24 @@ func TestANewcomerTakingAFreedShareSparesTheWaiters(t *testing.T) {
 		e.halt("test over")
 		synctest.Wait()
 	})
+}
+
+// startWaiters starts n targets waiting for an end; each that an end wakes
+// counts itself, takes the share and leaves the exclusion.
+func startWaiters(ctx context.Context, e *exclusion, n int, settle func(context.Context) bool) *atomic.Int32 {
+	var woke atomic.Int32
+	for range n {
+		e.started()
+		go func() {
+			seen := e.enter(ctx)
+			if _, ended := e.waitForAnEnd(ctx, seen, settle); !ended {
+				e.leave() // the halt at the test's end
+				return
+			}
+			woke.Add(1)
+			e.took()
+			e.leave()
+		}()
+	}
+	return &woke
 }
