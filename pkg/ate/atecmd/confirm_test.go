@@ -2,50 +2,25 @@ package atecmd
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/rollbook/rollbook/internal/clitest"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
-
-// terminal is input a person types at a terminal.
-type terminal struct{ *strings.Reader }
-
-func (terminal) IsTerminal() bool { return true }
-
-// unreachable is a kubeconfig whose server refuses every connection: a
-// command that got past its confirmation fails reaching it, one that
-// stopped there never tries.
-func unreachable(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "kubeconfig")
-	const cfg = `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // ate retire ends the rollback option: on a terminal it asks first, as
 // revert does, and an answer other than yes changes nothing (it does not
 // even reach the cluster). --yes, --dry-run and input that is not a
 // terminal (a script) go on without asking.
 func TestRetireConfirmsOnATerminal(t *testing.T) {
-	kc := unreachable(t)
+	kc := clitest.UnreachableKubeconfig(t)
 	run := func(in *strings.Reader, tty bool, args ...string) (string, int) {
 		streams, _, out, errOut := genericiooptions.NewTestIOStreams()
 		if tty {
-			streams.In = terminal{in}
+			streams.In = clitest.Terminal{Reader: in}
 		} else {
 			streams.In = in
 		}

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/rollbook/rollbook/internal/clitest"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -16,7 +17,7 @@ import (
 // one exits 2, a closed window exits 0 paused with the command to re-run,
 // neither reaching the (unreachable) API server.
 func TestNodeMovesJudgeTheScheduleBeforeTheCluster(t *testing.T) {
-	kc := unreachable(t)
+	kc := clitest.UnreachableKubeconfig(t)
 	run := func(args ...string) (string, int) {
 		streams, _, out, errOut := genericiooptions.NewTestIOStreams()
 		code := cli.ExecuteContext(context.Background(), NewRootCommand(streams), append(args, "--kubeconfig", kc), errOut)

@@ -2,51 +2,26 @@ package ttcmd
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/rollbook/rollbook/internal/clitest"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
-
-// terminal is input a person types at a terminal.
-type terminal struct{ *strings.Reader }
-
-func (terminal) IsTerminal() bool { return true }
-
-// unreachable is a kubeconfig whose server refuses every connection: a
-// command past its confirmation fails reaching it, one that stopped there
-// never tries.
-func unreachable(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "kubeconfig")
-	const cfg = `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // An upgrade of the whole fleet (no NODE, --nodes or --selector) asks on a
 // terminal first, as kubeadm upgrade apply does; an answer but yes exits
 // 3 without reaching the cluster. A chosen set of nodes, --yes, --dry-run
 // and a script (input not a terminal) are not asked.
 func TestFleetWideUpgradeConfirmsOnATerminal(t *testing.T) {
-	kc := unreachable(t)
+	kc := clitest.UnreachableKubeconfig(t)
 	run := func(in string, tty bool, args ...string) (string, int) {
 		streams, _, out, errOut := genericiooptions.NewTestIOStreams()
 		streams.In = strings.NewReader(in)
 		if tty {
-			streams.In = terminal{strings.NewReader(in)}
+			streams.In = clitest.Terminal{Reader: strings.NewReader(in)}
 		}
 		args = append(args, "--kubeconfig", kc, "--helper-image", "example.com/node-agent@sha256:"+strings.Repeat("b", 64))
 		code := cli.ExecuteContext(context.Background(), NewRootCommand(streams), args, errOut)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/rollbook/rollbook/deploy"
+	"github.com/rollbook/rollbook/internal/clitest"
 	"github.com/rollbook/rollbook/pkg/cli"
 )
 
@@ -27,7 +28,7 @@ func closedWindow() string {
 // run as paused (exit 0) saying when and what to re-run, both without a
 // request to the (unreachable) API server.
 func TestScheduleIsJudgedBeforeTheCluster(t *testing.T) {
-	kc := unreachable(t)
+	kc := clitest.UnreachableKubeconfig(t)
 	run := func(args ...string) (string, string, int) {
 		streams, _, out, errOut := genericiooptions.NewTestIOStreams()
 		args = append(args, "--kubeconfig", kc, "--helper-image", "example.com/node-agent@sha256:"+strings.Repeat("b", 64))
