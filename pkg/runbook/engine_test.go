@@ -975,10 +975,9 @@ func TestMaxFailuresStopsAtTheBudget(t *testing.T) {
 }
 
 // An Exclusive step reached past a step that was done already decides on
-// the observation its unread parts call for, made inside its exclusion and
-// of what it reads, not on a full one and a second one after it (four
-// requests a kmd node, whose cordon follows the module step, done without
-// acting).
+// an observation made inside its exclusion of what it reads, not on a full
+// one and a second one after it (five requests a kmd node, whose cordon
+// follows the module step, done without acting).
 func TestExclusiveStepPastADoneStepObservesOnce(t *testing.T) {
 	const (
 		partNode Parts = 1 << iota
@@ -1016,9 +1015,9 @@ func TestExclusiveStepPastADoneStepObservesOnce(t *testing.T) {
 		},
 	}
 	res := Run(context.Background(), rb, targets(w, "n1"), Options{})
-	// Initial; after a (a's and b's reads); c's own parts (with those
-	// already read) inside c's exclusion; after c.
-	want := []Parts{AllParts, partNode, partNode | partPods, partPods}
+	// Initial; after a (a's and b's reads); c's own parts inside c's
+	// exclusion (the node, read after a, is carried); after c.
+	want := []Parts{AllParts, partNode, partPods, partPods}
 	if res.Outcome != OutcomeDone || !slices.Equal(asked, want) {
 		t.Errorf("observations asked for %v, want %v (outcome %s)", asked, want, res.Outcome)
 	}
@@ -1367,4 +1366,120 @@ func startWaiters(ctx context.Context, e *exclusion, n int, settle func(context.
 		}()
 	}
 	return &woke
+}
+
+// A step's Unchanged parts are carried to the observation after its Act
+// (a kmd node's label write, and the helper pods the cleanup after it
+// reads: one pod list a node), but never across a Wait.
+func TestUnchangedPartsAreCarriedPastActButNotPastAWait(t *testing.T) {
+	const (
+		partNode Parts = 1 << iota
+		partPods
+	)
+	for _, waits := range []bool{false, true} {
+		w := newWorld("n1")
+		var asked []Parts
+		observe := func(tg Target, parts Parts) facts {
+			asked = append(asked, parts)
+			name := strings.TrimPrefix(tg.Name(), "node/")
+			return facts{name: name, node: w.snapshot(name)}
+		}
+		mark := func(key string) func(context.Context, facts) error {
+			return func(_ context.Context, f facts) error {
+				w.update(f.name, func(n *memNode) { n.annotations[key] = "yes" })
+				return nil
+			}
+		}
+		done := func(key string) func(facts) (bool, string) {
+			return func(f facts) (bool, string) { return f.node.annotations[key] == "yes", "" }
+		}
+		label := Step[facts]{ID: "label", Reads: partNode | partPods, Unchanged: partPods, Done: done("label"), Act: mark("label")}
+		if waits {
+			label.Wait = func(context.Context, facts) error { return nil }
+		}
+		rb := &Runbook[facts]{
+			Name: owner,
+			Observe: func(_ context.Context, tg Target) (facts, error) {
+				return observe(tg, AllParts), nil
+			},
+			ObserveParts: func(_ context.Context, tg Target, parts Parts, _ facts) (facts, error) {
+				return observe(tg, parts), nil
+			},
+			Steps: []Step[facts]{label, {ID: "cleanup", Reads: partPods, Done: done("cleanup"), Act: mark("cleanup")}},
+		}
+		res := Run(context.Background(), rb, targets(w, "n1"), Options{})
+		// Initial; after label (its node, and the pods the cleanup reads
+		// unless a Wait came between); after cleanup.
+		want := []Parts{AllParts, partNode, partPods}
+		if waits {
+			want[1] = partNode | partPods
+		}
+		if res.Outcome != OutcomeDone || !slices.Equal(asked, want) {
+			t.Errorf("waits %v: observations asked for %v, want %v (outcome %s)", waits, asked, want, res.Outcome)
+		}
+	}
+}
+
+// A target that takes a Uniform budget's last share says so: the targets
+// reaching the step after it, before the next end, wait for that end
+// instead of observing a budget it just spent (a kmd node arriving from
+// its probe just after the waiter an end woke took the slot).
+func TestTheLastShareTakenIsNotObservedAgainBeforeAnEnd(t *testing.T) {
+	plain, last := arrivingObservations(t, false), arrivingObservations(t, true)
+	t.Logf("%d observations when the last share is said, %d when not", last, plain)
+	// Six targets arrive with both shares taken, four of them just after a
+	// take and before any end (the others arrive as an end comes).
+	if last > plain-4 {
+		t.Errorf("%d observations when the last share is said, %d when not: a target observed the budget a take just spent",
+			last, plain)
+	}
+}
+
+// arrivingObservations runs eight targets, arriving one by one every 4 s,
+// through a Uniform budget of two whose helpers take 10 s, and returns how
+// many observations the run made.
+func arrivingObservations(t *testing.T, lastShare bool) int {
+	observations := 0
+	synctest.Test(t, func(t *testing.T) {
+		names := []string{"n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"}
+		w := newWorld(names...)
+		var mu sync.Mutex
+		out := outOfService{}
+		steps := budgetedSteps(w, true, &out)
+		steps[0].Guards[0].Uniform = true
+		if lastShare {
+			steps[0].Guards[0].LastShare = func(f facts) bool { return f.target == "1" }
+		}
+		steps[1].Act = func(_ context.Context, f facts) error {
+			time.Sleep(10 * time.Second)
+			w.update(f.name, func(n *memNode) { n.labels[testLabel] = "v2"; n.cordonedBy = "" })
+			out.add(-1)
+			return nil
+		}
+		arrive := Step[facts]{ID: "arrive",
+			Done: func(f facts) (bool, string) { return f.node.annotations["arrived"] == "yes", "" },
+			Act: func(_ context.Context, f facts) error {
+				i := slices.Index(names, f.name)
+				time.Sleep(time.Duration(i+1) * 4 * time.Second)
+				w.update(f.name, func(n *memNode) { n.annotations["arrived"] = "yes" })
+				return nil
+			}}
+		rb := &Runbook[facts]{
+			Name: owner,
+			Observe: func(_ context.Context, tg Target) (facts, error) {
+				mu.Lock()
+				observations++
+				mu.Unlock()
+				name := strings.TrimPrefix(tg.Name(), "node/")
+				return facts{name: name, node: w.snapshot(name), target: fmt.Sprint(w.cordonedOthers(name, names...))}, nil
+			},
+			OutOfService: func(f facts) bool { return f.node.cordonedBy == owner },
+			Steps:        append([]Step[facts]{arrive}, steps...),
+		}
+		res := Run(context.Background(), rb, targets(w, names...), Options{Parallel: len(names)})
+		if res.Outcome != OutcomeDone || out.most() != 2 {
+			t.Fatalf("outcome %s, %d out at most (want done, 2): %+v", res.Outcome, out.most(), res.Targets)
+		}
+	})
+	return observations
 }

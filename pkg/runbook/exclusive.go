@@ -68,12 +68,12 @@ func (e *exclusion) released(name string) {
 // took says the caller found the budget free and takes it, whether an end
 // woke it or it had not waited: a target's end frees its one share of each
 // budget, which the caller now holds again, so every waiter counts one of
-// the ends it has not observed as seen. Without it every end woke every waiting target to
-// observe (three requests each) and all but one found the budget spent: a
-// cost that grew with how many targets waited, that is with how long the
-// helpers of those in service took. A waiter skipped wrongly (an end that
-// freed more than one share) is woken by the next end: the caller is now
-// running, so there is one.
+// the ends it has not observed as seen. Without it every end woke every
+// waiting target to observe (three requests each) and all but one found the
+// budget spent: a cost that grew with how many targets waited, that is with
+// how long the helpers of those in service took. A waiter skipped wrongly
+// (an end that freed more than one share) is woken by the next end: the
+// caller is now running, so there is one.
 func (e *exclusion) took() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -111,7 +111,8 @@ func (e *exclusion) enter(ctx context.Context) int {
 }
 
 // spent records that a decision on an observation made after seen ends
-// found a Uniform budget spent (or, !spent, that one passed).
+// found a Uniform budget spent, or took its last share (or, !spent, that
+// one passed with shares left).
 func (e *exclusion) spent(seen int, spent bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -125,14 +126,14 @@ func (e *exclusion) spent(seen int, spent bool) {
 
 // untilUnspent is called holding the exclusion, entered when seen ends had
 // been counted, before observing for an Exclusive step. When a decision
-// since the last end found a Uniform budget spent, the caller's
-// observation would find the same: it waits for an end first (as a
-// decision that failed would) and returns the new count. Without it every
-// target reaching the step while the slots are full observes once for
-// nothing (five requests in a tt roll).
+// since the last end found a Uniform budget spent, or took its last share
+// (Guard.LastShare), the caller's observation would find the same: it
+// waits for an end first (as a decision that failed would) and returns the
+// new count. Without it every target reaching the step while the slots are
+// full observes once for nothing (five requests in a tt roll).
 func (e *exclusion) untilUnspent(ctx context.Context, seen int) int {
 	e.mu.Lock()
-	spent := e.spentAt == seen && e.spentAt >= 0
+	spent := e.spentAt == seen // (seen counts ends: never -1)
 	e.mu.Unlock()
 	if !spent {
 		return seen
@@ -154,9 +155,9 @@ func (e *exclusion) leave() {
 // then takes it again and returns the new count and whether either came.
 // It reports false, at once, when no other target is in progress except
 // ones waiting too and there is no settle: nothing will free the budget;
-// with a settle it waits for it to give up. An end
-// is not taken up while another target holds the exclusion: that one may
-// take the budget the end freed (took) and spare this one an observation.
+// with a settle it waits for it to give up. An end is not taken up while
+// another target holds the exclusion: that one may take the budget the end
+// freed (took) and spare this one an observation.
 func (e *exclusion) waitForAnEnd(ctx context.Context, seen int, settle func(context.Context) bool) (int, bool) {
 	var settled, settling atomic.Bool
 	stop := func() {}
@@ -247,7 +248,7 @@ func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Ta
 		g, reason := failingGuard(s.Guards, facts)
 		if g == nil {
 			e.took()
-			e.spent(seen, false)
+			e.spent(seen, tookLastShare(s.Guards, facts))
 			return facts, "", nil
 		}
 		if g.SharedBudget && g.Uniform && g.Settle == nil {
@@ -278,6 +279,17 @@ func decideExclusive[F any](ctx context.Context, rb *Runbook[F], s Step[F], t Ta
 			return facts, "", err
 		}
 	}
+}
+
+// tookLastShare reports that a Uniform budget the guards passed on has no
+// share left once the target passing takes its own.
+func tookLastShare[F any](guards []Guard[F], facts F) bool {
+	for _, g := range guards {
+		if g.SharedBudget && g.Uniform && g.Settle == nil && g.LastShare != nil && g.LastShare(facts) {
+			return true
+		}
+	}
+	return false
 }
 
 // errHalted is decideExclusive's stop for a target the halted run will not

@@ -84,6 +84,12 @@ type Step[F any] struct {
 	// DoneReads, when set, is the fewer parts Done alone reads: what the
 	// observation that verifies the step's effect must read.
 	DoneReads Parts
+	// Unchanged are parts Act cannot change as Done and the next step use
+	// them (a label's write and the helper pods the cleanup after it
+	// deletes). The observation after Act carries them from the one Act
+	// decided on instead of reading them again; not after a Wait, during
+	// which anything may change. Only parts ObserveParts carries.
+	Unchanged Parts
 	// Exclusive marks a step whose guards spend a budget shared by targets
 	// (e.g. a cordon against --max-parallel nodes out of service). Across a
 	// run's targets such steps run one at a time, each deciding its guards
@@ -126,6 +132,11 @@ type Guard[F any] struct {
 	// A target-specific guard that would have blocked it then says so
 	// after that end, not before.
 	Uniform bool
+	// LastShare, on a Uniform guard, reports that the budget it passed on f
+	// has one share left, which the passing target takes: the targets
+	// reaching the step after it, before the next end, wait for that end
+	// before observing, as after a failed decision.
+	LastShare func(f F) bool
 }
 
 // Change is one object the plan would change, and how.

@@ -69,12 +69,13 @@ func (r *targetRun[F]) run(ctx context.Context) TargetResult {
 			// inside it (not a second).
 			if s := steps[i]; s.Exclusive && r.held < 0 && !r.o.DryRun {
 				r.heldSeen, r.held = r.excl.untilUnspent(ctx, r.excl.enter(ctx)), i
-				parts := r.covered | s.reads()
-				f, err := observeParts(ctx, r.rb, r.t, parts, r.facts)
+				// Only what this step reads: the parts already read are
+				// carried, as an Exclusive step's wait carries them.
+				f, err := observeParts(ctx, r.rb, r.t, s.reads(), r.facts)
 				if err != nil {
 					return r.failed(s.ID, fmt.Errorf("observe: %w", err))
 				}
-				r.facts, r.covered = f, parts
+				r.facts, r.covered = f, r.covered|s.reads()
 				continue
 			}
 			if err := r.observe(ctx); err != nil {
@@ -192,11 +193,17 @@ func (r *targetRun[F]) actAndVerify(ctx context.Context, i int, sr StepResult) (
 		// The next step decides a shared budget: take its exclusion before
 		// observing this step's result, and that observation is the next
 		// step's, saving a second one.
-		enterNext = func() { r.heldSeen, r.held = r.excl.enter(ctx), i+1 }
+		enterNext = func() { r.heldSeen, r.held = r.excl.untilUnspent(ctx, r.excl.enter(ctx)), i+1 }
 	}
 	parts := s.doneReads()
 	if i+1 < len(rb.Steps) {
 		parts |= rb.Steps[i+1].reads()
+	}
+	read := parts
+	if s.Wait == nil {
+		// What Act leaves as it was, and the observation it acted on read,
+		// serves again.
+		read &^= s.Unchanged & r.covered
 	}
 	var afterAct func()
 	if s.Exclusive {
@@ -211,7 +218,7 @@ func (r *targetRun[F]) actAndVerify(ctx context.Context, i int, sr StepResult) (
 			}
 		}
 	}
-	sr, err := r.act(ctx, s, sr, enterNext, afterAct, parts)
+	sr, err := r.act(ctx, s, sr, enterNext, afterAct, read, parts)
 	if r.staleClock != "" {
 		if cerr := r.clearStaleClock(ctx); cerr != nil && err == nil {
 			err = fmt.Errorf("clear the clock of the step before: %w", cerr)
@@ -247,11 +254,12 @@ func (r *targetRun[F]) actAndVerify(ctx context.Context, i int, sr StepResult) (
 }
 
 // act runs one step: start (or resume) its clock, act, wait, re-observe the
-// parts asked for and verify, then stop the clock. afterAct, when set, runs
+// parts to read (the rest of those it covers are carried) and verify, then
+// stop the clock. afterAct, when set, runs
 // as soon as Act returns; beforeObserve just before the observation of the
 // result.
 func (r *targetRun[F]) act(ctx context.Context, s Step[F], sr StepResult, beforeObserve, afterAct func(),
-	parts Parts) (StepResult, error) {
+	read, covers Parts) (StepResult, error) {
 	o := r.o
 	start := o.Now()
 	stepCtx := WithStep(ctx, s.ID)
@@ -302,12 +310,12 @@ func (r *targetRun[F]) act(ctx context.Context, s Step[F], sr StepResult, before
 	if beforeObserve != nil {
 		beforeObserve()
 	}
-	observed, err := observeParts(ctx, r.rb, r.t, parts, r.facts)
+	observed, err := observeParts(ctx, r.rb, r.t, read, r.facts)
 	if err != nil {
 		_ = stopClock(ctx.Err() != nil)
 		return sr, fmt.Errorf("observe after acting: %w", err)
 	}
-	r.facts, r.covered = observed, parts
+	r.facts, r.covered = observed, covers
 	done, ev := s.Done(r.facts)
 	sr.Duration = o.Now().Sub(start)
 	if !done {

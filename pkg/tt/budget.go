@@ -32,6 +32,9 @@ func outOfServiceBudget(limit int) runbook.Guard[Facts] {
 			return limit <= 0 || f.OthersOut < limit, fmt.Sprintf("%d node(s) are already out of service by rollbook "+
 				"(at most %d at once), some left cordoned by failures; fix them and re-run", f.OthersOut, limit)
 		},
+		// A node taking the last slot leaves none for the nodes behind it
+		// until one ends: they need not observe that.
+		LastShare: func(f Facts) bool { return limit > 0 && f.OthersOut+1 >= limit },
 	}
 }
 

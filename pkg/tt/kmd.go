@@ -289,7 +289,9 @@ func kmdLabelStep(cs kubernetes.Interface, rec kube.Recorder, cfg *KMDConfig, fi
 		Reads: readNode | readPods,
 		// The observation after it serves the cleanup: the gates and
 		// uncordon steps between have nothing left to write (giveBack).
-		DoneReads: readNode | readPods,
+		// The helper pods the cleanup deletes are as the swap left them:
+		// the node's write is the observation, with no pod list.
+		DoneReads: readNode | readPods, Unchanged: readPods,
 		Doc: "Write driver.tenstorrent.com/kmd-version from what was measured in /sys/module (never the intent) and " +
 			"install-mode=container, and keep the measurement in an annotation. The same write reopens the deploy " +
 			"gates and lifts the cordon (the next two steps), so those have nothing left to write.",
