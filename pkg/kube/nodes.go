@@ -21,6 +21,26 @@ import (
 // made it faster, not slower (docs/performance.md).
 const nodeListPage = 1000
 
+// nodePageBytes is what a metadata page after the first may hold: as many
+// nodes as the first page's weigh that much. Light nodes (no records) then
+// come in fewer round trips, each a fixed cost a small fleet's list feels;
+// heavy ones stay near nodeListPage.
+const nodePageBytes = 4 << 20
+
+// nextNodePage sizes the next metadata page from the weight of page (its
+// managedFields still in: the server sends them).
+func nextNodePage(page []metav1.PartialObjectMetadata) int64 {
+	if len(page) == 0 {
+		return nodeListPage
+	}
+	size := 0
+	for i := range page {
+		size += page[i].Size()
+	}
+	per := max(1, size/len(page))
+	return int64(min(max(nodePageBytes/per, nodeListPage), 10*nodeListPage))
+}
+
 var nodesGVR = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 
 // ListNodesLight returns the nodes matching selector with what a fleet
@@ -58,31 +78,9 @@ func ListNodesLightThen(ctx context.Context, md metadata.Interface, cs kubernete
 	var metas []metav1.PartialObjectMetadata
 	var cordoned []corev1.Node
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		// Pages by hand, not through a pager: the pager copies every item
-		// through a channel, which at 5,000 nodes is a visible share of status.
-		opts := metav1.ListOptions{LabelSelector: selector, Limit: nodeListPage}
-		for {
-			l, err := md.Resource(nodesGVR).List(gctx, opts)
-			if err != nil {
-				return err
-			}
-			for i := range l.Items {
-				// The server sends every node's managedFields; nothing here
-				// reads them, and dropped now they are collected before the
-				// rest of a status (an inventory) is read.
-				l.Items[i].ManagedFields = nil
-			}
-			if metas == nil {
-				metas = l.Items
-			} else {
-				metas = append(metas, l.Items...)
-			}
-			if l.Continue == "" {
-				return nil
-			}
-			opts.Continue = l.Continue
-		}
+	g.Go(func() (err error) {
+		metas, err = listNodeMetas(gctx, md, selector, nodeListPage)
+		return err
 	})
 	g.Go(func() error {
 		var err error
@@ -108,6 +106,37 @@ func ListNodesLightThen(ctx context.Context, md metadata.Interface, cs kubernete
 		out[i].ObjectMeta = metas[i].ObjectMeta
 	}
 	return out, nil
+}
+
+// listNodeMetas lists the nodes' metadata, first asking for a page of
+// first nodes, then for pages sized by what the first weighed.
+func listNodeMetas(ctx context.Context, md metadata.Interface, selector string, first int64) ([]metav1.PartialObjectMetadata, error) {
+	// Pages by hand, not through a pager: the pager copies every item
+	// through a channel, which at 5,000 nodes is a visible share of status.
+	var metas []metav1.PartialObjectMetadata
+	opts := metav1.ListOptions{LabelSelector: selector, Limit: first}
+	for {
+		l, err := md.Resource(nodesGVR).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		opts.Limit = nextNodePage(l.Items)
+		for i := range l.Items {
+			// The server sends every node's managedFields; nothing here
+			// reads them, and dropped now they are collected before the
+			// rest of a status (an inventory) is read.
+			l.Items[i].ManagedFields = nil
+		}
+		if metas == nil {
+			metas = l.Items
+		} else {
+			metas = append(metas, l.Items...)
+		}
+		if l.Continue == "" {
+			return metas, nil
+		}
+		opts.Continue = l.Continue
+	}
 }
 
 func listNodes(ctx context.Context, cs kubernetes.Interface, opts metav1.ListOptions) ([]corev1.Node, error) {
