@@ -1146,7 +1146,7 @@ func TestStepBudgetIsJudgedOnTheStoringClock(t *testing.T) {
 // six that queue once more, for the end that freed its share: 5N - 2 = 38
 // (44 when every end woke every waiter).
 func TestQueuedTargetsObserveOncePerFreedShare(t *testing.T) {
-	if n := queuedObservations(t, false); n > 5*8-2 {
+	if n := budgetObservations(t, 0, func(*Guard[facts]) {}); n > 5*8-2 {
 		t.Errorf("%d observations for 8 targets (limit %d): queued targets observe again on every end", n, 5*8-2)
 	}
 }
@@ -1154,51 +1154,14 @@ func TestQueuedTargetsObserveOncePerFreedShare(t *testing.T) {
 // A Uniform budget found spent is not observed again by the targets that
 // reach it before the next end: they wait for that end first.
 func TestUniformBudgetSpentIsNotObservedAgainBeforeAnEnd(t *testing.T) {
-	plain, uniform := queuedObservations(t, false), queuedObservations(t, true)
+	plain := budgetObservations(t, 0, func(*Guard[facts]) {})
+	uniform := budgetObservations(t, 0, func(g *Guard[facts]) { g.Uniform = true })
 	// Six of the eight targets reach the cordon with both slots taken; the
 	// first of them observes that, the other five need not.
 	if uniform > plain-5 {
 		t.Errorf("%d observations with a Uniform budget, %d without: the targets queued behind a spent budget observed it",
 			uniform, plain)
 	}
-}
-
-// queuedObservations runs eight targets through a budget of two whose
-// helpers take a while, so every other target queues, and returns how
-// many observations the run made.
-func queuedObservations(t *testing.T, uniform bool) int {
-	observations := 0
-	synctest.Test(t, func(t *testing.T) {
-		names := []string{"n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"}
-		w := newWorld(names...)
-		var mu sync.Mutex
-		out := outOfService{}
-		steps := budgetedSteps(w, true, &out)
-		steps[0].Guards[0].Uniform = uniform
-		steps[1].Act = func(_ context.Context, f facts) error {
-			time.Sleep(10 * time.Second) // a helper that takes a while: every other target queues
-			w.update(f.name, func(n *memNode) { n.labels[testLabel] = "v2"; n.cordonedBy = "" })
-			out.add(-1)
-			return nil
-		}
-		rb := &Runbook[facts]{
-			Name: owner,
-			Observe: func(_ context.Context, tg Target) (facts, error) {
-				mu.Lock()
-				observations++
-				mu.Unlock()
-				name := strings.TrimPrefix(tg.Name(), "node/")
-				return facts{name: name, node: w.snapshot(name), target: fmt.Sprint(w.cordonedOthers(name, names...))}, nil
-			},
-			OutOfService: func(f facts) bool { return f.node.cordonedBy == owner },
-			Steps:        steps,
-		}
-		res := Run(context.Background(), rb, targets(w, names...), Options{Parallel: len(names)})
-		if res.Outcome != OutcomeDone || out.most() != 2 {
-			t.Fatalf("outcome %s, %d out at most (want done, 2): %+v", res.Outcome, out.most(), res.Targets)
-		}
-	})
-	return observations
 }
 
 // haltRunbook probes (taking probeTime on n2 and n3), cordons within a
@@ -1425,7 +1388,10 @@ func TestUnchangedPartsAreCarriedPastActButNotPastAWait(t *testing.T) {
 // instead of observing a budget it just spent (a kmd node arriving from
 // its probe just after the waiter an end woke took the slot).
 func TestTheLastShareTakenIsNotObservedAgainBeforeAnEnd(t *testing.T) {
-	plain, last := arrivingObservations(t, false), arrivingObservations(t, true)
+	plain := budgetObservations(t, 4*time.Second, func(g *Guard[facts]) { g.Uniform = true })
+	last := budgetObservations(t, 4*time.Second, func(g *Guard[facts]) {
+		g.Uniform, g.LastShare = true, func(f facts) bool { return f.target == "1" }
+	})
 	t.Logf("%d observations when the last share is said, %d when not", last, plain)
 	// Six targets arrive with both shares taken, four of them just after a
 	// take and before any end (the others arrive as an end comes).
@@ -1435,10 +1401,12 @@ func TestTheLastShareTakenIsNotObservedAgainBeforeAnEnd(t *testing.T) {
 	}
 }
 
-// arrivingObservations runs eight targets, arriving one by one every 4 s,
-// through a Uniform budget of two whose helpers take 10 s, and returns how
-// many observations the run made.
-func arrivingObservations(t *testing.T, lastShare bool) int {
+// budgetObservations runs eight targets through a budget of two (its guard
+// as tune sets it) whose helpers take 10 s, so the others queue, and
+// returns how many observations the run made. With arriveEvery, target i
+// first spends (i+1) × arriveEvery in a step of its own (a probe), so the
+// targets reach the budget one by one.
+func budgetObservations(t *testing.T, arriveEvery time.Duration, tune func(*Guard[facts])) int {
 	observations := 0
 	synctest.Test(t, func(t *testing.T) {
 		names := []string{"n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"}
@@ -1446,24 +1414,23 @@ func arrivingObservations(t *testing.T, lastShare bool) int {
 		var mu sync.Mutex
 		out := outOfService{}
 		steps := budgetedSteps(w, true, &out)
-		steps[0].Guards[0].Uniform = true
-		if lastShare {
-			steps[0].Guards[0].LastShare = func(f facts) bool { return f.target == "1" }
-		}
+		tune(&steps[0].Guards[0])
 		steps[1].Act = func(_ context.Context, f facts) error {
-			time.Sleep(10 * time.Second)
+			time.Sleep(10 * time.Second) // a helper that takes a while: every other target queues
 			w.update(f.name, func(n *memNode) { n.labels[testLabel] = "v2"; n.cordonedBy = "" })
 			out.add(-1)
 			return nil
 		}
-		arrive := Step[facts]{ID: "arrive",
-			Done: func(f facts) (bool, string) { return f.node.annotations["arrived"] == "yes", "" },
-			Act: func(_ context.Context, f facts) error {
-				i := slices.Index(names, f.name)
-				time.Sleep(time.Duration(i+1) * 4 * time.Second)
-				w.update(f.name, func(n *memNode) { n.annotations["arrived"] = "yes" })
-				return nil
-			}}
+		if arriveEvery > 0 {
+			arrive := Step[facts]{ID: "arrive",
+				Done: func(f facts) (bool, string) { return f.node.annotations["arrived"] == "yes", "" },
+				Act: func(_ context.Context, f facts) error {
+					time.Sleep(time.Duration(slices.Index(names, f.name)+1) * arriveEvery)
+					w.update(f.name, func(n *memNode) { n.annotations["arrived"] = "yes" })
+					return nil
+				}}
+			steps = append([]Step[facts]{arrive}, steps...)
+		}
 		rb := &Runbook[facts]{
 			Name: owner,
 			Observe: func(_ context.Context, tg Target) (facts, error) {
@@ -1474,7 +1441,7 @@ func arrivingObservations(t *testing.T, lastShare bool) int {
 				return facts{name: name, node: w.snapshot(name), target: fmt.Sprint(w.cordonedOthers(name, names...))}, nil
 			},
 			OutOfService: func(f facts) bool { return f.node.cordonedBy == owner },
-			Steps:        append([]Step[facts]{arrive}, steps...),
+			Steps:        steps,
 		}
 		res := Run(context.Background(), rb, targets(w, names...), Options{Parallel: len(names)})
 		if res.Outcome != OutcomeDone || out.most() != 2 {
