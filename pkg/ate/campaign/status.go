@@ -117,7 +117,22 @@ func ObserveStatus(ctx context.Context, cs kubernetes.Interface, c *fleet.Cluste
 	// What cannot serve is not counted as serving or free: a worker on a
 	// NotReady node, or whose pod is not Running and Ready.
 	fleet.MarkDown(inv, pods, notReady)
-	return InferStatus(c, pods, inv), nil
+	return InferStatus(c, pods, inv).withNodesDown(c, notReady), nil
+}
+
+// withNodesDown says, while the next command would start a node, that a
+// NotReady node no person cordoned holds the roll: it is out of service
+// already, and `roll next-node` and `rollback` take one node out at a time.
+func (s *Status) withNodesDown(c *fleet.Cluster, notReady map[string]string) *Status {
+	starts := s.Phase == PhaseCloned || s.Phase == PhaseRolling && len(s.Nodes) == 0 && len(s.Drained) == 0
+	if !starts {
+		return s
+	}
+	if err := roll.OthersDown(c.NodeObjects(), notReady, ""); err != nil {
+		s.Summary += "; " + err.Error()
+		s.Next = "bring the NotReady node back, or cordon it for its repair (kubectl cordon NODE), then: " + s.Next
+	}
+	return s
 }
 
 // InferStatus says where the roll stands from the cluster, the pools' pods

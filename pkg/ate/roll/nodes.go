@@ -167,6 +167,13 @@ func (r *NodeRoll) pick(ctx context.Context) (string, error) {
 	} else if err := loc.Named(target); err != nil {
 		return "", err
 	}
+	// A node already half-way is out of service: finishing it brings it
+	// back, so only a node not begun yet waits for the others.
+	if !halfWay(loc, target) {
+		if err := OthersDown(c.NodeObjects(), notReady, target); err != nil {
+			return "", err
+		}
+	}
 	cfg := o.Config
 	cfg.Sides = r.sides
 	// During the node's run its own pods are read with each inventory;
@@ -310,4 +317,20 @@ func rollHealth(api node.API, sides node.Sides) func(ctx context.Context) error 
 		}
 		return nil
 	}
+}
+
+// halfWay says whether node is already out of service by a move: one
+// standing half-way, or one whose every worker was drained.
+func halfWay(loc *node.Locator, name string) bool {
+	for _, m := range loc.HalfMoved() {
+		if m.Node == name {
+			return true
+		}
+	}
+	for _, d := range loc.Drained() {
+		if d.Node == name && d.Serving == 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
+	"github.com/rollbook/rollbook/pkg/ate/fleet"
 	"github.com/rollbook/rollbook/pkg/ateapi"
 	"github.com/rollbook/rollbook/pkg/cli"
 	"github.com/rollbook/rollbook/pkg/kube"
@@ -43,6 +44,62 @@ func setNotReady(t *testing.T, ctx context.Context, node string, down bool) {
 	}
 }
 
+// personCordon cordons node as a person's kubectl cordon does (no
+// rollbook annotation), or uncordons it.
+func personCordon(t *testing.T, ctx context.Context, node string, on bool) {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"unschedulable": on}})
+	if _, err := simtest.Get(t).Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A node whose kubelet is down is out of service already: the roll takes
+// one node out at a time, so it moves no other node, the canary included
+// (which no capacity guard holds), until that node is back or a person
+// takes it out of the count with a cordon. It used to move the canary,
+// two nodes out under a one-node budget.
+func TestANotReadyNodeHoldsTheRoll(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 5*time.Minute)
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+	const down = "kwok-node-1"
+	setNotReady(t, ctx, down, true)
+	t.Cleanup(func() { setNotReady(t, context.Background(), down, false) })
+	nodeNotReady(t, ctx, down)
+
+	out := atetest.ExpectRefused(t, ctx, "already out of service", "roll", "next-node")
+	if !strings.Contains(out, down) || !strings.Contains(out, "kubectl cordon") {
+		t.Errorf("the refusal should name %s and the way on", down)
+	}
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, "kwok-node-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, marked := n.Annotations[fleet.AnnMovingTo]; marked || n.Spec.Unschedulable {
+		t.Fatalf("the refused roll wrote to kwok-node-0: %v, unschedulable %v", n.Annotations, n.Spec.Unschedulable)
+	}
+
+	// Status says what holds the roll and the way on, not a next-node
+	// that would refuse.
+	if st := atetest.Status(t, ctx); !strings.Contains(st.Summary, down) || !strings.Contains(st.Next, "kubectl cordon") {
+		t.Errorf("status should name %s as holding the roll and the way on: %q; next %q", down, st.Summary, st.Next)
+	}
+
+	// A person's cordon takes the node out of the count: the roll would
+	// go on with the canary.
+	personCordon(t, ctx, down, true)
+	t.Cleanup(func() { personCordon(t, context.Background(), down, false) })
+	if out := atetest.MustRun(t, ctx, "roll", "next-node", "--dry-run"); !strings.Contains(out, "kwok-node-0") {
+		t.Errorf("with %s cordoned by a person the roll should plan the canary kwok-node-0", down)
+	}
+	personCordon(t, ctx, down, false)
+	setNotReady(t, ctx, down, false)
+	nodeReadyAgain(t, ctx, down)
+}
+
 func TestWorkersOfANotReadyNodeAreNotCapacity(t *testing.T) {
 	c := simtest.Get(t)
 	c.ExpectNoViolations(t)
@@ -53,10 +110,17 @@ func TestWorkersOfANotReadyNodeAreNotCapacity(t *testing.T) {
 	if got := atetest.NodeLabels(t, ctx)["kwok-node-0"]; got != atetest.NewV {
 		t.Fatalf("the canary kwok-node-0 is at %s", got)
 	}
+	// The next node must hold actors for capacity to be weighed: the
+	// traffic may have woken every actor the canary suspended onto the
+	// canary's new workers.
+	actorOn(t, ctx, "kwok-node-1", "kwok-node-0")
 	// The canary's kubelet goes down: its clone workers stay ACTIVE in the
-	// substrate, but they are the only new-pool workers anywhere.
+	// substrate, but they are the only new-pool workers anywhere. A person
+	// cordons it for repair, so it is not the roll's out-of-service count.
 	setNotReady(t, ctx, "kwok-node-0", true)
 	t.Cleanup(func() { setNotReady(t, context.Background(), "kwok-node-0", false) })
+	personCordon(t, ctx, "kwok-node-0", true)
+	t.Cleanup(func() { personCordon(t, context.Background(), "kwok-node-0", false) })
 	nodeNotReady(t, ctx, "kwok-node-0")
 
 	out := atetest.ExpectRefused(t, ctx, "not enough free actor slots", "roll", "next-node")
@@ -72,6 +136,7 @@ func TestWorkersOfANotReadyNodeAreNotCapacity(t *testing.T) {
 	}
 
 	// Back up, the same command goes on.
+	personCordon(t, ctx, "kwok-node-0", false)
 	setNotReady(t, ctx, "kwok-node-0", false)
 	atetest.MustRun(t, ctx, "roll", "next-node", "--wait", "--wait-timeout", "3m")
 	for n, v := range atetest.NodeLabels(t, ctx) {
@@ -103,6 +168,52 @@ func nodeNotReady(t *testing.T, ctx context.Context, node string) {
 		return time.Since(since) >= 3*time.Second, nil
 	}); err != nil {
 		t.Fatalf("%s never went NotReady: %v", node, err)
+	}
+}
+
+// nodeReadyAgain waits until node's Ready condition is True.
+func nodeReadyAgain(t *testing.T, ctx context.Context, node string) {
+	t.Helper()
+	cs := simtest.Get(t).Client
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		return err == nil && kube.NodeReady(n), nil
+	}); err != nil {
+		t.Fatalf("%s never came back Ready: %v", node, err)
+	}
+}
+
+// actorOn waits until an actor RUNNING on node needs a place elsewhere,
+// suspending one actor on from each few seconds so the traffic wakes it
+// onto a worker picked at random (node's old workers among them).
+func actorOn(t *testing.T, ctx context.Context, node, from string) {
+	t.Helper()
+	api := atetest.Client(t, ctx)
+	nudged := time.Time{}
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		inv, err := api.Inventory(ctx)
+		if err != nil {
+			return false, nil //nolint:nilerr // retried until the poll's deadline
+		}
+		var on *ateapi.Actor
+		for i, a := range inv.Actors {
+			if a.State != ateapi.ActorRunning {
+				continue
+			}
+			switch a.Node {
+			case node:
+				return true, nil
+			case from:
+				on = &inv.Actors[i]
+			}
+		}
+		if on != nil && time.Since(nudged) > 6*time.Second {
+			nudged = time.Now()
+			_, _ = api.SuspendActor(ctx, on.Atespace, on.Name) // the traffic wakes it somewhere
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no actor came to live on %s: %v", node, err)
 	}
 }
 
