@@ -73,7 +73,7 @@ func cmdAteSetup(args []string) int {
 			fmt.Fprintln(os.Stderr, "sim ate-setup:", err)
 			return 1
 		}
-		fmt.Printf("deployment %s/%s rolls to an API server of era %s\n", substrate.Namespace, substrate.ServiceName, *era)
+		fmt.Printf("deployment %s/%s rolls to an API server of era %s\n", substrate.Namespace, substrate.APIDeployment, *era)
 		return 0
 	}
 	if err := substrate.DeployAtelet(ctx, dyn, *version); err != nil {

@@ -51,7 +51,7 @@ func DeployAPIServer(ctx context.Context, cs kubernetes.Interface, era fakesubst
 	}
 	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}},"spec":{"containers":[{"name":"ate-api-server",`+
 		`"image":"ghcr.io/agent-substrate/substrate/ateapi:sim-era-%s"}]}}}}`, EraAnnotation, era, era)
-	_, err := cs.AppsV1().Deployments(Namespace).Patch(ctx, ServiceName, types.StrategicMergePatchType, []byte(patch),
+	_, err := cs.AppsV1().Deployments(Namespace).Patch(ctx, APIDeployment, types.StrategicMergePatchType, []byte(patch),
 		metav1.PatchOptions{FieldManager: fieldManager})
 	return err
 }
@@ -60,7 +60,7 @@ func DeployAPIServer(ctx context.Context, cs kubernetes.Interface, era fakesubst
 // another era than it serves.
 func (s *Substrate) watchAPIRolls(ctx context.Context) error {
 	f := kubeinformers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, kubeinformers.WithNamespace(Namespace),
-		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + ServiceName }))
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + APIDeployment }))
 	inf := f.Apps().V1().Deployments().Informer()
 	rolls := make(chan fakesubstrate.Era, 1)
 	seen := func(obj any) {

@@ -14,8 +14,11 @@ package substrate
 
 // Names, labels and defaults shared with the real install.
 const (
-	Namespace      = "ate-system"
-	ServiceName    = "api"
+	Namespace   = "ate-system"
+	ServiceName = "api"
+	// APIDeployment is the API server's Deployment, named as ate-setup's
+	// `deploy apiserver` names it (ate-api-server.yaml); its Service is api.
+	APIDeployment  = "ate-api-server"
 	ClientSA       = "ate-client"
 	Audience       = "api.ate-system.svc"
 	ServerName     = "api.ate-system.svc"

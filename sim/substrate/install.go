@@ -17,7 +17,7 @@ import (
 )
 
 // apiObjects are what a real install has in ate-system for the API server
-// (namespace, ate-client SA, Deployment and Service "api"), plus the
+// (namespace, ate-client SA, Deployment ate-api-server and Service api), plus the
 // test-only kwok ClusterPortForward that sends container port 8443 of every
 // ate-system pod to the fake server at addr (host:port).
 func apiObjects(addr string, era fakesubstrate.Era) ([]applyItem, error) {
@@ -36,7 +36,7 @@ func apiObjects(addr string, era fakesubstrate.Era) ([]applyItem, error) {
 		ObjectMeta: metav1.ObjectMeta{Name: ClientSA, Namespace: Namespace}}
 	dep := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: ServiceName, Namespace: Namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: APIDeployment, Namespace: Namespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](1),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "api"}},

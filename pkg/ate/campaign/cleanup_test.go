@@ -31,6 +31,8 @@ func TestCleanupClassifiesEveryKey(t *testing.T) {
 		"rollbook.dev/ate-pull-probe-of": "on the pull probe pods, which the roll deletes",
 		fleet.AnnEveryNodeReached:        "on the NEW atelet DaemonSet: a fact the rollback's gate rests on, gone with it",
 		fleet.AnnControlPlaneReverted:    "on the NEW atelet DaemonSet: a fact the rollback's gate rests on, gone with it",
+		fleet.AnnAPIServerAtReached:      "on the NEW atelet DaemonSet: what step 6 is seen against, gone with it",
+		fleet.AnnStep6Seen:               "on the NEW atelet DaemonSet: a fact the rollback's gate rests on, gone with it",
 	}
 	marks := []string{fleet.AnnMovingTo, fleet.AnnVerifyPending}
 	// The keys are written by every layer of ate.

@@ -145,8 +145,12 @@ func InferStatus(c *fleet.Cluster, pods []corev1.Pod, inv *ateapi.Inventory) *St
 		s.Counts[n.Version]++
 	}
 	if when, ok := c.ControlPlaneMayBeNew(); ok {
-		s.ControlPlane = fmt.Sprintf("every node reached %s at %s: step 6 may have upgraded the control plane, so a rollback "+
-			"first needs deploy apiserver from the OLD checkout and --control-plane-reverted", c.New, when.UTC().Format(time.RFC3339))
+		step6 := "step 6 may have upgraded the control plane"
+		if st := c.Step6(); st.Ran {
+			step6 = "step 6 upgraded the control plane (" + st.String() + ")"
+		}
+		s.ControlPlane = fmt.Sprintf("every node reached %s at %s: %s, so a rollback first needs deploy apiserver from the "+
+			"OLD checkout and --control-plane-reverted", c.New, when.UTC().Format(time.RFC3339), step6)
 	}
 	if len(c.Problems) > 0 {
 		s.Phase, s.Summary = PhaseBlocked, strings.Join(c.Problems, "; ")

@@ -34,6 +34,10 @@ type Atelet struct {
 	// AnnControlPlaneReverted (zero: not recorded).
 	Reached  time.Time `json:"everyNodeReached,omitzero"`
 	Reverted time.Time `json:"controlPlaneReverted,omitzero"`
+	// APIServerAtReached and Step6Seen are AnnAPIServerAtReached and
+	// AnnStep6Seen ("": not recorded).
+	APIServerAtReached string `json:"apiServerAtReached,omitempty"`
+	Step6Seen          string `json:"step6Seen,omitempty"`
 }
 
 // Pool is one WorkerPool.
@@ -86,6 +90,9 @@ type Cluster struct {
 	// GKE is where the kube context says the cluster is (set by the
 	// command that read it), for the gcloud commands advice prints.
 	GKE GKELocation `json:"-"`
+	// APIServer is the images of the API server's Deployment
+	// (APIServerDeployment), "" when it cannot be read (absent, forbidden).
+	APIServer string `json:"apiServer,omitempty"`
 	// objects are the nodes as listed: in full, or as metadata with the
 	// cordoned ones in full (listedFull says which).
 	objects    []corev1.Node
@@ -189,6 +196,10 @@ func ObserveClusterMeta(ctx context.Context, cs kubernetes.Interface, dyn dynami
 		return err
 	})
 	g.Go(func() (err error) {
+		c.APIServer, err = apiServerImages(gctx, cs)
+		return err
+	})
+	g.Go(func() (err error) {
 		pools, err = dyn.Resource(WorkerPoolGVR).Namespace(metav1.NamespaceAll).List(gctx, metav1.ListOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("list WorkerPools: %w", err)
@@ -240,6 +251,7 @@ func ateletOf(ds *appsv1.DaemonSet) Atelet {
 		Versioned: versionedName.MatchString(ds.Name) && ds.Labels[VersionLabel] != ""}
 	a.Reached, _ = time.Parse(time.RFC3339, ds.Annotations[AnnEveryNodeReached])
 	a.Reverted, _ = time.Parse(time.RFC3339, ds.Annotations[AnnControlPlaneReverted])
+	a.APIServerAtReached, a.Step6Seen = ds.Annotations[AnnAPIServerAtReached], ds.Annotations[AnnStep6Seen]
 	return a
 }
 

@@ -51,6 +51,18 @@ const (
 	// rollback was told (--control-plane-reverted) that the OLD API server
 	// is back, or that step 6 never ran (RFC3339).
 	AnnControlPlaneReverted = "rollbook.dev/ate-control-plane-reverted"
+	// AnnAPIServerAtReached on the NEW atelet DaemonSet records, with
+	// AnnEveryNodeReached, the images the API server's Deployment ran then:
+	// the OLD release's, as step 6 comes after every node.
+	AnnAPIServerAtReached = "rollbook.dev/ate-api-server-at-reached"
+	// AnnStep6Seen on the NEW atelet DaemonSet records when a run first saw
+	// the API server run other images than AnnAPIServerAtReached, and
+	// which ("RFC3339 images"): step 6 ran.
+	AnnStep6Seen = "rollbook.dev/ate-step6-seen"
+	// APIServerDeployment is the control API server's Deployment in
+	// Namespace, as ate-setup's `deploy apiserver` (runbook step 6) applies
+	// and waits for it.
+	APIServerDeployment = "ate-api-server"
 )
 
 // WorkerPoolGVR is the WorkerPool custom resource.

@@ -253,7 +253,19 @@ func (r *NodeRoll) controlPlaneFirst(ctx context.Context, c *fleet.Cluster) erro
 	if !mayBeNew && !c.AllAt(c.New) {
 		return nil
 	}
+	first := ControlPlaneFirst(c.Old)
+	if mayBeNew && !r.o.DryRun {
+		if err := RecordStep6Seen(ctx, r.c.Client, r.c.Recorder, c); err != nil {
+			return err
+		}
+	}
 	if r.o.ControlPlaneReverted {
+		// Told, but what can be seen says otherwise: the flag is a fact
+		// about the cluster, not a way past the gate.
+		if why := c.StillAfterStep6(); why != "" {
+			return runbook.Blocked(fmt.Errorf("--control-plane-reverted, but %s; nothing was changed. From a checkout of the "+
+				"OLD release run:\n    %s\nthen re-run", why, first.Command))
+		}
 		if mayBeNew && !r.o.DryRun {
 			return RecordControlPlaneReverted(ctx, r.c.Client, r.c.Recorder, c)
 		}
@@ -264,10 +276,13 @@ func (r *NodeRoll) controlPlaneFirst(ctx context.Context, c *fleet.Cluster) erro
 		since = fmt.Sprintf("every node reached %s at %s (recorded on DaemonSet %s; %d node(s) at %s now, which joined or moved "+
 			"back since)", c.New, when.Format(time.RFC3339), c.NewAtelet().Name, len(c.NodesAt(c.Old)), c.Old)
 	}
-	first := ControlPlaneFirst(c.Old)
-	return runbook.Blocked(fmt.Errorf("%s, so step 6 may have upgraded the control plane; nothing was changed. From a checkout "+
+	step6 := "so step 6 may have upgraded the control plane"
+	if s := c.Step6(); s.Ran {
+		step6 = "and step 6 upgraded the control plane: " + s.String()
+	}
+	return runbook.Blocked(fmt.Errorf("%s, %s; nothing was changed. From a checkout "+
 		"of the OLD release run:\n    %s\nthen re-run with --control-plane-reverted (pass it too if step 6 never ran)", since,
-		first.Command))
+		step6, first.Command))
 }
 
 // settle records, after a run that moved one node, that every node is at

@@ -146,7 +146,7 @@ func untouched(t *testing.T, ctx context.Context, method string) {
 func refuse(t *testing.T, ctx context.Context, method string) {
 	t.Helper()
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, refusedAnnotation, method)
-	if _, err := simtest.Get(t).Client.AppsV1().Deployments("ate-system").Patch(ctx, "api", types.MergePatchType, []byte(patch),
+	if _, err := simtest.Get(t).Client.AppsV1().Deployments("ate-system").Patch(ctx, "ate-api-server", types.MergePatchType, []byte(patch),
 		metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -100,3 +100,77 @@ func TestANodeJoiningAtOldKeepsTheControlPlaneFirst(t *testing.T) {
 	}
 	atetest.NoActorLost(t, ctx)
 }
+
+// Step 6 leaves a trace rollbook can read: the API server's Deployment
+// runs the new release's images. Recorded with "every node reached NEW"
+// (the OLD release's images, step 6 comes after), they let a rollback say
+// that step 6 ran, and refuse --control-plane-reverted while step 6's API
+// server still runs: the flag states a fact, and what can be seen says
+// otherwise. It used to take the flag at its word and move nodes back
+// under the new API server.
+func TestStep6IsSeenAndARevertToldIsChecked(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 12*time.Minute)
+	atetest.DeployAtelet(t, atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+	atetest.MustRun(t, ctx, "roll", "next-node", "--all", "--wait")
+
+	dep, err := c.Client.AppsV1().Deployments(fleet.Namespace).Get(ctx, fleet.APIServerDeployment, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldImage := dep.Spec.Template.Spec.Containers[0].Image
+	oldEra := dep.Spec.Template.Annotations["sim.rollbook.dev/api-era"]
+	ds, err := c.Client.AppsV1().DaemonSets(fleet.Namespace).Get(ctx, "atelet-v0-3-0", metav1.GetOptions{})
+	if err != nil || ds.Annotations[fleet.AnnAPIServerAtReached] != oldImage {
+		t.Fatalf("every node reached %s: the API server's image %s should be recorded with it: %v %v", atetest.NewV, oldImage,
+			err, ds.Annotations)
+	}
+
+	// Step 6: the API server moves to the new release.
+	const newEra = "d"
+	if oldEra == newEra {
+		t.Fatalf("the scenario's API era is already %s", newEra)
+	}
+	atetest.DeployAPIServer(t, newEra)
+	apiEra(t, ctx, newEra)
+	out := atetest.ExpectRefused(t, ctx, "step 6 upgraded the control plane", "rollback")
+	if !strings.Contains(out, "sim-era-"+newEra) || !strings.Contains(out, oldImage) {
+		t.Errorf("the refusal should name the images step 6 changed")
+	}
+	if ds, err = c.Client.AppsV1().DaemonSets(fleet.Namespace).Get(ctx, "atelet-v0-3-0", metav1.GetOptions{}); err != nil ||
+		!strings.Contains(ds.Annotations[fleet.AnnStep6Seen], "sim-era-"+newEra) {
+		t.Fatalf("step 6 was seen but not recorded: %v %v", err, ds.Annotations)
+	}
+	if s := atetest.Status(t, ctx); !strings.Contains(s.ControlPlane, "step 6 upgraded") {
+		t.Errorf("status should say step 6 ran: %q", s.ControlPlane)
+	}
+
+	// Told the OLD API server is back while step 6's runs: refused.
+	atetest.ExpectRefused(t, ctx, "the OLD API server is not back", "rollback", "--control-plane-reverted")
+
+	// Reverted for real, the same command moves every node back.
+	atetest.DeployAPIServer(t, oldEra)
+	apiEra(t, ctx, oldEra)
+	atetest.MustRun(t, ctx, "rollback", "--control-plane-reverted", "--wait")
+	for n, v := range atetest.NodeLabels(t, ctx) {
+		if v != atetest.OldV {
+			t.Errorf("%s at %s after the rollback", n, v)
+		}
+	}
+	atetest.NoActorLost(t, ctx)
+}
+
+// apiEra waits until the control API serves era (after its roll and the
+// downtime that comes with it).
+func apiEra(t *testing.T, ctx context.Context, era string) {
+	t.Helper()
+	want := strings.ToUpper(era)
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		s := atetest.Status(t, ctx)
+		return s.Capabilities != nil && string(s.Capabilities.Era) == want, nil
+	}); err != nil {
+		t.Fatalf("the control API does not serve era %s after its roll: %v", want, err)
+	}
+}

@@ -222,7 +222,7 @@ func waitState(t *testing.T, ctx context.Context, api *ateapi.Client, name strin
 func hide(t *testing.T, ctx context.Context, spaces string) {
 	t.Helper()
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, hiddenAnnotation, spaces)
-	if _, err := simtest.Get(t).Client.AppsV1().Deployments("ate-system").Patch(ctx, "api", types.MergePatchType, []byte(patch),
+	if _, err := simtest.Get(t).Client.AppsV1().Deployments("ate-system").Patch(ctx, "ate-api-server", types.MergePatchType, []byte(patch),
 		metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
