@@ -16,27 +16,32 @@ import (
 	"github.com/rollbook/rollbook/sim/substrate"
 )
 
-const ateSetupUsage = "usage: sim ate-setup deploy-atelet --dir D --version V\n       sim ate-setup deploy-apiserver --dir D --era E\n" +
+const ateSetupUsage = "usage: sim ate-setup deploy-atelet --dir D --version V [--controller=false]\n" +
+	"       sim ate-setup deploy-controller --dir D --version V\n       sim ate-setup deploy-apiserver --dir D --era E\n" +
 	"       sim ate-setup apply-crds --dir D"
 
 // cmdAteSetup plays the parts of Agent Substrate's ate-setup that the
 // rolling upgrade runs outside rollbook (step 1: apply the new CRDs; step
-// 3: deploy the new atelet; step 6: deploy the API server of another
+// 2: deploy ate-controller; step 3: deploy the new atelet, after step 2
+// unless --controller=false; step 6: deploy the API server of another
 // release).
 func cmdAteSetup(args []string) int {
-	if len(args) < 1 || (args[0] != "deploy-atelet" && args[0] != "deploy-apiserver" && args[0] != "apply-crds") {
+	if len(args) < 1 || (args[0] != "deploy-atelet" && args[0] != "deploy-controller" && args[0] != "deploy-apiserver" &&
+		args[0] != "apply-crds") {
 		fmt.Fprintln(os.Stderr, ateSetupUsage)
 		return 2
 	}
 	fs := flag.NewFlagSet("ate-setup "+args[0], flag.ContinueOnError)
 	dir := fs.String("dir", "", "state directory of the running sim (required)")
-	version := fs.String("version", "", "substrate version of the new atelet DaemonSet (deploy-atelet)")
+	version := fs.String("version", "", "substrate version of the new atelet DaemonSet or controller (deploy-atelet, deploy-controller)")
+	controller := fs.Bool("controller", true, "deploy-atelet: play step 2 (ate-controller at --version) first, as the runbook orders")
 	era := fs.String("era", "", "API era the new ate-api-server serves: "+fmt.Sprint(fakesubstrate.Eras())+" (deploy-apiserver)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
 	apiserver, crds := args[0] == "deploy-apiserver", args[0] == "apply-crds"
-	if *dir == "" || (args[0] == "deploy-atelet" && *version == "") || (apiserver && *era == "") {
+	needsVersion := args[0] == "deploy-atelet" || args[0] == "deploy-controller"
+	if *dir == "" || (needsVersion && *version == "") || (apiserver && *era == "") {
 		fmt.Fprintln(os.Stderr, ateSetupUsage)
 		return 2
 	}
@@ -75,6 +80,16 @@ func cmdAteSetup(args []string) int {
 		}
 		fmt.Printf("deployment %s/%s rolls to an API server of era %s\n", substrate.Namespace, substrate.APIDeployment, *era)
 		return 0
+	}
+	if args[0] == "deploy-controller" || *controller {
+		if err := substrate.DeployController(ctx, dyn, *version); err != nil {
+			fmt.Fprintln(os.Stderr, "sim ate-setup:", err)
+			return 1
+		}
+		fmt.Printf("deployment %s/%s at %s\n", substrate.Namespace, substrate.ControllerName, *version)
+		if args[0] == "deploy-controller" {
+			return 0
+		}
 	}
 	if err := substrate.DeployAtelet(ctx, dyn, *version); err != nil {
 		fmt.Fprintln(os.Stderr, "sim ate-setup:", err)

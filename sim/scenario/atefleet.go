@@ -124,6 +124,9 @@ func setupAteFleet(ctx context.Context, env *Env, era fakesubstrate.Era) error {
 	if err != nil {
 		return err
 	}
+	if err := substrate.DeployController(ctx, dyn, ateOldVersion); err != nil {
+		return err
+	}
 	if err := substrate.DeployAtelet(ctx, dyn, ateOldVersion); err != nil {
 		return err
 	}

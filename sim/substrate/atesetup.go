@@ -72,6 +72,37 @@ func AteletDaemonSet(version string) *appsv1.DaemonSet {
 	}
 }
 
+// ControllerDeployment is ate-controller's Deployment at version, as
+// `ate-setup deploy ate-controller` applies it from a release's prebuilt
+// images (tagged with the version). It has no replicas: the sim's pool
+// controller runs in the sim's process, and a pod would take a node's
+// room; the Deployment records which release the controller is.
+func ControllerDeployment(version string) *appsv1.Deployment {
+	labels := map[string]string{"app": "ate-controller", "app.kubernetes.io/name": "ate-controller"}
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: ControllerName, Namespace: Namespace, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](0),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "ate-controller"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name:  "ate-controller",
+					Image: "ghcr.io/agent-substrate/substrate/ate-controller:" + version,
+				}}},
+			},
+		},
+	}
+}
+
+// DeployController applies ate-controller's Deployment at version (runbook
+// step 2, or its rollback from the old checkout).
+func DeployController(ctx context.Context, dyn dynamic.Interface, version string) error {
+	_, err := apply(ctx, dyn, gvrDeployment, ControllerDeployment(version), fieldManager)
+	return err
+}
+
 // DeployAtelet applies the atelet DaemonSet for version in ate-system
 // (creating the namespace), like `ate-setup deploy atelet`.
 func DeployAtelet(ctx context.Context, dyn dynamic.Interface, version string) error {

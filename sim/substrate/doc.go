@@ -18,7 +18,9 @@ const (
 	ServiceName = "api"
 	// APIDeployment is the API server's Deployment, named as ate-setup's
 	// `deploy apiserver` names it (ate-api-server.yaml); its Service is api.
-	APIDeployment  = "ate-api-server"
+	APIDeployment = "ate-api-server"
+	// ControllerName is ate-controller's Deployment (ate-controller.yaml).
+	ControllerName = "ate-controller"
 	ClientSA       = "ate-client"
 	Audience       = "api.ate-system.svc"
 	ServerName     = "api.ate-system.svc"

@@ -92,9 +92,10 @@ func (s Status) MarshalJSON() ([]byte, error) {
 
 // Unobservable are the runbook steps no probe can see.
 var Unobservable = []string{
-	"1: new CRDs applied (kubectl apply -f manifests/ate-install/generated)",
-	"2: ate-controller upgraded (ate-setup deploy ate-controller)",
-	"6: control plane upgraded (ate-setup deploy apiserver; deploy ate-system)",
+	"1: new CRDs applied (kubectl apply -f manifests/ate-install/generated): clone-pools checks the schema it needs",
+	"2: ate-controller upgraded (ate-setup deploy ate-controller): seen only where its images are tagged with the version",
+	"6: control plane upgraded (ate-setup deploy apiserver; deploy ate-system): seen once every node reached NEW, " +
+		"by the API server's images",
 }
 
 // ObserveStatus builds the status from the cluster and, when inv is not

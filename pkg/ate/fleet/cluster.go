@@ -93,6 +93,9 @@ type Cluster struct {
 	// APIServer is the images of the API server's Deployment
 	// (APIServerDeployment), "" when it cannot be read (absent, forbidden).
 	APIServer string `json:"apiServer,omitempty"`
+	// Controller is the images of ate-controller's Deployment
+	// (ControllerDeployment), "" when it cannot be read.
+	Controller string `json:"controller,omitempty"`
 	// objects are the nodes as listed: in full, or as metadata with the
 	// cordoned ones in full (listedFull says which).
 	objects    []corev1.Node
@@ -196,7 +199,7 @@ func ObserveClusterMeta(ctx context.Context, cs kubernetes.Interface, dyn dynami
 		return err
 	})
 	g.Go(func() (err error) {
-		c.APIServer, err = apiServerImages(gctx, cs)
+		c.APIServer, c.Controller, err = controlPlaneImages(gctx, cs)
 		return err
 	})
 	g.Go(func() (err error) {

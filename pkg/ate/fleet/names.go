@@ -63,6 +63,9 @@ const (
 	// Namespace, as ate-setup's `deploy apiserver` (runbook step 6) applies
 	// and waits for it.
 	APIServerDeployment = "ate-api-server"
+	// ControllerDeployment is ate-controller's Deployment in Namespace, as
+	// ate-setup's `deploy ate-controller` (runbook step 2) applies it.
+	ControllerDeployment = "ate-controller"
 )
 
 // WorkerPoolGVR is the WorkerPool custom resource.

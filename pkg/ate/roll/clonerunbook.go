@@ -100,6 +100,10 @@ func (b *cloneBuilder) clone() runbook.Step[cloneFacts] {
 				}
 				return true, ""
 			}},
+			{Name: stepTwo, Check: func(f cloneFacts) (bool, string) {
+				why := f.c.ControllerBehind()
+				return why == "", why + ": the old controller would render the clones; " + stepTwoFix(f.c.New)
+			}},
 			{Name: "no clone shrinks resource limits", Check: func(f cloneFacts) (bool, string) {
 				for _, p := range f.plans {
 					if err := CheckLimits(p); err != nil {

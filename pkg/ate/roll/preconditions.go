@@ -26,6 +26,7 @@ func RollPreconditions(c *fleet.Cluster, deployments fleet.PoolDeployments, allo
 	if c.New == "" {
 		return out
 	}
+	add(stepTwo, c.ControllerBehind() == "", c.ControllerBehind(), stepTwoFix(c.New))
 	var unpinned, unpaired, undeployed, failing, unplaceable, unlike, edited []string
 	byKey := map[string]fleet.Pool{}
 	for _, p := range c.Pools {
@@ -109,4 +110,13 @@ func RollPreconditions(c *fleet.Cluster, deployments fleet.PoolDeployments, allo
 	add("more than one node, or --allow-full-stop", len(c.Nodes) > 1 || allowFullStop, fmt.Sprintf("%d node(s)", len(c.Nodes)),
 		"on a single node the roll suspends every actor at once; pass --allow-full-stop to accept that")
 	return out
+}
+
+// stepTwo is the check that ate-controller was upgraded first (runbook
+// step 2): it renders every pool, the clones too, and the new release's
+// pools may use fields only its controller knows.
+const stepTwo = "ate-controller upgraded before the dataplane (runbook step 2), where its image tag tells"
+
+func stepTwoFix(newVersion string) string {
+	return "from a checkout of the new release: VERSION=" + newVersion + " go run ./cmd/ate-setup deploy ate-controller, then re-run"
 }

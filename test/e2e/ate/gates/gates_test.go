@@ -9,6 +9,7 @@ package gates
 
 import (
 	"context"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -173,4 +174,48 @@ func apiEra(t *testing.T, ctx context.Context, era string) {
 	}); err != nil {
 		t.Fatalf("the control API does not serve era %s after its roll: %v", want, err)
 	}
+}
+
+// ateSetup runs the sim's ate-setup with args.
+func ateSetup(t *testing.T, args ...string) {
+	t.Helper()
+	sim, err := simtest.SimBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append(args, "--dir", simtest.Get(t).Dir)
+	if out, err := exec.Command(sim, append([]string{"ate-setup"}, args...)...).CombinedOutput(); err != nil {
+		t.Fatalf("sim ate-setup %v: %v\n%s", args, err, out)
+	}
+}
+
+// ate-controller goes first (runbook step 2): it renders every pool, the
+// clones too. Where its image tag tells it is still OLD's, neither
+// clone-pools nor a node's move starts, and preflight says so; upgraded,
+// the same commands go on. They used to clone and move under the old
+// controller.
+func TestTheControllerGoesFirst(t *testing.T) {
+	c := simtest.Get(t)
+	c.ExpectNoViolations(t)
+	ctx := simtest.Context(t, 6*time.Minute)
+	// The rollbacks before ended with the runbook's last step, and a new
+	// roll begins with step 3 alone.
+	ateSetup(t, "deploy-controller", "--version", atetest.OldV)
+	ateSetup(t, "deploy-atelet", "--version", atetest.NewV, "--controller=false")
+
+	pools := len(atetest.Status(t, ctx).Cluster.Pools)
+	out := atetest.ExpectRefused(t, ctx, "runbook step 2", atetest.CloneArgs...)
+	if !strings.Contains(out, "ate-controller:"+atetest.OldV) || !strings.Contains(out, "deploy ate-controller") {
+		t.Errorf("the refusal should name the controller's image and the command that upgrades it")
+	}
+	if after := len(atetest.Status(t, ctx).Cluster.Pools); after != pools {
+		t.Fatalf("the refused clone-pools changed the pools: %d → %d", pools, after)
+	}
+	if out, _ := atetest.Run(t, ctx, "preflight"); !strings.Contains(out, "runbook step 2") {
+		t.Errorf("preflight should show the controller's check failing")
+	}
+
+	ateSetup(t, "deploy-controller", "--version", atetest.NewV)
+	atetest.MustRun(t, ctx, atetest.CloneArgs...)
+	atetest.MustRun(t, ctx, "roll", "next-node", "--dry-run")
 }

@@ -49,3 +49,33 @@ func TestStep6FollowsWhatWasRecordedAndWhatRuns(t *testing.T) {
 		}
 	}
 }
+
+// A controller is behind exactly when every image it runs is tagged OLD;
+// a digest, a registry port, another tag or no tag tells nothing.
+func TestControllerBehindOnlyWhenEveryImageIsTaggedOld(t *testing.T) {
+	for _, tc := range []struct {
+		images string
+		behind bool
+	}{
+		{"ghcr.io/agent-substrate/substrate/ate-controller:v1", true},
+		{"ghcr.io/agent-substrate/substrate/ate-controller:v1@sha256:abc", true},
+		{"registry:5000/ate-controller:v1", true},
+		{"registry:5000/ate-controller:v1,registry:5000/sidecar:v1", true},
+		{"registry:5000/ate-controller:v1,registry:5000/sidecar:v2", false},
+		{"registry:5000/ate-controller", false},
+		{"registry:5000/ate-controller@sha256:abc", false},
+		{"ko.local/ate-controller@sha256:abc", false},
+		{"ghcr.io/agent-substrate/substrate/ate-controller:v2", false},
+		{"ghcr.io/agent-substrate/substrate/ate-controller:v1-rc", false},
+		{"", false},
+	} {
+		c := &Cluster{Old: "v1", New: "v2", Controller: tc.images}
+		if got := c.ControllerBehind() != ""; got != tc.behind {
+			t.Errorf("%q: behind %v, want %v", tc.images, got, tc.behind)
+		}
+		c.New = ""
+		if c.ControllerBehind() != "" {
+			t.Errorf("%q: behind with no NEW", tc.images)
+		}
+	}
+}
