@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,22 @@ func DeployAPIServer(t *testing.T, era string) {
 	c := simtest.Get(t)
 	if out, err := exec.Command(sim, "ate-setup", "deploy-apiserver", "--dir", c.Dir, "--era", era).CombinedOutput(); err != nil {
 		t.Errorf("deploy apiserver: %v\n%s", err, out) // may run off the test's goroutine: no Fatal
+	}
+}
+
+// AllAt fails the test, naming every node that is not, unless every node
+// is at version; when says after what ("after the roll").
+func AllAt(t *testing.T, ctx context.Context, version, when string) {
+	t.Helper()
+	var off []string
+	for n, v := range NodeLabels(t, ctx) {
+		if v != version {
+			off = append(off, n+" at "+v)
+		}
+	}
+	if len(off) > 0 {
+		sort.Strings(off)
+		t.Fatalf("%s: want every node at %s: %s", when, version, strings.Join(off, ", "))
 	}
 }
 

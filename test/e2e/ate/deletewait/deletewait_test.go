@@ -186,11 +186,7 @@ func TestDeleteStepHasABudgetAndANodeDownCheck(t *testing.T) {
 		}
 	}
 	atetest.MustRun(t, ctx, "roll", "next-node", "--all", "--wait")
-	for n, v := range atetest.NodeLabels(t, ctx) {
-		if v != atetest.NewV {
-			t.Fatalf("node %s at %s after --all", n, v)
-		}
-	}
+	atetest.AllAt(t, ctx, atetest.NewV, "after --all")
 	if s := atetest.Status(t, ctx); len(s.Nodes) != 0 {
 		t.Fatalf("in progress after the roll: %+v", s.Nodes)
 	}

@@ -36,11 +36,7 @@ func TestTheRollDeletesNoWorkerPodUnderAnAwakeActor(t *testing.T) {
 	atetest.DeployAtelet(t, atetest.NewV)
 	atetest.MustRun(t, ctx, atetest.CloneArgs...)
 	atetest.MustRun(t, ctx, "roll", "next-node", "--all", "--wait")
-	for n, v := range atetest.NodeLabels(t, ctx) {
-		if v != atetest.NewV {
-			t.Fatalf("node %s at %s after the roll", n, v)
-		}
-	}
+	atetest.AllAt(t, ctx, atetest.NewV, "after the roll")
 	atetest.NoActorLost(t, ctx)
 }
 

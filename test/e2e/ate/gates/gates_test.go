@@ -94,11 +94,7 @@ func TestANodeJoiningAtOldKeepsTheControlPlaneFirst(t *testing.T) {
 	// Told, it moves the nodes back, and a re-run needs no flag.
 	atetest.MustRun(t, ctx, "rollback", "next-node", "--control-plane-reverted", "--wait")
 	atetest.MustRun(t, ctx, "rollback", "--wait")
-	for n, v := range atetest.NodeLabels(t, ctx) {
-		if v != atetest.OldV {
-			t.Errorf("%s at %s after the rollback", n, v)
-		}
-	}
+	atetest.AllAt(t, ctx, atetest.OldV, "after the rollback")
 	atetest.NoActorLost(t, ctx)
 }
 
@@ -155,11 +151,7 @@ func TestStep6IsSeenAndARevertToldIsChecked(t *testing.T) {
 	atetest.DeployAPIServer(t, oldEra)
 	apiEra(t, ctx, oldEra)
 	atetest.MustRun(t, ctx, "rollback", "--control-plane-reverted", "--wait")
-	for n, v := range atetest.NodeLabels(t, ctx) {
-		if v != atetest.OldV {
-			t.Errorf("%s at %s after the rollback", n, v)
-		}
-	}
+	atetest.AllAt(t, ctx, atetest.OldV, "after the rollback")
 	atetest.NoActorLost(t, ctx)
 }
 

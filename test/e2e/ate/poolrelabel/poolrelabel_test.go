@@ -132,10 +132,6 @@ func TestARelabelledNodePoolStopsTheRoll(t *testing.T) {
 		label(t, ctx, n, fleet.VersionLabel, atetest.OldV)
 	}
 	atetest.MustRun(t, ctx, "roll", "next-node", "--all", "--wait")
-	for n, v := range atetest.NodeLabels(t, ctx) {
-		if v != atetest.NewV {
-			t.Errorf("%s at %s after the roll", n, v)
-		}
-	}
+	atetest.AllAt(t, ctx, atetest.NewV, "after the roll")
 	atetest.NoActorLost(t, ctx)
 }

@@ -90,11 +90,7 @@ func TestEvictedOldPoolPodOnAFlippedNode(t *testing.T) {
 	if strings.Count(out, "node "+flipped+":") > 1 {
 		t.Errorf("the roll took %s more than once", flipped)
 	}
-	for node, v := range atetest.NodeLabels(t, ctx) {
-		if v != atetest.NewV {
-			t.Fatalf("node %s at %s after --all", node, v)
-		}
-	}
+	atetest.AllAt(t, ctx, atetest.NewV, "after --all")
 	s := atetest.Status(t, ctx)
 	if len(s.Nodes) != 0 || s.Phase != campaign.PhaseRolled && s.Phase != campaign.PhaseRetireable {
 		t.Fatalf("after the roll: phase %s, in progress %+v", s.Phase, s.Nodes)

@@ -127,10 +127,6 @@ func TestAWorkerThatNeverRegistersHasBothWaysOut(t *testing.T) {
 	// The way on once the workers register: every node.
 	holdRegistration(t, ctx, "")
 	atetest.MustRun(t, ctx, "roll", "next-node", "--all", "--wait")
-	for n, v := range atetest.NodeLabels(t, ctx) {
-		if v != atetest.NewV {
-			t.Errorf("%s at %s after the roll", n, v)
-		}
-	}
+	atetest.AllAt(t, ctx, atetest.NewV, "after the roll")
 	atetest.NoActorLost(t, ctx)
 }

@@ -79,11 +79,7 @@ func TestRollbackFromACanaryWhoseAteletNeverBecameReady(t *testing.T) {
 
 	// The way back, with the NEW atelet still unable to run.
 	atetest.MustRun(t, ctx, "rollback", "--wait", "--verify-timeout", "90s")
-	for n, v := range atetest.NodeLabels(t, ctx) {
-		if v != atetest.OldV {
-			t.Fatalf("%s at %s after the rollback", n, v)
-		}
-	}
+	atetest.AllAt(t, ctx, atetest.OldV, "after the rollback")
 	s = atetest.Status(t, ctx)
 	if s.Phase != campaign.PhaseNotStarted || len(s.Nodes) != 0 || s.Cluster.New != "" {
 		t.Fatalf("after the rollback: phase %s, in progress %+v, NEW %q", s.Phase, s.Nodes, s.Cluster.New)

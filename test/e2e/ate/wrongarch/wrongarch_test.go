@@ -140,11 +140,7 @@ func TestAnImageForAnotherArchitectureStopsTheRollBeforeTheFirstFlip(t *testing.
 	}
 	atetest.MustRun(t, ctx, "roll", "clone-pools", "--image", "gvisor="+multiArch, "--image", "microvm="+atetest.ImageVM)
 	atetest.MustRun(t, ctx, "roll", "next-node", "--all", "--wait")
-	for n, v := range atetest.NodeLabels(t, ctx) {
-		if v != atetest.NewV {
-			t.Errorf("node %s at %s after the roll", n, v)
-		}
-	}
+	atetest.AllAt(t, ctx, atetest.NewV, "after the roll")
 	atetest.NoActorLost(t, ctx)
 }
 
