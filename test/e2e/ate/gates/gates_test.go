@@ -22,6 +22,7 @@ import (
 	"github.com/rollbook/rollbook/internal/atetest"
 	"github.com/rollbook/rollbook/internal/simtest"
 	"github.com/rollbook/rollbook/pkg/ate/fleet"
+	"github.com/rollbook/rollbook/pkg/ateapi"
 )
 
 func TestMain(m *testing.M) { simtest.Main(m, simtest.Options{Nodes: 2, Scenario: "ate-fleet"}) }
@@ -95,7 +96,48 @@ func TestANodeJoiningAtOldKeepsTheControlPlaneFirst(t *testing.T) {
 	atetest.MustRun(t, ctx, "rollback", "next-node", "--control-plane-reverted", "--wait")
 	atetest.MustRun(t, ctx, "rollback", "--wait")
 	atetest.AllAt(t, ctx, atetest.OldV, "after the rollback")
+	// The autoscaler takes the late node away again: the old pools' pods
+	// that were Pending while every node was at NEW landed on it and took
+	// actors, so it is emptied first, as the node runbook empties a node
+	// (the pod garbage collector force-deletes an orphaned node's pods).
+	emptyNode(t, ctx, late)
+	if err := c.Client.CoreV1().Nodes().Delete(ctx, late, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	atetest.NoActorLost(t, ctx)
+}
+
+// emptyNode drains node's workers and suspends the actors on them, so that
+// deleting the node loses none (they resume elsewhere on traffic).
+func emptyNode(t *testing.T, ctx context.Context, node string) {
+	t.Helper()
+	api := atetest.Client(t, ctx)
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		inv, err := api.Inventory(ctx)
+		if err != nil {
+			return false, nil //nolint:nilerr // retried until the poll's deadline
+		}
+		for _, w := range inv.WorkersOnNode(node) {
+			if w.State == ateapi.WorkerActive {
+				if _, err := api.DrainWorker(ctx, w.Name); err != nil {
+					return false, nil //nolint:nilerr // retried until the poll's deadline
+				}
+			}
+		}
+		empty := true
+		for _, a := range inv.Actors {
+			if a.Node != node {
+				continue
+			}
+			empty = false
+			if a.State == ateapi.ActorRunning {
+				_, _ = api.SuspendActor(ctx, a.Atespace, a.Name) // read again on the next poll
+			}
+		}
+		return empty, nil
+	}); err != nil {
+		t.Fatalf("could not empty %s: %v", node, err)
+	}
 }
 
 // Step 6 leaves a trace rollbook can read: the API server's Deployment
